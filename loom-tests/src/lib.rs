@@ -1,0 +1,1 @@
+//! loom models live in `tests/`; this crate has no library code.

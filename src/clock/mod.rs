@@ -1,0 +1,60 @@
+//! Where limiters get the time.
+//!
+//! A [`Clock`] gives integer nanoseconds. Three are provided:
+//!
+//! | clock | source | cost of a read | precision |
+//! |---|---|---|---|
+//! | [`MonotonicClock`] (default) | the TSC through quanta | ~10 ns | ~1 ns |
+//! | [`CachedClock`] | quanta's `recent()`, refreshed by an upkeep thread | ~2–3 ns | the upkeep interval (1 ms by default) |
+//! | [`ManualClock`] | whatever the test sets | one atomic load | exact |
+//!
+//! The two real clocks never step backwards as seen by any one thread, even when
+//! the thread migrates between cores whose TSCs disagree (governor #299). Across
+//! threads, two readings taken concurrently are unordered anyway, so every limiter
+//! also treats a reading older than its state as if time had stood still: a stale
+//! reading can make it deny, never over-admit.
+
+mod cached;
+mod manual;
+mod monotonic;
+
+pub use cached::CachedClock;
+pub use manual::ManualClock;
+pub use monotonic::MonotonicClock;
+
+/// A source of time in integer nanoseconds since an arbitrary, fixed origin.
+///
+/// Implement it to drive a limiter from your own time source; readings should not
+/// go backwards, but a limiter stays safe if they do (it denies until the clock
+/// catches up, and never panics).
+///
+/// ```
+/// use tollgate::{Clock, Rate, RateLimiter, TokenBucket};
+///
+/// struct Frozen;
+/// impl Clock for Frozen {
+///     fn now(&self) -> u64 { 42 }
+/// }
+///
+/// let bucket = TokenBucket::with_clock(1, Rate::per_second(1), Frozen).unwrap();
+/// assert!(bucket.try_acquire().is_ok());
+/// assert!(bucket.try_acquire().is_err()); // time never moves, so no refill
+/// ```
+pub trait Clock {
+    /// Nanoseconds since this clock's origin.
+    fn now(&self) -> u64;
+}
+
+impl<C: Clock + ?Sized> Clock for &C {
+    #[inline]
+    fn now(&self) -> u64 {
+        (**self).now()
+    }
+}
+
+impl<C: Clock + ?Sized> Clock for std::sync::Arc<C> {
+    #[inline]
+    fn now(&self) -> u64 {
+        (**self).now()
+    }
+}

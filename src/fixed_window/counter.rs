@@ -1,0 +1,93 @@
+//! The fixed window's decision function: one word packing a window index and a
+//! count.
+
+use std::time::Duration;
+
+use crate::error::{ConfigError, Denied};
+use crate::limiter::Snapshot;
+use crate::rate::Rate;
+use crate::word::WordMachine;
+
+/// `limit` permits per aligned window of `window` nanoseconds, the state packing
+/// `(window index << count_bits) | count`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WindowCounter {
+    window: u64,
+    limit: u32,
+    /// Bits needed to hold `limit`; the index takes the rest.
+    count_bits: u32,
+}
+
+impl WindowCounter {
+    pub(crate) fn new(rate: Rate) -> Result<Self, ConfigError> {
+        // `validate` guarantees `window >= limit >= 1` (at most one permit per ns)
+        // and `window <= 2^62`. With `count_bits = bits(limit)`, `limit >=
+        // 2^(count_bits - 1)`, so an index (at most `2^62 / window`) is below
+        // `2^(63 - count_bits)` and the packed word below 2^63: it never wraps,
+        // and no two windows in the limiter's lifetime share an index.
+        let (limit, window) = rate.validate()?;
+        Ok(WindowCounter {
+            window,
+            limit,
+            count_bits: u32::BITS - limit.leading_zeros(),
+        })
+    }
+
+    pub(crate) fn window(&self) -> Duration {
+        Duration::from_nanos(self.window)
+    }
+
+    /// The window a decision at `now` counts against, and its count. A `now` in an
+    /// older window than the state's (stale or backwards time) counts against the
+    /// state's window: time is treated as having stood still.
+    #[inline]
+    fn current(&self, state: u64, now: u64) -> (u64, u64) {
+        let index = state >> self.count_bits;
+        let now_index = now / self.window;
+        if now_index > index {
+            (now_index, 0)
+        } else {
+            (index, state & ((1 << self.count_bits) - 1))
+        }
+    }
+
+    /// Nanoseconds from `now` to the end of window `index`.
+    #[inline]
+    fn until_end(&self, index: u64, now: u64) -> u64 {
+        ((index + 1) * self.window).saturating_sub(now)
+    }
+}
+
+impl WordMachine for WindowCounter {
+    /// Window 0, nothing counted.
+    const INITIAL: u64 = 0;
+
+    fn capacity(&self) -> u32 {
+        self.limit
+    }
+
+    #[inline]
+    fn decide(&self, state: u64, now: u64, n: u32) -> Result<u64, Denied> {
+        let (index, count) = self.current(state, now);
+        let count = count + u64::from(n);
+        if count <= u64::from(self.limit) {
+            Ok((index << self.count_bits) | count)
+        } else {
+            // `n <= limit`, so the request fits the next window, which is empty.
+            Err(Denied::RetryAfter(Duration::from_nanos(
+                self.until_end(index, now),
+            )))
+        }
+    }
+
+    fn snapshot(&self, state: u64, now: u64) -> Snapshot {
+        let (index, count) = self.current(state, now);
+        let until_full = if count == 0 {
+            0
+        } else {
+            self.until_end(index, now)
+        };
+        // `count <= limit`, so the difference fits a u32.
+        Snapshot::new(self.limit - count as u32, self.limit, until_full)
+    }
+}

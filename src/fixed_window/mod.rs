@@ -1,0 +1,128 @@
+//! The lock-free fixed window: one `AtomicU64` packing the current window's index
+//! and its count, updated by compare-and-swap.
+//!
+//! Time is cut into aligned windows of the rate's period, starting when the
+//! limiter is built; each window admits up to the rate's permits.
+//!
+//! # State
+//!
+//! With `b` = the number of bits needed to hold the limit (7 for 100):
+//!
+//! | bits | meaning |
+//! |---|---|
+//! | `0 .. b` | permits admitted in the window below |
+//! | `b .. 64` | index of the window last written (`time since origin / window`) |
+//!
+//! | operation | reads | writes |
+//! |---|---|---|
+//! | admit `n` in the stored window | word | `count + n`, by CAS, if `≤ limit` |
+//! | admit `n` in a later window | word | `(new index, n)`, by CAS |
+//! | deny | word | nothing |
+//!
+//! The index never wraps: one permit per nanosecond at most means the window is
+//! at least `2^(b-1)` ns, so indices over the limiter's 2^62 ns lifetime fit in
+//! `64 − b` bits with one to spare.
+//!
+//! # Guarantee, and the known weakness
+//!
+//! Under any interleaving, permits admitted per aligned window never exceed the
+//! limit — exactly, not approximately: every admission is one CAS on the word that
+//! holds the count. A decision whose clock reading is older than the stored window
+//! counts against the stored window (time stands still; it never reopens a closed
+//! window).
+//!
+//! But windows are aligned, not sliding: a client can spend the whole limit at the
+//! end of one window and again at the start of the next, so **up to 2× the limit
+//! can pass in any span of one window's length** that straddles a boundary:
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::{FixedWindow, ManualClock, Rate, RateLimiter};
+//!
+//! let clock = ManualClock::new();
+//! let window = FixedWindow::with_clock(Rate::per_minute(100), clock.clone()).unwrap();
+//! clock.advance(Duration::from_millis(59_900)); // 0:59.9
+//! assert!(window.try_acquire_n(100).is_ok());
+//! clock.advance(Duration::from_millis(200)); // 1:00.1
+//! assert!(window.try_acquire_n(100).is_ok()); // 200 in 0.2 s
+//! ```
+//!
+//! Choose it when its cost (the cheapest check there is) matters more than that
+//! burst; the sliding log or a token bucket when it does not.
+
+mod counter;
+mod locking;
+
+use std::time::Duration;
+
+pub use locking::LockingFixedWindow;
+
+use crate::cell::AtomicCell;
+use crate::clock::{Clock, MonotonicClock};
+use crate::error::ConfigError;
+use crate::rate::Rate;
+use crate::word::{WordLimiter, word_limiter};
+use counter::WindowCounter;
+
+word_limiter!(
+    /// A lock-free fixed window: at most `rate.permits()` per aligned window of
+    /// `rate.period()`.
+    ///
+    /// See the [module docs](self) for the state and the 2× boundary burst.
+    ///
+    /// ```
+    /// use tollgate::{FixedWindow, Rate, RateLimiter};
+    ///
+    /// let window = FixedWindow::new(Rate::per_second(100)).unwrap();
+    /// assert!(window.try_acquire().is_ok());
+    /// ```
+    FixedWindow,
+    WindowCounter,
+    AtomicCell,
+    "Rate::per_second(10)"
+);
+
+impl FixedWindow {
+    /// `rate.permits()` per aligned window of `rate.period()`, windows starting now,
+    /// on the default [`MonotonicClock`].
+    ///
+    /// Errors: [`ConfigError::ZeroRate`], [`ConfigError::ZeroPeriod`],
+    /// [`ConfigError::TooFine`] (a limit above the window's length in ns),
+    /// [`ConfigError::Overflow`] (a window longer than 2^62 ns).
+    ///
+    /// ```
+    /// use tollgate::{FixedWindow, Rate};
+    /// let per_minute = FixedWindow::new(Rate::per_minute(100)).unwrap();
+    /// # let _ = per_minute;
+    /// ```
+    pub fn new(rate: Rate) -> Result<Self, ConfigError> {
+        Self::with_clock(rate, MonotonicClock::new())
+    }
+}
+
+impl<C: Clock> FixedWindow<C> {
+    /// As [`FixedWindow::new`], reading `clock`.
+    ///
+    /// ```
+    /// use tollgate::{FixedWindow, ManualClock, Rate};
+    /// let window = FixedWindow::with_clock(Rate::per_second(10), ManualClock::new()).unwrap();
+    /// # let _ = window;
+    /// ```
+    pub fn with_clock(rate: Rate, clock: C) -> Result<Self, ConfigError> {
+        Ok(FixedWindow {
+            inner: WordLimiter::new(WindowCounter::new(rate)?, clock),
+        })
+    }
+
+    /// The window's length.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{FixedWindow, Rate};
+    /// let window = FixedWindow::new(Rate::per_minute(100)).unwrap();
+    /// assert_eq!(window.window(), Duration::from_secs(60));
+    /// ```
+    pub fn window(&self) -> Duration {
+        self.inner.machine().window()
+    }
+}

@@ -1,0 +1,84 @@
+//! The token bucket's decision function: GCRA over one theoretical arrival time.
+
+use std::time::Duration;
+
+use crate::error::{ConfigError, Denied};
+use crate::limiter::Snapshot;
+use crate::rate::Rate;
+use crate::timeline::MAX_TIME;
+use crate::word::WordMachine;
+
+/// A token bucket as the generic cell rate algorithm: the whole state is the
+/// theoretical arrival time (TAT), the instant at which the bucket will be full
+/// again if nothing more is admitted.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Gcra {
+    /// Nanoseconds per permit (the emission interval), rounded up.
+    interval: u64,
+    capacity: u32,
+    /// `capacity * interval`: how far the TAT may run ahead of now.
+    tolerance: u64,
+}
+
+impl Gcra {
+    pub(crate) fn new(capacity: u32, rate: Rate) -> Result<Self, ConfigError> {
+        let (permits, period) = rate.validate()?;
+        if capacity == 0 {
+            return Err(ConfigError::ZeroCapacity);
+        }
+        // Rounded up so the effective rate never exceeds the configured one; the
+        // rate is exact whenever `permits` divides the period in nanoseconds.
+        let interval = period.div_ceil(u64::from(permits));
+        let tolerance = interval
+            .checked_mul(u64::from(capacity))
+            .filter(|&t| t <= MAX_TIME)
+            .ok_or(ConfigError::Overflow {
+                what: "capacity × time per permit",
+            })?;
+        Ok(Gcra {
+            interval,
+            capacity,
+            tolerance,
+        })
+    }
+
+    pub(crate) fn interval(&self) -> Duration {
+        Duration::from_nanos(self.interval)
+    }
+}
+
+impl WordMachine for Gcra {
+    /// A TAT of zero, at the limiter's origin: the bucket starts full.
+    const INITIAL: u64 = 0;
+
+    fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    /// Admits iff the TAT after paying `n` intervals is no further than the
+    /// tolerance ahead of `now`.
+    ///
+    /// A `now` older than the state (a stale reading, or a clock that stepped
+    /// back) only shrinks `now + tolerance`, so it can deny what a fresh reading
+    /// would admit, never the reverse. No overflow: `now <= 2^62`, the TAT never
+    /// exceeds `2^62 + tolerance <= 2^63`, and `n * interval <= tolerance`.
+    #[inline]
+    fn decide(&self, tat: u64, now: u64, n: u32) -> Result<u64, Denied> {
+        let next = tat.max(now) + u64::from(n) * self.interval;
+        let limit = now + self.tolerance;
+        if next <= limit {
+            Ok(next)
+        } else {
+            // Denied means `tat > now` (else `next <= now + tolerance`), so at
+            // `now + wait` the base is still `tat` and `next` equals the limit.
+            Err(Denied::RetryAfter(Duration::from_nanos(next - limit)))
+        }
+    }
+
+    fn snapshot(&self, tat: u64, now: u64) -> Snapshot {
+        let room = (now + self.tolerance).saturating_sub(tat.max(now));
+        // `room <= tolerance`, so the quotient is at most `capacity`.
+        let available = (room / self.interval) as u32;
+        Snapshot::new(available, self.capacity, tat.saturating_sub(now))
+    }
+}

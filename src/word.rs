@@ -1,0 +1,111 @@
+//! The driver shared by every limiter whose whole state is one 64-bit word.
+
+use crate::cell::StateCell;
+use crate::clock::Clock;
+use crate::error::Denied;
+use crate::limiter::{Snapshot, check_request};
+use crate::timeline::Timeline;
+
+/// An algorithm whose state is one `u64`: the pure decision function that the
+/// atomic limiter runs inside its CAS loop and the locking twin runs under its
+/// mutex. Sharing it is what makes the twins decide identically.
+pub(crate) trait WordMachine {
+    /// The state of a limiter that has admitted nothing.
+    const INITIAL: u64;
+
+    /// The most permits one request may ask for.
+    fn capacity(&self) -> u32;
+
+    /// The state after admitting `n` permits at `now`, or why not. Called with
+    /// `1 <= n <= capacity` and `now <= MAX_TIME`; `now` may be older than the
+    /// time the state was last written (a stale or backwards clock).
+    fn decide(&self, state: u64, now: u64, n: u32) -> Result<u64, Denied>;
+
+    /// What a request could get at `now`, without changing anything.
+    fn snapshot(&self, state: u64, now: u64) -> Snapshot;
+}
+
+/// A one-word limiter: its algorithm, where its state lives, and its clock.
+#[derive(Debug)]
+pub(crate) struct WordLimiter<M, S, C> {
+    machine: M,
+    state: S,
+    timeline: Timeline<C>,
+}
+
+impl<M: WordMachine, S: StateCell, C: Clock> WordLimiter<M, S, C> {
+    pub(crate) fn new(machine: M, clock: C) -> Self {
+        WordLimiter {
+            machine,
+            state: S::new(M::INITIAL),
+            timeline: Timeline::new(clock),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn try_acquire_n(&self, n: u32) -> Result<(), Denied> {
+        check_request(n, self.machine.capacity())?;
+        // One reading per request: a retry after a lost race reuses it. The reading
+        // can only grow staler, and a stale reading can only make the decision
+        // stricter (see each machine's `decide`).
+        let now = self.timeline.now();
+        self.state
+            .update(|state| self.machine.decide(state, now, n))
+    }
+
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        let now = self.timeline.now();
+        self.machine.snapshot(self.state.load(), now)
+    }
+
+    pub(crate) fn machine(&self) -> &M {
+        &self.machine
+    }
+
+    pub(crate) fn clock(&self) -> &C {
+        self.timeline.clock()
+    }
+}
+
+/// Declares a public one-word limiter type over a [`WordMachine`] and a
+/// [`StateCell`]: the struct, its [`RateLimiter`](crate::RateLimiter) impl and its
+/// clock accessor; `$args` are the constructor arguments before the clock, for the
+/// generated doc example. Constructors, which differ per algorithm, are written by hand.
+macro_rules! word_limiter {
+    ($(#[$doc:meta])* $name:ident, $machine:ty, $cell:ty, $args:literal) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub struct $name<C = $crate::clock::MonotonicClock> {
+            inner: $crate::word::WordLimiter<$machine, $cell, C>,
+        }
+
+        impl<C: $crate::clock::Clock> $name<C> {
+            /// The clock this limiter reads.
+            ///
+            /// ```
+            #[doc = concat!("use tollgate::{Clock, ManualClock, Rate, ", stringify!($name), "};")]
+            /// let clock = ManualClock::new();
+            #[doc = concat!("let limiter = ", stringify!($name), "::with_clock(")]
+            #[doc = concat!("    ", $args, ", clock.clone()).unwrap();")]
+            /// clock.set(7);
+            /// assert_eq!(limiter.clock().now(), 7);
+            /// ```
+            pub fn clock(&self) -> &C {
+                self.inner.clock()
+            }
+        }
+
+        impl<C: $crate::clock::Clock> $crate::limiter::RateLimiter for $name<C> {
+            #[inline]
+            fn try_acquire_n(&self, n: u32) -> Result<(), $crate::error::Denied> {
+                self.inner.try_acquire_n(n)
+            }
+
+            fn snapshot(&self) -> $crate::limiter::Snapshot {
+                self.inner.snapshot()
+            }
+        }
+    };
+}
+
+pub(crate) use word_limiter;
