@@ -1,0 +1,126 @@
+//! Real threads hammering one limiter while a manual clock steps in lock-step
+//! rounds. Every admission is recorded with its decision time (the round's time:
+//! the clock stands still within a round), and afterwards the invariant is checked
+//! and the totals compared with what a sequential limiter would admit.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use support::{
+    ReferenceFixedWindow, ReferenceTokenBucket, check_fixed_window, check_token_bucket, stress,
+};
+use tollgate::{
+    FixedWindow, LockingFixedWindow, LockingTokenBucket, ManualClock, Rate, RateLimiter,
+    TokenBucket,
+};
+
+const THREADS: usize = 4;
+const ROUNDS: usize = 300;
+const ATTEMPTS: usize = 64;
+
+/// Round times with irregular steps: some rounds add nothing, some cross several
+/// intervals or windows.
+fn times(step: u64) -> Vec<u64> {
+    let mut now = 0;
+    (0..ROUNDS as u64)
+        .map(|round| {
+            now += (round * 7919 % 5) * step / 2 + round % 3;
+            now
+        })
+        .collect()
+}
+
+fn one(_: usize, _: usize) -> u32 {
+    1
+}
+
+fn mixed(thread: usize, attempt: usize) -> u32 {
+    1 + ((thread * 31 + attempt * 17) % 3) as u32
+}
+
+/// Single permits: demand outstrips supply every round, so a tight limiter
+/// admits exactly what a sequential one would, round by round.
+fn token_bucket_rounds<L: RateLimiter + Send + Sync + 'static>(make: fn(ManualClock) -> L) {
+    let (capacity, permits, period) = (40, 100, 1_000_000u64);
+    let clock = ManualClock::new();
+    let limiter = Arc::new(make(clock.clone()));
+    let times = times(period / u64::from(permits) * 25);
+    let record = stress(limiter, &clock, THREADS, &times, ATTEMPTS, one);
+    check_token_bucket(&record.admissions, capacity, permits, period);
+    let mut reference = ReferenceTokenBucket::new(capacity, permits, period);
+    for (round, &now) in times.iter().enumerate() {
+        let mut expected = 0;
+        while expected < THREADS * ATTEMPTS && reference.try_acquire_n(now, 1).is_ok() {
+            expected += 1;
+        }
+        assert_eq!(record.per_round[round], expected as u64, "round {round} at {now} ns");
+    }
+}
+
+#[test]
+fn token_bucket_is_exact_under_contention() {
+    token_bucket_rounds(|clock| {
+        TokenBucket::with_clock(40, Rate::new(100, Duration::from_millis(1)), clock).unwrap()
+    });
+}
+
+#[test]
+fn locking_token_bucket_is_exact_under_contention() {
+    token_bucket_rounds(|clock| {
+        LockingTokenBucket::with_clock(40, Rate::new(100, Duration::from_millis(1)), clock)
+            .unwrap()
+    });
+}
+
+#[test]
+fn token_bucket_keeps_its_bound_with_mixed_sizes() {
+    let clock = ManualClock::new();
+    let rate = Rate::new(7, Duration::from_micros(10)); // an interval that rounds
+    let limiter = Arc::new(TokenBucket::with_clock(9, rate, clock.clone()).unwrap());
+    let record = stress(limiter, &clock, THREADS, &times(4_000), ATTEMPTS, mixed);
+    assert!(!record.admissions.is_empty());
+    check_token_bucket(&record.admissions, 9, 7, 10_000);
+}
+
+fn fixed_window_rounds<L: RateLimiter + Send + Sync + 'static>(make: fn(ManualClock) -> L) {
+    let (limit, window) = (50, 1_000_000u64);
+    let clock = ManualClock::new();
+    let limiter = Arc::new(make(clock.clone()));
+    let times = times(window / 2);
+    let record = stress(limiter, &clock, THREADS, &times, ATTEMPTS, one);
+    check_fixed_window(&record.admissions, limit, window);
+    let mut reference = ReferenceFixedWindow::new(limit, window);
+    for (round, &now) in times.iter().enumerate() {
+        let mut expected = 0;
+        while expected < THREADS * ATTEMPTS && reference.try_acquire_n(now, 1).is_ok() {
+            expected += 1;
+        }
+        assert_eq!(record.per_round[round], expected as u64, "round {round} at {now} ns");
+    }
+}
+
+#[test]
+fn fixed_window_is_exact_under_contention() {
+    fixed_window_rounds(|clock| {
+        FixedWindow::with_clock(Rate::new(50, Duration::from_millis(1)), clock).unwrap()
+    });
+}
+
+#[test]
+fn locking_fixed_window_is_exact_under_contention() {
+    fixed_window_rounds(|clock| {
+        LockingFixedWindow::with_clock(Rate::new(50, Duration::from_millis(1)), clock).unwrap()
+    });
+}
+
+#[test]
+fn fixed_window_keeps_its_bound_with_mixed_sizes() {
+    let clock = ManualClock::new();
+    let rate = Rate::new(11, Duration::from_micros(3));
+    let limiter = Arc::new(FixedWindow::with_clock(rate, clock.clone()).unwrap());
+    let record = stress(limiter, &clock, THREADS, &times(1_500), ATTEMPTS, mixed);
+    assert!(!record.admissions.is_empty());
+    check_fixed_window(&record.admissions, 11, 3_000);
+}

@@ -1,0 +1,264 @@
+//! Shared by the integration tests: sequential reference models written
+//! independently of the limiters, invariant checkers over recorded admissions,
+//! and a lock-step harness that hammers one limiter from several threads.
+
+#![allow(dead_code)] // each test binary uses a different part
+
+use std::collections::HashMap;
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::Duration;
+
+use tollgate::{Denied, ManualClock, RateLimiter};
+
+/// One admission: the decision time (ns since the limiter was built) and permits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admission {
+    pub at: u64,
+    pub n: u32,
+}
+
+/// Checks the token bucket's promise on admissions recorded in any order: for
+/// every interval `[a, b]`, permits admitted in it `<= capacity + permits·(b − a)/period`,
+/// with the configured (not the rounded) rate, in exact integer arithmetic.
+///
+/// Rewritten as `P_j·period − permits·t_j <= P_{i−1}·period − permits·t_i +
+/// capacity·period` for sorted admissions `i <= j` (`P` = prefix sums), which a
+/// suffix maximum checks in O(k log k).
+pub fn check_token_bucket(admissions: &[Admission], capacity: u32, permits: u32, period_ns: u64) {
+    let mut sorted = admissions.to_vec();
+    sorted.sort_by_key(|a| a.at);
+    let (permits, period, capacity) = (
+        i128::from(permits),
+        i128::from(period_ns),
+        i128::from(capacity),
+    );
+    let mut prefix = Vec::with_capacity(sorted.len() + 1);
+    prefix.push(0i128);
+    for a in &sorted {
+        prefix.push(prefix.last().unwrap() + i128::from(a.n));
+    }
+    // right[j] = P_j·period − permits·t_j, for the interval's end.
+    let right: Vec<i128> = sorted
+        .iter()
+        .enumerate()
+        .map(|(j, a)| prefix[j + 1] * period - permits * i128::from(a.at))
+        .collect();
+    let mut best_end = i128::MIN;
+    let mut best_index = 0;
+    for i in (0..sorted.len()).rev() {
+        if right[i] > best_end {
+            best_end = right[i];
+            best_index = i;
+        }
+        let start = prefix[i] * period - permits * i128::from(sorted[i].at) + capacity * period;
+        assert!(
+            best_end <= start,
+            "token bucket over-admitted: {} permits in [{}, {}] ns, bound is {} + {}·{}/{}",
+            prefix[best_index + 1] - prefix[i],
+            sorted[i].at,
+            sorted[best_index].at,
+            capacity,
+            permits,
+            sorted[best_index].at - sorted[i].at,
+            period,
+        );
+    }
+}
+
+/// Checks the fixed window's promise: permits per aligned window `<= limit`.
+pub fn check_fixed_window(admissions: &[Admission], limit: u32, window_ns: u64) {
+    let mut per_window: HashMap<u64, u64> = HashMap::new();
+    for a in admissions {
+        *per_window.entry(a.at / window_ns).or_default() += u64::from(a.n);
+    }
+    for (window, count) in per_window {
+        assert!(
+            count <= u64::from(limit),
+            "fixed window over-admitted: {count} permits in window {window}, limit {limit}"
+        );
+    }
+}
+
+/// The checks every limiter makes before looking at its state.
+fn check_request(n: u32, capacity: u32) -> Result<(), Denied> {
+    match n {
+        0 => Err(Denied::ZeroPermits),
+        n if n > capacity => Err(Denied::ExceedsCapacity {
+            requested: n,
+            capacity,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// A classic token bucket — a token count and a last-refill time, refilled on
+/// each request — not GCRA: an independent formulation to check GCRA against.
+/// Tokens are counted in nanoseconds of refill time so that the arithmetic is
+/// exact; the interval is the rate's period divided by its permits, rounded up,
+/// as documented.
+#[derive(Debug, Clone)]
+pub struct ReferenceTokenBucket {
+    capacity: u32,
+    interval: u64,
+    /// Refill time banked, in `[0, capacity·interval]`.
+    level: u64,
+    last: u64,
+}
+
+impl ReferenceTokenBucket {
+    pub fn new(capacity: u32, permits: u32, period_ns: u64) -> Self {
+        let interval = period_ns.div_ceil(u64::from(permits));
+        ReferenceTokenBucket {
+            capacity,
+            interval,
+            level: u64::from(capacity) * interval,
+            last: 0,
+        }
+    }
+
+    fn refill(&mut self, now: u64) {
+        if now > self.last {
+            let full = u64::from(self.capacity) * self.interval;
+            self.level = (self.level + (now - self.last)).min(full);
+            self.last = now;
+        }
+    }
+
+    pub fn try_acquire_n(&mut self, now: u64, n: u32) -> Result<(), Denied> {
+        check_request(n, self.capacity)?;
+        self.refill(now);
+        let need = u64::from(n) * self.interval;
+        if self.level >= need {
+            self.level -= need;
+            Ok(())
+        } else {
+            Err(Denied::RetryAfter(Duration::from_nanos(need - self.level)))
+        }
+    }
+
+    /// `(available, until_full)` at `now`.
+    pub fn snapshot(&mut self, now: u64) -> (u32, Duration) {
+        self.refill(now);
+        let full = u64::from(self.capacity) * self.interval;
+        (
+            (self.level / self.interval) as u32,
+            Duration::from_nanos(full - self.level),
+        )
+    }
+}
+
+/// A fixed window as a map from window index to count.
+#[derive(Debug, Clone)]
+pub struct ReferenceFixedWindow {
+    limit: u32,
+    window: u64,
+    counts: HashMap<u64, u32>,
+}
+
+impl ReferenceFixedWindow {
+    pub fn new(limit: u32, window_ns: u64) -> Self {
+        ReferenceFixedWindow {
+            limit,
+            window: window_ns,
+            counts: HashMap::new(),
+        }
+    }
+
+    pub fn try_acquire_n(&mut self, now: u64, n: u32) -> Result<(), Denied> {
+        check_request(n, self.limit)?;
+        let index = now / self.window;
+        let count = self.counts.entry(index).or_default();
+        if *count + n <= self.limit {
+            *count += n;
+            Ok(())
+        } else {
+            Err(Denied::RetryAfter(Duration::from_nanos(
+                (index + 1) * self.window - now,
+            )))
+        }
+    }
+
+    pub fn snapshot(&self, now: u64) -> (u32, Duration) {
+        let index = now / self.window;
+        let count = self.counts.get(&index).copied().unwrap_or(0);
+        let until_full = if count == 0 {
+            Duration::ZERO
+        } else {
+            Duration::from_nanos((index + 1) * self.window - now)
+        };
+        (self.limit - count, until_full)
+    }
+}
+
+/// What one lock-step stress run did.
+#[derive(Debug, Default)]
+pub struct StressRecord {
+    pub admissions: Vec<Admission>,
+    /// Permits admitted per round, in round order.
+    pub per_round: Vec<u64>,
+}
+
+/// Hammers `limiter` from `threads` threads in lock-step rounds: before each
+/// round the clock is set to `times[round]`; during the round it stands still
+/// and every thread makes `attempts` requests of `sizes(thread, attempt)` permits.
+/// Since time stands still within a round, each admission's decision time is
+/// exactly the round's time, and is recorded with it.
+pub fn stress<L>(
+    limiter: Arc<L>,
+    clock: &ManualClock,
+    threads: usize,
+    times: &[u64],
+    attempts: usize,
+    sizes: fn(usize, usize) -> u32,
+) -> StressRecord
+where
+    L: RateLimiter + Send + Sync + 'static,
+{
+    let start = Arc::new(Barrier::new(threads + 1));
+    let end = Arc::new(Barrier::new(threads + 1));
+    let rounds = times.len();
+    let admitted: Arc<Mutex<Vec<Vec<u32>>>> = Arc::new(Mutex::new(vec![Vec::new(); rounds]));
+    let workers: Vec<_> = (0..threads)
+        .map(|thread| {
+            let (limiter, start, end, admitted) = (
+                limiter.clone(),
+                start.clone(),
+                end.clone(),
+                admitted.clone(),
+            );
+            std::thread::spawn(move || {
+                for round in 0..rounds {
+                    start.wait();
+                    let mut mine = Vec::new();
+                    for attempt in 0..attempts {
+                        let n = sizes(thread, attempt + round * attempts);
+                        match limiter.try_acquire_n(n) {
+                            Ok(()) => mine.push(n),
+                            Err(Denied::RetryAfter(wait)) => assert!(!wait.is_zero()),
+                            Err(other) => panic!("unexpected denial {other:?} for n = {n}"),
+                        }
+                    }
+                    admitted.lock().unwrap()[round].extend(mine);
+                    end.wait();
+                }
+            })
+        })
+        .collect();
+    for &time in times {
+        clock.set(time);
+        start.wait();
+        end.wait();
+    }
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    let admitted = Arc::try_unwrap(admitted).unwrap().into_inner().unwrap();
+    let mut record = StressRecord::default();
+    for (round, ns) in admitted.into_iter().enumerate() {
+        record.per_round.push(ns.iter().map(|&n| u64::from(n)).sum());
+        record
+            .admissions
+            .extend(ns.into_iter().map(|n| Admission { at: times[round], n }));
+    }
+    record
+}
