@@ -63,7 +63,11 @@ fn token_buckets_never_over_admit_when_time_steps_back() {
 
     let clock = ManualClock::new();
     let twin = LockingTokenBucket::with_clock(4, rate, clock.clone()).unwrap();
-    assert_eq!(replay(&twin, &clock), admissions, "the twin decides the same");
+    assert_eq!(
+        replay(&twin, &clock),
+        admissions,
+        "the twin decides the same"
+    );
 }
 
 #[test]
@@ -77,7 +81,11 @@ fn fixed_windows_never_over_admit_when_time_steps_back() {
 
     let clock = ManualClock::new();
     let twin = LockingFixedWindow::with_clock(rate, clock.clone()).unwrap();
-    assert_eq!(replay(&twin, &clock), admissions, "the twin decides the same");
+    assert_eq!(
+        replay(&twin, &clock),
+        admissions,
+        "the twin decides the same"
+    );
 }
 
 /// After a step back, the limiter waits for the clock to regain the lost ground
@@ -96,7 +104,10 @@ fn a_large_step_back_pauses_then_recovers() {
     let Err(Denied::RetryAfter(wait)) = bucket.try_acquire() else {
         panic!("a bucket drained an hour from now must not refill in the past")
     };
-    assert_eq!(wait.as_nanos() as u64, 3_600 * 1_000 * MS + 500 * MS - 10 * MS);
+    assert_eq!(
+        wait.as_nanos() as u64,
+        3_600 * 1_000 * MS + 500 * MS - 10 * MS
+    );
     let Err(Denied::RetryAfter(wait)) = window.try_acquire() else {
         panic!("a window spent an hour from now must not reopen in the past")
     };
@@ -139,8 +150,12 @@ fn concurrent_backwards_steps() {
     let admitted = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
     let workers: Vec<_> = (0..3)
         .map(|_| {
-            let (bucket, window, stop, admitted) =
-                (bucket.clone(), window.clone(), stop.clone(), admitted.clone());
+            let (bucket, window, stop, admitted) = (
+                bucket.clone(),
+                window.clone(),
+                stop.clone(),
+                admitted.clone(),
+            );
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
                     if bucket.try_acquire().is_ok() {

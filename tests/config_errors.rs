@@ -22,7 +22,10 @@ fn errors(capacity: u32, rate: Rate) -> [Result<(), ConfigError>; 4] {
 fn zero_rate() {
     let err = ConfigError::ZeroRate;
     assert_eq!(errors(1, Rate::per_second(0)), [Err(err); 4]);
-    assert_eq!(err.to_string(), "rate must admit at least 1 permit per period");
+    assert_eq!(
+        err.to_string(),
+        "rate must admit at least 1 permit per period"
+    );
 }
 
 #[test]
@@ -57,14 +60,15 @@ fn more_than_one_permit_per_nanosecond() {
         "1001 permits per 1µs is more than one permit per nanosecond"
     );
     // Exactly one per nanosecond is fine.
-    assert_eq!(errors(1, Rate::new(1_000, Duration::from_micros(1))), [Ok(()); 4]);
+    assert_eq!(
+        errors(1, Rate::new(1_000, Duration::from_micros(1))),
+        [Ok(()); 4]
+    );
 }
 
 #[test]
 fn arithmetic_overflow() {
-    let err = ConfigError::Overflow {
-        what: "the period",
-    };
+    let err = ConfigError::Overflow { what: "the period" };
     assert_eq!(errors(1, Rate::new(1, Duration::MAX)), [Err(err); 4]);
     assert_eq!(
         err.to_string(),

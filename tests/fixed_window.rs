@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use support::{Admission, ReferenceFixedWindow, check_fixed_window};
+use support::{ReferenceFixedWindow, Step, assert_agree, check_fixed_window};
 use tollgate::{Denied, FixedWindow, LockingFixedWindow, ManualClock, Rate, RateLimiter};
 
 #[derive(Debug, Clone)]
@@ -35,29 +35,17 @@ proptest! {
         let twin = LockingFixedWindow::with_clock(rate, clock.clone()).unwrap();
         let mut reference = ReferenceFixedWindow::new(limit, window);
         let mut now = 0u64;
-        let mut admissions = Vec::new();
-        for op in seed_ops {
-            match op {
-                Op::Acquire(n) => {
-                    let expected = reference.try_acquire_n(now, n);
-                    prop_assert_eq!(atomic.try_acquire_n(n), expected, "atomic, n = {}", n);
-                    prop_assert_eq!(twin.try_acquire_n(n), expected, "twin, n = {}", n);
-                    if expected.is_ok() {
-                        admissions.push(Admission { at: now, n });
-                    }
-                }
+        let steps: Vec<Step> = seed_ops
+            .into_iter()
+            .map(|op| match op {
+                Op::Acquire(n) => Step::Acquire(n),
                 Op::Advance(step) => {
                     now += step;
-                    clock.set(now);
+                    Step::SetTime(now)
                 }
-            }
-            let (available, until_full) = reference.snapshot(now);
-            for snap in [atomic.snapshot(), twin.snapshot()] {
-                prop_assert_eq!(snap.available, available);
-                prop_assert_eq!(snap.capacity, limit);
-                prop_assert_eq!(snap.until_full, until_full);
-            }
-        }
+            })
+            .collect();
+        let admissions = assert_agree(&steps, &clock, &[&atomic, &twin], &mut reference);
         check_fixed_window(&admissions, limit, window);
     }
 }

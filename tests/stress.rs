@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use support::{
-    ReferenceFixedWindow, ReferenceTokenBucket, check_fixed_window, check_token_bucket, stress,
+    ReferenceFixedWindow, ReferenceTokenBucket, check_fixed_window, check_token_bucket,
+    expected_per_round, stress,
 };
 use tollgate::{
     FixedWindow, LockingFixedWindow, LockingTokenBucket, ManualClock, Rate, RateLimiter,
@@ -50,13 +51,8 @@ fn token_bucket_rounds<L: RateLimiter + Send + Sync + 'static>(make: fn(ManualCl
     let record = stress(limiter, &clock, THREADS, &times, ATTEMPTS, one);
     check_token_bucket(&record.admissions, capacity, permits, period);
     let mut reference = ReferenceTokenBucket::new(capacity, permits, period);
-    for (round, &now) in times.iter().enumerate() {
-        let mut expected = 0;
-        while expected < THREADS * ATTEMPTS && reference.try_acquire_n(now, 1).is_ok() {
-            expected += 1;
-        }
-        assert_eq!(record.per_round[round], expected as u64, "round {round} at {now} ns");
-    }
+    let expected = expected_per_round(&mut reference, &times, THREADS * ATTEMPTS);
+    assert_eq!(record.per_round, expected);
 }
 
 #[test]
@@ -69,8 +65,7 @@ fn token_bucket_is_exact_under_contention() {
 #[test]
 fn locking_token_bucket_is_exact_under_contention() {
     token_bucket_rounds(|clock| {
-        LockingTokenBucket::with_clock(40, Rate::new(100, Duration::from_millis(1)), clock)
-            .unwrap()
+        LockingTokenBucket::with_clock(40, Rate::new(100, Duration::from_millis(1)), clock).unwrap()
     });
 }
 
@@ -92,13 +87,8 @@ fn fixed_window_rounds<L: RateLimiter + Send + Sync + 'static>(make: fn(ManualCl
     let record = stress(limiter, &clock, THREADS, &times, ATTEMPTS, one);
     check_fixed_window(&record.admissions, limit, window);
     let mut reference = ReferenceFixedWindow::new(limit, window);
-    for (round, &now) in times.iter().enumerate() {
-        let mut expected = 0;
-        while expected < THREADS * ATTEMPTS && reference.try_acquire_n(now, 1).is_ok() {
-            expected += 1;
-        }
-        assert_eq!(record.per_round[round], expected as u64, "round {round} at {now} ns");
-    }
+    let expected = expected_per_round(&mut reference, &times, THREADS * ATTEMPTS);
+    assert_eq!(record.per_round, expected);
 }
 
 #[test]

@@ -5,14 +5,13 @@ mod support;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use support::{Admission, ReferenceTokenBucket, check_token_bucket};
+use support::{ReferenceTokenBucket, Step, assert_agree, check_token_bucket};
 use tollgate::{Denied, LockingTokenBucket, ManualClock, Rate, RateLimiter, TokenBucket};
 
 #[derive(Debug, Clone)]
 enum Op {
     Acquire(u32),
     Advance(u64),
-    Snapshot,
 }
 
 fn ops(capacity: u32, interval: u64) -> impl Strategy<Value = Vec<Op>> {
@@ -23,13 +22,16 @@ fn ops(capacity: u32, interval: u64) -> impl Strategy<Value = Vec<Op>> {
         // Steps around one interval, where rounding and exactness bite.
         3 => (0..=3 * interval).prop_map(Op::Advance),
         1 => (0..=4u64).prop_map(Op::Advance),
-        1 => Just(Op::Snapshot),
     ];
     proptest::collection::vec(op, 1..200)
 }
 
 fn config() -> impl Strategy<Value = (u32, u32, u64)> {
-    (1..=10u32, 1..=50u32, prop_oneof![1_000..=10_000u64, 999_999_937..=1_000_000_000u64])
+    (
+        1..=10u32,
+        1..=50u32,
+        prop_oneof![1_000..=10_000u64, 999_999_937..=1_000_000_000u64],
+    )
         .prop_filter("at most one permit per ns", |&(_, permits, period)| {
             period >= u64::from(permits)
         })
@@ -53,31 +55,18 @@ proptest! {
         let mut reference = ReferenceTokenBucket::new(capacity, permits, period);
         let interval = atomic.emission_interval().as_nanos() as u64;
         let mut now = 0u64;
-        let mut admissions = Vec::new();
-        for op in seed_ops {
-            match op {
-                Op::Acquire(n) => {
-                    let expected = reference.try_acquire_n(now, n);
-                    prop_assert_eq!(atomic.try_acquire_n(n), expected, "atomic, n = {}", n);
-                    prop_assert_eq!(twin.try_acquire_n(n), expected, "twin, n = {}", n);
-                    if expected.is_ok() {
-                        admissions.push(Admission { at: now, n });
-                    }
-                }
+        let steps: Vec<Step> = seed_ops
+            .into_iter()
+            .map(|op| match op {
+                Op::Acquire(n) => Step::Acquire(n),
                 // Steps are drawn for a 3 µs interval; scale them to this bucket's.
                 Op::Advance(step) => {
                     now += step * interval / 3_000 + step % 3;
-                    clock.set(now);
+                    Step::SetTime(now)
                 }
-                Op::Snapshot => {}
-            }
-            let (available, until_full) = reference.snapshot(now);
-            for snap in [atomic.snapshot(), twin.snapshot()] {
-                prop_assert_eq!(snap.available, available);
-                prop_assert_eq!(snap.capacity, capacity);
-                prop_assert_eq!(snap.until_full, until_full);
-            }
-        }
+            })
+            .collect();
+        let admissions = assert_agree(&steps, &clock, &[&atomic, &twin], &mut reference);
         check_token_bucket(&admissions, capacity, permits, period);
     }
 
@@ -127,9 +116,15 @@ fn rates_from_the_issue_have_exact_intervals() {
     for (rate, interval) in [
         (Rate::per_second(100), Duration::from_millis(10)),
         (Rate::per_minute(30), Duration::from_secs(2)),
-        (Rate::new(5, Duration::from_millis(10)), Duration::from_millis(2)),
+        (
+            Rate::new(5, Duration::from_millis(10)),
+            Duration::from_millis(2),
+        ),
     ] {
-        assert_eq!(TokenBucket::new(1, rate).unwrap().emission_interval(), interval);
+        assert_eq!(
+            TokenBucket::new(1, rate).unwrap().emission_interval(),
+            interval
+        );
     }
 }
 
@@ -147,7 +142,13 @@ fn odd_request_sizes_never_panic() {
     assert_eq!(bucket.try_acquire_n(5), Ok(()));
     let largest = TokenBucket::new(u32::MAX, Rate::new(u32::MAX, Duration::from_secs(5))).unwrap();
     assert_eq!(largest.try_acquire_n(u32::MAX), Ok(()));
-    assert!(largest.try_acquire_n(u32::MAX).unwrap_err().retry_after().is_some());
+    assert!(
+        largest
+            .try_acquire_n(u32::MAX)
+            .unwrap_err()
+            .retry_after()
+            .is_some()
+    );
 }
 
 #[test]

@@ -255,10 +255,107 @@ where
     let admitted = Arc::try_unwrap(admitted).unwrap().into_inner().unwrap();
     let mut record = StressRecord::default();
     for (round, ns) in admitted.into_iter().enumerate() {
-        record.per_round.push(ns.iter().map(|&n| u64::from(n)).sum());
         record
-            .admissions
-            .extend(ns.into_iter().map(|n| Admission { at: times[round], n }));
+            .per_round
+            .push(ns.iter().map(|&n| u64::from(n)).sum());
+        record.admissions.extend(ns.into_iter().map(|n| Admission {
+            at: times[round],
+            n,
+        }));
     }
     record
+}
+
+/// A sequential reference model, decision for decision.
+pub trait Reference {
+    fn try_acquire_n(&mut self, now: u64, n: u32) -> Result<(), Denied>;
+    /// `(available, until_full)` at `now`.
+    fn snapshot(&mut self, now: u64) -> (u32, Duration);
+}
+
+impl Reference for ReferenceTokenBucket {
+    fn try_acquire_n(&mut self, now: u64, n: u32) -> Result<(), Denied> {
+        ReferenceTokenBucket::try_acquire_n(self, now, n)
+    }
+    fn snapshot(&mut self, now: u64) -> (u32, Duration) {
+        ReferenceTokenBucket::snapshot(self, now)
+    }
+}
+
+impl Reference for ReferenceFixedWindow {
+    fn try_acquire_n(&mut self, now: u64, n: u32) -> Result<(), Denied> {
+        ReferenceFixedWindow::try_acquire_n(self, now, n)
+    }
+    fn snapshot(&mut self, now: u64) -> (u32, Duration) {
+        ReferenceFixedWindow::snapshot(self, now)
+    }
+}
+
+/// One step of a replayed sequence: ask for permits, or move the clock to an
+/// absolute time (never backwards in these replays).
+#[derive(Debug, Clone, Copy)]
+pub enum Step {
+    Acquire(u32),
+    SetTime(u64),
+}
+
+/// Replays `steps` through every limiter in `limiters` (all reading `clock`) and
+/// through `reference`, asserting after each step that all of them made the same
+/// decision and report the same snapshot. Returns the admissions, for the
+/// invariant checker.
+pub fn assert_agree(
+    steps: &[Step],
+    clock: &ManualClock,
+    limiters: &[&dyn RateLimiter],
+    reference: &mut dyn Reference,
+) -> Vec<Admission> {
+    let mut now = 0;
+    let mut admissions = Vec::new();
+    for &step in steps {
+        match step {
+            Step::Acquire(n) => {
+                let expected = reference.try_acquire_n(now, n);
+                for (i, limiter) in limiters.iter().enumerate() {
+                    assert_eq!(
+                        limiter.try_acquire_n(n),
+                        expected,
+                        "limiter #{i}, n = {n} at {now} ns"
+                    );
+                }
+                if expected.is_ok() {
+                    admissions.push(Admission { at: now, n });
+                }
+            }
+            Step::SetTime(time) => {
+                now = time;
+                clock.set(now);
+            }
+        }
+        let (available, until_full) = reference.snapshot(now);
+        for (i, limiter) in limiters.iter().enumerate() {
+            let snap = limiter.snapshot();
+            assert_eq!(
+                (snap.available, snap.until_full),
+                (available, until_full),
+                "snapshot of limiter #{i} at {now} ns"
+            );
+        }
+    }
+    admissions
+}
+
+/// Permits a sequential `reference` admits per round when `demand` single-permit
+/// requests arrive at each of `times`: what a tight concurrent limiter must
+/// admit in the lock-step stress harness.
+pub fn expected_per_round(reference: &mut dyn Reference, times: &[u64], demand: usize) -> Vec<u64> {
+    times
+        .iter()
+        .map(|&now| {
+            let mut admitted = 0;
+            while admitted < demand && reference.try_acquire_n(now, 1).is_ok() {
+                admitted += 1;
+            }
+            admitted as u64
+        })
+        .collect()
 }
