@@ -117,7 +117,10 @@ impl fmt::Display for Denied {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Denied::RetryAfter(wait) => write!(f, "rate limited; retry after {wait:?}"),
-            Denied::ExceedsCapacity { requested, capacity } => write!(
+            Denied::ExceedsCapacity {
+                requested,
+                capacity,
+            } => write!(
                 f,
                 "{requested} permits requested but at most {capacity} can ever be granted at once"
             ),

@@ -10,6 +10,11 @@
 //! |---|---|---|---|
 //! | [`TokenBucket`] | at most `capacity + rate·(b − a)` in any `[a, b]` | one `AtomicU64` (GCRA) | smooth rates that allow short bursts: API clients, proxies |
 //! | [`FixedWindow`] | at most `limit` per aligned window (up to 2× across a boundary) | one `AtomicU64` (index + count) | the cheapest check, where a boundary burst is acceptable |
+//! | [`SlidingWindow`] | at most N in any S consecutive aligned sub-windows of T/S — exact under contention (N in any (S−1)/S of T, 2N in any T); [`ApproxSlidingWindow`]: Cloudflare's weighted two-window estimate | per sub-window: a pool word, a ring of S charges, one cache-padded leased stripe per CPU | high-rate shared limits that must scale with cores: gateways, hot endpoints
+//! | [`SlidingLog`] | at most N in *any* window of length T — exact, by decision time | a ring of N `AtomicU64` timestamps + a ticket head; N and T changeable at runtime | strict quotas: paid APIs, third-party limits, login attempts |
+//! | [`LeakyBucket`] / [`Shaper`] | meter: level never above capacity; queue: starts spaced 1/rate after a burst, waits bounded | one `AtomicU64` (drain time / next free slot) | smoothing an outflow: nginx-style `limit_req`, pacing calls to a fragile backend |
+//! | [`WarmUp`] | Guava's SmoothWarmingUp schedule: cold factor × the stable interval when idle, ramping to the stable rate over the warm-up period | one 128-bit word (next start, banked idle time) | services that need warming: cold caches, JIT, connection pools |
+//! | [`Keyed`] | a token bucket or fixed window (or a pair: both must admit) per key — user, IP, tenant — each with its own guarantee; per-key quotas, combined limits, runtime reconfiguration | a dashmap of one word per key (the limiter's own state), evicted when fresh, capped | per-caller limits whose key space is unbounded: public APIs, multi-tenant services |
 //!
 //! All of them implement [`RateLimiter`]: `try_acquire()` / `try_acquire_n(n)`
 //! return a plain `Result<(), Denied>`; a denial carries the exact retry-after, or
@@ -42,16 +47,31 @@ mod cell;
 pub mod clock;
 mod error;
 pub mod fixed_window;
+pub mod keyed;
+pub mod leaky_bucket;
 mod limiter;
 mod rate;
+pub mod sliding_log;
+pub mod sliding_window;
 mod sync;
 mod timeline;
 pub mod token_bucket;
+pub mod waiting;
+pub mod warm_up;
 mod word;
 
 pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock};
 pub use error::{ConfigError, Denied};
 pub use fixed_window::{FixedWindow, LockingFixedWindow};
+pub use keyed::Keyed;
+pub use leaky_bucket::{LeakyBucket, LockingLeakyBucket, LockingShaper, Shaper};
 pub use limiter::{RateLimiter, Snapshot};
 pub use rate::Rate;
+pub use sliding_log::{LockingSlidingLog, SlidingLog};
+pub use sliding_window::{
+    ApproxSlidingWindow, LockingApproxSlidingWindow, LockingSlidingWindow, SlidingWindow,
+    SlidingWindowBuilder,
+};
 pub use token_bucket::{LockingTokenBucket, TokenBucket};
+pub use waiting::{Reservation, Reserve};
+pub use warm_up::{LockingWarmUp, WarmUp};

@@ -109,3 +109,17 @@ macro_rules! word_limiter {
 }
 
 pub(crate) use word_limiter;
+
+/// For limiters that drive the same word by other decisions than `try_acquire_n`
+/// (reservations, in `crate::waiting`): the limiter's time and its state cell.
+impl<M: WordMachine, S: StateCell, C: Clock> WordLimiter<M, S, C> {
+    #[inline]
+    pub(crate) fn now(&self) -> u64 {
+        self.timeline.now()
+    }
+
+    #[inline]
+    pub(crate) fn state(&self) -> &S {
+        &self.state
+    }
+}

@@ -1,1 +1,449 @@
-//! loom models live in `tests/`; this crate has no library code.
+//! The machinery shared by tollgate's loom models (`tests/*.rs` of this crate).
+//!
+//! Everything here exists only when the crate is built with
+//! `RUSTFLAGS="--cfg loom"`; without it the crate is empty. `docs/verification.md`
+//! describes the models and what each one explores.
+//!
+//! A model records every request each thread makes as an [`Op`]: how many permits,
+//! the result, and the *exact* time the limiter decided at. The time comes from
+//! [`RecordingClock`], a [`ManualClock`](tollgate::ManualClock) wrapper that leaves
+//! each reading in a loom thread-local: a limiter reads its clock exactly once per
+//! request (and [`record`] asserts that it does), so the reading left behind is the
+//! request's decision time. After joining its threads a model checks
+//!
+//! - the limiter's invariant on the admissions ([`assert_bucket_bound`],
+//!   [`assert_window_bound`]);
+//! - that the threads' histories are linearizable with respect to the sequential
+//!   algorithm ([`assert_linearizable`] with [`GcraSpec`] or [`WindowSpec`]): some
+//!   order of all the requests, consistent with each thread's program order,
+//!   makes the sequential machine return exactly the recorded results, exact
+//!   retry-afters included, so no denial is spurious;
+//! - that, once the threads are done, the limiter is neither stuck nor loose
+//!   ([`single_threaded_tail`]).
+
+#[cfg(loom)]
+pub use models::*;
+
+#[cfg(loom)]
+mod models {
+    use std::cell::Cell;
+    use std::collections::HashSet;
+    use std::fmt::Debug;
+    use std::hash::Hash;
+    use std::sync::Arc as StdArc;
+    use std::sync::atomic::{AtomicUsize, Ordering as StdOrdering};
+    use std::time::{Duration, Instant};
+
+    use tollgate::{Clock, Denied, ManualClock};
+
+    loom::thread_local! {
+        /// Clock readings taken by this loom thread since the last [`record`], and
+        /// the last of them. Thread-local, so concurrent requests cannot mix up
+        /// each other's decision times.
+        static READINGS: Cell<(u32, u64)> = Cell::new((0, 0));
+    }
+
+    /// A [`ManualClock`] that leaves every reading it returns in a thread-local,
+    /// where [`record`] picks it up as the decision time of the request.
+    ///
+    /// Create it inside the model closure: the `ManualClock`'s atomic is loom's,
+    /// and loom objects belong to one execution.
+    #[derive(Debug, Clone)]
+    pub struct RecordingClock(ManualClock);
+
+    impl RecordingClock {
+        /// Reads `clock`, which the model keeps a clone of to move time.
+        pub fn new(clock: ManualClock) -> Self {
+            RecordingClock(clock)
+        }
+    }
+
+    impl Clock for RecordingClock {
+        fn now(&self) -> u64 {
+            let now = self.0.now();
+            READINGS.with(|r| r.set((r.get().0 + 1, now)));
+            now
+        }
+    }
+
+    /// One request as a model saw it.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct Op {
+        /// Permits asked for.
+        pub n: u32,
+        /// The decision time: the one clock reading the request took, or `None`
+        /// when it was rejected for its size without reading the clock.
+        pub at: Option<u64>,
+        /// What the limiter answered.
+        pub result: Result<(), Denied>,
+    }
+
+    /// Runs one request for `n` permits (`acquire` must ask for exactly `n`) and
+    /// records it with its decision time.
+    ///
+    /// Panics if a decision did not read the clock exactly once (the decision time
+    /// would be ambiguous), if a size rejection read it at all, or if a
+    /// retry-after is zero (a denial must name a wait that can help).
+    pub fn record(n: u32, acquire: impl FnOnce() -> Result<(), Denied>) -> Op {
+        READINGS.with(|r| r.set((0, 0)));
+        let result = acquire();
+        let (reads, at) = READINGS.with(Cell::get);
+        match result {
+            Ok(()) | Err(Denied::RetryAfter(_)) => assert_eq!(
+                reads, 1,
+                "a decision for {n} permits read the clock {reads} times, not once"
+            ),
+            Err(_) => assert_eq!(
+                reads, 0,
+                "rejecting {n} permits for their size read the clock"
+            ),
+        }
+        if let Err(Denied::RetryAfter(wait)) = result {
+            assert!(
+                !wait.is_zero(),
+                "a denial of {n} permits said to retry after 0 ns"
+            );
+        }
+        Op {
+            n,
+            at: (reads == 1).then_some(at),
+            result,
+        }
+    }
+
+    /// Explores `model` under loom with the given preemption bound, prints how many
+    /// interleavings it ran and how long that took (or in which interleaving it
+    /// failed), and returns the count.
+    ///
+    /// The count is kept in a `std` atomic, outside loom's view, so counting does
+    /// not add interleavings.
+    pub fn explore(
+        name: &str,
+        preemption_bound: usize,
+        model: impl Fn() + Sync + Send + 'static,
+    ) -> usize {
+        let report = Report {
+            name,
+            preemption_bound,
+            iterations: StdArc::new(AtomicUsize::new(0)),
+            start: Instant::now(),
+        };
+        let counter = StdArc::clone(&report.iterations);
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(preemption_bound);
+        builder.check(move || {
+            counter.fetch_add(1, StdOrdering::Relaxed);
+            model();
+        });
+        report.iterations.load(StdOrdering::Relaxed)
+    }
+
+    /// Prints a model's statistics when it finishes, and also when it unwinds
+    /// from a failed check, so a failure says how deep into the search it was.
+    struct Report<'a> {
+        name: &'a str,
+        preemption_bound: usize,
+        iterations: StdArc<AtomicUsize>,
+        start: Instant,
+    }
+
+    impl Drop for Report<'_> {
+        fn drop(&mut self) {
+            let (name, bound) = (self.name, self.preemption_bound);
+            let count = self.iterations.load(StdOrdering::Relaxed);
+            let secs = self.start.elapsed().as_secs_f64();
+            if std::thread::panicking() {
+                eprintln!(
+                    "loom model {name}: failed in interleaving {count} after {secs:.2} s (preemption bound {bound})"
+                );
+            } else {
+                eprintln!(
+                    "loom model {name}: {count} interleavings in {secs:.2} s (preemption bound {bound})"
+                );
+            }
+        }
+    }
+
+    /// The sequential algorithm a limiter must be linearizable to.
+    pub trait Spec {
+        /// The algorithm's state.
+        type State: Copy + Eq + Hash + Debug;
+        /// The state of a fresh limiter.
+        fn initial(&self) -> Self::State;
+        /// The most permits one request may ask for.
+        fn capacity(&self) -> u32;
+        /// The state after admitting `1 <= n <= capacity` permits at `now`, or the
+        /// denial.
+        fn decide(&self, state: Self::State, now: u64, n: u32) -> Result<Self::State, Denied>;
+    }
+
+    /// The token bucket as GCRA: the state is the theoretical arrival time (TAT);
+    /// `n` permits at `now` are admitted iff `max(TAT, now) + n·interval <=
+    /// now + capacity·interval`, and a denial waits out the difference.
+    #[derive(Debug, Clone, Copy)]
+    pub struct GcraSpec {
+        /// Burst capacity.
+        pub capacity: u32,
+        /// Nanoseconds per permit.
+        pub interval: u64,
+    }
+
+    impl Spec for GcraSpec {
+        type State = u64;
+
+        fn initial(&self) -> u64 {
+            0
+        }
+
+        fn capacity(&self) -> u32 {
+            self.capacity
+        }
+
+        fn decide(&self, tat: u64, now: u64, n: u32) -> Result<u64, Denied> {
+            let next = tat.max(now) + u64::from(n) * self.interval;
+            let limit = now + u64::from(self.capacity) * self.interval;
+            if next <= limit {
+                Ok(next)
+            } else {
+                Err(Denied::RetryAfter(Duration::from_nanos(next - limit)))
+            }
+        }
+    }
+
+    /// The fixed window: the state is the window last counted in and its count. A
+    /// request counts in the later of its own window and the stored one (a stale
+    /// or backwards reading never reopens a closed window), and a denial waits
+    /// until that window ends.
+    #[derive(Debug, Clone, Copy)]
+    pub struct WindowSpec {
+        /// Permits per window.
+        pub limit: u32,
+        /// The window's length in nanoseconds.
+        pub window: u64,
+    }
+
+    impl Spec for WindowSpec {
+        type State = (u64, u32);
+
+        fn initial(&self) -> (u64, u32) {
+            (0, 0)
+        }
+
+        fn capacity(&self) -> u32 {
+            self.limit
+        }
+
+        fn decide(
+            &self,
+            (index, count): (u64, u32),
+            now: u64,
+            n: u32,
+        ) -> Result<(u64, u32), Denied> {
+            let (index, count) = if now / self.window > index {
+                (now / self.window, 0)
+            } else {
+                (index, count)
+            };
+            if count + n <= self.limit {
+                Ok((index, count + n))
+            } else {
+                Err(Denied::RetryAfter(Duration::from_nanos(
+                    (index + 1) * self.window - now,
+                )))
+            }
+        }
+    }
+
+    /// What the sequential algorithm answers to `op` in `state`, or `None` if `op`
+    /// lacks the decision time the answer needs.
+    fn expected<S: Spec>(spec: &S, state: S::State, op: &Op) -> Option<Result<S::State, Denied>> {
+        if op.n == 0 {
+            Some(Err(Denied::ZeroPermits))
+        } else if op.n > spec.capacity() {
+            Some(Err(Denied::ExceedsCapacity {
+                requested: op.n,
+                capacity: spec.capacity(),
+            }))
+        } else {
+            op.at.map(|now| spec.decide(state, now, op.n))
+        }
+    }
+
+    /// A total order of the ops in `threads` (as `(thread, index)` pairs) that
+    /// keeps each thread's program order and in which the sequential algorithm
+    /// gives every op its recorded result; `None` if there is none.
+    ///
+    /// A depth-first search over the merges of the threads' histories, pruning
+    /// every op whose recorded result the algorithm would not give and
+    /// remembering dead ends. Real-time order across threads is not required, so
+    /// the check can only be more permissive than linearizability, never stricter:
+    /// a failure is a real violation.
+    pub fn linearize<S: Spec>(spec: &S, threads: &[Vec<Op>]) -> Option<Vec<(usize, usize)>> {
+        fn search<S: Spec>(
+            spec: &S,
+            threads: &[Vec<Op>],
+            next: &mut Vec<usize>,
+            state: S::State,
+            order: &mut Vec<(usize, usize)>,
+            dead: &mut HashSet<(Vec<usize>, S::State)>,
+        ) -> bool {
+            if next.iter().zip(threads).all(|(&i, ops)| i == ops.len()) {
+                return true;
+            }
+            if dead.contains(&(next.clone(), state)) {
+                return false;
+            }
+            for t in 0..threads.len() {
+                let Some(op) = threads[t].get(next[t]) else {
+                    continue;
+                };
+                let after = match (expected(spec, state, op), op.result) {
+                    (Some(Ok(after)), Ok(())) => after,
+                    (Some(Err(want)), Err(got)) if want == got => state,
+                    _ => continue,
+                };
+                order.push((t, next[t]));
+                next[t] += 1;
+                if search(spec, threads, next, after, order, dead) {
+                    return true;
+                }
+                next[t] -= 1;
+                order.pop();
+            }
+            dead.insert((next.clone(), state));
+            false
+        }
+
+        let mut next = vec![0; threads.len()];
+        let mut order = Vec::new();
+        let mut dead = HashSet::new();
+        search(
+            spec,
+            threads,
+            &mut next,
+            spec.initial(),
+            &mut order,
+            &mut dead,
+        )
+        .then_some(order)
+    }
+
+    /// Panics unless the histories are linearizable with respect to `spec`
+    /// (see [`linearize`]).
+    pub fn assert_linearizable<S: Spec + Debug>(spec: &S, threads: &[Vec<Op>]) {
+        assert!(
+            linearize(spec, threads).is_some(),
+            "not linearizable: no order of the requests, consistent with each thread's \
+             program order, makes {spec:?} give the recorded results; histories: {threads:#?}"
+        );
+    }
+
+    /// The token bucket's invariant, on exact decision times: for every pair of
+    /// admission times `a <= b`, the permits admitted at times in `[a, b]` number
+    /// at most `capacity + (b − a) / interval`, in integers:
+    /// `(count − capacity) · interval <= b − a`.
+    ///
+    /// Holds for any readings, stale or backwards: every admission at `t` moves
+    /// the TAT by its own `n · interval` from at least `t`, and never past
+    /// `t + capacity · interval`.
+    pub fn assert_bucket_bound(capacity: u32, interval: u64, threads: &[Vec<Op>]) {
+        let admitted: Vec<(u64, u32)> = admissions(threads).collect();
+        for &(a, _) in &admitted {
+            for &(b, _) in &admitted {
+                if a > b {
+                    continue;
+                }
+                let count: u64 = admitted
+                    .iter()
+                    .filter(|&&(t, _)| a <= t && t <= b)
+                    .map(|&(_, n)| u64::from(n))
+                    .sum();
+                let excess = count.saturating_sub(u64::from(capacity));
+                assert!(
+                    excess * interval <= b - a,
+                    "token bucket invariant violated: {count} permits admitted at times in \
+                     [{a}, {b}] ns, more than {capacity} + ({b} - {a}) / {interval}; \
+                     histories: {threads:#?}"
+                );
+            }
+        }
+    }
+
+    /// The fixed window's invariant, on exact decision windows: at most `limit`
+    /// permits count in any window.
+    ///
+    /// An admission counts in the later of its reading's window and the window
+    /// already stored, i.e. in the running maximum of the admissions' windows in
+    /// the order their compare-and-swaps took effect. That order is not
+    /// observable, so the check is that *some* order consistent with every
+    /// thread's program order keeps every window at or under the limit. With
+    /// readings that are never stale this is exactly "permits with
+    /// `time / window == k` are at most `limit` for every `k`".
+    pub fn assert_window_bound(limit: u32, window: u64, threads: &[Vec<Op>]) {
+        let admitted: Vec<Vec<Op>> = threads
+            .iter()
+            .map(|ops| ops.iter().filter(|op| op.result.is_ok()).copied().collect())
+            .collect();
+        assert!(
+            linearize(&WindowSpec { limit, window }, &admitted).is_some(),
+            "fixed window invariant violated: every order of the admissions consistent with \
+             each thread's program order puts more than {limit} permits in some \
+             {window} ns window; histories: {threads:#?}"
+        );
+    }
+
+    fn admissions(threads: &[Vec<Op>]) -> impl Iterator<Item = (u64, u32)> + '_ {
+        threads
+            .iter()
+            .flatten()
+            .filter_map(|op| match (op.result, op.at) {
+                (Ok(()), Some(at)) => Some((at, op.n)),
+                (Ok(()), None) => panic!("{op:?} was admitted without reading the clock"),
+                _ => None,
+            })
+    }
+
+    /// After the model's threads are joined, on the model's own thread: with the
+    /// clock standing still, single permits are admitted until one is denied (at
+    /// most `capacity` of them, or the limiter is loose); then the denial's
+    /// retry-after is exact to the nanosecond: one nanosecond short of it the
+    /// request is denied with a 1 ns retry-after, and at it the request is
+    /// admitted (the limiter is not stuck, even after a clock that stepped back).
+    /// Returns the requests made, for the invariant checks.
+    pub fn single_threaded_tail(
+        clock: &ManualClock,
+        capacity: u32,
+        acquire: impl Fn() -> Result<(), Denied>,
+    ) -> Vec<Op> {
+        let mut ops = Vec::new();
+        let wait = loop {
+            let op = record(1, &acquire);
+            ops.push(op);
+            match op.result {
+                Ok(()) => assert!(
+                    ops.len() <= capacity as usize,
+                    "{} single permits admitted with the clock standing still; capacity {capacity}",
+                    ops.len()
+                ),
+                Err(Denied::RetryAfter(wait)) => break wait,
+                Err(other) => panic!("a single permit was denied with {other:?}"),
+            }
+        };
+        let one = Duration::from_nanos(1);
+        if wait > one {
+            clock.advance(wait - one);
+            let op = record(1, &acquire);
+            assert_eq!(
+                op.result,
+                Err(Denied::RetryAfter(one)),
+                "1 ns before a retry-after of {wait:?} ran out"
+            );
+            ops.push(op);
+        }
+        clock.advance(one);
+        let op = record(1, &acquire);
+        assert_eq!(op.result, Ok(()), "when a retry-after of {wait:?} ran out");
+        ops.push(op);
+        ops
+    }
+}

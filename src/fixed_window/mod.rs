@@ -52,6 +52,7 @@
 
 mod counter;
 mod locking;
+pub(crate) mod machine;
 
 use std::time::Duration;
 

@@ -61,6 +61,8 @@
 
 mod gcra;
 mod locking;
+pub(crate) mod machine;
+mod reserve;
 
 use std::time::Duration;
 

@@ -359,3 +359,265 @@ pub fn expected_per_round(reference: &mut dyn Reference, times: &[u64], demand: 
         })
         .collect()
 }
+
+// ---- leaky bucket, shaper and reservations (added for tests/leaky_bucket.rs,
+// tests/waiting.rs, tests/warm_up.rs) ----
+
+/// The seed's `LeakyBucketThrottler` (a water level and the time of the last
+/// injection, drained on each request), in exact integer arithmetic: the level is
+/// kept in nanoseconds of drain time, `interval` per permit (the rate's period
+/// divided by its permits, rounded up, as documented).
+#[derive(Debug, Clone)]
+pub struct ReferenceLeakyBucket {
+    capacity: u32,
+    interval: u64,
+    level: u64,
+    last: u64,
+}
+
+impl ReferenceLeakyBucket {
+    pub fn new(capacity: u32, permits: u32, period_ns: u64) -> Self {
+        ReferenceLeakyBucket {
+            capacity,
+            interval: period_ns.div_ceil(u64::from(permits)),
+            level: 0,
+            last: 0,
+        }
+    }
+
+    fn drain(&mut self, now: u64) {
+        if now > self.last {
+            self.level = self.level.saturating_sub(now - self.last);
+            self.last = now;
+        }
+    }
+}
+
+impl Reference for ReferenceLeakyBucket {
+    fn try_acquire_n(&mut self, now: u64, n: u32) -> Result<(), Denied> {
+        check_request(n, self.capacity)?;
+        self.drain(now);
+        let poured = self.level + u64::from(n) * self.interval;
+        let depth = u64::from(self.capacity) * self.interval;
+        if poured <= depth {
+            self.level = poured;
+            Ok(())
+        } else {
+            Err(Denied::RetryAfter(Duration::from_nanos(poured - depth)))
+        }
+    }
+
+    fn snapshot(&mut self, now: u64) -> (u32, Duration) {
+        self.drain(now);
+        let depth = u64::from(self.capacity) * self.interval;
+        (
+            ((depth - self.level) / self.interval) as u32,
+            Duration::from_nanos(self.level),
+        )
+    }
+}
+
+/// Checks the leaky bucket meter's promise by replaying the admissions in time
+/// order through a bucket that drains one nanosecond of level per nanosecond:
+/// the level never exceeds `capacity · interval`.
+pub fn check_leaky_bucket(admissions: &[Admission], capacity: u32, interval: u64) {
+    let mut sorted = admissions.to_vec();
+    sorted.sort_by_key(|a| a.at);
+    let depth = u64::from(capacity) * interval;
+    let (mut level, mut last) = (0u64, 0u64);
+    for a in &sorted {
+        level = level.saturating_sub(a.at - last);
+        last = a.at;
+        level += u64::from(a.n) * interval;
+        assert!(
+            level <= depth,
+            "leaky bucket overflowed: level {level} ns > {depth} ns after {} permits at {} ns",
+            a.n,
+            a.at
+        );
+    }
+}
+
+/// One granted start: when the request was decided, when it may start, how many
+/// permits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Start {
+    pub decided: u64,
+    pub start: u64,
+    pub n: u32,
+}
+
+/// Checks the shaper's promise: sorted by start, the permits of the requests
+/// from `i` up to (not including) `j` are at most `burst + (start_j − start_i) /
+/// interval`; and every start is within `[decided, decided + max_wait]`.
+pub fn check_shaper(starts: &[Start], interval: u64, burst: u32, max_wait: u64) {
+    let mut sorted = starts.to_vec();
+    sorted.sort_by_key(|s| (s.start, s.decided));
+    for s in &sorted {
+        assert!(
+            s.decided <= s.start && s.start - s.decided <= max_wait,
+            "start {s:?} is outside [decided, decided + {max_wait}]"
+        );
+    }
+    // Σ_{i..j} n·interval − start_j + start_i <= burst·interval, for all i < j:
+    // with prefix sums P, (P_j − start_j) − (P_i − start_i) <= burst·interval, so a
+    // running minimum of P_i − start_i checks every pair in one pass.
+    let slack = i128::from(burst) * i128::from(interval);
+    let mut prefix = 0i128;
+    // The lowest `P_i − start_i` so far, with its `P_i` and `start_i`.
+    let mut lowest: Option<(i128, i128, u64)> = None;
+    for s in &sorted {
+        let here = prefix - i128::from(s.start);
+        if let Some((low, prefix_i, start_i)) = lowest {
+            assert!(
+                here - low <= slack,
+                "shaper started too much too soon: {} ns of permits started in [{start_i}, {}] ns \
+                 (interval {interval}, burst {burst})",
+                prefix - prefix_i,
+                s.start
+            );
+        }
+        if lowest.is_none_or(|(low, _, _)| here < low) {
+            lowest = Some((here, prefix, s.start));
+        }
+        prefix += i128::from(s.n) * i128::from(interval);
+    }
+}
+
+/// The shaper in nginx's terms: an "excess" of queued work (ns) that drains one
+/// nanosecond per nanosecond. A request waits for the excess beyond `burst`
+/// intervals, is rejected if that wait exceeds `max_wait`, and otherwise adds
+/// its own `n · interval` to the excess.
+#[derive(Debug, Clone)]
+pub struct ReferenceShaper {
+    interval: u64,
+    burst: u64,
+    max_wait: u64,
+    capacity: u32,
+    excess: u64,
+    last: u64,
+}
+
+impl ReferenceShaper {
+    pub fn new(permits: u32, period_ns: u64, burst: u32, max_wait: u64) -> Self {
+        let interval = period_ns.div_ceil(u64::from(permits));
+        let capacity = u32::try_from(u64::from(burst) + 1 + max_wait / interval).unwrap();
+        ReferenceShaper {
+            interval,
+            burst: u64::from(burst),
+            max_wait,
+            capacity,
+            excess: 0,
+            last: 0,
+        }
+    }
+
+    /// The start granted to `n` permits at `now`, waiting at most `max_wait`
+    /// (and the queue's own bound), or the denial.
+    pub fn reserve(&mut self, now: u64, n: u32, max_wait: u64) -> Result<u64, Denied> {
+        check_request(n, self.capacity)?;
+        if now > self.last {
+            self.excess = self.excess.saturating_sub(now - self.last);
+            self.last = now;
+        }
+        let ahead = self.excess + self.last - now;
+        let wait = ahead.saturating_sub(self.burst * self.interval);
+        let bound = max_wait.min(self.max_wait);
+        if wait > bound {
+            return Err(Denied::RetryAfter(Duration::from_nanos(wait - bound)));
+        }
+        self.excess += u64::from(n) * self.interval;
+        Ok(now + wait)
+    }
+}
+
+impl Reference for ReferenceShaper {
+    fn try_acquire_n(&mut self, now: u64, n: u32) -> Result<(), Denied> {
+        self.reserve(now, n, 0).map(|_| ())
+    }
+
+    fn snapshot(&mut self, now: u64) -> (u32, Duration) {
+        if now > self.last {
+            self.excess = self.excess.saturating_sub(now - self.last);
+            self.last = now;
+        }
+        let ahead = self.excess + self.last - now;
+        let wait = ahead.saturating_sub(self.burst * self.interval);
+        let available = if wait == 0 { self.capacity } else { 0 };
+        (available, Duration::from_nanos(wait))
+    }
+}
+
+/// Runs `work(thread, round)` on `threads` threads in lock-step rounds: before
+/// each round the clock is set to `times[round]` and stands still during it.
+/// Returns what each round produced, all threads' results concatenated.
+pub fn lockstep<T, F>(clock: &ManualClock, threads: usize, times: &[u64], work: F) -> Vec<Vec<T>>
+where
+    T: Send + 'static,
+    F: Fn(usize, usize) -> Vec<T> + Send + Sync + 'static,
+{
+    let start = Arc::new(Barrier::new(threads + 1));
+    let end = Arc::new(Barrier::new(threads + 1));
+    let rounds = times.len();
+    let produced: Arc<Mutex<Vec<Vec<T>>>> =
+        Arc::new(Mutex::new((0..rounds).map(|_| Vec::new()).collect()));
+    let work = Arc::new(work);
+    let workers: Vec<_> = (0..threads)
+        .map(|thread| {
+            let (start, end, produced, work) =
+                (start.clone(), end.clone(), produced.clone(), work.clone());
+            std::thread::spawn(move || {
+                for round in 0..rounds {
+                    start.wait();
+                    let mine = work(thread, round);
+                    produced.lock().unwrap()[round].extend(mine);
+                    end.wait();
+                }
+            })
+        })
+        .collect();
+    for &time in times {
+        clock.set(time);
+        start.wait();
+        end.wait();
+    }
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    Arc::try_unwrap(produced)
+        .unwrap_or_else(|_| panic!("workers still hold the results"))
+        .into_inner()
+        .unwrap()
+}
+
+// ---- sliding window (added for tests/sliding_window.rs) ----
+
+/// Checks the sliding window's promise: the permits admitted in any `subs`
+/// consecutive aligned sub-windows of `sub_ns` (sub-window `i` is
+/// `[i·sub_ns, (i+1)·sub_ns)`) are at most `limit`. Every such window ending
+/// with an empty sub-window holds no more than the one ending with the last
+/// non-empty sub-window before it, so only windows ending with a non-empty
+/// sub-window are checked, with a two-pointer sweep.
+pub fn check_sliding_window(admissions: &[Admission], limit: u32, sub_ns: u64, subs: u32) {
+    let mut per_sub = std::collections::BTreeMap::<u64, u64>::new();
+    for a in admissions {
+        *per_sub.entry(a.at / sub_ns).or_default() += u64::from(a.n);
+    }
+    let subs_list: Vec<(u64, u64)> = per_sub.into_iter().collect();
+    let (mut first, mut sum) = (0, 0u64);
+    for (last, &(q, count)) in subs_list.iter().enumerate() {
+        sum += count;
+        while subs_list[first].0 + u64::from(subs) <= q {
+            sum -= subs_list[first].1;
+            first += 1;
+        }
+        assert!(
+            sum <= u64::from(limit),
+            "sliding window over-admitted: {sum} permits in sub-windows {}..={q} \
+             ({} sub-windows of {sub_ns} ns, limit {limit}; {} non-empty)",
+            q.saturating_sub(u64::from(subs) - 1),
+            subs,
+            last + 1 - first,
+        );
+    }
+}

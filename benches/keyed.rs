@@ -1,0 +1,256 @@
+//! tollgate's keyed limiter against governor's dashmap-keyed limiter, in one
+//! run, at 1, 2 and 4 threads, and the bytes each keeps per key.
+//!
+//! Groups are named `keyed/<spread>/<threads>t`:
+//!
+//! - **hot**: every thread checks the same key (one dashmap shard, one word:
+//!   the contended case);
+//! - **spread**: a million keys are inserted before timing; thread `t` walks
+//!   them (scattered over the hash space) from its own offset (the
+//!   cache-missing case).
+//!
+//! Every check admits and so writes the key's word (the allow path): both
+//! limiters get a burst of `u32::MAX` refilled at one permit per second, so no
+//! run can reach a denial, and no key is ever full (fresh) again, so no key is
+//! evicted and the map stays at a million keys; the harness asserts every
+//! check was admitted. Functions: `tollgate` (`Keyed<u64, TokenBucket>`) and
+//! `governor` (`RateLimiter::dashmap`), both on their default TSC clocks and
+//! std's `RandomState` hasher. One criterion iteration is one check on each
+//! thread, timed from the first thread's start to the last one's end, so
+//! elements/s is total checks per second.
+//!
+//! Before the timed groups, the binary prints the bytes allocated per key with
+//! a million `u64` keys for each kind and for governor, counted by this
+//! binary's global allocator.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput};
+use governor::Quota;
+use tollgate::keyed::{BucketConfig, Keyable, Keyed, WindowConfig};
+use tollgate::{
+    FixedWindow, LockingFixedWindow, LockingTokenBucket, ManualClock, Rate, TokenBucket,
+};
+
+const THREADS: [usize; 3] = [1, 2, 4];
+const KEYS: usize = 1_000_000;
+
+/// Counts the bytes the process holds, for the bytes-per-key table.
+struct Counting;
+
+static ALLOCATED: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATED.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        ALLOCATED.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATED.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// splitmix64: the keys, distinct and scattered.
+fn key(i: u64) -> u64 {
+    let mut z = i
+        .wrapping_add(0x9E37_79B9_7F4A_7C15)
+        .wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 30)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn keys() -> Arc<Vec<u64>> {
+    Arc::new((0..KEYS as u64).map(key).collect())
+}
+
+/// One keyed check, `true` if admitted.
+trait Check: Send + Sync + 'static {
+    fn check(&self, key: &u64) -> bool;
+}
+
+impl<L: Keyable + 'static> Check for Keyed<u64, L>
+where
+    L::Clock: Send + Sync,
+{
+    #[inline]
+    fn check(&self, key: &u64) -> bool {
+        self.try_acquire(key).is_ok()
+    }
+}
+
+type GovernorKeyed = governor::DefaultKeyedRateLimiter<u64>;
+
+impl Check for GovernorKeyed {
+    #[inline]
+    fn check(&self, key: &u64) -> bool {
+        self.check_key(key).is_ok()
+    }
+}
+
+fn tollgate_keyed() -> Keyed<u64, TokenBucket> {
+    Keyed::new(BucketConfig::new(u32::MAX, Rate::per_second(1)).expect("valid"))
+}
+
+fn governor_keyed() -> GovernorKeyed {
+    governor::RateLimiter::dashmap(Quota::per_second(NonZeroU32::MIN).allow_burst(NonZeroU32::MAX))
+}
+
+/// `iters` checks on each of `threads` threads; returns the wall time.
+fn run<L: Check>(
+    limiter: &Arc<L>,
+    keys: &Arc<Vec<u64>>,
+    hot: bool,
+    threads: usize,
+    iters: u64,
+) -> Duration {
+    let start = Arc::new(Barrier::new(threads + 1));
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            let (limiter, keys, start) =
+                (Arc::clone(limiter), Arc::clone(keys), Arc::clone(&start));
+            thread::spawn(move || {
+                let offset = t * keys.len() / threads;
+                start.wait();
+                let began = Instant::now();
+                let mut admitted = 0u64;
+                for i in 0..iters as usize {
+                    let key = if hot {
+                        &keys[0]
+                    } else {
+                        &keys[(offset + i) % keys.len()]
+                    };
+                    admitted += u64::from(limiter.check(key));
+                }
+                assert_eq!(admitted, iters, "a check was denied");
+                (began, Instant::now())
+            })
+        })
+        .collect();
+    start.wait();
+    let spans: Vec<_> = workers
+        .into_iter()
+        .map(|w| w.join().expect("no panic"))
+        .collect();
+    let first = spans.iter().map(|s| s.0).min().expect("a thread");
+    let last = spans.iter().map(|s| s.1).max().expect("a thread");
+    last - first
+}
+
+fn throughput(c: &mut Criterion) {
+    let keys = keys();
+    let tollgate = Arc::new(tollgate_keyed());
+    let governor = Arc::new(governor_keyed());
+    for key in keys.iter() {
+        assert!(tollgate.check(key) && governor.check(key));
+    }
+    assert_eq!(tollgate.len(), KEYS);
+    for (spread, hot) in [("hot", true), ("spread", false)] {
+        for threads in THREADS {
+            let mut group = c.benchmark_group(format!("keyed/{spread}/{threads}t"));
+            group.throughput(Throughput::Elements(threads as u64));
+            group.bench_function("tollgate", |b| {
+                b.iter_custom(|iters| run(&tollgate, &keys, hot, threads, iters))
+            });
+            group.bench_function("governor", |b| {
+                b.iter_custom(|iters| run(&governor, &keys, hot, threads, iters))
+            });
+            group.finish();
+        }
+    }
+    assert_eq!(tollgate.len(), KEYS, "no key may be evicted while timing");
+}
+
+/// Bytes allocated per key with `KEYS` keys, each admitted once.
+fn bytes_per_key<L: Check>(make: impl FnOnce() -> L) -> f64 {
+    let before = ALLOCATED.load(Ordering::Relaxed);
+    let limiter = make();
+    for i in 0..KEYS as u64 {
+        assert!(limiter.check(&key(i)));
+    }
+    let bytes = ALLOCATED.load(Ordering::Relaxed) - before;
+    drop(limiter);
+    bytes as f64 / KEYS as f64
+}
+
+fn memory() {
+    // A manual clock that never moves: no key refills, so none is evicted.
+    let bucket = || BucketConfig::new(10, Rate::per_second(10)).expect("valid");
+    let window = || WindowConfig::new(Rate::per_second(10)).expect("valid");
+    let clock = ManualClock::new;
+    let rows = [
+        (
+            "tollgate TokenBucket",
+            bytes_per_key(|| Keyed::<u64, TokenBucket<ManualClock>>::with_clock(bucket(), clock())),
+        ),
+        (
+            "tollgate LockingTokenBucket",
+            bytes_per_key(|| {
+                Keyed::<u64, LockingTokenBucket<ManualClock>>::with_clock(bucket(), clock())
+            }),
+        ),
+        (
+            "tollgate FixedWindow",
+            bytes_per_key(|| Keyed::<u64, FixedWindow<ManualClock>>::with_clock(window(), clock())),
+        ),
+        (
+            "tollgate LockingFixedWindow",
+            bytes_per_key(|| {
+                Keyed::<u64, LockingFixedWindow<ManualClock>>::with_clock(window(), clock())
+            }),
+        ),
+        (
+            "tollgate (TokenBucket, TokenBucket)",
+            bytes_per_key(|| {
+                Keyed::<u64, (TokenBucket<ManualClock>, TokenBucket<ManualClock>)>::with_clock(
+                    (bucket(), bucket()),
+                    clock(),
+                )
+            }),
+        ),
+        (
+            "governor dashmap keyed",
+            bytes_per_key(|| {
+                governor::RateLimiter::dashmap(Quota::per_second(
+                    NonZeroU32::new(10).expect("non-zero"),
+                ))
+            }),
+        ),
+    ];
+    println!("bytes per key with {KEYS} u64 keys (allocator count):");
+    for (name, bytes) in rows {
+        println!("  {name:<38} {bytes:6.1}");
+    }
+}
+
+fn main() {
+    memory();
+    let mut c = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .sample_size(20)
+        .configure_from_args();
+    throughput(&mut c);
+    c.final_summary();
+}

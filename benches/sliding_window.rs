@@ -1,0 +1,385 @@
+//! The striped sliding window against its locking twin, tollgate's token
+//! bucket and governor's direct limiter, in one run, at 1, 2 and 4 threads.
+//!
+//! Two workloads, as in `benches/limiters.rs`:
+//!
+//! - **allow**: every check admits and writes (the windows hold `u32::MAX`
+//!   permits per 43 s, more than any sample can check; the token buckets refill
+//!   one permit per nanosecond with a burst of `u32::MAX`). The harness asserts
+//!   that every check was admitted.
+//! - **deny**: the limiter is exhausted before timing starts (one permit an
+//!   hour), so every check denies; asserted too.
+//!
+//! Groups are `sliding_window/<workload>/<threads>t`, functions after the
+//! implementation; `tollgate-sliding-*` are the striped window with one stripe
+//! per CPU, `-cached` ones read [`CachedClock`] (governor's twin reads its own
+//! cached clock). One criterion iteration is one check on each thread, timed
+//! from the first thread's start to the last thread's end, so elements/s
+//! (`Throughput::Elements(threads)`) is total checks per second.
+//!
+//! Before timing, the bench prints two things criterion cannot measure:
+//!
+//! - **memory** per limiter, for each stripe count;
+//! - **precision**: threads hammering an exhaustible window in lock-step
+//!   rounds on a manual clock (time stands still within a round), counting the
+//!   permits denied while the window still had room for them — budget stranded
+//!   in other threads' hands or on other stripes.
+//!
+//! This machine has 2 cores: 4 threads oversubscribe it, and the numbers are
+//! ratios within one run.
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::{Arc, Barrier, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use governor::clock::QuantaUpkeepClock;
+use governor::middleware::NoOpMiddleware;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{Quota, RateLimiter as Governor};
+use tollgate::{
+    ApproxSlidingWindow, CachedClock, LockingSlidingWindow, ManualClock, MonotonicClock, Rate,
+    RateLimiter, SlidingWindow, TokenBucket,
+};
+
+const THREADS: [usize; 3] = [1, 2, 4];
+
+/// quanta's upkeep interval for both cached clocks, tollgate's and governor's.
+const UPKEEP: Duration = Duration::from_millis(1);
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Workload {
+    Allow,
+    Deny,
+}
+
+impl Workload {
+    fn name(self) -> &'static str {
+        match self {
+            Workload::Allow => "allow",
+            Workload::Deny => "deny",
+        }
+    }
+}
+
+/// One check, `true` if admitted; a trait so the check inlines into the loop.
+trait Check: Send + Sync + 'static {
+    fn check(&self) -> bool;
+}
+
+struct Tollgate<L>(L);
+
+impl<L: RateLimiter + Send + Sync + 'static> Check for Tollgate<L> {
+    #[inline]
+    fn check(&self) -> bool {
+        self.0.try_acquire().is_ok()
+    }
+}
+
+type GovernorDirect<C> =
+    Governor<NotKeyed, InMemoryState, C, NoOpMiddleware<<C as governor::clock::Clock>::Instant>>;
+
+impl<C> Check for GovernorDirect<C>
+where
+    C: governor::clock::Clock + Send + Sync + 'static,
+    C::Instant: Send + Sync,
+{
+    #[inline]
+    fn check(&self) -> bool {
+        self.check().is_ok()
+    }
+}
+
+/// governor's cached clock owns quanta's one upkeep thread; one clone kept for
+/// the whole process keeps the cached time moving for tollgate's `CachedClock`
+/// too. Created before any `CachedClock`.
+fn governor_upkeep_clock() -> QuantaUpkeepClock {
+    static CLOCK: OnceLock<QuantaUpkeepClock> = OnceLock::new();
+    CLOCK
+        .get_or_init(|| {
+            QuantaUpkeepClock::from_interval(UPKEEP)
+                .expect("governor's upkeep clock must start before tollgate's CachedClock")
+        })
+        .clone()
+}
+
+fn cached_clock() -> CachedClock {
+    governor_upkeep_clock();
+    CachedClock::new()
+}
+
+/// `iters` checks on each of `threads` threads released together by a
+/// barrier; the wall time from the first start to the last end. Asserts the
+/// workload: all admitted, or all denied.
+fn run<L: Check>(limiter: L, workload: Workload, threads: usize, iters: u64) -> Duration {
+    let limiter = Arc::new(limiter);
+    let barrier = Arc::new(Barrier::new(threads));
+    let workers: Vec<_> = (0..threads)
+        .map(|_| {
+            let (limiter, barrier) = (Arc::clone(&limiter), Arc::clone(&barrier));
+            thread::spawn(move || {
+                barrier.wait();
+                let start = Instant::now();
+                let mut admitted = 0u64;
+                for _ in 0..iters {
+                    admitted += u64::from(black_box(limiter.check()));
+                }
+                (start, Instant::now(), admitted)
+            })
+        })
+        .collect();
+    let (mut first, mut last, mut admitted) = (None::<Instant>, None::<Instant>, 0);
+    for worker in workers {
+        let (start, end, n) = worker.join().expect("bench thread panicked");
+        first = Some(first.map_or(start, |s| s.min(start)));
+        last = Some(last.map_or(end, |e| e.max(end)));
+        admitted += n;
+    }
+    let checks = iters * threads as u64;
+    let expected = if workload == Workload::Allow {
+        checks
+    } else {
+        0
+    };
+    assert_eq!(
+        admitted, expected,
+        "{workload:?} workload: {admitted} of {checks} checks admitted"
+    );
+    match (first, last) {
+        (Some(start), Some(end)) => end.saturating_duration_since(start),
+        _ => Duration::ZERO,
+    }
+}
+
+fn bench<L: Check>(
+    c: &mut Criterion,
+    workload: Workload,
+    threads: usize,
+    function: &str,
+    make: impl Fn() -> L,
+) {
+    let mut group = c.benchmark_group(format!("sliding_window/{}/{threads}t", workload.name()));
+    group.throughput(Throughput::Elements(threads as u64));
+    group.bench_function(function, |b| {
+        b.iter_custom(|iters| run(make(), workload, threads, iters))
+    });
+    group.finish();
+}
+
+/// A window no sample can exhaust: `u32::MAX` permits per 43 s, in the default
+/// ten sub-windows (each at least `u32::MAX` ns long, as the builder needs).
+fn allow_window() -> Rate {
+    Rate::new(u32::MAX, Duration::from_secs(43))
+}
+
+fn deny_rate() -> Rate {
+    Rate::per_hour(1)
+}
+
+fn tollgate<L: RateLimiter>(limiter: L, workload: Workload) -> Tollgate<L> {
+    if workload == Workload::Deny {
+        assert!(limiter.try_acquire().is_ok(), "first permit of the hour");
+    }
+    Tollgate(limiter)
+}
+
+fn governor<C: governor::clock::Clock>(
+    limiter: GovernorDirect<C>,
+    workload: Workload,
+) -> GovernorDirect<C> {
+    if workload == Workload::Deny {
+        assert!(limiter.check().is_ok(), "first permit of the hour");
+    }
+    limiter
+}
+
+fn sliding_window(c: &mut Criterion) {
+    for workload in [Workload::Allow, Workload::Deny] {
+        let (window, bucket, quota) = match workload {
+            Workload::Allow => (
+                allow_window(),
+                (u32::MAX, Rate::new(1, Duration::from_nanos(1))),
+                Quota::with_period(Duration::from_nanos(1))
+                    .expect("non-zero period")
+                    .allow_burst(NonZeroU32::MAX),
+            ),
+            Workload::Deny => (
+                deny_rate(),
+                (1, deny_rate()),
+                Quota::per_hour(NonZeroU32::MIN),
+            ),
+        };
+        for threads in THREADS {
+            bench(c, workload, threads, "tollgate-sliding", || {
+                tollgate(SlidingWindow::new(window).unwrap(), workload)
+            });
+            bench(c, workload, threads, "tollgate-sliding-cached", || {
+                tollgate(
+                    SlidingWindow::with_clock(window, cached_clock()).unwrap(),
+                    workload,
+                )
+            });
+            bench(c, workload, threads, "tollgate-sliding-twin", || {
+                tollgate(LockingSlidingWindow::new(window).unwrap(), workload)
+            });
+            bench(c, workload, threads, "tollgate-sliding-twin-cached", || {
+                tollgate(
+                    LockingSlidingWindow::with_clock(window, cached_clock()).unwrap(),
+                    workload,
+                )
+            });
+            bench(c, workload, threads, "tollgate-approx", || {
+                tollgate(ApproxSlidingWindow::new(window).unwrap(), workload)
+            });
+            bench(c, workload, threads, "tollgate-token-bucket", || {
+                tollgate(TokenBucket::new(bucket.0, bucket.1).unwrap(), workload)
+            });
+            bench(c, workload, threads, "governor", || {
+                governor(Governor::direct(quota), workload)
+            });
+            bench(c, workload, threads, "governor-cached", || {
+                governor(
+                    Governor::direct_with_clock(quota, governor_upkeep_clock()),
+                    workload,
+                )
+            });
+        }
+    }
+}
+
+/// Bytes per limiter: the striped window for each stripe count (default ten
+/// sub-windows), and the others for comparison.
+fn print_memory() {
+    let rate = Rate::per_second(1_000);
+    eprintln!("memory per limiter (bytes, inline + heap, allocator overhead aside):");
+    for stripes in [1, 2, 4, 8, 16, 64] {
+        let window = SlidingWindow::builder(rate)
+            .stripes(stripes)
+            .build()
+            .unwrap();
+        eprintln!(
+            "  SlidingWindow, S = 10, {stripes:>2} stripes: {:>6}",
+            window.memory()
+        );
+    }
+    eprintln!(
+        "  LockingSlidingWindow, S = 10:        {:>6}",
+        std::mem::size_of::<LockingSlidingWindow>() + 10 * 16
+    );
+    eprintln!(
+        "  ApproxSlidingWindow:                 {:>6}",
+        std::mem::size_of::<ApproxSlidingWindow>()
+    );
+    eprintln!(
+        "  TokenBucket:                         {:>6}",
+        std::mem::size_of::<TokenBucket>()
+    );
+    eprintln!(
+        "  governor direct limiter:             {:>6}",
+        std::mem::size_of::<GovernorDirect<governor::clock::QuantaClock>>()
+    );
+}
+
+/// Lock-step rounds on a manual clock: `threads` threads make `attempts`
+/// single-permit requests each per round, time standing still within a round
+/// and moving by `step` between rounds. Returns (permits an exact limiter would
+/// have admitted, permits denied although the window had room).
+fn precision(threads: usize, stripes: usize, attempts: usize) -> (u64, u64) {
+    const LIMIT: u32 = 10_000;
+    const SUBS: u32 = 10;
+    const SUB: u64 = 1_000_000;
+    const ROUNDS: usize = 200;
+    let clock = ManualClock::new();
+    let window = Arc::new(
+        SlidingWindow::builder(Rate::new(LIMIT, Duration::from_millis(10)))
+            .sub_windows(SUBS)
+            .stripes(stripes)
+            .clock(clock.clone())
+            .build()
+            .unwrap(),
+    );
+    let start = Arc::new(Barrier::new(threads + 1));
+    let end = Arc::new(Barrier::new(threads + 1));
+    let workers: Vec<_> = (0..threads)
+        .map(|_| {
+            let (window, start, end) = (window.clone(), start.clone(), end.clone());
+            thread::spawn(move || {
+                let mut per_round = Vec::with_capacity(ROUNDS);
+                for _ in 0..ROUNDS {
+                    start.wait();
+                    let admitted = (0..attempts)
+                        .filter(|_| window.try_acquire().is_ok())
+                        .count();
+                    per_round.push(admitted as u64);
+                    end.wait();
+                }
+                per_round
+            })
+        })
+        .collect();
+    // Rounds a third of a sub-window apart: three rounds share each sub-window.
+    let times: Vec<u64> = (0..ROUNDS as u64).map(|r| r * SUB / 3).collect();
+    for &t in &times {
+        clock.set(t);
+        start.wait();
+        end.wait();
+    }
+    let per_thread: Vec<Vec<u64>> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    let mut counts = std::collections::BTreeMap::<u64, u64>::new();
+    let (mut exact, mut missed) = (0, 0);
+    for (round, &t) in times.iter().enumerate() {
+        let j = t / SUB;
+        let admitted: u64 = per_thread.iter().map(|p| p[round]).sum();
+        let first = (j + 1).saturating_sub(u64::from(SUBS));
+        let room = u64::from(LIMIT) - counts.range(first..=j).map(|(_, c)| c).sum::<u64>();
+        let ideal = room.min((threads * attempts) as u64);
+        assert!(admitted <= ideal, "over-admission in round {round}");
+        exact += ideal;
+        missed += ideal - admitted;
+        *counts.entry(j).or_default() += admitted;
+    }
+    (exact, missed)
+}
+
+fn print_precision() {
+    eprintln!(
+        "precision: N = 10000 per 10 sub-windows, lock-step rounds, single permits \
+         (denied while the window had room / admissible):"
+    );
+    for (threads, stripes) in [(2, 2), (4, 2), (4, 4), (8, 8)] {
+        for attempts in [2_000, 20_000] {
+            let (exact, missed) = precision(threads, stripes, attempts);
+            eprintln!(
+                "  {threads} threads, {stripes} stripes, {attempts:>5} requests/thread/round: \
+                 {missed} / {exact} ({:.4}%)",
+                100.0 * missed as f64 / exact.max(1) as f64
+            );
+        }
+    }
+}
+
+fn reports(_: &mut Criterion) {
+    // Calibrates the TSC before anything is timed.
+    let _ = MonotonicClock::new();
+    print_memory();
+    print_precision();
+}
+
+/// Sized so the whole run (48 benchmarks) takes about three minutes on 2
+/// cores; criterion's `--warm-up-time`, `--measurement-time` and
+/// `--sample-size` override it.
+fn config() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_millis(800))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(20)
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = reports, sliding_window
+}
+criterion_main!(benches);

@@ -1,0 +1,304 @@
+#![cfg(loom)]
+//! loom models of `tollgate::LeakyBucket` (the meter) and `tollgate::Shaper`
+//! (the queue): the compare-and-swap loops that ship, through tollgate's sync
+//! facade, with a `ManualClock` created inside each model and moved while the
+//! requests race.
+//!
+//! The meter is checked like the token bucket (it makes GCRA's decisions): the
+//! level bound on every pair of exact decision times, linearizability against
+//! sequential GCRA (exact retry-afters included) and an exact single-threaded
+//! tail. The shaper is checked on the start times it grants: spacing after the
+//! burst, no start beyond the wait bound, linearizability against its sequential
+//! schedule, and a final state that is exactly what the granted starts imply.
+
+use std::cell::Cell;
+use std::time::Duration;
+
+use loom::sync::Arc;
+use loom::thread;
+use tollgate::{Denied, LeakyBucket, ManualClock, Rate, RateLimiter, Reserve, Shaper};
+use tollgate_loom_tests::{
+    GcraSpec, Op, RecordingClock, Spec, assert_bucket_bound, assert_linearizable, explore, record,
+    single_threaded_tail,
+};
+
+/// Nanoseconds per permit.
+const INTERVAL: u64 = 10;
+
+fn nanos(ns: u64) -> Duration {
+    Duration::from_nanos(ns)
+}
+
+fn meter(capacity: u32) -> (Arc<LeakyBucket<RecordingClock>>, ManualClock) {
+    let clock = ManualClock::new();
+    let bucket = LeakyBucket::with_clock(
+        capacity,
+        Rate::new(1, nanos(INTERVAL)),
+        RecordingClock::new(clock.clone()),
+    )
+    .expect("a valid configuration");
+    (Arc::new(bucket), clock)
+}
+
+fn verify_meter(
+    bucket: &LeakyBucket<RecordingClock>,
+    clock: &ManualClock,
+    capacity: u32,
+    mut threads: Vec<Vec<Op>>,
+) {
+    // The level never above the capacity is the bucket bound on decision times.
+    assert_bucket_bound(capacity, INTERVAL, &threads);
+    assert_linearizable(
+        &GcraSpec {
+            capacity,
+            interval: INTERVAL,
+        },
+        &threads,
+    );
+    threads.push(single_threaded_tail(clock, capacity, || {
+        bucket.try_acquire()
+    }));
+    assert_bucket_bound(capacity, INTERVAL, &threads);
+}
+
+#[test]
+fn meter_two_threads_pour_while_the_clock_moves() {
+    let explored = explore(
+        "leaky_bucket::meter_two_threads_pour_while_the_clock_moves",
+        3,
+        || {
+            const CAPACITY: u32 = 2;
+            let (bucket, clock) = meter(CAPACITY);
+
+            let (b, c) = (bucket.clone(), clock.clone());
+            let advancer = thread::spawn(move || {
+                let mut ops = vec![record(1, || b.try_acquire())];
+                c.advance(nanos(INTERVAL));
+                ops.push(record(1, || b.try_acquire()));
+                ops
+            });
+            let b = bucket.clone();
+            let pourer = thread::spawn(move || {
+                vec![
+                    record(2, || b.try_acquire_n(2)),
+                    record(1, || b.try_acquire()),
+                    record(0, || b.try_acquire_n(0)),
+                ]
+            });
+
+            let threads = vec![advancer.join().unwrap(), pourer.join().unwrap()];
+            verify_meter(&bucket, &clock, CAPACITY, threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+#[test]
+fn meter_clock_steps_back_while_pouring() {
+    let explored = explore(
+        "leaky_bucket::meter_clock_steps_back_while_pouring",
+        3,
+        || {
+            const CAPACITY: u32 = 1;
+            let (bucket, clock) = meter(CAPACITY);
+
+            let acquirers: Vec<_> = (0..2)
+                .map(|_| {
+                    let b = bucket.clone();
+                    thread::spawn(move || vec![record(1, || b.try_acquire())])
+                })
+                .collect();
+            let c = clock.clone();
+            let stepper = thread::spawn(move || {
+                c.set(2 * INTERVAL);
+                c.set(INTERVAL / 2);
+            });
+
+            let threads: Vec<_> = acquirers.into_iter().map(|h| h.join().unwrap()).collect();
+            stepper.join().unwrap();
+            verify_meter(&bucket, &clock, CAPACITY, threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// The shaper's sequential schedule, for the linearizability check: the state is
+/// the schedule's end; `n` permits at `now` take the slot `[max(end, now),
+/// +n·interval)` and start `burst` intervals before it (never before `now`),
+/// admitted iff that start is at most `max_wait` away.
+#[derive(Debug, Clone, Copy)]
+struct ShaperSpec {
+    burst: u32,
+    max_wait: u64,
+    capacity: u32,
+}
+
+impl ShaperSpec {
+    fn start(&self, end: u64, now: u64) -> u64 {
+        end.max(now)
+            .saturating_sub(u64::from(self.burst) * INTERVAL)
+            .max(now)
+    }
+}
+
+impl Spec for ShaperSpec {
+    type State = u64;
+
+    fn initial(&self) -> u64 {
+        0
+    }
+
+    fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    fn decide(&self, end: u64, now: u64, n: u32) -> Result<u64, Denied> {
+        let wait = self.start(end, now) - now;
+        if wait <= self.max_wait {
+            Ok(end.max(now) + u64::from(n) * INTERVAL)
+        } else {
+            Err(Denied::RetryAfter(nanos(wait - self.max_wait)))
+        }
+    }
+}
+
+/// A reservation as a model saw it: the op (with its exact decision time) and
+/// the start it was granted.
+fn reserve(shaper: &Shaper<RecordingClock>, n: u32) -> (Op, Option<u64>) {
+    let start = Cell::new(None);
+    let op = record(n, || {
+        shaper.reserve(n).map(|r| {
+            start.set(Some(r.ready_at().as_nanos() as u64));
+        })
+    });
+    (op, start.get())
+}
+
+/// Spacing after the burst and the wait bound, on exact decision times.
+fn assert_starts(spec: &ShaperSpec, granted: &[(Op, Option<u64>)]) {
+    let mut starts: Vec<(u64, u32)> = Vec::new();
+    for (op, start) in granted {
+        if let (Ok(()), Some(at), Some(start)) = (op.result, op.at, *start) {
+            assert!(
+                at <= start && start - at <= spec.max_wait,
+                "start {start} for a request decided at {at}: {granted:#?}"
+            );
+            starts.push((start, op.n));
+        }
+    }
+    starts.sort();
+    for i in 0..starts.len() {
+        for j in i + 1..starts.len() {
+            let between: u64 = starts[i..j].iter().map(|&(_, n)| u64::from(n)).sum();
+            assert!(
+                between * INTERVAL <= u64::from(spec.burst) * INTERVAL + starts[j].0 - starts[i].0,
+                "shaper invariant violated: {between} permits started in [{}, {}) with burst {}: {granted:#?}",
+                starts[i].0,
+                starts[j].0,
+                spec.burst
+            );
+        }
+    }
+}
+
+#[test]
+fn shaper_queues_racing_requests_while_the_clock_moves() {
+    let explored = explore(
+        "leaky_bucket::shaper_queues_racing_requests_while_the_clock_moves",
+        3,
+        || {
+            // One start per 10 ns, no burst, queueing up to 20 ns: capacity 3.
+            let spec = ShaperSpec {
+                burst: 0,
+                max_wait: 2 * INTERVAL,
+                capacity: 3,
+            };
+            let clock = ManualClock::new();
+            let shaper = Arc::new(
+                Shaper::with_clock(
+                    Rate::new(1, nanos(INTERVAL)),
+                    spec.burst,
+                    nanos(spec.max_wait),
+                    RecordingClock::new(clock.clone()),
+                )
+                .unwrap(),
+            );
+
+            let (s, c) = (shaper.clone(), clock.clone());
+            let advancer = thread::spawn(move || {
+                let first = reserve(&s, 1);
+                c.advance(nanos(INTERVAL / 2));
+                vec![first, reserve(&s, 1)]
+            });
+            let s = shaper.clone();
+            let racer = thread::spawn(move || vec![reserve(&s, 2), reserve(&s, 1)]);
+
+            let granted: Vec<_> = [advancer.join().unwrap(), racer.join().unwrap()].concat();
+            assert_starts(&spec, &granted);
+            let threads: Vec<Vec<Op>> = vec![
+                granted[..2].iter().map(|g| g.0).collect(),
+                granted[2..].iter().map(|g| g.0).collect(),
+            ];
+            assert_linearizable(&spec, &threads);
+            // With no burst each granted request's slot is [start, start + n·I):
+            // the schedule must end exactly at the last of them.
+            let end = granted
+                .iter()
+                .filter_map(|(op, s)| s.map(|s| s + u64::from(op.n) * INTERVAL))
+                .max()
+                .unwrap_or(0);
+            let (op, next) = reserve(&shaper, 1);
+            let now = op.at.unwrap();
+            let expected = end.max(now);
+            match op.result {
+                Ok(()) => assert_eq!(next, Some(expected), "{granted:#?}"),
+                Err(_) => assert!(expected - now > spec.max_wait, "{granted:#?}"),
+            }
+        },
+    );
+    assert!(explored > 1);
+}
+
+#[test]
+fn shaper_burst_and_try_acquire_race() {
+    let explored = explore("leaky_bucket::shaper_burst_and_try_acquire_race", 3, || {
+        // Two may start at once, none may wait: nginx `burst=1 nodelay`.
+        let spec = ShaperSpec {
+            burst: 1,
+            max_wait: 0,
+            capacity: 2,
+        };
+        let clock = ManualClock::new();
+        let shaper = Arc::new(
+            Shaper::with_clock(
+                Rate::new(1, nanos(INTERVAL)),
+                spec.burst,
+                Duration::ZERO,
+                RecordingClock::new(clock.clone()),
+            )
+            .unwrap(),
+        );
+        let (s, c) = (shaper.clone(), clock.clone());
+        let a = thread::spawn(move || {
+            let ops = vec![record(1, || s.try_acquire())];
+            c.advance(nanos(INTERVAL));
+            ops
+        });
+        let s = shaper.clone();
+        let b = thread::spawn(move || {
+            vec![record(1, || s.try_acquire()), record(1, || s.try_acquire())]
+        });
+        let threads = vec![a.join().unwrap(), b.join().unwrap()];
+        let granted: Vec<(Op, Option<u64>)> =
+            threads.iter().flatten().map(|op| (*op, op.at)).collect();
+        assert_starts(&spec, &granted);
+        assert_linearizable(&spec, &threads);
+        let admitted = threads
+            .iter()
+            .flatten()
+            .filter(|op| op.result.is_ok())
+            .count();
+        assert!((2..=3).contains(&admitted), "{threads:#?}");
+    });
+    assert!(explored > 1);
+}

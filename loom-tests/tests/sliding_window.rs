@@ -1,0 +1,354 @@
+#![cfg(loom)]
+//! loom models of `tollgate::SlidingWindow` (the striped, leased window) and
+//! `tollgate::ApproxSlidingWindow`: the code that ships, model-checked through
+//! tollgate's sync facade.
+//!
+//! Every model uses two stripes, two or three sub-windows and tiny limits; a
+//! thread moves a `ManualClock` inside the model so that sub-windows open (and
+//! history slots are recycled) while other threads lease, spend, steal and put
+//! back. Each request is recorded with its exact decision time (the one clock
+//! reading it took), and after joining the model checks the promise: the
+//! permits admitted in any `S` consecutive aligned sub-windows never exceed `N`.
+//! Then, single-threaded, the limiter must be neither stuck nor loose and its
+//! retry-after exact to the nanosecond. Threads get stripes by their loom
+//! number: the model's main thread and the second spawned thread share stripe
+//! 0, the first spawned thread has stripe 1.
+//!
+//! A Sentinel-style striped counter ("sum the stripes, then increment mine")
+//! must be caught over-admitting: that proves the check can fail.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use loom::sync::Arc;
+use loom::sync::atomic::{AtomicU64, Ordering};
+use loom::thread;
+use tollgate::{ApproxSlidingWindow, Clock, Denied, ManualClock, Rate, RateLimiter, SlidingWindow};
+use tollgate_loom_tests::{Op, RecordingClock, explore, record, single_threaded_tail};
+
+/// Sub-window length in nanoseconds (at least the limit, as the builder needs).
+const SUB: u64 = 10;
+
+fn nanos(ns: u64) -> Duration {
+    Duration::from_nanos(ns)
+}
+
+/// `limit` permits in any `subs` sub-windows of `SUB` ns, two stripes, on a
+/// manual clock at 0, and a handle to move that clock.
+fn window(limit: u32, subs: u32) -> (Arc<SlidingWindow<RecordingClock>>, ManualClock) {
+    let clock = ManualClock::new();
+    let window = SlidingWindow::builder(Rate::new(limit, nanos(SUB * u64::from(subs))))
+        .sub_windows(subs)
+        .stripes(2)
+        .clock(RecordingClock::new(clock.clone()))
+        .build()
+        .expect("a valid configuration");
+    assert_eq!(window.sub_window(), nanos(SUB));
+    (Arc::new(window), clock)
+}
+
+/// The sliding window's invariant on exact decision times: the permits
+/// admitted at times in any `subs` consecutive sub-windows are at most `limit`.
+fn assert_sliding_bound(limit: u32, subs: u32, threads: &[Vec<Op>]) {
+    let mut per_sub = BTreeMap::<u64, u64>::new();
+    for op in threads.iter().flatten() {
+        if op.result.is_ok() {
+            let at = op.at.expect("an admission read the clock");
+            *per_sub.entry(at / SUB).or_default() += u64::from(op.n);
+        }
+    }
+    for &q in per_sub.keys() {
+        let first = (q + 1).saturating_sub(u64::from(subs));
+        let sum: u64 = per_sub.range(first..=q).map(|(_, n)| n).sum();
+        assert!(
+            sum <= u64::from(limit),
+            "sliding window invariant violated: {sum} permits admitted in sub-windows \
+             {first}..={q} ({subs} sub-windows of {SUB} ns, limit {limit}); histories: {threads:#?}"
+        );
+    }
+}
+
+/// Every check a model makes once its threads are joined.
+fn verify(
+    window: &SlidingWindow<RecordingClock>,
+    clock: &ManualClock,
+    limit: u32,
+    subs: u32,
+    mut threads: Vec<Vec<Op>>,
+) {
+    assert_sliding_bound(limit, subs, &threads);
+    threads.push(single_threaded_tail(clock, limit, || window.try_acquire()));
+    assert_sliding_bound(limit, subs, &threads);
+}
+
+fn acquire(w: &SlidingWindow<RecordingClock>, n: u32) -> Op {
+    record(n, || w.try_acquire_n(n))
+}
+
+/// Two threads on different stripes lease and spend while a third moves the
+/// clock across two boundaries: sub-window 0 closes (its slot is recycled for
+/// sub-window 2 with S = 2), leases go stale, the roller sweeps them back.
+#[test]
+fn rollover_races_leases_on_two_stripes() {
+    let explored = explore(
+        "sliding_window::rollover_races_leases_on_two_stripes",
+        3,
+        || {
+            const LIMIT: u32 = 2;
+            const SUBS: u32 = 2;
+            let (window, clock) = window(LIMIT, SUBS);
+
+            let w = window.clone();
+            let first = thread::spawn(move || vec![acquire(&w, 1), acquire(&w, 1)]);
+            let w = window.clone();
+            let second = thread::spawn(move || vec![acquire(&w, 1), acquire(&w, 1)]);
+            // 0 → 10 → 20: into sub-window 1, then 2 (slot 0 again).
+            clock.advance(nanos(SUB));
+            clock.advance(nanos(SUB));
+
+            let threads = vec![first.join().unwrap(), second.join().unwrap()];
+            verify(&window, &clock, LIMIT, SUBS, threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// Multi-permit requests that must gather from the pool and steal from the
+/// other stripe, against single permits, as a boundary passes: the budget of
+/// the new sub-window is what the previous one left.
+#[test]
+fn acquire_n_steals_across_stripes_at_rollover() {
+    let explored = explore(
+        "sliding_window::acquire_n_steals_across_stripes_at_rollover",
+        3,
+        || {
+            const LIMIT: u32 = 3;
+            const SUBS: u32 = 2;
+            let (window, clock) = window(LIMIT, SUBS);
+
+            let w = window.clone();
+            let pair = thread::spawn(move || vec![acquire(&w, 1), acquire(&w, 2)]);
+            let (w, c) = (window.clone(), clock.clone());
+            let advancer = thread::spawn(move || {
+                let mut ops = vec![acquire(&w, 2)];
+                c.advance(nanos(SUB));
+                ops.push(acquire(&w, 1));
+                ops
+            });
+
+            let threads = vec![pair.join().unwrap(), advancer.join().unwrap()];
+            verify(&window, &clock, LIMIT, SUBS, threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// Three threads, two of them sharing a stripe, three sub-windows: the shared
+/// stripe's lease is spent, put back into and overwritten by both, while the
+/// clock moves into sub-window 1.
+#[test]
+fn three_threads_share_a_stripe() {
+    let explored = explore("sliding_window::three_threads_share_a_stripe", 3, || {
+        const LIMIT: u32 = 3;
+        const SUBS: u32 = 3;
+        let (window, clock) = window(LIMIT, SUBS);
+
+        let w = window.clone();
+        let one = thread::spawn(move || vec![acquire(&w, 1), acquire(&w, 1)]);
+        let (w, c) = (window.clone(), clock.clone());
+        let two = thread::spawn(move || {
+            c.advance(nanos(SUB));
+            vec![acquire(&w, 2)]
+        });
+        // The main thread shares stripe 0 with `two`.
+        let mine = vec![acquire(&window, 1)];
+
+        let threads = vec![one.join().unwrap(), two.join().unwrap(), mine];
+        verify(&window, &clock, LIMIT, SUBS, threads);
+    });
+    assert!(explored > 1);
+}
+
+/// A clock that steps back across a boundary while threads acquire: a reading
+/// older than the newest sub-window must never be admitted in it (only from
+/// its own sub-window's lease), and the limiter must not get stuck.
+#[test]
+fn clock_steps_back_across_rollover() {
+    let explored = explore(
+        "sliding_window::clock_steps_back_across_rollover",
+        3,
+        || {
+            const LIMIT: u32 = 2;
+            const SUBS: u32 = 2;
+            let (window, clock) = window(LIMIT, SUBS);
+
+            let w = window.clone();
+            let first = thread::spawn(move || vec![acquire(&w, 1), acquire(&w, 1)]);
+            let (w, c) = (window.clone(), clock.clone());
+            let stepper = thread::spawn(move || {
+                c.set(SUB + 2);
+                let op = acquire(&w, 1);
+                // Back into sub-window 0.
+                c.set(SUB - 2);
+                vec![op]
+            });
+
+            let threads = vec![first.join().unwrap(), stepper.join().unwrap()];
+            verify(&window, &clock, LIMIT, SUBS, threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// The clock jumps over a sub-window (never opened, so it charged nothing)
+/// while one thread is denied for a 2-permit request and another spends: the
+/// denial puts its gathered permits back, the jump recycles nothing yet, and
+/// the window of three sub-windows still counts sub-window 0.
+#[test]
+fn clock_skips_a_sub_window_while_a_request_is_denied() {
+    let explored = explore(
+        "sliding_window::clock_skips_a_sub_window_while_a_request_is_denied",
+        3,
+        || {
+            const LIMIT: u32 = 2;
+            const SUBS: u32 = 3;
+            let (window, clock) = window(LIMIT, SUBS);
+
+            let w = window.clone();
+            let greedy = thread::spawn(move || vec![acquire(&w, 1), acquire(&w, 2)]);
+            let (w, c) = (window.clone(), clock.clone());
+            let jumper = thread::spawn(move || {
+                let mut ops = vec![acquire(&w, 1)];
+                c.advance(nanos(2 * SUB));
+                ops.push(acquire(&w, 1));
+                ops
+            });
+
+            let threads = vec![greedy.join().unwrap(), jumper.join().unwrap()];
+            verify(&window, &clock, LIMIT, SUBS, threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// The approximate window's promise on exact decision times: at every
+/// admission at `t` in window `k`, the previous window's total weighted by
+/// `(T − e)/T` plus the permits admitted in `k` up to `t` is at most `limit`.
+fn assert_approx_bound(limit: u32, window: u64, threads: &[Vec<Op>]) {
+    let mut admitted: Vec<(u64, u32)> = threads
+        .iter()
+        .flatten()
+        .filter(|op| op.result.is_ok())
+        .map(|op| (op.at.expect("an admission read the clock"), op.n))
+        .collect();
+    admitted.sort();
+    let total = |k: u64| -> u64 {
+        admitted
+            .iter()
+            .filter(|(t, _)| t / window == k)
+            .map(|&(_, n)| u64::from(n))
+            .sum()
+    };
+    for &(t, _) in &admitted {
+        let k = t / window;
+        let prev = k.checked_sub(1).map_or(0, total);
+        let so_far: u64 = admitted
+            .iter()
+            .filter(|&&(u, _)| u / window == k && u <= t)
+            .map(|&(_, n)| u64::from(n))
+            .sum();
+        let left = window - (t - k * window);
+        assert!(
+            prev * left + so_far * window <= u64::from(limit) * window,
+            "approximate window invariant violated at {t} ns: {prev} before, weighing \
+             {left}/{window}, {so_far} so far; histories: {threads:#?}"
+        );
+    }
+}
+
+/// The approximate window: two racing acquirers while the clock crosses into
+/// the next window, where the previous count (published before the opening
+/// CAS) must be seen.
+#[test]
+fn approx_window_opens_while_threads_race() {
+    let explored = explore(
+        "sliding_window::approx_window_opens_while_threads_race",
+        3,
+        || {
+            const LIMIT: u32 = 2;
+            const WINDOW: u64 = 10;
+            let clock = ManualClock::new();
+            let window = Arc::new(
+                ApproxSlidingWindow::with_clock(
+                    Rate::new(LIMIT, nanos(WINDOW)),
+                    RecordingClock::new(clock.clone()),
+                )
+                .expect("a valid configuration"),
+            );
+
+            let w = window.clone();
+            let first = thread::spawn(move || {
+                vec![record(1, || w.try_acquire()), record(1, || w.try_acquire())]
+            });
+            let (w, c) = (window.clone(), clock.clone());
+            let second = thread::spawn(move || {
+                let mut ops = vec![record(1, || w.try_acquire())];
+                c.advance(nanos(WINDOW + 5));
+                ops.push(record(1, || w.try_acquire()));
+                ops
+            });
+
+            let mut threads = vec![first.join().unwrap(), second.join().unwrap()];
+            assert_approx_bound(LIMIT, WINDOW, &threads);
+            threads.push(single_threaded_tail(&clock, LIMIT, || window.try_acquire()));
+            assert_approx_bound(LIMIT, WINDOW, &threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// Sentinel's controller on striped counters: sum the sub-window's stripes,
+/// and if there is room, increment this thread's stripe. Each step is atomic,
+/// the whole is not: two threads can both see room for the last permit.
+struct SumThenIncrement {
+    stripes: [AtomicU64; 2],
+    limit: u64,
+    clock: RecordingClock,
+}
+
+impl SumThenIncrement {
+    fn try_acquire(&self, stripe: usize) -> Result<(), Denied> {
+        let now = self.clock.now();
+        let sum: u64 = self.stripes.iter().map(|s| s.load(Ordering::SeqCst)).sum();
+        if sum < self.limit {
+            self.stripes[stripe].fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        } else {
+            Err(Denied::RetryAfter(nanos(SUB - now % SUB)))
+        }
+    }
+}
+
+/// The same check the models above pass must catch the racy striped counter.
+#[test]
+#[should_panic(expected = "sliding window invariant violated")]
+fn known_bad_sum_then_increment_is_caught() {
+    explore(
+        "sliding_window::known_bad_sum_then_increment_is_caught",
+        3,
+        || {
+            let clock = ManualClock::new();
+            let counter = Arc::new(SumThenIncrement {
+                stripes: [AtomicU64::new(0), AtomicU64::new(0)],
+                limit: 1,
+                clock: RecordingClock::new(clock),
+            });
+            let c = counter.clone();
+            let first = thread::spawn(move || vec![record(1, || c.try_acquire(0))]);
+            let c = counter.clone();
+            let second = thread::spawn(move || vec![record(1, || c.try_acquire(1))]);
+            let threads = vec![first.join().unwrap(), second.join().unwrap()];
+            assert_sliding_bound(1, 2, &threads);
+        },
+    );
+}

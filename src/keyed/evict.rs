@@ -1,0 +1,393 @@
+//! Bounded memory: eviction of fresh keys, amortised over inserts, and the
+//! hard cap on the number of keys.
+//!
+//! # Eviction
+//!
+//! A key's state is *fresh* when it decides, now and at every later time,
+//! exactly as a new state would (a full bucket with nothing to refill; a window
+//! that counted nothing in the current window). Such a key is removed; if it
+//! comes back, it gets a new state and cannot tell the difference. The property
+//! test in `tests/keyed.rs` runs random operations against a keyed limiter that
+//! sweeps after every request and one that never evicts, and checks they agree
+//! on every decision, retry-after and snapshot.
+//!
+//! Two details make "cannot tell" exact rather than approximate:
+//!
+//! * Freshness is judged under the shard's write lock, so no request holds the
+//!   state while it is removed, and at a time `t` read under that lock. Any
+//!   request that later finds the key missing takes the same lock after, and
+//!   decides at a time `>= t`: every decision reads a *floor*, the latest
+//!   eviction time, and never uses an earlier time, so a clock that steps back
+//!   cannot see the new state differ from the evicted one.
+//! * All keys share the keyed limiter's time origin, so a fixed window's
+//!   windows stay aligned to the same boundaries however often its key is
+//!   recreated.
+//!
+//! # Amortised, incremental, no background thread
+//!
+//! Each shard of the map has a cursor. Every insert of a new key, after
+//! releasing the shard's lock, takes it again for writing and examines the
+//! next `STEP` (8) buckets of that shard's table from the cursor, removing fresh
+//! states. The cost per insert is O(1) (a few control bytes and words), no
+//! request ever scans the map, and the sweep keeps pace with churn: a shard of
+//! `B` buckets is fully swept every `B / STEP` inserts into it, and with the
+//! table at most ~87.5 % full and never more than twice the keys it holds
+//! (hashbrown grows by doubling) that is every `< 2 × keys / STEP`
+//! inserts — the map holds at most about `live / (1 − 2/STEP)` keys, where
+//! `live` is the number of keys not yet fresh.
+//!
+//! Lookups of existing keys never sweep. A map that stops receiving new keys
+//! keeps its stale keys (it is not growing either); [`Keyed::sweep`] removes
+//! them all at once for a caller that wants the memory back, and
+//! [`Keyed::shrink_to_fit`] returns the table memory.
+//!
+//! # The cap
+//!
+//! The number of resident keys never exceeds [`Keyed::max_keys`]: a new key
+//! reserves its place in a counter before it is inserted. At the cap, the new
+//! key first tries to make room: it sweeps its own shard further, then other
+//! shards in rotation, up to `ROOM` (128) buckets in all (a bounded cost, paid only
+//! by new keys at the cap); if that finds nothing fresh — every key there is in active use — the request is decided
+//! by the *overflow* state: one state with the default configuration, shared by
+//! every key that could not get its own. Existing keys keep working as before;
+//! new callers share one limit until room appears; memory stays bounded. The
+//! flood test in `tests/keyed_flood.rs` sends millions of distinct keys and
+//! checks the number of keys and the bytes allocated.
+
+use std::borrow::Borrow;
+use std::hash::{BuildHasher, Hash};
+
+use crossbeam_utils::CachePadded;
+use dashmap::mapref::entry::Entry;
+
+use super::Keyed;
+use super::kind::{Keyable, Refusal};
+use super::reconfig::{decide, pin};
+use crate::error::Denied;
+use crate::limiter::check_request;
+use crate::sync::{AtomicU64, Ordering};
+
+/// Buckets examined after every insert.
+pub(crate) const STEP: usize = 8;
+
+/// Buckets examined, at most, to make room for a new key at the cap.
+pub(crate) const ROOM: usize = 128;
+
+/// Counters for the cap and the sweep.
+#[derive(Debug)]
+pub(crate) struct Sweeper {
+    /// Keys in the map, counting reservations not yet inserted.
+    len: CachePadded<AtomicU64>,
+    max_keys: u64,
+    /// Per shard: where its next sweep starts, in buckets (taken modulo the
+    /// table size, which changes as the table grows).
+    cursors: Box<[AtomicU64]>,
+    /// Written on slow paths only; padded so that they never share a cache
+    /// line with what every request reads.
+    counters: CachePadded<Counters>,
+}
+
+#[derive(Debug)]
+struct Counters {
+    /// Which shard the next search for room visits after the key's own.
+    room: AtomicU64,
+    evicted: AtomicU64,
+    overflowed: AtomicU64,
+}
+
+impl Sweeper {
+    pub(crate) fn new(shards: usize, max_keys: usize) -> Self {
+        Sweeper {
+            len: CachePadded::new(AtomicU64::new(0)),
+            max_keys: max_keys as u64,
+            cursors: (0..shards).map(|_| AtomicU64::new(0)).collect(),
+            counters: CachePadded::new(Counters {
+                room: AtomicU64::new(0),
+                evicted: AtomicU64::new(0),
+                overflowed: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    pub(crate) fn set_max_keys(&mut self, max_keys: usize) {
+        self.max_keys = max_keys as u64;
+    }
+
+    pub(crate) fn max_keys(&self) -> usize {
+        self.max_keys as usize
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        // Relaxed: a count; it orders nothing.
+        self.len.load(Ordering::Relaxed) as usize
+    }
+
+    /// Takes a place for a new key, if there is one. Exact under races: the
+    /// count is reserved before the check.
+    pub(crate) fn reserve(&self) -> bool {
+        // Relaxed throughout: a counter, not a publication.
+        if self.len.load(Ordering::Relaxed) >= self.max_keys {
+            return false;
+        }
+        if self.len.fetch_add(1, Ordering::Relaxed) < self.max_keys {
+            true
+        } else {
+            self.len.fetch_sub(1, Ordering::Relaxed);
+            false
+        }
+    }
+
+    pub(crate) fn release(&self, keys: u64) {
+        self.len.fetch_sub(keys, Ordering::Relaxed);
+    }
+}
+
+/// Removes the fresh states among `$indices` (each below the table's bucket
+/// count) of `$table`, a shard's raw table under its write lock held by the
+/// caller; evaluates to how many it removed. A macro because dashmap does not
+/// name the table's type (hashbrown's `RawTable`).
+macro_rules! evict_fresh {
+    ($keyed:ident, $table:ident, $indices:expr) => {{
+        let now = $keyed.now();
+        // SAFETY: the caller holds the shard's write lock.
+        let record = unsafe { $keyed.default.load_unprotected() };
+        let still_current = || $keyed.default.is_current(record);
+        let view = record.view(&still_current);
+        let mut evicted = 0usize;
+        for index in $indices {
+            // SAFETY: `index < buckets()` (the caller's contract); a bucket is
+            // read only if full; `$table` is the write guard, so no other thread
+            // reads or writes the table, and nothing holds a reference into it.
+            unsafe {
+                if $table.is_bucket_full(index)
+                    && L::is_fresh(&view, $table.bucket(index).as_ref().1.get(), now) == Some(true)
+                {
+                    if evicted == 0 {
+                        // Before the lock is released: whoever finds the key
+                        // gone takes the lock after us and reads the floor then.
+                        $keyed.floor.fetch_max(now, Ordering::Relaxed);
+                    }
+                    let bucket = $table.bucket(index);
+                    $table.erase(bucket);
+                    evicted += 1;
+                }
+            }
+        }
+        $keyed.sweeper.release(evicted as u64);
+        // Relaxed: a statistic.
+        $keyed
+            .sweeper
+            .counters
+            .evicted
+            .fetch_add(evicted as u64, Ordering::Relaxed);
+        evicted
+    }};
+}
+
+impl<K, L, S> Keyed<K, L, S>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+    L: Keyable,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+{
+    /// A request for a key not in the map: insert it (if there is room), sweep
+    /// a little, or fall back to the overflow state.
+    #[cold]
+    pub(super) fn acquire_new<Q>(&self, key: &Q, n: u32) -> Result<(), Denied>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        {
+            let _guard = pin();
+            // SAFETY: pinned while the record is used.
+            let capacity = L::capacity(&unsafe { self.default.load_unprotected() }.current);
+            // A request that can never succeed creates nothing.
+            check_request(n, capacity)?;
+        }
+        let shard = self.map.determine_map(key);
+        let mut room_searches = 0;
+        loop {
+            if self.sweeper.reserve() {
+                let outcome = match self.map.entry(key.to_owned()) {
+                    Entry::Occupied(entry) => {
+                        self.sweeper.release(1);
+                        let now = self.now();
+                        // SAFETY: `entry` holds the shard's write lock.
+                        return unsafe {
+                            decide(&self.default, |view| {
+                                L::acquire(view, entry.get(), now, n).map(drop)
+                            })
+                        };
+                    }
+                    Entry::Vacant(entry) => {
+                        let now = self.now();
+                        // SAFETY: `entry` holds the shard's write lock.
+                        let record = unsafe { self.default.load_unprotected() };
+                        let still_current = || self.default.is_current(record);
+                        // Tagged with the record read under the write lock: a
+                        // reconfiguration that published a newer one visits this
+                        // shard after us (see `Keyed::settle_all`).
+                        let state = L::fresh(record.tag);
+                        match L::acquire(&record.view(&still_current), &state, now, n) {
+                            Ok(_) => {
+                                drop(entry.insert(state));
+                                Ok(())
+                            }
+                            // A denied fresh state is still fresh: keep nothing.
+                            Err(refusal) => {
+                                self.sweeper.release(1);
+                                match refusal {
+                                    Refusal::Denied(denied) => Err(denied),
+                                    // Cannot happen (the state has the record's
+                                    // tag), but retrying is always correct.
+                                    Refusal::Stale => continue,
+                                }
+                            }
+                        }
+                    }
+                };
+                self.sweep_step(shard, STEP);
+                return outcome;
+            }
+            // At the cap. The key may have been inserted meanwhile.
+            if let Some(state) = self.map.get(key) {
+                let now = self.now();
+                // SAFETY: `state` holds a read lock on its shard.
+                return unsafe {
+                    decide(&self.default, |view| {
+                        L::acquire(view, &state, now, n).map(drop)
+                    })
+                };
+            }
+            // Bounded: a racing insert can take the room we made, but only twice.
+            if room_searches == 2 || self.make_room(shard) == 0 {
+                break;
+            }
+            room_searches += 1;
+        }
+        self.sweeper
+            .counters
+            .overflowed
+            .fetch_add(1, Ordering::Relaxed);
+        let _guard = pin();
+        let now = self.now();
+        // SAFETY: pinned for the whole call.
+        unsafe {
+            decide(&self.default, |view| {
+                L::acquire(view, &self.overflow, now, n).map(drop)
+            })
+        }
+    }
+
+    /// Examines up to `budget` buckets of shard `shard` from its cursor and
+    /// removes the fresh states; returns how many it removed and examined.
+    fn sweep_step(&self, shard: usize, budget: usize) -> (usize, usize) {
+        let mut table = self.map.shards()[shard].write();
+        // Relaxed: only spreads sweeps over the table; any value is correct.
+        let start =
+            self.sweeper.cursors[shard].fetch_add(budget as u64, Ordering::Relaxed) as usize;
+        let buckets = table.buckets();
+        let examined = budget.min(buckets);
+        let evicted = evict_fresh!(
+            self,
+            table,
+            (0..examined).map(|i| (start + i) & (buckets - 1))
+        );
+        (evicted, examined)
+    }
+
+    /// Looks for fresh keys to evict at the cap: the key's own shard first,
+    /// then the others in rotation, `ROOM` buckets at most; returns how many
+    /// it evicted.
+    fn make_room(&self, own: usize) -> usize {
+        let shards = self.map.shards().len();
+        // Relaxed: spreads searches over the shards; any value is correct.
+        let next = self.sweeper.counters.room.fetch_add(1, Ordering::Relaxed) as usize;
+        let mut budget = ROOM;
+        for i in 0..shards {
+            let shard = if i == 0 {
+                own
+            } else {
+                (own + next + i) % shards
+            };
+            let (evicted, examined) = self.sweep_step(shard, budget);
+            budget -= examined;
+            if evicted > 0 || budget == 0 {
+                return evicted;
+            }
+        }
+        0
+    }
+
+    /// Removes every fresh key now, visiting the whole map (O(keys), one shard
+    /// at a time under its write lock); returns how many it removed. Not needed
+    /// for bounded memory — inserts sweep as they go — but frees the keys of a
+    /// map that stopped growing.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::keyed::{BucketConfig, Keyed};
+    /// use tollgate::{ManualClock, Rate, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let cfg = BucketConfig::new(1, Rate::per_second(1)).unwrap();
+    /// let per_key = Keyed::<u32, TokenBucket<ManualClock>>::with_clock(cfg, clock.clone());
+    /// per_key.try_acquire(&1).unwrap();
+    /// assert_eq!(per_key.sweep(), 0); // still refilling
+    /// clock.advance(Duration::from_secs(1));
+    /// assert_eq!(per_key.sweep(), 1);
+    /// ```
+    pub fn sweep(&self) -> usize {
+        let mut evicted = 0;
+        for shard in self.map.shards() {
+            let mut table = shard.write();
+            let buckets = table.buckets();
+            evicted += evict_fresh!(self, table, 0..buckets);
+        }
+        evicted
+    }
+
+    /// Keys removed by eviction so far.
+    ///
+    /// ```
+    /// # use tollgate::keyed::{BucketConfig, Keyed};
+    /// # use tollgate::{Rate, TokenBucket};
+    /// let per_key = Keyed::<u32, TokenBucket>::new(BucketConfig::new(5, Rate::per_second(5)).unwrap());
+    /// assert_eq!(per_key.evicted(), 0);
+    /// ```
+    pub fn evicted(&self) -> u64 {
+        self.sweeper.counters.evicted.load(Ordering::Relaxed)
+    }
+
+    /// Requests decided by the shared overflow state because the map was at
+    /// its cap.
+    ///
+    /// ```
+    /// use tollgate::keyed::{BucketConfig, Keyed};
+    /// use tollgate::{Rate, TokenBucket};
+    ///
+    /// let cfg = BucketConfig::new(5, Rate::per_hour(5)).unwrap();
+    /// let per_key = Keyed::<u32, TokenBucket>::new(cfg).with_max_keys(1);
+    /// per_key.try_acquire(&1).unwrap();
+    /// per_key.try_acquire(&2).unwrap(); // no room: shares the overflow bucket
+    /// assert_eq!((per_key.len(), per_key.overflowed()), (1, 1));
+    /// ```
+    pub fn overflowed(&self) -> u64 {
+        self.sweeper.counters.overflowed.load(Ordering::Relaxed)
+    }
+
+    /// Gives the hash tables' unused memory back (tables never shrink by
+    /// themselves). Locks each shard in turn; run [`sweep`](Keyed::sweep) first.
+    ///
+    /// ```
+    /// # use tollgate::keyed::{BucketConfig, Keyed};
+    /// # use tollgate::{Rate, TokenBucket};
+    /// let per_key = Keyed::<u32, TokenBucket>::new(BucketConfig::new(5, Rate::per_second(5)).unwrap());
+    /// per_key.sweep();
+    /// per_key.shrink_to_fit();
+    /// ```
+    pub fn shrink_to_fit(&self) {
+        self.map.shrink_to_fit();
+    }
+}

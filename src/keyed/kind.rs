@@ -1,0 +1,214 @@
+//! The contract between the keyed layer and a limiter kind: a shared, validated
+//! configuration and a small per-key state, with the operations the layer needs
+//! (decide, peek, refund, snapshot, "is this state fresh?", carry over a
+//! reconfiguration).
+
+use std::fmt;
+
+use crate::clock::Clock;
+use crate::error::Denied;
+use crate::limiter::Snapshot;
+
+/// The tag bit of a one-word state: which of two consecutive configurations the
+/// rest of the word was last written under (see [`View`]). Every one-word
+/// machine in tollgate keeps its state below 2^63, so bit 63 is free.
+pub(crate) const TAG: u64 = 1 << 63;
+
+/// What to do with a limiter's current state when its configuration changes.
+///
+/// Bucket4j's token-inheritance strategies, less its "as is" (which would leave
+/// a full bucket less than full when the capacity grows, so a key would behave
+/// differently depending on whether it had been evicted — see `docs/keyed.md`).
+/// Every strategy here maps a fresh state to a fresh state.
+///
+/// ```
+/// use tollgate::keyed::{BucketConfig, Carry, Tunable};
+/// use tollgate::{ManualClock, Rate, RateLimiter, TokenBucket};
+///
+/// let clock = ManualClock::new();
+/// let cfg = BucketConfig::new(10, Rate::per_second(10)).unwrap();
+/// let limiter = Tunable::<TokenBucket<ManualClock>>::with_clock(cfg, clock.clone());
+/// limiter.try_acquire_n(6).unwrap(); // 4 of 10 left
+///
+/// // Proportional: 40 % left stays 40 % left.
+/// limiter.reconfigure(BucketConfig::new(20, Rate::per_second(20)).unwrap(), Carry::Proportional);
+/// assert_eq!(limiter.snapshot().available, 8);
+/// // Additive: the 12 permits in use stay in use.
+/// limiter.reconfigure(BucketConfig::new(30, Rate::per_second(20)).unwrap(), Carry::Additive);
+/// assert_eq!(limiter.snapshot().available, 18);
+/// // Reset: full.
+/// limiter.reconfigure(BucketConfig::new(5, Rate::per_second(5)).unwrap(), Carry::Reset);
+/// assert_eq!(limiter.snapshot().available, 5);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Carry {
+    /// The fraction of the capacity in use is kept (rounded towards "in use"):
+    /// a bucket 40 % full stays 40 % full. The default: a quota change neither
+    /// hands out a burst nor locks anyone out.
+    #[default]
+    Proportional,
+    /// The permits in use are kept, capped at the new capacity: raising the
+    /// capacity by 10 makes 10 more permits available at once.
+    Additive,
+    /// Every state starts afresh, full.
+    Reset,
+}
+
+/// A decision a kind could not make, and why.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(unreachable_pub)] // sealed: public only because `Keyable` mentions it
+pub enum Refusal {
+    /// The limiter's answer: denied.
+    Denied(Denied),
+    /// The configuration this call started with has been replaced and the state
+    /// already carried over to its successor: reload the configuration and retry.
+    Stale,
+}
+
+impl From<Denied> for Refusal {
+    fn from(denied: Denied) -> Self {
+        Refusal::Denied(denied)
+    }
+}
+
+/// One configuration as a state sees it: the configuration in force, the one
+/// before it (for states not yet carried over), the carry strategy between them,
+/// and the tag that marks states already carried over.
+///
+/// A configuration change publishes a new record with the tag flipped; a state
+/// whose tag differs was last written under `previous` and is carried over
+/// (by compare-and-swap) the first time it is touched, so every state's history
+/// is a run of decisions under one configuration, one carry, a run under the
+/// next. `still_current` tells a state that looks stale from one that has moved
+/// on to a newer record than this view's (see `reconfig.rs`).
+#[doc(hidden)]
+#[allow(unreachable_pub)] // sealed: public only because `Keyable` mentions it
+pub struct View<'a, G> {
+    pub(crate) current: &'a G,
+    pub(crate) previous: &'a G,
+    pub(crate) carry: Carry,
+    /// `0` or [`TAG`].
+    pub(crate) tag: u64,
+    pub(crate) still_current: &'a dyn Fn() -> bool,
+}
+
+impl<G> Clone for View<'_, G> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<G> Copy for View<'_, G> {}
+
+impl<'a, G> View<'a, G> {
+    /// The same view of one part of a combined configuration.
+    pub(crate) fn map<H>(&self, part: impl Fn(&'a G) -> &'a H) -> View<'a, H> {
+        View {
+            current: part(self.current),
+            previous: part(self.previous),
+            carry: self.carry,
+            tag: self.tag,
+            still_current: self.still_current,
+        }
+    }
+}
+
+impl<G: fmt::Debug> fmt::Debug for View<'_, G> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("View")
+            .field("current", self.current)
+            .field("previous", self.previous)
+            .field("carry", &self.carry)
+            .field("tag", &(self.tag != 0))
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) mod sealed {
+    /// Only tollgate's limiters (and combinations of them) are keyable: the
+    /// layer relies on their states being exactly comparable with a fresh one.
+    #[allow(unreachable_pub)]
+    pub trait Sealed {}
+}
+
+/// A limiter kind that the keyed layer can run per key: [`Keyed`](super::Keyed)
+/// and [`Tunable`](super::Tunable) are generic over it.
+///
+/// It splits a limiter into a shared, validated [`Config`](Keyable::Config) and
+/// a small per-key state (one `AtomicU64` for the token bucket and the fixed
+/// window, the same word as the direct limiter's), so a key costs what the key
+/// and its word cost and nothing else. It is implemented for [`TokenBucket`],
+/// [`FixedWindow`], their locking twins, and tuples of them
+/// (`(TokenBucket, TokenBucket)` is "both limits must admit", see
+/// [`combined`](super::combined)).
+///
+/// The trait is sealed; its hidden methods are the layer's contract with a kind,
+/// described in `docs/keyed.md` for whoever adds a kind to tollgate.
+///
+/// [`TokenBucket`]: crate::TokenBucket
+/// [`FixedWindow`]: crate::FixedWindow
+pub trait Keyable: sealed::Sealed + Sized {
+    /// The validated configuration shared by every key (e.g.
+    /// [`BucketConfig`](super::BucketConfig)).
+    type Config: Clone + fmt::Debug + PartialEq + Send + Sync + 'static;
+    /// The clock the limiter reads.
+    type Clock: Clock;
+    #[doc(hidden)]
+    type State: Send + Sync;
+    #[doc(hidden)]
+    type Receipt: Copy;
+
+    /// The most permits one request can get under `config`.
+    fn capacity(config: &Self::Config) -> u32;
+
+    /// A state that has admitted nothing, tagged `tag`.
+    #[doc(hidden)]
+    fn fresh(tag: u64) -> Self::State;
+
+    /// Admits `n` permits at `now` or says why not; a denial writes nothing
+    /// (a state not yet carried over may be carried over). The receipt is what
+    /// [`refund`](Keyable::refund) needs to give the permits back.
+    #[doc(hidden)]
+    fn acquire(
+        view: &View<'_, Self::Config>,
+        state: &Self::State,
+        now: u64,
+        n: u32,
+    ) -> Result<Self::Receipt, Refusal>;
+
+    /// What `acquire` would answer, without writing anything.
+    #[doc(hidden)]
+    fn peek(
+        view: &View<'_, Self::Config>,
+        state: &Self::State,
+        now: u64,
+        n: u32,
+    ) -> Result<(), Refusal>;
+
+    /// Gives back permits admitted with `receipt`, as far as that is safe: the
+    /// state afterwards never admits more than if the permits had never been
+    /// taken. See [`combined`](super::combined) for what each kind returns.
+    #[doc(hidden)]
+    fn refund(
+        view: &View<'_, Self::Config>,
+        state: &Self::State,
+        receipt: Self::Receipt,
+        n: u32,
+        now: u64,
+    );
+
+    /// The state as a snapshot; `None` if the view is stale.
+    #[doc(hidden)]
+    fn snapshot(view: &View<'_, Self::Config>, state: &Self::State, now: u64) -> Option<Snapshot>;
+
+    /// Whether the state decides, at `now` and at every later time, exactly as
+    /// [`fresh`](Keyable::fresh) does; `None` if the view is stale.
+    #[doc(hidden)]
+    fn is_fresh(view: &View<'_, Self::Config>, state: &Self::State, now: u64) -> Option<bool>;
+
+    /// Carries a state written under the view's previous configuration over to
+    /// its current one. `false` if the view is stale.
+    #[doc(hidden)]
+    fn settle(view: &View<'_, Self::Config>, state: &Self::State, now: u64) -> bool;
+}

@@ -1,0 +1,557 @@
+//! The one-word limiters as keyed kinds: their configurations, the per-key
+//! word (an unpadded `AtomicU64`, or a `u64` under a mutex for the twins), and
+//! how each carries its word over a reconfiguration and refunds permits.
+//!
+//! The decisions are the limiters' own decision functions
+//! ([`WordMachine::decide`]), so a keyed token bucket decides exactly as a
+//! [`TokenBucket`] built at the keyed limiter's construction would.
+//!
+//! [`TokenBucket`]: crate::TokenBucket
+
+use std::fmt;
+use std::time::Duration;
+
+use super::kind::{Carry, Keyable, Refusal, TAG, View, sealed::Sealed};
+use crate::clock::Clock;
+use crate::error::ConfigError;
+use crate::fixed_window::machine::WindowCounter;
+use crate::fixed_window::{FixedWindow, LockingFixedWindow};
+use crate::limiter::{Snapshot, check_request};
+use crate::rate::Rate;
+use crate::sync::{AtomicU64, Ordering};
+use crate::token_bucket::machine::Gcra;
+use crate::token_bucket::{LockingTokenBucket, TokenBucket};
+use crate::word::WordMachine;
+
+/// The configuration of a keyed or tunable [`TokenBucket`]: a capacity and a
+/// refill rate, validated once.
+///
+/// ```
+/// use tollgate::keyed::BucketConfig;
+/// use tollgate::{ConfigError, Rate};
+///
+/// let cfg = BucketConfig::new(10, Rate::per_second(5)).unwrap();
+/// assert_eq!((cfg.capacity(), cfg.rate()), (10, Rate::per_second(5)));
+/// assert_eq!(BucketConfig::new(0, Rate::per_second(5)).unwrap_err(), ConfigError::ZeroCapacity);
+/// ```
+#[derive(Clone, Copy)]
+pub struct BucketConfig {
+    capacity: u32,
+    rate: Rate,
+    gcra: Gcra,
+}
+
+impl BucketConfig {
+    /// A bucket of `capacity` permits refilled at `rate`, with the errors of
+    /// [`TokenBucket::new`].
+    ///
+    /// ```
+    /// use tollgate::keyed::BucketConfig;
+    /// use tollgate::Rate;
+    /// assert!(BucketConfig::new(100, Rate::per_minute(100)).is_ok());
+    /// ```
+    pub fn new(capacity: u32, rate: Rate) -> Result<Self, ConfigError> {
+        Ok(BucketConfig {
+            capacity,
+            rate,
+            gcra: Gcra::new(capacity, rate)?,
+        })
+    }
+
+    /// The burst capacity.
+    ///
+    /// ```
+    /// # use tollgate::{keyed::BucketConfig, Rate};
+    /// assert_eq!(BucketConfig::new(3, Rate::per_second(1)).unwrap().capacity(), 3);
+    /// ```
+    pub fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    /// The refill rate.
+    ///
+    /// ```
+    /// # use tollgate::{keyed::BucketConfig, Rate};
+    /// assert_eq!(BucketConfig::new(3, Rate::per_second(1)).unwrap().rate(), Rate::per_second(1));
+    /// ```
+    pub fn rate(&self) -> Rate {
+        self.rate
+    }
+}
+
+impl PartialEq for BucketConfig {
+    fn eq(&self, other: &Self) -> bool {
+        // The machine is a function of these two.
+        (self.capacity, self.rate) == (other.capacity, other.rate)
+    }
+}
+
+impl Eq for BucketConfig {}
+
+impl fmt::Debug for BucketConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BucketConfig")
+            .field("capacity", &self.capacity)
+            .field("rate", &self.rate)
+            .finish()
+    }
+}
+
+/// The configuration of a keyed or tunable [`FixedWindow`]: a limit per window,
+/// validated once.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::keyed::WindowConfig;
+/// use tollgate::Rate;
+///
+/// let cfg = WindowConfig::new(Rate::per_minute(100)).unwrap();
+/// assert_eq!((cfg.limit(), cfg.window()), (100, Duration::from_secs(60)));
+/// ```
+#[derive(Clone, Copy)]
+pub struct WindowConfig {
+    rate: Rate,
+    counter: WindowCounter,
+}
+
+impl WindowConfig {
+    /// `rate.permits()` per aligned window of `rate.period()`, with the errors
+    /// of [`FixedWindow::new`].
+    ///
+    /// ```
+    /// use tollgate::keyed::WindowConfig;
+    /// use tollgate::{ConfigError, Rate};
+    /// assert_eq!(WindowConfig::new(Rate::per_second(0)).unwrap_err(), ConfigError::ZeroRate);
+    /// ```
+    pub fn new(rate: Rate) -> Result<Self, ConfigError> {
+        Ok(WindowConfig {
+            rate,
+            counter: WindowCounter::new(rate)?,
+        })
+    }
+
+    /// Permits per window.
+    ///
+    /// ```
+    /// # use tollgate::{keyed::WindowConfig, Rate};
+    /// assert_eq!(WindowConfig::new(Rate::per_hour(7)).unwrap().limit(), 7);
+    /// ```
+    pub fn limit(&self) -> u32 {
+        self.rate.permits()
+    }
+
+    /// The window's length.
+    ///
+    /// ```
+    /// # use tollgate::{keyed::WindowConfig, Rate};
+    /// assert_eq!(WindowConfig::new(Rate::per_hour(7)).unwrap().window().as_secs(), 3600);
+    /// ```
+    pub fn window(&self) -> Duration {
+        self.rate.period()
+    }
+}
+
+impl PartialEq for WindowConfig {
+    fn eq(&self, other: &Self) -> bool {
+        self.rate == other.rate
+    }
+}
+
+impl Eq for WindowConfig {}
+
+impl fmt::Debug for WindowConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WindowConfig")
+            .field("limit", &self.limit())
+            .field("window", &self.window())
+            .finish()
+    }
+}
+
+/// A one-word decision function the keyed layer can reconfigure and refund.
+pub(crate) trait Carried: WordMachine {
+    /// The state under `to` that carries `state` (under `from`) over at `now`.
+    /// Maps every fresh state to a fresh one, whatever `carry`.
+    fn carry(from: &Self, to: &Self, state: u64, now: u64, carry: Carry) -> u64;
+
+    /// `state` less the permits admitted when `written` was stored, as far as
+    /// that is safe at `now`; `None` when nothing can be given back.
+    fn refund(&self, state: u64, written: u64, n: u32, now: u64) -> Option<u64>;
+}
+
+/// `numerator / denominator` of `x`, rounded up, in 128 bits.
+fn scale_up(x: u64, numerator: u64, denominator: u64) -> u64 {
+    let scaled = (u128::from(x) * u128::from(numerator)).div_ceil(u128::from(denominator.max(1)));
+    u64::try_from(scaled).unwrap_or(u64::MAX)
+}
+
+/// The GCRA word is the theoretical arrival time (see `token_bucket`'s state
+/// table): `TAT − now` is the *debt*, the refill time until the bucket is full.
+impl Carried for Gcra {
+    fn carry(from: &Self, to: &Self, tat: u64, now: u64, carry: Carry) -> u64 {
+        let interval = |g: &Gcra| g.interval().as_nanos() as u64;
+        let tolerance = |g: &Gcra| interval(g) * u64::from(g.capacity());
+        // A stale reading can see a TAT past `now + tolerance`; no state holds
+        // more debt than a whole bucket.
+        let debt = tat.saturating_sub(now).min(tolerance(from));
+        let debt = match carry {
+            // The fraction in use: debt / tolerance.
+            Carry::Proportional => scale_up(debt, tolerance(to), tolerance(from)),
+            // The permits in use: debt / interval.
+            Carry::Additive => scale_up(debt, interval(to), interval(from)).min(tolerance(to)),
+            Carry::Reset => 0,
+        };
+        // `now <= 2^62` and `debt <= tolerance <= 2^62`: no overflow.
+        if debt == 0 { Self::INITIAL } else { now + debt }
+    }
+
+    /// Gives back the part of the admission's reservation that has not yet
+    /// elapsed: at most `n` intervals, and at most `written − now`. Within one
+    /// call (`now` = the admission's own decision time) that is all of it.
+    ///
+    /// Why that never over-admits: the admission wrote `written = base + n·I`.
+    /// A later admission at `t ≤ now` either stacked on it (its base was the
+    /// TAT, so removing `x ≤ n·I` from every later TAT is exactly "as if ours
+    /// never happened") or found the bucket full (`t > TAT ≥ written`), which
+    /// cannot happen while `now < written`; as `now` passes `written` the part
+    /// that is safe to give back shrinks to `written − now`, and to nothing.
+    fn refund(&self, tat: u64, written: u64, n: u32, now: u64) -> Option<u64> {
+        let reserved = u64::from(n) * self.interval().as_nanos() as u64;
+        let give = reserved.min(written.saturating_sub(now));
+        (give > 0).then(|| tat.saturating_sub(give))
+    }
+}
+
+/// Bits of the fixed window's count field for `limit`: the layout documented
+/// in `fixed_window`'s state table (checked by a test below).
+fn count_bits(limit: u32) -> u32 {
+    u32::BITS - limit.leading_zeros()
+}
+
+/// The fixed window's word packs `(window index << b) | count`.
+impl Carried for WindowCounter {
+    fn carry(from: &Self, to: &Self, state: u64, now: u64, carry: Carry) -> u64 {
+        let used = u64::from(from.capacity() - from.snapshot(state, now).available);
+        let used = match carry {
+            Carry::Proportional => {
+                scale_up(used, u64::from(to.capacity()), u64::from(from.capacity()))
+            }
+            Carry::Additive => used.min(u64::from(to.capacity())),
+            Carry::Reset => 0,
+        };
+        if used == 0 {
+            return Self::INITIAL;
+        }
+        // `1 <= used <= limit`, so a fresh window admits it: the word for
+        // "`used` counted in the window of `now`".
+        to.decide(Self::INITIAL, now, used as u32)
+            .unwrap_or(Self::INITIAL)
+    }
+
+    /// Gives the permits back while their window is still the current one;
+    /// once the window has moved on they no longer count against anything.
+    fn refund(&self, state: u64, written: u64, n: u32, _now: u64) -> Option<u64> {
+        let bits = count_bits(self.capacity());
+        let count = state & ((1 << bits) - 1);
+        (state >> bits == written >> bits && count >= u64::from(n)).then(|| state - u64::from(n))
+    }
+}
+
+/// Where a keyed word lives.
+pub(crate) trait WordCell: Send + Sync {
+    fn new(word: u64) -> Self;
+
+    fn load(&self) -> u64;
+
+    /// Applies `f` until its result is stored or it refuses; returns the word
+    /// stored. `f` may run several times and must be pure.
+    fn update<E>(&self, f: impl FnMut(u64) -> Result<u64, E>) -> Result<u64, E>;
+}
+
+/// One `AtomicU64`, unpadded: keys are many, and one cache line per key would
+/// cost 128 bytes where the word needs 8.
+#[doc(hidden)]
+#[derive(Debug)]
+#[allow(unreachable_pub)] // sealed: public only as `Keyable::State`
+pub struct AtomicWord(AtomicU64);
+
+impl WordCell for AtomicWord {
+    fn new(word: u64) -> Self {
+        AtomicWord(AtomicU64::new(word))
+    }
+
+    #[inline]
+    fn load(&self) -> u64 {
+        // Acquire, not the fixed limiters' Relaxed: a word carried over to a
+        // newer configuration record (Release) must be seen together with that
+        // record (see `reconfig`). A plain load on x86.
+        self.0.load(Ordering::Acquire)
+    }
+
+    #[inline]
+    fn update<E>(&self, mut f: impl FnMut(u64) -> Result<u64, E>) -> Result<u64, E> {
+        let mut current = self.load();
+        loop {
+            let next = f(current)?;
+            // AcqRel: Release publishes a carry-over with its record; Acquire
+            // as in `load`. The same `lock cmpxchg` as Relaxed on x86.
+            match self
+                .0
+                .compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Ok(next),
+                Err(actual) => current = actual,
+            }
+        }
+    }
+}
+
+/// The twins' word: a `u64` under a `parking_lot` mutex (16 bytes).
+#[doc(hidden)]
+#[derive(Debug)]
+#[allow(unreachable_pub)] // sealed: public only as `Keyable::State`
+pub struct LockedWord(parking_lot::Mutex<u64>);
+
+impl WordCell for LockedWord {
+    fn new(word: u64) -> Self {
+        LockedWord(parking_lot::Mutex::new(word))
+    }
+
+    fn load(&self) -> u64 {
+        *self.0.lock()
+    }
+
+    fn update<E>(&self, mut f: impl FnMut(u64) -> Result<u64, E>) -> Result<u64, E> {
+        let mut word = self.0.lock();
+        *word = f(*word)?;
+        Ok(*word)
+    }
+}
+
+/// A configuration with a one-word machine inside.
+pub(crate) trait WordConfig {
+    type Machine: Carried;
+    fn machine(&self) -> &Self::Machine;
+}
+
+impl WordConfig for BucketConfig {
+    type Machine = Gcra;
+    fn machine(&self) -> &Gcra {
+        &self.gcra
+    }
+}
+
+impl WordConfig for WindowConfig {
+    type Machine = WindowCounter;
+    fn machine(&self) -> &WindowCounter {
+        &self.counter
+    }
+}
+
+/// The untagged state under the view's current configuration: the word itself
+/// if it carries the current tag, carried over if it is stale, or `Stale` if it
+/// has moved on to a newer record than the view's.
+#[inline]
+fn resolve<G: WordConfig>(view: &View<'_, G>, word: u64, now: u64) -> Result<u64, Refusal> {
+    if word & TAG == view.tag {
+        Ok(word & !TAG)
+    } else if (view.still_current)() {
+        Ok(G::Machine::carry(
+            view.previous.machine(),
+            view.current.machine(),
+            word & !TAG,
+            now,
+            view.carry,
+        ))
+    } else {
+        Err(Refusal::Stale)
+    }
+}
+
+#[inline]
+fn acquire<G: WordConfig, W: WordCell>(
+    view: &View<'_, G>,
+    cell: &W,
+    now: u64,
+    n: u32,
+) -> Result<u64, Refusal> {
+    let machine = view.current.machine();
+    check_request(n, machine.capacity())?;
+    cell.update(|word| {
+        let state = resolve(view, word, now)?;
+        Ok(view.tag | machine.decide(state, now, n)?)
+    })
+}
+
+fn peek<G: WordConfig, W: WordCell>(
+    view: &View<'_, G>,
+    cell: &W,
+    now: u64,
+    n: u32,
+) -> Result<(), Refusal> {
+    let machine = view.current.machine();
+    check_request(n, machine.capacity())?;
+    let state = resolve(view, cell.load(), now)?;
+    machine.decide(state, now, n)?;
+    Ok(())
+}
+
+fn refund<G: WordConfig, W: WordCell>(
+    view: &View<'_, G>,
+    cell: &W,
+    written: u64,
+    n: u32,
+    now: u64,
+) {
+    let machine = view.current.machine();
+    let _ = cell.update(|word| {
+        // A carry-over in between changed what the word means: keep it.
+        if word & TAG != written & TAG {
+            return Err(());
+        }
+        machine
+            .refund(word & !TAG, written & !TAG, n, now)
+            .map(|state| state | (word & TAG))
+            .ok_or(())
+    });
+}
+
+fn snapshot<G: WordConfig, W: WordCell>(
+    view: &View<'_, G>,
+    cell: &W,
+    now: u64,
+) -> Option<Snapshot> {
+    let state = resolve(view, cell.load(), now).ok()?;
+    Some(view.current.machine().snapshot(state, now))
+}
+
+/// Fresh means full with nothing to refill: for both machines that is exactly
+/// "decides as the initial word does, now and from now on" (a GCRA word with
+/// `TAT <= now`; a window word counting nothing in the current window).
+fn is_fresh<G: WordConfig, W: WordCell>(view: &View<'_, G>, cell: &W, now: u64) -> Option<bool> {
+    let snap = snapshot(view, cell, now)?;
+    Some(snap.available == snap.capacity && snap.until_full.is_zero())
+}
+
+fn settle<G: WordConfig, W: WordCell>(view: &View<'_, G>, cell: &W, now: u64) -> bool {
+    let result = cell.update(|word| {
+        if word & TAG == view.tag {
+            return Err(true);
+        }
+        resolve(view, word, now)
+            .map(|state| state | view.tag)
+            .map_err(|_| false)
+    });
+    !matches!(result, Err(false))
+}
+
+macro_rules! word_kind {
+    ($limiter:ident, $config:ty, $cell:ty) => {
+        impl<C: Clock> Sealed for $limiter<C> {}
+
+        impl<C: Clock> Keyable for $limiter<C> {
+            type Config = $config;
+            type Clock = C;
+            type State = $cell;
+            type Receipt = u64;
+
+            fn capacity(config: &$config) -> u32 {
+                config.machine().capacity()
+            }
+
+            fn fresh(tag: u64) -> $cell {
+                <$cell>::new(tag | <<$config as WordConfig>::Machine as WordMachine>::INITIAL)
+            }
+
+            #[inline]
+            fn acquire(
+                view: &View<'_, $config>,
+                state: &$cell,
+                now: u64,
+                n: u32,
+            ) -> Result<u64, Refusal> {
+                acquire(view, state, now, n)
+            }
+
+            fn peek(
+                view: &View<'_, $config>,
+                state: &$cell,
+                now: u64,
+                n: u32,
+            ) -> Result<(), Refusal> {
+                peek(view, state, now, n)
+            }
+
+            fn refund(view: &View<'_, $config>, state: &$cell, receipt: u64, n: u32, now: u64) {
+                refund(view, state, receipt, n, now)
+            }
+
+            fn snapshot(view: &View<'_, $config>, state: &$cell, now: u64) -> Option<Snapshot> {
+                snapshot(view, state, now)
+            }
+
+            fn is_fresh(view: &View<'_, $config>, state: &$cell, now: u64) -> Option<bool> {
+                is_fresh(view, state, now)
+            }
+
+            fn settle(view: &View<'_, $config>, state: &$cell, now: u64) -> bool {
+                settle(view, state, now)
+            }
+        }
+    };
+}
+
+word_kind!(TokenBucket, BucketConfig, AtomicWord);
+word_kind!(LockingTokenBucket, BucketConfig, LockedWord);
+word_kind!(FixedWindow, WindowConfig, AtomicWord);
+word_kind!(LockingFixedWindow, WindowConfig, LockedWord);
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// `count_bits` and the refund rely on the documented packing of the fixed
+    /// window's word; this fails if that layout ever changes.
+    #[test]
+    fn window_word_layout_is_as_documented() {
+        for limit in [1u32, 2, 3, 7, 8, 100, 1000, u32::MAX / 4] {
+            let window = u64::from(limit) * 10;
+            let counter =
+                WindowCounter::new(Rate::new(limit, Duration::from_nanos(window))).unwrap();
+            for now in [0, window - 1, window, 5 * window + 3] {
+                for n in [1, limit / 2 + 1, limit] {
+                    let word = counter.decide(WindowCounter::INITIAL, now, n).unwrap();
+                    assert_eq!(word, ((now / window) << count_bits(limit)) | u64::from(n));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn gcra_word_is_the_theoretical_arrival_time() {
+        let gcra = Gcra::new(10, Rate::per_second(10)).unwrap();
+        assert_eq!(
+            gcra.decide(Gcra::INITIAL, 1_000, 3).unwrap(),
+            1_000 + 300_000_000
+        );
+    }
+
+    #[test]
+    fn carrying_a_fresh_state_gives_a_fresh_state() {
+        let a = Gcra::new(10, Rate::per_second(10)).unwrap();
+        let b = Gcra::new(3, Rate::per_minute(7)).unwrap();
+        let wa = WindowCounter::new(Rate::per_second(10)).unwrap();
+        let wb = WindowCounter::new(Rate::per_minute(3)).unwrap();
+        for carry in [Carry::Proportional, Carry::Additive, Carry::Reset] {
+            for now in [0, 1, 10_000_000_000] {
+                assert_eq!(
+                    Gcra::carry(&a, &b, Gcra::INITIAL, now, carry),
+                    Gcra::INITIAL
+                );
+                assert_eq!(Gcra::carry(&a, &b, now, now, carry), Gcra::INITIAL);
+                let w = WindowCounter::carry(&wa, &wb, WindowCounter::INITIAL, now, carry);
+                assert_eq!(wb.snapshot(w, now).available, 3);
+            }
+        }
+    }
+}

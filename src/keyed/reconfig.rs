@@ -1,0 +1,590 @@
+//! Runtime reconfiguration: a configuration record behind a pointer that
+//! requests read without a lock, states carried over to the new record one by
+//! one, and [`Tunable`], a direct limiter built on it.
+//!
+//! # The protocol
+//!
+//! A `Record` holds the configuration in force, the one before it, the
+//! [`Carry`] strategy between them, and a one-bit *tag*. Every state word keeps
+//! the tag of the record it was last written under (bit 63, free in every
+//! one-word machine). A reconfiguration:
+//!
+//! 1. makes sure every state carries the current record's tag (it *settles*
+//!    them: carries over any that still has the previous tag);
+//! 2. publishes a new record — new configuration, `previous` = the old current
+//!    one, tag flipped — by compare-and-swap on the pointer (Release);
+//! 3. settles the states again, now to the new record.
+//!
+//! A request loads the record (Acquire), then the state. If the tags match, it
+//! decides under the record and writes with a CAS, as a fixed limiter would. If
+//! they differ, either the state is stale — written before this record was
+//! published, not yet carried over — and the request carries it over and
+//! decides in the same CAS (Release); or another thread has already carried it
+//! over to a *newer* record than this request's, which the request detects by
+//! reloading the pointer, and it retries with the newer record. Step 1 is what
+//! makes one bit enough: a record is never published while any state still
+//! has the tag of two records back.
+//!
+//! So each state's history is a run of decisions under one configuration, one
+//! carry-over, a run under the next; no request waits for a reconfiguration,
+//! and reconfigurations never wait for requests (a racing reconfiguration is
+//! helped along, not waited for).
+//!
+//! What a request may observe, exactly:
+//!
+//! * **Keys of a [`Keyed`](super::Keyed) map** are linearizable: a request
+//!   holds its shard's read lock from loading the record to its CAS, and a
+//!   reconfiguration carries the keys over under each shard's write lock, so
+//!   every request happens wholly before or wholly after its key's carry-over,
+//!   and a second reconfiguration cannot start until the first has visited
+//!   every shard. The stress test `tests/keyed_reconfig.rs` checks every key's
+//!   final state against the sequential histories.
+//! * **[`Tunable`], per-key overrides and the overflow state** are lock-free
+//!   all the way, and linearizable as long as no single request spans *two*
+//!   complete reconfigurations: the loom models in
+//!   `loom-tests/tests/reconfigure.rs` check exactly that. A request that stalls
+//!   (is preempted) between loading the record and its CAS while two
+//!   reconfigurations complete can find the state carrying its own tag again —
+//!   one bit cannot tell "current" from "two back" — and is then decided under
+//!   the configuration it loaded: one that was in force at some instant during
+//!   the call, applied once, to the state as it then is. Nothing else is
+//!   affected; the next request uses the newest configuration.
+//!
+//! # Reclamation
+//!
+//! Records are freed through crossbeam-epoch: a request pins the epoch, and a
+//! replaced record is destroyed once every thread pinned before the replacement
+//! has unpinned. [`Keyed`](super::Keyed) avoids the pin on its hot path: it
+//! reads its default record only while holding a lock on one of its map's
+//! shards, and its reconfiguration takes every shard's write lock after
+//! publishing (it has to visit every key anyway) before it retires the old
+//! record — the shard locks serve as the grace period.
+//!
+//! crossbeam-epoch is not loom-aware, so under `--cfg loom` `Shared` is a
+//! loom `AtomicPtr` whose replaced values are kept until it drops: the models
+//! check the protocol above with every access visible to loom; reclamation is
+//! crossbeam-epoch's.
+
+use std::fmt;
+
+use super::kind::{Carry, Keyable, Refusal, TAG, View};
+use crate::clock::MonotonicClock;
+use crate::error::Denied;
+use crate::limiter::{RateLimiter, Snapshot};
+use crate::sync::{AtomicU64, Ordering};
+use crate::timeline::Timeline;
+
+pub(crate) use imp::{Shared, pin};
+
+#[cfg(not(loom))]
+mod imp {
+    use crossbeam_epoch::{self as epoch, Atomic, Owned};
+
+    use crate::sync::Ordering;
+
+    pub(crate) use crossbeam_epoch::Guard;
+
+    /// Pins the current thread's epoch: nothing loaded from a [`Shared`] after
+    /// this is freed before the guard drops.
+    #[inline]
+    pub(crate) fn pin() -> Guard {
+        epoch::pin()
+    }
+
+    /// A value replaced by compare-and-swap, reclaimed through the epoch.
+    pub(crate) struct Shared<T>(Atomic<T>);
+
+    impl<T> Shared<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Shared(Atomic::new(value))
+        }
+
+        /// The current value, alive as long as the guard.
+        #[inline]
+        pub(crate) fn load<'g>(&self, guard: &'g Guard) -> &'g T {
+            // Acquire: pairs with the AcqRel of `compare_exchange`, so the new
+            // value's contents are visible before it is used.
+            let value = self.0.load(Ordering::Acquire, guard);
+            // SAFETY: never null (set at construction, only ever replaced by
+            // another value); a replaced value is retired only after it is
+            // unreachable, and epoch destroys it only after every thread pinned
+            // before that has unpinned: `guard` is one of them.
+            unsafe { value.deref() }
+        }
+
+        /// The current value, with no guard.
+        ///
+        /// # Safety
+        ///
+        /// The caller keeps the value alive for `'a` by other means: it holds a
+        /// pin, or a lock that the replacer cycles before retiring the value.
+        #[inline]
+        pub(crate) unsafe fn load_unprotected<'a>(&self) -> &'a T {
+            // SAFETY: not dereferenced beyond what the caller guarantees.
+            let guard = unsafe { epoch::unprotected() };
+            // Acquire: as in `load`.
+            let value = self.0.load(Ordering::Acquire, guard);
+            // SAFETY: never null; alive for 'a by the caller's guarantee.
+            unsafe { value.deref() }
+        }
+
+        /// Whether `value` is still the current value.
+        #[inline]
+        pub(crate) fn is_current(&self, value: &T) -> bool {
+            // SAFETY: the pointer is only compared, never dereferenced.
+            let guard = unsafe { epoch::unprotected() };
+            // Acquire: a thread that saw a state carried over to a newer value
+            // (by an acquire load of the state) must see that value here too.
+            std::ptr::eq(self.0.load(Ordering::Acquire, guard).as_raw(), value)
+        }
+
+        /// Replaces `current` with `new`, or gives `new` back if `current` has
+        /// already been replaced. The old value is *not* retired: see `retire`.
+        pub(crate) fn compare_exchange<'g>(
+            &self,
+            current: &'g T,
+            new: T,
+            guard: &'g Guard,
+        ) -> Result<&'g T, T> {
+            // AcqRel on success: Release publishes the new value's contents;
+            // Acquire orders this after the loads that chose `current`.
+            match self.0.compare_exchange(
+                epoch::Shared::from(current as *const T),
+                Owned::new(new),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+                guard,
+            ) {
+                // SAFETY: just published, never null, alive while `guard` is.
+                Ok(new) => Ok(unsafe { new.deref() }),
+                Err(failed) => Err(*failed.new.into_box()),
+            }
+        }
+
+        /// Destroys a replaced value once no pinned thread can hold it.
+        ///
+        /// # Safety
+        ///
+        /// `old` was replaced by this thread's successful `compare_exchange`,
+        /// is retired once, and no unpinned reader can still hold it.
+        pub(crate) unsafe fn retire(&self, old: &T, guard: &Guard) {
+            // SAFETY: the caller's guarantee.
+            unsafe { guard.defer_destroy(epoch::Shared::from(old as *const T)) };
+        }
+    }
+
+    impl<T> Drop for Shared<T> {
+        fn drop(&mut self) {
+            // SAFETY: `&mut self`: nobody else can reach the current value, so it
+            // is ours to free; retired ones are epoch's.
+            unsafe {
+                drop(
+                    self.0
+                        .load(Ordering::Relaxed, epoch::unprotected())
+                        .into_owned(),
+                );
+            }
+        }
+    }
+}
+
+#[cfg(loom)]
+mod imp {
+    use crate::sync::{AtomicPtr, Ordering};
+
+    /// No epoch under loom: retired values live until their `Shared` drops.
+    pub(crate) struct Guard;
+
+    pub(crate) fn pin() -> Guard {
+        Guard
+    }
+
+    /// The loom stand-in: a loom-visible pointer; replaced values are kept in a
+    /// list freed on drop, so references taken before a replacement stay valid.
+    pub(crate) struct Shared<T> {
+        ptr: AtomicPtr<T>,
+        // Boxed on purpose: readers hold references into retired values, so
+        // they must not move when the vector grows.
+        #[allow(clippy::vec_box)]
+        retired: std::sync::Mutex<Vec<Box<T>>>,
+    }
+
+    impl<T> Shared<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Shared {
+                ptr: AtomicPtr::new(Box::into_raw(Box::new(value))),
+                retired: std::sync::Mutex::new(Vec::new()),
+            }
+        }
+
+        pub(crate) fn load<'g>(&self, _guard: &'g Guard) -> &'g T {
+            // SAFETY: never null; never freed before `self` drops.
+            unsafe { &*self.ptr.load(Ordering::Acquire) }
+        }
+
+        pub(crate) unsafe fn load_unprotected<'a>(&self) -> &'a T {
+            // SAFETY: as in `load`.
+            unsafe { &*self.ptr.load(Ordering::Acquire) }
+        }
+
+        pub(crate) fn is_current(&self, value: &T) -> bool {
+            std::ptr::eq(self.ptr.load(Ordering::Acquire), value)
+        }
+
+        pub(crate) fn compare_exchange<'g>(
+            &self,
+            current: &'g T,
+            new: T,
+            _guard: &'g Guard,
+        ) -> Result<&'g T, T> {
+            let new = Box::into_raw(Box::new(new));
+            match self.ptr.compare_exchange(
+                current as *const T as *mut T,
+                new,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                // SAFETY: just published; freed only when `self` drops.
+                Ok(_) => Ok(unsafe { &*new }),
+                // SAFETY: `new` came from `Box::into_raw` above and was not published.
+                Err(_) => Err(*unsafe { Box::from_raw(new) }),
+            }
+        }
+
+        pub(crate) unsafe fn retire(&self, old: &T, _guard: &Guard) {
+            // SAFETY: `old` came from `Box::into_raw` and is retired once (the
+            // caller's guarantee); the block does not move, so references other
+            // threads hold stay valid until drop.
+            let old = unsafe { Box::from_raw(old as *const T as *mut T) };
+            self.retired
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(old);
+        }
+    }
+
+    impl<T> Drop for Shared<T> {
+        fn drop(&mut self) {
+            // SAFETY: `&mut self`: nobody else holds the pointer.
+            drop(unsafe { Box::from_raw(self.ptr.load(Ordering::Relaxed)) });
+        }
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for Shared<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let guard = pin();
+        f.debug_tuple("Shared").field(self.load(&guard)).finish()
+    }
+}
+
+/// One configuration in force: see the module docs.
+#[derive(Debug)]
+pub(crate) struct Record<G> {
+    pub(crate) current: G,
+    pub(crate) previous: G,
+    pub(crate) carry: Carry,
+    /// `0` or [`TAG`]: the tag of states written under `current`.
+    pub(crate) tag: u64,
+    /// Non-zero once every state has been carried over to `current`. Only the
+    /// keyed default uses it: its states cannot all be settled in one CAS.
+    pub(crate) complete: AtomicU64,
+}
+
+impl<G: Clone> Record<G> {
+    pub(crate) fn first(config: G) -> Self {
+        Record {
+            current: config.clone(),
+            previous: config,
+            carry: Carry::Reset,
+            tag: 0,
+            complete: AtomicU64::new(1),
+        }
+    }
+
+    pub(crate) fn next(&self, config: G, carry: Carry) -> Self {
+        Record {
+            previous: self.current.clone(),
+            current: config,
+            carry,
+            tag: self.tag ^ TAG,
+            complete: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn view<'a>(&'a self, still_current: &'a dyn Fn() -> bool) -> View<'a, G> {
+        View {
+            current: &self.current,
+            previous: &self.previous,
+            carry: self.carry,
+            tag: self.tag,
+            still_current,
+        }
+    }
+
+    pub(crate) fn is_complete(&self) -> bool {
+        // Acquire: pairs with `mark_complete`, so the settled states are seen
+        // settled by whoever goes on to publish a successor.
+        self.complete.load(Ordering::Acquire) != 0
+    }
+
+    pub(crate) fn mark_complete(&self) {
+        // Release: see `is_complete`.
+        self.complete.store(1, Ordering::Release);
+    }
+}
+
+/// Runs `f` under the current record of `shared` until it answers for a record
+/// that was still current, retrying when the state has moved past the record.
+///
+/// # Safety
+///
+/// As [`Shared::load_unprotected`]: the caller keeps loaded records alive.
+#[inline]
+pub(crate) unsafe fn decide<G: Clone, R>(
+    shared: &Shared<Record<G>>,
+    mut f: impl FnMut(&View<'_, G>) -> Result<R, Refusal>,
+) -> Result<R, Denied> {
+    loop {
+        // SAFETY: the caller's guarantee.
+        let record = unsafe { shared.load_unprotected() };
+        let still_current = || shared.is_current(record);
+        match f(&record.view(&still_current)) {
+            Ok(r) => return Ok(r),
+            Err(Refusal::Denied(denied)) => return Err(denied),
+            // Someone carried the state over to a newer record: load it.
+            Err(Refusal::Stale) => continue,
+        }
+    }
+}
+
+/// As [`decide`], for operations that cannot be refused.
+///
+/// # Safety
+///
+/// As [`decide`].
+#[inline]
+pub(crate) unsafe fn read<G: Clone, R>(
+    shared: &Shared<Record<G>>,
+    mut f: impl FnMut(&View<'_, G>) -> Option<R>,
+) -> R {
+    loop {
+        // SAFETY: the caller's guarantee.
+        let record = unsafe { shared.load_unprotected() };
+        let still_current = || shared.is_current(record);
+        if let Some(r) = f(&record.view(&still_current)) {
+            return r;
+        }
+    }
+}
+
+/// One reconfigurable state: a record and the state it governs. The body of
+/// [`Tunable`] and of each per-key override in [`Keyed`](super::Keyed).
+pub(crate) struct Slot<L: Keyable> {
+    record: Shared<Record<L::Config>>,
+    state: L::State,
+}
+
+impl<L: Keyable> Slot<L> {
+    pub(crate) fn new(config: L::Config) -> Self {
+        Slot {
+            record: Shared::new(Record::first(config)),
+            state: L::fresh(0),
+        }
+    }
+
+    pub(crate) fn config(&self) -> L::Config {
+        let guard = pin();
+        self.record.load(&guard).current.clone()
+    }
+
+    #[inline]
+    pub(crate) fn try_acquire_n(&self, now: u64, n: u32) -> Result<(), Denied> {
+        let _guard = pin();
+        // SAFETY: pinned for the whole call.
+        unsafe {
+            decide(&self.record, |view| {
+                L::acquire(view, &self.state, now, n).map(drop)
+            })
+        }
+    }
+
+    pub(crate) fn snapshot(&self, now: u64) -> Snapshot {
+        let _guard = pin();
+        // SAFETY: pinned for the whole call.
+        unsafe { read(&self.record, |view| L::snapshot(view, &self.state, now)) }
+    }
+
+    /// Replaces the configuration and carries the state over; lock-free (a
+    /// racing reconfiguration is helped, then retried after).
+    pub(crate) fn reconfigure(&self, config: L::Config, carry: Carry, now: u64) {
+        let guard = pin();
+        let mut pending = config;
+        loop {
+            let record = self.record.load(&guard);
+            let still_current = || self.record.is_current(record);
+            // Step 1: nothing may still carry the tag of the record before
+            // `record` once its successor is out (see the module docs).
+            if !L::settle(&record.view(&still_current), &self.state, now) {
+                continue;
+            }
+            let next = record.next(pending, carry);
+            match self.record.compare_exchange(record, next, &guard) {
+                Ok(published) => {
+                    // SAFETY: replaced by us just now; every reader pins.
+                    unsafe { self.record.retire(record, &guard) };
+                    let still_current = || self.record.is_current(published);
+                    // If a newer record is already out, its publisher settled us.
+                    L::settle(&published.view(&still_current), &self.state, now);
+                    return;
+                }
+                Err(next) => pending = next.current,
+            }
+        }
+    }
+}
+
+impl<L: Keyable> fmt::Debug for Slot<L>
+where
+    L::Config: fmt::Debug,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Slot")
+            .field("config", &self.config())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A direct limiter whose configuration can be replaced while it runs, without
+/// a lock: [`TokenBucket`](crate::TokenBucket), [`FixedWindow`](crate::FixedWindow),
+/// their twins or a combination of them, behind an epoch-protected
+/// configuration record.
+///
+/// It makes the same decisions as the fixed limiter it wraps, plus a
+/// crossbeam-epoch pin per request (about 8 ns here); choose the plain limiter
+/// when the limit never changes. [`reconfigure`](Tunable::reconfigure) carries
+/// the current state over with a [`Carry`] strategy. What a request racing a
+/// reconfiguration sees is in the [module docs](self): it is decided under a
+/// configuration in force at some instant during the call.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::keyed::{BucketConfig, Carry, Tunable};
+/// use tollgate::{Denied, ManualClock, Rate, RateLimiter, TokenBucket};
+///
+/// let clock = ManualClock::new();
+/// let api = Tunable::<TokenBucket<ManualClock>>::with_clock(
+///     BucketConfig::new(2, Rate::per_second(2)).unwrap(),
+///     clock.clone(),
+/// );
+/// api.try_acquire_n(2).unwrap();
+/// assert_eq!(api.try_acquire(), Err(Denied::RetryAfter(Duration::from_millis(500))));
+/// // Double the rate; the empty bucket stays empty, but refills twice as fast.
+/// api.reconfigure(BucketConfig::new(4, Rate::per_second(4)).unwrap(), Carry::Proportional);
+/// assert_eq!(api.try_acquire(), Err(Denied::RetryAfter(Duration::from_millis(250))));
+/// ```
+pub struct Tunable<L: Keyable> {
+    slot: Slot<L>,
+    timeline: Timeline<L::Clock>,
+}
+
+impl<L: Keyable<Clock = MonotonicClock>> Tunable<L> {
+    /// A limiter configured by `config`, on the default [`MonotonicClock`].
+    ///
+    /// ```
+    /// use tollgate::keyed::{BucketConfig, Tunable};
+    /// use tollgate::{Rate, RateLimiter, TokenBucket};
+    ///
+    /// let limiter = Tunable::<TokenBucket>::new(BucketConfig::new(10, Rate::per_second(10)).unwrap());
+    /// assert!(limiter.try_acquire().is_ok());
+    /// ```
+    pub fn new(config: L::Config) -> Self {
+        Self::with_clock(config, MonotonicClock::new())
+    }
+}
+
+impl<L: Keyable> Tunable<L> {
+    /// A limiter configured by `config`, reading `clock`.
+    ///
+    /// ```
+    /// use tollgate::keyed::{Tunable, WindowConfig};
+    /// use tollgate::{FixedWindow, ManualClock, Rate};
+    ///
+    /// let cfg = WindowConfig::new(Rate::per_minute(100)).unwrap();
+    /// let limiter = Tunable::<FixedWindow<ManualClock>>::with_clock(cfg, ManualClock::new());
+    /// assert_eq!(limiter.config(), cfg);
+    /// ```
+    pub fn with_clock(config: L::Config, clock: L::Clock) -> Self {
+        Tunable {
+            slot: Slot::new(config),
+            timeline: Timeline::new(clock),
+        }
+    }
+
+    /// The configuration in force.
+    ///
+    /// ```
+    /// use tollgate::keyed::{BucketConfig, Tunable};
+    /// use tollgate::{Rate, TokenBucket};
+    ///
+    /// let cfg = BucketConfig::new(10, Rate::per_second(10)).unwrap();
+    /// assert_eq!(Tunable::<TokenBucket>::new(cfg).config(), cfg);
+    /// ```
+    pub fn config(&self) -> L::Config {
+        self.slot.config()
+    }
+
+    /// Replaces the configuration, carrying the current state over as `carry`
+    /// says. Lock-free: requests never wait for it, and it never waits for
+    /// requests. When it returns, every later request is decided under `config`
+    /// (or a later one).
+    ///
+    /// ```
+    /// use tollgate::keyed::{Carry, Tunable, WindowConfig};
+    /// use tollgate::{FixedWindow, Rate, RateLimiter};
+    ///
+    /// let limiter = Tunable::<FixedWindow>::new(WindowConfig::new(Rate::per_hour(1)).unwrap());
+    /// limiter.try_acquire().unwrap();
+    /// assert!(limiter.try_acquire().is_err());
+    /// limiter.reconfigure(WindowConfig::new(Rate::per_hour(3)).unwrap(), Carry::Additive);
+    /// assert!(limiter.try_acquire_n(2).is_ok());
+    /// ```
+    pub fn reconfigure(&self, config: L::Config, carry: Carry) {
+        self.slot.reconfigure(config, carry, self.timeline.now());
+    }
+
+    /// The clock this limiter reads.
+    ///
+    /// ```
+    /// use tollgate::keyed::{BucketConfig, Tunable};
+    /// use tollgate::{Clock, ManualClock, Rate, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let cfg = BucketConfig::new(1, Rate::per_second(1)).unwrap();
+    /// let limiter = Tunable::<TokenBucket<ManualClock>>::with_clock(cfg, clock.clone());
+    /// clock.set(5);
+    /// assert_eq!(limiter.clock().now(), 5);
+    /// ```
+    pub fn clock(&self) -> &L::Clock {
+        self.timeline.clock()
+    }
+}
+
+impl<L: Keyable> RateLimiter for Tunable<L> {
+    #[inline]
+    fn try_acquire_n(&self, n: u32) -> Result<(), Denied> {
+        self.slot.try_acquire_n(self.timeline.now(), n)
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        self.slot.snapshot(self.timeline.now())
+    }
+}
+
+impl<L: Keyable> fmt::Debug for Tunable<L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tunable")
+            .field("config", &self.slot.config())
+            .finish_non_exhaustive()
+    }
+}

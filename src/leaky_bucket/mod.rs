@@ -1,0 +1,194 @@
+//! The leaky bucket, as a meter ([`LeakyBucket`]) and as a queue ([`Shaper`]).
+//!
+//! Requests pour water into a bucket that leaks at a constant rate. As a
+//! **meter**, a request that would make the bucket overflow is rejected: the
+//! level never exceeds the capacity, and the accepted traffic, whatever its
+//! shape, is what a constant outflow can absorb. As a **queue** (a shaper), every
+//! accepted request is given its *start time*: starts leave the bucket one rate
+//! interval apart, after an optional burst, and a request that would wait longer
+//! than the queue's bound is rejected — the seeds' "input rate can vary, output
+//! rate remains constant; usually used with a FIFO queue".
+//!
+//! Neither needs a drip process (the naive leaky bucket's weakness in the seeds):
+//! the state is one instant from which the level follows.
+//!
+//! # State
+//!
+//! Both keep one `AtomicU64`, updated by compare-and-swap:
+//!
+//! | limiter | bits 0–63 | admit `n` at `now` |
+//! |---|---|---|
+//! | [`LeakyBucket`] | `empty_at`: when the bucket will have drained; level = `max(empty_at − now, 0)` ns of drain | if `level + n·interval ≤ capacity·interval`: `empty_at ← now + level + n·interval` |
+//! | [`Shaper`] | `end`: when the queue will have started everything accepted (the next free slot) | slot `[max(end, now), +n·interval)`; start = `max(now, slot − burst·interval)`; if `start − now ≤ max_wait`: `end ← slot end` |
+//!
+//! A denial writes nothing. A [`Shaper`] reservation is cancelled by one CAS
+//! that restores the previous end if no later booking is outstanding (see
+//! [`waiting`](crate::waiting)).
+//!
+//! # Guarantees
+//!
+//! - [`LeakyBucket`]: replaying the admissions in time order, the level (drained
+//!   one permit per interval, never below zero) never exceeds the capacity — the
+//!   same as at most `capacity + rate·(b − a)` permits in any `[a, b]`, so the
+//!   meter decides exactly like a [`TokenBucket`](crate::TokenBucket) of the same
+//!   capacity and rate (the seeds: "essentially the same algorithm"). It is here
+//!   for the vocabulary and for its snapshot, which reports the level.
+//! - [`Shaper`]: for any two accepted requests `i` before `j` in start order,
+//!   the permits of the requests from `i` up to (not including) `j` are at most
+//!   `burst + (start_j − start_i) / interval`; and no request starts more than
+//!   `max_wait` after it was made. With `burst = 0` and single permits: starts
+//!   exactly one interval apart, FIFO.
+//!
+//! Under any interleaving: each admission is one CAS on the word whose value it
+//! was decided on. The loom models in `loom-tests/` check both invariants with
+//! the clock moving inside the model; the stress tests check them on real
+//! threads.
+//!
+//! # nginx's `limit_req`
+//!
+//! nginx counts each request as one permit and keeps an "excess" that drains at
+//! `rate`; a request is rejected when the excess would pass `burst`, and delayed
+//! by the part of the excess beyond `delay` (`nodelay` = `delay=burst`).
+//! A [`Shaper`] with `rate` per second makes the same decisions:
+//!
+//! | nginx | `Shaper::new(rate, burst, max_wait)` |
+//! |---|---|
+//! | `rate=10r/s` | `(Rate::per_second(10), 0, Duration::ZERO)` |
+//! | `rate=10r/s burst=5` | `(Rate::per_second(10), 0, 5 × 100 ms)` — queue up to 5, delayed |
+//! | `rate=10r/s burst=5 nodelay` | `(Rate::per_second(10), 5, Duration::ZERO)` — 5 extra at once |
+//! | `rate=10r/s burst=12 delay=8` | `(Rate::per_second(10), 8, 4 × 100 ms)` — 8 at once, 4 queued |
+//!
+//! In every row the shaper's [`capacity`](Shaper::capacity) is nginx's
+//! `1 + burst`.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::{ManualClock, Rate, Reserve, Shaper};
+//!
+//! // nginx `rate=10r/s burst=2`: one now, two queued 100 ms apart, the rest rejected.
+//! let clock = ManualClock::new();
+//! let shaper = Shaper::with_clock(Rate::per_second(10), 0, Duration::from_millis(200), clock.clone()).unwrap();
+//! let starts: Vec<_> = (0..3).map(|_| shaper.reserve(1).unwrap().ready_at()).collect();
+//! assert_eq!(starts, [Duration::ZERO, Duration::from_millis(100), Duration::from_millis(200)]);
+//! assert!(shaper.reserve(1).is_err());
+//! ```
+
+mod locking;
+mod meter;
+pub(crate) mod shaper;
+
+use std::time::Duration;
+
+pub use locking::{LockingLeakyBucket, LockingShaper};
+
+use crate::cell::AtomicCell;
+use crate::clock::{Clock, MonotonicClock};
+use crate::error::ConfigError;
+use crate::rate::Rate;
+use crate::waiting::word_reserve;
+use crate::word::{WordLimiter, word_limiter};
+use meter::Meter;
+use shaper::shaper;
+
+word_limiter!(
+    /// A lock-free leaky bucket meter: up to `capacity` permits in the bucket,
+    /// draining at `rate`; a request that would overflow it is rejected.
+    ///
+    /// See the [module docs](self) for the state and the guarantee. A check reads
+    /// the clock and one atomic; an admission adds one CAS; a denial writes
+    /// nothing. [`snapshot`](crate::RateLimiter::snapshot) reports the room left
+    /// and, as `until_full`, the time until the bucket is empty again.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Denied, LeakyBucket, ManualClock, Rate, RateLimiter};
+    ///
+    /// let clock = ManualClock::new();
+    /// let bucket = LeakyBucket::with_clock(3, Rate::per_second(10), clock.clone()).unwrap();
+    /// assert!(bucket.try_acquire_n(3).is_ok()); // filled to the brim
+    /// assert_eq!(bucket.try_acquire(), Err(Denied::RetryAfter(Duration::from_millis(100))));
+    /// clock.advance(Duration::from_millis(100)); // one permit leaks out
+    /// assert!(bucket.try_acquire().is_ok());
+    /// ```
+    LeakyBucket,
+    Meter,
+    AtomicCell,
+    "10, Rate::per_second(10)"
+);
+
+impl LeakyBucket {
+    /// An empty bucket holding up to `capacity` permits, draining at `rate`, on
+    /// the default [`MonotonicClock`].
+    ///
+    /// Errors: [`ConfigError::ZeroCapacity`], [`ConfigError::ZeroRate`],
+    /// [`ConfigError::ZeroPeriod`], [`ConfigError::TooFine`],
+    /// [`ConfigError::Overflow`] (`capacity` permits take longer than 2^62 ns to
+    /// drain).
+    ///
+    /// ```
+    /// use tollgate::{ConfigError, LeakyBucket, Rate};
+    /// let bucket = LeakyBucket::new(60, Rate::per_minute(60)).unwrap();
+    /// assert_eq!(LeakyBucket::new(0, Rate::per_second(1)).unwrap_err(), ConfigError::ZeroCapacity);
+    /// # let _ = bucket;
+    /// ```
+    pub fn new(capacity: u32, rate: Rate) -> Result<Self, ConfigError> {
+        Self::with_clock(capacity, rate, MonotonicClock::new())
+    }
+}
+
+impl<C: Clock> LeakyBucket<C> {
+    /// As [`LeakyBucket::new`], reading `clock`.
+    ///
+    /// ```
+    /// use tollgate::{LeakyBucket, ManualClock, Rate};
+    /// let bucket = LeakyBucket::with_clock(10, Rate::per_second(10), ManualClock::new()).unwrap();
+    /// # let _ = bucket;
+    /// ```
+    pub fn with_clock(capacity: u32, rate: Rate, clock: C) -> Result<Self, ConfigError> {
+        Ok(LeakyBucket {
+            inner: WordLimiter::new(Meter::new(capacity, rate)?, clock),
+        })
+    }
+
+    /// The time one permit takes to drain: the rate's period divided by its
+    /// permits, rounded up to a whole nanosecond.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{LeakyBucket, Rate};
+    /// let bucket = LeakyBucket::new(1, Rate::per_second(8)).unwrap();
+    /// assert_eq!(bucket.drain_interval(), Duration::from_millis(125));
+    /// ```
+    pub fn drain_interval(&self) -> Duration {
+        self.inner.machine().interval()
+    }
+}
+
+// Reservations on the meter: "when will there be room for `n`", booked ahead.
+word_reserve!(LeakyBucket);
+
+shaper!(
+    /// A lock-free leaky bucket used as a queue: each accepted request gets its
+    /// start time, starts are spaced one interval apart after an optional burst,
+    /// and a request that would wait longer than the bound is rejected, leaving
+    /// no trace.
+    ///
+    /// Use it through [`Reserve`](crate::Reserve): `reserve(n)` returns the start
+    /// ([`Reservation::ready_at`](crate::Reservation::ready_at)), `acquire(n)`
+    /// sleeps until it. As a [`RateLimiter`](crate::RateLimiter) it admits only
+    /// what can start at once. See the [module docs](self) for the guarantee and
+    /// the mapping from nginx's `rate`, `burst` and `nodelay`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Rate, Reserve, Shaper};
+    ///
+    /// // At most one start per millisecond, queueing up to 10 ms.
+    /// let shaper = Shaper::new(Rate::per_second(1000), 0, Duration::from_millis(10)).unwrap();
+    /// for _ in 0..5 {
+    ///     shaper.acquire(1).unwrap();
+    /// }
+    /// ```
+    Shaper,
+    AtomicCell
+);

@@ -1,0 +1,318 @@
+//! The leaky bucket as a queue: every admitted request is given its start time.
+
+use std::time::Duration;
+
+use crate::cell::StateCell;
+use crate::clock::Clock;
+use crate::error::{ConfigError, Denied};
+use crate::limiter::{Snapshot, check_request};
+use crate::rate::Rate;
+use crate::timeline::{MAX_TIME, Timeline};
+use crate::waiting::sealed::Ticket;
+use crate::waiting::{MAX_WAIT, cancel_word, reserve_word, schedule};
+
+/// The shaper's configuration: the pure part of every decision.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Queue {
+    /// Nanoseconds between starts, rounded up (never faster than asked).
+    interval: u64,
+    /// Requests that may start at once on an idle queue, beyond the first.
+    burst: u32,
+    /// The longest a request may be queued, in ns.
+    max_wait: u64,
+    /// The most permits one request may ask for: what the queue can hold.
+    capacity: u32,
+}
+
+impl Queue {
+    pub(crate) fn new(rate: Rate, burst: u32, max_wait: Duration) -> Result<Self, ConfigError> {
+        let (permits, period) = rate.validate()?;
+        let interval = period.div_ceil(u64::from(permits));
+        let max_wait = u64::try_from(max_wait.as_nanos())
+            .ok()
+            .filter(|&w| w <= MAX_WAIT)
+            .ok_or(ConfigError::Overflow {
+                what: "the queue's maximum wait (at most 2^61 ns)",
+            })?;
+        // Immediate starts (1 + burst) plus the starts that fit in the wait.
+        let capacity = u64::from(burst) + 1 + max_wait / interval;
+        let capacity = u32::try_from(capacity).unwrap_or(u32::MAX);
+        // The furthest a request may reach past its start: (burst + n)·interval
+        // for n up to the capacity. Bounding it bounds every state time.
+        (u64::from(burst) + u64::from(capacity))
+            .checked_mul(interval)
+            .filter(|&lead| lead <= MAX_TIME)
+            .ok_or(ConfigError::Overflow {
+                what: "(burst + capacity) × time per permit",
+            })?;
+        Ok(Queue {
+            interval,
+            burst,
+            max_wait,
+            capacity,
+        })
+    }
+
+    pub(crate) fn interval(&self) -> Duration {
+        Duration::from_nanos(self.interval)
+    }
+
+    pub(crate) fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    pub(crate) fn burst(&self) -> u32 {
+        self.burst
+    }
+
+    pub(crate) fn max_wait(&self) -> Duration {
+        Duration::from_nanos(self.max_wait)
+    }
+
+    /// `(end, start)` for `n` permits behind a schedule ending at `tat`, if the
+    /// start is within both the queue's bound and the caller's `max_wait`. A
+    /// request's first permit may run `burst` intervals ahead of its slot.
+    #[inline]
+    pub(crate) fn decide(
+        &self,
+        tat: u64,
+        now: u64,
+        n: u32,
+        max_wait: u64,
+    ) -> Result<(u64, u64), Denied> {
+        let lead = (u64::from(self.burst) + u64::from(n)) * self.interval;
+        schedule(
+            tat,
+            now,
+            n,
+            self.interval,
+            lead,
+            max_wait.min(self.max_wait),
+        )
+    }
+
+    /// What a request could get at `now`: a request of any size up to the
+    /// capacity starts now iff the schedule ends within `burst` intervals.
+    pub(crate) fn snapshot(&self, tat: u64, now: u64) -> Snapshot {
+        let ahead = tat.saturating_sub(now);
+        let slack = u64::from(self.burst) * self.interval;
+        let available = if ahead <= slack { self.capacity } else { 0 };
+        Snapshot::new(available, self.capacity, ahead.saturating_sub(slack))
+    }
+}
+
+/// A shaper over a state cell: the atomic one or its locking twin.
+#[derive(Debug)]
+pub(crate) struct ShaperCore<S, C> {
+    queue: Queue,
+    /// The schedule's end (theoretical arrival time), ns since the origin.
+    state: S,
+    timeline: Timeline<C>,
+}
+
+impl<S: StateCell, C: Clock> ShaperCore<S, C> {
+    pub(crate) fn new(queue: Queue, clock: C) -> Self {
+        ShaperCore {
+            queue,
+            state: S::new(0),
+            timeline: Timeline::new(clock),
+        }
+    }
+
+    pub(crate) fn queue(&self) -> &Queue {
+        &self.queue
+    }
+
+    pub(crate) fn clock(&self) -> &C {
+        self.timeline.clock()
+    }
+
+    pub(crate) fn now(&self) -> u64 {
+        self.timeline.now()
+    }
+
+    #[inline]
+    pub(crate) fn reserve(&self, n: u32, max_wait: u64) -> Result<Ticket, Denied> {
+        check_request(n, self.queue.capacity)?;
+        // One clock reading per request; a retry after a lost race reuses it. A
+        // stale reading sees more of the queue ahead, so it can only wait longer.
+        let now = self.timeline.now();
+        reserve_word(&self.state, n, |end| {
+            self.queue.decide(end, now, n, max_wait)
+        })
+    }
+
+    #[inline]
+    pub(crate) fn try_acquire_n(&self, n: u32) -> Result<(), Denied> {
+        self.reserve(n, 0).map(|_| ())
+    }
+
+    pub(crate) fn cancel(&self, ticket: &Ticket) -> bool {
+        cancel_word(&self.state, ticket)
+    }
+
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        let now = self.timeline.now();
+        self.queue.snapshot(self.state.load(), now)
+    }
+}
+
+/// Declares a public shaper type over a state cell, with its trait impls.
+macro_rules! shaper {
+    ($(#[$doc:meta])* $name:ident, $cell:ty) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub struct $name<C = $crate::clock::MonotonicClock> {
+            inner: $crate::leaky_bucket::shaper::ShaperCore<$cell, C>,
+        }
+
+        impl $name {
+            /// A shaper on the default [`MonotonicClock`](crate::MonotonicClock):
+            /// starts spaced one `rate` interval apart, `burst` extra requests may
+            /// start at once on an idle queue, and a request that would wait more
+            /// than `max_wait` is rejected, leaving no trace.
+            ///
+            /// Errors: [`ConfigError::ZeroRate`](crate::ConfigError::ZeroRate),
+            /// [`ZeroPeriod`](crate::ConfigError::ZeroPeriod),
+            /// [`TooFine`](crate::ConfigError::TooFine),
+            /// [`Overflow`](crate::ConfigError::Overflow) (a wait bound or queue
+            /// longer than 2^62 ns).
+            ///
+            /// ```
+            /// use std::time::Duration;
+            #[doc = concat!("use tollgate::{Rate, ", stringify!($name), "};")]
+            /// // nginx `limit_req rate=10r/s burst=5;`
+            #[doc = concat!("let shaper = ", stringify!($name), "::new(Rate::per_second(10), 0, Duration::from_millis(500)).unwrap();")]
+            /// # let _ = shaper;
+            /// ```
+            pub fn new(
+                rate: $crate::rate::Rate,
+                burst: u32,
+                max_wait: std::time::Duration,
+            ) -> Result<Self, $crate::error::ConfigError> {
+                Self::with_clock(rate, burst, max_wait, $crate::clock::MonotonicClock::new())
+            }
+        }
+
+        impl<C: $crate::clock::Clock> $name<C> {
+            /// As [`new`](Self::new), reading `clock`.
+            ///
+            /// ```
+            /// use std::time::Duration;
+            #[doc = concat!("use tollgate::{ManualClock, Rate, ", stringify!($name), "};")]
+            #[doc = concat!("let shaper = ", stringify!($name), "::with_clock(Rate::per_second(10), 2, Duration::ZERO, ManualClock::new()).unwrap();")]
+            /// assert_eq!(shaper.capacity(), 3);
+            /// ```
+            pub fn with_clock(
+                rate: $crate::rate::Rate,
+                burst: u32,
+                max_wait: std::time::Duration,
+                clock: C,
+            ) -> Result<Self, $crate::error::ConfigError> {
+                let queue = $crate::leaky_bucket::shaper::Queue::new(rate, burst, max_wait)?;
+                Ok($name {
+                    inner: $crate::leaky_bucket::shaper::ShaperCore::new(queue, clock),
+                })
+            }
+
+            /// The clock this shaper reads.
+            ///
+            /// ```
+            /// use std::time::Duration;
+            #[doc = concat!("use tollgate::{Clock, ManualClock, Rate, ", stringify!($name), "};")]
+            /// let clock = ManualClock::new();
+            #[doc = concat!("let shaper = ", stringify!($name), "::with_clock(Rate::per_second(1), 0, Duration::ZERO, clock.clone()).unwrap();")]
+            /// clock.set(7);
+            /// assert_eq!(shaper.clock().now(), 7);
+            /// ```
+            pub fn clock(&self) -> &C {
+                self.inner.clock()
+            }
+
+            /// The time between starts: the rate's period divided by its permits,
+            /// rounded up to a whole nanosecond.
+            ///
+            /// ```
+            /// use std::time::Duration;
+            #[doc = concat!("use tollgate::{Rate, ", stringify!($name), "};")]
+            #[doc = concat!("let shaper = ", stringify!($name), "::new(Rate::per_second(4), 0, Duration::ZERO).unwrap();")]
+            /// assert_eq!(shaper.interval(), Duration::from_millis(250));
+            /// ```
+            pub fn interval(&self) -> std::time::Duration {
+                self.inner.queue().interval()
+            }
+
+            /// Requests that may start at once on an idle queue, beyond the first
+            /// (nginx's `delay`, or its `burst` with `nodelay`).
+            ///
+            /// ```
+            /// use std::time::Duration;
+            #[doc = concat!("use tollgate::{Rate, ", stringify!($name), "};")]
+            #[doc = concat!("let shaper = ", stringify!($name), "::new(Rate::per_second(4), 3, Duration::ZERO).unwrap();")]
+            /// assert_eq!(shaper.burst(), 3);
+            /// ```
+            pub fn burst(&self) -> u32 {
+                self.inner.queue().burst()
+            }
+
+            /// The longest a request may be queued before it starts.
+            ///
+            /// ```
+            /// use std::time::Duration;
+            #[doc = concat!("use tollgate::{Rate, ", stringify!($name), "};")]
+            #[doc = concat!("let shaper = ", stringify!($name), "::new(Rate::per_second(4), 0, Duration::from_secs(1)).unwrap();")]
+            /// assert_eq!(shaper.max_wait(), Duration::from_secs(1));
+            /// ```
+            pub fn max_wait(&self) -> std::time::Duration {
+                self.inner.queue().max_wait()
+            }
+
+            /// The queue's size in permits: `1 + burst + max_wait / interval`, the
+            /// most one request may ask for.
+            ///
+            /// ```
+            /// use std::time::Duration;
+            #[doc = concat!("use tollgate::{Rate, ", stringify!($name), "};")]
+            #[doc = concat!("let shaper = ", stringify!($name), "::new(Rate::per_second(10), 2, Duration::from_millis(500)).unwrap();")]
+            /// assert_eq!(shaper.capacity(), 8);
+            /// ```
+            pub fn capacity(&self) -> u32 {
+                self.inner.queue().capacity()
+            }
+        }
+
+        impl<C: $crate::clock::Clock> $crate::limiter::RateLimiter for $name<C> {
+            /// Admits `n` permits only if they can start now (a wait of zero):
+            /// the shaper used as a meter.
+            #[inline]
+            fn try_acquire_n(&self, n: u32) -> Result<(), $crate::error::Denied> {
+                self.inner.try_acquire_n(n)
+            }
+
+            fn snapshot(&self) -> $crate::limiter::Snapshot {
+                self.inner.snapshot()
+            }
+        }
+
+        impl<C: $crate::clock::Clock> $crate::waiting::sealed::RawReserve for $name<C> {
+            fn timeline_now(&self) -> u64 {
+                self.inner.now()
+            }
+
+            #[inline]
+            fn reserve_raw(
+                &self,
+                permits: u32,
+                max_wait: u64,
+            ) -> Result<$crate::waiting::sealed::Ticket, $crate::error::Denied> {
+                self.inner.reserve(permits, max_wait)
+            }
+
+            fn cancel_raw(&self, ticket: &$crate::waiting::sealed::Ticket) -> bool {
+                self.inner.cancel(ticket)
+            }
+        }
+    };
+}
+
+pub(crate) use shaper;

@@ -1,0 +1,394 @@
+//! The sliding log's decision logic, shared by the lock-free ring and the locking
+//! twin: ticket arithmetic, the entry encoding, and the pure decision over the
+//! entries a request would replace.
+
+use std::collections::BinaryHeap;
+
+use crate::error::{ConfigError, Denied};
+use crate::limiter::Snapshot;
+use crate::rate::Rate;
+
+/// Bit 63 of a head word: the ring is sealed (it is being replaced by a
+/// reconfiguration) and admits nothing more. Ticket words stay below it.
+pub(crate) const SEALED: u64 = 1 << 63;
+
+/// The entry word of a slot nobody has written: lap −1, stamp 0. Zero, so a fresh
+/// ring is zeroed memory.
+pub(crate) const EMPTY: u64 = 0;
+
+/// The lap bit an entry of lap `lap` carries: 1 for even laps, 0 for odd ones,
+/// so that the never-written lap −1 has bit 0 and an empty slot is the word 0.
+#[inline]
+pub(crate) fn lap_bit(lap: u64) -> u64 {
+    (lap & 1) ^ 1
+}
+
+/// The entry word for a permit of lap `lap` stamped at `stamp` (at most 2^62, so
+/// the word fits).
+#[inline]
+pub(crate) fn entry_word(stamp: u64, lap: u64) -> u64 {
+    (stamp << 1) | lap_bit(lap)
+}
+
+/// A reader saw the head move: the decision must be made again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Moved;
+
+/// What a reader found in the slot that should hold a given ticket's entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Entry {
+    /// The ticket's entry, stamped at this time.
+    Stamp(u64),
+    /// The ticket is claimed but its stamp is not stored yet (lock-free ring only).
+    Pending,
+    /// The head moved on since the reader loaded it: the decision is moot
+    /// (lock-free ring only).
+    Moved,
+}
+
+/// Read access to a ring's entries, as the decision sees them.
+pub(crate) trait Entries {
+    /// The entry of ticket `(lap, index)`: that ticket is below the head the
+    /// decision was made on, so it has been claimed.
+    fn read(&self, index: usize, lap: u64) -> Entry;
+}
+
+/// What a request gets, before the head is moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Claim the tickets up to `next` and stamp them at `stamp`.
+    Admit { next: u64, stamp: u64 },
+    /// Denied; with `record`, the attempt is still logged (counting denied
+    /// attempts): claim the tickets up to `next` and stamp them at `stamp`.
+    Deny {
+        retry_ns: u64,
+        record: Option<(u64, u64)>,
+    },
+    /// The head moved under the reader: load it again and decide again.
+    Moved,
+}
+
+/// A sliding log's shape: `capacity` permits per `window` ns, and the ticket
+/// layout of its ring.
+///
+/// A ticket word is `(lap << shift) | index`: `index < capacity` is the slot,
+/// `lap` how many times the ring has wrapped before it. Ticket `(lap, index)` is
+/// the `(lap · capacity + index)`-th permit the ring has logged, and replaces the
+/// entry of ticket `(lap − 1, index)`, logged `capacity` permits earlier.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Geometry {
+    capacity: u32,
+    window: u64,
+    /// `capacity.next_power_of_two() == 1 << shift`.
+    shift: u32,
+    /// Laps `0 ..= max_lap` keep a ticket word below [`SEALED`].
+    max_lap: u64,
+    count_denied: bool,
+}
+
+impl Geometry {
+    pub(crate) fn new(rate: Rate) -> Result<Self, ConfigError> {
+        // `validate`: `1 <= capacity <= window <= 2^62`. A stamp is at most 2^62 and
+        // a stamp plus the window at most 2^63, so no sum below overflows.
+        let (capacity, window) = rate.validate()?;
+        let shift = capacity.next_power_of_two().trailing_zeros();
+        Ok(Geometry {
+            capacity,
+            window,
+            shift,
+            max_lap: (SEALED >> shift) - 1,
+            count_denied: false,
+        })
+    }
+
+    pub(crate) fn with_count_denied(mut self, on: bool) -> Self {
+        self.count_denied = on;
+        self
+    }
+
+    pub(crate) fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    pub(crate) fn window(&self) -> u64 {
+        self.window
+    }
+
+    pub(crate) fn count_denied(&self) -> bool {
+        self.count_denied
+    }
+
+    #[inline]
+    pub(crate) fn index(&self, ticket: u64) -> usize {
+        (ticket & ((1 << self.shift) - 1)) as usize
+    }
+
+    #[inline]
+    pub(crate) fn lap(&self, ticket: u64) -> u64 {
+        (ticket & !SEALED) >> self.shift
+    }
+
+    #[inline]
+    fn ticket(&self, lap: u64, index: usize) -> u64 {
+        (lap << self.shift) | index as u64
+    }
+
+    /// The ticket `n <= capacity` permits after `ticket`, or `None` once the laps
+    /// run out (after 2^63 / 2^shift laps: more than 2^62 permits, which at one
+    /// permit per nanosecond at most is the limiter's whole 2^62 ns lifetime).
+    #[inline]
+    pub(crate) fn advance(&self, ticket: u64, n: u32) -> Option<u64> {
+        let index = self.index(ticket) + n as usize;
+        if index < self.capacity as usize {
+            Some(ticket + u64::from(n))
+        } else {
+            let lap = self.lap(ticket) + 1;
+            (lap <= self.max_lap).then(|| self.ticket(lap, index - self.capacity as usize))
+        }
+    }
+
+    /// The ticket logged just before `ticket`, if any.
+    #[inline]
+    fn previous(&self, ticket: u64) -> Option<u64> {
+        let (lap, index) = (self.lap(ticket), self.index(ticket));
+        if index > 0 {
+            Some(ticket - 1)
+        } else if lap > 0 {
+            Some(self.ticket(lap - 1, self.capacity as usize - 1))
+        } else {
+            None
+        }
+    }
+
+    /// The `(lap, index)` of `count` tickets from `first` on, in order.
+    #[inline]
+    pub(crate) fn tickets(&self, first: u64, count: u32) -> impl Iterator<Item = (u64, usize)> {
+        let capacity = self.capacity as usize;
+        let (mut lap, mut index) = (self.lap(first), self.index(first));
+        (0..count).map(move |_| {
+            let at = (lap, index);
+            index += 1;
+            if index == capacity {
+                index = 0;
+                lap += 1;
+            }
+            at
+        })
+    }
+
+    /// The latest stamp among the entries that tickets `first ..` (`count` of them)
+    /// would replace (`None` if all are unwritten: the first lap), and whether one
+    /// of them is still pending; `Err` if one shows the head moved.
+    #[inline]
+    fn replaced<E: Entries>(
+        &self,
+        entries: &E,
+        first: u64,
+        count: u32,
+    ) -> Result<(Option<u64>, bool), Moved> {
+        let mut latest = None;
+        let mut pending = false;
+        for (lap, index) in self.tickets(first, count) {
+            if lap == 0 {
+                // Nothing was logged `capacity` permits before the first lap.
+                continue;
+            }
+            match entries.read(index, lap - 1) {
+                Entry::Stamp(stamp) => latest = latest.max(Some(stamp)),
+                Entry::Pending => pending = true,
+                Entry::Moved => return Err(Moved),
+            }
+        }
+        Ok((latest, pending))
+    }
+
+    /// The stamp of the ticket just before `head`, or 0: only a floor for new
+    /// stamps (it keeps a single thread's log monotone when its clock steps
+    /// back), which the guarantee does not need, so an entry in flight is skipped.
+    #[inline]
+    fn newest<E: Entries>(&self, entries: &E, head: u64) -> u64 {
+        self.previous(head)
+            .and_then(|t| match entries.read(self.index(t), self.lap(t)) {
+                Entry::Stamp(stamp) => Some(stamp),
+                _ => None,
+            })
+            .unwrap_or(0)
+    }
+
+    /// The decision for `n` permits (`1 <= n <= capacity`) at `now`, on a ring
+    /// whose head is `head`: admit iff every entry the request's tickets replace —
+    /// the entries logged `capacity` permits before each of them — left the window,
+    /// i.e. was stamped at or before `now − window`.
+    ///
+    /// The admitted permits are stamped `max(now, newest stamp)`: a reading older
+    /// than the log's newest entry (a stale or backwards clock) is checked as it
+    /// is, which can only deny more, but never moves the log back in time.
+    #[inline]
+    pub(crate) fn decide<E: Entries>(&self, entries: &E, head: u64, now: u64, n: u32) -> Verdict {
+        let Some(next) = self.advance(head, n) else {
+            // Out of laps: the end of the limiter's time range, where time stands still.
+            return Verdict::Deny {
+                retry_ns: self.window,
+                record: None,
+            };
+        };
+        let Ok((latest, pending)) = self.replaced(entries, head, n) else {
+            return Verdict::Moved;
+        };
+        let free_at = latest.map_or(0, |s| s + self.window);
+        if pending {
+            // A claimed entry whose stamp is still on its way was stamped at about
+            // now (its writer claimed it just before this reader loaded the head),
+            // so the request is denied as if it were stamped `now`. Its tickets
+            // cannot be claimed even to log a denied attempt: the pending store
+            // would land on top of the later ticket's entry.
+            return Verdict::Deny {
+                retry_ns: free_at.max(now + self.window) - now,
+                record: None,
+            };
+        }
+        if free_at <= now {
+            return Verdict::Admit {
+                next,
+                stamp: now.max(self.newest(entries, head)),
+            };
+        }
+        let retry_ns = free_at - now;
+        if !self.count_denied {
+            return Verdict::Deny {
+                retry_ns,
+                record: None,
+            };
+        }
+        // Counting denied attempts: the attempt is logged like an admission, at
+        // a stamp no older than the entries it replaces, so each slot's stamps
+        // still only grow (the guarantee needs that). Its retry-after is for the
+        // same request made after this one was logged.
+        let stamp = now.max(self.newest(entries, head)).max(latest.unwrap_or(0));
+        let mut until = free_at;
+        for (lap, index) in self.tickets(next, n) {
+            if lap == 0 {
+                continue;
+            }
+            let replaced = self.ticket(lap - 1, index);
+            let at = if replaced >= head {
+                stamp
+            } else {
+                match entries.read(index, lap - 1) {
+                    Entry::Stamp(s) => s,
+                    Entry::Moved => return Verdict::Moved,
+                    Entry::Pending => now,
+                }
+            };
+            until = until.max(at + self.window);
+        }
+        Verdict::Deny {
+            retry_ns: until - now,
+            record: Some((next, stamp)),
+        }
+    }
+
+    /// What a request could get at `now`: `available` is the longest run of
+    /// tickets from `head` on whose replaced entries all left the window;
+    /// `until_full` is when the newest entry in the ring leaves it.
+    pub(crate) fn snapshot<E: Entries>(&self, entries: &E, head: u64, now: u64) -> Snapshot {
+        let mut available = 0;
+        let mut blocked = false;
+        let mut full_at = 0;
+        for (lap, index) in self.tickets(head, self.capacity) {
+            let free_at = if lap == 0 {
+                0
+            } else {
+                match entries.read(index, lap - 1) {
+                    Entry::Stamp(stamp) => stamp + self.window,
+                    // In flight: stamped at about now.
+                    Entry::Pending | Entry::Moved => now + self.window,
+                }
+            };
+            full_at = full_at.max(free_at);
+            if free_at > now {
+                blocked = true;
+            } else if !blocked {
+                available += 1;
+            }
+        }
+        Snapshot::new(available, self.capacity, full_at.saturating_sub(now))
+    }
+
+    /// What a ring of `capacity` slots inherits from this ring, sealed at `head`,
+    /// which itself remembers `dropped` earlier permits stamped at most `floor`.
+    ///
+    /// Every permit this ring knows of gets an upper bound on its stamp. The ring
+    /// holds the last entry of each slot; the entries it replaced are gone, but
+    /// each was stamped at least a window before its replacer (an admission needs
+    /// that), so the `k`-th before an entry stamped `s` was stamped at most
+    /// `s − k·window`. A logged denial (counting mode) is only no earlier than
+    /// what it replaced, so there the bound is `s` itself. Permits dropped by
+    /// earlier reconfigurations are bounded by `floor`. The new ring takes the
+    /// `capacity` largest bounds as its entries, and remembers how many bounds it
+    /// left out and the largest of them.
+    pub(crate) fn inherit<E: Entries>(
+        &self,
+        entries: &E,
+        head: u64,
+        (floor, dropped): (u64, u64),
+        capacity: u32,
+    ) -> Inheritance {
+        let step = if self.count_denied { 0 } else { self.window };
+        // Candidates, one per source: (bound, bounds left after it, step).
+        let mut heap = BinaryHeap::with_capacity(self.capacity as usize + 1);
+        if dropped > 0 {
+            heap.push((floor, dropped - 1, 0));
+        }
+        for (lap, index) in self.tickets(head, self.capacity) {
+            if lap == 0 {
+                continue;
+            }
+            if let Entry::Stamp(stamp) = entries.read(index, lap - 1) {
+                // Laps `0 .. lap` of this slot: `lap − 1` entries before this one.
+                heap.push((stamp, lap - 1, step));
+            }
+        }
+        let mut stamps = Vec::with_capacity(capacity as usize);
+        let mut left_out = (0, 0);
+        while let Some((bound, rest, step)) = heap.pop() {
+            if stamps.len() < capacity as usize {
+                stamps.push(bound);
+                if rest > 0 {
+                    heap.push((bound.saturating_sub(step), rest - 1, step));
+                }
+            } else {
+                // The largest bound left out, and how many were.
+                let count = heap.iter().fold(1 + rest, |sum: u64, &(_, rest, _)| {
+                    sum.saturating_add(1 + rest)
+                });
+                left_out = (bound, count);
+                break;
+            }
+        }
+        stamps.reverse();
+        Inheritance {
+            stamps,
+            floor: left_out.0,
+            dropped: left_out.1,
+        }
+    }
+}
+
+/// What a new ring starts from: entries, oldest first, and a bound on the
+/// permits that did not fit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Inheritance {
+    /// Upper bounds on the stamps of the most recent permits, oldest first.
+    pub(crate) stamps: Vec<u64>,
+    /// No permit left out was stamped later than this.
+    pub(crate) floor: u64,
+    /// How many permits were left out (saturating).
+    pub(crate) dropped: u64,
+}
+
+/// Turns a verdict's retry time into the denial the caller sees.
+#[inline]
+pub(crate) fn retry_after(retry_ns: u64) -> Denied {
+    Denied::RetryAfter(std::time::Duration::from_nanos(retry_ns))
+}

@@ -1,0 +1,361 @@
+//! The exact sliding log: never more than N permits in any window of length T,
+//! decided lock-free on a ring of N timestamps.
+//!
+//! A ring of N entry words remembers when each of the last N permits was
+//! admitted. A request for `n` permits takes the next `n` *tickets*; ticket `k`
+//! replaces the entry of ticket `k − N` — the permit admitted N permits earlier —
+//! and is admitted only if that entry left the window, i.e. was stamped at or
+//! before `now − T`. This is the seed's circular buffer with head and tail
+//! (`shared/seeds/non-locking-throttling-component.txt`), with the tail made
+//! implicit (it is always `head − N`) and the racy read-then-write of the head
+//! replaced by one compare-and-swap that claims the tickets, as in crossbeam's
+//! `ArrayQueue`.
+//!
+//! # State
+//!
+//! The head, one `AtomicU64` on its own cache line:
+//!
+//! | bits | meaning |
+//! |---|---|
+//! | `0 .. s` | index of the next ticket's slot (`s` = bits of N's next power of two) |
+//! | `s .. 63` | lap of the next ticket: how often the ring has wrapped |
+//! | `63` | sealed: a reconfiguration is replacing this ring |
+//!
+//! Each of the N slots, one `AtomicU64`:
+//!
+//! | bits | meaning |
+//! |---|---|
+//! | `0` | lap bit of the entry's ticket: 1 for even laps, 0 for odd; the never-written lap −1 has 0 |
+//! | `1 .. 64` | the stamp: ns since the limiter was built (at most 2^62) |
+//!
+//! | operation | reads | writes |
+//! |---|---|---|
+//! | admit `n` at `now` | head (Acquire); the `n` replaced entries and the newest (Acquire) | head → head + n by CAS (Release); then the `n` entries, `max(now, newest stamp)` (Release) |
+//! | deny | head; the replaced entries | nothing (or, counting denials, as admit) |
+//! | snapshot | head; all N entries | nothing |
+//! | reconfigure | head (seal, AcqRel); all N entries | a new ring, published by pointer (Release) |
+//!
+//! # Why it is exact
+//!
+//! Every ticket of one slot is admitted only once the entry it replaces — the
+//! previous ticket of the *same* slot — is a full window old, and is stamped no
+//! earlier than its own reading. So the admissions of one slot are at least T
+//! apart, both by clock reading and by stamp; a half-open window `[t, t + T)`
+//! holds at most one of them per slot, hence at most N permits. Nothing here
+//! assumes that stamps grow from slot to slot, so readings that are not monotone
+//! across threads (a stale `now`) cannot break it: a stale reading only fails the
+//! check more often.
+//!
+//! The rest is making sure a decision reads *the* entry its ticket replaces:
+//!
+//! * **Claimed but not yet stamped.** A ticket is claimed by the head CAS and
+//!   stamped by a store just after. A reader that finds the previous lap's word
+//!   in the slot (the lap bit says which) sees a *pending* entry, stamped at about
+//!   now by a writer that claimed it moments ago, and denies — it never waits on
+//!   another thread, and never claims past a pending entry (the late store
+//!   would land on top of it).
+//! * **Older laps.** One lap bit tells only two laps apart. The head load is
+//!   Acquire and the claim CAS Release; every claimer read the entry its tickets
+//!   replace (Acquire) before claiming. So the stores of all entries replaced by
+//!   claimed tickets happen before our reads of the same slots, and coherence
+//!   forbids seeing anything older: a slot shows the expected lap, the one
+//!   before it (pending), or a later one.
+//! * **Later laps.** A later lap's entry was stored (Release) after its writer's
+//!   CAS moved the head past our tickets; reading it (Acquire) orders that CAS
+//!   before ours, which therefore fails. A decision can succeed only on the
+//!   entries it expects.
+//!
+//! Single-threaded the log is also *tight*: stamps then only grow, so the entry
+//! `N − n + 1` permits back has left the window exactly when fewer than
+//! `N − n + 1` permits were admitted in `(now − T, now]`, and it admits exactly
+//! then. A denial's retry-after is the exact time until every replaced entry
+//! has left the window.
+//!
+//! # Stale and backwards time
+//!
+//! The clock is read once per request. A reading older than the newest entry is
+//! checked as it is (so it can only deny more) and the permits are stamped with
+//! the newest entry's time: for the log, time stands still until the clock
+//! catches up; it never runs backwards, never panics, and is never stuck for
+//! longer than the step back plus one window.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::{Denied, ManualClock, Rate, RateLimiter, SlidingLog};
+//!
+//! let clock = ManualClock::new();
+//! let log = SlidingLog::with_clock(Rate::per_minute(100), clock.clone()).unwrap();
+//! clock.advance(Duration::from_millis(59_900)); // 0:59.9
+//! assert!(log.try_acquire_n(100).is_ok());
+//! clock.advance(Duration::from_millis(200)); // 1:00.1: a fixed window would reopen
+//! assert_eq!(
+//!     log.try_acquire(),
+//!     Err(Denied::RetryAfter(Duration::from_millis(59_800)))
+//! );
+//! ```
+//!
+//! # Counting denied attempts
+//!
+//! Off by default. With [`SlidingLog::count_denied`], a denied request is logged
+//! like an admitted one (stamped no earlier than the entries it replaces), so a
+//! caller that keeps hammering stays blocked until it pauses for a whole window —
+//! the Redis design in `shared/seeds/redis-dynamic-rate-control.txt`. Admitted
+//! permits still never exceed N per window.
+//!
+//! # Reconfiguration
+//!
+//! [`SlidingLog::reconfigure`] changes N and T without a lock on the request
+//! path. The current ring sits behind a crossbeam-epoch pointer. The
+//! reconfiguring thread seals the ring (a bit in its head: claims fail from
+//! then on), waits for tickets claimed before the seal to be stamped, builds the
+//! new ring and publishes it; requests that meet the sealed ring wait for the
+//! new one and decide there. The old ring is freed once no thread can hold it.
+//!
+//! The new ring inherits upper bounds on the stamps of the N′ most recent
+//! permits: the old ring holds the last entry of each slot, and the `k`-th entry
+//! before it in that slot was stamped at least `k·T` earlier. The inherited
+//! entries are the N′ largest bounds, so every permit *not* inherited was stamped
+//! no later than the oldest inherited bound.
+//!
+//! **Guarantee**: every half-open window of length T′ that contains a permit
+//! admitted under the new configuration holds at most N′ permits, old ones
+//! included. (A new admission comes at least T′ after the oldest inherited bound,
+//! so no uninherited permit shares a window with it; among the inherited and new
+//! permits, each new slot holds at most one per T′.) Windows holding only old
+//! permits keep the old promise. In counting mode a logged denial is only known
+//! to be no earlier than what it replaced, so the bounds are the slot's last
+//! stamp itself: safe, and stricter.
+//!
+//! # Memory
+//!
+//! Eight bytes per permit of the limit plus a constant:
+//! [`SlidingLog::memory`] reports it (on x86-64, 8·N + 336 bytes: 1,136 for
+//! N = 100, 80,336 for N = 10,000). A request for `n` permits reads and writes `n`
+//! entries; a snapshot reads all N.
+
+mod epoch;
+mod locking;
+mod log;
+mod ring;
+
+use std::time::Duration;
+
+pub use locking::LockingSlidingLog;
+
+use crate::clock::{Clock, MonotonicClock};
+use crate::error::{ConfigError, Denied};
+use crate::limiter::{RateLimiter, Snapshot, check_request};
+use crate::rate::Rate;
+use crate::timeline::Timeline;
+use epoch::{Current, Pause};
+use log::Geometry;
+use ring::AtomicRing;
+
+/// A lock-free, exact sliding log: at most `rate.permits()` permits in any
+/// window of `rate.period()`, by the time each was admitted.
+///
+/// See the [module docs](self) for the state, the proof, reconfiguration and
+/// memory. A check reads the clock, the head and one or two entries; an admission
+/// adds one CAS and one store per permit; a denial writes nothing.
+///
+/// ```
+/// use tollgate::{Rate, RateLimiter, SlidingLog};
+///
+/// // A third-party API that silently drops calls beyond 30 per minute.
+/// let quota = SlidingLog::new(Rate::per_minute(30)).unwrap();
+/// if quota.try_acquire().is_ok() {
+///     // call the API
+/// }
+/// ```
+#[derive(Debug)]
+pub struct SlidingLog<C = MonotonicClock> {
+    ring: Current,
+    timeline: Timeline<C>,
+}
+
+impl SlidingLog {
+    /// At most `rate.permits()` permits in any window of `rate.period()`, on the
+    /// default [`MonotonicClock`]. Allocates one 8-byte entry per permit.
+    ///
+    /// Errors: [`ConfigError::ZeroRate`], [`ConfigError::ZeroPeriod`],
+    /// [`ConfigError::TooFine`] (more than one permit per nanosecond),
+    /// [`ConfigError::Overflow`] (a period longer than 2^62 ns).
+    ///
+    /// ```
+    /// use tollgate::{ConfigError, Rate, SlidingLog};
+    ///
+    /// let logins = SlidingLog::new(Rate::per_hour(5)).unwrap();
+    /// # let _ = logins;
+    /// assert_eq!(SlidingLog::new(Rate::per_second(0)).unwrap_err(), ConfigError::ZeroRate);
+    /// ```
+    pub fn new(rate: Rate) -> Result<Self, ConfigError> {
+        Self::with_clock(rate, MonotonicClock::new())
+    }
+}
+
+impl<C: Clock> SlidingLog<C> {
+    /// As [`SlidingLog::new`], reading `clock`: a [`ManualClock`](crate::ManualClock)
+    /// in tests, a [`CachedClock`](crate::CachedClock) for the cheapest reads.
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Rate, SlidingLog};
+    /// let log = SlidingLog::with_clock(Rate::per_second(10), ManualClock::new()).unwrap();
+    /// # let _ = log;
+    /// ```
+    pub fn with_clock(rate: Rate, clock: C) -> Result<Self, ConfigError> {
+        Ok(SlidingLog {
+            ring: Current::new(AtomicRing::new(Geometry::new(rate)?)),
+            timeline: Timeline::new(clock),
+        })
+    }
+
+    /// Also logs denied attempts (off by default), so that a caller who keeps
+    /// hammering stays blocked until it pauses for a whole window. Admitted
+    /// permits still never exceed the limit in any window.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, Rate, RateLimiter, SlidingLog};
+    ///
+    /// let clock = ManualClock::new();
+    /// let log = SlidingLog::with_clock(Rate::per_second(1), clock.clone())
+    ///     .unwrap()
+    ///     .count_denied(true);
+    /// assert!(log.try_acquire().is_ok());
+    /// clock.advance(Duration::from_millis(900));
+    /// assert!(log.try_acquire().is_err()); // logged at 0.9 s
+    /// clock.advance(Duration::from_millis(200));
+    /// assert!(log.try_acquire().is_err()); // 1.1 s: still within a second of 0.9 s
+    /// ```
+    pub fn count_denied(self, on: bool) -> Self {
+        let geometry = self.ring.with(|ring| ring.geometry().with_count_denied(on));
+        SlidingLog {
+            ring: Current::new(AtomicRing::new(geometry)),
+            timeline: self.timeline,
+        }
+    }
+
+    /// Changes the limit and the window while requests keep flowing, without a
+    /// lock on their path. The new log inherits the most recent admissions:
+    /// every window of the new length that contains a permit admitted under the
+    /// new rate holds at most its permits, old ones included (see the
+    /// [module docs](self#reconfiguration)). The replaced ring is freed once no
+    /// thread can still be reading it.
+    ///
+    /// Requests that arrive during the change wait for it (it copies at most
+    /// the new limit's entries); a request for more permits than the new limit
+    /// gets [`Denied::ExceedsCapacity`]. Errors are those of [`SlidingLog::new`],
+    /// and leave the log unchanged.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, Rate, RateLimiter, SlidingLog};
+    ///
+    /// let clock = ManualClock::new();
+    /// let log = SlidingLog::with_clock(Rate::per_minute(2), clock.clone()).unwrap();
+    /// log.try_acquire_n(2).unwrap();
+    /// log.reconfigure(Rate::per_minute(3)).unwrap();
+    /// assert!(log.try_acquire().is_ok()); // the third of the new three
+    /// assert!(log.try_acquire().is_err());
+    /// log.reconfigure(Rate::new(1, Duration::from_secs(10))).unwrap();
+    /// clock.advance(Duration::from_secs(10));
+    /// assert!(log.try_acquire().is_ok());
+    /// ```
+    pub fn reconfigure(&self, rate: Rate) -> Result<(), ConfigError> {
+        let geometry = Geometry::new(rate)?;
+        let mut pause = Pause::default();
+        loop {
+            let replaced = self.ring.replace_with(|ring| {
+                // Only the thread that seals a ring replaces it; another
+                // reconfiguration that got there first is waited for instead.
+                ring.seal().then(|| {
+                    let geometry = geometry.with_count_denied(ring.geometry().count_denied());
+                    ring.successor(geometry)
+                })
+            });
+            if replaced {
+                return Ok(());
+            }
+            pause.pause();
+        }
+    }
+
+    /// The permits allowed per window.
+    ///
+    /// ```
+    /// use tollgate::{Rate, SlidingLog};
+    /// assert_eq!(SlidingLog::new(Rate::per_second(100)).unwrap().limit(), 100);
+    /// ```
+    pub fn limit(&self) -> u32 {
+        self.ring.with(|ring| ring.geometry().capacity())
+    }
+
+    /// The window's length.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Rate, SlidingLog};
+    /// let log = SlidingLog::new(Rate::per_minute(100)).unwrap();
+    /// assert_eq!(log.window(), Duration::from_secs(60));
+    /// ```
+    pub fn window(&self) -> Duration {
+        Duration::from_nanos(self.ring.with(|ring| ring.geometry().window()))
+    }
+
+    /// Bytes this limiter occupies: the struct, its ring's head and bookkeeping,
+    /// and 8 bytes per permit of the limit.
+    ///
+    /// ```
+    /// use tollgate::{Rate, SlidingLog};
+    /// let small = SlidingLog::new(Rate::per_second(100)).unwrap();
+    /// let large = SlidingLog::new(Rate::per_second(10_000)).unwrap();
+    /// assert_eq!(large.memory() - small.memory(), 8 * 9_900);
+    /// ```
+    pub fn memory(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self
+                .ring
+                .with(|ring| std::mem::size_of::<AtomicRing>() + ring.slot_bytes())
+    }
+
+    /// The clock this limiter reads.
+    ///
+    /// ```
+    /// use tollgate::{Clock, ManualClock, Rate, SlidingLog};
+    /// let clock = ManualClock::new();
+    /// let log = SlidingLog::with_clock(Rate::per_second(10), clock.clone()).unwrap();
+    /// clock.set(7);
+    /// assert_eq!(log.clock().now(), 7);
+    /// ```
+    pub fn clock(&self) -> &C {
+        self.timeline.clock()
+    }
+}
+
+impl<C: Clock> RateLimiter for SlidingLog<C> {
+    #[inline]
+    fn try_acquire_n(&self, n: u32) -> Result<(), Denied> {
+        // One clock reading per request, taken once `n` is known to be valid; a
+        // request that meets a sealed ring reuses it on the next ring (a reading
+        // can only grow staler, which only makes decisions stricter).
+        let mut now = None;
+        let mut pause = Pause::default();
+        loop {
+            let outcome = self.ring.with(|ring| {
+                check_request(n, ring.geometry().capacity()).map_err(Ok)?;
+                let now = *now.get_or_insert_with(|| self.timeline.now());
+                ring.try_acquire_n(now, n).map_err(Err)?.map_err(Ok)
+            });
+            match outcome {
+                Ok(()) => return Ok(()),
+                Err(Ok(denied)) => return Err(denied),
+                // Sealed: a reconfiguration is publishing the next ring.
+                Err(Err(_sealed)) => pause.pause(),
+            }
+        }
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        self.ring.with(|ring| ring.snapshot(self.timeline.now()))
+    }
+}

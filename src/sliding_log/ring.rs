@@ -1,0 +1,203 @@
+//! The lock-free ring: a head word of tickets and one entry word per slot.
+
+use crossbeam_utils::CachePadded;
+
+use super::epoch::Pause;
+use super::log::{
+    EMPTY, Entries, Entry, Geometry, Inheritance, SEALED, Verdict, entry_word, lap_bit, retry_after,
+};
+use crate::error::Denied;
+use crate::limiter::Snapshot;
+use crate::sync::{AtomicU64, Ordering};
+
+/// The ring was sealed by a reconfiguration: look up the current ring and retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Sealed;
+
+/// `capacity` entry words and the head (the next ticket), updated without locks.
+///
+/// See the [module docs](super) for the state table and the orderings' proof.
+#[derive(Debug)]
+pub(crate) struct AtomicRing {
+    /// The next ticket, `(lap << shift) | index`, plus [`SEALED`]. On its own cache
+    /// line: every admission writes it, while the slots it guards are spread out.
+    head: CachePadded<AtomicU64>,
+    /// Entry words, `(stamp << 1) | lap_bit(lap)`; zero = never written.
+    slots: Box<[AtomicU64]>,
+    geometry: Geometry,
+    /// Permits dropped by earlier reconfigurations: `(floor, count)`, none of
+    /// them stamped after `floor`.
+    dropped: (u64, u64),
+}
+
+/// The ring as one decision sees it: entries are classified against the head
+/// that decision loaded.
+struct View<'a> {
+    ring: &'a AtomicRing,
+    head: u64,
+}
+
+impl Entries for View<'_> {
+    #[inline]
+    fn read(&self, index: usize, lap: u64) -> Entry {
+        // Acquire: pairs with the Release store of whoever wrote the word we read.
+        // If it is a later lap's entry, its writer's head CAS thereby happens before
+        // our own CAS, which therefore fails (the head only grows): a decision can
+        // only succeed on entries of laps up to the one it expects. (The Acquire
+        // head load rules out laps before that one; see `try_acquire_n`.)
+        let word = self.ring.slots[index].load(Ordering::Acquire);
+        if word & 1 == lap_bit(lap) {
+            Entry::Stamp(word >> 1)
+        } else if self.ring.head.load(Ordering::Relaxed) == self.head {
+            // The other parity: the lap before the expected one (the ticket is
+            // claimed, its store not landed) or the lap after it (a later ticket
+            // is claimed and stored). In the second case the claim happens before
+            // this reload (through the Acquire above), so coherence makes the
+            // reload see a head past ours: Relaxed is enough to tell them apart.
+            Entry::Pending
+        } else {
+            Entry::Moved
+        }
+    }
+}
+
+impl AtomicRing {
+    /// An empty ring.
+    pub(crate) fn new(geometry: Geometry) -> Self {
+        AtomicRing::inheriting(
+            geometry,
+            Inheritance {
+                stamps: Vec::new(),
+                floor: 0,
+                dropped: 0,
+            },
+        )
+    }
+
+    /// A ring whose first tickets (lap 0) hold the inherited stamps, oldest first
+    /// (at most `capacity` of them), the head just past them.
+    fn inheriting(geometry: Geometry, inheritance: Inheritance) -> Self {
+        let stamps = &inheritance.stamps;
+        let slots: Box<[AtomicU64]> = (0..geometry.capacity() as usize)
+            .map(|i| AtomicU64::new(stamps.get(i).map_or(EMPTY, |&s| entry_word(s, 0))))
+            .collect();
+        // `stamps.len() <= capacity`, so the head stays in lap 0 or starts lap 1.
+        let head = geometry
+            .advance(0, stamps.len() as u32)
+            .expect("one lap of tickets always fits");
+        AtomicRing {
+            head: CachePadded::new(AtomicU64::new(head)),
+            slots,
+            geometry,
+            dropped: (inheritance.floor, inheritance.dropped),
+        }
+    }
+
+    pub(crate) fn geometry(&self) -> &Geometry {
+        &self.geometry
+    }
+
+    /// Bytes of heap the ring's slots take.
+    pub(crate) fn slot_bytes(&self) -> usize {
+        std::mem::size_of_val(&*self.slots)
+    }
+
+    /// Decides `n` permits (`1 <= n <= capacity`) at `now`, and on admission claims
+    /// the tickets and stamps them.
+    #[inline]
+    pub(crate) fn try_acquire_n(&self, now: u64, n: u32) -> Result<Result<(), Denied>, Sealed> {
+        loop {
+            // Acquire: pairs with the Release of the CAS that wrote this head (and,
+            // through the release sequence of the head's RMWs, of every earlier
+            // claim). Each of those claimers read, with Acquire, the entry its
+            // tickets replace before claiming; so those entries' stores happen
+            // before our reads of the same slots, and coherence lets us see
+            // nothing older. With the Acquire on entry loads this pins every entry
+            // we classify to exactly one lap, though the word keeps one lap bit.
+            let head = self.head.load(Ordering::Acquire);
+            if head & SEALED != 0 {
+                return Err(Sealed);
+            }
+            let view = View { ring: self, head };
+            let (next, stamp, outcome) = match self.geometry.decide(&view, head, now, n) {
+                Verdict::Moved => continue,
+                Verdict::Admit { next, stamp } => (next, stamp, Ok(())),
+                Verdict::Deny {
+                    retry_ns,
+                    record: None,
+                } => return Ok(Err(retry_after(retry_ns))),
+                Verdict::Deny {
+                    retry_ns,
+                    record: Some((next, stamp)),
+                } => (next, stamp, Err(retry_after(retry_ns))),
+            };
+            // Release: see the head load above; this claim must carry our entry
+            // reads to later claimers. Relaxed on failure: we start over with a
+            // fresh Acquire load. A sealed head also fails the CAS (it differs from
+            // `head`), so no ticket is claimed after a seal. Weak: a spurious
+            // failure only costs one more decision.
+            if self
+                .head
+                .compare_exchange_weak(head, next, Ordering::Release, Ordering::Relaxed)
+                .is_ok()
+            {
+                for (lap, index) in self.geometry.tickets(head, n) {
+                    // Release: pairs with the readers' Acquire (see `View::read`).
+                    self.slots[index].store(entry_word(stamp, lap), Ordering::Release);
+                }
+                return Ok(outcome);
+            }
+        }
+    }
+
+    /// What a request could get at `now`. Advisory under concurrency: entries in
+    /// flight count as stamped at `now`.
+    pub(crate) fn snapshot(&self, now: u64) -> Snapshot {
+        // Acquire: as in `try_acquire_n`, so the entries read are those of the laps
+        // the head implies.
+        let head = self.head.load(Ordering::Acquire) & !SEALED;
+        self.geometry
+            .snapshot(&View { ring: self, head }, head, now)
+    }
+
+    /// Seals the ring: no ticket can be claimed after this returns. `true` for
+    /// the one caller that sealed it.
+    pub(crate) fn seal(&self) -> bool {
+        // AcqRel: Acquire so that the claims before the seal (and, through them,
+        // the reads their claimers made) happen before our reads of the entries;
+        // Release is not needed by anyone but costs nothing on an RMW.
+        self.head.fetch_or(SEALED, Ordering::AcqRel) & SEALED == 0
+    }
+
+    /// The ring that replaces this sealed one under `geometry`, inheriting
+    /// [`Geometry::inherit`]'s entries. Waits for tickets claimed before the seal
+    /// to be stamped: their writers are between their claim and their stores.
+    pub(crate) fn successor(&self, geometry: Geometry) -> AtomicRing {
+        // Relaxed: `seal` already synchronized with every claim.
+        let head = self.head.load(Ordering::Relaxed) & !SEALED;
+        let inheritance =
+            self.geometry
+                .inherit(&Settled(self), head, self.dropped, geometry.capacity());
+        AtomicRing::inheriting(geometry, inheritance)
+    }
+}
+
+/// A sealed ring, read once its claimed entries have landed.
+struct Settled<'a>(&'a AtomicRing);
+
+impl Entries for Settled<'_> {
+    fn read(&self, index: usize, lap: u64) -> Entry {
+        let mut pause = Pause::default();
+        loop {
+            // Acquire: pairs with the writer's Release store (its claim is ordered
+            // before our seal; its store may come after).
+            let word = self.0.slots[index].load(Ordering::Acquire);
+            // No ticket is claimed after the seal, so the other parity can only be
+            // the previous lap: a store still on its way.
+            if word & 1 == lap_bit(lap) {
+                return Entry::Stamp(word >> 1);
+            }
+            pause.pause();
+        }
+    }
+}

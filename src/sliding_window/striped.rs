@@ -1,0 +1,528 @@
+//! The lock-free core of [`SlidingWindow`](super::SlidingWindow): a pool that
+//! leases each sub-window's budget, a ring of finished sub-windows' charges, and
+//! cache-padded stripes that hold the leases. See the module docs for the state
+//! table and the argument; the comments here say why each step is safe.
+
+use crossbeam_utils::CachePadded;
+
+use super::ring::Geometry;
+use crate::error::Denied;
+use crate::limiter::Snapshot;
+use crate::sync::{AtomicU64, Ordering};
+
+/// The most stripes a limiter will have; more only cost memory and longer
+/// steal scans.
+pub(crate) const MAX_STRIPES: usize = 256;
+
+/// The default stripe count: the machine's parallelism, rounded up to a power
+/// of two (a thread's stripe is its hint masked), at most [`MAX_STRIPES`].
+pub(crate) fn default_stripes() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .next_power_of_two()
+        .min(MAX_STRIPES)
+}
+
+/// A number for the calling thread, fixed for its life, that spreads threads
+/// over stripes round-robin.
+///
+/// The counter is `std`'s, not the sync facade's, on purpose: it is not limiter
+/// state (any hint, even the same for every thread, leaves the limiter exact),
+/// and it must be a `static`, which loom's atomics cannot be. Under loom the hint
+/// is the model thread's number instead, which is deterministic across the
+/// executions loom explores.
+#[cfg(not(loom))]
+#[inline]
+fn thread_hint() -> usize {
+    use std::cell::Cell;
+    use std::sync::atomic::AtomicUsize;
+
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static HINT: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    HINT.with(|hint| {
+        let mine = hint.get();
+        if mine != usize::MAX {
+            return mine;
+        }
+        // Relaxed: only distinctness matters, which any ordering gives an RMW.
+        let mine = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % (usize::MAX / 2);
+        hint.set(mine);
+        mine
+    })
+}
+
+#[cfg(loom)]
+fn thread_hint() -> usize {
+    // loom threads are numbered 0 (the model's main thread), 1, 2, ... in spawn
+    // order; loom prints the number and offers no other way to read it.
+    let id = format!("{:?}", loom::thread::current().id());
+    id.bytes()
+        .filter(u8::is_ascii_digit)
+        .fold(0, |acc, d| acc * 10 + usize::from(d - b'0'))
+}
+
+/// The striped, leased sliding window state.
+#[derive(Debug)]
+pub(crate) struct Striped {
+    geo: Geometry,
+    /// `(index p, charged c)`: the newest sub-window opened and the permits leased
+    /// out of it so far. Only ever changed by CAS, so every modification is a
+    /// read-modify-write (which keeps release sequences unbroken).
+    pool: CachePadded<AtomicU64>,
+    /// Slot `i % subs` holds `(i, charge of sub-window i)` once `i` is closed:
+    /// at least what `i` admitted, exactly that once its unspent leases are back.
+    history: Box<[AtomicU64]>,
+    /// `(epoch e, lease l)`: `l` permits charged to sub-window `e`, not yet spent.
+    stripes: Box<[CachePadded<AtomicU64>]>,
+    /// `stripes.len() - 1`; the length is a power of two.
+    mask: usize,
+}
+
+/// Where a stale lease found in a stripe goes.
+enum Stale {
+    /// Its sub-window still counts in some future window: give it back there.
+    Return { epoch: u64, lease: u32 },
+    /// Nothing, or nothing that matters any more.
+    Nothing,
+}
+
+impl Striped {
+    pub(crate) fn new(geo: Geometry, stripes: usize) -> Self {
+        let stripes = stripes.clamp(1, MAX_STRIPES).next_power_of_two();
+        Striped {
+            geo,
+            // Sub-window 0, nothing charged; every slot and stripe likewise says
+            // "sub-window 0, zero", which is true.
+            pool: CachePadded::new(AtomicU64::new(0)),
+            history: (0..geo.subs()).map(|_| AtomicU64::new(0)).collect(),
+            stripes: (0..stripes)
+                .map(|_| CachePadded::new(AtomicU64::new(0)))
+                .collect(),
+            mask: stripes - 1,
+        }
+    }
+
+    pub(crate) fn geometry(&self) -> &Geometry {
+        &self.geo
+    }
+
+    pub(crate) fn stripe_count(&self) -> usize {
+        self.stripes.len()
+    }
+
+    /// Heap bytes owned by the limiter (history ring and stripes).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        std::mem::size_of_val::<[AtomicU64]>(&self.history)
+            + std::mem::size_of_val::<[CachePadded<AtomicU64>]>(&self.stripes)
+    }
+
+    /// Admits `n` (already checked to be in `1..=limit`) at reading `now`.
+    ///
+    /// The fast path touches only the calling thread's stripe: when it holds a
+    /// lease for the reading's sub-window with at least `n` left, one CAS spends
+    /// it. No division: the reading is compared with the lease's sub-window.
+    #[inline]
+    pub(crate) fn try_acquire_n(&self, now: u64, n: u32) -> Result<(), Denied> {
+        let own = thread_hint() & self.mask;
+        let stripe = &self.stripes[own];
+        // Relaxed: the lease is a count, and the CAS below checks that it is
+        // still the count; nothing else is read on its strength.
+        let mut word = stripe.load(Ordering::Relaxed);
+        loop {
+            let (epoch, lease) = self.geo.unpack(word);
+            // `now - start` wraps to a huge value when `now` is before the start.
+            if now.wrapping_sub(self.geo.start(epoch)) >= self.geo.sub() || lease < n {
+                return self.acquire_slow(now, n, own);
+            }
+            // The count is the low bits, so subtracting `n <= lease` keeps the
+            // epoch. Relaxed both ways: as above, a lease spent is a count
+            // decremented, ordered with every other change to it by the stripe's
+            // modification order.
+            match stripe.compare_exchange_weak(
+                word,
+                word - u64::from(n),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Ok(()),
+                Err(actual) => word = actual,
+            }
+        }
+    }
+
+    /// Everything but a spend from a sufficient lease: opening a sub-window,
+    /// returning stale leases, leasing from the pool, stealing from other
+    /// stripes, and denying.
+    #[inline(never)]
+    fn acquire_slow(&self, now: u64, n: u32, own: usize) -> Result<(), Denied> {
+        let j = self.geo.index(now);
+        let stripe = &self.stripes[own];
+
+        // 1. The thread's own stripe: take its current lease whole (it is charged
+        //    to `j`, so it is ours to spend), or note a stale one.
+        let mut gathered = 0u32;
+        // Relaxed: see `try_acquire_n`.
+        let mut word = stripe.load(Ordering::Relaxed);
+        loop {
+            let (epoch, lease) = self.geo.unpack(word);
+            if epoch > j {
+                // Someone leased for a later sub-window, so the pool is past `j`.
+                return Err(self.deny_stale(now, n));
+            }
+            if epoch < j || lease == 0 {
+                break;
+            }
+            let (next, took) = if lease >= n {
+                (word - u64::from(n), n)
+            } else {
+                (self.geo.pack(j, 0), lease)
+            };
+            // Relaxed: a count taken out of the stripe, as in the fast path.
+            match stripe.compare_exchange_weak(word, next, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) if took == n => return Ok(()),
+                Ok(_) => {
+                    gathered = took;
+                    break;
+                }
+                Err(actual) => word = actual,
+            }
+        }
+
+        // 2. Bring the pool to `j`, opening it if this reading is the first in it.
+        let mut pool = self.open(j);
+        if self.geo.unpack(pool).0 > j {
+            self.put_back(own, j, gathered);
+            return Err(self.deny_stale(now, n));
+        }
+
+        // 3. Our own stale lease, if any, goes back before we look at the budget:
+        //    single-threaded, that makes every charge exact before it is summed.
+        //    The pool is at `j` (acquired in `open`), so every older sub-window's
+        //    charge is final and visible.
+        self.reclaim(stripe, j);
+
+        // 4. Lease from the pool; 5. steal from other stripes if it runs short.
+        //    A steal scan that returns a stale lease raises the budget, so the
+        //    pool is tried once more after it.
+        let mut charged = 0;
+        for round in 0..2 {
+            loop {
+                let (p, c) = self.geo.unpack(pool);
+                if p != j {
+                    // The pool only moves forward: someone opened a later
+                    // sub-window while we gathered.
+                    self.put_back(own, j, gathered);
+                    return Err(self.deny_stale(now, n));
+                }
+                charged = c;
+                let need = n - gathered;
+                let avail = self.geo.room(j, j, |i| self.charge(i, j, c));
+                let want = if avail >= need {
+                    self.lease_size(avail, need)
+                } else {
+                    avail
+                };
+                if want == 0 {
+                    break;
+                }
+                // `c + want <= limit` (that is what `room` means), so the count
+                // stays in its bits. Success Relaxed: the lease is a count taken
+                // from the pool, decided on the very value it replaces; what we
+                // read before deciding (the history) was made visible by the
+                // Acquire that gave us `pool`. Failure Acquire: the next decision
+                // reads the history on the strength of the fresh value.
+                match self.pool.compare_exchange(
+                    pool,
+                    pool + u64::from(want),
+                    Ordering::Relaxed,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => {
+                        gathered += want;
+                        charged = c + want;
+                        break;
+                    }
+                    Err(actual) => pool = actual,
+                }
+            }
+            if gathered >= n {
+                break;
+            }
+            let (stolen, returned) = self.steal(j, n - gathered, own);
+            gathered += stolen;
+            if gathered >= n || !returned || round == 1 {
+                break;
+            }
+            // Acquire: as every pool read that the history is read after.
+            pool = self.pool.load(Ordering::Acquire);
+        }
+
+        // 6. Spend, or deny; either way what is left of the gathered permits
+        //    stays charged to `j` and goes into our stripe, where we or a stealer
+        //    can spend it.
+        if gathered >= n {
+            self.put_back(own, j, gathered - n);
+            return Ok(());
+        }
+        self.put_back(own, j, gathered);
+        // What `j` has really used: everything charged, less what we hold unspent
+        // (single-threaded, every unspent permit of `j` is now in our stripe).
+        let used = charged.saturating_sub(gathered);
+        Err(self
+            .geo
+            .retry_after(now, j + 1, j, n, |i| self.charge(i, j, used)))
+    }
+
+    /// Brings the pool to sub-window `j` if it is older, and returns the pool word
+    /// as last read (Acquire): its index is `j` or later.
+    fn open(&self, j: u64) -> u64 {
+        // Acquire: pairs with the Release of the CAS that opened the pool's
+        // sub-window (or any later one): after it, every charge that CAS's thread
+        // published is visible. Every change to the pool is an RMW, so the CAS
+        // heads a release sequence that later leases do not break.
+        let mut pool = self.pool.load(Ordering::Acquire);
+        loop {
+            let (p, _) = self.geo.unpack(pool);
+            if p >= j {
+                return pool;
+            }
+            // Publish `p`'s charge before leaving it. Anyone who failed to open
+            // may have published an older (smaller) charge of `p`, or will; the
+            // maximum keeps the final one, and a newer sub-window's stamp beats
+            // both. Relaxed: the Release CAS below publishes it.
+            self.history[self.slot(p)].fetch_max(pool, Ordering::Relaxed);
+            let opened = self.geo.pack(j, 0);
+            // Release on success: whoever acquires the pool at `j` or later sees
+            // `p`'s charge. Acquire on failure: see the load above.
+            match self
+                .pool
+                .compare_exchange(pool, opened, Ordering::Release, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    self.sweep(j);
+                    return opened;
+                }
+                Err(actual) => pool = actual,
+            }
+        }
+    }
+
+    fn slot(&self, index: u64) -> usize {
+        // The remainder is below `subs`, a u32.
+        (index % u64::from(self.geo.subs())) as usize
+    }
+
+    /// The charge of sub-window `i` as seen with the pool at `newest` charging
+    /// `current` to itself: the pool's own count, or a finished sub-window's slot
+    /// if it holds that sub-window (a sub-window never opened charged nothing).
+    /// Callers acquired the pool at `newest`, so every finished charge is final.
+    fn charge(&self, i: u64, newest: u64, current: u32) -> u32 {
+        if i == newest {
+            return current;
+        }
+        // Relaxed: visibility comes from the caller's Acquire of the pool.
+        let (stamp, count) = self
+            .geo
+            .unpack(self.history[self.slot(i)].load(Ordering::Relaxed));
+        if stamp == i { count } else { 0 }
+    }
+
+    /// How much to lease when the pool has `avail` and this request needs `need`:
+    /// a share of what is left, so that every stripe can hold a lease while half
+    /// the budget stays in the pool, shrinking as the pool runs low — never less
+    /// than the request.
+    fn lease_size(&self, avail: u32, need: u32) -> u32 {
+        let share = (avail / (2 * self.stripes.len() as u32)).max(1);
+        share.clamp(need, avail)
+    }
+
+    /// Takes a stripe's lease if it is for a sub-window before `j` and gives it
+    /// back to that sub-window's charge if the charge still counts. Either way
+    /// the stale lease is emptied, so that a later reading from that old
+    /// sub-window (a clock stepping back) cannot spend it: single-threaded, every
+    /// reading older than the newest sub-window is then denied, as the twin
+    /// denies it. The caller has acquired the pool at `j` or later.
+    fn reclaim(&self, stripe: &AtomicU64, j: u64) {
+        // Relaxed: the lease is a count, taken by CAS; see `give_back` for the
+        // history side.
+        let mut word = stripe.load(Ordering::Relaxed);
+        loop {
+            let (epoch, lease) = self.geo.unpack(word);
+            if epoch >= j || lease == 0 {
+                return;
+            }
+            match stripe.compare_exchange_weak(
+                word,
+                self.geo.pack(epoch, 0),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    if let Stale::Return { epoch, lease } = self.stale(word, j) {
+                        self.give_back(epoch, lease);
+                    }
+                    return;
+                }
+                Err(actual) => word = actual,
+            }
+        }
+    }
+
+    fn stale(&self, word: u64, j: u64) -> Stale {
+        let (epoch, lease) = self.geo.unpack(word);
+        if epoch < j && lease > 0 && epoch + u64::from(self.geo.subs()) > j {
+            Stale::Return { epoch, lease }
+        } else {
+            Stale::Nothing
+        }
+    }
+
+    /// Subtracts `lease` unspent permits from finished sub-window `epoch`'s charge.
+    /// The caller took them out of a stripe by CAS, so they can never be spent.
+    fn give_back(&self, epoch: u64, lease: u32) {
+        let slot = &self.history[self.slot(epoch)];
+        // Relaxed: the caller acquired the pool past `epoch`, after the CAS that
+        // left `epoch` and the final charge published before it, so this reads
+        // that charge or a later value; a decrement is a count, checked by CAS.
+        let mut word = slot.load(Ordering::Relaxed);
+        loop {
+            let (stamp, count) = self.geo.unpack(word);
+            if stamp != epoch {
+                // The slot has moved on: `epoch` no longer counts anywhere.
+                return;
+            }
+            let next = self.geo.pack(epoch, count.saturating_sub(lease));
+            match slot.compare_exchange_weak(word, next, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(actual) => word = actual,
+            }
+        }
+    }
+
+    /// Returns every stale lease that still counts, once per sub-window, by the
+    /// thread that opened it: an idle thread's lease would otherwise stay charged
+    /// for the rest of its window.
+    fn sweep(&self, j: u64) {
+        for stripe in self.stripes.iter() {
+            self.reclaim(stripe, j);
+        }
+    }
+
+    /// Takes up to `need` permits of sub-window `j` from the other stripes'
+    /// leases, returning stale leases on the way. Returns what it took and whether
+    /// it returned anything (which raises the pool's budget).
+    fn steal(&self, j: u64, mut need: u32, own: usize) -> (u32, bool) {
+        let mut stolen = 0;
+        let mut returned = false;
+        for k in 1..self.stripes.len() {
+            if need == 0 {
+                break;
+            }
+            let victim = &self.stripes[(own + k) & self.mask];
+            // Relaxed: leases are counts, taken by CAS.
+            let mut word = victim.load(Ordering::Relaxed);
+            loop {
+                let (epoch, lease) = self.geo.unpack(word);
+                if epoch == j && lease > 0 {
+                    let take = lease.min(need);
+                    match victim.compare_exchange_weak(
+                        word,
+                        word - u64::from(take),
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => {
+                            stolen += take;
+                            need -= take;
+                            break;
+                        }
+                        Err(actual) => word = actual,
+                    }
+                } else {
+                    if let Stale::Return { .. } = self.stale(word, j) {
+                        self.reclaim(victim, j);
+                        returned = true;
+                    }
+                    break;
+                }
+            }
+        }
+        (stolen, returned)
+    }
+
+    /// Puts `spare` unspent permits of sub-window `j` into stripe `own`, merging
+    /// with a lease for `j`, replacing (and returning) a stale one. If the stripe
+    /// already holds a later sub-window's lease (another thread on the same
+    /// stripe moved on), `j` is finished and the permits go back to its charge.
+    /// The caller has acquired the pool at `j`.
+    fn put_back(&self, own: usize, j: u64, spare: u32) {
+        if spare == 0 {
+            return;
+        }
+        let stripe = &self.stripes[own];
+        // Relaxed: counts, by CAS.
+        let mut word = stripe.load(Ordering::Relaxed);
+        loop {
+            let (epoch, _) = self.geo.unpack(word);
+            let next = if epoch == j {
+                // Both are charged to `j`, whose charge is at most `limit`.
+                word + u64::from(spare)
+            } else if epoch < j {
+                self.geo.pack(j, spare)
+            } else {
+                // Acquire: `j` is finished (a lease for `epoch > j` exists), and
+                // its final charge must be visible before it is decremented; the
+                // load reads the pool at `epoch` or later.
+                let _ = self.pool.load(Ordering::Acquire);
+                return self.give_back(j, spare);
+            };
+            match stripe.compare_exchange_weak(word, next, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => {
+                    // A stale lease we replaced goes back (the caller acquired
+                    // the pool at `j`, past its sub-window).
+                    if let Stale::Return { epoch, lease } = self.stale(word, j) {
+                        self.give_back(epoch, lease);
+                    }
+                    return;
+                }
+                Err(actual) => word = actual,
+            }
+        }
+    }
+
+    /// The denial for a reading older than the newest sub-window: it can be
+    /// admitted no earlier than that sub-window's start, and then only if the
+    /// sub-window has room. Leases still on stripes count as unused: for the
+    /// newest sub-window they are there to be spent or stolen, for older ones
+    /// they go back when the next sub-window opens. (Rare, so it pays for the
+    /// stripe scans that make the wait exact single-threaded.)
+    fn deny_stale(&self, now: u64, n: u32) -> Denied {
+        // Acquire: the history is read on the strength of this value.
+        let (p, c) = self.geo.unpack(self.pool.load(Ordering::Acquire));
+        self.geo.retry_after(now, p, p, n, |i| {
+            self.charge(i, p, c).saturating_sub(self.unspent(i))
+        })
+    }
+
+    /// Permits of sub-window `i` sitting in stripes' leases.
+    fn unspent(&self, i: u64) -> u32 {
+        self.stripes
+            .iter()
+            // Relaxed: an estimate of counts; nothing is decided on it.
+            .map(|s| self.geo.unpack(s.load(Ordering::Relaxed)))
+            .filter(|&(epoch, _)| epoch == i)
+            .fold(0u32, |sum, (_, lease)| sum.saturating_add(lease))
+    }
+
+    /// What a request could get at `now`, counting leases still on the stripes
+    /// as unused (they are, until spent).
+    pub(crate) fn snapshot(&self, now: u64) -> Snapshot {
+        // Acquire: as in `open`.
+        let (p, c) = self.geo.unpack(self.pool.load(Ordering::Acquire));
+        self.geo.snapshot(now, p, |i| {
+            self.charge(i, p, c).saturating_sub(self.unspent(i))
+        })
+    }
+}

@@ -1,0 +1,9 @@
+//! Reservations on the token bucket: the same TAT word, booked ahead (see
+//! `waiting::word_reserve`).
+
+use super::TokenBucket;
+use crate::waiting::word_reserve;
+
+word_reserve!(TokenBucket);
+// `LockingTokenBucket`'s field is private to `token_bucket::locking`; its
+// reservations need `crate::waiting::word_reserve!(LockingTokenBucket);` there.

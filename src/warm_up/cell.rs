@@ -1,0 +1,127 @@
+//! Where the warm-up state lives: one 128-bit atomic updated by CAS, or the same
+//! two words under a mutex (the locking twin).
+
+use crossbeam_utils::CachePadded;
+
+use crate::error::Denied;
+use crate::sync::{AtomicU128, Ordering};
+
+/// A two-word state (`next << 64 | bank`), changed only as a whole. `update`
+/// stores the decision's new state only if it admits; a denial writes nothing.
+pub(crate) trait WideCell {
+    fn new(initial: u128) -> Self;
+
+    fn load(&self) -> u128;
+
+    /// Applies `decide` to the current state until a result is stored or
+    /// `decide` denies; `decide` may run more than once, so it must be pure.
+    fn update(&self, decide: impl FnMut(u128) -> Result<u128, Denied>) -> Result<(), Denied>;
+}
+
+/// The lock-free cell: a 128-bit compare-and-swap (`cmpxchg16b` on x86-64,
+/// `casp` on AArch64, through portable-atomic) on its own cache line.
+///
+/// Every ordering is `Relaxed`, for the reason the one-word cell gives: the
+/// 128 bits are the whole limiter state and publish no other memory; all
+/// operations on one atomic are totally ordered by its modification order, so
+/// every successful CAS is decided on exactly the value it replaces.
+#[derive(Debug)]
+pub(crate) struct AtomicWide(CachePadded<AtomicU128>);
+
+impl WideCell for AtomicWide {
+    fn new(initial: u128) -> Self {
+        AtomicWide(CachePadded::new(AtomicU128::new(initial)))
+    }
+
+    #[inline]
+    fn load(&self) -> u128 {
+        // Relaxed: a point-in-time read of the one state word.
+        self.0.load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    fn update(&self, mut decide: impl FnMut(u128) -> Result<u128, Denied>) -> Result<(), Denied> {
+        // Relaxed: the decision needs a value of the word; the CAS checks it is
+        // still the current one.
+        let mut current = self.0.load(Ordering::Relaxed);
+        let backoff = crossbeam_utils::Backoff::new();
+        loop {
+            let next = decide(current)?;
+            // Weak: a spurious failure costs one more pure decision. Relaxed on
+            // success (the swap publishes nothing else) and on failure (the fresh
+            // value is all the retry needs).
+            match self
+                .0
+                .compare_exchange_weak(current, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return Ok(()),
+                Err(actual) => {
+                    current = actual;
+                    // Lost a race: pause a few (exponentially more) spin hints
+                    // before retrying, so the winner can finish its next booking
+                    // with the line still in its cache instead of both threads
+                    // bouncing it on every attempt. Bounded: never blocks.
+                    backoff.spin();
+                }
+            }
+        }
+    }
+}
+
+/// The locking twin's cell: the same 128 bits under a `parking_lot` mutex.
+#[derive(Debug)]
+pub(crate) struct LockedWide(CachePadded<parking_lot::Mutex<u128>>);
+
+impl WideCell for LockedWide {
+    fn new(initial: u128) -> Self {
+        LockedWide(CachePadded::new(parking_lot::Mutex::new(initial)))
+    }
+
+    #[inline]
+    fn load(&self) -> u128 {
+        *self.0.lock()
+    }
+
+    #[inline]
+    fn update(&self, mut decide: impl FnMut(u128) -> Result<u128, Denied>) -> Result<(), Denied> {
+        let mut state = self.0.lock();
+        *state = decide(*state)?;
+        Ok(())
+    }
+}
+
+/// loom has no 128-bit atomic. Under `--cfg loom` the warm-up cell runs on this
+/// stand-in: a loom mutex around the value, so every load and every
+/// compare-and-swap is one loom-visible, linearizable step, and loom explores
+/// every order of them. (The real `cmpxchg16b` is linearizable the same way; what
+/// the models check is the CAS loop and the decisions built on it.)
+#[cfg(loom)]
+#[derive(Debug)]
+pub(crate) struct LoomAtomicU128(loom::sync::Mutex<u128>);
+
+#[cfg(loom)]
+impl LoomAtomicU128 {
+    pub(crate) fn new(value: u128) -> Self {
+        LoomAtomicU128(loom::sync::Mutex::new(value))
+    }
+
+    pub(crate) fn load(&self, _: Ordering) -> u128 {
+        *self.0.lock().unwrap()
+    }
+
+    pub(crate) fn compare_exchange_weak(
+        &self,
+        current: u128,
+        new: u128,
+        _: Ordering,
+        _: Ordering,
+    ) -> Result<u128, u128> {
+        let mut value = self.0.lock().unwrap();
+        if *value == current {
+            *value = new;
+            Ok(current)
+        } else {
+            Err(*value)
+        }
+    }
+}

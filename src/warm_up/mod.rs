@@ -1,0 +1,343 @@
+//! A lock-free token bucket that warms up: Guava's `SmoothWarmingUp`, with
+//! integer time.
+//!
+//! A service that has been idle is cold — caches empty, connections closed, JIT
+//! not done — and cannot take its full rate at once. [`WarmUp`] starts cold and
+//! ramps up: after idleness, permits are handed out at `cold_factor` × the stable
+//! interval, and the interval shrinks linearly to the stable one as the limiter
+//! is used, over the warm-up period. The schedule is Guava's, formula for
+//! formula; the table test in `tests/warm_up.rs` reproduces the expected waits
+//! of Guava's own `RateLimiterTest` within 1 µs (most of them exactly).
+//!
+//! Like Guava's `RateLimiter`, a request is never delayed for its *own* cost:
+//! it starts at the limiter's next free instant and pushes that instant back by
+//! its cost ("pay later"). So a [`Reserve::reserve`](crate::Reserve::reserve)
+//! returns when the *previous* requests are paid for, and
+//! [`try_acquire`](crate::RateLimiter::try_acquire) succeeds iff nothing is
+//! outstanding.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::{ManualClock, Rate, Reserve, WarmUp};
+//!
+//! // Guava: RateLimiter.create(2.0, 4, SECONDS) — cold factor 3.
+//! let clock = ManualClock::new();
+//! let limiter = WarmUp::with_clock(Rate::per_second(2), Duration::from_secs(4), clock.clone()).unwrap();
+//! let mut waits = Vec::new();
+//! for _ in 0..8 {
+//!     let r = limiter.reserve(1).unwrap();
+//!     let wait = r.delay();
+//!     clock.advance(wait); // sleep, as Guava's acquire() does
+//!     waits.push(wait.as_millis());
+//! }
+//! assert_eq!(waits, [0, 1375, 1125, 875, 625, 500, 500, 500]);
+//! ```
+//!
+//! # State
+//!
+//! One 128-bit word, updated by a 128-bit compare-and-swap (`cmpxchg16b`):
+//!
+//! | bits | meaning |
+//! |---|---|
+//! | 64–127 | `next`: ns since the limiter was built at which the next request may start |
+//! | 0–63 | `bank`: idle time banked, in `[0, warm_up]` ns; Guava's `storedPermits` is `bank / coolDown` |
+//!
+//! | operation | writes |
+//! |---|---|
+//! | book `n` at `now` | if `now > next`: `bank += now − next` (capped), `next = now`; then, if `next − now ≤ max_wait`: `next += cost(n)`, `bank −= n·coolDown` |
+//! | deny | nothing |
+//! | cancel | the word before the booking, iff the word is still the one the booking wrote |
+//!
+//! Guava keeps `storedPermits` as a double and time in microseconds; here the
+//! stored permits are kept as the idle time that bought them, so idleness adds
+//! to the bank one nanosecond per nanosecond with no division, and the cost of
+//! spending it is Guava's integral, rewritten on that axis and computed in
+//! u128 integers (see `curve.rs`). Costs are exact to the nanosecond but for the
+//! trapezoid above the threshold, rounded down.
+//!
+//! Two words must change together, so the state is one 128-bit atomic (loom has
+//! none; the loom models run the same code on a loom-visible stand-in). A
+//! reading older than the state's `next` changes nothing and waits longer; a
+//! reading older than the truth but newer than `next` decides exactly as Guava
+//! would for a request arriving at that reading — a time after every earlier
+//! decision, so the history stays one that Guava could produce.
+//!
+//! # Differences from Guava
+//!
+//! - Integer nanoseconds and an integer stable interval (the rate's period
+//!   divided by its permits, rounded up), no floating point in a decision.
+//! - The cold factor is an integer from 1 to 1000 (Guava's tests use 1, 2, 3,
+//!   10); the warm-up period at most 2^52 ns (about 52 days); one request may
+//!   cost at most 2^60 ns at the stable rate.
+//! - No `setRate`: build a new limiter to change the rate.
+
+pub(crate) mod cell;
+mod curve;
+
+use std::time::Duration;
+
+use crate::clock::{Clock, MonotonicClock};
+use crate::error::{ConfigError, Denied};
+use crate::limiter::{Snapshot, check_request};
+use crate::rate::Rate;
+use crate::timeline::Timeline;
+use crate::waiting::sealed::{RawReserve, Ticket};
+use cell::{AtomicWide, LockedWide, WideCell};
+use curve::Curve;
+
+/// Guava's default cold factor: a cold limiter hands out permits at a third of
+/// its stable rate.
+pub const DEFAULT_COLD_FACTOR: u32 = 3;
+
+/// A warm-up limiter over a state cell: the atomic one or its locking twin.
+#[derive(Debug)]
+struct Core<S, C> {
+    curve: Curve,
+    state: S,
+    timeline: Timeline<C>,
+}
+
+impl<S: WideCell, C: Clock> Core<S, C> {
+    fn new(curve: Curve, clock: C) -> Self {
+        Core {
+            state: S::new(curve.initial()),
+            curve,
+            timeline: Timeline::new(clock),
+        }
+    }
+
+    #[inline]
+    fn reserve(&self, n: u32, max_wait: u64) -> Result<Ticket, Denied> {
+        check_request(n, self.curve.capacity())?;
+        // One reading per request, reused on a lost race (see the module docs
+        // for what a stale one does).
+        let now = self.timeline.now();
+        let mut booked = Ticket {
+            start: 0,
+            permits: n,
+            after: 0,
+            before: 0,
+        };
+        self.state.update(|state| {
+            let (after, start) = self.curve.decide(state, now, n, max_wait)?;
+            booked = Ticket {
+                start,
+                permits: n,
+                after,
+                before: state,
+            };
+            Ok(after)
+        })?;
+        Ok(booked)
+    }
+
+    fn cancel(&self, ticket: &Ticket) -> bool {
+        // Every booking moves `next` strictly forward (a cost of at least one
+        // stable interval) and a successful cancel restores the exact word its
+        // booking replaced, so the words form a stack: the word equals a
+        // booking's iff every later booking has been cancelled.
+        self.state
+            .update(|state| {
+                if state == ticket.after {
+                    Ok(ticket.before)
+                } else {
+                    Err(Denied::ZeroPermits) // "not the latest": stops without writing
+                }
+            })
+            .is_ok()
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let now = self.timeline.now();
+        self.curve.snapshot(self.state.load(), now)
+    }
+}
+
+/// Declares a public warm-up limiter type over a state cell, with its impls.
+macro_rules! warm_up {
+    ($(#[$doc:meta])* $name:ident, $cell:ty) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub struct $name<C = MonotonicClock> {
+            inner: Core<$cell, C>,
+        }
+
+        impl $name {
+            /// A cold limiter with a stable `rate`, warming up over `warm_up`, with
+            /// Guava's default cold factor of 3, on the default
+            /// [`MonotonicClock`].
+            ///
+            /// Errors: [`ConfigError::ZeroRate`], [`ConfigError::ZeroPeriod`],
+            /// [`ConfigError::TooFine`], [`ConfigError::Overflow`] (a warm-up
+            /// period over 2^52 ns, or more than 2^60 ns per permit).
+            ///
+            /// ```
+            /// use std::time::Duration;
+            #[doc = concat!("use tollgate::{Rate, ", stringify!($name), "};")]
+            #[doc = concat!("let limiter = ", stringify!($name), "::new(Rate::per_second(100), Duration::from_secs(10)).unwrap();")]
+            /// assert_eq!(limiter.cold_factor(), 3);
+            /// ```
+            pub fn new(rate: Rate, warm_up: Duration) -> Result<Self, ConfigError> {
+                Self::with_clock(rate, warm_up, MonotonicClock::new())
+            }
+        }
+
+        impl<C: Clock> $name<C> {
+            /// As [`new`](Self::new), reading `clock`.
+            ///
+            /// ```
+            /// use std::time::Duration;
+            #[doc = concat!("use tollgate::{ManualClock, Rate, ", stringify!($name), "};")]
+            #[doc = concat!("let limiter = ", stringify!($name), "::with_clock(Rate::per_second(5), Duration::from_secs(4), ManualClock::new()).unwrap();")]
+            /// # let _ = limiter;
+            /// ```
+            pub fn with_clock(rate: Rate, warm_up: Duration, clock: C) -> Result<Self, ConfigError> {
+                Self::with_cold_factor(rate, warm_up, DEFAULT_COLD_FACTOR, clock)
+            }
+
+            /// As [`with_clock`](Self::with_clock), with a cold factor from 1 (no
+            /// warm-up: every permit at the stable interval) to 1000: a cold
+            /// limiter's interval is `cold_factor` × the stable one.
+            ///
+            /// Errors: as [`new`](Self::new), and [`ConfigError::Overflow`] for a
+            /// cold factor outside `1..=1000`.
+            ///
+            /// ```
+            /// use std::time::Duration;
+            #[doc = concat!("use tollgate::{ConfigError, ManualClock, Rate, ", stringify!($name), "};")]
+            /// // Guava: RateLimiter.create(5.0, 4, SECONDS, 10.0)
+            #[doc = concat!("let limiter = ", stringify!($name), "::with_cold_factor(Rate::per_second(5), Duration::from_secs(4), 10, ManualClock::new()).unwrap();")]
+            /// assert_eq!(limiter.cold_factor(), 10);
+            #[doc = concat!("assert!(", stringify!($name), "::with_cold_factor(Rate::per_second(5), Duration::from_secs(4), 0, ManualClock::new()).is_err());")]
+            /// ```
+            pub fn with_cold_factor(
+                rate: Rate,
+                warm_up: Duration,
+                cold_factor: u32,
+                clock: C,
+            ) -> Result<Self, ConfigError> {
+                Ok($name {
+                    inner: Core::new(Curve::new(rate, warm_up, cold_factor)?, clock),
+                })
+            }
+
+            /// The clock this limiter reads.
+            ///
+            /// ```
+            /// use std::time::Duration;
+            #[doc = concat!("use tollgate::{Clock, ManualClock, Rate, ", stringify!($name), "};")]
+            /// let clock = ManualClock::new();
+            #[doc = concat!("let limiter = ", stringify!($name), "::with_clock(Rate::per_second(1), Duration::from_secs(1), clock.clone()).unwrap();")]
+            /// clock.set(7);
+            /// assert_eq!(limiter.clock().now(), 7);
+            /// ```
+            pub fn clock(&self) -> &C {
+                self.inner.timeline.clock()
+            }
+
+            /// The interval between permits once warm: the rate's period over its
+            /// permits, rounded up to a whole nanosecond.
+            ///
+            /// ```
+            /// use std::time::Duration;
+            #[doc = concat!("use tollgate::{Rate, ", stringify!($name), "};")]
+            #[doc = concat!("let limiter = ", stringify!($name), "::new(Rate::per_second(4), Duration::from_secs(1)).unwrap();")]
+            /// assert_eq!(limiter.stable_interval(), Duration::from_millis(250));
+            /// ```
+            pub fn stable_interval(&self) -> Duration {
+                self.inner.curve.stable_interval()
+            }
+
+            /// The warm-up period: how long saturated demand takes to bring a
+            /// fully cold limiter down to the threshold of the stable rate.
+            ///
+            /// ```
+            /// use std::time::Duration;
+            #[doc = concat!("use tollgate::{Rate, ", stringify!($name), "};")]
+            #[doc = concat!("let limiter = ", stringify!($name), "::new(Rate::per_second(4), Duration::from_secs(3)).unwrap();")]
+            /// assert_eq!(limiter.warm_up_period(), Duration::from_secs(3));
+            /// ```
+            pub fn warm_up_period(&self) -> Duration {
+                self.inner.curve.warm_up()
+            }
+
+            /// The cold factor: a fully cold limiter's interval over the stable one.
+            ///
+            /// ```
+            /// use std::time::Duration;
+            #[doc = concat!("use tollgate::{Rate, ", stringify!($name), "};")]
+            #[doc = concat!("let limiter = ", stringify!($name), "::new(Rate::per_second(4), Duration::from_secs(3)).unwrap();")]
+            /// assert_eq!(limiter.cold_factor(), tollgate::warm_up::DEFAULT_COLD_FACTOR);
+            /// ```
+            pub fn cold_factor(&self) -> u32 {
+                self.inner.curve.cold_factor()
+            }
+        }
+
+        impl<C: Clock> crate::limiter::RateLimiter for $name<C> {
+            /// Admits `n` permits iff nothing is outstanding (Guava's
+            /// `tryAcquire(n)`); they push the next start back by their cost.
+            #[inline]
+            fn try_acquire_n(&self, n: u32) -> Result<(), Denied> {
+                self.inner.reserve(n, 0).map(|_| ())
+            }
+
+            fn snapshot(&self) -> Snapshot {
+                self.inner.snapshot()
+            }
+        }
+
+        impl<C: Clock> RawReserve for $name<C> {
+            fn timeline_now(&self) -> u64 {
+                self.inner.timeline.now()
+            }
+
+            #[inline]
+            fn reserve_raw(&self, permits: u32, max_wait: u64) -> Result<Ticket, Denied> {
+                self.inner.reserve(permits, max_wait)
+            }
+
+            fn cancel_raw(&self, ticket: &Ticket) -> bool {
+                self.inner.cancel(ticket)
+            }
+        }
+    };
+}
+
+warm_up!(
+    /// A lock-free warm-up limiter with Guava's `SmoothWarmingUp` schedule:
+    /// starts cold, ramps to its stable rate over the warm-up period, cools
+    /// down again when idle.
+    ///
+    /// See the [module docs](self) for the state and the differences from
+    /// Guava. Use it through [`Reserve`](crate::Reserve) to wait
+    /// (`acquire(n)` is Guava's `acquire(n)`), or as a
+    /// [`RateLimiter`](crate::RateLimiter) to reject (`try_acquire_n(n)` is
+    /// Guava's `tryAcquire(n)`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Rate, RateLimiter, Reserve, WarmUp};
+    ///
+    /// let limiter = WarmUp::new(Rate::per_second(1000), Duration::from_millis(20)).unwrap();
+    /// limiter.acquire(1).unwrap(); // the first permit is free...
+    /// assert!(limiter.try_acquire().is_err()); // ...and costs the cold interval
+    /// ```
+    WarmUp,
+    AtomicWide
+);
+
+warm_up!(
+    /// The [`WarmUp`]'s twin: the same two words and decisions under a
+    /// `parking_lot` mutex. Same clock readings, same schedule.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{LockingWarmUp, Rate, Reserve};
+    ///
+    /// let limiter = LockingWarmUp::new(Rate::per_second(1000), Duration::from_millis(20)).unwrap();
+    /// limiter.acquire(1).unwrap();
+    /// ```
+    LockingWarmUp,
+    LockedWide
+);

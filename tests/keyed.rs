@@ -1,0 +1,459 @@
+//! The keyed limiter: per-key independence, creation on first use, eviction
+//! that never changes a decision (property test: a keyed limiter that sweeps
+//! after every operation, one that only sweeps as it inserts, and independent
+//! direct limiters per key that never forget anything, all agree on every
+//! decision, retry-after and snapshot), the cap, overrides and reconfiguration.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use support::{Admission, check_token_bucket};
+use tollgate::keyed::{BucketConfig, Carry, Keyable, Keyed, Tunable, WindowConfig};
+use tollgate::{
+    Denied, FixedWindow, LockingFixedWindow, LockingTokenBucket, ManualClock, Rate, RateLimiter,
+    TokenBucket,
+};
+
+type Bucket = TokenBucket<ManualClock>;
+type Window = FixedWindow<ManualClock>;
+
+fn bucket(capacity: u32, permits: u32, period_ms: u64) -> BucketConfig {
+    BucketConfig::new(
+        capacity,
+        Rate::new(permits, Duration::from_millis(period_ms)),
+    )
+    .unwrap()
+}
+
+fn window(limit: u32, period_ms: u64) -> WindowConfig {
+    WindowConfig::new(Rate::new(limit, Duration::from_millis(period_ms))).unwrap()
+}
+
+#[test]
+fn keys_are_independent_and_created_on_first_use() {
+    let clock = ManualClock::new();
+    let keyed = Keyed::<String, Bucket>::with_clock(bucket(2, 1, 1000), clock.clone());
+    assert!(keyed.is_empty());
+    assert!(keyed.try_acquire_n("a", 2).is_ok());
+    assert_eq!(keyed.len(), 1);
+    assert_eq!(
+        keyed.try_acquire("a"),
+        Err(Denied::RetryAfter(Duration::from_secs(1)))
+    );
+    assert!(keyed.try_acquire_n("b", 2).is_ok());
+    assert_eq!(keyed.len(), 2);
+    clock.advance(Duration::from_millis(500));
+    assert_eq!(
+        keyed.try_acquire("b"),
+        Err(Denied::RetryAfter(Duration::from_millis(500)))
+    );
+    assert_eq!(keyed.snapshot("a").available, 0);
+    assert_eq!(keyed.snapshot("zzz").available, 2);
+    assert_eq!(keyed.len(), 2, "snapshots create nothing");
+}
+
+#[test]
+fn requests_that_can_never_succeed_create_no_key() {
+    let keyed = Keyed::<u64, Window>::with_clock(window(3, 1000), ManualClock::new());
+    assert_eq!(keyed.try_acquire_n(&1, 0), Err(Denied::ZeroPermits));
+    assert_eq!(
+        keyed.try_acquire_n(&1, u32::MAX),
+        Err(Denied::ExceedsCapacity {
+            requested: u32::MAX,
+            capacity: 3
+        })
+    );
+    assert!(keyed.is_empty());
+}
+
+/// A keyed token bucket decides exactly as a `TokenBucket` built when the
+/// keyed limiter was built, key by key.
+#[test]
+fn a_key_decides_as_the_direct_limiter() {
+    let clock = ManualClock::new();
+    let keyed = Keyed::<u8, Bucket>::with_clock(bucket(5, 3, 100), clock.clone());
+    let direct: Vec<Bucket> = (0..3)
+        .map(|_| {
+            TokenBucket::with_clock(5, Rate::new(3, Duration::from_millis(100)), clock.clone())
+                .unwrap()
+        })
+        .collect();
+    for step in 0u64..2_000 {
+        let key = (step * 7 % 3) as u8;
+        let n = (step * 13 % 6) as u32 + 1;
+        assert_eq!(
+            keyed.try_acquire_n(&key, n),
+            direct[usize::from(key)].try_acquire_n(n),
+            "step {step}"
+        );
+        assert_eq!(keyed.snapshot(&key), direct[usize::from(key)].snapshot());
+        clock.advance(Duration::from_nanos(step * 104_729 % 40_000_000));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Eviction never changes a decision.
+
+#[derive(Debug, Clone)]
+enum Op {
+    Acquire {
+        key: u32,
+        n: u32,
+    },
+    Snapshot {
+        key: u32,
+    },
+    Advance {
+        ns: u64,
+    },
+    Reconfigure {
+        config: usize,
+        carry: Carry,
+    },
+    SetOverride {
+        key: u32,
+        config: usize,
+        carry: Carry,
+    },
+    RemoveOverride {
+        key: u32,
+    },
+}
+
+const KEYS: u32 = 6;
+
+fn carry() -> impl Strategy<Value = Carry> {
+    prop_oneof![
+        Just(Carry::Proportional),
+        Just(Carry::Additive),
+        Just(Carry::Reset)
+    ]
+}
+
+fn ops(max_advance: u64, configs: usize) -> impl Strategy<Value = Vec<Op>> {
+    let op = prop_oneof![
+        12 => (0..KEYS, 1u32..=6).prop_map(|(key, n)| Op::Acquire { key, n }),
+        2 => (0..KEYS).prop_map(|key| Op::Snapshot { key }),
+        3 => prop_oneof![0..max_advance / 50, 0..max_advance].prop_map(|ns| Op::Advance { ns }),
+        1 => (0..configs, carry()).prop_map(|(config, carry)| Op::Reconfigure { config, carry }),
+        1 => (0..KEYS, 0..configs, carry())
+            .prop_map(|(key, config, carry)| Op::SetOverride { key, config, carry }),
+        1 => (0..KEYS).prop_map(|key| Op::RemoveOverride { key }),
+    ];
+    proptest::collection::vec(op, 1..300)
+}
+
+/// Runs `ops` on a keyed limiter that sweeps after every operation, one that
+/// only sweeps as it inserts, and a reference of one `Tunable` per key (never
+/// evicted, all built at time 0 like the keyed ones, reconfigured as the keyed
+/// ones are), and checks they agree on everything.
+fn eviction_changes_nothing<L>(configs: &[L::Config], ops: &[Op])
+where
+    L: Keyable<Clock = ManualClock>,
+{
+    let clock = ManualClock::new();
+    let default = configs[0].clone();
+    let aggressive = Keyed::<u32, L>::with_clock(default.clone(), clock.clone());
+    let lazy = Keyed::<u32, L>::with_clock(default.clone(), clock.clone());
+    let reference: Vec<Tunable<L>> = (0..KEYS)
+        .map(|_| Tunable::with_clock(default.clone(), clock.clone()))
+        .collect();
+    let mut current_default = default;
+    let mut overridden: HashMap<u32, ()> = HashMap::new();
+    for (step, op) in ops.iter().enumerate() {
+        match *op {
+            Op::Acquire { key, n } => {
+                let expected = reference[key as usize].try_acquire_n(n);
+                assert_eq!(
+                    aggressive.try_acquire_n(&key, n),
+                    expected,
+                    "step {step}: {op:?}"
+                );
+                assert_eq!(lazy.try_acquire_n(&key, n), expected, "step {step}: {op:?}");
+            }
+            Op::Snapshot { key } => {
+                let expected = reference[key as usize].snapshot();
+                assert_eq!(aggressive.snapshot(&key), expected, "step {step}: {op:?}");
+                assert_eq!(lazy.snapshot(&key), expected, "step {step}: {op:?}");
+            }
+            Op::Advance { ns } => clock.advance(Duration::from_nanos(ns)),
+            Op::Reconfigure { config, carry } => {
+                current_default = configs[config].clone();
+                aggressive.reconfigure(current_default.clone(), carry);
+                lazy.reconfigure(current_default.clone(), carry);
+                for (key, limiter) in reference.iter().enumerate() {
+                    if !overridden.contains_key(&(key as u32)) {
+                        limiter.reconfigure(current_default.clone(), carry);
+                    }
+                }
+            }
+            Op::SetOverride { key, config, carry } => {
+                aggressive.set_override(key, configs[config].clone(), carry);
+                lazy.set_override(key, configs[config].clone(), carry);
+                // A new override starts full; an existing one is reconfigured.
+                let carry = if overridden.insert(key, ()).is_some() {
+                    carry
+                } else {
+                    Carry::Reset
+                };
+                reference[key as usize].reconfigure(configs[config].clone(), carry);
+            }
+            Op::RemoveOverride { key } => {
+                let had = overridden.remove(&key).is_some();
+                assert_eq!(aggressive.remove_override(&key), had);
+                assert_eq!(lazy.remove_override(&key), had);
+                if had {
+                    reference[key as usize].reconfigure(current_default.clone(), Carry::Reset);
+                }
+            }
+        }
+        aggressive.sweep();
+        // What is still resident is exactly the keys whose state is not fresh:
+        // the sweep missed nothing and took nothing else.
+        let live = (0..KEYS)
+            .filter(|key| !overridden.contains_key(key))
+            .filter(|&key| {
+                let snap = reference[key as usize].snapshot();
+                snap.available < snap.capacity || !snap.until_full.is_zero()
+            })
+            .count();
+        assert_eq!(aggressive.len(), live, "step {step}");
+    }
+}
+
+fn bucket_configs() -> Vec<BucketConfig> {
+    vec![bucket(5, 5, 100), bucket(2, 1, 30), bucket(9, 3, 70)]
+}
+
+fn window_configs() -> Vec<WindowConfig> {
+    vec![window(5, 100), window(2, 30), window(9, 70)]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn token_bucket_eviction_changes_no_decision(ops in ops(300_000_000, 3)) {
+        eviction_changes_nothing::<Bucket>(&bucket_configs(), &ops);
+    }
+
+    #[test]
+    fn fixed_window_eviction_changes_no_decision(ops in ops(300_000_000, 3)) {
+        eviction_changes_nothing::<Window>(&window_configs(), &ops);
+    }
+
+    #[test]
+    fn locking_twins_eviction_changes_no_decision(ops in ops(300_000_000, 3)) {
+        eviction_changes_nothing::<LockingTokenBucket<ManualClock>>(&bucket_configs(), &ops);
+        eviction_changes_nothing::<LockingFixedWindow<ManualClock>>(&window_configs(), &ops);
+    }
+
+    #[test]
+    fn combined_eviction_changes_no_decision(ops in ops(300_000_000, 3)) {
+        let configs: Vec<_> = bucket_configs().into_iter().zip(window_configs()).collect();
+        eviction_changes_nothing::<(Bucket, Window)>(&configs, &ops);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Eviction under a clock that steps back.
+
+/// A key evicted at `w` and recreated decides at no time before `w`, so the
+/// token bucket's promise holds over its admissions by decision time even when
+/// the clock is set back past the eviction.
+#[test]
+fn eviction_stays_safe_when_the_clock_steps_back() {
+    let clock = ManualClock::new();
+    let keyed = Keyed::<u8, Bucket>::with_clock(bucket(1, 1, 1000), clock.clone());
+    assert!(keyed.try_acquire(&0).is_ok()); // decided at 0
+    clock.set(1_000_000_000);
+    assert_eq!(keyed.sweep(), 1); // full again at 1 s: evicted at 1 s
+    clock.set(500_000_000); // back to 0.5 s
+    // Decided at the floor, 1 s, not at 0.5 s: one permit in [0, 1 s].
+    assert!(keyed.try_acquire(&0).is_ok());
+    assert_eq!(
+        keyed.try_acquire(&0),
+        Err(Denied::RetryAfter(Duration::from_secs(1)))
+    );
+    check_token_bucket(
+        &[
+            Admission { at: 0, n: 1 },
+            Admission {
+                at: 1_000_000_000,
+                n: 1,
+            },
+        ],
+        1,
+        1,
+        1_000_000_000,
+    );
+}
+
+/// Many keys, a clock that wanders backwards and forwards, sweeps in between:
+/// per key, admissions by decision time (`max(clock, latest eviction)`) keep
+/// the bucket's promise.
+#[test]
+fn wandering_clock_with_eviction_never_over_admits() {
+    let clock = ManualClock::new();
+    let keyed = Keyed::<u8, Bucket>::with_clock(bucket(3, 2, 100), clock.clone());
+    let mut admitted: HashMap<u8, Vec<Admission>> = HashMap::new();
+    let (mut time, mut floor) = (0u64, 0u64);
+    for step in 0u64..20_000 {
+        // Mostly forwards, sometimes back by up to 80 ms.
+        time = if step % 11 == 0 {
+            time.saturating_sub(step * 7919 % 80_000_000)
+        } else {
+            time + step * 104_729 % 30_000_000
+        };
+        clock.set(time);
+        if step % 17 == 0 && keyed.sweep() > 0 {
+            floor = floor.max(time);
+        }
+        let key = (step * 31 % 5) as u8;
+        let n = (step % 3) as u32 + 1;
+        let evicted = keyed.evicted();
+        // The decision time: the clock, never below the latest eviction.
+        let at = time.max(floor);
+        if keyed.try_acquire_n(&key, n).is_ok() {
+            admitted.entry(key).or_default().push(Admission { at, n });
+        }
+        // An insert that swept something moved the floor to its own time.
+        if keyed.evicted() > evicted {
+            floor = at;
+        }
+    }
+    assert!(keyed.evicted() > 100);
+    for admissions in admitted.values() {
+        check_token_bucket(admissions, 3, 2, 100_000_000);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The cap.
+
+#[test]
+fn the_cap_is_exact_and_overflow_shares_the_default_quota() {
+    let clock = ManualClock::new();
+    let keyed =
+        Keyed::<u32, Bucket>::with_clock(bucket(2, 2, 1000), clock.clone()).with_max_keys(3);
+    for key in 0..3 {
+        assert!(keyed.try_acquire(&key).is_ok());
+    }
+    assert_eq!(keyed.len(), 3);
+    // Keys 3.. have no room (keys 0..3 are not fresh): they share one bucket of 2.
+    assert!(keyed.try_acquire(&3).is_ok());
+    assert!(keyed.try_acquire(&4).is_ok());
+    assert!(matches!(keyed.try_acquire(&5), Err(Denied::RetryAfter(_))));
+    assert_eq!(keyed.len(), 3);
+    assert_eq!(keyed.overflowed(), 3);
+    // Existing keys are unaffected.
+    assert!(keyed.try_acquire(&0).is_ok());
+    // Once keys are fresh again, new keys make room for themselves.
+    clock.advance(Duration::from_secs(5));
+    assert!(keyed.try_acquire(&6).is_ok());
+    assert!(keyed.len() <= 3);
+    assert_eq!(keyed.overflowed(), 3);
+    assert!(keyed.evicted() >= 1);
+}
+
+#[test]
+fn inserts_sweep_stale_keys_without_being_asked() {
+    let clock = ManualClock::new();
+    let keyed = Keyed::<u64, Bucket>::with_clock(bucket(1, 1, 1), clock.clone());
+    // Every key is fresh again 1 ms after its request; 1 ms passes per 100 keys.
+    for key in 0..200_000u64 {
+        assert!(keyed.try_acquire(&key).is_ok());
+        if key % 100 == 99 {
+            clock.advance(Duration::from_millis(1));
+        }
+    }
+    // Only the last few hundred are live; the sweep keeps the rest out.
+    assert!(keyed.len() < 2_000, "{} keys resident", keyed.len());
+    assert!(keyed.evicted() > 198_000);
+    assert_eq!(keyed.overflowed(), 0);
+}
+
+// ---------------------------------------------------------------------------
+// Per-key quotas.
+
+#[test]
+fn overrides_have_their_own_quota_and_state() {
+    let clock = ManualClock::new();
+    let keyed = Keyed::<String, Bucket>::with_clock(bucket(1, 1, 1000), clock.clone());
+    keyed.try_acquire("vip").unwrap();
+    keyed.set_override("vip".into(), bucket(10, 10, 1000), Carry::Proportional);
+    assert_eq!(keyed.len(), 0, "the default state is dropped");
+    assert_eq!(keyed.override_of("vip"), Some(bucket(10, 10, 1000)));
+    assert!(keyed.try_acquire_n("vip", 10).is_ok());
+    assert!(keyed.try_acquire("vip").is_err());
+    assert_eq!(keyed.snapshot("vip").capacity, 10);
+    assert!(keyed.try_acquire("other").is_ok());
+    assert!(keyed.try_acquire("other").is_err());
+    // Reconfiguring the default leaves the override alone.
+    keyed.reconfigure(bucket(3, 3, 1000), Carry::Reset);
+    assert_eq!(keyed.snapshot("vip").capacity, 10);
+    assert_eq!(keyed.snapshot("other").available, 3);
+    // Reconfiguring an override carries its state.
+    keyed.set_override("vip".into(), bucket(20, 20, 1000), Carry::Additive);
+    assert_eq!(keyed.snapshot("vip").available, 10);
+    assert!(keyed.remove_override("vip"));
+    assert_eq!(keyed.override_of("vip"), None);
+    assert_eq!(keyed.snapshot("vip").available, 3);
+}
+
+// ---------------------------------------------------------------------------
+// Reconfiguration semantics.
+
+#[test]
+fn carry_strategies_for_the_token_bucket() {
+    let clock = ManualClock::new();
+    let keyed = Keyed::<u8, Bucket>::with_clock(bucket(10, 10, 1000), clock.clone());
+    keyed.try_acquire_n(&0, 4).unwrap(); // 6 of 10
+    keyed.try_acquire_n(&1, 10).unwrap(); // 0 of 10
+    keyed.reconfigure(bucket(20, 10, 1000), Carry::Proportional);
+    assert_eq!(keyed.snapshot(&0).available, 12); // 60 %
+    assert_eq!(keyed.snapshot(&1).available, 0);
+    assert_eq!(keyed.snapshot(&2).available, 20); // absent = fresh
+    keyed.reconfigure(bucket(30, 10, 1000), Carry::Additive);
+    assert_eq!(keyed.snapshot(&0).available, 22); // 8 in use
+    assert_eq!(keyed.snapshot(&1).available, 10); // 20 in use
+    keyed.reconfigure(bucket(5, 10, 1000), Carry::Additive);
+    assert_eq!(keyed.snapshot(&0).available, 0); // capped: all 5 in use
+    keyed.reconfigure(bucket(5, 10, 1000), Carry::Reset);
+    assert_eq!(keyed.snapshot(&0).available, 5);
+    assert_eq!(keyed.snapshot(&1).available, 5);
+}
+
+#[test]
+fn carry_strategies_for_the_fixed_window() {
+    let clock = ManualClock::new();
+    let keyed = Keyed::<u8, Window>::with_clock(window(10, 1000), clock.clone());
+    keyed.try_acquire_n(&0, 3).unwrap();
+    keyed.reconfigure(window(20, 1000), Carry::Proportional);
+    assert_eq!(keyed.snapshot(&0).available, 14); // 6 of 20 used
+    keyed.reconfigure(window(4, 500), Carry::Additive);
+    assert_eq!(keyed.snapshot(&0).available, 0);
+    assert_eq!(
+        keyed.try_acquire(&0),
+        Err(Denied::RetryAfter(Duration::from_millis(500)))
+    );
+    clock.advance(Duration::from_millis(500));
+    assert!(keyed.try_acquire_n(&0, 4).is_ok());
+}
+
+#[test]
+fn tunable_decides_as_the_fixed_limiter_until_reconfigured() {
+    let clock = ManualClock::new();
+    let tunable = Tunable::<Bucket>::with_clock(bucket(4, 2, 100), clock.clone());
+    let fixed = TokenBucket::with_clock(4, Rate::new(2, Duration::from_millis(100)), clock.clone())
+        .unwrap();
+    for step in 0u64..1_000 {
+        let n = (step % 5) as u32 + 1;
+        assert_eq!(tunable.try_acquire_n(n), fixed.try_acquire_n(n));
+        assert_eq!(tunable.snapshot(), fixed.snapshot());
+        clock.advance(Duration::from_nanos(step * 7919 % 30_000_000));
+    }
+}

@@ -1,0 +1,207 @@
+//! A flood of distinct keys cannot exhaust memory: millions of random keys
+//! against a capped keyed limiter, with every byte the process allocates
+//! counted by this binary's global allocator.
+//!
+//! The tests in this file share the allocator's counter, so they run one at a
+//! time (a mutex), and each measures the growth across its own flood.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tollgate::keyed::{BucketConfig, Keyed, WindowConfig};
+use tollgate::{FixedWindow, ManualClock, Rate, TokenBucket};
+
+/// Counts the bytes currently allocated by the whole process.
+struct Counting;
+
+static ALLOCATED: AtomicIsize = AtomicIsize::new(0);
+static SERIAL: Mutex<()> = Mutex::new(());
+
+// SAFETY: forwards to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATED.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        ALLOCATED.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATED.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocated() -> isize {
+    ALLOCATED.load(Ordering::Relaxed)
+}
+
+/// Distinct-looking keys: splitmix64.
+fn key(i: u64) -> u64 {
+    let mut z = i
+        .wrapping_add(0x9E37_79B9_7F4A_7C15)
+        .wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 30)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Bytes one resident entry may cost: `(u64 key, 8-byte word)` = 16 bytes plus
+/// one control byte per bucket, at a load between 7/16 and 7/8 (hashbrown
+/// doubles), so at most `17 × 16 / 7 ≈ 39` bytes; 48 leaves room for shard
+/// imbalance.
+const BYTES_PER_ENTRY: isize = 48;
+
+#[test]
+fn a_flood_of_keys_that_stay_busy_is_held_at_the_cap() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const CAP: usize = 100_000;
+    const FLOOD: u64 = 3_000_000;
+    let before = allocated();
+    let clock = ManualClock::new(); // time stands still: no key ever refills
+    let cfg = BucketConfig::new(10, Rate::per_second(10)).unwrap();
+    let keyed = Keyed::<u64, TokenBucket<ManualClock>>::with_clock(cfg, clock).with_max_keys(CAP);
+    let mut peak = 0;
+    for i in 0..FLOOD {
+        let _ = keyed.try_acquire(&key(i));
+        if i % 65_536 == 0 {
+            assert!(keyed.len() <= CAP);
+            peak = peak.max(allocated() - before);
+        }
+    }
+    peak = peak.max(allocated() - before);
+    assert_eq!(keyed.len(), CAP);
+    assert_eq!(keyed.overflowed(), FLOOD - CAP as u64);
+    let bound = CAP as isize * BYTES_PER_ENTRY + 64 * 1024;
+    eprintln!(
+        "busy flood: {FLOOD} keys, {} resident, peak {peak} bytes ({:.1} per resident key), bound {bound}",
+        keyed.len(),
+        peak as f64 / CAP as f64
+    );
+    assert!(peak <= bound, "peak {peak} bytes > {bound}");
+    // Keys already in are served as before; the overflow state is exhausted.
+    drop(keyed);
+    assert!(
+        allocated() - before < 64 * 1024,
+        "the limiter gives its memory back"
+    );
+}
+
+#[test]
+fn a_flood_of_short_lived_keys_is_swept_as_it_goes() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const FLOOD: u64 = 2_000_000;
+    let before = allocated();
+    let clock = ManualClock::new();
+    // One request empties a key's window; the window closes 1 ms later.
+    let cfg = WindowConfig::new(Rate::new(1, Duration::from_millis(1))).unwrap();
+    let keyed = Keyed::<u64, FixedWindow<ManualClock>>::with_clock(cfg, clock.clone());
+    let mut peak_len = 0;
+    let mut peak = 0;
+    for i in 0..FLOOD {
+        assert!(keyed.try_acquire(&key(i)).is_ok());
+        // 1,000 new keys per millisecond: about 1,000 live at any time.
+        if i % 1_000 == 999 {
+            clock.advance(Duration::from_millis(1));
+        }
+        if i % 8_192 == 0 {
+            peak_len = peak_len.max(keyed.len());
+            peak = peak.max(allocated() - before);
+        }
+    }
+    eprintln!(
+        "short-lived flood: {FLOOD} keys, peak {peak_len} resident, peak {peak} bytes, {} evicted",
+        keyed.evicted()
+    );
+    assert_eq!(keyed.overflowed(), 0);
+    assert!(peak_len < 8_000, "{peak_len} keys resident at the peak");
+    assert!(
+        peak < 8_000 * BYTES_PER_ENTRY + 64 * 1024,
+        "peak {peak} bytes"
+    );
+}
+
+#[test]
+fn concurrent_floods_never_pass_the_cap() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const CAP: usize = 50_000;
+    let before = allocated();
+    let cfg = BucketConfig::new(1, Rate::per_hour(1)).unwrap();
+    let keyed = Arc::new(
+        Keyed::<u64, TokenBucket<ManualClock>>::with_clock(cfg, ManualClock::new())
+            .with_max_keys(CAP),
+    );
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let keyed = Arc::clone(&keyed);
+            std::thread::spawn(move || {
+                for i in 0..400_000u64 {
+                    let _ = keyed.try_acquire(&key(t << 40 | i));
+                    if i % 4_096 == 0 {
+                        assert!(keyed.len() <= CAP);
+                    }
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    assert_eq!(keyed.len(), CAP);
+    let used = allocated() - before;
+    eprintln!(
+        "concurrent flood: 1.6 M keys from 4 threads, {} resident, {used} bytes",
+        keyed.len()
+    );
+    assert!(
+        used <= CAP as isize * BYTES_PER_ENTRY + 64 * 1024,
+        "{used} bytes"
+    );
+}
+
+/// Bytes per key at a million keys, against governor's dashmap-keyed limiter
+/// with the same key type: at most governor's.
+#[test]
+fn bytes_per_key_at_a_million_keys_are_at_most_governors() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const KEYS: u64 = 1_000_000;
+    let ours = {
+        let before = allocated();
+        let cfg = BucketConfig::new(10, Rate::per_second(10)).unwrap();
+        let keyed = Keyed::<u64, TokenBucket<ManualClock>>::with_clock(cfg, ManualClock::new());
+        for i in 0..KEYS {
+            keyed.try_acquire(&key(i)).unwrap();
+        }
+        assert_eq!(keyed.len(), KEYS as usize);
+        (allocated() - before) as f64 / KEYS as f64
+    };
+    let governor = {
+        use std::num::NonZeroU32;
+        let before = allocated();
+        let quota = governor::Quota::per_second(NonZeroU32::new(10).unwrap());
+        let limiter = governor::RateLimiter::<u64, _, _>::dashmap(quota);
+        for i in 0..KEYS {
+            limiter.check_key(&key(i)).unwrap();
+        }
+        assert_eq!(limiter.len(), KEYS as usize);
+        (allocated() - before) as f64 / KEYS as f64
+    };
+    eprintln!("bytes per key at 1 M u64 keys: tollgate {ours:.1}, governor {governor:.1}");
+    assert!(
+        ours <= governor + 0.5,
+        "tollgate {ours:.1} > governor {governor:.1} bytes per key"
+    );
+}

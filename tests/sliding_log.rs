@@ -1,0 +1,860 @@
+//! The sliding log against its locking twin and an independent reference model;
+//! the exact invariant on recorded admissions (property, lock-step stress and
+//! free-running stress with exact decision times); backwards clocks;
+//! configuration errors; reconfiguration, including that replaced rings are
+//! freed (a counting allocator wraps this test binary's allocator).
+
+mod support;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use support::{Admission, Reference, Step, assert_agree, expected_per_round, stress};
+use tollgate::{
+    Clock, ConfigError, Denied, LockingSlidingLog, ManualClock, Rate, RateLimiter, SlidingLog,
+};
+
+// ---------------------------------------------------------------------------
+// The reference model and the invariant checkers.
+// ---------------------------------------------------------------------------
+
+/// A sliding log as the definition says it: a list of the stamps of the last
+/// `limit` permits logged, and a count of those in the window. Written without
+/// rings, tickets or laps.
+#[derive(Debug, Clone)]
+struct ReferenceLog {
+    limit: u32,
+    window: u64,
+    count_denied: bool,
+    /// Stamps of the most recent permits, oldest first, at most `limit`.
+    log: VecDeque<u64>,
+}
+
+impl ReferenceLog {
+    fn new(limit: u32, window: u64, count_denied: bool) -> Self {
+        ReferenceLog {
+            limit,
+            window,
+            count_denied,
+            log: VecDeque::new(),
+        }
+    }
+
+    /// Permits logged at stamps in `(now − window, ∞)`: the window, plus any
+    /// stamped after a reading that stepped back.
+    fn in_window(&self, now: u64) -> u32 {
+        self.log.iter().filter(|&&s| s + self.window > now).count() as u32
+    }
+
+    fn push(&mut self, stamp: u64, n: u32) {
+        for _ in 0..n {
+            self.log.push_back(stamp);
+            if self.log.len() > self.limit as usize {
+                self.log.pop_front();
+            }
+        }
+    }
+
+    /// When a request for `n` could next be admitted: once the
+    /// `(limit − n + 1)`-th most recent permit has left the window.
+    fn free_at(&self, n: u32) -> u64 {
+        let k = (self.limit - n + 1) as usize;
+        self.log[self.log.len() - k] + self.window
+    }
+}
+
+impl Reference for ReferenceLog {
+    fn try_acquire_n(&mut self, now: u64, n: u32) -> Result<(), Denied> {
+        if n == 0 {
+            return Err(Denied::ZeroPermits);
+        }
+        if n > self.limit {
+            return Err(Denied::ExceedsCapacity {
+                requested: n,
+                capacity: self.limit,
+            });
+        }
+        // Time never runs backwards for the log: a stale reading is stamped at
+        // the newest time already logged.
+        let stamp = now.max(self.log.back().copied().unwrap_or(0));
+        if self.in_window(now) + n <= self.limit {
+            self.push(stamp, n);
+            return Ok(());
+        }
+        if self.count_denied {
+            self.push(stamp, n);
+        }
+        Err(Denied::RetryAfter(Duration::from_nanos(
+            self.free_at(n) - now,
+        )))
+    }
+
+    fn snapshot(&mut self, now: u64) -> (u32, Duration) {
+        let used = self.in_window(now).min(self.limit);
+        let until_full = self
+            .log
+            .back()
+            .map_or(0, |&s| (s + self.window).saturating_sub(now));
+        (self.limit - used, Duration::from_nanos(until_full))
+    }
+}
+
+/// The sliding log's promise on admissions recorded in any order: every
+/// half-open window `[t, t + window)` holds at most `limit` permits.
+fn check_sliding_log(admissions: &[Admission], limit: u32, window: u64) {
+    let mut sorted = admissions.to_vec();
+    sorted.sort_by_key(|a| a.at);
+    // The fullest window starts at an admission: slide its end forward.
+    let mut end = 0;
+    let mut count = 0u64;
+    for (start, first) in sorted.iter().enumerate() {
+        while end < sorted.len() && sorted[end].at < first.at + window {
+            count += u64::from(sorted[end].n);
+            end += 1;
+        }
+        assert!(
+            count <= u64::from(limit),
+            "sliding log over-admitted: {count} permits in [{}, {}) ns, limit {limit}",
+            first.at,
+            first.at + window
+        );
+        count -= u64::from(sorted[start].n);
+    }
+}
+
+/// An admission and the configuration it was made under.
+#[derive(Debug, Clone, Copy)]
+struct Configured {
+    at: u64,
+    n: u32,
+    epoch: usize,
+}
+
+/// The reconfiguration guarantee: for every admission made under configuration
+/// `e = (limit, window)`, every window `[t, t + window)` containing it holds at
+/// most `limit` permits admitted under `e` or earlier.
+fn check_reconfigured(admissions: &[Configured], configs: &[(u32, u64)]) {
+    for (epoch, &(limit, window)) in configs.iter().enumerate() {
+        let mut known: Vec<&Configured> = admissions.iter().filter(|a| a.epoch <= epoch).collect();
+        known.sort_by_key(|a| a.at);
+        // Prefix sums of permits, and of admissions made under `epoch`.
+        let mut permits = vec![0u64];
+        let mut current = vec![0usize];
+        for a in &known {
+            permits.push(permits.last().unwrap() + u64::from(a.n));
+            current.push(current.last().unwrap() + usize::from(a.epoch == epoch));
+        }
+        // The fullest window around an admission can start at an admission.
+        let mut end = 0;
+        for (start, first) in known.iter().enumerate() {
+            while end < known.len() && known[end].at < first.at + window {
+                end += 1;
+            }
+            let count = permits[end] - permits[start];
+            assert!(
+                current[end] == current[start] || count <= u64::from(limit),
+                "{count} permits in [{}, {}) ns, which holds an admission made under \
+                 {limit} per {window} ns (configuration {epoch})",
+                first.at,
+                first.at + window,
+            );
+        }
+    }
+}
+
+fn log(limit: u32, window: u64, clock: &ManualClock) -> SlidingLog<ManualClock> {
+    SlidingLog::with_clock(
+        Rate::new(limit, Duration::from_nanos(window)),
+        clock.clone(),
+    )
+    .unwrap()
+}
+
+fn twin(limit: u32, window: u64, clock: &ManualClock) -> LockingSlidingLog<ManualClock> {
+    LockingSlidingLog::with_clock(
+        Rate::new(limit, Duration::from_nanos(window)),
+        clock.clone(),
+    )
+    .unwrap()
+}
+
+// ---------------------------------------------------------------------------
+// Examples.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn admits_exactly_limit_per_sliding_window() {
+    let clock = ManualClock::new();
+    let log = log(3, 100, &clock);
+    assert_eq!(log.try_acquire(), Ok(()));
+    clock.set(40);
+    assert_eq!(log.try_acquire_n(2), Ok(()));
+    assert_eq!(
+        log.try_acquire(),
+        Err(Denied::RetryAfter(Duration::from_nanos(60)))
+    );
+    clock.set(99);
+    assert_eq!(
+        log.try_acquire(),
+        Err(Denied::RetryAfter(Duration::from_nanos(1)))
+    );
+    clock.set(100); // the permit at 0 left (−0, 100]
+    assert_eq!(log.try_acquire(), Ok(()));
+    assert_eq!(
+        log.try_acquire(),
+        Err(Denied::RetryAfter(Duration::from_nanos(40)))
+    );
+    let snap = log.snapshot();
+    assert_eq!(
+        (snap.available, snap.capacity, snap.until_full),
+        (0, 3, Duration::from_nanos(100))
+    );
+    clock.set(140);
+    assert_eq!(log.snapshot().available, 2);
+    assert_eq!(
+        log.try_acquire_n(3),
+        Err(Denied::RetryAfter(Duration::from_nanos(60)))
+    );
+}
+
+#[test]
+fn requests_that_can_never_succeed() {
+    let clock = ManualClock::new();
+    let log = log(5, 100, &clock);
+    assert_eq!(log.try_acquire_n(0), Err(Denied::ZeroPermits));
+    for n in [6, 1_000, u32::MAX] {
+        assert_eq!(
+            log.try_acquire_n(n),
+            Err(Denied::ExceedsCapacity {
+                requested: n,
+                capacity: 5
+            })
+        );
+    }
+    assert_eq!(log.try_acquire_n(5), Ok(()));
+}
+
+#[test]
+fn config_errors() {
+    let make = |permits, period| SlidingLog::new(Rate::new(permits, period));
+    assert_eq!(
+        make(0, Duration::from_secs(1)).unwrap_err(),
+        ConfigError::ZeroRate
+    );
+    assert_eq!(
+        make(1, Duration::ZERO).unwrap_err(),
+        ConfigError::ZeroPeriod
+    );
+    assert!(matches!(
+        make(10, Duration::from_nanos(9)).unwrap_err(),
+        ConfigError::TooFine { permits: 10, .. }
+    ));
+    assert!(matches!(
+        make(1, Duration::from_secs(u64::MAX)).unwrap_err(),
+        ConfigError::Overflow { .. }
+    ));
+    assert!(make(10, Duration::from_nanos(10)).is_ok());
+    // The same errors for the twin and for a reconfiguration, which then changes
+    // nothing.
+    assert_eq!(
+        LockingSlidingLog::new(Rate::per_second(0)).unwrap_err(),
+        ConfigError::ZeroRate
+    );
+    let clock = ManualClock::new();
+    let log = log(2, 100, &clock);
+    assert_eq!(
+        log.reconfigure(Rate::new(3, Duration::ZERO)),
+        Err(ConfigError::ZeroPeriod)
+    );
+    assert_eq!((log.limit(), log.window()), (2, Duration::from_nanos(100)));
+}
+
+#[test]
+fn memory_is_eight_bytes_per_permit_plus_a_constant() {
+    let small = SlidingLog::new(Rate::per_second(100)).unwrap();
+    let large = SlidingLog::new(Rate::per_second(10_000)).unwrap();
+    let constant = small.memory() - 8 * 100;
+    assert_eq!(large.memory(), constant + 8 * 10_000);
+    assert!(constant <= 512, "constant part is {constant} bytes");
+    println!(
+        "sliding log memory: N = 100: {} bytes, N = 10,000: {} bytes",
+        small.memory(),
+        large.memory()
+    );
+}
+
+#[test]
+fn backwards_clock_stands_still_then_recovers() {
+    let clock = ManualClock::new();
+    let log = log(2, 100, &clock);
+    let twin = twin(2, 100, &clock);
+    let both: [&dyn RateLimiter; 2] = [&log, &twin];
+    clock.set(1_000);
+    for l in both {
+        assert_eq!(l.try_acquire(), Ok(()));
+    }
+    // Back to 500: the reading is checked as it is, and the permit is stamped
+    // at 1,000, where the log already was.
+    clock.set(500);
+    for l in both {
+        assert_eq!(l.try_acquire(), Ok(()));
+        assert_eq!(
+            l.try_acquire(),
+            Err(Denied::RetryAfter(Duration::from_nanos(600)))
+        );
+    }
+    // Still before the log's time: denied, never admitted early.
+    clock.set(1_099);
+    for l in both {
+        assert_eq!(
+            l.try_acquire(),
+            Err(Denied::RetryAfter(Duration::from_nanos(1)))
+        );
+    }
+    // Caught up: the limiter carries on, not stuck.
+    clock.set(1_100);
+    for l in both {
+        assert_eq!(l.try_acquire_n(2), Ok(()));
+    }
+    // Far back (before the origin): no panic, no admission.
+    clock.set(0);
+    for l in both {
+        assert!(matches!(l.try_acquire(), Err(Denied::RetryAfter(_))));
+        assert_eq!(l.snapshot().available, 0);
+    }
+}
+
+#[test]
+fn counting_denied_attempts_keeps_a_hammering_caller_out() {
+    let clock = ManualClock::new();
+    let log = log(2, 100, &clock).count_denied(true);
+    let twin = twin(2, 100, &clock).count_denied(true);
+    let plain = self::log(2, 100, &clock);
+    for l in [&log as &dyn RateLimiter, &twin, &plain] {
+        assert_eq!(l.try_acquire_n(2), Ok(()));
+    }
+    // Hammer every 20 ns, five attempts per window: the counting logs stay
+    // closed, the plain one admits two per window.
+    let mut admitted = [0, 0, 0];
+    for step in 1..=20 {
+        clock.set(step * 20);
+        for (i, l) in [&log as &dyn RateLimiter, &twin, &plain].iter().enumerate() {
+            match l.try_acquire() {
+                Ok(()) => admitted[i] += 1,
+                Err(Denied::RetryAfter(wait)) => assert!(!wait.is_zero()),
+                Err(other) => panic!("{other:?}"),
+            }
+        }
+    }
+    assert_eq!(admitted, [0, 0, 7]);
+    // Once the second most recent attempt (at 380) has left the window, the
+    // caller is let in again.
+    clock.set(380 + 100);
+    assert_eq!(log.try_acquire(), Ok(()));
+    assert_eq!(twin.try_acquire(), Ok(()));
+}
+
+#[test]
+fn reconfigure_inherits_recent_admissions() {
+    let clock = ManualClock::new();
+    let log = log(4, 1_000, &clock);
+    let twin = twin(4, 1_000, &clock);
+    let both: [&dyn RateLimiter; 2] = [&log, &twin];
+    for (t, l) in [(0, 0), (0, 1), (500, 0), (500, 1)] {
+        clock.set(t);
+        assert_eq!(both[l].try_acquire_n(2), Ok(()));
+    }
+    // Shrink to 2 per 1,000 ns at 600: the two permits at 500 are inherited,
+    // so nothing more until 1,500.
+    clock.set(600);
+    log.reconfigure(Rate::new(2, Duration::from_nanos(1_000)))
+        .unwrap();
+    twin.reconfigure(Rate::new(2, Duration::from_nanos(1_000)))
+        .unwrap();
+    assert_eq!((log.limit(), twin.limit()), (2, 2));
+    for l in both {
+        assert_eq!(
+            l.try_acquire(),
+            Err(Denied::RetryAfter(Duration::from_nanos(900)))
+        );
+    }
+    // Grow to 3 per 2,000 ns: the inherited bounds are the two permits at 500
+    // and, for the ones before them, 500 − 1,000 ⇒ 0 (floored): the third permit
+    // of any 2,000 ns window containing 500 must wait until 2,000.
+    log.reconfigure(Rate::new(3, Duration::from_nanos(2_000)))
+        .unwrap();
+    twin.reconfigure(Rate::new(3, Duration::from_nanos(2_000)))
+        .unwrap();
+    clock.set(1_999);
+    for l in both {
+        assert_eq!(
+            l.try_acquire(),
+            Err(Denied::RetryAfter(Duration::from_nanos(1)))
+        );
+    }
+    clock.set(2_000);
+    for l in both {
+        assert_eq!(l.try_acquire(), Ok(()));
+        assert_eq!(
+            l.try_acquire(),
+            Err(Denied::RetryAfter(Duration::from_nanos(500)))
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Property tests: atomic, twin and reference decide alike.
+// ---------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+enum Op {
+    Acquire(u32),
+    Forward(u64),
+    Back(u64),
+}
+
+fn ops(limit: u32, window: u64) -> impl Strategy<Value = Vec<Op>> {
+    let op = prop_oneof![
+        8 => (1..=limit).prop_map(Op::Acquire),
+        1 => prop_oneof![Just(0u32), Just(u32::MAX), (limit + 1)..=(limit + 2)].prop_map(Op::Acquire),
+        4 => (0..=window / 2).prop_map(Op::Forward),
+        2 => (window / 2..=2 * window).prop_map(Op::Forward),
+        1 => (0..=window).prop_map(Op::Back),
+    ];
+    proptest::collection::vec(op, 1..150)
+}
+
+fn config() -> impl Strategy<Value = (u32, u64, bool)> {
+    (1..=8u32, 1..=200u64, proptest::bool::weighted(0.3))
+        .prop_filter("at most one permit per ns", |&(limit, window, _)| {
+            window >= u64::from(limit)
+        })
+}
+
+fn steps(ops: Vec<Op>) -> Vec<Step> {
+    let mut now = 0u64;
+    ops.into_iter()
+        .map(|op| match op {
+            Op::Acquire(n) => Step::Acquire(n),
+            Op::Forward(d) => {
+                now += d;
+                Step::SetTime(now)
+            }
+            Op::Back(d) => {
+                now = now.saturating_sub(d);
+                Step::SetTime(now)
+            }
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Atomic log, twin and reference make identical decisions (retry-after to
+    /// the nanosecond) and report identical snapshots, clocks stepping back
+    /// included; what they admit keeps the invariant.
+    #[test]
+    fn atomic_twin_and_reference_agree(
+        (limit, window, counting) in config(),
+        ops in ops(8, 200),
+    ) {
+        let ops: Vec<Op> = ops
+            .into_iter()
+            .map(|op| match op {
+                Op::Acquire(n) if (1..=8).contains(&n) => Op::Acquire(1 + (n - 1) % limit),
+                Op::Forward(d) => Op::Forward(d * window / 200),
+                Op::Back(d) => Op::Back(d * window / 200),
+                other => other,
+            })
+            .collect();
+        let clock = ManualClock::new();
+        let atomic = log(limit, window, &clock).count_denied(counting);
+        let twin = twin(limit, window, &clock).count_denied(counting);
+        let mut reference = ReferenceLog::new(limit, window, counting);
+        let admissions = assert_agree(&steps(ops), &clock, &[&atomic, &twin], &mut reference);
+        // Readings that stepped back are recorded as read: the invariant holds
+        // for the readings themselves, not only for the stamps.
+        check_sliding_log(&admissions, limit, window);
+    }
+
+    /// A denial's retry-after is exact: that much later the same request is
+    /// admitted, one nanosecond earlier it is not.
+    #[test]
+    fn retry_after_is_exact(
+        (limit, window, counting) in config(),
+        ops in ops(8, 200),
+        n in 1..=8u32,
+    ) {
+        let n = 1 + (n - 1) % limit;
+        let clock = ManualClock::new();
+        let atomic = log(limit, window, &clock).count_denied(counting);
+        let mut now = 0;
+        for step in steps(ops) {
+            match step {
+                Step::Acquire(k) => { let _ = atomic.try_acquire_n(k); }
+                // Forward only: after a step back, the wait also covers the lost ground.
+                Step::SetTime(t) if t >= now => { now = t; clock.set(t); }
+                Step::SetTime(_) => {}
+            }
+        }
+        if let Err(Denied::RetryAfter(wait)) = atomic.try_acquire_n(n) {
+            let wait = wait.as_nanos() as u64;
+            prop_assert!(wait > 0);
+            if wait > 1 && !counting {
+                clock.set(now + wait - 1);
+                prop_assert_eq!(atomic.try_acquire_n(n), Err(Denied::RetryAfter(Duration::from_nanos(1))));
+            }
+            clock.set(now + wait);
+            prop_assert_eq!(atomic.try_acquire_n(n), Ok(()));
+        }
+    }
+
+    /// Reconfigurations in the middle of a sequence: atomic and twin agree, and
+    /// every admission keeps the limit in force when it was made, counting the
+    /// permits admitted before the change.
+    #[test]
+    fn reconfiguration_keeps_the_limit_in_force(
+        (limit, window, counting) in config(),
+        changes in proptest::collection::vec((1..=8u32, 1..=200u64), 1..6),
+        ops in ops(8, 200),
+    ) {
+        let clock = ManualClock::new();
+        let atomic = log(limit, window, &clock).count_denied(counting);
+        let twin = twin(limit, window, &clock).count_denied(counting);
+        let mut configs = vec![(limit, window)];
+        let mut admissions = Vec::new();
+        let mut now = 0u64;
+        let every = ops.len() / (changes.len() + 1) + 1;
+        let mut changes = changes.into_iter();
+        for (i, op) in ops.into_iter().enumerate() {
+            if i % every == every - 1 {
+                if let Some((limit, window)) = changes.next() {
+                    let window = window.max(u64::from(limit));
+                    let rate = Rate::new(limit, Duration::from_nanos(window));
+                    atomic.reconfigure(rate).unwrap();
+                    twin.reconfigure(rate).unwrap();
+                    configs.push((limit, window));
+                }
+            }
+            match op {
+                Op::Acquire(n) => {
+                    let got = atomic.try_acquire_n(n);
+                    prop_assert_eq!(got, twin.try_acquire_n(n), "n = {} at {} ns", n, now);
+                    if got.is_ok() {
+                        admissions.push(Configured { at: now, n, epoch: configs.len() - 1 });
+                    }
+                }
+                Op::Forward(d) => { now += d; clock.set(now); }
+                Op::Back(d) => { now = now.saturating_sub(d); clock.set(now); }
+            }
+            prop_assert_eq!(atomic.snapshot(), twin.snapshot());
+        }
+        check_reconfigured(&admissions, &configs);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Stress: real threads, exact decision times.
+// ---------------------------------------------------------------------------
+
+fn one(_: usize, _: usize) -> u32 {
+    1
+}
+
+fn mixed(thread: usize, attempt: usize) -> u32 {
+    1 + ((thread * 7 + attempt * 13) % 4) as u32
+}
+
+/// Rounds whose times climb by `step` ns, repeating some times.
+fn times(step: u64) -> Vec<u64> {
+    (0..300u64)
+        .map(|i| (i - i % 3) * step / 2 + i * step)
+        .collect()
+}
+
+fn lock_step<L: RateLimiter + Send + Sync + 'static>(
+    make: fn(&ManualClock) -> L,
+    sizes: fn(usize, usize) -> u32,
+    tight: bool,
+) {
+    let (limit, window) = (16, 1_000);
+    let clock = ManualClock::new();
+    let limiter = Arc::new(make(&clock));
+    let times = times(100);
+    let record = stress(limiter, &clock, 4, &times, 12, sizes);
+    check_sliding_log(&record.admissions, limit, window);
+    if tight {
+        // Tight: each round admits exactly what a sequential log admits.
+        let mut reference = ReferenceLog::new(limit, window, false);
+        assert_eq!(
+            record.per_round,
+            expected_per_round(&mut reference, &times, 4 * 12)
+        );
+    }
+}
+
+#[test]
+fn lock_step_stress_is_exact_and_tight() {
+    lock_step(|c| log(16, 1_000, c), one, true);
+    lock_step(|c| twin(16, 1_000, c), one, true);
+}
+
+#[test]
+fn lock_step_stress_with_mixed_sizes() {
+    lock_step(|c| log(16, 1_000, c), mixed, false);
+    lock_step(|c| twin(16, 1_000, c), mixed, false);
+}
+
+thread_local! {
+    /// The last reading this thread's [`Recording`] clock returned.
+    static READING: Cell<u64> = const { Cell::new(0) };
+}
+
+/// A manual clock that leaves each reading in a thread-local, so a request's
+/// decision time is known exactly even while another thread moves the clock.
+#[derive(Debug, Clone)]
+struct Recording(ManualClock);
+
+impl Clock for Recording {
+    fn now(&self) -> u64 {
+        let now = self.0.now();
+        READING.with(|r| r.set(now));
+        now
+    }
+}
+
+/// Threads hammer the log while another thread keeps moving the clock, so
+/// readings are stale by the time they are used and not monotone across
+/// threads; with `reconfigure`, another thread keeps replacing the ring with one
+/// of the same rate (the limit in force never changes). Every admission is
+/// recorded with its exact reading.
+fn free_running(limit: u32, window: u64, reconfigure: bool) -> Vec<Admission> {
+    let clock = ManualClock::new();
+    let rate = Rate::new(limit, Duration::from_nanos(window));
+    let log = Arc::new(SlidingLog::with_clock(rate, Recording(clock.clone())).unwrap());
+    let done = Arc::new(AtomicBool::new(false));
+    // Everyone starts together, or the clock could run out before the workers
+    // are scheduled.
+    let start = Arc::new(Barrier::new(4 + usize::from(reconfigure)));
+    let requests = Arc::new(AtomicUsize::new(0));
+    let mover = {
+        let (clock, done, start) = (clock.clone(), done.clone(), start.clone());
+        // 100 windows of manual time, in steps of a 25th of a window, each
+        // step after the workers made 30 more requests (so the scheduler cannot
+        // let time run out while they wait for a core).
+        let requests = requests.clone();
+        std::thread::spawn(move || {
+            start.wait();
+            let mut seen = 0;
+            while clock.now() < 100 * window {
+                while requests.load(Ordering::Relaxed) < seen + 30 {
+                    std::hint::spin_loop();
+                }
+                seen = requests.load(Ordering::Relaxed);
+                clock.advance(Duration::from_nanos(window / 25 + 1));
+            }
+            done.store(true, Ordering::Release);
+        })
+    };
+    let changer = reconfigure.then(|| {
+        let (log, done, start) = (log.clone(), done.clone(), start.clone());
+        std::thread::spawn(move || {
+            start.wait();
+            let mut changes = 0u64;
+            while !done.load(Ordering::Acquire) {
+                log.reconfigure(rate).unwrap();
+                changes += 1;
+                // Back-to-back reconfigurations would starve the requests, which
+                // wait for each new ring; leave them a few microseconds.
+                for _ in 0..5_000 {
+                    std::hint::spin_loop();
+                }
+            }
+            changes
+        })
+    });
+    let workers: Vec<_> = (0..3)
+        .map(|thread| {
+            let (log, done, start) = (log.clone(), done.clone(), start.clone());
+            let requests = requests.clone();
+            std::thread::spawn(move || {
+                start.wait();
+                let mut mine = Vec::new();
+                let mut i = 0;
+                while !done.load(Ordering::Acquire) {
+                    let n = mixed(thread, i).min(limit);
+                    match log.try_acquire_n(n) {
+                        Ok(()) => mine.push(Admission {
+                            at: READING.with(Cell::get),
+                            n,
+                        }),
+                        Err(Denied::RetryAfter(wait)) => assert!(!wait.is_zero()),
+                        Err(other) => panic!("{other:?}"),
+                    }
+                    i += 1;
+                    requests.fetch_add(1, Ordering::Relaxed);
+                }
+                mine
+            })
+        })
+        .collect();
+    let admissions: Vec<Admission> = workers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    mover.join().unwrap();
+    // Not stuck: a window later, with the threads gone, the full limit is back.
+    clock.advance(Duration::from_nanos(window));
+    assert_eq!(log.try_acquire_n(limit), Ok(()));
+    if let Some(changer) = changer {
+        assert!(changer.join().unwrap() > 0);
+    }
+    admissions
+}
+
+#[test]
+fn free_running_stress_with_stale_readings() {
+    for (limit, window) in [(1, 1_000), (3, 1_000), (64, 10_000)] {
+        let admissions = free_running(limit, window, false);
+        assert!(
+            admissions.len() > 10,
+            "{limit}/{window}: {} admitted",
+            admissions.len()
+        );
+        check_sliding_log(&admissions, limit, window);
+    }
+}
+
+#[test]
+fn free_running_stress_racing_reconfiguration() {
+    for (limit, window) in [(1, 1_000), (4, 1_000), (64, 10_000)] {
+        let admissions = free_running(limit, window, true);
+        assert!(
+            admissions.len() > 10,
+            "{limit}/{window}: {} admitted",
+            admissions.len()
+        );
+        check_sliding_log(&admissions, limit, window);
+    }
+}
+
+/// Lock-step rounds with a different configuration every few rounds, changed
+/// between rounds so each admission's configuration is known.
+#[test]
+fn lock_step_stress_across_reconfigurations() {
+    let configs: Vec<(u32, u64)> = vec![(16, 1_000), (4, 500), (40, 3_000), (5, 200), (16, 1_000)];
+    let clock = ManualClock::new();
+    let rate = |(limit, window): (u32, u64)| Rate::new(limit, Duration::from_nanos(window));
+    let log = Arc::new(SlidingLog::with_clock(rate(configs[0]), clock.clone()).unwrap());
+    let mut admissions = Vec::new();
+    let mut start = 0;
+    for (epoch, &config) in configs.iter().enumerate() {
+        if epoch > 0 {
+            log.reconfigure(rate(config)).unwrap();
+        }
+        let times: Vec<u64> = times(70).into_iter().take(60).map(|t| start + t).collect();
+        start = *times.last().unwrap();
+        let record = stress(log.clone(), &clock, 3, &times, 8, mixed);
+        admissions.extend(record.admissions.into_iter().map(|a| Configured {
+            at: a.at,
+            n: a.n,
+            epoch,
+        }));
+    }
+    check_reconfigured(&admissions, &configs);
+}
+
+// ---------------------------------------------------------------------------
+// Reclamation: replaced rings are freed.
+// ---------------------------------------------------------------------------
+
+/// The system allocator, counting live allocations of the two ring sizes the
+/// reclamation test uses (no other test allocates blocks of those sizes).
+struct Counting;
+
+const RING_A: usize = 7_771;
+const RING_B: usize = 7_772;
+static LIVE_RINGS: AtomicUsize = AtomicUsize::new(0);
+static PEAK_RINGS: AtomicUsize = AtomicUsize::new(0);
+static RING_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+fn is_ring(layout: Layout) -> bool {
+    layout.size() == 8 * RING_A || layout.size() == 8 * RING_B
+}
+
+// SAFETY: forwards every call to the system allocator unchanged.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if is_ring(layout) {
+            let live = LIVE_RINGS.fetch_add(1, Ordering::Relaxed) + 1;
+            PEAK_RINGS.fetch_max(live, Ordering::Relaxed);
+            RING_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: the caller's obligations are the system allocator's.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if is_ring(layout) {
+            LIVE_RINGS.fetch_sub(1, Ordering::Relaxed);
+        }
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+#[test]
+fn replaced_rings_are_reclaimed() {
+    let clock = ManualClock::new();
+    let rate = |n: usize| Rate::new(n as u32, Duration::from_secs(1));
+    let log = Arc::new(SlidingLog::with_clock(rate(RING_A), clock.clone()).unwrap());
+    // Readers keep pinning while the ring is replaced 2,000 times.
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (log, stop) = (log.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = log.try_acquire();
+                }
+            })
+        })
+        .collect();
+    for i in 0..2_000 {
+        log.reconfigure(rate(if i % 2 == 0 { RING_B } else { RING_A }))
+            .unwrap();
+        clock.advance(Duration::from_millis(1));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for r in readers {
+        r.join().unwrap();
+    }
+    assert!(RING_ALLOCATIONS.load(Ordering::Relaxed) >= 2_001);
+    drop(log);
+    // Retired rings are freed as the epoch advances; nudge it.
+    for _ in 0..10_000 {
+        if LIVE_RINGS.load(Ordering::Relaxed) == 0 {
+            break;
+        }
+        crossbeam_epoch::pin().flush();
+        std::thread::yield_now();
+    }
+    assert_eq!(
+        LIVE_RINGS.load(Ordering::Relaxed),
+        0,
+        "rings still allocated after the log was dropped"
+    );
+    // Reclamation kept up during the run, rather than only at the end.
+    let peak = PEAK_RINGS.load(Ordering::Relaxed);
+    assert!(peak < 1_000, "{peak} rings were alive at once");
+    println!("2,000 reconfigurations: at most {peak} rings alive at once, none left");
+}
