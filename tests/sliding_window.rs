@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use support::{
-    Admission, Reference, Step, StressRecord, assert_agree, check_sliding_window, stress,
+    Admission, Reference, Step, StressRecord, assert_agree, check_sliding_window, lockstep, stress,
 };
 use tollgate::{
     ApproxSlidingWindow, ConfigError, Denied, FixedWindow, LockingApproxSlidingWindow, ManualClock,
@@ -446,6 +446,67 @@ fn striped_is_exact_under_contention() {
             s.rounds
         );
         assert!(s.exact > 0);
+    }
+}
+
+/// Clients that back off at their first denial (a 429) until the next round:
+/// a denial while budget sits in another thread's hands is then a permit the
+/// round never admits, so the shortfall shows. A denial can miss only what
+/// other threads hold between taking it and spending or putting it back: at
+/// most a lease share (`⌈N / 2P⌉`) plus a few requests' worth each.
+#[test]
+fn striped_under_admission_when_clients_back_off() {
+    for (stripes, limit, subs) in [(2, 50, 5), (4, 50, 5), (4, 1_000, 10), (8, 1_000, 4)] {
+        let sub = 1_000_000 / u64::from(subs);
+        let clock = ManualClock::new();
+        let limiter = Arc::new(striped(
+            limit,
+            Duration::from_millis(1),
+            subs,
+            stripes,
+            clock.clone(),
+        ));
+        let times = times(sub / 3);
+        let rounds = lockstep(&clock, THREADS, &times, move |_, _| {
+            let mut admitted = Vec::new();
+            for _ in 0..ATTEMPTS {
+                match limiter.try_acquire() {
+                    Ok(()) => admitted.push(1u32),
+                    Err(_) => break,
+                }
+            }
+            admitted
+        });
+        let record = StressRecord {
+            admissions: rounds
+                .iter()
+                .zip(&times)
+                .flat_map(|(r, &at)| r.iter().map(move |&n| Admission { at, n }))
+                .collect(),
+            per_round: rounds.iter().map(|r| r.len() as u64).collect(),
+        };
+        check_sliding_window(&record.admissions, limit, sub, subs);
+        let s = shortfall(
+            &record,
+            &times,
+            (THREADS * ATTEMPTS) as u64,
+            limit,
+            sub,
+            subs,
+        );
+        let share = u64::from(limit).div_ceil(2 * stripes as u64);
+        let bound = (THREADS as u64 - 1) * (share + 3);
+        println!(
+            "back-off stress: {THREADS} threads, {stripes} stripes, N = {limit}, S = {subs}: \
+             {} of {} admissible permits denied ({:.3}%), worst round {} (bound {bound}), \
+             {} of {ROUNDS} rounds short",
+            s.missed,
+            s.exact,
+            100.0 * s.missed as f64 / s.exact.max(1) as f64,
+            s.worst,
+            s.rounds
+        );
+        assert!(s.worst <= bound, "{s:?}");
     }
 }
 
