@@ -25,11 +25,14 @@
 //!
 //! # Guarantee, and the known weakness
 //!
-//! Under any interleaving, permits admitted per aligned window never exceed the
-//! limit — exactly, not approximately: every admission is one CAS on the word that
-//! holds the count. A decision whose clock reading is older than the stored window
-//! counts against the stored window (time stands still; it never reopens a closed
-//! window).
+//! Every admission is charged to exactly one aligned window — the window of its
+//! clock reading, or, when that reading is stale (older than the window already
+//! stored), the stored window — and under any interleaving no window is charged
+//! more than the limit. Exactly, not approximately: each admission is one CAS on
+//! the word that holds the count. Time is treated as having stood still for a
+//! stale reading, so a closed window never reopens. With a clock that every
+//! thread reads in order (the usual case), the charged window is the reading's
+//! own window and the promise is simply "at most the limit per aligned window".
 //!
 //! But windows are aligned, not sliding: a client can spend the whole limit at the
 //! end of one window and again at the start of the next, so **up to 2× the limit

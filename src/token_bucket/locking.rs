@@ -7,6 +7,7 @@ use crate::cell::LockedCell;
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::ConfigError;
 use crate::rate::Rate;
+use crate::waiting::word_reserve;
 use crate::word::{WordLimiter, word_limiter};
 
 word_limiter!(
@@ -68,3 +69,5 @@ impl<C: Clock> LockingTokenBucket<C> {
         self.inner.machine().interval()
     }
 }
+
+word_reserve!(LockingTokenBucket);

@@ -5,5 +5,5 @@ use super::TokenBucket;
 use crate::waiting::word_reserve;
 
 word_reserve!(TokenBucket);
-// `LockingTokenBucket`'s field is private to `token_bucket::locking`; its
-// reservations need `crate::waiting::word_reserve!(LockingTokenBucket);` there.
+// `LockingTokenBucket`'s field is private to `token_bucket::locking`, so its
+// reservations are declared there.
