@@ -266,7 +266,7 @@ fn print_memory() {
     }
     eprintln!(
         "  LockingSlidingWindow, S = 10:        {:>6}",
-        std::mem::size_of::<LockingSlidingWindow>() + 10 * 16
+        LockingSlidingWindow::new(rate).unwrap().memory()
     );
     eprintln!(
         "  ApproxSlidingWindow:                 {:>6}",
@@ -310,10 +310,15 @@ fn precision(threads: usize, stripes: usize, attempts: usize, back_off: bool) ->
                 let mut per_round = Vec::with_capacity(ROUNDS);
                 for _ in 0..ROUNDS {
                     start.wait();
-                    let admitted = (0..attempts)
-                        .filter(|_| window.try_acquire().is_ok())
-                        .count();
-                    per_round.push(admitted as u64);
+                    let mut admitted = 0u64;
+                    for _ in 0..attempts {
+                        match window.try_acquire() {
+                            Ok(()) => admitted += 1,
+                            Err(_) if back_off => break,
+                            Err(_) => {}
+                        }
+                    }
+                    per_round.push(admitted);
                     end.wait();
                 }
                 per_round

@@ -272,7 +272,7 @@ fn shape() -> impl Strategy<Value = (u32, u32, u64, u64)> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(400))]
+    #![proptest_config(ProptestConfig::with_cases(2_000))]
 
     /// Single-threaded, the striped window (1 and 4 stripes) and its twin make
     /// the reference's decisions, retry-afters and snapshots, and the

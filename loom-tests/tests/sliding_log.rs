@@ -316,6 +316,61 @@ fn growing_reconfiguration_races_acquires() {
     assert!(explored > 1);
 }
 
+#[test]
+fn counting_denied_attempts_races() {
+    let explored = explore("sliding_log::counting_denied_attempts_races", 2, || {
+        const LIMIT: u32 = 1;
+        let clock = ManualClock::new();
+        let log = Arc::new(
+            SlidingLog::with_clock(
+                Rate::new(LIMIT, nanos(WINDOW)),
+                RecordingClock::new(clock.clone()),
+            )
+            .expect("a valid configuration")
+            .count_denied(true),
+        );
+        let hammers: Vec<_> = (0..2)
+            .map(|_| {
+                let l = log.clone();
+                thread::spawn(move || {
+                    vec![record(1, || l.try_acquire()), record(1, || l.try_acquire())]
+                })
+            })
+            .collect();
+        // Half a window, twice: a denial logged at 5 keeps the log closed until 15.
+        let c = clock.clone();
+        let ticker = thread::spawn(move || {
+            c.advance(nanos(WINDOW / 2));
+            c.advance(nanos(WINDOW / 2));
+        });
+        let threads: Vec<_> = hammers.into_iter().map(|h| h.join().unwrap()).collect();
+        ticker.join().unwrap();
+        // Denied attempts are logged, admitted permits still keep the limit.
+        assert!(admitted(&threads) >= 1, "{threads:#?}");
+        let mut threads = threads;
+        assert_sliding_bound(LIMIT, WINDOW, &threads);
+        // The tail for a counting log: its retry-after counts the attempt it just
+        // logged, and waiting exactly that long (with no attempt in between) admits.
+        let mut tail = Vec::new();
+        let wait = loop {
+            let op = record(1, || log.try_acquire());
+            tail.push(op);
+            match op.result {
+                Ok(()) => assert!(tail.len() <= LIMIT as usize, "{tail:#?}"),
+                Err(Denied::RetryAfter(wait)) => break wait,
+                Err(other) => panic!("{other:?}"),
+            }
+        };
+        clock.advance(wait);
+        let after = record(1, || log.try_acquire());
+        assert_eq!(after.result, Ok(()), "a retry-after of {wait:?} ran out");
+        tail.push(after);
+        threads.push(tail);
+        assert_sliding_bound(LIMIT, WINDOW, &threads);
+    });
+    assert!(explored > 1);
+}
+
 /// The seed's non-locking throttle, translated line by line from its C#
 /// `MultiNoLock` (`setTail`, `_ShouldDoIt`, `ShouldDoIt`): a ring of ticks with
 /// a head and a tail. `Interlocked.Exchange` becomes `swap`; a plain field read

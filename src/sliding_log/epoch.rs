@@ -106,6 +106,9 @@ mod imp {
     #[derive(Debug)]
     pub(crate) struct Current {
         ptr: AtomicPtr<AtomicRing>,
+        // Boxed: other threads may still hold references into retired rings,
+        // which must not move when the list grows.
+        #[allow(clippy::vec_box)]
         retired: std::sync::Mutex<Vec<Box<AtomicRing>>>,
     }
 

@@ -127,11 +127,7 @@ impl<C: Clock> LockingSlidingLog<C> {
     /// assert!(log.try_acquire().is_err());
     /// ```
     pub fn count_denied(self, on: bool) -> Self {
-        {
-            let mut ring = self.ring.lock();
-            let geometry = ring.geometry.with_count_denied(on);
-            ring.geometry = geometry;
-        }
+        self.replace_ring(|old| old.with_count_denied(on));
         self
     }
 
@@ -147,13 +143,20 @@ impl<C: Clock> LockingSlidingLog<C> {
     /// assert!(log.try_acquire().is_err());
     /// ```
     pub fn reconfigure(&self, rate: Rate) -> Result<(), ConfigError> {
+        let geometry = Geometry::new(rate)?;
+        self.replace_ring(|old| geometry.with_count_denied(old.count_denied()));
+        Ok(())
+    }
+
+    /// Replaces the ring with one under the geometry `make` derives from the
+    /// old one, inheriting as the lock-free log does.
+    fn replace_ring(&self, make: impl Fn(&Geometry) -> Geometry) {
         let mut ring = self.ring.lock();
-        let geometry = Geometry::new(rate)?.with_count_denied(ring.geometry.count_denied());
+        let geometry = make(&ring.geometry);
         let inheritance =
             ring.geometry
                 .inherit(&*ring, ring.head, ring.dropped, geometry.capacity());
         *ring = Ring::new(geometry, inheritance);
-        Ok(())
     }
 
     /// The permits allowed per window.

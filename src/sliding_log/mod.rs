@@ -53,7 +53,11 @@
 //!   in the slot (the lap bit says which) sees a *pending* entry, stamped at about
 //!   now by a writer that claimed it moments ago, and denies — it never waits on
 //!   another thread, and never claims past a pending entry (the late store
-//!   would land on top of it).
+//!   would land on top of it). The price: a writer *preempted* between its
+//!   claim and its store makes every request that needs its entry deny until
+//!   it runs again — once the head is N tickets further, every request. No
+//!   thread ever waits and nothing is over-admitted, but on an oversubscribed
+//!   machine this shows as extra denials (`docs/sliding_log.md`).
 //! * **Older laps.** One lap bit tells only two laps apart. The head load is
 //!   Acquire and the claim CAS Release; every claimer read the entry its tickets
 //!   replace (Acquire) before claiming. So the stores of all entries replaced by
@@ -112,25 +116,32 @@
 //! new one and decide there. The old ring is freed once no thread can hold it.
 //!
 //! The new ring inherits upper bounds on the stamps of the N′ most recent
-//! permits: the old ring holds the last entry of each slot, and the `k`-th entry
-//! before it in that slot was stamped at least `k·T` earlier. The inherited
-//! entries are the N′ largest bounds, so every permit *not* inherited was stamped
-//! no later than the oldest inherited bound.
+//! permits. Every permit the old ring knows of has a bound: the ring holds the
+//! last entry of each slot, the `k`-th entry before it in that slot was stamped
+//! at least `k·T` earlier (each admission waited a window after the entry it
+//! replaced), and the permits earlier reconfigurations left out are remembered
+//! as a count and one bound for all of them. The new ring's entries are the N′
+//! largest bounds, oldest first; it remembers how many bounds it left out and
+//! the largest of them.
 //!
 //! **Guarantee**: every half-open window of length T′ that contains a permit
 //! admitted under the new configuration holds at most N′ permits, old ones
-//! included. (A new admission comes at least T′ after the oldest inherited bound,
-//! so no uninherited permit shares a window with it; among the inherited and new
-//! permits, each new slot holds at most one per T′.) Windows holding only old
-//! permits keep the old promise. In counting mode a logged denial is only known
-//! to be no earlier than what it replaced, so the bounds are the slot's last
-//! stamp itself: safe, and stricter.
+//! included. (If more than N′ bounds exist, a new admission comes at least T′
+//! after the smallest inherited bound, which is no earlier than any permit left
+//! out, so none of those shares its window; among the inherited and the new
+//! permits each new slot holds at most one per T′.) Windows holding only old
+//! permits keep the old promise. The bounds can be later than the real stamps
+//! (a slot's earlier entries may be older than `k·T` back), so a
+//! reconfiguration may hold requests back longer than a full history would,
+//! never less. In counting mode a logged denial is only known to be no earlier
+//! than what it replaced, so all of a slot's bounds are its last stamp: safe,
+//! and stricter.
 //!
 //! # Memory
 //!
 //! Eight bytes per permit of the limit plus a constant:
-//! [`SlidingLog::memory`] reports it (on x86-64, 8·N + 336 bytes: 1,136 for
-//! N = 100, 80,336 for N = 10,000). A request for `n` permits reads and writes `n`
+//! [`SlidingLog::memory`] reports it (on x86-64, 8·N + 272 bytes: 1,072 for
+//! N = 100, 80,272 for N = 10,000). A request for `n` permits reads and writes `n`
 //! entries; a snapshot reads all N.
 
 mod epoch;
@@ -211,7 +222,9 @@ impl<C: Clock> SlidingLog<C> {
 
     /// Also logs denied attempts (off by default), so that a caller who keeps
     /// hammering stays blocked until it pauses for a whole window. Admitted
-    /// permits still never exceed the limit in any window.
+    /// permits still never exceed the limit in any window. Meant for a log that
+    /// has not served requests yet; on one that has, its history carries over as
+    /// through [`SlidingLog::reconfigure`].
     ///
     /// ```
     /// use std::time::Duration;
@@ -228,11 +241,8 @@ impl<C: Clock> SlidingLog<C> {
     /// assert!(log.try_acquire().is_err()); // 1.1 s: still within a second of 0.9 s
     /// ```
     pub fn count_denied(self, on: bool) -> Self {
-        let geometry = self.ring.with(|ring| ring.geometry().with_count_denied(on));
-        SlidingLog {
-            ring: Current::new(AtomicRing::new(geometry)),
-            timeline: self.timeline,
-        }
+        self.replace_ring(|old| old.with_count_denied(on));
+        self
     }
 
     /// Changes the limit and the window while requests keep flowing, without a
@@ -263,19 +273,20 @@ impl<C: Clock> SlidingLog<C> {
     /// ```
     pub fn reconfigure(&self, rate: Rate) -> Result<(), ConfigError> {
         let geometry = Geometry::new(rate)?;
+        self.replace_ring(|old| geometry.with_count_denied(old.count_denied()));
+        Ok(())
+    }
+
+    /// Seals the current ring and publishes its successor under the geometry
+    /// `make` derives from the old one.
+    fn replace_ring(&self, make: impl Fn(&Geometry) -> Geometry) {
         let mut pause = Pause::default();
-        loop {
-            let replaced = self.ring.replace_with(|ring| {
-                // Only the thread that seals a ring replaces it; another
-                // reconfiguration that got there first is waited for instead.
-                ring.seal().then(|| {
-                    let geometry = geometry.with_count_denied(ring.geometry().count_denied());
-                    ring.successor(geometry)
-                })
-            });
-            if replaced {
-                return Ok(());
-            }
+        // Only the thread that seals a ring replaces it; another reconfiguration
+        // that got there first is waited for, then the next ring is sealed.
+        while !self
+            .ring
+            .replace_with(|ring| ring.seal().then(|| ring.successor(make(ring.geometry()))))
+        {
             pause.pause();
         }
     }

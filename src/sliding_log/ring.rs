@@ -1,6 +1,6 @@
 //! The lock-free ring: a head word of tickets and one entry word per slot.
 
-use crossbeam_utils::CachePadded;
+use crossbeam_utils::{Backoff, CachePadded};
 
 use super::epoch::Pause;
 use super::log::{
@@ -106,6 +106,9 @@ impl AtomicRing {
     /// the tickets and stamps them.
     #[inline]
     pub(crate) fn try_acquire_n(&self, now: u64, n: u32) -> Result<Result<(), Denied>, Sealed> {
+        // Lost races back off a little: a retry re-reads two contended lines (the
+        // head and the slot's), and retrying at once mostly loses again.
+        let backoff = Backoff::new();
         loop {
             // Acquire: pairs with the Release of the CAS that wrote this head (and,
             // through the release sequence of the head's RMWs, of every earlier
@@ -120,7 +123,10 @@ impl AtomicRing {
             }
             let view = View { ring: self, head };
             let (next, stamp, outcome) = match self.geometry.decide(&view, head, now, n) {
-                Verdict::Moved => continue,
+                Verdict::Moved => {
+                    backoff.spin();
+                    continue;
+                }
                 Verdict::Admit { next, stamp } => (next, stamp, Ok(())),
                 Verdict::Deny {
                     retry_ns,
@@ -147,6 +153,7 @@ impl AtomicRing {
                 }
                 return Ok(outcome);
             }
+            backoff.spin();
         }
     }
 

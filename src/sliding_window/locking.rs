@@ -13,7 +13,9 @@ use crate::limiter::{RateLimiter, Snapshot, check_request};
 use crate::rate::Rate;
 use crate::timeline::Timeline;
 
-/// The newest sub-window seen and a ring of `(index, admitted)` per sub-window.
+/// The newest sub-window seen and a ring of `(index, admitted)` per sub-window,
+/// its length a power of two of at least the sub-window count (as the striped
+/// limiter's history, so that a slot is a mask away).
 #[derive(Debug)]
 struct Counts {
     newest: u64,
@@ -21,8 +23,13 @@ struct Counts {
 }
 
 impl Counts {
+    fn slot(&self, i: u64) -> usize {
+        // Masked to below the ring's length, a usize.
+        (i & (self.slots.len() as u64 - 1)) as usize
+    }
+
     fn charge(&self, i: u64) -> u32 {
-        let (stamp, count) = self.slots[(i % self.slots.len() as u64) as usize];
+        let (stamp, count) = self.slots[self.slot(i)];
         if stamp == i { count } else { 0 }
     }
 }
@@ -98,7 +105,7 @@ impl<C: Clock> LockingSlidingWindow<C> {
             geo,
             counts: CachePadded::new(Mutex::new(Counts {
                 newest: 0,
-                slots: vec![(0, 0); geo.subs() as usize].into_boxed_slice(),
+                slots: vec![(0, 0); (geo.subs() as usize).next_power_of_two()].into_boxed_slice(),
             })),
             timeline: Timeline::new(clock),
         })
@@ -126,6 +133,19 @@ impl<C: Clock> LockingSlidingWindow<C> {
     /// ```
     pub fn sub_window(&self) -> Duration {
         Duration::from_nanos(self.geo.sub())
+    }
+
+    /// Bytes this limiter occupies, inline and on the heap (allocator overhead
+    /// aside).
+    ///
+    /// ```
+    /// use tollgate::{LockingSlidingWindow, Rate};
+    /// let window = LockingSlidingWindow::new(Rate::per_second(5)).unwrap();
+    /// assert!(window.memory() > std::mem::size_of_val(&window));
+    /// ```
+    pub fn memory(&self) -> usize {
+        std::mem::size_of_val(self)
+            + std::mem::size_of_val::<[(u64, u32)]>(&self.counts.lock().slots)
     }
 
     /// The clock this limiter reads.
@@ -161,7 +181,7 @@ impl<C: Clock> RateLimiter for LockingSlidingWindow<C> {
         // the striped limiter's pool remembers it.
         counts.newest = j;
         if self.geo.room(j, j, |i| counts.charge(i)) >= n {
-            let slot = (j % counts.slots.len() as u64) as usize;
+            let slot = counts.slot(j);
             let admitted = counts.charge(j) + n;
             counts.slots[slot] = (j, admitted);
             Ok(())

@@ -36,7 +36,7 @@
 //! | word | bits `0..b` | bits `b..64` | written by |
 //! |---|---|---|---|
 //! | `pool` (1, cache-padded) | permits leased out of sub-window `p` so far | `p`, the newest sub-window opened | lease (CAS `+k`), open (CAS to `(j, 0)`) |
-//! | `history[i % S]` (`S`, one array) | charge of finished sub-window `i`: leased, less what was returned | `i` | open (`fetch_max((p, c))` before leaving `p`), return (CAS `−l`) |
+//! | `history[i & (R − 1)]` (`R` = `S` rounded up to a power of two, one array) | charge of finished sub-window `i`: leased, less what was returned | `i` | open (`fetch_max((p, c))` before leaving `p`), return (CAS `−l`) |
 //! | `stripe[t]` (one per stripe, cache-padded) | lease: permits charged to `e`, not yet spent | `e`, the lease's sub-window | spend (CAS `−n`), lease/put back (CAS), steal (CAS `−k`), reclaim (CAS to `(e, 0)`) |
 //!
 //! | operation | reads | writes |
@@ -184,7 +184,7 @@ impl SlidingWindow {
     /// one stripe per CPU, on the default [`MonotonicClock`].
     ///
     /// Ten sub-windows hold the limit over any 90% of the period (Sentinel's
-    /// default of 2 holds it over 50%) for 80 bytes of history. For rates so fine
+    /// default of 2 holds it over 50%) for 128 bytes of history. For rates so fine
     /// that a tenth of the period is shorter than the limit in nanoseconds, the
     /// default is the most sub-windows (at least 1) that are not.
     ///
@@ -361,8 +361,8 @@ impl SlidingWindowBuilder {
 impl<C> SlidingWindowBuilder<C> {
     /// Cuts the period into `count` sub-windows (Sentinel's `sampleCount`). More
     /// remember the past more finely — the limit holds over any `(count − 1)/count`
-    /// of the period — for 8 bytes each, and a denial's retry-after takes
-    /// `O(count)` to compute. Zero is refused ([`ConfigError::ZeroPeriod`]: each
+    /// of the period — for 8 bytes each (rounded up to a power of two), and a
+    /// denial's retry-after takes `O(count)` to compute. Zero is refused ([`ConfigError::ZeroPeriod`]: each
     /// sub-window would last no time), and so is a sub-window shorter than the
     /// limit in nanoseconds ([`ConfigError::TooFine`]).
     ///

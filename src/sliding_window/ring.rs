@@ -147,8 +147,20 @@ impl Geometry {
         n: u32,
         charge: impl Fn(u64) -> u32,
     ) -> u64 {
+        let sum = self.window_sum(from, newest, &charge);
+        self.first_fit_from(from, newest, n, sum, charge)
+    }
+
+    /// As [`first_fit`](Self::first_fit), given `sum`, the window sum at `from`.
+    fn first_fit_from(
+        &self,
+        from: u64,
+        newest: u64,
+        n: u32,
+        mut sum: u64,
+        charge: impl Fn(u64) -> u32,
+    ) -> u64 {
         let last = newest + u64::from(self.subs);
-        let mut sum = self.window_sum(from, newest, &charge);
         let mut q = from;
         while q < last {
             if u64::from(self.limit).saturating_sub(sum) >= u64::from(n) {
@@ -182,7 +194,29 @@ impl Geometry {
         n: u32,
         charge: impl Fn(u64) -> u32,
     ) -> Denied {
-        let fit = self.first_fit(from, newest, n, charge);
+        self.wait_for(now, self.first_fit(from, newest, n, charge))
+    }
+
+    /// As [`retry_after`](Self::retry_after) from `newest + 1`, given `sum`, the
+    /// window sum at `newest` (which a denial has just computed): the search
+    /// starts by sliding it one sub-window instead of summing again.
+    pub(crate) fn retry_after_next(
+        &self,
+        now: u64,
+        newest: u64,
+        n: u32,
+        sum: u64,
+        charge: impl Fn(u64) -> u32,
+    ) -> Denied {
+        let from = newest + 1;
+        let sum = match from.checked_sub(u64::from(self.subs)) {
+            Some(out) => sum.saturating_sub(u64::from(charge(out))),
+            None => sum,
+        };
+        self.wait_for(now, self.first_fit_from(from, newest, n, sum, charge))
+    }
+
+    fn wait_for(&self, now: u64, fit: u64) -> Denied {
         Denied::RetryAfter(Duration::from_nanos(self.start(fit).saturating_sub(now)))
     }
 

@@ -71,9 +71,15 @@ pub(crate) struct Striped {
     /// out of it so far. Only ever changed by CAS, so every modification is a
     /// read-modify-write (which keeps release sequences unbroken).
     pool: CachePadded<AtomicU64>,
-    /// Slot `i % subs` holds `(i, charge of sub-window i)` once `i` is closed:
-    /// at least what `i` admitted, exactly that once its unspent leases are back.
+    /// Slot `i & history_mask` holds `(i, charge of sub-window i)` once `i` is
+    /// closed: at least what `i` admitted, exactly that once its unspent leases
+    /// are back. The ring has `subs` slots rounded up to a power of two, so a
+    /// slot is found with a mask rather than a division; any ring of at least
+    /// `subs` slots works: the `subs − 1` sub-windows before `p` and `p` itself
+    /// all have different slots, and the one `p` takes last held `p − len`,
+    /// which is out of every window that still matters.
     history: Box<[AtomicU64]>,
+    history_mask: u64,
     /// `(epoch e, lease l)`: `l` permits charged to sub-window `e`, not yet spent.
     stripes: Box<[CachePadded<AtomicU64>]>,
     /// `stripes.len() - 1`; the length is a power of two.
@@ -91,12 +97,16 @@ enum Stale {
 impl Striped {
     pub(crate) fn new(geo: Geometry, stripes: usize) -> Self {
         let stripes = stripes.clamp(1, MAX_STRIPES).next_power_of_two();
+        // `subs` is a u32, so the rounded length fits a usize on 64-bit targets
+        // (the only ones with the 64-bit atomics this needs).
+        let ring = (geo.subs() as usize).next_power_of_two();
         Striped {
             geo,
             // Sub-window 0, nothing charged; every slot and stripe likewise says
             // "sub-window 0, zero", which is true.
             pool: CachePadded::new(AtomicU64::new(0)),
-            history: (0..geo.subs()).map(|_| AtomicU64::new(0)).collect(),
+            history: (0..ring).map(|_| AtomicU64::new(0)).collect(),
+            history_mask: ring as u64 - 1,
             stripes: (0..stripes)
                 .map(|_| CachePadded::new(AtomicU64::new(0)))
                 .collect(),
@@ -207,6 +217,8 @@ impl Striped {
         //    A steal scan that returns a stale lease raises the budget, so the
         //    pool is tried once more after it.
         let mut charged = 0;
+        // The window's charges when last summed, `j`'s own at `charged`.
+        let mut sum = 0;
         for round in 0..2 {
             loop {
                 let (p, c) = self.geo.unpack(pool);
@@ -218,7 +230,9 @@ impl Striped {
                 }
                 charged = c;
                 let need = n - gathered;
-                let avail = self.geo.room(j, j, |i| self.charge(i, j, c));
+                sum = self.geo.window_sum(j, j, |i| self.charge(i, j, c));
+                // At most `limit` when positive.
+                let avail = u64::from(self.geo.limit()).saturating_sub(sum) as u32;
                 let want = if avail >= need {
                     self.lease_size(avail, need)
                 } else {
@@ -227,7 +241,7 @@ impl Striped {
                 if want == 0 {
                     break;
                 }
-                // `c + want <= limit` (that is what `room` means), so the count
+                // `c + want <= limit` (that is what `avail` means), so the count
                 // stays in its bits. Success Relaxed: the lease is a count taken
                 // from the pool, decided on the very value it replaces; what we
                 // read before deciding (the history) was made visible by the
@@ -242,6 +256,7 @@ impl Striped {
                     Ok(_) => {
                         gathered += want;
                         charged = c + want;
+                        sum += u64::from(want);
                         break;
                     }
                     Err(actual) => pool = actual,
@@ -270,9 +285,10 @@ impl Striped {
         // What `j` has really used: everything charged, less what we hold unspent
         // (single-threaded, every unspent permit of `j` is now in our stripe).
         let used = charged.saturating_sub(gathered);
+        let sum = sum.saturating_sub(u64::from(charged - used));
         Err(self
             .geo
-            .retry_after(now, j + 1, j, n, |i| self.charge(i, j, used)))
+            .retry_after_next(now, j, n, sum, |i| self.charge(i, j, used)))
     }
 
     /// Brings the pool to sub-window `j` if it is older, and returns the pool word
@@ -310,8 +326,8 @@ impl Striped {
     }
 
     fn slot(&self, index: u64) -> usize {
-        // The remainder is below `subs`, a u32.
-        (index % u64::from(self.geo.subs())) as usize
+        // Masked to below the ring's length, a usize.
+        (index & self.history_mask) as usize
     }
 
     /// The charge of sub-window `i` as seen with the pool at `newest` charging
