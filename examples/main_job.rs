@@ -16,8 +16,10 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use tollgate::{
-    FixedWindow, LockingFixedWindow, LockingTokenBucket, ManualClock, MonotonicClock, Rate,
-    RateLimiter, TokenBucket,
+    ApproxSlidingWindow, FixedWindow, LeakyBucket, LockingApproxSlidingWindow, LockingFixedWindow,
+    LockingLeakyBucket, LockingShaper, LockingSlidingLog, LockingSlidingWindow,
+    LockingTokenBucket, LockingWarmUp, ManualClock, MonotonicClock, Rate, RateLimiter, Shaper,
+    SlidingLog, SlidingWindow, TokenBucket, WarmUp,
 };
 
 type Limiter = Box<dyn RateLimiter + Send + Sync>;
@@ -64,6 +66,43 @@ const LIMITERS: &[Entry] = &[
     }),
     limiter!("LockingFixedWindow", |rate, clock| {
         LockingFixedWindow::with_clock(rate, clock)
+    }),
+    limiter!("SlidingLog", |rate, clock| SlidingLog::with_clock(rate, clock)),
+    limiter!("LockingSlidingLog", |rate, clock| {
+        LockingSlidingLog::with_clock(rate, clock)
+    }),
+    limiter!("SlidingWindow", |rate, clock| {
+        SlidingWindow::with_clock(rate, clock)
+    }),
+    limiter!("LockingSlidingWindow", |rate, clock| {
+        LockingSlidingWindow::with_clock(rate, clock)
+    }),
+    limiter!("ApproxSlidingWindow", |rate, clock| {
+        ApproxSlidingWindow::with_clock(rate, clock)
+    }),
+    limiter!("LockingApproxSlidingWindow", |rate, clock| {
+        LockingApproxSlidingWindow::with_clock(rate, clock)
+    }),
+    // A meter of the same size as the token bucket: it makes the same decisions.
+    limiter!("LeakyBucket", |rate, clock| {
+        LeakyBucket::with_clock(rate.permits(), rate, clock)
+    }),
+    limiter!("LockingLeakyBucket", |rate, clock| {
+        LockingLeakyBucket::with_clock(rate.permits(), rate, clock)
+    }),
+    // nginx `limit_req` with no burst and no queue: one request per 1/rate.
+    limiter!("Shaper", |rate, clock| {
+        Shaper::with_clock(rate, 0, Duration::ZERO, clock)
+    }),
+    limiter!("LockingShaper", |rate, clock| {
+        LockingShaper::with_clock(rate, 0, Duration::ZERO, clock)
+    }),
+    // Guava's SmoothWarmingUp: starts cold, reaches the full rate after a period.
+    limiter!("WarmUp", |rate, clock| {
+        WarmUp::with_clock(rate, rate.period(), clock)
+    }),
+    limiter!("LockingWarmUp", |rate, clock| {
+        LockingWarmUp::with_clock(rate, rate.period(), clock)
     }),
 ];
 
@@ -219,10 +258,10 @@ fn main() {
         LIMIT.period()
     );
     println!(
-        "{:<20} {:<15} {:>8} {:>8} {:>11} {:>11} {:>11}",
+        "{:<26} {:<15} {:>8} {:>8} {:>11} {:>11} {:>11}",
         "limiter", "scenario", "requests", "admitted", "max in 60s", "1 thr M/s", "2 thr M/s"
     );
-    println!("{}", "-".repeat(90));
+    println!("{}", "-".repeat(96));
     let mut denied_while_timing = Vec::new();
     for entry in LIMITERS {
         let (one, denied_one, checks_one) = throughput(entry, 1);
@@ -241,7 +280,7 @@ fn main() {
                 (String::new(), String::new())
             };
             let row = format!(
-                "{:<20} {:<15} {:>8} {:>8} {:>11} {:>11} {:>11}",
+                "{:<26} {:<15} {:>8} {:>8} {:>11} {:>11} {:>11}",
                 if i == 0 { entry.name } else { "" },
                 scenario.name,
                 scenario.arrivals.len(),
@@ -253,15 +292,19 @@ fn main() {
             println!("{}", row.trim_end());
         }
     }
-    println!("{}", "-".repeat(90));
+    println!("{}", "-".repeat(96));
     println!(
         "\
 steady          200 requests a minute, evenly spaced (one every 300 ms), for 5 minutes
 boundary        5 requests at 0:00, then 10 a second from 0:50 to 1:10 (throttling seed §3.1)
 burst+boundary  100 requests at 0:00, then the same 10 a second from 0:50 to 1:10
 max in 60s      most admissions in ANY 60-second span [t, t+60s), not just aligned
-                minutes. Bounds: token bucket capacity + rate x 60 s = 200; fixed
-                window 100 per aligned minute, so up to 200 across a boundary.
+                minutes. Bounds: token bucket and leaky bucket capacity + rate x
+                60 s = 200; fixed window 100 per aligned minute, so up to 200
+                across a boundary; sliding log exactly 100; striped sliding window
+                100 in any 10 consecutive aligned 6 s sub-windows;
+                approximate window: an estimate, no hard bound; shaper one per
+                600 ms; warm-up starts cold (slower) and reaches the rate after 60 s.
 M/s             millions of checks per second, all threads together, on one shared
                 limiter on the default (TSC) clock, through `dyn RateLimiter`, best
                 of {} runs of {} ms, allow path: a check is denied only if its thread
