@@ -79,7 +79,7 @@ pub(crate) enum Verdict {
 pub(crate) struct Geometry {
     capacity: u32,
     window: u64,
-    /// `capacity.next_power_of_two() == 1 << shift`.
+    /// `capacity.next_power_of_two() == 1 << shift` (at most 32).
     shift: u32,
     /// Laps `0 ..= max_lap` keep a ticket word below [`SEALED`].
     max_lap: u64,
@@ -91,7 +91,8 @@ impl Geometry {
         // `validate`: `1 <= capacity <= window <= 2^62`. A stamp is at most 2^62 and
         // a stamp plus the window at most 2^63, so no sum below overflows.
         let (capacity, window) = rate.validate()?;
-        let shift = capacity.next_power_of_two().trailing_zeros();
+        // In u64: the next power of two of a capacity above 2^31 is 2^32.
+        let shift = u64::from(capacity).next_power_of_two().trailing_zeros();
         Ok(Geometry {
             capacity,
             window,
@@ -391,4 +392,76 @@ pub(crate) struct Inheritance {
 #[inline]
 pub(crate) fn retry_after(retry_ns: u64) -> Denied {
     Denied::RetryAfter(std::time::Duration::from_nanos(retry_ns))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Plain words, as the locking twin keeps them.
+    struct Words(Vec<u64>);
+
+    impl Entries for Words {
+        fn read(&self, index: usize, lap: u64) -> Entry {
+            let word = self.0[index];
+            if word & 1 == lap_bit(lap) {
+                Entry::Stamp(word >> 1)
+            } else {
+                Entry::Pending
+            }
+        }
+    }
+
+    #[test]
+    fn tickets_wrap_at_the_largest_capacity() {
+        let g = Geometry::new(Rate::new(u32::MAX, Duration::from_secs(10))).unwrap();
+        let last = u64::from(u32::MAX) - 1;
+        assert_eq!((g.lap(last), g.index(last)), (0, u32::MAX as usize - 1));
+        let next = g.advance(last, 1).unwrap();
+        assert_eq!((g.lap(next), g.index(next)), (1, 0));
+        let far = g.advance(last, u32::MAX).unwrap();
+        assert_eq!((g.lap(far), g.index(far)), (1, u32::MAX as usize - 1));
+        assert!(far < SEALED);
+    }
+
+    #[test]
+    fn laps_run_out_below_the_seal_bit() {
+        let g = Geometry::new(Rate::new(4, Duration::from_nanos(10))).unwrap();
+        let last_lap = g.ticket(g.max_lap, 3);
+        assert!(last_lap < SEALED);
+        assert_eq!(g.advance(last_lap, 1), None);
+        // And the decision for it denies rather than wraps into the seal bit.
+        let words = Words(vec![entry_word(0, g.max_lap - 1); 4]);
+        assert!(matches!(
+            g.decide(&words, last_lap, 1_000, 1),
+            Verdict::Deny { record: None, .. }
+        ));
+    }
+
+    #[test]
+    fn inheritance_bounds_every_permit() {
+        // 2 permits per 10 ns, head at lap 2, index 1: slot 0 holds lap 2 (stamped
+        // 20, after laps 0 and 1), slot 1 holds lap 1 (stamped 15, after lap 0).
+        let g = Geometry::new(Rate::new(2, Duration::from_nanos(10))).unwrap();
+        let words = Words(vec![entry_word(20, 2), entry_word(15, 1)]);
+        let head = g.ticket(2, 1);
+        // All five permits fit in 8 slots: bounds 20, 10, 0 and 15, 5.
+        let all = g.inherit(&words, head, (0, 0), 8);
+        assert_eq!(all.stamps, vec![0, 5, 10, 15, 20]);
+        assert_eq!((all.floor, all.dropped), (0, 0));
+        // Two fit: the two largest bounds; three left out, the largest of them 10.
+        let two = g.inherit(&words, head, (0, 0), 2);
+        assert_eq!(two.stamps, vec![15, 20]);
+        assert_eq!((two.floor, two.dropped), (10, 3));
+        // Earlier drops (three, at most 12) compete with the ring's own bounds.
+        let with_drops = g.inherit(&words, head, (12, 3), 3);
+        assert_eq!(with_drops.stamps, vec![12, 15, 20]);
+        assert_eq!((with_drops.floor, with_drops.dropped), (12, 5));
+        // Counting mode: a slot's earlier entries are bounded by its last stamp.
+        let counting = g.with_count_denied(true).inherit(&words, head, (0, 0), 3);
+        assert_eq!(counting.stamps, vec![20, 20, 20]);
+        assert_eq!((counting.floor, counting.dropped), (15, 2));
+    }
 }

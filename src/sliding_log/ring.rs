@@ -142,13 +142,21 @@ impl AtomicRing {
             // fresh Acquire load. A sealed head also fails the CAS (it differs from
             // `head`), so no ticket is claimed after a seal. Weak: a spurious
             // failure only costs one more decision.
+            //
+            // The first entry's slot and word are ready before the claim, so the
+            // window in which a claimed ticket is pending — the window in which a
+            // preempted writer makes others deny — is a single store for n = 1.
+            let first = &self.slots[self.geometry.index(head)];
+            let first_word = entry_word(stamp, self.geometry.lap(head));
             if self
                 .head
                 .compare_exchange_weak(head, next, Ordering::Release, Ordering::Relaxed)
                 .is_ok()
             {
-                for (lap, index) in self.geometry.tickets(head, n) {
-                    // Release: pairs with the readers' Acquire (see `View::read`).
+                // Release: pairs with the readers' Acquire (see `View::read`).
+                first.store(first_word, Ordering::Release);
+                for (lap, index) in self.geometry.tickets(head, n).skip(1) {
+                    // Release: as above.
                     self.slots[index].store(entry_word(stamp, lap), Ordering::Release);
                 }
                 return Ok(outcome);
