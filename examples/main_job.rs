@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use tollgate::{
     ApproxSlidingWindow, FixedWindow, LeakyBucket, LockingApproxSlidingWindow, LockingFixedWindow,
-    LockingLeakyBucket, LockingShaper, LockingSlidingLog, LockingSlidingWindow,
-    LockingTokenBucket, LockingWarmUp, ManualClock, MonotonicClock, Rate, RateLimiter, Shaper,
-    SlidingLog, SlidingWindow, TokenBucket, WarmUp,
+    LockingLeakyBucket, LockingShaper, LockingSlidingLog, LockingSlidingWindow, LockingTokenBucket,
+    LockingWarmUp, ManualClock, MonotonicClock, Rate, RateLimiter, Shaper, SlidingLog,
+    SlidingWindow, TokenBucket, WarmUp,
 };
 
 type Limiter = Box<dyn RateLimiter + Send + Sync>;
@@ -67,7 +67,9 @@ const LIMITERS: &[Entry] = &[
     limiter!("LockingFixedWindow", |rate, clock| {
         LockingFixedWindow::with_clock(rate, clock)
     }),
-    limiter!("SlidingLog", |rate, clock| SlidingLog::with_clock(rate, clock)),
+    limiter!("SlidingLog", |rate, clock| SlidingLog::with_clock(
+        rate, clock
+    )),
     limiter!("LockingSlidingLog", |rate, clock| {
         LockingSlidingLog::with_clock(rate, clock)
     }),

@@ -1,41 +1,47 @@
-//! The fastest clock: quanta's cached `recent()` time, refreshed by a thread.
+//! The fastest clock: a reading cached in one atomic, refreshed by a thread.
 
-use std::cell::Cell;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::Clock;
+use super::{Clock, MonotonicClock};
 
 /// How often the upkeep thread refreshes the cached time.
 const UPKEEP_INTERVAL: Duration = Duration::from_millis(1);
 
-/// The instant that is nanosecond zero, taken after the upkeep thread has
-/// published its first reading. The upkeep handle lives as long as the process.
-fn origin() -> &'static quanta::Instant {
-    static ORIGIN: OnceLock<quanta::Instant> = OnceLock::new();
-    ORIGIN.get_or_init(|| {
-        match quanta::Upkeep::new(UPKEEP_INTERVAL).start() {
-            // Leaked on purpose: dropping the handle stops the thread, and the
-            // cached time must stay fresh for as long as any limiter reads it.
-            Ok(handle) => std::mem::forget(handle),
-            // Another upkeep thread (someone else's, e.g. governor's
-            // `QuantaUpkeepClock`) already refreshes the same global value.
-            Err(quanta::Error::UpkeepRunning) => {}
-            // No thread could be spawned. `recent()` would then freeze at the last
-            // value set; setting none makes quanta fall back to a real read.
-            Err(_) => {}
-        }
-        quanta::Instant::recent()
+/// The cached reading: a [`MonotonicClock`] reading taken by the upkeep thread.
+/// A std atomic on purpose: it is a process-wide `static` (loom atomics cannot
+/// be), and it is not limiter state, so no loom model needs to see it.
+static CACHED: AtomicU64 = AtomicU64::new(0);
+
+/// Starts tollgate's own upkeep thread once per process. tollgate does not share
+/// quanta's global upkeep thread: that one belongs to whoever started it (e.g.
+/// governor's `QuantaUpkeepClock`), stops when its owner drops its handle, and
+/// refuses a second starter — either way one library's cached clock would
+/// silently freeze or fail because of the other.
+fn start_upkeep() -> bool {
+    static STARTED: OnceLock<bool> = OnceLock::new();
+    *STARTED.get_or_init(|| {
+        let source = MonotonicClock::new();
+        // Relaxed: a reading is a plain number; nothing else is published with it.
+        CACHED.store(source.now(), Ordering::Relaxed);
+        std::thread::Builder::new()
+            .name("tollgate-clock".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(UPKEEP_INTERVAL);
+                    // Relaxed: see above. One writer whose readings never decrease
+                    // (the monotonic guard is per thread, and this is one thread),
+                    // so every reader sees a non-decreasing sequence (coherence).
+                    CACHED.store(source.now(), Ordering::Relaxed);
+                }
+            })
+            .is_ok()
     })
 }
 
-thread_local! {
-    /// The latest reading this thread returned (see `MonotonicClock`).
-    static LAST: Cell<u64> = const { Cell::new(0) };
-}
-
-/// The fastest clock: a cached time that an upkeep thread refreshes every
-/// millisecond, read in about 2–3 ns instead of the TSC's 10.
+/// The fastest clock: a time cached in one atomic that a tollgate thread
+/// refreshes every millisecond, read in about 1 ns instead of the TSC's 10.
 ///
 /// **Precision**: a reading lags real time by up to the upkeep interval (1 ms)
 /// plus the upkeep thread's scheduling delay. A limiter on this clock therefore
@@ -45,8 +51,13 @@ thread_local! {
 /// limit's period is much longer than a millisecond (the usual case: per second,
 /// per minute).
 ///
-/// The first `CachedClock` in the process starts quanta's upkeep thread (or joins
-/// one already running); it runs until the process exits.
+/// The first `CachedClock` in the process starts the upkeep thread, which runs
+/// until the process exits. It is tollgate's own thread, independent of quanta's
+/// global upkeep thread, so it neither freezes when someone else's upkeep handle
+/// is dropped nor stops them from starting one. If the thread cannot be spawned,
+/// readings fall back to the [`MonotonicClock`].
+///
+/// Readings share the [`MonotonicClock`]'s timeline and never decrease.
 ///
 /// ```
 /// use tollgate::{CachedClock, Clock, Rate, RateLimiter, TokenBucket};
@@ -56,8 +67,11 @@ thread_local! {
 /// let clock = CachedClock::new();
 /// assert!(clock.now() <= clock.now());
 /// ```
-#[derive(Debug, Clone, Copy, Default)]
-pub struct CachedClock;
+#[derive(Debug, Clone)]
+pub struct CachedClock {
+    /// `Some` only if the upkeep thread could not be started.
+    fallback: Option<MonotonicClock>,
+}
 
 impl CachedClock {
     /// A handle on the cached timeline, starting the upkeep thread if needed.
@@ -66,8 +80,9 @@ impl CachedClock {
     /// let _clock = tollgate::CachedClock::new();
     /// ```
     pub fn new() -> Self {
-        origin();
-        CachedClock
+        CachedClock {
+            fallback: (!start_upkeep()).then(MonotonicClock::new),
+        }
     }
 
     /// How far behind real time a reading may lag, before scheduling delays.
@@ -80,16 +95,19 @@ impl CachedClock {
     }
 }
 
+impl Default for CachedClock {
+    fn default() -> Self {
+        CachedClock::new()
+    }
+}
+
 impl Clock for CachedClock {
     #[inline]
     fn now(&self) -> u64 {
-        let elapsed = quanta::Instant::recent().saturating_duration_since(*origin());
-        // `as_secs() * 1e9` cannot overflow u64 for 584 years of uptime.
-        let read = elapsed.as_secs() * 1_000_000_000 + u64::from(elapsed.subsec_nanos());
-        LAST.with(|last| {
-            let now = read.max(last.get());
-            last.set(now);
-            now
-        })
+        match &self.fallback {
+            // Relaxed: see `start_upkeep`.
+            None => CACHED.load(Ordering::Relaxed),
+            Some(clock) => clock.now(),
+        }
     }
 }

@@ -1,21 +1,8 @@
 //! The default clock: the TSC through quanta, never stepping backwards.
 
 use std::cell::Cell;
-use std::sync::OnceLock;
 
 use super::Clock;
-
-/// The process-wide quanta clock and the raw TSC reading that is nanosecond zero.
-/// One timeline for every `MonotonicClock` lets the backwards-step guard below be
-/// a single thread-local.
-fn source() -> &'static (quanta::Clock, u64) {
-    static SOURCE: OnceLock<(quanta::Clock, u64)> = OnceLock::new();
-    SOURCE.get_or_init(|| {
-        let clock = quanta::Clock::new();
-        let origin = clock.raw();
-        (clock, origin)
-    })
-}
 
 thread_local! {
     /// The latest reading this thread has returned. Thread-local, so the guard
@@ -29,8 +16,9 @@ thread_local! {
 ///
 /// A thread that migrates to a core whose TSC lags would see time step backwards;
 /// this clock returns the thread's previous reading instead, so its readings never
-/// decrease on any one thread. It is a zero-sized handle: every `MonotonicClock`
-/// reads the same timeline.
+/// decrease on any one thread. Every `MonotonicClock` reads the same timeline
+/// (nanoseconds since the counter's zero, scaled by quanta's one process-wide
+/// calibration), so that guard is a single thread-local.
 ///
 /// ```
 /// use tollgate::{Clock, MonotonicClock};
@@ -40,8 +28,12 @@ thread_local! {
 /// let b = clock.now();
 /// assert!(b >= a);
 /// ```
-#[derive(Debug, Clone, Copy, Default)]
-pub struct MonotonicClock;
+#[derive(Debug, Clone, Default)]
+pub struct MonotonicClock {
+    // Held by value, so a reading is the counter read and its scaling, with no
+    // global lookup in between.
+    clock: quanta::Clock,
+}
 
 impl MonotonicClock {
     /// A handle on the process-wide TSC timeline. The first call calibrates quanta
@@ -51,16 +43,18 @@ impl MonotonicClock {
     /// let _clock = tollgate::MonotonicClock::new();
     /// ```
     pub fn new() -> Self {
-        source();
-        MonotonicClock
+        MonotonicClock {
+            clock: quanta::Clock::new(),
+        }
     }
 }
 
 impl Clock for MonotonicClock {
     #[inline]
     fn now(&self) -> u64 {
-        let (clock, origin) = source();
-        let read = clock.delta_as_nanos(*origin, clock.raw());
+        // The delta from counter value 0 is the whole reading, scaled: an absolute
+        // timeline shared by every instance (quanta calibrates once per process).
+        let read = self.clock.delta_as_nanos(0, self.clock.raw());
         LAST.with(|last| {
             let now = read.max(last.get());
             last.set(now);

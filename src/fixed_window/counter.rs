@@ -43,11 +43,13 @@ impl WindowCounter {
     #[inline]
     fn current(&self, state: u64, now: u64) -> (u64, u64) {
         let index = state >> self.count_bits;
-        let now_index = now / self.window;
-        if now_index > index {
-            (now_index, 0)
-        } else {
+        // Most decisions fall in the stored window: one multiply settles it, and
+        // the division runs only when a new window opens. No overflow: the
+        // index is at most 2^62 / window, so its end is at most 2^62 + window.
+        if now < (index + 1) * self.window {
             (index, state & ((1 << self.count_bits) - 1))
+        } else {
+            (now / self.window, 0)
         }
     }
 

@@ -234,7 +234,7 @@ impl ApproxSlidingWindow {
     /// # let _ = window;
     /// ```
     pub fn new(rate: Rate) -> Result<Self, ConfigError> {
-        Self::with_clock(rate, MonotonicClock)
+        Self::with_clock(rate, MonotonicClock::new())
     }
 }
 
@@ -342,7 +342,7 @@ impl LockingApproxSlidingWindow {
     /// # let _ = window;
     /// ```
     pub fn new(rate: Rate) -> Result<Self, ConfigError> {
-        Self::with_clock(rate, MonotonicClock)
+        Self::with_clock(rate, MonotonicClock::new())
     }
 }
 

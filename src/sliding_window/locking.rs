@@ -68,7 +68,7 @@ impl LockingSlidingWindow {
     /// assert_eq!(window.sub_windows(), 10);
     /// ```
     pub fn new(rate: Rate) -> Result<Self, ConfigError> {
-        Self::with_clock(rate, MonotonicClock)
+        Self::with_clock(rate, MonotonicClock::new())
     }
 
     /// The same builder as [`SlidingWindow::builder`](crate::SlidingWindow::builder);

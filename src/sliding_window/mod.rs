@@ -198,7 +198,7 @@ impl SlidingWindow {
     /// assert_eq!(per_minute.sub_windows(), 10);
     /// ```
     pub fn new(rate: Rate) -> Result<Self, ConfigError> {
-        Self::with_clock(rate, MonotonicClock)
+        Self::with_clock(rate, MonotonicClock::new())
     }
 
     /// A builder, to choose the number of sub-windows, the number of stripes or
@@ -353,7 +353,7 @@ impl SlidingWindowBuilder {
             stripes: None,
             // Naming the unit struct does not calibrate the TSC: a builder given
             // another clock never pays for it.
-            clock: MonotonicClock,
+            clock: MonotonicClock::new(),
         }
     }
 }

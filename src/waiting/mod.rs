@@ -5,7 +5,7 @@
 //! books `n` permits at the earliest instant the limiter allows *behind
 //! everything booked before*, and says when that is. The caller then sleeps
 //! ([`Reservation::wait`], [`Reserve::acquire`]), awaits
-//! ([`Reservation::wait_async`], [`Reserve::acquire_async`], with the `tokio`
+//! (`Reservation::wait_async`, `Reserve::acquire_async`, with the `tokio`
 //! feature), or gives the permits back ([`Reservation::cancel`]).
 //!
 //! ```
