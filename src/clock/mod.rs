@@ -5,7 +5,7 @@
 //! | clock | source | cost of a read | precision |
 //! |---|---|---|---|
 //! | [`MonotonicClock`] (default) | the TSC through quanta | ~10 ns | ~1 ns |
-//! | [`CachedClock`] | quanta's `recent()`, refreshed by an upkeep thread | ~2–3 ns | the upkeep interval (1 ms by default) |
+//! | [`CachedClock`] | one atomic refreshed by tollgate's own upkeep thread | ~0.3 ns (one relaxed load) | the upkeep interval (1 ms by default) |
 //! | [`ManualClock`] | whatever the test sets | one atomic load | exact |
 //!
 //! The two real clocks never step backwards as seen by any one thread, even when
