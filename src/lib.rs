@@ -53,6 +53,7 @@ mod limiter;
 mod rate;
 pub mod sliding_log;
 pub mod sliding_window;
+mod stripe;
 mod sync;
 mod timeline;
 pub mod token_bucket;

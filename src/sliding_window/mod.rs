@@ -239,7 +239,7 @@ impl<C: Clock> SlidingWindow<C> {
         clock: C,
     ) -> Result<Self, ConfigError> {
         let geo = Geometry::new(rate, subs.resolve(rate))?;
-        let stripes = stripes.unwrap_or_else(striped::default_stripes);
+        let stripes = stripes.unwrap_or_else(crate::stripe::default_stripes);
         Ok(SlidingWindow {
             core: Striped::new(geo, stripes),
             timeline: Timeline::new(clock),

@@ -8,60 +8,8 @@ use crossbeam_utils::CachePadded;
 use super::ring::Geometry;
 use crate::error::Denied;
 use crate::limiter::Snapshot;
+use crate::stripe::{MAX_STRIPES, thread_hint};
 use crate::sync::{AtomicU64, Ordering};
-
-/// The most stripes a limiter will have; more only cost memory and longer
-/// steal scans.
-pub(crate) const MAX_STRIPES: usize = 256;
-
-/// The default stripe count: the machine's parallelism, rounded up to a power
-/// of two (a thread's stripe is its hint masked), at most [`MAX_STRIPES`].
-pub(crate) fn default_stripes() -> usize {
-    std::thread::available_parallelism()
-        .map_or(1, usize::from)
-        .next_power_of_two()
-        .min(MAX_STRIPES)
-}
-
-/// A number for the calling thread, fixed for its life, that spreads threads
-/// over stripes round-robin.
-///
-/// The counter is `std`'s, not the sync facade's, on purpose: it is not limiter
-/// state (any hint, even the same for every thread, leaves the limiter exact),
-/// and it must be a `static`, which loom's atomics cannot be. Under loom the hint
-/// is the model thread's number instead, which is deterministic across the
-/// executions loom explores.
-#[cfg(not(loom))]
-#[inline]
-fn thread_hint() -> usize {
-    use std::cell::Cell;
-    use std::sync::atomic::AtomicUsize;
-
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static HINT: Cell<usize> = const { Cell::new(usize::MAX) };
-    }
-    HINT.with(|hint| {
-        let mine = hint.get();
-        if mine != usize::MAX {
-            return mine;
-        }
-        // Relaxed: only distinctness matters, which any ordering gives an RMW.
-        let mine = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % (usize::MAX / 2);
-        hint.set(mine);
-        mine
-    })
-}
-
-#[cfg(loom)]
-fn thread_hint() -> usize {
-    // loom threads are numbered 0 (the model's main thread), 1, 2, ... in spawn
-    // order; loom prints the number and offers no other way to read it.
-    let id = format!("{:?}", loom::thread::current().id());
-    id.bytes()
-        .filter(u8::is_ascii_digit)
-        .fold(0, |acc, d| acc * 10 + usize::from(d - b'0'))
-}
 
 /// The striped, leased sliding window state.
 #[derive(Debug)]
