@@ -106,7 +106,8 @@ impl Approx {
     fn retry(&self, now: u64, k: u64, c: u32, p: u32, n: u32) -> Denied {
         let (t, limit) = (u128::from(self.window), u128::from(self.limit));
         let start = k * self.window;
-        let at = if c + n <= self.limit {
+        // In u64: with a limit of u32::MAX, `c + n` may not fit a u32.
+        let at = if u64::from(c) + u64::from(n) <= u64::from(self.limit) {
             // Inside window `k`, once `p·(T − e) <= (N − C − n)·T`. At `e = T`
             // it always holds (that is the next window, empty, with `C` before).
             let slack = (limit - u128::from(c) - u128::from(n)) * t;
