@@ -57,4 +57,3 @@ pub(crate) fn thread_hint() -> usize {
         .filter(u8::is_ascii_digit)
         .fold(0, |acc, d| acc * 10 + usize::from(d - b'0'))
 }
-
