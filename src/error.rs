@@ -4,6 +4,9 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::sliding_window::MAX_SUB_WINDOWS;
+use crate::warm_up::MAX_COLD_FACTOR;
+
 /// Why a limiter could not be built.
 ///
 /// Every limiter validates its configuration once, at construction, so that the
@@ -39,6 +42,77 @@ pub enum ConfigError {
         /// Which quantity overflowed.
         what: &'static str,
     },
+    /// A sliding window cannot be cut into this many sub-windows: the count must
+    /// be at least 1, at most [`MAX_SUB_WINDOWS`](crate::sliding_window::MAX_SUB_WINDOWS),
+    /// and small enough that no sub-window is shorter than the limit in
+    /// nanoseconds (one permit per nanosecond, as for [`TooFine`](Self::TooFine)).
+    ///
+    /// ```
+    /// use tollgate::{ConfigError, Rate, SlidingWindow};
+    ///
+    /// let err = SlidingWindow::builder(Rate::per_second(5)).sub_windows(0).build().unwrap_err();
+    /// assert_eq!(err, ConfigError::InvalidSubWindows { sub_windows: 0, max: 4096 });
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "0 sub-windows is outside 1..=4096: a sliding window has at most 4096 sub-windows, \
+    ///      none shorter than 1 ns per permit"
+    /// );
+    /// ```
+    InvalidSubWindows {
+        /// The sub-window count asked for.
+        sub_windows: u32,
+        /// The most sub-windows this rate's window can be cut into.
+        max: u32,
+    },
+    /// A warm-up limiter's cold factor is outside `1..=`[`MAX_COLD_FACTOR`](crate::warm_up::MAX_COLD_FACTOR).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ConfigError, ManualClock, Rate, WarmUp};
+    ///
+    /// let err = WarmUp::with_cold_factor(Rate::per_second(5), Duration::from_secs(4), 0, ManualClock::new())
+    ///     .unwrap_err();
+    /// assert_eq!(err, ConfigError::InvalidColdFactor { cold_factor: 0 });
+    /// assert_eq!(err.to_string(), "cold factor 0 is outside 1..=1000");
+    /// ```
+    InvalidColdFactor {
+        /// The cold factor asked for.
+        cold_factor: u32,
+    },
+    /// A warm-up limiter's warm-up period is longer than 2^52 ns (about 52 days),
+    /// the most its cost arithmetic can hold.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ConfigError, Rate, WarmUp};
+    ///
+    /// let warm_up = Duration::from_secs(60 * 60 * 24 * 60); // 60 days
+    /// let err = WarmUp::new(Rate::per_second(5), warm_up).unwrap_err();
+    /// assert_eq!(err, ConfigError::WarmUpTooLong { warm_up });
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "a warm-up period of 5184000s is longer than 2^52 ns (about 52 days)"
+    /// );
+    /// ```
+    WarmUpTooLong {
+        /// The warm-up period asked for.
+        warm_up: Duration,
+    },
+    /// A shaper's maximum wait is longer than 2^61 ns (about 73 years), the most
+    /// a request may be queued for.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ConfigError, Rate, Shaper};
+    ///
+    /// let err = Shaper::new(Rate::per_second(5), 0, Duration::MAX).unwrap_err();
+    /// assert_eq!(err, ConfigError::MaxWaitTooLong { max_wait: Duration::MAX });
+    /// assert!(err.to_string().ends_with("is longer than 2^61 ns (about 73 years)"));
+    /// ```
+    MaxWaitTooLong {
+        /// The maximum wait asked for.
+        max_wait: Duration,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -54,6 +128,23 @@ impl fmt::Display for ConfigError {
             ConfigError::Overflow { what } => write!(
                 f,
                 "{what} overflows the limiter's time range (2^62 ns, about 146 years)"
+            ),
+            ConfigError::InvalidSubWindows { sub_windows, max } => write!(
+                f,
+                "{sub_windows} sub-windows is outside 1..={max}: a sliding window has at \
+                 most {MAX_SUB_WINDOWS} sub-windows, none shorter than 1 ns per permit"
+            ),
+            ConfigError::InvalidColdFactor { cold_factor } => write!(
+                f,
+                "cold factor {cold_factor} is outside 1..={MAX_COLD_FACTOR}"
+            ),
+            ConfigError::WarmUpTooLong { warm_up } => write!(
+                f,
+                "a warm-up period of {warm_up:?} is longer than 2^52 ns (about 52 days)"
+            ),
+            ConfigError::MaxWaitTooLong { max_wait } => write!(
+                f,
+                "a maximum wait of {max_wait:?} is longer than 2^61 ns (about 73 years)"
             ),
         }
     }

@@ -2,9 +2,11 @@
 
 use std::time::Duration;
 
+use tollgate::sliding_window::MAX_SUB_WINDOWS;
+use tollgate::warm_up::{DEFAULT_COLD_FACTOR, MAX_COLD_FACTOR};
 use tollgate::{
-    ConfigError, FixedWindow, LockingFixedWindow, LockingTokenBucket, ManualClock, Rate,
-    TokenBucket,
+    ConfigError, FixedWindow, LockingFixedWindow, LockingShaper, LockingTokenBucket, LockingWarmUp,
+    ManualClock, Rate, Shaper, SlidingWindow, TokenBucket, WarmUp,
 };
 
 /// Builds every limiter kind from `(capacity, rate)`; the windows ignore capacity.
@@ -88,4 +90,124 @@ fn arithmetic_overflow() {
         errors(1, Rate::new(1, max + Duration::from_nanos(1))),
         [Err(err); 4]
     );
+}
+
+#[test]
+fn invalid_sub_windows() {
+    let build = |rate: Rate, subs: u32| {
+        let builder = SlidingWindow::builder(rate)
+            .sub_windows(subs)
+            .clock(ManualClock::new());
+        [
+            builder.clone().build().map(drop),
+            builder.build_locking().map(drop),
+        ]
+    };
+    // Zero sub-windows would each last no time.
+    let zero = ConfigError::InvalidSubWindows {
+        sub_windows: 0,
+        max: MAX_SUB_WINDOWS,
+    };
+    assert_eq!(build(Rate::per_second(5), 0), [Err(zero); 2]);
+    assert_eq!(
+        zero.to_string(),
+        "0 sub-windows is outside 1..=4096: a sliding window has at most 4096 \
+         sub-windows, none shorter than 1 ns per permit"
+    );
+    // More than the cap.
+    let many = ConfigError::InvalidSubWindows {
+        sub_windows: u32::MAX,
+        max: MAX_SUB_WINDOWS,
+    };
+    assert_eq!(build(Rate::per_hour(1), u32::MAX), [Err(many); 2]);
+    assert_eq!(
+        many.to_string(),
+        "4294967295 sub-windows is outside 1..=4096: a sliding window has at most 4096 \
+         sub-windows, none shorter than 1 ns per permit"
+    );
+    // Sub-windows of 100 ns cannot hold 500 permits: at most 2 (of 500 ns).
+    let rate = Rate::new(500, Duration::from_micros(1));
+    let short = ConfigError::InvalidSubWindows {
+        sub_windows: 10,
+        max: 2,
+    };
+    assert_eq!(build(rate, 10), [Err(short); 2]);
+    assert_eq!(
+        short.to_string(),
+        "10 sub-windows is outside 1..=2: a sliding window has at most 4096 \
+         sub-windows, none shorter than 1 ns per permit"
+    );
+    assert_eq!(build(rate, 2), [Ok(()); 2]);
+    assert_eq!(build(Rate::per_hour(1), MAX_SUB_WINDOWS), [Ok(()); 2]);
+}
+
+#[test]
+fn invalid_cold_factor() {
+    let build = |cold_factor: u32| {
+        let (rate, warm_up) = (Rate::per_second(5), Duration::from_secs(4));
+        [
+            WarmUp::with_cold_factor(rate, warm_up, cold_factor, ManualClock::new()).map(drop),
+            LockingWarmUp::with_cold_factor(rate, warm_up, cold_factor, ManualClock::new())
+                .map(drop),
+        ]
+    };
+    for bad in [0, MAX_COLD_FACTOR + 1, u32::MAX] {
+        let err = ConfigError::InvalidColdFactor { cold_factor: bad };
+        assert_eq!(build(bad), [Err(err); 2]);
+        assert_eq!(
+            err.to_string(),
+            format!("cold factor {bad} is outside 1..=1000")
+        );
+    }
+    for good in [1, DEFAULT_COLD_FACTOR, MAX_COLD_FACTOR] {
+        assert_eq!(build(good), [Ok(()); 2]);
+    }
+}
+
+#[test]
+fn warm_up_too_long() {
+    let build = |warm_up: Duration| {
+        let rate = Rate::per_second(5);
+        [
+            WarmUp::with_clock(rate, warm_up, ManualClock::new()).map(drop),
+            LockingWarmUp::with_clock(rate, warm_up, ManualClock::new()).map(drop),
+        ]
+    };
+    let longest = Duration::from_nanos(1 << 52);
+    assert_eq!(build(longest), [Ok(()); 2]);
+    let over = longest + Duration::from_nanos(1);
+    let err = ConfigError::WarmUpTooLong { warm_up: over };
+    assert_eq!(build(over), [Err(err); 2]);
+    assert_eq!(
+        err.to_string(),
+        "a warm-up period of 4503599.627370497s is longer than 2^52 ns (about 52 days)"
+    );
+    let err = ConfigError::WarmUpTooLong {
+        warm_up: Duration::MAX,
+    };
+    assert_eq!(build(Duration::MAX), [Err(err); 2]);
+}
+
+#[test]
+fn max_wait_too_long() {
+    let build = |max_wait: Duration| {
+        let rate = Rate::per_hour(1);
+        [
+            Shaper::with_clock(rate, 0, max_wait, ManualClock::new()).map(drop),
+            LockingShaper::with_clock(rate, 0, max_wait, ManualClock::new()).map(drop),
+        ]
+    };
+    let longest = Duration::from_nanos(1 << 61);
+    assert_eq!(build(longest), [Ok(()); 2]);
+    let over = longest + Duration::from_nanos(1);
+    let err = ConfigError::MaxWaitTooLong { max_wait: over };
+    assert_eq!(build(over), [Err(err); 2]);
+    assert_eq!(
+        err.to_string(),
+        "a maximum wait of 2305843009.213693953s is longer than 2^61 ns (about 73 years)"
+    );
+    let err = ConfigError::MaxWaitTooLong {
+        max_wait: Duration::MAX,
+    };
+    assert_eq!(build(Duration::MAX), [Err(err); 2]);
 }

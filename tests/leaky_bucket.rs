@@ -397,10 +397,20 @@ fn configuration_errors() {
         LockingShaper::new(Rate::new(2, Duration::from_nanos(1)), 0, Duration::ZERO),
         Err(ConfigError::TooFine { .. })
     ));
-    assert!(matches!(
-        Shaper::new(rate, 0, Duration::MAX),
-        Err(ConfigError::Overflow { .. })
-    ));
+    assert_eq!(
+        Shaper::new(rate, 0, Duration::MAX).unwrap_err(),
+        ConfigError::MaxWaitTooLong {
+            max_wait: Duration::MAX
+        }
+    );
+    // The longest wait accepted is 2^61 ns; one more is refused, by both.
+    let longest = Duration::from_nanos(1 << 61);
+    assert!(Shaper::new(Rate::per_hour(1), 0, longest).is_ok());
+    let over = longest + Duration::from_nanos(1);
+    assert_eq!(
+        LockingShaper::new(Rate::per_hour(1), 0, over).unwrap_err(),
+        ConfigError::MaxWaitTooLong { max_wait: over }
+    );
     assert!(matches!(
         Shaper::new(Rate::per_hour(1), u32::MAX, Duration::ZERO),
         Err(ConfigError::Overflow { .. })

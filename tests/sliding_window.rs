@@ -16,6 +16,7 @@ use proptest::prelude::*;
 use support::{
     Admission, Reference, Step, StressRecord, assert_agree, check_sliding_window, lockstep, stress,
 };
+use tollgate::sliding_window::MAX_SUB_WINDOWS;
 use tollgate::{
     ApproxSlidingWindow, ConfigError, Denied, FixedWindow, LockingApproxSlidingWindow, ManualClock,
     Rate, RateLimiter, SlidingWindow,
@@ -663,13 +664,57 @@ fn configuration_errors() {
         build(Rate::new(1, Duration::ZERO), 2),
         Err(ConfigError::ZeroPeriod)
     );
-    assert_eq!(build(Rate::per_second(5), 0), Err(ConfigError::ZeroPeriod));
-    // 10 sub-windows of 100 ns cannot hold 1000 permits each.
     assert_eq!(
-        build(Rate::new(1_000, Duration::from_micros(1)), 10),
-        Err(ConfigError::TooFine {
-            permits: 1_000,
-            period: Duration::from_nanos(100)
+        build(Rate::per_second(5), 0),
+        Err(ConfigError::InvalidSubWindows {
+            sub_windows: 0,
+            max: MAX_SUB_WINDOWS
+        })
+    );
+    assert_eq!(
+        build(Rate::per_second(5), MAX_SUB_WINDOWS + 1),
+        Err(ConfigError::InvalidSubWindows {
+            sub_windows: MAX_SUB_WINDOWS + 1,
+            max: MAX_SUB_WINDOWS
+        })
+    );
+    // Absurd counts are refused before anything is allocated.
+    assert!(matches!(
+        build(Rate::per_hour(1), u32::MAX),
+        Err(ConfigError::InvalidSubWindows { .. })
+    ));
+    assert!(build(Rate::per_second(5), MAX_SUB_WINDOWS).is_ok());
+    // 10 sub-windows of 100 ns cannot hold 1000 permits each; 1 sub-window of
+    // 1000 ns can.
+    let fine = Rate::new(1_000, Duration::from_micros(1));
+    assert_eq!(
+        build(fine, 10),
+        Err(ConfigError::InvalidSubWindows {
+            sub_windows: 10,
+            max: 1
+        })
+    );
+    assert!(build(fine, 1).is_ok());
+    // The largest count is exact: 3 sub-windows of 334 ns hold 334 permits,
+    // 4 of 250 ns do not.
+    let rate = Rate::new(334, Duration::from_nanos(1_000));
+    assert!(build(rate, 3).is_ok());
+    assert_eq!(
+        build(rate, 4),
+        Err(ConfigError::InvalidSubWindows {
+            sub_windows: 4,
+            max: 3
+        })
+    );
+    // The locking twin refuses the same counts.
+    assert_eq!(
+        SlidingWindow::builder(fine)
+            .sub_windows(2)
+            .build_locking()
+            .map(|_| ()),
+        Err(ConfigError::InvalidSubWindows {
+            sub_windows: 2,
+            max: 1
         })
     );
     assert!(matches!(

@@ -389,21 +389,71 @@ fn odd_requests_and_configurations() {
         .map(|_| flat.reserve(1).unwrap().ready_at())
         .collect();
     assert_eq!(starts, [0, 250, 500].map(Duration::from_millis));
-    for bad in [0, 1001] {
-        assert!(matches!(
+    for bad in [0, 1001, u32::MAX] {
+        assert_eq!(
             WarmUp::with_cold_factor(
                 Rate::per_second(1),
                 Duration::from_secs(1),
                 bad,
                 ManualClock::new()
-            ),
-            Err(ConfigError::Overflow { .. })
-        ));
+            )
+            .unwrap_err(),
+            ConfigError::InvalidColdFactor { cold_factor: bad }
+        );
+        assert_eq!(
+            LockingWarmUp::with_cold_factor(
+                Rate::per_second(1),
+                Duration::from_secs(1),
+                bad,
+                ManualClock::new()
+            )
+            .unwrap_err(),
+            ConfigError::InvalidColdFactor { cold_factor: bad }
+        );
     }
-    assert!(matches!(
-        WarmUp::new(Rate::per_second(1), Duration::from_secs(60 * 60 * 24 * 60)),
-        Err(ConfigError::Overflow { .. })
-    ));
+    for good in [1, 1000] {
+        assert!(
+            WarmUp::with_cold_factor(
+                Rate::per_second(1),
+                Duration::from_secs(1),
+                good,
+                ManualClock::new()
+            )
+            .is_ok()
+        );
+    }
+    let sixty_days = Duration::from_secs(60 * 60 * 24 * 60);
+    assert_eq!(
+        WarmUp::new(Rate::per_second(1), sixty_days).unwrap_err(),
+        ConfigError::WarmUpTooLong {
+            warm_up: sixty_days
+        }
+    );
+    // The longest warm-up accepted is 2^52 ns; one more is refused, by both.
+    let longest = Duration::from_nanos(1 << 52);
+    assert!(WarmUp::new(Rate::per_second(1), longest).is_ok());
+    let over = longest + Duration::from_nanos(1);
+    assert_eq!(
+        LockingWarmUp::new(Rate::per_second(1), over).unwrap_err(),
+        ConfigError::WarmUpTooLong { warm_up: over }
+    );
+    assert_eq!(
+        WarmUp::new(Rate::per_second(1), Duration::MAX).unwrap_err(),
+        ConfigError::WarmUpTooLong {
+            warm_up: Duration::MAX
+        }
+    );
+    // More than 2^60 ns per permit is still an overflow of the time arithmetic.
+    assert_eq!(
+        WarmUp::new(
+            Rate::new(1, Duration::from_nanos((1 << 60) + 1)),
+            Duration::ZERO
+        )
+        .unwrap_err(),
+        ConfigError::Overflow {
+            what: "the time per permit (at most 2^60 ns)"
+        }
+    );
     assert_eq!(
         WarmUp::new(Rate::per_second(0), Duration::from_secs(1)).unwrap_err(),
         ConfigError::ZeroRate

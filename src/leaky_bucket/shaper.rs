@@ -31,9 +31,7 @@ impl Queue {
         let max_wait = u64::try_from(max_wait.as_nanos())
             .ok()
             .filter(|&w| w <= MAX_WAIT)
-            .ok_or(ConfigError::Overflow {
-                what: "the queue's maximum wait (at most 2^61 ns)",
-            })?;
+            .ok_or(ConfigError::MaxWaitTooLong { max_wait })?;
         // Immediate starts (1 + burst) plus the starts that fit in the wait.
         let capacity = u64::from(burst) + 1 + max_wait / interval;
         let capacity = u32::try_from(capacity).unwrap_or(u32::MAX);
@@ -175,8 +173,10 @@ macro_rules! shaper {
             /// Errors: [`ConfigError::ZeroRate`](crate::ConfigError::ZeroRate),
             /// [`ZeroPeriod`](crate::ConfigError::ZeroPeriod),
             /// [`TooFine`](crate::ConfigError::TooFine),
-            /// [`Overflow`](crate::ConfigError::Overflow) (a wait bound or queue
-            /// longer than 2^62 ns).
+            /// [`MaxWaitTooLong`](crate::ConfigError::MaxWaitTooLong) (a
+            /// `max_wait` over 2^61 ns, about 73 years),
+            /// [`Overflow`](crate::ConfigError::Overflow) (a queue that takes
+            /// longer than 2^62 ns to drain).
             ///
             /// ```
             /// use std::time::Duration;

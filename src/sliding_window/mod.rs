@@ -49,7 +49,7 @@
 //! | snapshot | pool, `history`, stripes | nothing |
 //!
 //! The index never wraps: a sub-window may not be shorter than `N` ns (the
-//! builder says [`ConfigError::TooFine`] otherwise), so indices over the
+//! builder says [`ConfigError::InvalidSubWindows`] otherwise), so indices over the
 //! limiter's 2^62 ns life fit in `64 − b` bits.
 //!
 //! # Why it is exact
@@ -129,6 +129,24 @@ use std::time::Duration;
 
 pub use approx::{ApproxSlidingWindow, LockingApproxSlidingWindow};
 pub use locking::LockingSlidingWindow;
+
+/// The most sub-windows a [`SlidingWindow`] may be cut into (see
+/// [`SlidingWindowBuilder::sub_windows`]). Each costs 8 bytes of history, and a
+/// denial's retry-after takes time proportional to their number; 4096 cut an
+/// hour into sub-windows of under a second.
+///
+/// ```
+/// use tollgate::sliding_window::MAX_SUB_WINDOWS;
+/// use tollgate::{ConfigError, Rate, SlidingWindow};
+///
+/// let rate = Rate::per_hour(100);
+/// assert!(SlidingWindow::builder(rate).sub_windows(MAX_SUB_WINDOWS).build().is_ok());
+/// assert_eq!(
+///     SlidingWindow::builder(rate).sub_windows(MAX_SUB_WINDOWS + 1).build().unwrap_err(),
+///     ConfigError::InvalidSubWindows { sub_windows: MAX_SUB_WINDOWS + 1, max: MAX_SUB_WINDOWS }
+/// );
+/// ```
+pub const MAX_SUB_WINDOWS: u32 = 4096;
 
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::{ConfigError, Denied};
@@ -362,15 +380,21 @@ impl<C> SlidingWindowBuilder<C> {
     /// Cuts the period into `count` sub-windows (Sentinel's `sampleCount`). More
     /// remember the past more finely — the limit holds over any `(count − 1)/count`
     /// of the period — for 8 bytes each (rounded up to a power of two), and a
-    /// denial's retry-after takes `O(count)` to compute. Zero is refused ([`ConfigError::ZeroPeriod`]: each
-    /// sub-window would last no time), and so is a sub-window shorter than the
-    /// limit in nanoseconds ([`ConfigError::TooFine`]).
+    /// denial's retry-after takes `O(count)` to compute. `build` refuses, with
+    /// [`ConfigError::InvalidSubWindows`], zero, more than [`MAX_SUB_WINDOWS`],
+    /// and a count that would make a sub-window shorter than the limit in
+    /// nanoseconds; the error says the most this rate allows.
     ///
     /// ```
+    /// use std::time::Duration;
     /// use tollgate::{ConfigError, Rate, SlidingWindow};
     /// assert!(SlidingWindow::builder(Rate::per_minute(100)).sub_windows(60).build().is_ok());
     /// let err = SlidingWindow::builder(Rate::per_minute(100)).sub_windows(0).build().unwrap_err();
-    /// assert_eq!(err, ConfigError::ZeroPeriod);
+    /// assert_eq!(err, ConfigError::InvalidSubWindows { sub_windows: 0, max: 4096 });
+    /// // 1000 permits per µs: no sub-window may be shorter than 1000 ns.
+    /// let fine = Rate::new(1_000, Duration::from_micros(1));
+    /// let err = SlidingWindow::builder(fine).sub_windows(2).build().unwrap_err();
+    /// assert_eq!(err, ConfigError::InvalidSubWindows { sub_windows: 2, max: 1 });
     /// ```
     pub fn sub_windows(mut self, count: u32) -> Self {
         self.subs = SubWindows::Exactly(count);

@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use super::MAX_SUB_WINDOWS;
 use crate::error::{ConfigError, Denied};
 use crate::limiter::Snapshot;
 use crate::rate::Rate;
@@ -32,31 +33,48 @@ impl Geometry {
     /// `ceil(period / subs)` ns each, so that `subs` sub-windows span at least the
     /// period and the limiter is never faster than asked.
     ///
-    /// Errors: those of [`Rate`]'s validation; [`ConfigError::ZeroPeriod`] for zero
-    /// sub-windows (each would be of zero length); [`ConfigError::TooFine`] when a
-    /// sub-window is shorter than `limit` ns. That last rule is what lets an index
-    /// and a count share one word for the limiter's whole 2^62 ns life: a
+    /// Errors: those of [`Rate`]'s validation; [`ConfigError::InvalidSubWindows`]
+    /// for `subs` outside `1..=`[`Geometry::max_subs`]: zero (each sub-window
+    /// would last no time), more than [`MAX_SUB_WINDOWS`], or so many that a
+    /// sub-window is shorter than `limit` ns. That last rule is what lets an
+    /// index and a count share one word for the limiter's whole 2^62 ns life: a
     /// sub-window of at least `limit >= 2^(b-1)` ns has an index below
     /// `2^62 / 2^(b-1) = 2^(63-b)`, which fits the `64 - b` bits a `b`-bit count
     /// leaves.
     pub(crate) fn new(rate: Rate, subs: u32) -> Result<Self, ConfigError> {
         let (limit, period) = rate.validate()?;
-        if subs == 0 {
-            return Err(ConfigError::ZeroPeriod);
-        }
-        let sub = period.div_ceil(u64::from(subs));
-        if sub < u64::from(limit) {
-            return Err(ConfigError::TooFine {
-                permits: limit,
-                period: Duration::from_nanos(sub),
+        let max = Self::max_subs(limit, period);
+        if !(1..=max).contains(&subs) {
+            return Err(ConfigError::InvalidSubWindows {
+                sub_windows: subs,
+                max,
             });
         }
+        let sub = period.div_ceil(u64::from(subs));
+        debug_assert!(sub >= u64::from(limit));
         Ok(Geometry {
             limit,
             sub,
             subs,
             count_bits: u32::BITS - limit.leading_zeros(),
         })
+    }
+
+    /// The most sub-windows, at most [`MAX_SUB_WINDOWS`], that a validated
+    /// `period` (in ns, at least `limit`) can be cut into with none shorter than
+    /// `limit` ns; at least 1.
+    ///
+    /// `ceil(period / s) >= limit` holds for every `s` when `limit = 1`, and
+    /// otherwise exactly when `period > s·(limit − 1)`, that is when
+    /// `s <= (period − 1) / (limit − 1)`, which is at least 1 as
+    /// `period >= limit`.
+    fn max_subs(limit: u32, period: u64) -> u32 {
+        let fit = match limit {
+            1 => u64::MAX,
+            _ => (period - 1) / u64::from(limit - 1),
+        };
+        // At most MAX_SUB_WINDOWS, so the cast is lossless.
+        fit.min(u64::from(MAX_SUB_WINDOWS)) as u32
     }
 
     /// The most sub-windows, up to [`DEFAULT_SUB_WINDOWS`], that `rate` can be cut
@@ -66,10 +84,7 @@ impl Geometry {
         let Ok((limit, period)) = rate.validate() else {
             return 1;
         };
-        (1..=DEFAULT_SUB_WINDOWS)
-            .rev()
-            .find(|&s| period.div_ceil(u64::from(s)) >= u64::from(limit))
-            .unwrap_or(1)
+        Self::max_subs(limit, period).min(DEFAULT_SUB_WINDOWS)
     }
 
     pub(crate) fn limit(&self) -> u32 {

@@ -7,12 +7,11 @@ use crate::limiter::Snapshot;
 use crate::rate::Rate;
 use crate::waiting::MAX_WAIT;
 
+use super::MAX_COLD_FACTOR;
+
 /// The longest warm-up period: 2^52 ns, about 52 days. It keeps the cost
 /// arithmetic below (products of two bank values and the cold factor) in u128.
 const MAX_WARM_UP: u64 = 1 << 52;
-
-/// The largest cold factor accepted.
-pub(crate) const MAX_COLD_FACTOR: u32 = 1000;
 
 /// The most one request may cost at the stable rate: `n · stable ≤ 2^60`, so
 /// that `next` stays below `2^62 + MAX_WAIT + 2^60 + MAX_WARM_UP < 2^63`.
@@ -67,13 +66,9 @@ impl Curve {
         let warm_up = u64::try_from(warm_up.as_nanos())
             .ok()
             .filter(|&w| w <= MAX_WARM_UP)
-            .ok_or(ConfigError::Overflow {
-                what: "the warm-up period (at most 2^52 ns, about 52 days)",
-            })?;
+            .ok_or(ConfigError::WarmUpTooLong { warm_up })?;
         if !(1..=MAX_COLD_FACTOR).contains(&cold_factor) {
-            return Err(ConfigError::Overflow {
-                what: "a cold factor outside 1..=1000",
-            });
+            return Err(ConfigError::InvalidColdFactor { cold_factor });
         }
         let f = u128::from(cold_factor);
         let threshold = (u128::from(warm_up) * (f + 1) / (f + 5)) as u64;

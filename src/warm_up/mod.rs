@@ -89,6 +89,22 @@ use curve::Curve;
 /// its stable rate.
 pub const DEFAULT_COLD_FACTOR: u32 = 3;
 
+/// The largest cold factor accepted: a cold limiter is at most a thousand times
+/// slower than a warm one. Outside `1..=MAX_COLD_FACTOR`, construction fails
+/// with [`ConfigError::InvalidColdFactor`].
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::warm_up::MAX_COLD_FACTOR;
+/// use tollgate::{ManualClock, Rate, WarmUp};
+///
+/// let rate = Rate::per_second(5);
+/// let warm_up = Duration::from_secs(4);
+/// assert!(WarmUp::with_cold_factor(rate, warm_up, MAX_COLD_FACTOR, ManualClock::new()).is_ok());
+/// assert!(WarmUp::with_cold_factor(rate, warm_up, MAX_COLD_FACTOR + 1, ManualClock::new()).is_err());
+/// ```
+pub const MAX_COLD_FACTOR: u32 = 1000;
+
 /// A warm-up limiter over a state cell: the atomic one or its locking twin.
 #[derive(Debug)]
 struct Core<S, C> {
@@ -168,8 +184,9 @@ macro_rules! warm_up {
             /// [`MonotonicClock`].
             ///
             /// Errors: [`ConfigError::ZeroRate`], [`ConfigError::ZeroPeriod`],
-            /// [`ConfigError::TooFine`], [`ConfigError::Overflow`] (a warm-up
-            /// period over 2^52 ns, or more than 2^60 ns per permit).
+            /// [`ConfigError::TooFine`], [`ConfigError::WarmUpTooLong`] (a warm-up
+            /// period over 2^52 ns), [`ConfigError::Overflow`] (more than 2^60 ns
+            /// per permit).
             ///
             /// ```
             /// use std::time::Duration;
@@ -199,8 +216,8 @@ macro_rules! warm_up {
             /// warm-up: every permit at the stable interval) to 1000: a cold
             /// limiter's interval is `cold_factor` × the stable one.
             ///
-            /// Errors: as [`new`](Self::new), and [`ConfigError::Overflow`] for a
-            /// cold factor outside `1..=1000`.
+            /// Errors: as [`new`](Self::new), and [`ConfigError::InvalidColdFactor`]
+            /// for a cold factor outside `1..=`[`MAX_COLD_FACTOR`].
             ///
             /// ```
             /// use std::time::Duration;
@@ -208,7 +225,8 @@ macro_rules! warm_up {
             /// // Guava: RateLimiter.create(5.0, 4, SECONDS, 10.0)
             #[doc = concat!("let limiter = ", stringify!($name), "::with_cold_factor(Rate::per_second(5), Duration::from_secs(4), 10, ManualClock::new()).unwrap();")]
             /// assert_eq!(limiter.cold_factor(), 10);
-            #[doc = concat!("assert!(", stringify!($name), "::with_cold_factor(Rate::per_second(5), Duration::from_secs(4), 0, ManualClock::new()).is_err());")]
+            #[doc = concat!("let err = ", stringify!($name), "::with_cold_factor(Rate::per_second(5), Duration::from_secs(4), 0, ManualClock::new()).unwrap_err();")]
+            /// assert_eq!(err, ConfigError::InvalidColdFactor { cold_factor: 0 });
             /// ```
             pub fn with_cold_factor(
                 rate: Rate,
