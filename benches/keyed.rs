@@ -25,19 +25,20 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicIsize, Ordering};
-use std::sync::{Arc, Barrier};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use criterion::{Criterion, Throughput};
+use criterion::Criterion;
 use governor::Quota;
 use tollgate::keyed::{BucketConfig, Keyable, Keyed, WindowConfig};
 use tollgate::{
     FixedWindow, LockingFixedWindow, LockingTokenBucket, ManualClock, Rate, TokenBucket,
 };
 
-const THREADS: [usize; 3] = [1, 2, 4];
+mod common;
+use common::THREADS;
+
 const KEYS: usize = 1_000_000;
 
 /// Counts the bytes the process holds, for the bytes-per-key table.
@@ -117,7 +118,9 @@ fn governor_keyed() -> GovernorKeyed {
     governor::RateLimiter::dashmap(Quota::per_second(NonZeroU32::MIN).allow_burst(NonZeroU32::MAX))
 }
 
-/// `iters` checks on each of `threads` threads; returns the wall time.
+/// `iters` checks on each of `threads` threads, thread `t` from its own offset
+/// into `keys` (or all on the hot key); returns the wall time. Asserts that
+/// every check was admitted.
 fn run<L: Check>(
     limiter: &Arc<L>,
     keys: &Arc<Vec<u64>>,
@@ -125,37 +128,24 @@ fn run<L: Check>(
     threads: usize,
     iters: u64,
 ) -> Duration {
-    let start = Arc::new(Barrier::new(threads + 1));
-    let workers: Vec<_> = (0..threads)
-        .map(|t| {
-            let (limiter, keys, start) =
-                (Arc::clone(limiter), Arc::clone(keys), Arc::clone(&start));
-            thread::spawn(move || {
-                let offset = t * keys.len() / threads;
-                start.wait();
-                let began = Instant::now();
-                let mut admitted = 0u64;
-                for i in 0..iters as usize {
-                    let key = if hot {
-                        &keys[0]
-                    } else {
-                        &keys[(offset + i) % keys.len()]
-                    };
-                    admitted += u64::from(limiter.check(key));
-                }
-                assert_eq!(admitted, iters, "a check was denied");
-                (began, Instant::now())
-            })
-        })
-        .collect();
-    start.wait();
-    let spans: Vec<_> = workers
-        .into_iter()
-        .map(|w| w.join().expect("no panic"))
-        .collect();
-    let first = spans.iter().map(|s| s.0).min().expect("a thread");
-    let last = spans.iter().map(|s| s.1).max().expect("a thread");
-    last - first
+    let run = common::run_threads(threads, false, |t| {
+        let (limiter, keys) = (Arc::clone(limiter), Arc::clone(keys));
+        let offset = t * keys.len() / threads;
+        move || {
+            let mut admitted = 0u64;
+            for i in 0..iters as usize {
+                let key = if hot {
+                    &keys[0]
+                } else {
+                    &keys[(offset + i) % keys.len()]
+                };
+                admitted += u64::from(limiter.check(key));
+            }
+            assert_eq!(admitted, iters, "a check was denied");
+            admitted
+        }
+    });
+    run.wall
 }
 
 fn throughput(c: &mut Criterion) {
@@ -168,8 +158,8 @@ fn throughput(c: &mut Criterion) {
     assert_eq!(tollgate.len(), KEYS);
     for (spread, hot) in [("hot", true), ("spread", false)] {
         for threads in THREADS {
-            let mut group = c.benchmark_group(format!("keyed/{spread}/{threads}t"));
-            group.throughput(Throughput::Elements(threads as u64));
+            let mut group =
+                common::threads_group(c, &format!("keyed/{spread}/{threads}t"), threads);
             group.bench_function("tollgate", |b| {
                 b.iter_custom(|iters| run(&tollgate, &keys, hot, threads, iters))
             });
@@ -246,11 +236,7 @@ fn memory() {
 
 fn main() {
     memory();
-    let mut c = Criterion::default()
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3))
-        .sample_size(20)
-        .configure_from_args();
+    let mut c = common::config().configure_from_args();
     throughput(&mut c);
     c.final_summary();
 }

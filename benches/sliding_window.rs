@@ -28,131 +28,25 @@
 //! This machine has 2 cores: 4 threads oversubscribe it, and the numbers are
 //! ratios within one run.
 
-use std::hint::black_box;
-use std::num::NonZeroU32;
-use std::sync::{Arc, Barrier, OnceLock};
+use std::sync::{Arc, Barrier};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use governor::clock::QuantaUpkeepClock;
-use governor::middleware::NoOpMiddleware;
-use governor::state::{InMemoryState, NotKeyed};
-use governor::{Quota, RateLimiter as Governor};
+use criterion::{Criterion, criterion_group, criterion_main};
+use governor::RateLimiter as Governor;
 use tollgate::{
-    ApproxSlidingWindow, CachedClock, LockingSlidingWindow, ManualClock, MonotonicClock, Rate,
-    RateLimiter, SlidingWindow, TokenBucket,
+    ApproxSlidingWindow, LockingSlidingWindow, ManualClock, MonotonicClock, Rate, RateLimiter,
+    SlidingWindow, TokenBucket,
 };
 
-const THREADS: [usize; 3] = [1, 2, 4];
+mod common;
+use common::{
+    Check, GovernorDirect, THREADS, Workload, allow_quota, deny_quota, governor_limiter,
+    governor_upkeep_clock, tollgate_cached_clock, tollgate_limiter,
+};
 
-/// quanta's upkeep interval for both cached clocks, tollgate's and governor's.
-const UPKEEP: Duration = Duration::from_millis(1);
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Workload {
-    Allow,
-    Deny,
-}
-
-impl Workload {
-    fn name(self) -> &'static str {
-        match self {
-            Workload::Allow => "allow",
-            Workload::Deny => "deny",
-        }
-    }
-}
-
-/// One check, `true` if admitted; a trait so the check inlines into the loop.
-trait Check: Send + Sync + 'static {
-    fn check(&self) -> bool;
-}
-
-struct Tollgate<L>(L);
-
-impl<L: RateLimiter + Send + Sync + 'static> Check for Tollgate<L> {
-    #[inline]
-    fn check(&self) -> bool {
-        self.0.try_acquire().is_ok()
-    }
-}
-
-type GovernorDirect<C> =
-    Governor<NotKeyed, InMemoryState, C, NoOpMiddleware<<C as governor::clock::Clock>::Instant>>;
-
-impl<C> Check for GovernorDirect<C>
-where
-    C: governor::clock::Clock + Send + Sync + 'static,
-    C::Instant: Send + Sync,
-{
-    #[inline]
-    fn check(&self) -> bool {
-        self.check().is_ok()
-    }
-}
-
-/// governor's cached clock owns quanta's one upkeep thread; one clone kept for
-/// the whole process keeps the cached time moving for tollgate's `CachedClock`
-/// too. Created before any `CachedClock`.
-fn governor_upkeep_clock() -> QuantaUpkeepClock {
-    static CLOCK: OnceLock<QuantaUpkeepClock> = OnceLock::new();
-    CLOCK
-        .get_or_init(|| {
-            QuantaUpkeepClock::from_interval(UPKEEP)
-                .expect("governor's upkeep clock must start before tollgate's CachedClock")
-        })
-        .clone()
-}
-
-fn cached_clock() -> CachedClock {
-    governor_upkeep_clock();
-    CachedClock::new()
-}
-
-/// `iters` checks on each of `threads` threads released together by a
-/// barrier; the wall time from the first start to the last end. Asserts the
-/// workload: all admitted, or all denied.
-fn run<L: Check>(limiter: L, workload: Workload, threads: usize, iters: u64) -> Duration {
-    let limiter = Arc::new(limiter);
-    let barrier = Arc::new(Barrier::new(threads));
-    let workers: Vec<_> = (0..threads)
-        .map(|_| {
-            let (limiter, barrier) = (Arc::clone(&limiter), Arc::clone(&barrier));
-            thread::spawn(move || {
-                barrier.wait();
-                let start = Instant::now();
-                let mut admitted = 0u64;
-                for _ in 0..iters {
-                    admitted += u64::from(black_box(limiter.check()));
-                }
-                (start, Instant::now(), admitted)
-            })
-        })
-        .collect();
-    let (mut first, mut last, mut admitted) = (None::<Instant>, None::<Instant>, 0);
-    for worker in workers {
-        let (start, end, n) = worker.join().expect("bench thread panicked");
-        first = Some(first.map_or(start, |s| s.min(start)));
-        last = Some(last.map_or(end, |e| e.max(end)));
-        admitted += n;
-    }
-    let checks = iters * threads as u64;
-    let expected = if workload == Workload::Allow {
-        checks
-    } else {
-        0
-    };
-    assert_eq!(
-        admitted, expected,
-        "{workload:?} workload: {admitted} of {checks} checks admitted"
-    );
-    match (first, last) {
-        (Some(start), Some(end)) => end.saturating_duration_since(start),
-        _ => Duration::ZERO,
-    }
-}
-
+/// One benchmark: `make` builds a fresh limiter per sample, outside the timed
+/// region; asserts the workload (all admitted, or all denied).
 fn bench<L: Check>(
     c: &mut Criterion,
     workload: Workload,
@@ -160,12 +54,12 @@ fn bench<L: Check>(
     function: &str,
     make: impl Fn() -> L,
 ) {
-    let mut group = c.benchmark_group(format!("sliding_window/{}/{threads}t", workload.name()));
-    group.throughput(Throughput::Elements(threads as u64));
-    group.bench_function(function, |b| {
-        b.iter_custom(|iters| run(make(), workload, threads, iters))
+    let group = format!("sliding_window/{}/{threads}t", workload.name());
+    common::bench_threads(c, &group, function, threads, |iters| {
+        let run = common::run_checks(make(), threads, iters, false);
+        workload.assert_admitted(run.count, iters * threads as u64);
+        run.wall
     });
-    group.finish();
 }
 
 /// A window no sample can exhaust: `u32::MAX` permits per 43 s, in the default
@@ -178,69 +72,46 @@ fn deny_rate() -> Rate {
     Rate::per_hour(1)
 }
 
-fn tollgate<L: RateLimiter>(limiter: L, workload: Workload) -> Tollgate<L> {
-    if workload == Workload::Deny {
-        assert!(limiter.try_acquire().is_ok(), "first permit of the hour");
-    }
-    Tollgate(limiter)
-}
-
-fn governor<C: governor::clock::Clock>(
-    limiter: GovernorDirect<C>,
-    workload: Workload,
-) -> GovernorDirect<C> {
-    if workload == Workload::Deny {
-        assert!(limiter.check().is_ok(), "first permit of the hour");
-    }
-    limiter
-}
-
 fn sliding_window(c: &mut Criterion) {
     for workload in [Workload::Allow, Workload::Deny] {
         let (window, bucket, quota) = match workload {
             Workload::Allow => (
                 allow_window(),
                 (u32::MAX, Rate::new(1, Duration::from_nanos(1))),
-                Quota::with_period(Duration::from_nanos(1))
-                    .expect("non-zero period")
-                    .allow_burst(NonZeroU32::MAX),
+                allow_quota(),
             ),
-            Workload::Deny => (
-                deny_rate(),
-                (1, deny_rate()),
-                Quota::per_hour(NonZeroU32::MIN),
-            ),
+            Workload::Deny => (deny_rate(), (1, deny_rate()), deny_quota()),
         };
         for threads in THREADS {
             bench(c, workload, threads, "tollgate-sliding", || {
-                tollgate(SlidingWindow::new(window).unwrap(), workload)
+                tollgate_limiter(SlidingWindow::new(window).unwrap(), workload)
             });
             bench(c, workload, threads, "tollgate-sliding-cached", || {
-                tollgate(
-                    SlidingWindow::with_clock(window, cached_clock()).unwrap(),
+                tollgate_limiter(
+                    SlidingWindow::with_clock(window, tollgate_cached_clock()).unwrap(),
                     workload,
                 )
             });
             bench(c, workload, threads, "tollgate-sliding-twin", || {
-                tollgate(LockingSlidingWindow::new(window).unwrap(), workload)
+                tollgate_limiter(LockingSlidingWindow::new(window).unwrap(), workload)
             });
             bench(c, workload, threads, "tollgate-sliding-twin-cached", || {
-                tollgate(
-                    LockingSlidingWindow::with_clock(window, cached_clock()).unwrap(),
+                tollgate_limiter(
+                    LockingSlidingWindow::with_clock(window, tollgate_cached_clock()).unwrap(),
                     workload,
                 )
             });
             bench(c, workload, threads, "tollgate-approx", || {
-                tollgate(ApproxSlidingWindow::new(window).unwrap(), workload)
+                tollgate_limiter(ApproxSlidingWindow::new(window).unwrap(), workload)
             });
             bench(c, workload, threads, "tollgate-token-bucket", || {
-                tollgate(TokenBucket::new(bucket.0, bucket.1).unwrap(), workload)
+                tollgate_limiter(TokenBucket::new(bucket.0, bucket.1).unwrap(), workload)
             });
             bench(c, workload, threads, "governor", || {
-                governor(Governor::direct(quota), workload)
+                governor_limiter(Governor::direct(quota), workload)
             });
             bench(c, workload, threads, "governor-cached", || {
-                governor(
+                governor_limiter(
                     Governor::direct_with_clock(quota, governor_upkeep_clock()),
                     workload,
                 )
@@ -375,13 +246,12 @@ fn reports(_: &mut Criterion) {
 }
 
 /// Sized so the whole run (48 benchmarks) takes about three minutes on 2
-/// cores; criterion's `--warm-up-time`, `--measurement-time` and
-/// `--sample-size` override it.
+/// cores: the shared defaults with less warm-up and measurement. Criterion's
+/// `--warm-up-time`, `--measurement-time` and `--sample-size` override it.
 fn config() -> Criterion {
-    Criterion::default()
+    common::config()
         .warm_up_time(Duration::from_millis(800))
         .measurement_time(Duration::from_secs(2))
-        .sample_size(20)
 }
 
 criterion_group! {

@@ -21,17 +21,17 @@
 //! code on the same kind of word, against a twin.
 
 use std::hint::black_box;
-use std::sync::{Arc, Barrier};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Criterion, criterion_group, criterion_main};
 use tollgate::{
     LeakyBucket, LockingLeakyBucket, LockingShaper, LockingWarmUp, Rate, Reserve, Shaper,
     TokenBucket, WarmUp,
 };
 
-const THREADS: [usize; 3] = [1, 2, 4];
+mod common;
+use common::THREADS;
 
 /// One permit per nanosecond: faster than any number of threads can book.
 fn fast() -> Rate {
@@ -43,40 +43,25 @@ fn fast() -> Rate {
 /// asserting that every reservation was granted.
 fn run<L: Reserve + Send + Sync + 'static>(limiter: L, threads: usize, iters: u64) -> Duration {
     let limiter = Arc::new(limiter);
-    let barrier = Arc::new(Barrier::new(threads));
-    let workers: Vec<_> = (0..threads)
-        .map(|_| {
-            let (limiter, barrier) = (Arc::clone(&limiter), Arc::clone(&barrier));
-            thread::spawn(move || {
-                barrier.wait();
-                let start = Instant::now();
-                let mut granted = 0u64;
-                for _ in 0..iters {
-                    if let Ok(r) = limiter.reserve(1) {
-                        let _ = black_box(r);
-                        granted += 1;
-                    }
+    let run = common::run_threads(threads, false, |_| {
+        let limiter = Arc::clone(&limiter);
+        move || {
+            let mut granted = 0u64;
+            for _ in 0..iters {
+                if let Ok(r) = limiter.reserve(1) {
+                    let _ = black_box(r);
+                    granted += 1;
                 }
-                (start, Instant::now(), granted)
-            })
-        })
-        .collect();
-    let (mut first, mut last, mut granted) = (None::<Instant>, None::<Instant>, 0);
-    for worker in workers {
-        let (start, end, n) = worker.join().expect("bench thread panicked");
-        first = Some(first.map_or(start, |f| f.min(start)));
-        last = Some(last.map_or(end, |l| l.max(end)));
-        granted += n;
-    }
+            }
+            granted
+        }
+    });
     assert_eq!(
-        granted,
+        run.count,
         iters * threads as u64,
         "every reservation is granted"
     );
-    match (first, last) {
-        (Some(start), Some(end)) => end.saturating_duration_since(start),
-        _ => Duration::ZERO,
-    }
+    run.wall
 }
 
 fn bench<L: Reserve + Send + Sync + 'static>(
@@ -86,12 +71,10 @@ fn bench<L: Reserve + Send + Sync + 'static>(
     function: &str,
     make: impl Fn() -> L,
 ) {
-    let mut group = c.benchmark_group(format!("{limiter}/reserve/{threads}t"));
-    group.throughput(Throughput::Elements(threads as u64));
-    group.bench_function(function, |b| {
-        b.iter_custom(|iters| run(make(), threads, iters))
+    let group = format!("{limiter}/reserve/{threads}t");
+    common::bench_threads(c, &group, function, threads, |iters| {
+        run(make(), threads, iters)
     });
-    group.finish();
 }
 
 fn shaper(c: &mut Criterion) {
@@ -159,18 +142,9 @@ fn token_bucket(c: &mut Criterion) {
     }
 }
 
-/// Defaults sized for a short run; criterion's `--warm-up-time`,
-/// `--measurement-time` and `--sample-size` override them.
-fn config() -> Criterion {
-    Criterion::default()
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3))
-        .sample_size(20)
-}
-
 criterion_group! {
     name = benches;
-    config = config();
+    config = common::config();
     targets = leaky_bucket, shaper, shaper_queueing, warm_up, token_bucket
 }
 criterion_main!(benches);
