@@ -30,15 +30,23 @@ fn nanos(ns: u64) -> Duration {
     Duration::from_nanos(ns)
 }
 
-/// A log of `limit` permits per [`WINDOW`] on a manual clock at 0, and a handle
-/// to move that clock.
+/// A log of `limit` permits per [`WINDOW`] in one ring, on a manual clock at 0,
+/// and a handle to move that clock. The ring's own models use this.
 fn sliding_log(limit: u32) -> (Arc<SlidingLog<RecordingClock>>, ManualClock) {
+    striped_log(limit, 1)
+}
+
+/// As [`sliding_log`], split over `stripes` rings. Model threads 1, 2, 3 have
+/// home rings 1, 0, 1 of two.
+fn striped_log(limit: u32, stripes: usize) -> (Arc<SlidingLog<RecordingClock>>, ManualClock) {
     let clock = ManualClock::new();
     let log = SlidingLog::with_clock(
         Rate::new(limit, nanos(WINDOW)),
         RecordingClock::new(clock.clone()),
     )
-    .expect("a valid configuration");
+    .expect("a valid configuration")
+    .with_stripes(stripes);
+    assert_eq!(log.stripes(), stripes);
     (Arc::new(log), clock)
 }
 
@@ -327,6 +335,7 @@ fn counting_denied_attempts_races() {
                 RecordingClock::new(clock.clone()),
             )
             .expect("a valid configuration")
+            .with_stripes(1)
             .count_denied(true),
         );
         let hammers: Vec<_> = (0..2)
@@ -368,6 +377,105 @@ fn counting_denied_attempts_races() {
         threads.push(tail);
         assert_sliding_bound(LIMIT, WINDOW, &threads);
     });
+    assert!(explored > 1);
+}
+
+#[test]
+fn two_rings_three_threads_race_for_two_slots() {
+    let explored = explore(
+        "sliding_log::two_rings_three_threads_race_for_two_slots",
+        3,
+        || {
+            const LIMIT: u32 = 2;
+            let (log, clock) = striped_log(LIMIT, 2);
+            let handles: Vec<_> = (0..3)
+                .map(|_| {
+                    let l = log.clone();
+                    thread::spawn(move || vec![record(1, || l.try_acquire())])
+                })
+                .collect();
+            let threads: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+            // One slot per ring, threads 1 and 3 share a home: whoever finds its
+            // home taken crosses to the other ring, so exactly two get in.
+            assert_eq!(admitted(&threads), LIMIT, "{threads:#?}");
+            verify(&log, &clock, threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+#[test]
+fn two_rings_spanning_requests_race_and_roll_back() {
+    let explored = explore(
+        "sliding_log::two_rings_spanning_requests_race_and_roll_back",
+        2,
+        || {
+            const LIMIT: u32 = 2;
+            let (log, clock) = striped_log(LIMIT, 2);
+            // Both rings' first laps taken at 0 by one request that spans them.
+            assert_eq!(log.try_acquire_n(LIMIT), Ok(()));
+
+            // Thread 1 needs both rings, one from each: it claims its home ring,
+            // then the other, and takes its first claim back if the other ring
+            // was taken meanwhile. Thread 2 takes single permits; the clock
+            // passes a window on thread 3.
+            let l = log.clone();
+            let pair = thread::spawn(move || vec![record(2, || l.try_acquire_n(2))]);
+            let l = log.clone();
+            let single = thread::spawn(move || vec![record(1, || l.try_acquire())]);
+            let (l, c) = (log.clone(), clock.clone());
+            let advancer = thread::spawn(move || {
+                c.advance(nanos(WINDOW));
+                vec![record(1, || l.try_acquire())]
+            });
+
+            let mut threads = vec![
+                pair.join().unwrap(),
+                single.join().unwrap(),
+                advancer.join().unwrap(),
+            ];
+            threads.push(vec![Op {
+                n: LIMIT,
+                at: Some(0),
+                result: Ok(()),
+            }]);
+            verify(&log, &clock, threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+#[test]
+fn two_rings_reconfiguration_races_spanning_acquires() {
+    let explored = explore(
+        "sliding_log::two_rings_reconfiguration_races_spanning_acquires",
+        2,
+        || {
+            const LIMIT: u32 = 2;
+            let (log, clock) = striped_log(LIMIT, 2);
+
+            let l = log.clone();
+            let acquirer = thread::spawn(move || {
+                vec![
+                    record(1, || l.try_acquire()),
+                    record(2, || l.try_acquire_n(2)),
+                ]
+            });
+            let (l, c) = (log.clone(), clock.clone());
+            let changer = thread::spawn(move || {
+                // The same rate: the limit in force never changes, so the plain
+                // invariant must hold across the swap of both rings.
+                l.reconfigure(Rate::new(LIMIT, nanos(WINDOW))).unwrap();
+                c.advance(nanos(WINDOW / 2));
+                vec![record(1, || l.try_acquire())]
+            });
+
+            let threads = vec![acquirer.join().unwrap(), changer.join().unwrap()];
+            assert!(admitted(&threads) >= 1, "{threads:#?}");
+            assert_eq!(log.stripes(), 2);
+            verify(&log, &clock, threads);
+        },
+    );
     assert!(explored > 1);
 }
 

@@ -1,4 +1,4 @@
-//! Where the current ring lives: a pointer swapped by reconfiguration, old rings
+//! Where the current rings lives: a pointer swapped by reconfiguration, old rings
 //! reclaimed through crossbeam-epoch.
 //!
 //! crossbeam-epoch is not loom-aware (its own loom build needs
@@ -8,7 +8,7 @@
 //! with every access visible to loom; reclamation itself is crossbeam-epoch's, and
 //! the counting-allocator test in `tests/sliding_log.rs` checks that it happens.
 
-use super::ring::AtomicRing;
+use super::stripes::Rings;
 
 /// Waits a little, for a writer between its claim and its stores or for a
 /// reconfiguration to publish its ring.
@@ -31,21 +31,21 @@ impl Pause {
 mod imp {
     use crossbeam_epoch::{self as epoch, Atomic, Owned};
 
-    use super::AtomicRing;
+    use super::Rings;
     use crate::sync::Ordering;
 
     /// The current ring, behind an epoch-protected pointer.
     #[derive(Debug)]
-    pub(crate) struct Current(Atomic<AtomicRing>);
+    pub(crate) struct Current(Atomic<Rings>);
 
     impl Current {
-        pub(crate) fn new(ring: AtomicRing) -> Self {
+        pub(crate) fn new(ring: Rings) -> Self {
             Current(Atomic::new(ring))
         }
 
-        /// Runs `f` on the current ring, which stays alive until `f` returns.
+        /// Runs `f` on the current rings, which stays alive until `f` returns.
         #[inline]
-        pub(crate) fn with<R>(&self, f: impl FnOnce(&AtomicRing) -> R) -> R {
+        pub(crate) fn with<R>(&self, f: impl FnOnce(&Rings) -> R) -> R {
             let guard = epoch::pin();
             // Acquire: pairs with the Release in `replace_with`, so the ring's
             // initial contents are visible before we use it.
@@ -57,13 +57,10 @@ mod imp {
             f(unsafe { ring.deref() })
         }
 
-        /// Runs `f` on the current ring; if it returns a successor, publishes it and
-        /// retires the old ring. Only the caller that sealed the current ring may
+        /// Runs `f` on the current rings; if it returns a successor, publishes it and
+        /// retires the old ring. Only the caller that sealed the current rings may
         /// return a successor, so no other replacement can race this one.
-        pub(crate) fn replace_with(
-            &self,
-            f: impl FnOnce(&AtomicRing) -> Option<AtomicRing>,
-        ) -> bool {
+        pub(crate) fn replace_with(&self, f: impl FnOnce(&Rings) -> Option<Rings>) -> bool {
             let guard = epoch::pin();
             // Acquire: as in `with`.
             let old = self.0.load(Ordering::Acquire, &guard);
@@ -98,39 +95,36 @@ mod imp {
 
 #[cfg(loom)]
 mod imp {
-    use super::AtomicRing;
+    use super::Rings;
     use crate::sync::{AtomicPtr, Ordering};
 
     /// The loom stand-in: a loom-visible pointer; replaced rings are retired to a
     /// list freed on drop, so a reference taken before a replacement stays valid.
     #[derive(Debug)]
     pub(crate) struct Current {
-        ptr: AtomicPtr<AtomicRing>,
+        ptr: AtomicPtr<Rings>,
         // Boxed: other threads may still hold references into retired rings,
         // which must not move when the list grows.
         #[allow(clippy::vec_box)]
-        retired: std::sync::Mutex<Vec<Box<AtomicRing>>>,
+        retired: std::sync::Mutex<Vec<Box<Rings>>>,
     }
 
     impl Current {
-        pub(crate) fn new(ring: AtomicRing) -> Self {
+        pub(crate) fn new(ring: Rings) -> Self {
             Current {
                 ptr: AtomicPtr::new(Box::into_raw(Box::new(ring))),
                 retired: std::sync::Mutex::new(Vec::new()),
             }
         }
 
-        pub(crate) fn with<R>(&self, f: impl FnOnce(&AtomicRing) -> R) -> R {
+        pub(crate) fn with<R>(&self, f: impl FnOnce(&Rings) -> R) -> R {
             // Acquire: pairs with the Release in `replace_with`.
             let ring = self.ptr.load(Ordering::Acquire);
             // SAFETY: never null, and never freed before `self` drops.
             f(unsafe { &*ring })
         }
 
-        pub(crate) fn replace_with(
-            &self,
-            f: impl FnOnce(&AtomicRing) -> Option<AtomicRing>,
-        ) -> bool {
+        pub(crate) fn replace_with(&self, f: impl FnOnce(&Rings) -> Option<Rings>) -> bool {
             // Acquire: as in `with`.
             let old = self.ptr.load(Ordering::Acquire);
             // SAFETY: as in `with`.

@@ -1,71 +1,26 @@
-//! The sliding log's locking twin: the same ring, words and decision under a mutex.
+//! The sliding log's locking twin: the same rings and decisions under a mutex.
 
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 
-use super::log::{
-    EMPTY, Entries, Entry, Geometry, Inheritance, Verdict, entry_word, lap_bit, retry_after,
-};
+use super::log::{Geometry, retry_after};
+use super::stripes::Rings;
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::{ConfigError, Denied};
 use crate::limiter::{RateLimiter, Snapshot, check_request};
 use crate::rate::Rate;
+use crate::stripe::default_stripes;
 use crate::timeline::Timeline;
 
-/// The ring as plain words: the head and one entry word per slot.
-#[derive(Debug)]
-struct Ring {
-    geometry: Geometry,
-    head: u64,
-    slots: Box<[u64]>,
-    /// As the lock-free ring's: permits dropped by reconfigurations.
-    dropped: (u64, u64),
-}
-
-impl Entries for Ring {
-    #[inline]
-    fn read(&self, index: usize, lap: u64) -> Entry {
-        let word = self.slots[index];
-        if word & 1 == lap_bit(lap) {
-            Entry::Stamp(word >> 1)
-        } else {
-            // Unreachable: under the lock every claimed entry is stamped before the
-            // lock is released. Pending is the answer that can only deny.
-            Entry::Pending
-        }
-    }
-}
-
-impl Ring {
-    fn new(geometry: Geometry, inheritance: Inheritance) -> Self {
-        let stamps = &inheritance.stamps;
-        Ring {
-            geometry,
-            // `stamps.len() <= capacity`: lap 0, or the start of lap 1.
-            head: geometry.advance(0, stamps.len() as u32).unwrap_or(0),
-            slots: (0..geometry.capacity() as usize)
-                .map(|i| stamps.get(i).map_or(EMPTY, |&s| entry_word(s, 0)))
-                .collect(),
-            dropped: (inheritance.floor, inheritance.dropped),
-        }
-    }
-
-    fn stamp(&mut self, next: u64, n: u32, stamp: u64) {
-        for (lap, index) in self.geometry.tickets(self.head, n) {
-            self.slots[index] = entry_word(stamp, lap);
-        }
-        self.head = next;
-    }
-}
-
-/// The [`SlidingLog`](crate::SlidingLog)'s twin: the same ring of entry words and
-/// the same decision function under a `parking_lot` mutex.
+/// The [`SlidingLog`](crate::SlidingLog)'s twin: the same rings of entry words,
+/// split over the same stripes, and the same decision code, run under a
+/// `parking_lot` mutex.
 ///
-/// Given the same clock readings it makes the same decisions, with the same
-/// retry-after and the same snapshots, and a reconfiguration inherits the same
-/// entries. It is the baseline in the benchmarks, the second opinion in the
+/// Given the same clock readings on the same threads it makes the same
+/// decisions, with the same retry-after and the same snapshots, and a
+/// reconfiguration inherits the same entries. It is the baseline in the benchmarks, the second opinion in the
 /// property tests, and a fallback for anyone who prefers a lock.
 ///
 /// ```
@@ -77,7 +32,7 @@ impl Ring {
 /// ```
 #[derive(Debug)]
 pub struct LockingSlidingLog<C = MonotonicClock> {
-    ring: CachePadded<Mutex<Ring>>,
+    rings: CachePadded<Mutex<Rings>>,
     timeline: Timeline<C>,
 }
 
@@ -104,13 +59,9 @@ impl<C: Clock> LockingSlidingLog<C> {
     /// ```
     pub fn with_clock(rate: Rate, clock: C) -> Result<Self, ConfigError> {
         Ok(LockingSlidingLog {
-            ring: CachePadded::new(Mutex::new(Ring::new(
+            rings: CachePadded::new(Mutex::new(Rings::new(
                 Geometry::new(rate)?,
-                Inheritance {
-                    stamps: Vec::new(),
-                    floor: 0,
-                    dropped: 0,
-                },
+                default_stripes(),
             ))),
             timeline: Timeline::new(clock),
         })
@@ -127,8 +78,31 @@ impl<C: Clock> LockingSlidingLog<C> {
     /// assert!(log.try_acquire().is_err());
     /// ```
     pub fn count_denied(self, on: bool) -> Self {
-        self.replace_ring(|old| old.with_count_denied(on));
+        self.replace_rings(|old| (old.shape().with_count_denied(on), old.requested_stripes()));
         self
+    }
+
+    /// As [`SlidingLog::with_stripes`](crate::SlidingLog::with_stripes).
+    ///
+    /// ```
+    /// use tollgate::{LockingSlidingLog, Rate};
+    /// let log = LockingSlidingLog::new(Rate::per_second(10)).unwrap().with_stripes(2);
+    /// assert_eq!(log.stripes(), 2);
+    /// ```
+    pub fn with_stripes(self, stripes: usize) -> Self {
+        self.replace_rings(|old| (*old.shape(), stripes));
+        self
+    }
+
+    /// As [`SlidingLog::stripes`](crate::SlidingLog::stripes).
+    ///
+    /// ```
+    /// use tollgate::{LockingSlidingLog, Rate};
+    /// let log = LockingSlidingLog::new(Rate::per_second(10)).unwrap().with_stripes(1);
+    /// assert_eq!(log.stripes(), 1);
+    /// ```
+    pub fn stripes(&self) -> usize {
+        self.rings.lock().ring_count()
     }
 
     /// As [`SlidingLog::reconfigure`](crate::SlidingLog::reconfigure): the same
@@ -144,19 +118,23 @@ impl<C: Clock> LockingSlidingLog<C> {
     /// ```
     pub fn reconfigure(&self, rate: Rate) -> Result<(), ConfigError> {
         let geometry = Geometry::new(rate)?;
-        self.replace_ring(|old| geometry.with_count_denied(old.count_denied()));
+        self.replace_rings(|old| {
+            (
+                geometry.with_count_denied(old.shape().count_denied()),
+                old.requested_stripes(),
+            )
+        });
         Ok(())
     }
 
-    /// Replaces the ring with one under the geometry `make` derives from the
-    /// old one, inheriting as the lock-free log does.
-    fn replace_ring(&self, make: impl Fn(&Geometry) -> Geometry) {
-        let mut ring = self.ring.lock();
-        let geometry = make(&ring.geometry);
-        let inheritance =
-            ring.geometry
-                .inherit(&*ring, ring.head, ring.dropped, geometry.capacity());
-        *ring = Ring::new(geometry, inheritance);
+    /// Replaces the rings with those under the shape and stripes `make` derives
+    /// from the old ones, inheriting as the lock-free log does.
+    fn replace_rings(&self, make: impl Fn(&Rings) -> (Geometry, usize)) {
+        let mut rings = self.rings.lock();
+        // Under the lock nobody else seals: this caller always does.
+        rings.seal();
+        let (shape, stripes) = make(&rings);
+        *rings = rings.successor(shape, stripes);
     }
 
     /// The permits allowed per window.
@@ -166,7 +144,7 @@ impl<C: Clock> LockingSlidingLog<C> {
     /// assert_eq!(LockingSlidingLog::new(Rate::per_second(100)).unwrap().limit(), 100);
     /// ```
     pub fn limit(&self) -> u32 {
-        self.ring.lock().geometry.capacity()
+        self.rings.lock().shape().capacity()
     }
 
     /// The window's length.
@@ -178,7 +156,7 @@ impl<C: Clock> LockingSlidingLog<C> {
     /// assert_eq!(log.window(), Duration::from_secs(1));
     /// ```
     pub fn window(&self) -> Duration {
-        Duration::from_nanos(self.ring.lock().geometry.window())
+        Duration::from_nanos(self.rings.lock().shape().window())
     }
 
     /// The clock this limiter reads.
@@ -197,31 +175,19 @@ impl<C: Clock> LockingSlidingLog<C> {
 
 impl<C: Clock> RateLimiter for LockingSlidingLog<C> {
     fn try_acquire_n(&self, n: u32) -> Result<(), Denied> {
-        let mut ring = self.ring.lock();
-        check_request(n, ring.geometry.capacity())?;
+        let rings = self.rings.lock();
+        check_request(n, rings.shape().capacity())?;
         // Read under the lock, like the lock-free log reads it after finding its
-        // ring: one reading per request, checked against the state it decides on.
+        // rings: one reading per request, checked against the state it decides on.
         let now = self.timeline.now();
-        let head = ring.head;
-        match ring.geometry.decide(&*ring, head, now, n) {
-            Verdict::Admit { next, stamp } => {
-                ring.stamp(next, n, stamp);
-                Ok(())
-            }
-            Verdict::Deny { retry_ns, record } => {
-                if let Some((next, stamp)) = record {
-                    ring.stamp(next, n, stamp);
-                }
-                Err(retry_after(retry_ns))
-            }
-            // Entries under the lock never move.
-            Verdict::Moved => Err(retry_after(ring.geometry.window())),
-        }
+        // Only a reconfiguration seals rings, and it replaces them under the lock.
+        rings
+            .try_acquire_n(now, n)
+            .unwrap_or_else(|_sealed| Err(retry_after(rings.shape().window())))
     }
 
     fn snapshot(&self) -> Snapshot {
-        let ring = self.ring.lock();
-        let now = self.timeline.now();
-        ring.geometry.snapshot(&*ring, ring.head, now)
+        let rings = self.rings.lock();
+        rings.snapshot(self.timeline.now())
     }
 }

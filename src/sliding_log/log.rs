@@ -91,15 +91,26 @@ impl Geometry {
         // `validate`: `1 <= capacity <= window <= 2^62`. A stamp is at most 2^62 and
         // a stamp plus the window at most 2^63, so no sum below overflows.
         let (capacity, window) = rate.validate()?;
+        Ok(Geometry::from_parts(capacity, window, false))
+    }
+
+    /// `1 <= capacity <= window <= 2^62`, as [`Geometry::new`] validated.
+    fn from_parts(capacity: u32, window: u64, count_denied: bool) -> Self {
         // In u64: the next power of two of a capacity above 2^31 is 2^32.
         let shift = u64::from(capacity).next_power_of_two().trailing_zeros();
-        Ok(Geometry {
+        Geometry {
             capacity,
             window,
             shift,
             max_lap: (SEALED >> shift) - 1,
-            count_denied: false,
-        })
+            count_denied,
+        }
+    }
+
+    /// The geometry of one stripe's ring: `capacity` (at least 1, at most this
+    /// geometry's) of the permits, the same window and mode.
+    pub(crate) fn with_capacity(&self, capacity: u32) -> Self {
+        Geometry::from_parts(capacity, self.window, self.count_denied)
     }
 
     pub(crate) fn with_count_denied(mut self, on: bool) -> Self {
@@ -201,6 +212,32 @@ impl Geometry {
             }
         }
         Ok((latest, pending))
+    }
+
+    /// When the entry that the `k`-th ticket from `head` (`k < capacity`) would
+    /// replace leaves the window: 0 if nothing was logged there yet, `now +
+    /// window` if it is in flight (stamped at about now).
+    #[inline]
+    pub(crate) fn replaced_free_at<E: Entries>(
+        &self,
+        entries: &E,
+        head: u64,
+        k: u32,
+        now: u64,
+    ) -> Result<u64, Moved> {
+        let Some(ticket) = self.advance(head, k) else {
+            // Out of laps: the end of the limiter's time range.
+            return Ok(now + self.window);
+        };
+        let (lap, index) = (self.lap(ticket), self.index(ticket));
+        if lap == 0 {
+            return Ok(0);
+        }
+        match entries.read(index, lap - 1) {
+            Entry::Stamp(stamp) => Ok(stamp + self.window),
+            Entry::Pending => Ok(now + self.window),
+            Entry::Moved => Err(Moved),
+        }
     }
 
     /// The stamp of the ticket just before `head`, or 0: only a floor for new
@@ -386,6 +423,63 @@ pub(crate) struct Inheritance {
     pub(crate) floor: u64,
     /// How many permits were left out (saturating).
     pub(crate) dropped: u64,
+}
+
+impl Inheritance {
+    /// Nothing inherited: a fresh ring.
+    pub(crate) fn none() -> Self {
+        Inheritance {
+            stamps: Vec::new(),
+            floor: 0,
+            dropped: 0,
+        }
+    }
+
+    /// One inheritance for a log of `capacity` permits from those of the old
+    /// log's rings (each computed for `capacity`): the `capacity` largest bounds
+    /// of all, and the rest counted as dropped under the largest of them.
+    pub(crate) fn merge(parts: Vec<Inheritance>, capacity: u32) -> Self {
+        let mut stamps: Vec<u64> = Vec::new();
+        let (mut floor, mut dropped) = (0u64, 0u64);
+        for part in parts {
+            stamps.extend_from_slice(&part.stamps);
+            if part.dropped > 0 {
+                floor = floor.max(part.floor);
+                dropped = dropped.saturating_add(part.dropped);
+            }
+        }
+        stamps.sort_unstable();
+        let left_out = stamps.len().saturating_sub(capacity as usize);
+        if left_out > 0 {
+            floor = floor.max(stamps[left_out - 1]);
+            dropped = dropped.saturating_add(left_out as u64);
+        }
+        stamps.drain(..left_out);
+        Inheritance {
+            stamps,
+            floor,
+            dropped,
+        }
+    }
+
+    /// Deals the stamps (oldest first) round-robin over rings of the given
+    /// capacities, each ring's share staying oldest first; the dropped permits'
+    /// bound goes to the first ring. The stamps must fit (at most the capacities'
+    /// sum), and then every ring is full whenever any permit was dropped.
+    pub(crate) fn deal(self, capacities: &[u32]) -> Vec<Inheritance> {
+        let mut parts: Vec<Inheritance> = capacities.iter().map(|_| Inheritance::none()).collect();
+        parts[0].floor = self.floor;
+        parts[0].dropped = self.dropped;
+        let mut ring = 0;
+        for stamp in self.stamps {
+            while parts[ring].stamps.len() == capacities[ring] as usize {
+                ring = (ring + 1) % capacities.len();
+            }
+            parts[ring].stamps.push(stamp);
+            ring = (ring + 1) % capacities.len();
+        }
+        parts
+    }
 }
 
 /// Turns a verdict's retry time into the denial the caller sees.

@@ -148,6 +148,7 @@ mod epoch;
 mod locking;
 mod log;
 mod ring;
+mod stripes;
 
 use std::time::Duration;
 
@@ -157,10 +158,11 @@ use crate::clock::{Clock, MonotonicClock};
 use crate::error::{ConfigError, Denied};
 use crate::limiter::{RateLimiter, Snapshot, check_request};
 use crate::rate::Rate;
+use crate::stripe::default_stripes;
 use crate::timeline::Timeline;
 use epoch::{Current, Pause};
 use log::Geometry;
-use ring::AtomicRing;
+use stripes::Rings;
 
 /// A lock-free, exact sliding log: at most `rate.permits()` permits in any
 /// window of `rate.period()`, by the time each was admitted.
@@ -215,7 +217,7 @@ impl<C: Clock> SlidingLog<C> {
     /// ```
     pub fn with_clock(rate: Rate, clock: C) -> Result<Self, ConfigError> {
         Ok(SlidingLog {
-            ring: Current::new(AtomicRing::new(Geometry::new(rate)?)),
+            ring: Current::new(Rings::new(Geometry::new(rate)?, default_stripes())),
             timeline: Timeline::new(clock),
         })
     }
@@ -241,7 +243,7 @@ impl<C: Clock> SlidingLog<C> {
     /// assert!(log.try_acquire().is_err()); // 1.1 s: still within a second of 0.9 s
     /// ```
     pub fn count_denied(self, on: bool) -> Self {
-        self.replace_ring(|old| old.with_count_denied(on));
+        self.replace_rings(|old| (old.shape().with_count_denied(on), old.requested_stripes()));
         self
     }
 
@@ -273,22 +275,62 @@ impl<C: Clock> SlidingLog<C> {
     /// ```
     pub fn reconfigure(&self, rate: Rate) -> Result<(), ConfigError> {
         let geometry = Geometry::new(rate)?;
-        self.replace_ring(|old| geometry.with_count_denied(old.count_denied()));
+        self.replace_rings(|old| {
+            (
+                geometry.with_count_denied(old.shape().count_denied()),
+                old.requested_stripes(),
+            )
+        });
         Ok(())
     }
 
-    /// Seals the current ring and publishes its successor under the geometry
-    /// `make` derives from the old one.
-    fn replace_ring(&self, make: impl Fn(&Geometry) -> Geometry) {
+    /// Seals the current rings and publishes their successor under the shape and
+    /// stripe count `make` derives from the old rings.
+    fn replace_rings(&self, make: impl Fn(&Rings) -> (Geometry, usize)) {
         let mut pause = Pause::default();
-        // Only the thread that seals a ring replaces it; another reconfiguration
-        // that got there first is waited for, then the next ring is sealed.
-        while !self
-            .ring
-            .replace_with(|ring| ring.seal().then(|| ring.successor(make(ring.geometry()))))
-        {
+        // Only the thread that seals the rings replaces them; another
+        // reconfiguration that got there first is waited for, then the next
+        // rings are sealed.
+        while !self.ring.replace_with(|rings| {
+            rings.seal().then(|| {
+                let (shape, stripes) = make(rings);
+                rings.successor(shape, stripes)
+            })
+        }) {
             pause.pause();
         }
+    }
+
+    /// Splits the log's permits over rings for `stripes` stripes (default: one
+    /// per CPU, rounded up to a power of two). Threads admit from their own
+    /// stripe's ring, so admissions on different cores write different cache
+    /// lines; a request its own ring cannot serve looks at all of them, and the
+    /// log stays exact and, single-threaded, tight whatever the count. The
+    /// ring count is the largest power of two at most `stripes`, the limit and
+    /// 64. Like [`SlidingLog::count_denied`], meant before the log serves
+    /// requests; on one that has, its history carries over.
+    ///
+    /// ```
+    /// use tollgate::{Rate, SlidingLog};
+    /// let log = SlidingLog::new(Rate::per_second(100)).unwrap().with_stripes(4);
+    /// assert_eq!(log.stripes(), 4);
+    /// let tiny = SlidingLog::new(Rate::per_second(3)).unwrap().with_stripes(4);
+    /// assert_eq!(tiny.stripes(), 2); // at most the limit, a power of two
+    /// ```
+    pub fn with_stripes(self, stripes: usize) -> Self {
+        self.replace_rings(|old| (*old.shape(), stripes));
+        self
+    }
+
+    /// How many rings the permits are split over (see [`SlidingLog::with_stripes`]).
+    ///
+    /// ```
+    /// use tollgate::{Rate, SlidingLog};
+    /// let log = SlidingLog::new(Rate::per_second(100)).unwrap().with_stripes(1);
+    /// assert_eq!(log.stripes(), 1);
+    /// ```
+    pub fn stripes(&self) -> usize {
+        self.ring.with(Rings::ring_count)
     }
 
     /// The permits allowed per window.
@@ -298,7 +340,7 @@ impl<C: Clock> SlidingLog<C> {
     /// assert_eq!(SlidingLog::new(Rate::per_second(100)).unwrap().limit(), 100);
     /// ```
     pub fn limit(&self) -> u32 {
-        self.ring.with(|ring| ring.geometry().capacity())
+        self.ring.with(|rings| rings.shape().capacity())
     }
 
     /// The window's length.
@@ -310,7 +352,7 @@ impl<C: Clock> SlidingLog<C> {
     /// assert_eq!(log.window(), Duration::from_secs(60));
     /// ```
     pub fn window(&self) -> Duration {
-        Duration::from_nanos(self.ring.with(|ring| ring.geometry().window()))
+        Duration::from_nanos(self.ring.with(|rings| rings.shape().window()))
     }
 
     /// Bytes this limiter occupies: the struct, its ring's head and bookkeeping,
@@ -326,7 +368,7 @@ impl<C: Clock> SlidingLog<C> {
         std::mem::size_of::<Self>()
             + self
                 .ring
-                .with(|ring| std::mem::size_of::<AtomicRing>() + ring.slot_bytes())
+                .with(|rings| std::mem::size_of::<Rings>() + rings.heap_bytes())
     }
 
     /// The clock this limiter reads.
@@ -353,7 +395,7 @@ impl<C: Clock> RateLimiter for SlidingLog<C> {
         let mut pause = Pause::default();
         loop {
             let outcome = self.ring.with(|ring| {
-                check_request(n, ring.geometry().capacity()).map_err(Ok)?;
+                check_request(n, ring.shape().capacity()).map_err(Ok)?;
                 let now = *now.get_or_insert_with(|| self.timeline.now());
                 ring.try_acquire_n(now, n).map_err(Err)?.map_err(Ok)
             });

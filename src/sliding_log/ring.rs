@@ -4,15 +4,42 @@ use crossbeam_utils::{Backoff, CachePadded};
 
 use super::epoch::Pause;
 use super::log::{
-    EMPTY, Entries, Entry, Geometry, Inheritance, SEALED, Verdict, entry_word, lap_bit, retry_after,
+    EMPTY, Entries, Entry, Geometry, Inheritance, Moved, SEALED, Verdict, entry_word, lap_bit,
 };
-use crate::error::Denied;
 use crate::limiter::Snapshot;
 use crate::sync::{AtomicU64, Ordering};
 
 /// The ring was sealed by a reconfiguration: look up the current ring and retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Sealed;
+
+/// What a claim needs of the entries its tickets replace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// An admission: every replaced entry left the window.
+    Admit,
+    /// A denied attempt logged in counting mode: nothing (but no entry in flight).
+    Log,
+}
+
+/// What one ring made of a request.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Outcome {
+    /// Admitted: the tickets are claimed and stamped.
+    Admitted(Claim),
+    /// Denied, and logged (counting mode); retry after `retry_ns` for this ring.
+    Logged { retry_ns: u64 },
+    /// Denied, nothing written; retry after `retry_ns` for this ring.
+    Denied { retry_ns: u64 },
+}
+
+/// Tickets one ring gave a request: enough to take them back.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Claim {
+    head: u64,
+    n: u32,
+    stamp: u64,
+}
 
 /// `capacity` entry words and the head (the next ticket), updated without locks.
 ///
@@ -62,21 +89,9 @@ impl Entries for View<'_> {
 }
 
 impl AtomicRing {
-    /// An empty ring.
-    pub(crate) fn new(geometry: Geometry) -> Self {
-        AtomicRing::inheriting(
-            geometry,
-            Inheritance {
-                stamps: Vec::new(),
-                floor: 0,
-                dropped: 0,
-            },
-        )
-    }
-
     /// A ring whose first tickets (lap 0) hold the inherited stamps, oldest first
     /// (at most `capacity` of them), the head just past them.
-    fn inheriting(geometry: Geometry, inheritance: Inheritance) -> Self {
+    pub(crate) fn inheriting(geometry: Geometry, inheritance: Inheritance) -> Self {
         let stamps = &inheritance.stamps;
         let slots: Box<[AtomicU64]> = (0..geometry.capacity() as usize)
             .map(|i| AtomicU64::new(stamps.get(i).map_or(EMPTY, |&s| entry_word(s, 0))))
@@ -102,50 +117,45 @@ impl AtomicRing {
         std::mem::size_of_val(&*self.slots)
     }
 
-    /// Decides `n` permits (`1 <= n <= capacity`) at `now`, and on admission claims
-    /// the tickets and stamps them.
+    /// Decides the next `n` tickets (`1 <= n <= capacity`) at `now` for this
+    /// ring alone, and claims and stamps them when [`Mode`] says so:
+    /// [`Mode::Admit`] claims only if every entry they replace left the window;
+    /// [`Mode::Log`] (counting denied attempts) also logs a denied attempt,
+    /// unless an entry it would replace is still in flight.
     #[inline]
-    pub(crate) fn try_acquire_n(&self, now: u64, n: u32) -> Result<Result<(), Denied>, Sealed> {
+    pub(crate) fn claim(&self, now: u64, n: u32, mode: Mode) -> Result<Outcome, Sealed> {
+        let geometry = self.geometry.with_count_denied(matches!(mode, Mode::Log));
         // Lost races back off a little: a retry re-reads two contended lines (the
         // head and the slot's), and retrying at once mostly loses again.
         let backoff = Backoff::new();
         loop {
-            // Acquire: pairs with the Release of the CAS that wrote this head (and,
-            // through the release sequence of the head's RMWs, of every earlier
-            // claim). Each of those claimers read, with Acquire, the entry its
-            // tickets replace before claiming; so those entries' stores happen
-            // before our reads of the same slots, and coherence lets us see
-            // nothing older. With the Acquire on entry loads this pins every entry
-            // we classify to exactly one lap, though the word keeps one lap bit.
-            let head = self.head.load(Ordering::Acquire);
-            if head & SEALED != 0 {
-                return Err(Sealed);
-            }
+            let head = self.head()?;
             let view = View { ring: self, head };
-            let (next, stamp, outcome) = match self.geometry.decide(&view, head, now, n) {
+            let (next, stamp, denied) = match geometry.decide(&view, head, now, n) {
                 Verdict::Moved => {
                     backoff.spin();
                     continue;
                 }
-                Verdict::Admit { next, stamp } => (next, stamp, Ok(())),
-                Verdict::Deny {
-                    retry_ns,
-                    record: None,
-                } => return Ok(Err(retry_after(retry_ns))),
+                Verdict::Admit { next, stamp } => (next, stamp, None),
                 Verdict::Deny {
                     retry_ns,
                     record: Some((next, stamp)),
-                } => (next, stamp, Err(retry_after(retry_ns))),
+                } => (next, stamp, Some(retry_ns)),
+                Verdict::Deny {
+                    retry_ns,
+                    record: None,
+                } => return Ok(Outcome::Denied { retry_ns }),
             };
-            // Release: see the head load above; this claim must carry our entry
-            // reads to later claimers. Relaxed on failure: we start over with a
-            // fresh Acquire load. A sealed head also fails the CAS (it differs from
-            // `head`), so no ticket is claimed after a seal. Weak: a spurious
-            // failure only costs one more decision.
+            // Release: see `head`; this claim must carry our entry reads to later
+            // claimers. Relaxed on failure: we start over with a fresh Acquire
+            // load. A sealed head also fails the CAS (it differs from `head`), so
+            // no ticket is claimed after a seal. Weak: a spurious failure only
+            // costs one more decision.
             //
             // The first entry's slot and word are ready before the claim, so the
             // window in which a claimed ticket is pending — the window in which a
-            // preempted writer makes others deny — is a single store for n = 1.
+            // preempted writer makes requests for its slot look elsewhere — is a
+            // single store for n = 1.
             let first = &self.slots[self.geometry.index(head)];
             let first_word = entry_word(stamp, self.geometry.lap(head));
             if self
@@ -159,10 +169,61 @@ impl AtomicRing {
                     // Release: as above.
                     self.slots[index].store(entry_word(stamp, lap), Ordering::Release);
                 }
-                return Ok(outcome);
+                return Ok(match denied {
+                    None => Outcome::Admitted(Claim { head, n, stamp }),
+                    Some(retry_ns) => Outcome::Logged { retry_ns },
+                });
             }
             backoff.spin();
         }
+    }
+
+    /// Takes back an admission that a request spanning several rings could not
+    /// complete: each claimed entry is restamped at `to`, a time at or after
+    /// every entry the claim replaced left the window (the claim was an
+    /// admission, so `now − window` is one). The slot's stamps still only grow,
+    /// which is all the guarantee needs, and the entry is free again at once.
+    /// An entry that a later lap already replaced — possible only after a whole
+    /// window — is left alone: the request then simply counted, which is safe.
+    pub(crate) fn undo(&self, claim: Claim, to: u64) {
+        for (lap, index) in self.geometry.tickets(claim.head, claim.n) {
+            // Release: publishes the restamped entry like a claim's store; Relaxed
+            // on failure: the slot moved on and there is nothing to publish. No
+            // ABA: a word with our lap bit and our stamp can only be ours (two laps
+            // later the stamp is at least two windows larger).
+            let _ = self.slots[index].compare_exchange(
+                entry_word(claim.stamp, lap),
+                entry_word(to, lap),
+                Ordering::Release,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// The head, for a decision to be made on; `Err` once the ring is sealed.
+    #[inline]
+    pub(crate) fn head(&self) -> Result<u64, Sealed> {
+        // Acquire: pairs with the Release of the CAS that wrote this head (and,
+        // through the release sequence of the head's RMWs, of every earlier
+        // claim). Each of those claimers read, with Acquire, the entry its
+        // tickets replace before claiming; so those entries' stores happen
+        // before our reads of the same slots, and coherence lets us see
+        // nothing older. With the Acquire on entry loads this pins every entry
+        // we classify to exactly one lap, though the word keeps one lap bit.
+        let head = self.head.load(Ordering::Acquire);
+        if head & SEALED != 0 {
+            Err(Sealed)
+        } else {
+            Ok(head)
+        }
+    }
+
+    /// When the entry the `k`-th ticket from `head` (a value [`AtomicRing::head`]
+    /// returned; `k < capacity`) would replace leaves the window.
+    #[inline]
+    pub(crate) fn free_at(&self, head: u64, k: u32, now: u64) -> Result<u64, Moved> {
+        self.geometry
+            .replaced_free_at(&View { ring: self, head }, head, k, now)
     }
 
     /// What a request could get at `now`. Advisory under concurrency: entries in
@@ -184,16 +245,14 @@ impl AtomicRing {
         self.head.fetch_or(SEALED, Ordering::AcqRel) & SEALED == 0
     }
 
-    /// The ring that replaces this sealed one under `geometry`, inheriting
-    /// [`Geometry::inherit`]'s entries. Waits for tickets claimed before the seal
-    /// to be stamped: their writers are between their claim and their stores.
-    pub(crate) fn successor(&self, geometry: Geometry) -> AtomicRing {
+    /// What a ring of `capacity` slots inherits from this sealed one
+    /// ([`Geometry::inherit`]). Waits for tickets claimed before the seal to be
+    /// stamped: their writers are between their claim and their stores.
+    pub(crate) fn inheritance(&self, capacity: u32) -> Inheritance {
         // Relaxed: `seal` already synchronized with every claim.
         let head = self.head.load(Ordering::Relaxed) & !SEALED;
-        let inheritance =
-            self.geometry
-                .inherit(&Settled(self), head, self.dropped, geometry.capacity());
-        AtomicRing::inheriting(geometry, inheritance)
+        self.geometry
+            .inherit(&Settled(self), head, self.dropped, capacity)
     }
 }
 
