@@ -108,7 +108,9 @@ fn sliding_log(c: &mut Criterion) {
                 bench(c, &group, "token_bucket", workload, threads, || {
                     let (capacity, rate) = match workload {
                         Workload::Allow => (u32::MAX, Rate::new(1, Duration::from_nanos(1))),
-                        Workload::Deny => (n, Rate::per_hour(n)),
+                        // One token an hour: none comes back during a sample
+                        // (N per hour would return one every 0.36 s at N = 10,000).
+                        Workload::Deny => (n, Rate::per_hour(1)),
                     };
                     exhausted(TokenBucket::new(capacity, rate).unwrap(), n, workload)
                 });

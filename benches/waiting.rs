@@ -16,9 +16,8 @@
 //! cores: 4 threads oversubscribe it and show what preemption does to a lock
 //! holder.
 //!
-//! `LockingTokenBucket` has no reservations yet, so the token bucket's atomic
-//! reserve path runs alone; the leaky bucket meter's reservations are the same
-//! code on the same kind of word, against a twin.
+//! The token bucket and the leaky bucket meter book through the same code on
+//! the same kind of word; both run against their twins.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -26,8 +25,8 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use tollgate::{
-    LeakyBucket, LockingLeakyBucket, LockingShaper, LockingWarmUp, Rate, Reserve, Shaper,
-    TokenBucket, WarmUp,
+    LeakyBucket, LockingLeakyBucket, LockingShaper, LockingTokenBucket, LockingWarmUp, Rate,
+    Reserve, Shaper, TokenBucket, WarmUp,
 };
 
 mod common;
@@ -138,6 +137,9 @@ fn token_bucket(c: &mut Criterion) {
     for threads in THREADS {
         bench(c, "token_bucket", threads, "tollgate-atomic", || {
             TokenBucket::new(u32::MAX, fast()).unwrap()
+        });
+        bench(c, "token_bucket", threads, "tollgate-twin", || {
+            LockingTokenBucket::new(u32::MAX, fast()).unwrap()
         });
     }
 }

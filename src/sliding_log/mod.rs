@@ -1,19 +1,28 @@
 //! The exact sliding log: never more than N permits in any window of length T,
-//! decided lock-free on a ring of N timestamps.
+//! decided lock-free on rings of timestamps, one ring per stripe.
 //!
-//! A ring of N entry words remembers when each of the last N permits was
-//! admitted. A request for `n` permits takes the next `n` *tickets*; ticket `k`
-//! replaces the entry of ticket `k − N` — the permit admitted N permits earlier —
-//! and is admitted only if that entry left the window, i.e. was stamped at or
-//! before `now − T`. This is the seed's circular buffer with head and tail
+//! A ring of entry words remembers when each of its last permits was admitted.
+//! A request for `n` permits takes the ring's next `n` *tickets*; ticket `k`
+//! replaces the entry of ticket `k − M` (`M` = the ring's capacity) — the permit
+//! admitted M permits earlier in that ring — and is admitted only if that entry
+//! left the window, i.e. was stamped at or before `now − T`. This is the seed's
+//! circular buffer with head and tail
 //! (`shared/seeds/non-locking-throttling-component.txt`), with the tail made
-//! implicit (it is always `head − N`) and the racy read-then-write of the head
+//! implicit (it is always `head − M`) and the racy read-then-write of the head
 //! replaced by one compare-and-swap that claims the tickets, as in crossbeam's
 //! `ArrayQueue`.
 //!
+//! The N permits are split over rings, one per stripe (the stripe count
+//! defaults to the CPU count; [`SlidingLog::with_stripes`]): a thread admits
+//! from its home ring, so admissions on different cores write different cache
+//! lines. A request its home ring cannot serve alone surveys every ring's front
+//! and claims the free entries it finds there, taking its claims back if a ring
+//! was taken meanwhile; it is denied only if all rings together lack `n` free
+//! entries, with the retry-after of the n-th oldest entry of all.
+//!
 //! # State
 //!
-//! The head, one `AtomicU64` on its own cache line:
+//! Per ring: the head, one `AtomicU64` on its own cache line:
 //!
 //! | bits | meaning |
 //! |---|---|
@@ -21,7 +30,7 @@
 //! | `s .. 63` | lap of the next ticket: how often the ring has wrapped |
 //! | `63` | sealed: a reconfiguration is replacing this ring |
 //!
-//! Each of the N slots, one `AtomicU64`:
+//! Each of the ring's slots, one `AtomicU64`:
 //!
 //! | bits | meaning |
 //! |---|---|
@@ -30,10 +39,11 @@
 //!
 //! | operation | reads | writes |
 //! |---|---|---|
-//! | admit `n` at `now` | head (Acquire); the `n` replaced entries and the newest (Acquire) | head → head + n by CAS (Release); then the `n` entries, `max(now, newest stamp)` (Release) |
-//! | deny | head; the replaced entries | nothing (or, counting denials, as admit) |
-//! | snapshot | head; all N entries | nothing |
-//! | reconfigure | head (seal, AcqRel); all N entries | a new ring, published by pointer (Release) |
+//! | admit `n` at `now` from one ring | its head (Acquire); the `n` replaced entries and the newest (Acquire) | head → head + n by CAS (Release); then the `n` entries, `max(now, newest stamp of the ring)` (Release) |
+//! | admit across rings | every head; each ring's front entries until `n` are free | each ring's front run, as above, home ring first; on a lost race the claims are restamped at `now − T` by CAS (Release) |
+//! | deny | the heads; the entries up to the n-th oldest of all | nothing (or, counting denials, the n oldest entries of all are replaced, as admit) |
+//! | snapshot | every head; all N entries | nothing |
+//! | reconfigure | every head (seal, AcqRel); all N entries | new rings, published by pointer (Release) |
 //!
 //! # Why it is exact
 //!
@@ -41,7 +51,10 @@
 //! previous ticket of the *same* slot — is a full window old, and is stamped no
 //! earlier than its own reading. So the admissions of one slot are at least T
 //! apart, both by clock reading and by stamp; a half-open window `[t, t + T)`
-//! holds at most one of them per slot, hence at most N permits. Nothing here
+//! holds at most one of them per slot, hence at most N permits, whichever rings
+//! the slots are in. A claim taken back is restamped at `now − T`, no earlier
+//! than any entry it replaced (they were free), so each slot's stamps still only
+//! grow. Nothing here
 //! assumes that stamps grow from slot to slot, so readings that are not monotone
 //! across threads (a stale `now`) cannot break it: a stale reading only fails the
 //! check more often.
@@ -51,13 +64,14 @@
 //! * **Claimed but not yet stamped.** A ticket is claimed by the head CAS and
 //!   stamped by a store just after. A reader that finds the previous lap's word
 //!   in the slot (the lap bit says which) sees a *pending* entry, stamped at about
-//!   now by a writer that claimed it moments ago, and denies — it never waits on
-//!   another thread, and never claims past a pending entry (the late store
-//!   would land on top of it). The price: a writer *preempted* between its
-//!   claim and its store makes every request that needs its entry deny until
-//!   it runs again — once the head is N tickets further, every request. No
-//!   thread ever waits and nothing is over-admitted, but on an oversubscribed
-//!   machine this shows as extra denials (`docs/sliding_log.md`).
+//!   now by a writer that claimed it moments ago, and that ring refuses — the
+//!   request never waits on another thread, and never claims past a pending
+//!   entry (the late store would land on top of it). The price: a writer
+//!   *preempted* between its claim and its store makes its ring refuse every
+//!   request that needs its entry until it runs again. The request then tries
+//!   the other rings; no thread ever waits and nothing is over-admitted, and on
+//!   an oversubscribed machine the extra denials are small
+//!   (`docs/sliding_log.md`).
 //! * **Older laps.** One lap bit tells only two laps apart. The head load is
 //!   Acquire and the claim CAS Release; every claimer read the entry its tickets
 //!   replace (Acquire) before claiming. So the stores of all entries replaced by
@@ -69,19 +83,22 @@
 //!   before ours, which therefore fails. A decision can succeed only on the
 //!   entries it expects.
 //!
-//! Single-threaded the log is also *tight*: stamps then only grow, so the entry
-//! `N − n + 1` permits back has left the window exactly when fewer than
-//! `N − n + 1` permits were admitted in `(now − T, now]`, and it admits exactly
-//! then. A denial's retry-after is the exact time until every replaced entry
-//! has left the window.
+//! Single-threaded the log is also *tight*: each ring's stamps then only grow,
+//! so a ring's free entries are exactly its front run, and the rings together
+//! have `n` free entries exactly when at most `N − n` permits were admitted in
+//! `(now − T, now]`; the log admits exactly then. A denial's retry-after is the
+//! exact time until the n-th oldest entry of all (the `(N − n + 1)`-th most
+//! recent permit) leaves the window.
 //!
 //! # Stale and backwards time
 //!
-//! The clock is read once per request. A reading older than the newest entry is
-//! checked as it is (so it can only deny more) and the permits are stamped with
-//! the newest entry's time: for the log, time stands still until the clock
-//! catches up; it never runs backwards, never panics, and is never stuck for
-//! longer than the step back plus one window.
+//! The clock is read once per request. A reading older than a ring's newest
+//! entry is checked as it is (so it can only deny more) and the permits are
+//! stamped with that entry's time: for each ring, time stands still until the
+//! clock catches up; it never runs backwards, never panics, and is never stuck
+//! for longer than the step back plus one window. (With one ring that is the
+//! whole log; with several, a ring whose newest entry is older than another's
+//! takes the stale reading as its stamp.)
 //!
 //! ```
 //! use std::time::Duration;
@@ -139,10 +156,11 @@
 //!
 //! # Memory
 //!
-//! Eight bytes per permit of the limit plus a constant:
-//! [`SlidingLog::memory`] reports it (on x86-64, 8·N + 272 bytes: 1,072 for
-//! N = 100, 80,272 for N = 10,000). A request for `n` permits reads and writes `n`
-//! entries; a snapshot reads all N.
+//! Eight bytes per permit of the limit plus a constant of 256 bytes per ring
+//! (its cache-padded head and bookkeeping): [`SlidingLog::memory`] reports it
+//! (on x86-64 with one ring, 8·N + 376 bytes: 1,176 for N = 100, 80,376 for
+//! N = 10,000; with two, 8·N + 632). A request for `n` permits reads and writes
+//! `n` entries; a snapshot reads all N.
 
 mod epoch;
 mod locking;

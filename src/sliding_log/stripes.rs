@@ -113,7 +113,6 @@ impl Rings {
 
     /// The request the home ring could not serve alone: admitted if the rings
     /// together have `n` entries that left the window, at the front of each.
-    #[cold]
     fn across(&self, now: u64, n: u32, home: usize) -> Result<Result<(), Denied>, Sealed> {
         let backoff = Backoff::new();
         'survey: loop {
@@ -126,6 +125,9 @@ impl Rings {
             // order, so only the front run counts.
             let mut free: PerRing<u32> = [0; MAX_RINGS];
             let mut total = 0;
+            // The earliest time an entry at a ring's front leaves the window,
+            // among the fronts read: for one permit, the retry-after.
+            let mut earliest = u64::MAX;
             for step in 0..self.rings.len() {
                 let index = (home + step) & self.mask;
                 let ring = &self.rings[index];
@@ -135,7 +137,10 @@ impl Rings {
                             free[index] += 1;
                             total += 1;
                         }
-                        Ok(_) => break,
+                        Ok(at) => {
+                            earliest = earliest.min(at);
+                            break;
+                        }
                         Err(Moved) => {
                             backoff.spin();
                             continue 'survey;
@@ -154,11 +159,19 @@ impl Rings {
             }
             // Denied. The request fits once the n-th oldest entry of all — the
             // limit's (N − n + 1)-th most recent permit — has left the window.
+            // For one permit (and nothing free, so every ring's front was read)
+            // that is the earliest front the survey saw.
             let mut oldest: PerRing<u32> = [0; MAX_RINGS];
-            let Ok(mut free_at) = self.nth_free_at(&heads, n, now, &mut oldest) else {
-                backoff.spin();
-                continue 'survey;
-            };
+            let mut free_at = earliest;
+            if n > 1 || self.shape.count_denied() {
+                match self.nth_free_at(&heads, n, now, &mut oldest) {
+                    Ok(at) => free_at = at,
+                    Err(Moved) => {
+                        backoff.spin();
+                        continue 'survey;
+                    }
+                }
+            }
             if self.shape.count_denied() {
                 // The attempt is logged like an admission, replacing the n oldest
                 // entries of all (each ring's share is at its front), and the
