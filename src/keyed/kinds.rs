@@ -291,6 +291,7 @@ impl WordCell for AtomicWord {
     #[inline]
     fn update<E>(&self, mut f: impl FnMut(u64) -> Result<u64, E>) -> Result<u64, E> {
         let mut current = self.load();
+        let backoff = crossbeam_utils::Backoff::new();
         loop {
             let next = f(current)?;
             // AcqRel: Release publishes a carry-over with its record; Acquire
@@ -300,7 +301,12 @@ impl WordCell for AtomicWord {
                 .compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire)
             {
                 Ok(_) => return Ok(next),
-                Err(actual) => current = actual,
+                Err(actual) => {
+                    current = actual;
+                    // As `AtomicCell::update`: a lost race waits a little, so
+                    // the winner's next update finds the line still its own.
+                    backoff.spin();
+                }
             }
         }
     }
