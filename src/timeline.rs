@@ -26,10 +26,15 @@ impl<C: Clock> Timeline<C> {
     }
 
     /// Nanoseconds since the origin, in `[0, MAX_TIME]`. A clock that reads before
-    /// the origin reads as the origin; it never panics or wraps.
+    /// the origin reads as the origin; it never panics or wraps. Read through
+    /// [`Clock::now_for_limiter`]: every limiter copes with a reading older than
+    /// its state, so a clock's own backwards guard is not needed here.
     #[inline]
     pub(crate) fn now(&self) -> u64 {
-        self.clock.now().saturating_sub(self.origin).min(MAX_TIME)
+        self.clock
+            .now_for_limiter()
+            .saturating_sub(self.origin)
+            .min(MAX_TIME)
     }
 
     pub(crate) fn clock(&self) -> &C {

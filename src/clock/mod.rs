@@ -43,6 +43,25 @@ pub use monotonic::MonotonicClock;
 pub trait Clock {
     /// Nanoseconds since this clock's origin.
     fn now(&self) -> u64;
+
+    /// The reading a limiter decides on: [`Clock::now`], unless the clock can
+    /// skip work that a limiter does not need. Every tollgate limiter treats a
+    /// reading older than its own state as "time stood still" (it can only
+    /// deny more, and the backwards-clock tests check that), so
+    /// [`MonotonicClock`] skips its per-thread backwards guard here. Implement
+    /// only [`Clock::now`]; this has a default.
+    ///
+    /// ```
+    /// use tollgate::{Clock, ManualClock};
+    /// let clock = ManualClock::new();
+    /// clock.set(5);
+    /// assert_eq!(clock.now_for_limiter(), 5);
+    /// ```
+    #[doc(hidden)]
+    #[inline]
+    fn now_for_limiter(&self) -> u64 {
+        self.now()
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for &C {
@@ -50,11 +69,21 @@ impl<C: Clock + ?Sized> Clock for &C {
     fn now(&self) -> u64 {
         (**self).now()
     }
+
+    #[inline]
+    fn now_for_limiter(&self) -> u64 {
+        (**self).now_for_limiter()
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for std::sync::Arc<C> {
     #[inline]
     fn now(&self) -> u64 {
         (**self).now()
+    }
+
+    #[inline]
+    fn now_for_limiter(&self) -> u64 {
+        (**self).now_for_limiter()
     }
 }
