@@ -317,6 +317,28 @@ fn memory_is_eight_bytes_per_permit_plus_a_constant() {
     }
 }
 
+/// Each limiter, in turn, answers each request (`n` permits) as expected.
+fn each_answers(limiters: &[&dyn RateLimiter], requests: &[(u32, Result<(), Denied>)]) {
+    for (i, l) in limiters.iter().enumerate() {
+        for &(n, expected) in requests {
+            assert_eq!(l.try_acquire_n(n), expected, "limiter #{i}, n = {n}");
+        }
+    }
+}
+
+fn retry(ns: u64) -> Result<(), Denied> {
+    Err(Denied::RetryAfter(Duration::from_nanos(ns)))
+}
+
+/// Far back (before the origin): no panic, no admission.
+fn before_the_origin(clock: &ManualClock, limiters: &[&dyn RateLimiter]) {
+    clock.set(0);
+    for l in limiters {
+        assert!(matches!(l.try_acquire(), Err(Denied::RetryAfter(_))));
+        assert_eq!(l.snapshot().available, 0);
+    }
+}
+
 #[test]
 fn backwards_clock_stands_still_then_recovers() {
     let clock = ManualClock::new();
@@ -326,38 +348,18 @@ fn backwards_clock_stands_still_then_recovers() {
     let twin = twin(2, 100, &clock).with_stripes(1);
     let both: [&dyn RateLimiter; 2] = [&log, &twin];
     clock.set(1_000);
-    for l in both {
-        assert_eq!(l.try_acquire(), Ok(()));
-    }
+    each_answers(&both, &[(1, Ok(()))]);
     // Back to 500: the reading is checked as it is, and the permit is stamped
     // at 1,000, where the log already was.
     clock.set(500);
-    for l in both {
-        assert_eq!(l.try_acquire(), Ok(()));
-        assert_eq!(
-            l.try_acquire(),
-            Err(Denied::RetryAfter(Duration::from_nanos(600)))
-        );
-    }
+    each_answers(&both, &[(1, Ok(())), (1, retry(600))]);
     // Still before the log's time: denied, never admitted early.
     clock.set(1_099);
-    for l in both {
-        assert_eq!(
-            l.try_acquire(),
-            Err(Denied::RetryAfter(Duration::from_nanos(1)))
-        );
-    }
+    each_answers(&both, &[(1, retry(1))]);
     // Caught up: the limiter carries on, not stuck.
     clock.set(1_100);
-    for l in both {
-        assert_eq!(l.try_acquire_n(2), Ok(()));
-    }
-    // Far back (before the origin): no panic, no admission.
-    clock.set(0);
-    for l in both {
-        assert!(matches!(l.try_acquire(), Err(Denied::RetryAfter(_))));
-        assert_eq!(l.snapshot().available, 0);
-    }
+    each_answers(&both, &[(2, Ok(()))]);
+    before_the_origin(&clock, &both);
 }
 
 #[test]
@@ -365,41 +367,21 @@ fn backwards_clock_with_several_rings_stands_still_per_ring() {
     let clock = ManualClock::new();
     let log = log(2, 100, &clock);
     let twin = twin(2, 100, &clock);
+    assert_eq!((log.stripes(), twin.stripes()), (2, 2));
     let both: [&dyn RateLimiter; 2] = [&log, &twin];
     clock.set(1_000);
-    assert_eq!((log.stripes(), twin.stripes()), (2, 2));
-    for l in both {
-        assert_eq!(l.try_acquire(), Ok(()));
-    }
+    each_answers(&both, &[(1, Ok(()))]);
     // Back to 500: the other ring's entry is stamped at the reading, its own
     // newest time; the permit of 1,000 still counts, so nothing is over-admitted
     // by the readings.
     clock.set(500);
-    for l in both {
-        assert_eq!(l.try_acquire(), Ok(()));
-        assert_eq!(
-            l.try_acquire(),
-            Err(Denied::RetryAfter(Duration::from_nanos(100)))
-        );
-    }
+    each_answers(&both, &[(1, Ok(())), (1, retry(100))]);
     clock.set(600);
-    for l in both {
-        assert_eq!(l.try_acquire(), Ok(()));
-        assert_eq!(
-            l.try_acquire(),
-            Err(Denied::RetryAfter(Duration::from_nanos(100)))
-        );
-    }
+    each_answers(&both, &[(1, Ok(())), (1, retry(100))]);
     // Caught up: both rings free again.
     clock.set(1_100);
-    for l in both {
-        assert_eq!(l.try_acquire_n(2), Ok(()));
-    }
-    clock.set(0);
-    for l in both {
-        assert!(matches!(l.try_acquire(), Err(Denied::RetryAfter(_))));
-        assert_eq!(l.snapshot().available, 0);
-    }
+    each_answers(&both, &[(2, Ok(()))]);
+    before_the_origin(&clock, &both);
 }
 
 #[test]

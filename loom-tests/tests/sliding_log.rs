@@ -108,11 +108,15 @@ fn invalid_requests(log: &SlidingLog<RecordingClock>, limit: u32) -> Vec<Op> {
     ops.to_vec()
 }
 
-#[test]
-fn three_threads_race_for_two_slots() {
-    let explored = explore("sliding_log::three_threads_race_for_two_slots", 3, || {
+/// Three threads, one permit each, time standing still, N = 2 in `stripes`
+/// rings: exactly two get in, in every interleaving. With one ring the first
+/// lap's tickets need no entry, so no denial can come from an entry still in
+/// flight; with two rings of one slot, threads 1 and 3 share a home ring, and
+/// whoever finds its home taken crosses to the other ring.
+fn race_for_two_slots(name: &'static str, stripes: usize) {
+    let explored = explore(name, 3, move || {
         const LIMIT: u32 = 2;
-        let (log, clock) = sliding_log(LIMIT);
+        let (log, clock) = striped_log(LIMIT, stripes);
         let handles: Vec<_> = (0..3)
             .map(|_| {
                 let l = log.clone();
@@ -120,13 +124,15 @@ fn three_threads_race_for_two_slots() {
             })
             .collect();
         let threads: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-        // Time stands still: exactly two of the three get in, in every
-        // interleaving (the first lap's tickets need no entry, so no denial can
-        // be caused by an entry still in flight).
         assert_eq!(admitted(&threads), LIMIT, "{threads:#?}");
         verify(&log, &clock, threads);
     });
     assert!(explored > 1);
+}
+
+#[test]
+fn three_threads_race_for_two_slots() {
+    race_for_two_slots("sliding_log::three_threads_race_for_two_slots", 1);
 }
 
 #[test]
@@ -193,42 +199,49 @@ fn one_slot_many_laps_with_a_ticking_clock() {
     assert!(explored > 1);
 }
 
+/// The log of `limit` in `stripes` rings, all taken at 0 by one request; then
+/// a request for 2 races a single permit while a third thread moves the clock a
+/// window and asks for `late` permits. Everything after the first lap needs
+/// entries written by other threads.
+fn pair_races_single_across_a_window(name: &'static str, limit: u32, stripes: usize, late: u32) {
+    let explored = explore(name, 2, move || {
+        let (log, clock) = striped_log(limit, stripes);
+        assert_eq!(log.try_acquire_n(limit), Ok(()));
+
+        let l = log.clone();
+        let pair = thread::spawn(move || vec![record(2, || l.try_acquire_n(2))]);
+        let l = log.clone();
+        let single = thread::spawn(move || vec![record(1, || l.try_acquire())]);
+        let (l, c) = (log.clone(), clock.clone());
+        let advancer = thread::spawn(move || {
+            c.advance(nanos(WINDOW));
+            vec![record(late, || l.try_acquire_n(late))]
+        });
+
+        let mut threads = vec![
+            pair.join().unwrap(),
+            single.join().unwrap(),
+            advancer.join().unwrap(),
+        ];
+        threads.push(vec![Op {
+            n: limit,
+            at: Some(0),
+            result: Ok(()),
+        }]);
+        verify(&log, &clock, threads);
+    });
+    assert!(explored > 1);
+}
+
 #[test]
 fn acquire_n_races_single_permits_across_a_window() {
-    let explored = explore(
+    // One ring of 3: the second lap's tickets replace entries of the first.
+    pair_races_single_across_a_window(
         "sliding_log::acquire_n_races_single_permits_across_a_window",
+        3,
+        1,
         2,
-        || {
-            const LIMIT: u32 = 3;
-            let (log, clock) = sliding_log(LIMIT);
-            // The first lap is taken at 0, so everything below needs entries
-            // written by other threads.
-            assert_eq!(log.try_acquire_n(LIMIT), Ok(()));
-
-            let l = log.clone();
-            let pair = thread::spawn(move || vec![record(2, || l.try_acquire_n(2))]);
-            let l = log.clone();
-            let single = thread::spawn(move || vec![record(1, || l.try_acquire())]);
-            let (l, c) = (log.clone(), clock.clone());
-            let advancer = thread::spawn(move || {
-                c.advance(nanos(WINDOW));
-                vec![record(2, || l.try_acquire_n(2))]
-            });
-
-            let mut threads = vec![
-                pair.join().unwrap(),
-                single.join().unwrap(),
-                advancer.join().unwrap(),
-            ];
-            threads.push(vec![Op {
-                n: LIMIT,
-                at: Some(0),
-                result: Ok(()),
-            }]);
-            verify(&log, &clock, threads);
-        },
     );
-    assert!(explored > 1);
 }
 
 #[test]
@@ -382,67 +395,20 @@ fn counting_denied_attempts_races() {
 
 #[test]
 fn two_rings_three_threads_race_for_two_slots() {
-    let explored = explore(
-        "sliding_log::two_rings_three_threads_race_for_two_slots",
-        3,
-        || {
-            const LIMIT: u32 = 2;
-            let (log, clock) = striped_log(LIMIT, 2);
-            let handles: Vec<_> = (0..3)
-                .map(|_| {
-                    let l = log.clone();
-                    thread::spawn(move || vec![record(1, || l.try_acquire())])
-                })
-                .collect();
-            let threads: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-            // One slot per ring, threads 1 and 3 share a home: whoever finds its
-            // home taken crosses to the other ring, so exactly two get in.
-            assert_eq!(admitted(&threads), LIMIT, "{threads:#?}");
-            verify(&log, &clock, threads);
-        },
-    );
-    assert!(explored > 1);
+    race_for_two_slots("sliding_log::two_rings_three_threads_race_for_two_slots", 2);
 }
 
 #[test]
 fn two_rings_spanning_requests_race_and_roll_back() {
-    let explored = explore(
+    // Two rings of one slot: the request for 2 needs both, one from each. It
+    // claims its home ring, then the other, and takes its first claim back if
+    // the single permit took the other ring meanwhile.
+    pair_races_single_across_a_window(
         "sliding_log::two_rings_spanning_requests_race_and_roll_back",
         2,
-        || {
-            const LIMIT: u32 = 2;
-            let (log, clock) = striped_log(LIMIT, 2);
-            // Both rings' first laps taken at 0 by one request that spans them.
-            assert_eq!(log.try_acquire_n(LIMIT), Ok(()));
-
-            // Thread 1 needs both rings, one from each: it claims its home ring,
-            // then the other, and takes its first claim back if the other ring
-            // was taken meanwhile. Thread 2 takes single permits; the clock
-            // passes a window on thread 3.
-            let l = log.clone();
-            let pair = thread::spawn(move || vec![record(2, || l.try_acquire_n(2))]);
-            let l = log.clone();
-            let single = thread::spawn(move || vec![record(1, || l.try_acquire())]);
-            let (l, c) = (log.clone(), clock.clone());
-            let advancer = thread::spawn(move || {
-                c.advance(nanos(WINDOW));
-                vec![record(1, || l.try_acquire())]
-            });
-
-            let mut threads = vec![
-                pair.join().unwrap(),
-                single.join().unwrap(),
-                advancer.join().unwrap(),
-            ];
-            threads.push(vec![Op {
-                n: LIMIT,
-                at: Some(0),
-                result: Ok(()),
-            }]);
-            verify(&log, &clock, threads);
-        },
+        2,
+        1,
     );
-    assert!(explored > 1);
 }
 
 #[test]
