@@ -7,27 +7,13 @@ mod support;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use support::{check_fixed_window, check_token_bucket, stress};
+use support::{check_fixed_window, check_token_bucket, mixed, round_times, stress};
 use tollgate::keyed::{BucketConfig, Carry, Keyed, Tunable, WindowConfig};
 use tollgate::{Denied, FixedWindow, ManualClock, Rate, RateLimiter, Snapshot, TokenBucket};
 
 type Bucket = TokenBucket<ManualClock>;
 
 const THREADS: usize = 4;
-
-fn mixed(thread: usize, attempt: usize) -> u32 {
-    1 + ((thread * 31 + attempt * 17) % 4) as u32
-}
-
-fn times(rounds: u64, step: u64) -> Vec<u64> {
-    let mut now = 0;
-    (0..rounds)
-        .map(|round| {
-            now += (round * 7919 % 5) * step / 2 + round % 3;
-            now
-        })
-        .collect()
-}
 
 /// 40 per ms with bursts of 40, and 25 per ms with bursts of 60: each binds
 /// in turn. Both promises must hold over the admitted requests.
@@ -40,7 +26,14 @@ fn both_limits_hold_under_contention() {
         (fast, slow),
         clock.clone(),
     ));
-    let record = stress(pair, &clock, THREADS, &times(300, 400_000), 64, mixed);
+    let record = stress(
+        pair,
+        &clock,
+        THREADS,
+        &round_times(300, 400_000),
+        64,
+        mixed::<4>,
+    );
     check_token_bucket(&record.admissions, 40, 40, 1_000_000);
     check_token_bucket(&record.admissions, 60, 25, 1_000_000);
     assert!(
@@ -59,7 +52,14 @@ fn bucket_and_window_hold_under_contention() {
         (bucket, window),
         clock.clone(),
     ));
-    let record = stress(pair, &clock, THREADS, &times(300, 300_000), 64, mixed);
+    let record = stress(
+        pair,
+        &clock,
+        THREADS,
+        &round_times(300, 300_000),
+        64,
+        mixed::<4>,
+    );
     check_token_bucket(&record.admissions, 30, 30, 1_000_000);
     check_fixed_window(&record.admissions, 50, 2_000_000);
 }
@@ -84,7 +84,7 @@ fn denied_requests_keep_no_permit() {
                 std::thread::spawn(move || {
                     start.wait();
                     (0..40)
-                        .map(|i| mixed(t + trial, i))
+                        .map(|i| mixed::<4>(t + trial, i))
                         .filter(|&n| match pair.try_acquire_n(n) {
                             Ok(()) => true,
                             Err(Denied::RetryAfter(_)) => false,
@@ -124,8 +124,11 @@ fn keyed_pairs_hold_per_key() {
     let mut offset = 0;
     for key in 0..3u8 {
         let one_key = Arc::new(OneKey(Arc::clone(&keyed), key));
-        let times: Vec<u64> = times(100, 300_000).iter().map(|t| t + offset).collect();
-        let record = stress(one_key, &clock, THREADS, &times, 32, mixed);
+        let times: Vec<u64> = round_times(100, 300_000)
+            .iter()
+            .map(|t| t + offset)
+            .collect();
+        let record = stress(one_key, &clock, THREADS, &times, 32, mixed::<4>);
         check_token_bucket(&record.admissions, 20, 20, 1_000_000);
         check_token_bucket(&record.admissions, 30, 10, 1_000_000);
         // Time only moves forward: the next key starts later.

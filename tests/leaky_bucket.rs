@@ -10,7 +10,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use support::{
     Admission, Reference, ReferenceLeakyBucket, ReferenceShaper, Start, Step, assert_agree,
-    check_leaky_bucket, check_shaper, expected_per_round, lockstep, stress,
+    check_leaky_bucket, check_shaper, expected_per_round, lockstep, one, round_times, stress,
 };
 use tollgate::{
     ConfigError, Denied, LeakyBucket, LockingLeakyBucket, LockingShaper, ManualClock, Rate,
@@ -425,27 +425,11 @@ const THREADS: usize = 4;
 const ROUNDS: usize = 300;
 const ATTEMPTS: usize = 64;
 
-/// Round times with irregular steps: some rounds add nothing, some cross several
-/// intervals.
-fn times(step: u64) -> Vec<u64> {
-    let mut now = 0;
-    (0..ROUNDS as u64)
-        .map(|round| {
-            now += (round * 7919 % 5) * step / 2 + round % 3;
-            now
-        })
-        .collect()
-}
-
-fn one(_: usize, _: usize) -> u32 {
-    1
-}
-
 fn meter_rounds<L: RateLimiter + Send + Sync + 'static>(make: fn(ManualClock) -> L) {
     let (capacity, permits, period) = (40, 100, 1_000_000u64);
     let clock = ManualClock::new();
     let limiter = Arc::new(make(clock.clone()));
-    let times = times(period / u64::from(permits) * 25);
+    let times = round_times(ROUNDS as u64, period / u64::from(permits) * 25);
     let record = stress(limiter, &clock, THREADS, &times, ATTEMPTS, one);
     check_leaky_bucket(&record.admissions, capacity, period / u64::from(permits));
     let mut reference = ReferenceLeakyBucket::new(capacity, permits, period);
@@ -474,7 +458,7 @@ fn shaper_rounds<S: Reserve + Send + Sync + 'static>(make: fn(ManualClock) -> S)
     let (interval, burst, max_wait) = (10_000u64, 3u32, 200_000u64);
     let clock = ManualClock::new();
     let shaper = Arc::new(make(clock.clone()));
-    let times = times(interval * 4);
+    let times = round_times(ROUNDS as u64, interval * 4);
     let round_times = times.clone();
     let s = shaper.clone();
     let rounds = lockstep(&clock, THREADS, &times, move |thread, round| {

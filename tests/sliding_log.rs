@@ -14,7 +14,7 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use support::{Admission, Reference, Step, assert_agree, expected_per_round, stress};
+use support::{Admission, Reference, Step, assert_agree, expected_per_round, mixed, one, stress};
 use tollgate::{
     Clock, ConfigError, Denied, LockingSlidingLog, ManualClock, Rate, RateLimiter, SlidingLog,
 };
@@ -644,14 +644,6 @@ proptest! {
 // Stress: real threads, exact decision times.
 // ---------------------------------------------------------------------------
 
-fn one(_: usize, _: usize) -> u32 {
-    1
-}
-
-fn mixed(thread: usize, attempt: usize) -> u32 {
-    1 + ((thread * 7 + attempt * 13) % 4) as u32
-}
-
 /// Rounds whose times climb by `step` ns, repeating some times.
 fn times(step: u64) -> Vec<u64> {
     (0..300u64)
@@ -688,8 +680,8 @@ fn lock_step_stress_is_exact_and_tight() {
 
 #[test]
 fn lock_step_stress_with_mixed_sizes() {
-    lock_step(|c| log(16, 1_000, c), mixed, false);
-    lock_step(|c| twin(16, 1_000, c), mixed, false);
+    lock_step(|c| log(16, 1_000, c), mixed::<4>, false);
+    lock_step(|c| twin(16, 1_000, c), mixed::<4>, false);
 }
 
 thread_local! {
@@ -769,7 +761,7 @@ fn free_running(limit: u32, window: u64, reconfigure: bool) -> Vec<Admission> {
                 let mut mine = Vec::new();
                 let mut i = 0;
                 while !done.load(Ordering::Acquire) {
-                    let n = mixed(thread, i).min(limit);
+                    let n = mixed::<4>(thread, i).min(limit);
                     match log.try_acquire_n(n) {
                         Ok(()) => mine.push(Admission {
                             at: READING.with(Cell::get),
@@ -841,7 +833,7 @@ fn lock_step_stress_across_reconfigurations() {
         }
         let times: Vec<u64> = times(70).into_iter().take(60).map(|t| start + t).collect();
         start = *times.last().unwrap();
-        let record = stress(log.clone(), &clock, 3, &times, 8, mixed);
+        let record = stress(log.clone(), &clock, 3, &times, 8, mixed::<4>);
         admissions.extend(record.admissions.into_iter().map(|a| Configured {
             at: a.at,
             n: a.n,

@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use support::{
-    Admission, Reference, Step, StressRecord, assert_agree, check_sliding_window, lockstep, stress,
+    Admission, Reference, Step, StressRecord, assert_agree, check_sliding_window, lockstep, mixed,
+    one, stress,
 };
 use tollgate::sliding_window::MAX_SUB_WINDOWS;
 use tollgate::{
@@ -336,14 +337,6 @@ fn times(step: u64) -> Vec<u64> {
         .collect()
 }
 
-fn one(_: usize, _: usize) -> u32 {
-    1
-}
-
-fn mixed(thread: usize, attempt: usize) -> u32 {
-    1 + ((thread * 31 + attempt * 17) % 4) as u32
-}
-
 /// Denials while budget was left, from a lock-step record of unit requests:
 /// in each round (time stands still) an exact limiter would admit
 /// `min(demand, room)`, where `room` is what the recorded admissions so far
@@ -553,7 +546,7 @@ fn striped_keeps_its_bound_with_mixed_sizes() {
             THREADS,
             &times(500),
             ATTEMPTS,
-            mixed,
+            mixed::<4>,
         );
         assert!(!record.admissions.is_empty());
         check_sliding_window(&record.admissions, limit, 1_000, subs);
@@ -572,7 +565,7 @@ fn approx_keeps_its_bound_under_contention() {
         THREADS,
         &times(window / 7),
         ATTEMPTS,
-        mixed,
+        mixed::<4>,
     );
     assert!(!record.admissions.is_empty());
     check_approx(&record.admissions, limit, window);
@@ -600,8 +593,8 @@ fn striped_total_is_bounded_with_a_moving_clock() {
                 let mut admitted = 0u64;
                 let mut i = 0;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    if limiter.try_acquire_n(mixed(t, i)).is_ok() {
-                        admitted += u64::from(mixed(t, i));
+                    if limiter.try_acquire_n(mixed::<4>(t, i)).is_ok() {
+                        admitted += u64::from(mixed::<4>(t, i));
                     }
                     i += 1;
                 }

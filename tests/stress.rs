@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use support::{
     ReferenceFixedWindow, ReferenceTokenBucket, check_fixed_window, check_token_bucket,
-    expected_per_round, stress,
+    expected_per_round, mixed, one, round_times, stress,
 };
 use tollgate::{
     FixedWindow, LockingFixedWindow, LockingTokenBucket, ManualClock, Rate, RateLimiter,
@@ -21,33 +21,13 @@ const THREADS: usize = 4;
 const ROUNDS: usize = 300;
 const ATTEMPTS: usize = 64;
 
-/// Round times with irregular steps: some rounds add nothing, some cross several
-/// intervals or windows.
-fn times(step: u64) -> Vec<u64> {
-    let mut now = 0;
-    (0..ROUNDS as u64)
-        .map(|round| {
-            now += (round * 7919 % 5) * step / 2 + round % 3;
-            now
-        })
-        .collect()
-}
-
-fn one(_: usize, _: usize) -> u32 {
-    1
-}
-
-fn mixed(thread: usize, attempt: usize) -> u32 {
-    1 + ((thread * 31 + attempt * 17) % 3) as u32
-}
-
 /// Single permits: demand outstrips supply every round, so a tight limiter
 /// admits exactly what a sequential one would, round by round.
 fn token_bucket_rounds<L: RateLimiter + Send + Sync + 'static>(make: fn(ManualClock) -> L) {
     let (capacity, permits, period) = (40, 100, 1_000_000u64);
     let clock = ManualClock::new();
     let limiter = Arc::new(make(clock.clone()));
-    let times = times(period / u64::from(permits) * 25);
+    let times = round_times(ROUNDS as u64, period / u64::from(permits) * 25);
     let record = stress(limiter, &clock, THREADS, &times, ATTEMPTS, one);
     check_token_bucket(&record.admissions, capacity, permits, period);
     let mut reference = ReferenceTokenBucket::new(capacity, permits, period);
@@ -74,7 +54,14 @@ fn token_bucket_keeps_its_bound_with_mixed_sizes() {
     let clock = ManualClock::new();
     let rate = Rate::new(7, Duration::from_micros(10)); // an interval that rounds
     let limiter = Arc::new(TokenBucket::with_clock(9, rate, clock.clone()).unwrap());
-    let record = stress(limiter, &clock, THREADS, &times(4_000), ATTEMPTS, mixed);
+    let record = stress(
+        limiter,
+        &clock,
+        THREADS,
+        &round_times(ROUNDS as u64, 4_000),
+        ATTEMPTS,
+        mixed::<3>,
+    );
     assert!(!record.admissions.is_empty());
     check_token_bucket(&record.admissions, 9, 7, 10_000);
 }
@@ -83,7 +70,7 @@ fn fixed_window_rounds<L: RateLimiter + Send + Sync + 'static>(make: fn(ManualCl
     let (limit, window) = (50, 1_000_000u64);
     let clock = ManualClock::new();
     let limiter = Arc::new(make(clock.clone()));
-    let times = times(window / 2);
+    let times = round_times(ROUNDS as u64, window / 2);
     let record = stress(limiter, &clock, THREADS, &times, ATTEMPTS, one);
     check_fixed_window(&record.admissions, limit, window);
     let mut reference = ReferenceFixedWindow::new(limit, window);
@@ -110,7 +97,14 @@ fn fixed_window_keeps_its_bound_with_mixed_sizes() {
     let clock = ManualClock::new();
     let rate = Rate::new(11, Duration::from_micros(3));
     let limiter = Arc::new(FixedWindow::with_clock(rate, clock.clone()).unwrap());
-    let record = stress(limiter, &clock, THREADS, &times(1_500), ATTEMPTS, mixed);
+    let record = stress(
+        limiter,
+        &clock,
+        THREADS,
+        &round_times(ROUNDS as u64, 1_500),
+        ATTEMPTS,
+        mixed::<3>,
+    );
     assert!(!record.admissions.is_empty());
     check_fixed_window(&record.admissions, 11, 3_000);
 }

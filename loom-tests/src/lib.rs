@@ -34,7 +34,7 @@ mod models {
     use std::sync::atomic::{AtomicUsize, Ordering as StdOrdering};
     use std::time::{Duration, Instant};
 
-    use tollgate::{Clock, Denied, ManualClock};
+    use tollgate::{Clock, Denied, ManualClock, RateLimiter};
 
     loom::thread_local! {
         /// Clock readings taken by this loom thread since the last [`record`], and
@@ -445,5 +445,24 @@ mod models {
         assert_eq!(op.result, Ok(()), "when a retry-after of {wait:?} ran out");
         ops.push(op);
         ops
+    }
+
+    /// Every check a GCRA-bucket model (token bucket, leaky bucket meter) makes
+    /// once its threads are joined: the bucket bound on every pair of admission
+    /// times, linearizability against sequential GCRA (exact retry-afters
+    /// included), then the single-threaded tail and the bound again.
+    pub fn verify_gcra(
+        limiter: &impl RateLimiter,
+        clock: &ManualClock,
+        capacity: u32,
+        interval: u64,
+        mut threads: Vec<Vec<Op>>,
+    ) {
+        assert_bucket_bound(capacity, interval, &threads);
+        assert_linearizable(&GcraSpec { capacity, interval }, &threads);
+        threads.push(single_threaded_tail(clock, capacity, || {
+            limiter.try_acquire()
+        }));
+        assert_bucket_bound(capacity, interval, &threads);
     }
 }

@@ -18,8 +18,7 @@ use loom::sync::Arc;
 use loom::thread;
 use tollgate::{Denied, LeakyBucket, ManualClock, Rate, RateLimiter, Reserve, Shaper};
 use tollgate_loom_tests::{
-    GcraSpec, Op, RecordingClock, Spec, assert_bucket_bound, assert_linearizable, explore, record,
-    single_threaded_tail,
+    Op, RecordingClock, Spec, assert_linearizable, explore, record, verify_gcra,
 };
 
 /// Nanoseconds per permit.
@@ -38,27 +37,6 @@ fn meter(capacity: u32) -> (Arc<LeakyBucket<RecordingClock>>, ManualClock) {
     )
     .expect("a valid configuration");
     (Arc::new(bucket), clock)
-}
-
-fn verify_meter(
-    bucket: &LeakyBucket<RecordingClock>,
-    clock: &ManualClock,
-    capacity: u32,
-    mut threads: Vec<Vec<Op>>,
-) {
-    // The level never above the capacity is the bucket bound on decision times.
-    assert_bucket_bound(capacity, INTERVAL, &threads);
-    assert_linearizable(
-        &GcraSpec {
-            capacity,
-            interval: INTERVAL,
-        },
-        &threads,
-    );
-    threads.push(single_threaded_tail(clock, capacity, || {
-        bucket.try_acquire()
-    }));
-    assert_bucket_bound(capacity, INTERVAL, &threads);
 }
 
 #[test]
@@ -87,7 +65,7 @@ fn meter_two_threads_pour_while_the_clock_moves() {
             });
 
             let threads = vec![advancer.join().unwrap(), pourer.join().unwrap()];
-            verify_meter(&bucket, &clock, CAPACITY, threads);
+            verify_gcra(&*bucket, &clock, CAPACITY, INTERVAL, threads);
         },
     );
     assert!(explored > 1);
@@ -116,7 +94,7 @@ fn meter_clock_steps_back_while_pouring() {
 
             let threads: Vec<_> = acquirers.into_iter().map(|h| h.join().unwrap()).collect();
             stepper.join().unwrap();
-            verify_meter(&bucket, &clock, CAPACITY, threads);
+            verify_gcra(&*bucket, &clock, CAPACITY, INTERVAL, threads);
         },
     );
     assert!(explored > 1);

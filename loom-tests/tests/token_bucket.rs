@@ -15,10 +15,7 @@ use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::thread;
 use tollgate::{Clock, Denied, ManualClock, Rate, RateLimiter, TokenBucket};
-use tollgate_loom_tests::{
-    GcraSpec, Op, RecordingClock, assert_bucket_bound, assert_linearizable, explore, record,
-    single_threaded_tail,
-};
+use tollgate_loom_tests::{Op, RecordingClock, assert_bucket_bound, explore, record, verify_gcra};
 
 /// Nanoseconds per permit: one permit per 10 ns.
 const INTERVAL: u64 = 10;
@@ -38,27 +35,6 @@ fn bucket(capacity: u32) -> (Arc<TokenBucket<RecordingClock>>, ManualClock) {
     .expect("a valid configuration");
     assert_eq!(bucket.emission_interval(), nanos(INTERVAL));
     (Arc::new(bucket), clock)
-}
-
-/// Every check a model makes once its threads are joined.
-fn verify(
-    bucket: &TokenBucket<RecordingClock>,
-    clock: &ManualClock,
-    capacity: u32,
-    mut threads: Vec<Vec<Op>>,
-) {
-    assert_bucket_bound(capacity, INTERVAL, &threads);
-    assert_linearizable(
-        &GcraSpec {
-            capacity,
-            interval: INTERVAL,
-        },
-        &threads,
-    );
-    threads.push(single_threaded_tail(clock, capacity, || {
-        bucket.try_acquire()
-    }));
-    assert_bucket_bound(capacity, INTERVAL, &threads);
 }
 
 /// Requests that can never be admitted, made while other threads race: they
@@ -114,7 +90,7 @@ fn two_threads_two_acquires_with_concurrent_advance() {
                 (2..=3).contains(&admitted),
                 "{admitted} admitted: {threads:#?}"
             );
-            verify(&bucket, &clock, CAPACITY, threads);
+            verify_gcra(&*bucket, &clock, CAPACITY, INTERVAL, threads);
         },
     );
     assert!(explored > 1);
@@ -147,7 +123,7 @@ fn dedicated_clock_thread_ticks_while_two_threads_acquire_twice() {
 
             let threads: Vec<_> = acquirers.into_iter().map(|h| h.join().unwrap()).collect();
             ticker.join().unwrap();
-            verify(&bucket, &clock, CAPACITY, threads);
+            verify_gcra(&*bucket, &clock, CAPACITY, INTERVAL, threads);
         },
     );
     assert!(explored > 1);
@@ -177,7 +153,7 @@ fn three_threads_acquire_n_mixed_with_acquire() {
                 single.join().unwrap(),
                 advancer.join().unwrap(),
             ];
-            verify(&bucket, &clock, CAPACITY, threads);
+            verify_gcra(&*bucket, &clock, CAPACITY, INTERVAL, threads);
         },
     );
     assert!(explored > 1);
@@ -209,7 +185,7 @@ fn demand_within_capacity_is_all_admitted() {
             for op in threads.iter().flatten() {
                 assert_eq!(op.result, Ok(()), "spurious denial: {threads:#?}");
             }
-            verify(&bucket, &clock, CAPACITY, threads);
+            verify_gcra(&*bucket, &clock, CAPACITY, INTERVAL, threads);
         },
     );
     assert!(explored > 1);
@@ -240,7 +216,7 @@ fn clock_stepping_back_races_with_acquires() {
 
             let threads = vec![twice.join().unwrap(), pair.join().unwrap()];
             stepper.join().unwrap();
-            verify(&bucket, &clock, CAPACITY, threads);
+            verify_gcra(&*bucket, &clock, CAPACITY, INTERVAL, threads);
         },
     );
     assert!(explored > 1);

@@ -621,3 +621,26 @@ pub fn check_sliding_window(admissions: &[Admission], limit: u32, sub_ns: u64, s
         );
     }
 }
+
+/// Lock-step round times with irregular steps: some rounds add nothing, some
+/// cross several intervals or windows.
+pub fn round_times(rounds: u64, step: u64) -> Vec<u64> {
+    let mut now = 0;
+    (0..rounds)
+        .map(|round| {
+            now += (round * 7919 % 5) * step / 2 + round % 3;
+            now
+        })
+        .collect()
+}
+
+/// Request sizes for [`stress`]: one permit per attempt.
+pub fn one(_: usize, _: usize) -> u32 {
+    1
+}
+
+/// Request sizes for [`stress`]: 1 to `MAX` permits, varying with the thread
+/// and the attempt.
+pub fn mixed<const MAX: usize>(thread: usize, attempt: usize) -> u32 {
+    1 + ((thread * 31 + attempt * 17) % MAX) as u32
+}
