@@ -53,7 +53,7 @@ pub trait RateLimiter {
     ///
     /// ```
     /// use tollgate::{Denied, Rate, RateLimiter, TokenBucket};
-    /// let bucket = TokenBucket::new(10, Rate::per_second(10)).unwrap();
+    /// let bucket = TokenBucket::new(10, Rate::per_hour(10)).unwrap();
     /// assert!(bucket.try_acquire_n(7).is_ok());
     /// assert!(matches!(bucket.try_acquire_n(7), Err(Denied::RetryAfter(_))));
     /// assert_eq!(bucket.try_acquire_n(0), Err(Denied::ZeroPermits));

@@ -311,7 +311,7 @@ where
     /// use tollgate::keyed::{BucketConfig, Keyed};
     /// use tollgate::{Rate, TokenBucket};
     ///
-    /// let per_key = Keyed::<u32, TokenBucket>::new(BucketConfig::new(5, Rate::per_second(5)).unwrap());
+    /// let per_key = Keyed::<u32, TokenBucket>::new(BucketConfig::new(5, Rate::per_hour(5)).unwrap());
     /// per_key.try_acquire_n(&1, 3).unwrap();
     /// assert_eq!(per_key.snapshot(&1).available, 2);
     /// assert_eq!(per_key.snapshot(&2).available, 5);

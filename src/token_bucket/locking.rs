@@ -21,7 +21,7 @@ word_limiter!(
     /// ```
     /// use tollgate::{LockingTokenBucket, Rate, RateLimiter};
     ///
-    /// let bucket = LockingTokenBucket::new(2, Rate::per_second(1)).unwrap();
+    /// let bucket = LockingTokenBucket::new(2, Rate::per_hour(1)).unwrap();
     /// assert!(bucket.try_acquire_n(2).is_ok());
     /// assert!(bucket.try_acquire().is_err());
     /// ```

@@ -227,8 +227,11 @@ use sealed::{RawReserve, Ticket};
 /// let bucket = TokenBucket::new(1, Rate::per_second(1000)).unwrap();
 /// bucket.acquire(1).unwrap(); // immediate: the bucket starts full
 /// bucket.acquire(1).unwrap(); // sleeps about a millisecond
+///
+/// let hourly = TokenBucket::new(1, Rate::per_hour(1)).unwrap();
+/// hourly.acquire(1).unwrap();
 /// assert!(matches!(
-///     bucket.acquire_timeout(1, Duration::ZERO),
+///     hourly.acquire_timeout(1, Duration::from_millis(10)), // an hour away: no wait
 ///     Err(Denied::RetryAfter(_))
 /// ));
 /// ```

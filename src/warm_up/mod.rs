@@ -337,7 +337,7 @@ warm_up!(
     /// use std::time::Duration;
     /// use tollgate::{Rate, RateLimiter, Reserve, WarmUp};
     ///
-    /// let limiter = WarmUp::new(Rate::per_second(1000), Duration::from_millis(20)).unwrap();
+    /// let limiter = WarmUp::new(Rate::per_minute(1), Duration::from_secs(600)).unwrap();
     /// limiter.acquire(1).unwrap(); // the first permit is free...
     /// assert!(limiter.try_acquire().is_err()); // ...and costs the cold interval
     /// ```
