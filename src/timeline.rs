@@ -2,11 +2,19 @@
 
 use crate::clock::Clock;
 
-/// The end of every limiter's time range: 2^62 ns, about 146 years after it was
-/// built. Readings past it are held at it, so no time arithmetic can overflow:
-/// a state time is at most `MAX_TIME` plus one capacity's worth of time
-/// (also at most `MAX_TIME`), which is below 2^63.
+/// The length of every limiter's time range: 2^62 ns, about 146 years after it
+/// was built. Durations a limiter stores (a period, a capacity's worth of time)
+/// are validated to be at most this long.
 pub(crate) const MAX_TIME: u64 = 1 << 62;
+
+/// The last instant of a limiter's time: readings past it are held at it. One
+/// short of [`MAX_TIME`], so that every state time is *strictly* below 2^63: a
+/// state time is at most `END + MAX_TIME < 2^63` (a token bucket's theoretical
+/// arrival time), and a fixed window's index, at most `END / window`, stays
+/// strictly below `2^(63 − b)` for a window of at least `2^(b−1)` ns. Bit 63 of
+/// every one-word state is therefore free at the end of time too: the keyed
+/// layer tags states with it (`keyed::kind::TAG`).
+pub(crate) const END: u64 = MAX_TIME - 1;
 
 /// A clock plus the instant the limiter was built.
 ///
@@ -25,7 +33,7 @@ impl<C: Clock> Timeline<C> {
         Timeline { clock, origin }
     }
 
-    /// Nanoseconds since the origin, in `[0, MAX_TIME]`. A clock that reads before
+    /// Nanoseconds since the origin, in `[0, END]`. A clock that reads before
     /// the origin reads as the origin; it never panics or wraps. Read through
     /// [`Clock::now_for_limiter`]: every limiter copes with a reading older than
     /// its state, so a clock's own backwards guard is not needed here.
@@ -34,7 +42,7 @@ impl<C: Clock> Timeline<C> {
         self.clock
             .now_for_limiter()
             .saturating_sub(self.origin)
-            .min(MAX_TIME)
+            .min(END)
     }
 
     pub(crate) fn clock(&self) -> &C {

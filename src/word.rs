@@ -17,7 +17,7 @@ pub(crate) trait WordMachine {
     fn capacity(&self) -> u32;
 
     /// The state after admitting `n` permits at `now`, or why not. Called with
-    /// `1 <= n <= capacity` and `now <= MAX_TIME`; `now` may be older than the
+    /// `1 <= n <= capacity` and `now <= END`; `now` may be older than the
     /// time the state was last written (a stale or backwards clock).
     fn decide(&self, state: u64, now: u64, n: u32) -> Result<u64, Denied>;
 

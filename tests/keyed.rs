@@ -457,3 +457,60 @@ fn tunable_decides_as_the_fixed_limiter_until_reconfigured() {
         clock.advance(Duration::from_nanos(step * 7919 % 30_000_000));
     }
 }
+
+// ---------------------------------------------------------------------------
+// The end of time: one-word states never reach the tag bit.
+
+/// Issue 17, item 5: at the end of the limiter's time (a clock at `u64::MAX`),
+/// a 1-per-ns fixed window with a power-of-two limit used to pack its word
+/// into bit 63, the keyed layer's tag, and `Tunable`/`Keyed` then took the
+/// state for one written under another configuration and started it afresh:
+/// 3× the limit at one instant. So did a token bucket whose whole capacity
+/// takes 2^62 ns to refill. Each must admit exactly its limit, like the
+/// direct limiter.
+#[test]
+fn the_tag_bit_stays_free_at_the_end_of_time() {
+    for limit in [1u32, 2, 4] {
+        let rate = Rate::new(limit, Duration::from_nanos(u64::from(limit)));
+        let clock = ManualClock::new();
+        let direct = Window::with_clock(rate, clock.clone()).unwrap();
+        let tunable =
+            Tunable::<Window>::with_clock(WindowConfig::new(rate).unwrap(), clock.clone());
+        let keyed =
+            Keyed::<u8, Window>::with_clock(WindowConfig::new(rate).unwrap(), clock.clone());
+        clock.set(u64::MAX);
+        let admitted = |acquire: &dyn Fn() -> Result<(), Denied>| {
+            (0..4 * limit).filter(|_| acquire().is_ok()).count() as u32
+        };
+        assert_eq!(
+            admitted(&|| direct.try_acquire()),
+            limit,
+            "direct, limit {limit}"
+        );
+        assert_eq!(
+            admitted(&|| tunable.try_acquire()),
+            limit,
+            "tunable, limit {limit}"
+        );
+        assert_eq!(
+            admitted(&|| keyed.try_acquire(&0)),
+            limit,
+            "keyed, limit {limit}"
+        );
+    }
+    // A token bucket of 1 refilled once per 2^62 ns: its TAT after one
+    // admission at the end of time is the furthest any state gets.
+    let slowest = BucketConfig::new(1, Rate::new(1, Duration::from_nanos(1 << 62))).unwrap();
+    let clock = ManualClock::new();
+    let tunable = Tunable::<Bucket>::with_clock(slowest, clock.clone());
+    let keyed = Keyed::<u8, Bucket>::with_clock(slowest, clock.clone());
+    clock.set(u64::MAX);
+    for _ in 0..3 {
+        let _ = tunable.try_acquire();
+        let _ = keyed.try_acquire(&0);
+    }
+    assert_eq!(tunable.snapshot().available, 0);
+    assert_eq!(keyed.snapshot(&0).available, 0);
+    assert!(tunable.try_acquire().is_err());
+    assert!(keyed.try_acquire(&0).is_err());
+}

@@ -22,9 +22,12 @@ impl WindowCounter {
     pub(crate) fn new(rate: Rate) -> Result<Self, ConfigError> {
         // `validate` guarantees `window >= limit >= 1` (at most one permit per ns)
         // and `window <= 2^62`. With `count_bits = bits(limit)`, `limit >=
-        // 2^(count_bits - 1)`, so an index (at most `2^62 / window`) is below
-        // `2^(63 - count_bits)` and the packed word below 2^63: it never wraps,
-        // and no two windows in the limiter's lifetime share an index.
+        // 2^(count_bits - 1)`, and time never passes `END = 2^62 − 1`, so an
+        // index (at most `END / window`) is strictly below `2^(63 −
+        // count_bits)` — at `2^62` itself it would *equal* it for `limit =
+        // window = 2^(count_bits − 1)` — and the packed word is below 2^63:
+        // it never wraps, no two windows in the limiter's lifetime share an
+        // index, and bit 63 stays free for the keyed layer's tag.
         let (limit, window) = rate.validate()?;
         Ok(WindowCounter {
             window,
@@ -45,7 +48,7 @@ impl WindowCounter {
         let index = state >> self.count_bits;
         // Most decisions fall in the stored window: one multiply settles it, and
         // the division runs only when a new window opens. No overflow: the
-        // index is at most 2^62 / window, so its end is at most 2^62 + window.
+        // index is at most END / window, so its end is at most 2^62 + window.
         if now < (index + 1) * self.window {
             (index, state & ((1 << self.count_bits) - 1))
         } else {

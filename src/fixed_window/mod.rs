@@ -19,9 +19,13 @@
 //! | admit `n` in a later window | word | `(new index, n)`, by CAS |
 //! | deny | word | nothing |
 //!
-//! The index never wraps: one permit per nanosecond at most means the window is
-//! at least `2^(b-1)` ns, so indices over the limiter's 2^62 ns lifetime fit in
-//! `64 − b` bits with one to spare.
+//! The index never wraps, and the word never reaches bit 63: one permit per
+//! nanosecond at most means the window is at least `2^(b-1)` ns, and the
+//! limiter's time ends at `2^62 − 1` ns, so an index is at most `(2^62 − 1) /
+//! 2^(b−1) < 2^(63−b)` and fits in `63 − b` bits. Bit 63 is always zero (the
+//! keyed layer uses it as a tag); time ends one nanosecond short of 2^62
+//! precisely so that a 1-per-ns window with a power-of-two limit does not
+//! reach it.
 //!
 //! # Guarantee, and the known weakness
 //!

@@ -10,8 +10,12 @@ use crate::error::Denied;
 use crate::limiter::Snapshot;
 
 /// The tag bit of a one-word state: which of two consecutive configurations the
-/// rest of the word was last written under (see [`View`]). Every one-word
-/// machine in tollgate keeps its state below 2^63, so bit 63 is free.
+/// rest of the word was last written under (see [`View`]). Both keyable
+/// machines keep their state strictly below 2^63 — at the end of time too,
+/// which is why time ends at `2^62 − 1` (`timeline::END`): a token bucket's
+/// TAT is at most `END + capacity·interval <= 2^63 − 1`, a fixed window's
+/// index at most `END / window < 2^(63 − b)` — so bit 63 is free. The test
+/// `states_stay_below_the_tag_at_the_end_of_time` in `kinds.rs` checks both.
 pub(crate) const TAG: u64 = 1 << 63;
 
 /// What to do with a limiter's current state when its configuration changes.

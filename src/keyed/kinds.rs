@@ -542,6 +542,26 @@ mod tests {
         );
     }
 
+    /// The tag (bit 63) is free only if no state ever reaches it: checked at
+    /// the end of time (`END`) for the configurations closest to the edge —
+    /// the densest windows with a power-of-two limit, and a bucket whose
+    /// capacity takes the whole time range to refill.
+    #[test]
+    fn states_stay_below_the_tag_at_the_end_of_time() {
+        use crate::timeline::{END, MAX_TIME};
+        for bits in 0..32 {
+            let limit = 1u32 << bits;
+            let counter =
+                WindowCounter::new(Rate::new(limit, Duration::from_nanos(u64::from(limit))))
+                    .unwrap();
+            let word = counter.decide(WindowCounter::INITIAL, END, limit).unwrap();
+            assert_eq!(word & TAG, 0, "limit {limit}");
+        }
+        let gcra = Gcra::new(1, Rate::new(1, Duration::from_nanos(MAX_TIME))).unwrap();
+        let tat = gcra.decide(Gcra::INITIAL, END, 1).unwrap();
+        assert_eq!(tat & TAG, 0);
+    }
+
     #[test]
     fn carrying_a_fresh_state_gives_a_fresh_state() {
         let a = Gcra::new(10, Rate::per_second(10)).unwrap();

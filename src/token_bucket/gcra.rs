@@ -60,8 +60,9 @@ impl WordMachine for Gcra {
     ///
     /// A `now` older than the state (a stale reading, or a clock that stepped
     /// back) only shrinks `now + tolerance`, so it can deny what a fresh reading
-    /// would admit, never the reverse. No overflow: `now <= 2^62`, the TAT never
-    /// exceeds `2^62 + tolerance <= 2^63`, and `n * interval <= tolerance`.
+    /// would admit, never the reverse. No overflow: `now <= END = 2^62 − 1`, the
+    /// TAT never exceeds `END + tolerance < 2^63` (bit 63 stays clear), and
+    /// `n * interval <= tolerance`.
     #[inline]
     fn decide(&self, tat: u64, now: u64, n: u32) -> Result<u64, Denied> {
         let next = tat.max(now) + u64::from(n) * self.interval;

@@ -13,7 +13,7 @@
 //!
 //! | bits | meaning |
 //! |---|---|
-//! | 0–63 | TAT in nanoseconds since the limiter was built; `0` = full at birth. At most `2^62 + capacity·interval < 2^63`. |
+//! | 0–63 | TAT in nanoseconds since the limiter was built; `0` = full at birth. At most `(2^62 − 1) + capacity·interval < 2^63`: bit 63 is always clear. |
 //!
 //! | operation | reads | writes |
 //! |---|---|---|

@@ -216,8 +216,8 @@ use sealed::{RawReserve, Ticket};
 ///
 /// Implemented by [`TokenBucket`](crate::TokenBucket), the leaky bucket
 /// [`LeakyBucket`](crate::LeakyBucket) and [`Shaper`](crate::Shaper),
-/// [`WarmUp`](crate::WarmUp), and their locking twins (but for
-/// `LockingTokenBucket`, for now).
+/// [`WarmUp`](crate::WarmUp), and all their locking twins
+/// ([`LockingTokenBucket`](crate::LockingTokenBucket) included).
 /// See the [module docs](self) for the guarantees.
 ///
 /// ```
