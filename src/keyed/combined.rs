@@ -36,14 +36,26 @@
 //! admitted are *refunded*. Every part keeps its own guarantee over the permits
 //! it keeps, so every limit of the set holds for the requests the pair admits.
 //!
-//! * **No permit is kept by a denied request.** A refund happens in the same
-//!   call, at the same decision time, and gives back all `n` permits: for the
-//!   token bucket, the `n` intervals the admission added to the theoretical
-//!   arrival time (later admissions stacked on them move back by as much, which
-//!   is exactly what they would have been without it); for the fixed window,
-//!   `n` from the count, if the window is still the one the permits went to (if
-//!   it is not, they count against a window that has closed and constrain
-//!   nothing any more).
+//! * **A refund never gives away a permit someone else holds**, whatever the
+//!   clock readings: the state after it admits no more than if the refunded
+//!   admission had never happened. For the fixed window the refund takes `n`
+//!   from the count if the window is still the one the permits went to (every
+//!   admission since stacked on them; if the window has closed they constrain
+//!   nothing any more): exact, always. For the token bucket it restores the
+//!   word the admission replaced if the word is still the one the admission
+//!   wrote; if another admission has moved it since, the permits stay taken.
+//!   (Taking `n` intervals off a moved TAT is exact if the later admissions
+//!   stacked on ours, but over-admits if one found the bucket full and
+//!   absorbed it — issue 17: a request decided at a stale 1127 ns refunded a
+//!   permit that a request at 3534 ns held, and a third was admitted at 3534,
+//!   2 against a capacity of 1. One word cannot tell the two apart; see
+//!   `kinds.rs`.)
+//! * **A denied request keeps no permit unless it was raced**: without a
+//!   concurrent admission on the same part between its admission and its
+//!   refund (nanoseconds, unless the thread is preempted) every refund is
+//!   exact. When a token bucket part was raced, the denied request's `n`
+//!   permits stay taken until they refill: under-admission, never
+//!   over-admission.
 //! * **A refunded permit was briefly unavailable.** Between the first part's
 //!   admission and its refund (nanoseconds, unless the thread is preempted),
 //!   the permits are taken: a concurrent request on the same key may be denied
@@ -58,10 +70,11 @@
 //! * **Snapshot** reports the smallest availability and capacity and the
 //!   longest time to full.
 //!
-//! The token bucket refund is safe even away from the admission's own decision
-//! time: it never gives back more than the part of the reservation still in the
-//! future (see `kinds.rs`). The stress test in `tests/keyed_combined.rs` hammers
-//! a pair from several threads and checks both limits on what was admitted.
+//! The stress tests in `tests/keyed_combined.rs` hammer pairs from several
+//! threads and check both limits on what was admitted, and that with time
+//! frozen a window part ends with exactly its capacity less what passed; the
+//! loom model `loom-tests/tests/combined.rs` races a refund made at a stale
+//! reading against admissions at a later one.
 
 use super::kind::{Keyable, Refusal, View, sealed::Sealed};
 use crate::error::Denied;
@@ -110,7 +123,7 @@ impl<A: Keyable, B: Keyable<Clock = A::Clock>> Keyable for (A, B) {
         match B::acquire(&vb, &state.1, now, n) {
             Ok(rb) => Ok((ra, rb)),
             Err(refusal) => {
-                A::refund(&va, &state.0, ra, n, now);
+                A::refund(&va, &state.0, ra, n);
                 Err(refusal)
             }
         }
@@ -131,15 +144,9 @@ impl<A: Keyable, B: Keyable<Clock = A::Clock>> Keyable for (A, B) {
         }
     }
 
-    fn refund(
-        view: &View<'_, Self::Config>,
-        state: &Self::State,
-        receipt: Self::Receipt,
-        n: u32,
-        now: u64,
-    ) {
-        A::refund(&view.map(|c| &c.0), &state.0, receipt.0, n, now);
-        B::refund(&view.map(|c| &c.1), &state.1, receipt.1, n, now);
+    fn refund(view: &View<'_, Self::Config>, state: &Self::State, receipt: Self::Receipt, n: u32) {
+        A::refund(&view.map(|c| &c.0), &state.0, receipt.0, n);
+        B::refund(&view.map(|c| &c.1), &state.1, receipt.1, n);
     }
 
     fn snapshot(view: &View<'_, Self::Config>, state: &Self::State, now: u64) -> Option<Snapshot> {

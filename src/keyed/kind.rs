@@ -192,15 +192,11 @@ pub trait Keyable: sealed::Sealed + Sized {
 
     /// Gives back permits admitted with `receipt`, as far as that is safe: the
     /// state afterwards never admits more than if the permits had never been
-    /// taken. See [`combined`](super::combined) for what each kind returns.
+    /// taken, whatever was admitted in between and at whatever times (stale
+    /// ones included). See [`combined`](super::combined) for what each kind
+    /// returns.
     #[doc(hidden)]
-    fn refund(
-        view: &View<'_, Self::Config>,
-        state: &Self::State,
-        receipt: Self::Receipt,
-        n: u32,
-        now: u64,
-    );
+    fn refund(view: &View<'_, Self::Config>, state: &Self::State, receipt: Self::Receipt, n: u32);
 
     /// The state as a snapshot; `None` if the view is stale.
     #[doc(hidden)]

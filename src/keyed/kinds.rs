@@ -174,9 +174,11 @@ pub(crate) trait Carried: WordMachine {
     /// Maps every fresh state to a fresh one, whatever `carry`.
     fn carry(from: &Self, to: &Self, state: u64, now: u64, carry: Carry) -> u64;
 
-    /// `state` less the permits admitted when `written` was stored, as far as
-    /// that is safe at `now`; `None` when nothing can be given back.
-    fn refund(&self, state: u64, written: u64, n: u32, now: u64) -> Option<u64>;
+    /// `state` less the `n` permits of the admission that replaced `before`
+    /// with `written`, if that can be done without giving away anyone else's
+    /// permits; `None` when nothing can be given back. `state` is the current
+    /// word, untagged and under the same configuration as the other two.
+    fn refund(&self, state: u64, before: u64, written: u64, n: u32) -> Option<u64>;
 }
 
 /// `numerator / denominator` of `x`, rounded up, in 128 bits.
@@ -205,20 +207,32 @@ impl Carried for Gcra {
         if debt == 0 { Self::INITIAL } else { now + debt }
     }
 
-    /// Gives back the part of the admission's reservation that has not yet
-    /// elapsed: at most `n` intervals, and at most `written − now`. Within one
-    /// call (`now` = the admission's own decision time) that is all of it.
+    /// Restores the word the admission replaced, if the word is still the one
+    /// it wrote; otherwise gives nothing back.
     ///
-    /// Why that never over-admits: the admission wrote `written = base + n·I`.
-    /// A later admission at `t ≤ now` either stacked on it (its base was the
-    /// TAT, so removing `x ≤ n·I` from every later TAT is exactly "as if ours
-    /// never happened") or found the bucket full (`t > TAT ≥ written`), which
-    /// cannot happen while `now < written`; as `now` passes `written` the part
-    /// that is safe to give back shrinks to `written − now`, and to nothing.
-    fn refund(&self, tat: u64, written: u64, n: u32, now: u64) -> Option<u64> {
-        let reserved = u64::from(n) * self.interval().as_nanos() as u64;
-        let give = reserved.min(written.saturating_sub(now));
-        (give > 0).then(|| tat.saturating_sub(give))
+    /// Why not subtract `n` intervals from whatever the TAT has become: a
+    /// later admission either *stacked* on ours (its base was the TAT, and
+    /// removing our `n·I` from it would be exact) or found the bucket *full*
+    /// (decided at some `t > TAT >= written`, base `t`), which absorbed ours:
+    /// "as if ours never happened" then leaves the TAT where it is, and taking
+    /// `n·I` off would hand the later admissions' permits out again. The word
+    /// cannot tell the two apart, and the decision times cannot either: a
+    /// stale reading (ours, or a clock that stepped back) can be older than a
+    /// later admission's. Issue 17: with parts (1, 1/100 ns) and (3, 1/100
+    /// ns), a request read 1127, was admitted by the first part and denied by
+    /// the second; meanwhile a request at 3534 found the first part full; the
+    /// old refund, `min(n·I, written − now)` at the stale 1127, gave its
+    /// permit away and a third request was admitted at 3534: 2 against a
+    /// capacity of 1. Restoring only an unchanged word is exact ("as if never
+    /// taken", the argument of `waiting::cancel_word`): every admission moves
+    /// the TAT strictly forward and every successful refund restores the exact
+    /// value its admission replaced, so the word equals `written` iff every
+    /// change since ours has been undone. A refund that finds the word moved
+    /// keeps the permits taken: under-admission, and only when another
+    /// request on the same state was admitted during the nanoseconds between
+    /// our admission and our refund.
+    fn refund(&self, tat: u64, before: u64, written: u64, _n: u32) -> Option<u64> {
+        (tat == written).then_some(before)
     }
 }
 
@@ -250,7 +264,11 @@ impl Carried for WindowCounter {
 
     /// Gives the permits back while their window is still the current one;
     /// once the window has moved on they no longer count against anything.
-    fn refund(&self, state: u64, written: u64, n: u32, _now: u64) -> Option<u64> {
+    /// Exact whatever happened in between and whatever the readings: a count
+    /// is a sum, so every later admission in the same window stacked on ours,
+    /// and the window index never goes back (a stale reading counts against
+    /// the stored window), so "the same index" is "the same window".
+    fn refund(&self, state: u64, _before: u64, written: u64, n: u32) -> Option<u64> {
         let bits = count_bits(self.capacity());
         let count = state & ((1 << bits) - 1);
         (state >> bits == written >> bits && count >= u64::from(n)).then(|| state - u64::from(n))
@@ -374,19 +392,26 @@ fn resolve<G: WordConfig>(view: &View<'_, G>, word: u64, now: u64) -> Result<u64
     }
 }
 
+/// Admits `n` at `now`; the receipt is `(before, written)`: the tagged state
+/// the decision was made on (after any carry-over) and the tagged word stored.
 #[inline]
 fn acquire<G: WordConfig, W: WordCell>(
     view: &View<'_, G>,
     cell: &W,
     now: u64,
     n: u32,
-) -> Result<u64, Refusal> {
+) -> Result<(u64, u64), Refusal> {
     let machine = view.current.machine();
     check_request(n, machine.capacity())?;
-    cell.update(|word| {
+    let mut before = 0;
+    let written = cell.update(|word| {
         let state = resolve(view, word, now)?;
-        Ok(view.tag | machine.decide(state, now, n)?)
-    })
+        // The decision stored last is the one kept. Carried over, not the raw
+        // word: a refund must never put back a word with the previous tag.
+        before = view.tag | state;
+        Ok::<_, Refusal>(view.tag | machine.decide(state, now, n)?)
+    })?;
+    Ok((before, written))
 }
 
 fn peek<G: WordConfig, W: WordCell>(
@@ -405,9 +430,8 @@ fn peek<G: WordConfig, W: WordCell>(
 fn refund<G: WordConfig, W: WordCell>(
     view: &View<'_, G>,
     cell: &W,
-    written: u64,
+    (before, written): (u64, u64),
     n: u32,
-    now: u64,
 ) {
     let machine = view.current.machine();
     let _ = cell.update(|word| {
@@ -416,7 +440,7 @@ fn refund<G: WordConfig, W: WordCell>(
             return Err(());
         }
         machine
-            .refund(word & !TAG, written & !TAG, n, now)
+            .refund(word & !TAG, before & !TAG, written & !TAG, n)
             .map(|state| state | (word & TAG))
             .ok_or(())
     });
@@ -459,7 +483,7 @@ macro_rules! word_kind {
             type Config = $config;
             type Clock = C;
             type State = $cell;
-            type Receipt = u64;
+            type Receipt = (u64, u64);
 
             fn capacity(config: &$config) -> u32 {
                 config.machine().capacity()
@@ -475,7 +499,7 @@ macro_rules! word_kind {
                 state: &$cell,
                 now: u64,
                 n: u32,
-            ) -> Result<u64, Refusal> {
+            ) -> Result<(u64, u64), Refusal> {
                 acquire(view, state, now, n)
             }
 
@@ -488,8 +512,8 @@ macro_rules! word_kind {
                 peek(view, state, now, n)
             }
 
-            fn refund(view: &View<'_, $config>, state: &$cell, receipt: u64, n: u32, now: u64) {
-                refund(view, state, receipt, n, now)
+            fn refund(view: &View<'_, $config>, state: &$cell, receipt: (u64, u64), n: u32) {
+                refund(view, state, receipt, n)
             }
 
             fn snapshot(view: &View<'_, $config>, state: &$cell, now: u64) -> Option<Snapshot> {
@@ -560,6 +584,65 @@ mod tests {
         let gcra = Gcra::new(1, Rate::new(1, Duration::from_nanos(MAX_TIME))).unwrap();
         let tat = gcra.decide(Gcra::INITIAL, END, 1).unwrap();
         assert_eq!(tat & TAG, 0);
+    }
+
+    /// Issue 17, item 1, step by step at the kind level (the interleaving
+    /// falls inside one combined `acquire`, so it is spelled out here on the
+    /// parts; `loom-tests/tests/combined.rs` finds it through the public API).
+    #[test]
+    fn a_refund_at_a_stale_reading_gives_away_no_later_permit() {
+        use crate::clock::ManualClock;
+        type A = TokenBucket<ManualClock>;
+        type B = LockingTokenBucket<ManualClock>;
+        let per_100ns = |capacity| {
+            BucketConfig::new(capacity, Rate::new(1, Duration::from_nanos(100))).unwrap()
+        };
+        let config = (per_100ns(1), per_100ns(3));
+        let still_current = || true;
+        let view = View {
+            current: &config,
+            previous: &config,
+            carry: Carry::Reset,
+            tag: 0,
+            still_current: &still_current,
+        };
+        let (va, vb) = (view.map(|c| &c.0), view.map(|c| &c.1));
+        let state = <(A, B)>::fresh(0);
+        // The second part has no room at 1127.
+        B::acquire(&vb, &state.1, 1127, 3).unwrap();
+        // X reads 1127: admitted by the first part, denied by the second...
+        let receipt = A::acquire(&va, &state.0, 1127, 1).unwrap();
+        assert!(B::acquire(&vb, &state.1, 1127, 1).is_err());
+        // ...while Y, at 3534, finds the first part full again and is admitted.
+        assert!(<(A, B)>::acquire(&view, &state, 3534, 1).is_ok());
+        // X's refund must not give Y's permit away.
+        A::refund(&va, &state.0, receipt, 1);
+        assert!(
+            <(A, B)>::acquire(&view, &state, 3534, 1).is_err(),
+            "2 permits at t = 3534 from a bucket of 1"
+        );
+    }
+
+    /// Without a race the refund is exact: the word is the one it wrote.
+    #[test]
+    fn an_unraced_refund_restores_the_word_it_replaced() {
+        use crate::clock::ManualClock;
+        type A = TokenBucket<ManualClock>;
+        let config = BucketConfig::new(2, Rate::new(1, Duration::from_nanos(100))).unwrap();
+        let still_current = || true;
+        let view = View {
+            current: &config,
+            previous: &config,
+            carry: Carry::Reset,
+            tag: 0,
+            still_current: &still_current,
+        };
+        let state = A::fresh(0);
+        A::acquire(&view, &state, 50, 1).unwrap();
+        let word = state.load();
+        let receipt = A::acquire(&view, &state, 70, 1).unwrap();
+        A::refund(&view, &state, receipt, 1);
+        assert_eq!(state.load(), word);
     }
 
     #[test]
