@@ -12,7 +12,7 @@
 //! | [`FixedWindow`] | at most `limit` per aligned window (up to 2× across a boundary) | one `AtomicU64` (index + count) | the cheapest check, where a boundary burst is acceptable |
 //! | [`SlidingWindow`] | at most N in any S consecutive aligned sub-windows of T/S — exact under contention (N in any (S−1)/S of T, 2N in any T); [`ApproxSlidingWindow`]: Cloudflare's weighted two-window estimate | per sub-window: a pool word, a ring of S charges, one cache-padded leased stripe per CPU | high-rate shared limits that must scale with cores: gateways, hot endpoints
 //! | [`SlidingLog`] | at most N in *any* window of length T — exact, by decision time | a ring of N `AtomicU64` timestamps + a ticket head; N and T changeable at runtime | strict quotas: paid APIs, third-party limits, login attempts |
-//! | [`LeakyBucket`] / [`Shaper`] | meter: level never above capacity; queue: starts spaced 1/rate after a burst, waits bounded | one `AtomicU64` (drain time / next free slot) | smoothing an outflow: nginx-style `limit_req`, pacing calls to a fragile backend |
+//! | [`LeakyBucket`] / [`Shaper`] | meter: level never above capacity; queue: starts spaced 1/rate after a burst, waits bounded | meter: one `AtomicU64` (drain time); queue: one 128-bit word (next free slot, latest start) | smoothing an outflow: nginx-style `limit_req`, pacing calls to a fragile backend |
 //! | [`WarmUp`] | Guava's SmoothWarmingUp schedule: cold factor × the stable interval when idle, ramping to the stable rate over the warm-up period | one 128-bit word (next start, banked idle time) | services that need warming: cold caches, JIT, connection pools |
 //! | [`Keyed`] | a token bucket or fixed window (or a pair: both must admit) per key — user, IP, tenant — each with its own guarantee; per-key quotas, combined limits, runtime reconfiguration | a dashmap of one word per key (the limiter's own state), evicted when fresh, capped | per-caller limits whose key space is unbounded: public APIs, multi-tenant services |
 //!
@@ -59,6 +59,7 @@ mod timeline;
 pub mod token_bucket;
 pub mod waiting;
 pub mod warm_up;
+mod wide;
 mod word;
 
 pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock};

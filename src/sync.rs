@@ -15,9 +15,9 @@ pub(crate) use loom::sync::Arc;
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
 // Warm-up's two-word state: cmpxchg16b through portable-atomic under std; loom
-// has no 128-bit atomic, so a loom-visible stand-in (see `warm_up::cell`).
+// has no 128-bit atomic, so a loom-visible stand-in (see `wide`).
 #[cfg(loom)]
-pub(crate) use crate::warm_up::cell::LoomAtomicU128 as AtomicU128;
+pub(crate) use crate::wide::LoomAtomicU128 as AtomicU128;
 #[cfg(not(loom))]
 pub(crate) use portable_atomic::AtomicU128;
 // Pointers swapped by reconfiguration (the sliding log's ring, keyed records):

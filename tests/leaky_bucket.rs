@@ -522,3 +522,83 @@ fn locking_shaper_keeps_its_spacing_under_contention() {
         .unwrap()
     });
 }
+
+/// Issue 17, item 4, both counterexamples. A start may run `burst` intervals
+/// ahead of its slot but never before its own reading; with a reading older
+/// than a start already granted (a stale one, or a clock that stepped back)
+/// the shaper used to start the new request at that old reading, before the
+/// earlier booking, and the spacing promise broke. Now every start is at least
+/// the latest one granted, so both are denied (a start at 153325 or 2183 is
+/// not "now" for a reading of 152324 or 2175) and the starts keep the promise.
+#[test]
+fn a_stale_reading_never_starts_before_an_earlier_booking() {
+    fn shaper_for(
+        permits: u32,
+        period: u64,
+        burst: u32,
+        max_wait: u64,
+    ) -> (Shaper<ManualClock>, LockingShaper<ManualClock>, ManualClock) {
+        let rate = Rate::new(permits, Duration::from_nanos(period));
+        let wait = Duration::from_nanos(max_wait);
+        let clock = ManualClock::new();
+        (
+            Shaper::with_clock(rate, burst, wait, clock.clone()).unwrap(),
+            LockingShaper::with_clock(rate, burst, wait, clock.clone()).unwrap(),
+            clock,
+        )
+    }
+    // Thread B's 1 at 153325 booked before thread A's 5, read at 152324; the
+    // stale reading is played here as the clock stepping back.
+    let (atomic, twin, clock) = shaper_for(5, 5001, 3, 1484);
+    assert_eq!(atomic.capacity(), 5);
+    for shaper in [&atomic as &dyn RateLimiter, &twin] {
+        clock.set(153_325);
+        assert!(shaper.try_acquire_n(1).is_ok());
+        clock.set(152_324);
+        assert!(
+            shaper.try_acquire_n(5).is_err(),
+            "5 permits in [152324, 153325)"
+        );
+    }
+    // Reserving instead, on a fresh queue: a stale booking queues behind the
+    // later start, and every start keeps the promise from its own reading.
+    let (atomic, _, clock) = shaper_for(5, 5001, 3, 1484);
+    let mut starts = Vec::new();
+    for (at, n) in [(153_325, 1), (152_324, 5), (152_324, 1)] {
+        clock.set(at);
+        if let Ok(r) = atomic.reserve_within(n, Duration::from_nanos(1484)) {
+            let start = r.ready_at().as_nanos() as u64;
+            assert!(
+                start >= 153_325,
+                "{n} booked after a start at 153325 start at {start}"
+            );
+            starts.push(Start {
+                decided: at,
+                start,
+                n,
+            });
+        }
+    }
+    check_shaper(&starts, 1001, 3, 1484);
+
+    // Single-threaded: 3 per 11 ns (4 ns apart), burst 3, queueing 20 ns.
+    let (atomic, twin, clock) = shaper_for(3, 11, 3, 20);
+    for shaper in [&atomic as &dyn RateLimiter, &twin] {
+        clock.set(2183);
+        assert!(shaper.try_acquire_n(1).is_ok());
+        clock.set(2175);
+        assert!(
+            shaper.try_acquire_n(9).is_err(),
+            "9 permits in [2175, 2183)"
+        );
+    }
+    // On a clock that did not step back the 9 start at 2183 with the 1 (the
+    // last request's own permits are not limited by the burst); from 2175 the
+    // same start is 8 ns away, which a reservation may wait for.
+    let (atomic, _, clock) = shaper_for(3, 11, 3, 20);
+    clock.set(2183);
+    assert!(atomic.try_acquire_n(1).is_ok());
+    clock.set(2175);
+    let start = atomic.reserve_within(9, Duration::from_nanos(20)).unwrap();
+    assert_eq!(start.ready_at(), Duration::from_nanos(2183));
+}

@@ -101,9 +101,10 @@ fn meter_clock_steps_back_while_pouring() {
 }
 
 /// The shaper's sequential schedule, for the linearizability check: the state is
-/// the schedule's end; `n` permits at `now` take the slot `[max(end, now),
-/// +n·interval)` and start `burst` intervals before it (never before `now`),
-/// admitted iff that start is at most `max_wait` away.
+/// the schedule's end and the latest start granted; `n` permits at `now` take
+/// the slot `[max(end, now), +n·interval)` and start `burst` intervals before it
+/// (never before `now`, nor before the latest start), admitted iff that start
+/// is at most `max_wait` after `now`.
 #[derive(Debug, Clone, Copy)]
 struct ShaperSpec {
     burst: u32,
@@ -112,28 +113,30 @@ struct ShaperSpec {
 }
 
 impl ShaperSpec {
-    fn start(&self, end: u64, now: u64) -> u64 {
+    fn start(&self, (end, last): (u64, u64), now: u64) -> u64 {
         end.max(now)
             .saturating_sub(u64::from(self.burst) * INTERVAL)
             .max(now)
+            .max(last)
     }
 }
 
 impl Spec for ShaperSpec {
-    type State = u64;
+    type State = (u64, u64);
 
-    fn initial(&self) -> u64 {
-        0
+    fn initial(&self) -> (u64, u64) {
+        (0, 0)
     }
 
     fn capacity(&self) -> u32 {
         self.capacity
     }
 
-    fn decide(&self, end: u64, now: u64, n: u32) -> Result<u64, Denied> {
-        let wait = self.start(end, now) - now;
+    fn decide(&self, state: (u64, u64), now: u64, n: u32) -> Result<(u64, u64), Denied> {
+        let start = self.start(state, now);
+        let wait = start - now;
         if wait <= self.max_wait {
-            Ok(end.max(now) + u64::from(n) * INTERVAL)
+            Ok((state.0.max(now) + u64::from(n) * INTERVAL, start))
         } else {
             Err(Denied::RetryAfter(nanos(wait - self.max_wait)))
         }
@@ -278,5 +281,53 @@ fn shaper_burst_and_try_acquire_race() {
             .count();
         assert!((2..=3).contains(&admitted), "{threads:#?}");
     });
+    assert!(explored > 1);
+}
+
+/// Issue 17, item 4: a request whose reading is older than a start granted
+/// before it. One start per 10 ns, burst 2, queueing up to 10 ns (capacity
+/// 4). A thread reads 90 and books 4 permits; meanwhile the clock moves to
+/// 100 and a request there is booked to start at 100. The old schedule, which
+/// remembered only its end, started the stale request at its own reading, 90:
+/// 4 permits in [90, 100) against burst 2 + 1. Starts must keep the spacing
+/// in start order, within the wait bound of each request's exact reading, and
+/// be linearizable to the sequential schedule with its floor.
+#[test]
+fn shaper_stale_reading_books_behind_a_later_start() {
+    let explored = explore(
+        "leaky_bucket::shaper_stale_reading_books_behind_a_later_start",
+        2,
+        || {
+            let spec = ShaperSpec {
+                burst: 2,
+                max_wait: INTERVAL,
+                capacity: 4,
+            };
+            let clock = ManualClock::new();
+            let shaper = Arc::new(
+                Shaper::with_clock(
+                    Rate::new(1, nanos(INTERVAL)),
+                    spec.burst,
+                    nanos(spec.max_wait),
+                    RecordingClock::new(clock.clone()),
+                )
+                .unwrap(),
+            );
+            assert_eq!(shaper.capacity(), spec.capacity);
+            // Built at 0, so readings and starts share one origin.
+            clock.set(90);
+            let s = shaper.clone();
+            let stale = thread::spawn(move || vec![reserve(&s, 4)]);
+            let (s, c) = (shaper.clone(), clock.clone());
+            let later = thread::spawn(move || {
+                c.set(100);
+                vec![reserve(&s, 1)]
+            });
+            let granted: Vec<_> = [stale.join().unwrap(), later.join().unwrap()].concat();
+            assert_starts(&spec, &granted);
+            let threads: Vec<Vec<Op>> = granted.iter().map(|g| vec![g.0]).collect();
+            assert_linearizable(&spec, &threads);
+        },
+    );
     assert!(explored > 1);
 }

@@ -83,5 +83,5 @@ shaper!(
     /// shaper.acquire(1).unwrap();
     /// ```
     LockingShaper,
-    LockedCell
+    crate::wide::LockedWide
 );

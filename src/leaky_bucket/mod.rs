@@ -14,12 +14,23 @@
 //!
 //! # State
 //!
-//! Both keep one `AtomicU64`, updated by compare-and-swap:
+//! The meter keeps one `AtomicU64`, the shaper one 128-bit word (`cmpxchg16b`
+//! through portable-atomic, like [`WarmUp`](crate::WarmUp)); each is updated
+//! by compare-and-swap:
 //!
-//! | limiter | bits 0–63 | admit `n` at `now` |
+//! | limiter | state | admit `n` at `now` |
 //! |---|---|---|
-//! | [`LeakyBucket`] | `empty_at`: when the bucket will have drained; level = `max(empty_at − now, 0)` ns of drain | if `level + n·interval ≤ capacity·interval`: `empty_at ← now + level + n·interval` |
-//! | [`Shaper`] | `end`: when the queue will have started everything accepted (the next free slot) | slot `[max(end, now), +n·interval)`; start = `max(now, slot − burst·interval)`; if `start − now ≤ max_wait`: `end ← slot end` |
+//! | [`LeakyBucket`] | bits 0–63, `empty_at`: when the bucket will have drained; level = `max(empty_at − now, 0)` ns of drain | if `level + n·interval ≤ capacity·interval`: `empty_at ← now + level + n·interval` |
+//! | [`Shaper`] | bits 64–127, `end`: when the queue will have started everything accepted (the next free slot); bits 0–63, `last`: the latest start granted | `at = max(now, last)`; slot `[max(end, at), +n·interval)`; start = `max(at, slot − burst·interval)`; if `start − now ≤ max_wait`: `(end, last) ← (slot end, start)` |
+//!
+//! Why the shaper needs `last`: a start is at least the request's own
+//! reading, and a reading can be older than a start already granted (a stale
+//! reading, or a clock that stepped back). Without the floor such a request
+//! was started before requests booked ahead of it, and the spacing below,
+//! counted in start order, broke (issue 17: 5 permits started in a span where
+//! burst 3 allowed 4). With it, starts never go backwards; fresh readings
+//! never see it (it is at most the reading of the booking that set it, or
+//! below that booking's `end − burst·interval`).
 //!
 //! A denial writes nothing. A [`Shaper`] reservation is cancelled by one CAS
 //! that restores the previous end if no later booking is outstanding (see
@@ -190,5 +201,5 @@ shaper!(
     /// }
     /// ```
     Shaper,
-    AtomicCell
+    crate::wide::AtomicWide
 );

@@ -2,14 +2,42 @@
 
 use std::time::Duration;
 
-use crate::cell::StateCell;
 use crate::clock::Clock;
 use crate::error::{ConfigError, Denied};
 use crate::limiter::{Snapshot, check_request};
 use crate::rate::Rate;
 use crate::timeline::{MAX_TIME, Timeline};
+use crate::waiting::MAX_WAIT;
 use crate::waiting::sealed::Ticket;
-use crate::waiting::{MAX_WAIT, cancel_word, reserve_word, schedule};
+use crate::wide::WideCell;
+
+/// The shaper's state: `end << 64 | last`. `end` is the schedule's end (the
+/// next free slot, a theoretical arrival time); `last` is the latest start
+/// granted, the floor under every later start.
+///
+/// Why the second word: a request may start up to `burst` intervals before
+/// its slot, but never before its own clock reading, so a start is
+/// `max(end − burst·I, now)`. When `now` is the larger, that start depends on
+/// a reading the word `end` does not remember; a later request whose reading
+/// is *older* (stale: read before a racing request's, or a clock that stepped
+/// back) would be granted an earlier start than a request booked before it,
+/// and the spacing promise, which counts permits from one start to the next in
+/// start order, breaks (issue 17: 5 per 5001 ns, burst 3, a request read at
+/// 152324, another was booked at 153325, then the first was granted 5 permits
+/// starting at 152324 — 5 in [152324, 153325) against 3 + 1). With the latest
+/// start kept beside the end, every start is at least the one before it, so
+/// start order is booking order and the single-word argument holds again.
+/// Fresh readings never see the floor: it is at most the reading of the
+/// booking that set it, or below that booking's `end − burst·I`.
+#[inline]
+fn pack(end: u64, last: u64) -> u128 {
+    (u128::from(end) << 64) | u128::from(last)
+}
+
+#[inline]
+fn unpack(state: u128) -> (u64, u64) {
+    ((state >> 64) as u64, state as u64)
+}
 
 /// The shaper's configuration: the pure part of every decision.
 #[derive(Debug, Clone, Copy)]
@@ -67,35 +95,51 @@ impl Queue {
         Duration::from_nanos(self.max_wait)
     }
 
-    /// `(end, start)` for `n` permits behind a schedule ending at `tat`, if the
-    /// start is within both the queue's bound and the caller's `max_wait`. A
-    /// request's first permit may run `burst` intervals ahead of its slot.
+    /// The state after booking `n` permits on `state` at `now`, and their
+    /// start, if the start is within both the queue's bound and the caller's
+    /// `max_wait` of `now`. The request occupies the slot `[max(end, now),
+    /// +n·interval)`; its first permit may run `burst` intervals ahead of the
+    /// slot, but it starts neither before `now` nor before the latest start
+    /// granted (see [`pack`]).
+    ///
+    /// No overflow: `end <= 2^62 + MAX_WAIT + 2^62` and `last <= end` (the
+    /// bounds of `waiting::schedule`, which this is with a floor).
     #[inline]
     pub(crate) fn decide(
         &self,
-        tat: u64,
+        state: u128,
         now: u64,
         n: u32,
         max_wait: u64,
-    ) -> Result<(u64, u64), Denied> {
+    ) -> Result<(u128, u64), Denied> {
+        let (end, last) = unpack(state);
+        // A stale reading is lifted to the latest start: time never runs
+        // backwards for the schedule. `last < end`, so the slot is unchanged.
+        let at = now.max(last);
+        let slot_end = end.max(at) + u64::from(n) * self.interval;
         let lead = (u64::from(self.burst) + u64::from(n)) * self.interval;
-        schedule(
-            tat,
-            now,
-            n,
-            self.interval,
-            lead,
-            max_wait.min(self.max_wait),
-        )
+        let start = slot_end.saturating_sub(lead).max(at);
+        // Measured from the request's own reading: a stale one waits longer
+        // on paper, which can only deny, and its retry-after is then the
+        // exact time from that reading until the same start is within bounds.
+        let wait = start - now;
+        let max_wait = max_wait.min(self.max_wait);
+        if wait <= max_wait {
+            Ok((pack(slot_end, start), start))
+        } else {
+            Err(Denied::RetryAfter(Duration::from_nanos(wait - max_wait)))
+        }
     }
 
     /// What a request could get at `now`: a request of any size up to the
-    /// capacity starts now iff the schedule ends within `burst` intervals.
-    pub(crate) fn snapshot(&self, tat: u64, now: u64) -> Snapshot {
-        let ahead = tat.saturating_sub(now);
+    /// capacity starts now iff the schedule ends within `burst` intervals and
+    /// no start granted so far is later than `now`.
+    pub(crate) fn snapshot(&self, state: u128, now: u64) -> Snapshot {
+        let (end, last) = unpack(state);
         let slack = u64::from(self.burst) * self.interval;
-        let available = if ahead <= slack { self.capacity } else { 0 };
-        Snapshot::new(available, self.capacity, ahead.saturating_sub(slack))
+        let earliest = end.saturating_sub(slack).max(last);
+        let available = if earliest <= now { self.capacity } else { 0 };
+        Snapshot::new(available, self.capacity, earliest.saturating_sub(now))
     }
 }
 
@@ -103,12 +147,13 @@ impl Queue {
 #[derive(Debug)]
 pub(crate) struct ShaperCore<S, C> {
     queue: Queue,
-    /// The schedule's end (theoretical arrival time), ns since the origin.
+    /// The schedule's end and the latest start granted, ns since the origin
+    /// (see [`pack`]).
     state: S,
     timeline: Timeline<C>,
 }
 
-impl<S: StateCell, C: Clock> ShaperCore<S, C> {
+impl<S: WideCell, C: Clock> ShaperCore<S, C> {
     pub(crate) fn new(queue: Queue, clock: C) -> Self {
         ShaperCore {
             queue,
@@ -133,11 +178,27 @@ impl<S: StateCell, C: Clock> ShaperCore<S, C> {
     pub(crate) fn reserve(&self, n: u32, max_wait: u64) -> Result<Ticket, Denied> {
         check_request(n, self.queue.capacity)?;
         // One clock reading per request; a retry after a lost race reuses it. A
-        // stale reading sees more of the queue ahead, so it can only wait longer.
+        // stale reading sees more of the queue ahead and starts no earlier than
+        // the latest start, so it can only wait longer.
         let now = self.timeline.now();
-        reserve_word(&self.state, n, |end| {
-            self.queue.decide(end, now, n, max_wait)
-        })
+        let mut booked = Ticket {
+            start: 0,
+            permits: n,
+            after: 0,
+            before: 0,
+        };
+        self.state.update(|state| {
+            let (after, start) = self.queue.decide(state, now, n, max_wait)?;
+            // The values of the decision that is stored last are the ones kept.
+            booked = Ticket {
+                start,
+                permits: n,
+                after,
+                before: state,
+            };
+            Ok(after)
+        })?;
+        Ok(booked)
     }
 
     #[inline]
@@ -146,7 +207,21 @@ impl<S: StateCell, C: Clock> ShaperCore<S, C> {
     }
 
     pub(crate) fn cancel(&self, ticket: &Ticket) -> bool {
-        cancel_word(&self.state, ticket)
+        // Every booking moves `end` strictly forward (by `n·interval > 0`) and a
+        // successful cancel restores the exact state its booking replaced,
+        // latest start included, so the states form a stack: the state equals
+        // a booking's iff every later booking has been cancelled, and restoring
+        // it is "as if it had never been made".
+        self.state
+            .update(|state| {
+                if state == ticket.after {
+                    Ok(ticket.before)
+                } else {
+                    // "Not the latest": stops without writing; never returned.
+                    Err(Denied::ZeroPermits)
+                }
+            })
+            .is_ok()
     }
 
     pub(crate) fn snapshot(&self) -> Snapshot {

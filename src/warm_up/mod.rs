@@ -71,7 +71,6 @@
 //!   cost at most 2^60 ns at the stable rate.
 //! - No `setRate`: build a new limiter to change the rate.
 
-pub(crate) mod cell;
 mod curve;
 
 use std::time::Duration;
@@ -82,7 +81,7 @@ use crate::limiter::{Snapshot, check_request};
 use crate::rate::Rate;
 use crate::timeline::Timeline;
 use crate::waiting::sealed::{RawReserve, Ticket};
-use cell::{AtomicWide, LockedWide, WideCell};
+use crate::wide::{AtomicWide, LockedWide, WideCell};
 use curve::Curve;
 
 /// Guava's default cold factor: a cold limiter hands out permits at a third of

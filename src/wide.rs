@@ -1,12 +1,14 @@
-//! Where the warm-up state lives: one 128-bit atomic updated by CAS, or the same
-//! two words under a mutex (the locking twin).
+//! The two homes of a two-word limiter state (the warm-up limiter's, the
+//! shaper's): one 128-bit atomic updated by CAS, and the same two words under
+//! a mutex (the locking twin).
 
 use crossbeam_utils::CachePadded;
 
 use crate::error::Denied;
 use crate::sync::{AtomicU128, Ordering};
 
-/// A two-word state (`next << 64 | bank`), changed only as a whole. `update`
+/// A two-word state (the warm-up's `next << 64 | bank`, the shaper's `end << 64
+/// | last start`), changed only as a whole. `update`
 /// stores the decision's new state only if it admits; a denial writes nothing.
 pub(crate) trait WideCell {
     fn new(initial: u128) -> Self;
@@ -90,7 +92,7 @@ impl WideCell for LockedWide {
     }
 }
 
-/// loom has no 128-bit atomic. Under `--cfg loom` the warm-up cell runs on this
+/// loom has no 128-bit atomic. Under `--cfg loom` the two-word cell runs on this
 /// stand-in: a loom mutex around the value, so every load and every
 /// compare-and-swap is one loom-visible, linearizable step, and loom explores
 /// every order of them. (The real `cmpxchg16b` is linearizable the same way; what
