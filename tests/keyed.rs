@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use support::{Admission, check_token_bucket};
-use tollgate::keyed::{BucketConfig, Carry, Keyable, Keyed, Tunable, WindowConfig};
+use tollgate::keyed::{BucketConfig, Carry, FLOOR_STEP, Keyable, Keyed, Tunable, WindowConfig};
 use tollgate::{
     Denied, FixedWindow, LockingFixedWindow, LockingTokenBucket, ManualClock, Rate, RateLimiter,
     TokenBucket,
@@ -270,13 +270,14 @@ fn eviction_stays_safe_when_the_clock_steps_back() {
     let keyed = Keyed::<u8, Bucket>::with_clock(bucket(1, 1, 1000), clock.clone());
     assert!(keyed.try_acquire(&0).is_ok()); // decided at 0
     clock.set(1_000_000_000);
-    assert_eq!(keyed.sweep(), 1); // full again at 1 s: evicted at 1 s
+    assert_eq!(keyed.sweep(), 1); // the floor moves to 1 s; full there: evicted
     clock.set(500_000_000); // back to 0.5 s
     // Decided at the floor, 1 s, not at 0.5 s: one permit in [0, 1 s].
     assert!(keyed.try_acquire(&0).is_ok());
+    // Full again at 2 s: 1.5 s from the reading.
     assert_eq!(
         keyed.try_acquire(&0),
-        Err(Denied::RetryAfter(Duration::from_secs(1)))
+        Err(Denied::RetryAfter(Duration::from_millis(1500)))
     );
     check_token_bucket(
         &[
@@ -293,8 +294,8 @@ fn eviction_stays_safe_when_the_clock_steps_back() {
 }
 
 /// Many keys, a clock that wanders backwards and forwards, sweeps in between:
-/// per key, admissions by decision time (`max(clock, latest eviction)`) keep
-/// the bucket's promise.
+/// per key, admissions by decision time (`max(clock, floor)`, the floor moved
+/// by readings `FLOOR_STEP` past it and by sweeps) keep the bucket's promise.
 #[test]
 fn wandering_clock_with_eviction_never_over_admits() {
     let clock = ManualClock::new();
@@ -309,20 +310,19 @@ fn wandering_clock_with_eviction_never_over_admits() {
             time + step * 104_729 % 30_000_000
         };
         clock.set(time);
-        if step % 17 == 0 && keyed.sweep() > 0 {
+        if step % 17 == 0 {
+            keyed.sweep();
             floor = floor.max(time);
         }
         let key = (step * 31 % 5) as u8;
         let n = (step % 3) as u32 + 1;
-        let evicted = keyed.evicted();
-        // The decision time: the clock, never below the latest eviction.
+        if time >= floor + FLOOR_STEP {
+            floor = time;
+        }
+        // The decision time: the clock, never below the floor.
         let at = time.max(floor);
         if keyed.try_acquire_n(&key, n).is_ok() {
             admitted.entry(key).or_default().push(Admission { at, n });
-        }
-        // An insert that swept something moved the floor to its own time.
-        if keyed.evicted() > evicted {
-            floor = at;
         }
     }
     assert!(keyed.evicted() > 100);
@@ -513,4 +513,157 @@ fn the_tag_bit_stays_free_at_the_end_of_time() {
     assert_eq!(keyed.snapshot(&0).available, 0);
     assert!(tunable.try_acquire().is_err());
     assert!(keyed.try_acquire(&0).is_err());
+}
+
+// ---------------------------------------------------------------------------
+// Issue 17: the time floor (item 3) and the cap (item 2).
+
+/// Item 3: evicting one key must not change another key's decisions, even
+/// after the clock steps back. Capacity 2, 1 per 100 ns: key 1 used early, a
+/// sweep at 300, key 2 admitted 2 at 150, the clock back to 200. The floor
+/// used to move only when something was evicted, so key 2 got `RetryAfter(50)`
+/// then `Ok` with key 1 around and `RetryAfter(150)`, `RetryAfter(50)`
+/// without it; and the 50 was not honest (at 250 the request was denied
+/// again). Now the sweep moves the floor whether it evicts or not, and a
+/// retry-after is measured from the reading.
+#[test]
+fn evicting_a_key_changes_no_other_decision_after_a_backwards_step() {
+    let per_100ns = BucketConfig::new(2, Rate::new(1, Duration::from_nanos(100))).unwrap();
+    let setup = |with_key_1: bool| {
+        let clock = ManualClock::new();
+        let keyed = Keyed::<u8, Bucket>::with_clock(per_100ns, clock.clone());
+        if with_key_1 {
+            // At 100, not 0 as in the issue: still refilling at 150, so the
+            // sweep key 2's insert makes cannot take it (if it shares key 2's
+            // shard), whatever the hasher.
+            clock.set(100);
+            assert!(keyed.try_acquire(&1).is_ok());
+        }
+        clock.set(150);
+        assert!(keyed.try_acquire_n(&2, 2).is_ok());
+        clock.set(300);
+        assert_eq!(keyed.sweep(), usize::from(with_key_1));
+        clock.set(200);
+        (keyed, clock)
+    };
+    let answers = |with_key_1| {
+        let (keyed, _clock) = setup(with_key_1);
+        (keyed.try_acquire_n(&2, 2), keyed.try_acquire_n(&2, 1))
+    };
+    assert_eq!(answers(true), answers(false));
+    // Time stands still at the floor (300): key 2's bucket is full again at
+    // 350 + 100 ns for 2 permits, i.e. 250 ns after the reading of 200.
+    assert_eq!(
+        answers(true).0,
+        Err(Denied::RetryAfter(Duration::from_nanos(150)))
+    );
+    for with_key_1 in [true, false] {
+        let (keyed, clock) = setup(with_key_1);
+        let Err(Denied::RetryAfter(wait)) = keyed.try_acquire_n(&2, 2) else {
+            panic!("expected a retry-after");
+        };
+        let wait = wait.as_nanos() as u64;
+        clock.set(200 + wait - 1);
+        assert!(
+            keyed.try_acquire_n(&2, 2).is_err(),
+            "admitted before the retry-after"
+        );
+        clock.set(200 + wait);
+        assert!(
+            keyed.try_acquire_n(&2, 2).is_ok(),
+            "denied after the retry-after"
+        );
+    }
+}
+
+/// Item 2: a key decided by the shared overflow state at the cap must not
+/// take its bound again once it gets a state of its own. Capacity 2, 1 per
+/// 10 ns, one key allowed: key 2 took 2 through the overflow at 0 and 2 more
+/// at 10 on a fresh bucket, 4 in `[0, 10]` against 2 + 1.
+#[test]
+fn a_key_leaving_the_overflow_keeps_its_bound() {
+    let clock = ManualClock::new();
+    let per_10ns = BucketConfig::new(2, Rate::new(1, Duration::from_nanos(10))).unwrap();
+    let keyed = Keyed::<u8, Bucket>::with_clock(per_10ns, clock.clone()).with_max_keys(1);
+    assert!(keyed.try_acquire(&1).is_ok());
+    assert!(keyed.try_acquire_n(&2, 2).is_ok());
+    assert_eq!(keyed.overflowed(), 1);
+    clock.set(10);
+    assert!(keyed.try_acquire_n(&2, 2).is_err(), "4 permits in [0, 10]");
+    assert!(keyed.try_acquire(&2).is_ok());
+
+    // The same at a scale where the floor moves and key 1 is evicted at
+    // 10 ms: key 2's own bucket starts from the overflow's.
+    let clock = ManualClock::new();
+    let per_10ms = BucketConfig::new(2, Rate::new(1, Duration::from_millis(10))).unwrap();
+    let keyed = Keyed::<u8, Bucket>::with_clock(per_10ms, clock.clone()).with_max_keys(1);
+    assert!(keyed.try_acquire(&1).is_ok());
+    assert!(keyed.try_acquire_n(&2, 2).is_ok());
+    clock.set(10_000_000);
+    assert!(
+        keyed.try_acquire_n(&2, 2).is_err(),
+        "4 permits in [0, 10 ms]"
+    );
+    // Key 1 was evicted to make room; key 2's denied new state was not kept.
+    assert_eq!((keyed.evicted(), keyed.len()), (1, 0));
+    assert!(keyed.try_acquire(&2).is_ok());
+    assert!(keyed.try_acquire(&2).is_err());
+
+    // The fixed window: a slot freed by an override, 16 per window.
+    let clock = ManualClock::new();
+    let sixteen = WindowConfig::new(Rate::new(16, Duration::from_nanos(100))).unwrap();
+    let keyed = Keyed::<u8, Window>::with_clock(sixteen, clock.clone()).with_max_keys(1);
+    assert!(keyed.try_acquire(&1).is_ok());
+    assert!(keyed.try_acquire_n(&2, 16).is_ok()); // through the overflow
+    keyed.set_override(1, sixteen, Carry::Reset); // key 1 leaves the map
+    assert!(
+        keyed.try_acquire_n(&2, 16).is_err(),
+        "32 in one window of 16"
+    );
+    assert_eq!(keyed.len(), 0); // a denied new state is not kept
+    // Next window: the overflow is fresh again, and so is a new key.
+    clock.set(100);
+    assert!(keyed.try_acquire_n(&2, 16).is_ok());
+}
+
+/// Item 2 under threads: keys contend for a cap of 2 while the clock moves in
+/// lock-step rounds; every key's admissions, whether decided by its own state
+/// or by the overflow state, keep its bucket's bound (locking twins, which
+/// showed the over-admission in the issue, and the atomic kind).
+#[test]
+fn every_key_keeps_its_bound_at_the_cap_under_threads() {
+    fn run<L: Keyable<Clock = ManualClock, Config = BucketConfig> + 'static>() {
+        const THREADS: usize = 4;
+        let clock = ManualClock::new();
+        let config = BucketConfig::new(3, Rate::new(2, Duration::from_millis(1))).unwrap();
+        let keyed =
+            std::sync::Arc::new(Keyed::<u8, L>::with_clock(config, clock.clone()).with_max_keys(2));
+        // Rounds mostly more than FLOOR_STEP apart, so the floor follows the
+        // clock and keys are evicted and recreated as they refill.
+        let times: Vec<u64> = support::round_times(400, 300_000);
+        let round_times = times.clone();
+        let k = std::sync::Arc::clone(&keyed);
+        let rounds = support::lockstep(&clock, THREADS, &times, move |thread, round| {
+            let now = round_times[round];
+            (0..6)
+                .filter_map(|attempt| {
+                    let key = ((thread + attempt + round) % 5) as u8;
+                    let n = 1 + ((thread * 7 + attempt) % 2) as u32;
+                    k.try_acquire_n(&key, n)
+                        .ok()
+                        .map(|()| (key, Admission { at: now, n }))
+                })
+                .collect()
+        });
+        let mut per_key: HashMap<u8, Vec<Admission>> = HashMap::new();
+        for (key, admission) in rounds.into_iter().flatten() {
+            per_key.entry(key).or_default().push(admission);
+        }
+        for admissions in per_key.values() {
+            check_token_bucket(admissions, 3, 2, 1_000_000);
+        }
+        assert!(keyed.overflowed() > 0);
+    }
+    run::<LockingTokenBucket<ManualClock>>();
+    run::<Bucket>();
 }

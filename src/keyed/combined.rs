@@ -149,6 +149,12 @@ impl<A: Keyable, B: Keyable<Clock = A::Clock>> Keyable for (A, B) {
         B::refund(&view.map(|c| &c.1), &state.1, receipt.1, n);
     }
 
+    fn fork(view: &View<'_, Self::Config>, state: &Self::State, now: u64) -> Option<Self::State> {
+        let a = A::fork(&view.map(|c| &c.0), &state.0, now)?;
+        let b = B::fork(&view.map(|c| &c.1), &state.1, now)?;
+        Some((a, b))
+    }
+
     fn snapshot(view: &View<'_, Self::Config>, state: &Self::State, now: u64) -> Option<Snapshot> {
         let a = A::snapshot(&view.map(|c| &c.0), &state.0, now)?;
         let b = B::snapshot(&view.map(|c| &c.1), &state.1, now)?;

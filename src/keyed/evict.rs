@@ -11,14 +11,23 @@
 //! sweeps after every request and one that never evicts, and checks they agree
 //! on every decision, retry-after and snapshot.
 //!
-//! Two details make "cannot tell" exact rather than approximate:
+//! Three details make "cannot tell" exact rather than approximate:
 //!
-//! * Freshness is judged under the shard's write lock, so no request holds the
-//!   state while it is removed, and at a time `t` read under that lock. Any
-//!   request that later finds the key missing takes the same lock after, and
-//!   decides at a time `>= t`: every decision reads a *floor*, the latest
-//!   eviction time, and never uses an earlier time, so a clock that steps back
-//!   cannot see the new state differ from the evicted one.
+//! * Freshness is judged at the limiter's *time floor* (see
+//!   [`FLOOR_STEP`](super::FLOOR_STEP)), read under the shard's write lock, so
+//!   no request holds the state while it is removed. Any request that later
+//!   finds the key missing takes the same lock after, so its own load of the
+//!   floor returns that value or a later one, and it decides at a time at or
+//!   after it: a clock that steps back cannot see the new state differ from
+//!   the evicted one.
+//! * The floor never moves because of an eviction: it follows the requests'
+//!   readings (in steps) and explicit sweeps, which are the same whether a key
+//!   was evicted or kept, so a backwards clock finds time standing still at
+//!   the same floor for every key either way. (It used to be the time of the
+//!   latest eviction: evicting one key then changed the decisions of others
+//!   after a backwards step — issue 17: key 2 got `RetryAfter(50)` then `Ok`
+//!   with key 1 evicted, `RetryAfter(150)` and `RetryAfter(50)` without — and
+//!   a retry-after measured from the floor rather than the reading was short.)
 //! * All keys share the keyed limiter's time origin, so a fixed window's
 //!   windows stay aligned to the same boundaries however often its key is
 //!   recreated.
@@ -53,6 +62,22 @@
 //! new callers share one limit until room appears; memory stays bounded. The
 //! flood test in `tests/keyed_flood.rs` sends millions of distinct keys and
 //! checks the number of keys and the bytes allocated.
+//!
+//! What holds at the cap: **every key keeps its own bound**, over all its
+//! admissions, whether decided by its own state or by the overflow state.
+//! Nothing remembers which keys the overflow decided, so a key inserted while
+//! the overflow state is not fresh (at the floor) starts from a copy of it
+//! (`Keyable::fork`): the overflow holds every overflow admission of every
+//! key, so the copy is at least as indebted as the key's own history. And a
+//! request decided by the overflow holds its key's shard write lock (a vacant
+//! entry) while it decides, as an insert of that key does while it copies, so
+//! no overflow admission of a key can fall between the copy and the key's
+//! first request on its own state. (Before, a key could take its bound through
+//! the overflow and again on a fresh state — issue 17: capacity 2, 1 per
+//! 10 ns, one key allowed: 4 permits in `[0, 10]` against 3.) The price: while
+//! the cap is being hit, new and returning keys can be stricter than their own
+//! history requires; once the overflow has refilled, new keys start exactly
+//! fresh again and eviction is exact.
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
@@ -60,9 +85,9 @@ use std::hash::{BuildHasher, Hash};
 use crossbeam_utils::CachePadded;
 use dashmap::mapref::entry::Entry;
 
-use super::Keyed;
-use super::kind::{Keyable, Refusal};
+use super::kind::{Keyable, Refusal, View};
 use super::reconfig::{decide, pin};
+use super::{Keyed, measured_from};
 use crate::error::Denied;
 use crate::limiter::check_request;
 use crate::sync::{AtomicU64, Ordering};
@@ -148,7 +173,13 @@ impl Sweeper {
 /// name the table's type (hashbrown's `RawTable`).
 macro_rules! evict_fresh {
     ($keyed:ident, $table:ident, $indices:expr) => {{
-        let now = $keyed.now();
+        // Judged at the floor, the earliest time any later decision can use
+        // (see `Keyed::decision_time`), not at a clock reading: a state fresh
+        // at the floor decides as a new one at every time a request can still
+        // be decided at, a backwards clock included. Relaxed: read under the
+        // shard's write lock, which orders it before the floor load of any
+        // request that finds the key gone.
+        let now = $keyed.floor.load(Ordering::Relaxed);
         // SAFETY: the caller holds the shard's write lock.
         let record = unsafe { $keyed.default.load_unprotected() };
         let still_current = || $keyed.default.is_current(record);
@@ -162,11 +193,6 @@ macro_rules! evict_fresh {
                 if $table.is_bucket_full(index)
                     && L::is_fresh(&view, $table.bucket(index).as_ref().1.get(), now) == Some(true)
                 {
-                    if evicted == 0 {
-                        // Before the lock is released: whoever finds the key
-                        // gone takes the lock after us and reads the floor then.
-                        $keyed.floor.fetch_max(now, Ordering::Relaxed);
-                    }
                     let bucket = $table.bucket(index);
                     $table.erase(bucket);
                     evicted += 1;
@@ -191,9 +217,10 @@ where
     S: BuildHasher + Clone + Send + Sync + 'static,
 {
     /// A request for a key not in the map: insert it (if there is room), sweep
-    /// a little, or fall back to the overflow state.
+    /// a little, or fall back to the overflow state. `reading` is the
+    /// request's one clock reading.
     #[cold]
-    pub(super) fn acquire_new<Q>(&self, key: &Q, n: u32) -> Result<(), Denied>
+    pub(super) fn acquire_new<Q>(&self, key: &Q, n: u32, reading: u64) -> Result<(), Denied>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -208,76 +235,124 @@ where
         let shard = self.map.determine_map(key);
         let mut room_searches = 0;
         loop {
-            if self.sweeper.reserve() {
-                let outcome = match self.map.entry(key.to_owned()) {
-                    Entry::Occupied(entry) => {
+            let reserved = self.sweeper.reserve();
+            // The entry holds the shard's write lock: inserting the key,
+            // deciding it by the overflow state and forking the overflow
+            // state for it are serialised, so a request decided by the
+            // overflow is always in the state the key's own one forks.
+            let entry = match self.map.entry(key.to_owned()) {
+                Entry::Occupied(entry) => {
+                    if reserved {
                         self.sweeper.release(1);
-                        let now = self.now();
-                        // SAFETY: `entry` holds the shard's write lock.
-                        return unsafe {
-                            decide(&self.default, |view| {
-                                L::acquire(view, entry.get(), now, n).map(drop)
-                            })
-                        };
                     }
-                    Entry::Vacant(entry) => {
-                        let now = self.now();
-                        // SAFETY: `entry` holds the shard's write lock.
-                        let record = unsafe { self.default.load_unprotected() };
-                        let still_current = || self.default.is_current(record);
-                        // Tagged with the record read under the write lock: a
-                        // reconfiguration that published a newer one visits this
-                        // shard after us (see `Keyed::settle_all`).
-                        let state = L::fresh(record.tag);
-                        match L::acquire(&record.view(&still_current), &state, now, n) {
-                            Ok(_) => {
-                                drop(entry.insert(state));
-                                Ok(())
-                            }
-                            // A denied fresh state is still fresh: keep nothing.
-                            Err(refusal) => {
-                                self.sweeper.release(1);
-                                match refusal {
-                                    Refusal::Denied(denied) => Err(denied),
-                                    // Cannot happen (the state has the record's
-                                    // tag), but retrying is always correct.
-                                    Refusal::Stale => continue,
-                                }
-                            }
+                    let now = self.decision_time(reading);
+                    // SAFETY: `entry` holds the shard's write lock.
+                    let result = unsafe {
+                        decide(&self.default, |view| {
+                            L::acquire(view, entry.get(), now, n).map(drop)
+                        })
+                    };
+                    return measured_from(reading, now, result);
+                }
+                Entry::Vacant(entry) => entry,
+            };
+            let now = self.decision_time(reading);
+            if reserved {
+                // SAFETY: `entry` holds the shard's write lock.
+                let record = unsafe { self.default.load_unprotected() };
+                let still_current = || self.default.is_current(record);
+                // Tagged with the record read under the write lock: a
+                // reconfiguration that published a newer one visits this
+                // shard after us (see `Keyed::settle_all`).
+                let view = record.view(&still_current);
+                let Some(state) = self.new_state(&view, now) else {
+                    // The overflow state has moved on to a newer record.
+                    drop(entry);
+                    self.sweeper.release(1);
+                    continue;
+                };
+                let outcome = match L::acquire(&view, &state, now, n) {
+                    Ok(_) => {
+                        drop(entry.insert(state));
+                        Ok(())
+                    }
+                    Err(refusal) => {
+                        // A denied new state is unchanged: keep nothing.
+                        drop(entry);
+                        self.sweeper.release(1);
+                        match refusal {
+                            Refusal::Denied(denied) => Err(denied),
+                            // Cannot happen (the state has the record's tag),
+                            // but retrying is always correct.
+                            Refusal::Stale => continue,
                         }
                     }
                 };
                 self.sweep_step(shard, STEP);
-                return outcome;
+                return measured_from(reading, now, outcome);
             }
-            // At the cap. The key may have been inserted meanwhile.
-            if let Some(state) = self.map.get(key) {
-                let now = self.now();
-                // SAFETY: `state` holds a read lock on its shard.
-                return unsafe {
-                    decide(&self.default, |view| {
-                        L::acquire(view, &state, now, n).map(drop)
-                    })
+            // At the cap, and the key is not in. Look for room without the
+            // lock (the search takes shards' write locks), at most twice: a
+            // racing insert can take the room we made.
+            if room_searches < 2 {
+                drop(entry);
+                room_searches = if self.make_room(shard) > 0 {
+                    room_searches + 1
+                } else {
+                    // Nothing fresh: next time round, the overflow state.
+                    2
                 };
+                continue;
             }
-            // Bounded: a racing insert can take the room we made, but only twice.
-            if room_searches == 2 || self.make_room(shard) == 0 {
-                break;
-            }
-            room_searches += 1;
+            // Still under the entry's lock (see above).
+            self.sweeper
+                .counters
+                .overflowed
+                .fetch_add(1, Ordering::Relaxed);
+            let _guard = pin();
+            // SAFETY: pinned for the whole call.
+            let result = unsafe {
+                decide(&self.default, |view| {
+                    L::acquire(view, &self.overflow, now, n).map(drop)
+                })
+            };
+            drop(entry);
+            return measured_from(reading, now, result);
         }
-        self.sweeper
-            .counters
-            .overflowed
-            .fetch_add(1, Ordering::Relaxed);
-        let _guard = pin();
-        let now = self.now();
-        // SAFETY: pinned for the whole call.
-        unsafe {
-            decide(&self.default, |view| {
-                L::acquire(view, &self.overflow, now, n).map(drop)
-            })
+    }
+
+    /// The state a key gets when it is inserted, decided at `now`: a fresh
+    /// one, unless the overflow state is not fresh at the floor; then a fork
+    /// of the overflow state. `None` if the view is stale.
+    ///
+    /// Why: a key may have been decided by the overflow state (at the cap)
+    /// before it got a state of its own, and nothing remembers which keys
+    /// were. Starting it fresh would let it take its whole bound again on top
+    /// of what it took through the overflow (issue 17: capacity 2, 1 per
+    /// 10 ns, one key allowed: a second key took 2 through the overflow at 0
+    /// and, once the first was evicted at 10, 2 more on a fresh bucket: 4 in
+    /// `[0, 10]` against 3). The overflow state holds every such key's
+    /// admissions and more, so a key that starts from it stays within its own
+    /// bound. While the cap has not been hit recently the overflow is fresh at
+    /// the floor and every new key starts exactly fresh: eviction changes
+    /// nothing. A key inserted while the overflow still refills starts as
+    /// indebted as the overflow — stricter, never looser.
+    pub(super) fn new_state(&self, view: &View<'_, L::Config>, now: u64) -> Option<L::State> {
+        if self.overflow_is_fresh(view)? {
+            Some(L::fresh(view.tag))
+        } else {
+            L::fork(view, &self.overflow, now)
         }
+    }
+
+    /// Whether the overflow state decides as a fresh one at every time a
+    /// request can still be decided at (from the floor on); `None` if the
+    /// view is stale.
+    pub(super) fn overflow_is_fresh(&self, view: &View<'_, L::Config>) -> Option<bool> {
+        // Relaxed: a lower bound on later decision times; a stale value only
+        // makes this answer `false` more often (a fork of a fresh-at-now
+        // state, which decides as a fresh one from then on).
+        L::is_fresh(view, &self.overflow, self.floor.load(Ordering::Relaxed))
     }
 
     /// Examines up to `budget` buckets of shard `shard` from its cursor and
@@ -339,6 +414,10 @@ where
     /// assert_eq!(per_key.sweep(), 1);
     /// ```
     pub fn sweep(&self) -> usize {
+        // An explicit sweep is a clock reading like a request's: it moves the
+        // floor up to it (whatever the step), and keys are judged there.
+        // Relaxed: see `Keyed::read_clock`.
+        self.floor.fetch_max(self.timeline.now(), Ordering::Relaxed);
         let mut evicted = 0;
         for shard in self.map.shards() {
             let mut table = shard.write();

@@ -198,6 +198,13 @@ pub trait Keyable: sealed::Sealed + Sized {
     #[doc(hidden)]
     fn refund(view: &View<'_, Self::Config>, state: &Self::State, receipt: Self::Receipt, n: u32);
 
+    /// A new state, tagged with the view's tag, that decides exactly as
+    /// `state` does under the view's configuration (carried over first if it
+    /// is stale); `None` if the view is stale. The keyed layer gives it to a
+    /// key that leaves the shared overflow state (see `evict`).
+    #[doc(hidden)]
+    fn fork(view: &View<'_, Self::Config>, state: &Self::State, now: u64) -> Option<Self::State>;
+
     /// The state as a snapshot; `None` if the view is stale.
     #[doc(hidden)]
     fn snapshot(view: &View<'_, Self::Config>, state: &Self::State, now: u64) -> Option<Snapshot>;

@@ -446,6 +446,11 @@ fn refund<G: WordConfig, W: WordCell>(
     });
 }
 
+fn fork<G: WordConfig, W: WordCell>(view: &View<'_, G>, cell: &W, now: u64) -> Option<W> {
+    let state = resolve(view, cell.load(), now).ok()?;
+    Some(W::new(state | view.tag))
+}
+
 fn snapshot<G: WordConfig, W: WordCell>(
     view: &View<'_, G>,
     cell: &W,
@@ -514,6 +519,10 @@ macro_rules! word_kind {
 
             fn refund(view: &View<'_, $config>, state: &$cell, receipt: (u64, u64), n: u32) {
                 refund(view, state, receipt, n)
+            }
+
+            fn fork(view: &View<'_, $config>, state: &$cell, now: u64) -> Option<$cell> {
+                fork(view, state, now)
             }
 
             fn snapshot(view: &View<'_, $config>, state: &$cell, now: u64) -> Option<Snapshot> {

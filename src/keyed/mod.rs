@@ -43,18 +43,27 @@
 //! a clock read and a CAS: no allocation, no epoch pin. A key's state is created
 //! on its first request, under the shard's write lock.
 //!
-//! **Eviction never changes a decision.** A state that is *fresh* — full, with
-//! nothing left to refill: a token bucket whose theoretical arrival time has
-//! passed, a window that counted nothing in the current window — decides now
-//! and forever after exactly as a brand-new state does, so it can be dropped and
-//! recreated on demand with no observable difference. Every insert sweeps a few
-//! buckets of its shard's table (an incremental cursor, under the shard's write
-//! lock) and drops the fresh states it finds: the work is O(1) per insert,
-//! nothing runs in the background, and keys that stop being used disappear as
-//! new ones arrive. Decision times never go below the time of the latest
-//! eviction (a floor read on every request), so even a clock that steps
-//! backwards cannot make an evicted key more generous than the state it
-//! replaced. See [`evict`] for the details and the cap.
+//! **A time floor.** The keyed limiter never decides at a time below its
+//! *floor*: a request whose clock reading is older (a stale reading, or a
+//! clock that stepped back) is decided as if time had stood still at the
+//! floor, and its retry-after is measured from its reading. The floor moves
+//! up to a request's reading once that is [`FLOOR_STEP`] (≈ 66 µs) past it —
+//! so it is written at most once per step, not per request — and to the
+//! reading of every explicit [`sweep`](Keyed::sweep). It moves for every key
+//! alike, and never because of what was evicted.
+//!
+//! **Eviction never changes a decision.** A state that is *fresh* at the
+//! floor — full, with nothing left to refill: a token bucket whose theoretical
+//! arrival time is not after the floor, a window that counted nothing in the
+//! floor's window — decides at every time a request can still be decided at
+//! exactly as a brand-new state does, a backwards clock included, so it can be
+//! dropped and recreated on demand with no observable difference: every
+//! decision and retry-after is the same whether the key was evicted or kept.
+//! Every insert sweeps a few buckets of its shard's table (an incremental
+//! cursor, under the shard's write lock) and drops the fresh states it finds:
+//! the work is O(1) per insert, nothing runs in the background, and keys that
+//! stop being used disappear as new ones arrive (within a floor step of
+//! refilling). See [`evict`] for the details and the cap.
 //!
 //! **A hard cap.** At most [`max_keys`](Keyed::max_keys) keys (2^20 by default)
 //! are kept. A new key arriving at the cap first tries to make room by sweeping
@@ -62,7 +71,14 @@
 //! decided by one shared *overflow* state with the default quota: new callers
 //! share one limit while the map is full of active callers, existing keys are
 //! unaffected, and memory does not grow. A flood of distinct keys therefore
-//! costs at most `max_keys` entries.
+//! costs at most `max_keys` entries. **What holds at the cap: every key keeps
+//! its own bound** — over all its admissions, by its own state or by the
+//! overflow — because a key inserted while the overflow state is not fresh
+//! starts from a copy of it (the overflow holds every key's overflow
+//! admissions, and more): while the cap is being hit, new and returning keys
+//! may be stricter than their own history requires, never looser. When the cap
+//! has not been hit for a capacity's worth of time, the overflow is fresh and
+//! new keys start exactly fresh.
 //!
 //! **Per-key quotas** ([`quota`]): overrides for particular keys, a default for
 //! the rest. **Combined limits** ([`combined`]): a pair of kinds is a kind.
@@ -106,6 +122,34 @@ use reconfig::{Record, Shared, decide, pin, read};
 /// token buckets).
 pub const DEFAULT_MAX_KEYS: usize = 1 << 20;
 
+/// How far, in nanoseconds, a clock reading must pass a [`Keyed`] limiter's
+/// *time floor* before the request that took it moves the floor up to it
+/// (2^16 ns, about 66 µs). See the [module docs](self): no decision uses a
+/// time below the floor, and eviction judges freshness at the floor, so a
+/// clock that steps backwards finds time standing still at the floor for
+/// every key alike, evicted or not. The step only bounds how often the floor
+/// (one shared cache line) is written: once per step at most, rather than on
+/// every request.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::keyed::{BucketConfig, Keyed, FLOOR_STEP};
+/// use tollgate::{Denied, ManualClock, Rate, TokenBucket};
+///
+/// let clock = ManualClock::new();
+/// let cfg = BucketConfig::new(1, Rate::per_second(1)).unwrap();
+/// let per_key = Keyed::<u8, TokenBucket<ManualClock>>::with_clock(cfg, clock.clone());
+/// clock.set(FLOOR_STEP + 1_000_000_000);
+/// per_key.try_acquire(&1).unwrap(); // moves the floor to this reading
+/// clock.set(0); // the clock steps back: time stands still at the floor
+/// assert_eq!(
+///     per_key.try_acquire(&1),
+///     // A retry-after is measured from the reading.
+///     Err(Denied::RetryAfter(Duration::from_nanos(FLOOR_STEP + 2_000_000_000)))
+/// );
+/// ```
+pub const FLOOR_STEP: u64 = 1 << 16;
+
 /// A limiter per key, created on first use, evicted when indistinguishable
 /// from a new one; see the [module docs](self).
 ///
@@ -129,7 +173,10 @@ pub struct Keyed<K, L: Keyable, S = RandomState> {
     /// lock without pinning; see `reconfig` for why that is safe.
     default: Shared<Record<L::Config>>,
     overrides: Overrides<K, L, S>,
-    /// No decision uses a time earlier than the latest eviction's.
+    /// The time floor: no decision uses an earlier time, and eviction judges
+    /// freshness at it. Raised by requests whose reading is at least
+    /// [`FLOOR_STEP`] past it and by [`sweep`](Keyed::sweep), never by the
+    /// sweeps inserts make, so it does not depend on what was evicted.
     floor: CachePadded<AtomicU64>,
     timeline: Timeline<L::Clock>,
     /// Shared by new keys while the map is at its cap; padded, as it is
@@ -239,13 +286,37 @@ where
         self.sweeper.max_keys()
     }
 
-    /// The time decisions are made at: the clock, never below the latest
-    /// eviction's time.
+    /// Reads the clock for one request, moving the floor up to the reading if
+    /// it is [`FLOOR_STEP`] or more past it.
     #[inline]
+    fn read_clock(&self) -> u64 {
+        let reading = self.timeline.now();
+        // Relaxed: the floor orders no other memory. A request that misses a
+        // racing raise decides at its own reading or the older floor, as it
+        // would had it run first; what eviction needs (below) comes from the
+        // shard locks.
+        if reading >= self.floor.load(Ordering::Relaxed) + FLOOR_STEP {
+            self.floor.fetch_max(reading, Ordering::Relaxed);
+        }
+        reading
+    }
+
+    /// The time a request with clock reading `reading` is decided at: never
+    /// below the floor. Called after taking the lock on the key's shard: a
+    /// sweep that evicted the key read the floor under that shard's write
+    /// lock, so this load sees that value or a later one (the floor only
+    /// grows), and the recreated key never decides before the time its
+    /// predecessor was judged fresh at.
+    #[inline]
+    fn decision_time(&self, reading: u64) -> u64 {
+        // Relaxed: ordered by the shard lock, see above.
+        reading.max(self.floor.load(Ordering::Relaxed))
+    }
+
+    /// A decision time for work that is not a request (settling states,
+    /// setting overrides).
     fn now(&self) -> u64 {
-        // Relaxed: the floor is written under a shard's write lock and read
-        // after taking that shard's lock, which orders the two.
-        self.timeline.now().max(self.floor.load(Ordering::Relaxed))
+        self.decision_time(self.read_clock())
     }
 
     /// Asks for one permit for `key`.
@@ -287,21 +358,24 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        let reading = self.read_clock();
         if self.overrides.any() {
-            if let Some(result) = self.overrides.try_acquire_n(key, n, || self.now()) {
-                return result;
+            let now = self.decision_time(reading);
+            if let Some(result) = self.overrides.try_acquire_n(key, n, || now) {
+                return measured_from(reading, now, result);
             }
         }
         if let Some(state) = self.map.get(key) {
-            let now = self.now();
+            let now = self.decision_time(reading);
             // SAFETY: `state` holds a read lock on its shard until it drops.
-            return unsafe {
+            let result = unsafe {
                 decide(&self.default, |view| {
                     L::acquire(view, &state, now, n).map(drop)
                 })
             };
+            return measured_from(reading, now, result);
         }
-        self.acquire_new(key, n)
+        self.acquire_new(key, n, reading)
     }
 
     /// What a request for `key` could get now, without consuming anything. A
@@ -321,24 +395,33 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        let reading = self.read_clock();
         if self.overrides.any() {
-            if let Some(snap) = self.overrides.snapshot(key, || self.now()) {
-                return snap;
+            let now = self.decision_time(reading);
+            if let Some(snap) = self.overrides.snapshot(key, || now) {
+                return snapshot_from(reading, now, snap);
             }
         }
         if let Some(state) = self.map.get(key) {
-            let now = self.now();
+            let now = self.decision_time(reading);
             // SAFETY: `state` holds a read lock on its shard until it drops.
-            return unsafe { read(&self.default, |view| L::snapshot(view, &state, now)) };
+            let snap = unsafe { read(&self.default, |view| L::snapshot(view, &state, now)) };
+            return snapshot_from(reading, now, snap);
         }
         let _guard = pin();
-        let now = self.now();
+        let now = self.decision_time(reading);
         // SAFETY: pinned for the whole call.
-        unsafe {
+        let snap = unsafe {
             read(&self.default, |view| {
-                L::snapshot(view, &L::fresh(view.tag), now)
+                // What the key would start with (see `evict::Keyed::new_state`).
+                if self.overflow_is_fresh(view)? {
+                    L::snapshot(view, &L::fresh(view.tag), now)
+                } else {
+                    L::snapshot(view, &self.overflow, now)
+                }
             })
-        }
+        };
+        snapshot_from(reading, now, snap)
     }
 
     /// The default configuration: the one for keys without an override.
@@ -467,6 +550,32 @@ where
         if L::settle(&view, &self.overflow, self.now()) {
             record.mark_complete();
         }
+    }
+}
+
+/// A result decided at `now` for a request whose clock read `reading`: a
+/// retry-after is measured from the reading (the clock must first climb back
+/// to the decision time), so it stays exact: the same request made that much
+/// later on the same clock is admitted if nothing else was.
+#[inline]
+fn measured_from(reading: u64, now: u64, result: Result<(), Denied>) -> Result<(), Denied> {
+    match result {
+        Err(Denied::RetryAfter(wait)) if now > reading => Err(Denied::RetryAfter(
+            wait + std::time::Duration::from_nanos(now - reading),
+        )),
+        other => other,
+    }
+}
+
+/// A snapshot taken at `now` for a reading of `reading`: the time to full is
+/// measured from the reading, as a retry-after is.
+fn snapshot_from(reading: u64, now: u64, snap: Snapshot) -> Snapshot {
+    if snap.until_full.is_zero() || now <= reading {
+        return snap;
+    }
+    Snapshot {
+        until_full: snap.until_full + std::time::Duration::from_nanos(now - reading),
+        ..snap
     }
 }
 
