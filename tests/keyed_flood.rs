@@ -160,7 +160,11 @@ fn concurrent_floods_never_pass_the_cap() {
     for thread in threads {
         thread.join().unwrap();
     }
-    assert_eq!(keyed.len(), CAP);
+    // Not necessarily exactly `CAP`: once a request has been decided by the
+    // overflow state (time stands still, so it never refills), a key whose
+    // place was reserved just before starts from a copy of it, is denied, and
+    // its place is given back; later keys start from the same copy.
+    assert!(keyed.len() <= CAP);
     let used = allocated() - before;
     eprintln!(
         "concurrent flood: 1.6 M keys from 4 threads, {} resident, {used} bytes",
