@@ -11,11 +11,18 @@ pub(crate) const MAX_STRIPES: usize = 256;
 
 /// The default stripe count: the machine's parallelism, rounded up to a power
 /// of two (a thread's stripe is its hint masked), at most [`MAX_STRIPES`].
+///
+/// Asked of the OS once per process: `available_parallelism` reads cgroup
+/// files on Linux (about 20 µs), which a service creating a limiter per key
+/// would otherwise pay for every key.
 pub(crate) fn default_stripes() -> usize {
-    std::thread::available_parallelism()
-        .map_or(1, usize::from)
-        .next_power_of_two()
-        .min(MAX_STRIPES)
+    static STRIPES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *STRIPES.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .next_power_of_two()
+            .min(MAX_STRIPES)
+    })
 }
 
 /// A number for the calling thread, fixed for its life, that spreads threads

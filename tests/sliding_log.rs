@@ -709,13 +709,19 @@ const REQUESTS_PER_STEP: usize = 30;
 /// Windows of manual time one [`free_running`] run covers.
 const WINDOWS: u64 = 100;
 
-/// Spins until `done()`, then gives the core away if it takes long: the tests
-/// run more threads than a 2-core machine has cores, and a waiter that kept
-/// its core would only delay the thread it waits for.
+/// Spins until `done()`, giving the core away now and then: the tests run more
+/// threads than a 2-core machine has cores, and a waiter that never yielded
+/// would delay the thread it waits for by a whole time slice, while one that
+/// yielded at once would wait a time slice for every step.
 fn wait_until(done: impl Fn() -> bool) {
-    let backoff = crossbeam_utils::Backoff::new();
-    while !done() {
-        backoff.snooze();
+    loop {
+        for _ in 0..1 << 12 {
+            if done() {
+                return;
+            }
+            std::hint::spin_loop();
+        }
+        std::thread::yield_now();
     }
 }
 

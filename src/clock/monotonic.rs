@@ -28,7 +28,7 @@ thread_local! {
 /// let b = clock.now();
 /// assert!(b >= a);
 /// ```
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct MonotonicClock {
     // Held by value, so a reading is the counter read and its scaling, with no
     // global lookup in between.
@@ -43,9 +43,24 @@ impl MonotonicClock {
     /// let _clock = tollgate::MonotonicClock::new();
     /// ```
     pub fn new() -> Self {
+        // `quanta::Clock::new` asks CPUID whether the TSC can be used (15–20 µs
+        // in a VM, where CPUID traps); the answer cannot change while the
+        // process runs, so it is asked once and every clock is a copy.
+        static CLOCK: std::sync::OnceLock<quanta::Clock> = std::sync::OnceLock::new();
         MonotonicClock {
-            clock: quanta::Clock::new(),
+            clock: CLOCK.get_or_init(quanta::Clock::new).clone(),
         }
+    }
+}
+
+impl Default for MonotonicClock {
+    /// The same as [`MonotonicClock::new`].
+    ///
+    /// ```
+    /// let _clock = tollgate::MonotonicClock::default();
+    /// ```
+    fn default() -> Self {
+        Self::new()
     }
 }
 
