@@ -30,7 +30,12 @@
 //!   request is therefore never starved by a stream of small ones — it takes its
 //!   place in the queue, and the small ones queue behind it. (governor's
 //!   `until_ready` polls and sleeps, so a big request keeps losing to small ones
-//!   that fit into the gaps.)
+//!   that fit into the gaps.) With readings in order, that is; when a
+//!   reservation's clock reading is older than an earlier one's (stale, or a
+//!   clock that stepped back), the [`Shaper`](crate::Shaper) still keeps the
+//!   order, but a token bucket or meter reservation can start before an earlier
+//!   one that was granted spare capacity — their rate bound holds either way
+//!   (see `docs/waiting.md`).
 //! - **The limit holds.** Starts obey the limiter's own invariant (for a token
 //!   bucket: at most `capacity + rate·(b − a)` permits start in any `[a, b]`);
 //!   the tests check it on every recorded start.
