@@ -4,7 +4,9 @@
 //!
 //! The decisions are the limiters' own decision functions
 //! ([`WordMachine::decide`]), so a keyed token bucket decides exactly as a
-//! [`TokenBucket`] built at the keyed limiter's construction would.
+//! [`TokenBucket`] built at the keyed limiter's construction would, on the
+//! same decision times (a [`Keyed`](super::Keyed) decides a reading below its
+//! time floor at the floor; see [`FLOOR_STEP`](super::FLOOR_STEP)).
 //!
 //! [`TokenBucket`]: crate::TokenBucket
 
