@@ -626,6 +626,33 @@ fn a_key_leaving_the_overflow_keeps_its_bound() {
     assert!(keyed.try_acquire_n(&2, 16).is_ok());
 }
 
+/// At the cap, a new key looks for a fresh key to evict in its own shard and
+/// then in every other shard once. A search used to start its rotation past
+/// the own shard by a moving offset and so skipped one shard (and visited its
+/// own twice) on every search but the first: a fresh key there was never
+/// found. Which shard holds which key depends on the map's randomly seeded
+/// hasher, so the check runs on many maps.
+#[test]
+fn a_search_for_room_visits_every_shard() {
+    for trial in 0..200 {
+        let clock = ManualClock::new();
+        let config = BucketConfig::new(1, Rate::per_second(1)).unwrap();
+        let keyed = Keyed::<u32, Bucket>::with_clock(config, clock.clone()).with_max_keys(1);
+        assert!(keyed.try_acquire(&1).is_ok());
+        // At the cap with nothing fresh: a first search finds no room.
+        assert!(keyed.try_acquire(&2).is_ok()); // through the overflow state
+        clock.advance(Duration::from_secs(1));
+        // Key 1 and the overflow state are full again: the next new key's
+        // search (not the first) must find key 1, wherever it is.
+        assert!(keyed.try_acquire(&3).is_ok());
+        assert_eq!(
+            (keyed.evicted(), keyed.len()),
+            (1, 1),
+            "trial {trial}: key 1 was not found"
+        );
+    }
+}
+
 /// Item 2 under threads: keys contend for a cap of 2 while the clock moves in
 /// lock-step rounds; every key's admissions, whether decided by its own state
 /// or by the overflow state, keep its bucket's bound (locking twins, which

@@ -381,10 +381,12 @@ where
         let next = self.sweeper.counters.room.fetch_add(1, Ordering::Relaxed) as usize;
         let mut budget = ROOM;
         for i in 0..shards {
+            // The key's own shard, then every other shard once, starting at
+            // one that moves from search to search.
             let shard = if i == 0 {
                 own
             } else {
-                (own + next + i) % shards
+                (own + 1 + (next + i - 1) % (shards - 1)) % shards
             };
             let (evicted, examined) = self.sweep_step(shard, budget);
             budget -= examined;
