@@ -1,0 +1,330 @@
+//! The async client: one connection (a single node's `ConnectionManager`, or
+//! the cluster client's connection) and the timeouts every decision runs under.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::cluster_async::ClusterConnection;
+use redis::{Script, Value};
+
+use crate::error::Error;
+use crate::limiter::Limiter;
+use crate::script::{Admission, outcome};
+
+/// How long a decision may take, and how long connecting may take.
+///
+/// redis-rs waits 500 ms for a reply and 1 s for a connection by default: far
+/// too long on a request path, where a limiter that cannot answer should let
+/// the caller's policy decide quickly. These defaults are 100 ms and 250 ms.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate_redis::Options;
+///
+/// let options = Options::new()
+///     .timeout(Duration::from_millis(20))
+///     .connect_timeout(Duration::from_millis(100));
+/// assert_eq!(options.get_timeout(), Duration::from_millis(20));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    timeout: Duration,
+    connect_timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            timeout: Duration::from_millis(100),
+            connect_timeout: Duration::from_millis(250),
+        }
+    }
+}
+
+impl Options {
+    /// The defaults: 100 ms per decision, 250 ms to connect.
+    ///
+    /// ```
+    /// assert_eq!(tollgate_redis::Options::new(), tollgate_redis::Options::default());
+    /// ```
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The longest a decision may take, reloading a flushed script included;
+    /// past it the caller gets [`Error::Timeout`].
+    ///
+    /// ```
+    /// let options = tollgate_redis::Options::new().timeout(std::time::Duration::from_millis(5));
+    /// # let _ = options;
+    /// ```
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The longest one connection attempt may take.
+    ///
+    /// ```
+    /// let options = tollgate_redis::Options::new().connect_timeout(std::time::Duration::from_secs(1));
+    /// # let _ = options;
+    /// ```
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The decision timeout.
+    ///
+    /// ```
+    /// assert_eq!(tollgate_redis::Options::new().get_timeout().as_millis(), 100);
+    /// ```
+    pub fn get_timeout(&self) -> Duration {
+        self.timeout
+    }
+}
+
+/// The connection a client decides on.
+#[derive(Clone)]
+enum Connection {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+/// An async client: decides for any [`Limiter`] with one `EVALSHA` per
+/// decision (reloading the script on `NOSCRIPT`), under a bounded timeout.
+///
+/// Cheap to clone: clones share one multiplexed connection. A single node's
+/// connection reconnects in the background after a failure; the decision that
+/// met the failure gets the error ([`Error::Redis`] or [`Error::Timeout`]).
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use tollgate::{Denied, Rate};
+/// use tollgate_redis::{Client, Error, TokenBucket};
+///
+/// let client = Client::connect("redis://127.0.0.1:6379/").await?;
+/// let bucket = TokenBucket::new(20, Rate::per_second(100))?;
+/// match client.try_acquire(&bucket, "user:42").await {
+///     Ok(_) => println!("serve the request"),
+///     Err(Error::Denied(Denied::RetryAfter(wait))) => println!("429, Retry-After: {wait:?}"),
+///     Err(Error::Denied(never)) => println!("400: {never}"),
+///     Err(unavailable) => println!("Redis unavailable ({unavailable}): apply your policy"),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    connection: Connection,
+    options: Options,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.connection {
+            Connection::Single(_) => "single node",
+            Connection::Cluster(_) => "cluster",
+        };
+        f.debug_struct("Client")
+            .field("connection", &kind)
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+impl Client {
+    /// Connects to one Redis (or Valkey) server, `redis://host:port/db`, with
+    /// the default [`Options`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), tollgate_redis::Error> {
+    /// let client = tollgate_redis::Client::connect("redis://127.0.0.1:6379/").await?;
+    /// # let _ = client; Ok(()) }
+    /// ```
+    pub async fn connect(url: &str) -> Result<Client, Error> {
+        Self::connect_with(url, Options::default()).await
+    }
+
+    /// As [`Client::connect`], with your timeouts.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), tollgate_redis::Error> {
+    /// use std::time::Duration;
+    /// use tollgate_redis::{Client, Options};
+    /// let options = Options::new().timeout(Duration::from_millis(20));
+    /// let client = Client::connect_with("redis://127.0.0.1:6379/", options).await?;
+    /// # let _ = client; Ok(()) }
+    /// ```
+    pub async fn connect_with(url: &str, options: Options) -> Result<Client, Error> {
+        let client = redis::Client::open(url)?;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_response_timeout(Some(options.timeout))
+            .set_connection_timeout(Some(options.connect_timeout))
+            // Reconnection runs in the background; a decision never waits on it
+            // for longer than its own timeout.
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        let manager = tokio::time::timeout(
+            options.connect_timeout,
+            ConnectionManager::new_with_config(client, config),
+        )
+        .await
+        .map_err(|_| Error::Timeout(options.connect_timeout))??;
+        Ok(Client {
+            connection: Connection::Single(manager),
+            options,
+        })
+    }
+
+    /// Connects to a Redis Cluster through any of its nodes, with the default
+    /// [`Options`]. Each decision goes to the node that owns its key's slot.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), tollgate_redis::Error> {
+    /// let nodes = ["redis://10.0.0.1:7000/", "redis://10.0.0.2:7000/"];
+    /// let client = tollgate_redis::Client::connect_cluster(&nodes).await?;
+    /// # let _ = client; Ok(()) }
+    /// ```
+    pub async fn connect_cluster(nodes: &[&str]) -> Result<Client, Error> {
+        Self::connect_cluster_with(nodes, Options::default()).await
+    }
+
+    /// As [`Client::connect_cluster`], with your timeouts.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), tollgate_redis::Error> {
+    /// use tollgate_redis::{Client, Options};
+    /// let client = Client::connect_cluster_with(&["redis://10.0.0.1:7000/"], Options::new()).await?;
+    /// # let _ = client; Ok(()) }
+    /// ```
+    pub async fn connect_cluster_with(nodes: &[&str], options: Options) -> Result<Client, Error> {
+        let client = redis::cluster::ClusterClientBuilder::new(nodes.to_vec())
+            .connection_timeout(options.connect_timeout)
+            .response_timeout(options.timeout)
+            .retries(2)
+            .build()?;
+        let connection = tokio::time::timeout(
+            options.connect_timeout.saturating_mul(4),
+            client.get_async_connection(),
+        )
+        .await
+        .map_err(|_| Error::Timeout(options.connect_timeout))??;
+        Ok(Client {
+            connection: Connection::Cluster(connection),
+            options,
+        })
+    }
+
+    /// The options this client runs under.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: tollgate_redis::Client) {
+    /// println!("{:?}", client.options().get_timeout());
+    /// # }
+    /// ```
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// Asks `limiter` for one permit for the caller's `key`.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: tollgate_redis::Client) -> Result<(), tollgate_redis::Error> {
+    /// use tollgate::Rate;
+    /// let window = tollgate_redis::FixedWindow::new(Rate::per_minute(100)).unwrap();
+    /// client.try_acquire(&window, "203.0.113.9").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire<L: Limiter + ?Sized>(
+        &self,
+        limiter: &L,
+        key: &str,
+    ) -> Result<Admission, Error> {
+        self.try_acquire_n(limiter, key, 1).await
+    }
+
+    /// Asks `limiter` for `n` permits at once for `key`: all of them, or none.
+    ///
+    /// One round trip (`EVALSHA`; two more, once, after the server lost the
+    /// script). Errors: [`Error::Denied`] with the limiter's decision —
+    /// `ZeroPermits` and `ExceedsCapacity` without a round trip — or why no
+    /// decision could be had.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: tollgate_redis::Client) -> Result<(), tollgate_redis::Error> {
+    /// use tollgate::Rate;
+    /// let log = tollgate_redis::SlidingLog::new(Rate::per_minute(30)).unwrap();
+    /// let admission = client.try_acquire_n(&log, "user:42", 3).await?;
+    /// println!("{} left this minute", admission.remaining);
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire_n<L: Limiter + ?Sized>(
+        &self,
+        limiter: &L,
+        key: &str,
+        n: u32,
+    ) -> Result<Admission, Error> {
+        self.decide(limiter, key, n, limiter.plan().script.live(), None)
+            .await
+    }
+
+    /// As [`Client::try_acquire_n`] at a time the caller gives, in µs since
+    /// the Unix epoch, instead of the server's `TIME`: for tests that replay a
+    /// timeline. Only under the `test-time` feature.
+    #[cfg(feature = "test-time")]
+    pub async fn try_acquire_n_at<L: Limiter + ?Sized>(
+        &self,
+        limiter: &L,
+        key: &str,
+        n: u32,
+        now_us: u64,
+    ) -> Result<Admission, Error> {
+        assert!(now_us < crate::micros::MAX_SPAN, "test times stay below 2^51 µs");
+        self.decide(limiter, key, n, limiter.plan().script.at_time(), Some(now_us))
+            .await
+    }
+
+    async fn decide<L: Limiter + ?Sized>(
+        &self,
+        limiter: &L,
+        key: &str,
+        n: u32,
+        script: &Script,
+        now_us: Option<u64>,
+    ) -> Result<Admission, Error> {
+        let capacity = limiter.capacity();
+        if n == 0 {
+            return Err(Error::Denied(tollgate::Denied::ZeroPermits));
+        }
+        if n > capacity {
+            return Err(Error::Denied(tollgate::Denied::ExceedsCapacity {
+                requested: n,
+                capacity,
+            }));
+        }
+        let redis_key = limiter.redis_key(key);
+        let plan = limiter.plan();
+        let mut invocation = script.key(&redis_key);
+        invocation.arg(n);
+        for arg in plan.args() {
+            invocation.arg(*arg);
+        }
+        if let Some(now) = now_us {
+            invocation.arg(now);
+        }
+        let reply = async {
+            match &self.connection {
+                Connection::Single(manager) => {
+                    invocation.invoke_async::<Value>(&mut manager.clone()).await
+                }
+                Connection::Cluster(cluster) => {
+                    invocation.invoke_async::<Value>(&mut cluster.clone()).await
+                }
+            }
+        };
+        let reply = tokio::time::timeout(self.options.timeout, reply)
+            .await
+            .map_err(|_| Error::Timeout(self.options.timeout))??;
+        outcome(reply, &redis_key)
+    }
+}

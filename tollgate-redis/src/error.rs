@@ -1,0 +1,216 @@
+//! What can go wrong: a configuration the scripts cannot honour exactly, and a
+//! decision that could not be made.
+
+use std::fmt;
+use std::time::Duration;
+
+use tollgate::Denied;
+
+/// Why a Redis limiter could not be built.
+///
+/// Redis keeps time in microseconds (`TIME`) and Lua keeps numbers in doubles,
+/// exact only below 2^53; every limiter checks its configuration once, at
+/// construction, so that no decision can lose precision.
+///
+/// ```
+/// use tollgate::Rate;
+/// use tollgate_redis::{ConfigError, TokenBucket};
+///
+/// let err = TokenBucket::new(0, Rate::per_second(10)).unwrap_err();
+/// assert_eq!(err, ConfigError::ZeroCapacity);
+/// assert_eq!(err.to_string(), "capacity must be at least 1 permit");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The rate admits zero permits per period.
+    ZeroRate,
+    /// The rate's period is zero.
+    ZeroPeriod,
+    /// The burst capacity (token bucket) is zero.
+    ZeroCapacity,
+    /// More than one permit per microsecond, the resolution of Redis `TIME`.
+    TooFine {
+        /// Permits per period, as configured.
+        permits: u32,
+        /// The period, as configured.
+        period: Duration,
+    },
+    /// A quantity does not fit the scripts' exact integer range: time spans up
+    /// to 2^51 µs (about 71 years), and for the sliding window counter, the
+    /// limit times the window up to 2^51.
+    TooLarge {
+        /// Which quantity is too large.
+        what: &'static str,
+    },
+    /// The sliding log keeps one entry per permit; it allows at most
+    /// [`MAX_LOG_LIMIT`](crate::sliding_log::MAX_LOG_LIMIT) per window.
+    LogTooLong {
+        /// The limit asked for.
+        limit: u32,
+    },
+    /// A key prefix must not contain `{` or `}`: the hash tag around the caller's
+    /// key must be the first one in the Redis key.
+    InvalidPrefix,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::ZeroRate => f.write_str("rate must admit at least 1 permit per period"),
+            ConfigError::ZeroPeriod => f.write_str("rate period must be longer than zero"),
+            ConfigError::ZeroCapacity => f.write_str("capacity must be at least 1 permit"),
+            ConfigError::TooFine { permits, period } => write!(
+                f,
+                "{permits} permits per {period:?} is more than one permit per microsecond \
+                 (the resolution of Redis TIME)"
+            ),
+            ConfigError::TooLarge { what } => write!(
+                f,
+                "{what} is above 2^51 (microseconds), the most the Lua scripts keep exact"
+            ),
+            ConfigError::LogTooLong { limit } => write!(
+                f,
+                "a sliding log of {limit} entries is longer than {}",
+                crate::sliding_log::MAX_LOG_LIMIT
+            ),
+            ConfigError::InvalidPrefix => f.write_str("a key prefix must not contain '{' or '}'"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Why a decision did not admit the request.
+///
+/// [`Error::Denied`] is the limiter's answer, the same [`Denied`] the
+/// in-process limiters give; every other variant says the answer could not be
+/// had, and what to do then (fail open, fail closed, fall back to a local
+/// limiter) is the caller's policy.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::Denied;
+/// use tollgate_redis::Error;
+///
+/// let denied = Error::Denied(Denied::RetryAfter(Duration::from_millis(20)));
+/// assert_eq!(denied.retry_after(), Some(Duration::from_millis(20)));
+/// assert!(denied.is_denied());
+/// assert!(!Error::Timeout(Duration::from_millis(50)).is_denied());
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The limiter decided: not now ([`Denied::RetryAfter`], exact, computed by
+    /// the script from server time), or never
+    /// ([`Denied::ExceedsCapacity`], [`Denied::ZeroPermits`], decided without
+    /// a round trip).
+    Denied(Denied),
+    /// No reply within the client's timeout: the server may or may not have run
+    /// the script.
+    Timeout(Duration),
+    /// The connection or the server failed (refused, dropped, `LOADING`, ...).
+    Redis(redis::RedisError),
+    /// The key holds another Redis type than the limiter's.
+    WrongType {
+        /// The Redis key.
+        key: String,
+        /// The server's message.
+        detail: String,
+    },
+    /// The key holds state this version of the scripts did not write (another
+    /// program's, or an older format): it is left untouched, never
+    /// reinterpreted.
+    UnknownState {
+        /// The Redis key.
+        key: String,
+        /// What the script found.
+        detail: String,
+    },
+    /// The server's reply does not have the shape the scripts return.
+    UnexpectedReply(String),
+    /// The blocking client was called from inside an async runtime, where
+    /// blocking would stall it; use the async [`Client`](crate::Client) there.
+    BlockingInAsync,
+}
+
+impl Error {
+    /// The limiter's denial, if that is what this is.
+    ///
+    /// ```
+    /// use tollgate::Denied;
+    /// use tollgate_redis::Error;
+    /// assert_eq!(Error::Denied(Denied::ZeroPermits).denied(), Some(Denied::ZeroPermits));
+    /// ```
+    pub fn denied(&self) -> Option<Denied> {
+        match self {
+            Error::Denied(denied) => Some(*denied),
+            _ => None,
+        }
+    }
+
+    /// Whether the limiter decided to deny (rather than failing to decide).
+    ///
+    /// ```
+    /// use tollgate::Denied;
+    /// use tollgate_redis::Error;
+    /// assert!(Error::Denied(Denied::ZeroPermits).is_denied());
+    /// ```
+    pub fn is_denied(&self) -> bool {
+        matches!(self, Error::Denied(_))
+    }
+
+    /// The wait before retrying, if the limiter denied and waiting can help.
+    ///
+    /// ```
+    /// use tollgate::Denied;
+    /// use tollgate_redis::Error;
+    /// assert_eq!(Error::Denied(Denied::ZeroPermits).retry_after(), None);
+    /// ```
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        self.denied().and_then(|d| d.retry_after())
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Denied(denied) => denied.fmt(f),
+            Error::Timeout(after) => write!(f, "no reply from Redis within {after:?}"),
+            Error::Redis(err) => write!(f, "redis: {err}"),
+            Error::WrongType { key, detail } => {
+                write!(f, "key {key:?} holds the wrong Redis type: {detail}")
+            }
+            Error::UnknownState { key, detail } => write!(
+                f,
+                "key {key:?} holds state these scripts did not write: {detail}"
+            ),
+            Error::UnexpectedReply(what) => write!(f, "unexpected reply from Redis: {what}"),
+            Error::BlockingInAsync => f.write_str(
+                "the blocking client cannot run inside an async runtime; use the async Client",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Denied(denied) => Some(denied),
+            Error::Redis(err) => Some(err),
+            _ => None,
+        }
+    }
+}
+
+impl From<Denied> for Error {
+    fn from(denied: Denied) -> Self {
+        Error::Denied(denied)
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(err: redis::RedisError) -> Self {
+        Error::Redis(err)
+    }
+}

@@ -1,0 +1,111 @@
+//! The fixed window in Redis: a count per aligned window per key, as tollgate's
+//! in-process [`FixedWindow`](tollgate::FixedWindow).
+//!
+//! The key is a hash `{v: "fw1", w, c}`: the index of the window last written
+//! (server µs since the Unix epoch divided by the window) and its count.
+//! Windows are aligned to the epoch, so every client agrees on them. A reading
+//! older than the stored window (a server clock that stepped back) counts
+//! against the stored window: a closed window never reopens. The key expires
+//! when its window ends. A denial waits exactly until the window ends.
+//!
+//! Guarantee: at most `limit` per aligned window — and, like every fixed
+//! window, up to 2× `limit` in a span of one window that straddles a boundary.
+//!
+//! ```no_run
+//! # async fn demo(client: tollgate_redis::Client) -> Result<(), Box<dyn std::error::Error>> {
+//! use tollgate::Rate;
+//! let per_minute = tollgate_redis::FixedWindow::new(Rate::per_minute(100))?;
+//! let admission = client.try_acquire(&per_minute, "203.0.113.9").await?;
+//! println!("{} left this minute", admission.remaining);
+//! # Ok(()) }
+//! ```
+
+use std::time::Duration;
+
+use tollgate::Rate;
+
+use crate::error::ConfigError;
+use crate::keys::{DEFAULT_PREFIX, check_prefix, redis_key};
+use crate::limiter::{Limiter, Plan};
+use crate::micros::validate;
+use crate::script::limiter_script;
+
+limiter_script!(SCRIPT, "fixed_window.lua");
+
+/// A fixed window shared through Redis: at most `rate.permits()` per aligned
+/// window of `rate.period()`, per caller key. See the [module docs](self).
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::Rate;
+/// let window = tollgate_redis::FixedWindow::new(Rate::per_minute(100)).unwrap();
+/// assert_eq!(window.window(), Duration::from_secs(60));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FixedWindow {
+    limit: u32,
+    window: u64,
+    prefix: String,
+}
+
+impl FixedWindow {
+    /// `rate.permits()` per aligned window of `rate.period()` (rounded up to a
+    /// whole microsecond).
+    ///
+    /// Errors: [`ConfigError::ZeroRate`], [`ConfigError::ZeroPeriod`],
+    /// [`ConfigError::TooFine`], [`ConfigError::TooLarge`] (a window above
+    /// 2^51 µs).
+    ///
+    /// ```
+    /// use tollgate::Rate;
+    /// use tollgate_redis::{ConfigError, FixedWindow};
+    /// assert!(FixedWindow::new(Rate::per_hour(1000)).is_ok());
+    /// assert_eq!(FixedWindow::new(Rate::per_hour(0)), Err(ConfigError::ZeroRate));
+    /// ```
+    pub fn new(rate: Rate) -> Result<Self, ConfigError> {
+        let (limit, window) = validate(rate)?;
+        Ok(FixedWindow {
+            limit,
+            window,
+            prefix: DEFAULT_PREFIX.to_owned(),
+        })
+    }
+
+    /// The same window under another key prefix (default `tollgate`).
+    ///
+    /// ```
+    /// use tollgate::Rate;
+    /// use tollgate_redis::{FixedWindow, Limiter};
+    /// let api = FixedWindow::new(Rate::per_minute(60)).unwrap().with_prefix("api").unwrap();
+    /// assert_eq!(api.redis_key("k"), "api:{k}:fw");
+    /// ```
+    pub fn with_prefix(mut self, prefix: &str) -> Result<Self, ConfigError> {
+        self.prefix = check_prefix(prefix)?;
+        Ok(self)
+    }
+
+    /// The window's length.
+    ///
+    /// ```
+    /// use tollgate::Rate;
+    /// let window = tollgate_redis::FixedWindow::new(Rate::per_second(10)).unwrap();
+    /// assert_eq!(window.window().as_secs(), 1);
+    /// ```
+    pub fn window(&self) -> Duration {
+        Duration::from_micros(self.window)
+    }
+}
+
+impl Limiter for FixedWindow {
+    fn capacity(&self) -> u32 {
+        self.limit
+    }
+
+    fn redis_key(&self, key: &str) -> String {
+        redis_key(&self.prefix, key, "fw")
+    }
+
+    fn plan(&self) -> Plan {
+        Plan::new(&SCRIPT, &[self.window, u64::from(self.limit)])
+    }
+}

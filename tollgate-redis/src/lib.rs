@@ -1,0 +1,85 @@
+//! Rate limits shared across processes and machines through Redis (or Valkey):
+//! tollgate's limiters with their state in Redis, decided by one Lua script per
+//! decision.
+//!
+//! | limiter | promise (by server time) | Redis state per key |
+//! |---|---|---|
+//! | [`TokenBucket`] (GCRA) | at most `capacity + rate·(b − a)` in any `[a, b]` | a hash: the theoretical arrival time |
+//! | [`FixedWindow`] | at most `limit` per aligned window (up to 2× across a boundary) | a hash: window index, count |
+//! | [`SlidingWindow`] | the weighted two-window estimate (Cloudflare's) | a hash: window, count, previous count |
+//! | [`SlidingLog`] | **exactly** at most N in any window of length T; rules change without losing the log | a sorted set: one member per permit |
+//!
+//! Every decision:
+//!
+//! * is **one round trip**: `EVALSHA` of the limiter's script (reloaded once if
+//!   the server answers `NOSCRIPT`, after a restart or `SCRIPT FLUSH`);
+//! * reads the time from **Redis `TIME`** inside the script, so client clocks
+//!   never matter, and copes with a server clock that steps back by denying,
+//!   never by over-admitting;
+//! * touches **one key**, `<prefix>:{<your key>}:<kind>`, whose hash tag keeps
+//!   every key of a caller in one Redis Cluster slot;
+//! * sets a **TTL** on every key it writes, so that idle keys vanish when
+//!   forgetting them changes nothing;
+//! * returns the **same outcomes** as the in-process limiters: an
+//!   [`Admission`], or [`Error::Denied`] holding tollgate's
+//!   [`Denied`](tollgate::Denied) — `RetryAfter` with the exact wait computed by
+//!   the script, `ExceedsCapacity` or `ZeroPermits` (decided without a round
+//!   trip);
+//! * uses integer arithmetic only, every value below 2^53, where Lua's doubles
+//!   are exact (constructors refuse configurations that could leave it, with a
+//!   [`ConfigError`]). Time is in microseconds, `TIME`'s resolution.
+//!
+//! Redis failures are errors, never panics and never admissions:
+//! [`Error::Timeout`] (bounded: [`Options`]), [`Error::Redis`],
+//! [`Error::WrongType`], [`Error::UnknownState`].
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use tollgate::{Denied, Rate};
+//! use tollgate_redis::{Client, Error, Options, TokenBucket};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let options = Options::new().timeout(Duration::from_millis(50));
+//! let client = Client::connect_with("redis://127.0.0.1:6379/", options).await?;
+//! let api = TokenBucket::new(20, Rate::per_second(100))?;
+//! match client.try_acquire(&api, "user:42").await {
+//!     Ok(admission) => println!("serve; {} left", admission.remaining),
+//!     Err(Error::Denied(Denied::RetryAfter(wait))) => println!("429, Retry-After {wait:?}"),
+//!     Err(Error::Denied(never)) => println!("400: {never}"),
+//!     Err(unavailable) => println!("Redis unavailable: {unavailable}; fail open or closed"),
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! [`blocking::Client`] offers the same for code that is not async.
+//!
+//! # Features
+//!
+//! * `test-time`: [`Client::try_acquire_n_at`], which runs each script with a
+//!   time the caller gives instead of `TIME`, so tests can replay one timeline
+//!   through Redis and through the in-process limiters. For tests only.
+
+#![deny(missing_docs)]
+#![warn(rust_2018_idioms, unreachable_pub)]
+
+pub mod blocking;
+mod client;
+mod error;
+pub mod fixed_window;
+mod keys;
+mod limiter;
+mod micros;
+mod script;
+pub mod sliding_log;
+pub mod sliding_window;
+pub mod token_bucket;
+
+pub use client::{Client, Options};
+pub use error::{ConfigError, Error};
+pub use fixed_window::FixedWindow;
+pub use limiter::{Limiter, Plan};
+pub use script::Admission;
+pub use sliding_log::SlidingLog;
+pub use sliding_window::SlidingWindow;
+pub use token_bucket::TokenBucket;

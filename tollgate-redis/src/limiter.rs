@@ -1,0 +1,71 @@
+//! What every Redis limiter shares: the trait the clients call through.
+
+use crate::script::LimiterScript;
+
+/// A limiter whose state lives in Redis: a configuration (validated once, at
+/// construction) plus the Lua script that decides.
+///
+/// Limiters hold no connection: ask a [`Client`](crate::Client) (async) or a
+/// [`blocking::Client`](crate::blocking::Client) to decide with one. The same
+/// limiter may be used with any number of clients, and any number of processes
+/// built with the same configuration share one limit per key.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use tollgate::Rate;
+/// use tollgate_redis::{Client, FixedWindow, Limiter, TokenBucket};
+///
+/// let client = Client::connect("redis://127.0.0.1:6379/").await?;
+/// let per_second = TokenBucket::new(20, Rate::per_second(10))?;
+/// let per_day = FixedWindow::new(Rate::new(10_000, std::time::Duration::from_secs(86_400)))?;
+/// // Both must admit (the second is charged only if the first admits).
+/// for limiter in [&per_second as &dyn Limiter, &per_day] {
+///     client.try_acquire(limiter, "tenant:7").await?;
+/// }
+/// # Ok(()) }
+/// ```
+pub trait Limiter: Send + Sync {
+    /// The most permits one request can be granted; a larger request is
+    /// [`Denied::ExceedsCapacity`](tollgate::Denied::ExceedsCapacity) without
+    /// a round trip.
+    fn capacity(&self) -> u32;
+
+    /// The Redis key that holds the state of the caller's `key`.
+    ///
+    /// ```
+    /// use tollgate::Rate;
+    /// use tollgate_redis::{Limiter, TokenBucket};
+    /// let bucket = TokenBucket::new(1, Rate::per_second(1)).unwrap();
+    /// assert_eq!(bucket.redis_key("user:42"), "tollgate:{user:42}:tb");
+    /// ```
+    fn redis_key(&self, key: &str) -> String;
+
+    /// The script and its arguments after `n`: the crate's own business.
+    #[doc(hidden)]
+    fn plan(&self) -> Plan;
+}
+
+/// A decision's script and configuration arguments.
+#[doc(hidden)]
+#[derive(Clone, Copy)]
+pub struct Plan {
+    pub(crate) script: &'static LimiterScript,
+    pub(crate) args: [u64; 3],
+    pub(crate) arg_count: usize,
+}
+
+impl Plan {
+    pub(crate) fn new(script: &'static LimiterScript, args: &[u64]) -> Plan {
+        let mut packed = [0; 3];
+        packed[..args.len()].copy_from_slice(args);
+        Plan {
+            script,
+            args: packed,
+            arg_count: args.len(),
+        }
+    }
+
+    pub(crate) fn args(&self) -> &[u64] {
+        &self.args[..self.arg_count]
+    }
+}

@@ -1,0 +1,189 @@
+//! The exact sliding log in Redis: never more than `N` permits in any window of
+//! length `T`, by server time, as tollgate's in-process
+//! [`SlidingLog`](tollgate::SlidingLog).
+//!
+//! The key is a sorted set with one member per admitted permit, scored by its
+//! stamp (server µs). A request for `n` is admitted iff at most `N − n` permits
+//! were stamped in `(now − T, now]` (`ZCOUNT`); a denial waits until the
+//! `(used + n − N)`-th oldest of them leaves the window (`ZRANGEBYSCORE …
+//! LIMIT`), exactly. Permits are stamped `max(now, newest stamp)`, so stamps
+//! never go back even when the server clock does, and a reading older than the
+//! newest stamp can only deny more.
+//!
+//! # Why a sorted set
+//!
+//! The Redis seed's design compares each request with the `N`-th previous one
+//! (a list of the last `N` stamps, or one key per index). That list must hold
+//! exactly the last `N`, so when the rule changes to a larger `N` the older
+//! stamps it needs are gone, and the seed's own complaint — rules that cannot
+//! change without deleting the key — returns. A sorted set keeps stamps by
+//! *time* instead: every permit of the last `history` (at least `T`) is there,
+//! whatever `N` is, so **a rule change keeps the log**: a larger or smaller `N`,
+//! a shorter `T`, or a longer one up to `history`, all decide on the same
+//! entries, exactly. It also holds only the permits of the last `history` (at
+//! most `N` per `T`), not a fixed `N` forever. `docs/distributed.md` measures
+//! both designs.
+//!
+//! # Keys and expiry
+//!
+//! Members are zero-padded ticket numbers, so permits stamped in the same
+//! microsecond still sort in order; a marker member at `-inf`, outside every
+//! time range, tags the format. An admission first drops entries older than
+//! `history`; the key expires `history` after its newest stamp.
+//!
+//! ```no_run
+//! # async fn demo(client: tollgate_redis::Client) -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use tollgate::Rate;
+//! use tollgate_redis::SlidingLog;
+//!
+//! // A third-party API allows 30 calls a minute and silently drops the rest.
+//! let log = SlidingLog::new(Rate::per_minute(30))?.with_history(Duration::from_secs(3600))?;
+//! client.try_acquire(&log, "partner-api").await?;
+//! // Later the partner raises the limit: same key, same log, new rule.
+//! let raised = SlidingLog::new(Rate::per_minute(60))?.with_history(Duration::from_secs(3600))?;
+//! client.try_acquire(&raised, "partner-api").await?;
+//! # Ok(()) }
+//! ```
+
+use std::time::Duration;
+
+use tollgate::Rate;
+
+use crate::error::ConfigError;
+use crate::keys::{DEFAULT_PREFIX, check_prefix, redis_key};
+use crate::limiter::{Limiter, Plan};
+use crate::micros::{MAX_SPAN, ceil_micros, validate};
+use crate::script::limiter_script;
+
+limiter_script!(SCRIPT, "sliding_log.lua");
+
+/// The most permits per window a sliding log keeps entries for: one sorted-set
+/// member each.
+pub const MAX_LOG_LIMIT: u32 = 1 << 20;
+
+/// An exact sliding log shared through Redis: at most `rate.permits()` in any
+/// window of `rate.period()`, per caller key. See the [module docs](self).
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::Rate;
+/// let log = tollgate_redis::SlidingLog::new(Rate::per_minute(30)).unwrap();
+/// assert_eq!(log.window(), Duration::from_secs(60));
+/// assert_eq!(log.history(), Duration::from_secs(60));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlidingLog {
+    limit: u32,
+    window: u64,
+    /// How long entries are kept, at least the window.
+    history: u64,
+    prefix: String,
+}
+
+impl SlidingLog {
+    /// At most `rate.permits()` in any window of `rate.period()` (rounded up to
+    /// a whole microsecond); entries are kept for one window.
+    ///
+    /// Errors: [`ConfigError::ZeroRate`], [`ConfigError::ZeroPeriod`],
+    /// [`ConfigError::TooFine`], [`ConfigError::TooLarge`] (a window above
+    /// 2^51 µs), [`ConfigError::LogTooLong`] (more than [`MAX_LOG_LIMIT`]).
+    ///
+    /// ```
+    /// use tollgate::Rate;
+    /// use tollgate_redis::{ConfigError, SlidingLog};
+    /// assert!(SlidingLog::new(Rate::per_second(100)).is_ok());
+    /// assert_eq!(
+    ///     SlidingLog::new(Rate::per_hour(u32::MAX)),
+    ///     Err(ConfigError::LogTooLong { limit: u32::MAX })
+    /// );
+    /// ```
+    pub fn new(rate: Rate) -> Result<Self, ConfigError> {
+        let (limit, window) = validate(rate)?;
+        if limit > MAX_LOG_LIMIT {
+            return Err(ConfigError::LogTooLong { limit });
+        }
+        Ok(SlidingLog {
+            limit,
+            window,
+            history: window,
+            prefix: DEFAULT_PREFIX.to_owned(),
+        })
+    }
+
+    /// Keeps entries for `history` (at least the window): a later rule on the
+    /// same keys may then use any window up to `history` and still see every
+    /// permit in it. With the default (one window), a longer window sees only
+    /// the permits of the last old window.
+    ///
+    /// Errors: [`ConfigError::TooLarge`] (above 2^51 µs).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::Rate;
+    /// let log = tollgate_redis::SlidingLog::new(Rate::per_minute(30))
+    ///     .unwrap()
+    ///     .with_history(Duration::from_secs(3600))
+    ///     .unwrap();
+    /// assert_eq!(log.history(), Duration::from_secs(3600));
+    /// ```
+    pub fn with_history(mut self, history: Duration) -> Result<Self, ConfigError> {
+        let history = ceil_micros(history)
+            .filter(|&us| us <= MAX_SPAN)
+            .ok_or(ConfigError::TooLarge { what: "the history" })?;
+        self.history = history.max(self.window);
+        Ok(self)
+    }
+
+    /// The same log under another key prefix (default `tollgate`).
+    ///
+    /// ```
+    /// use tollgate::Rate;
+    /// use tollgate_redis::{Limiter, SlidingLog};
+    /// let log = SlidingLog::new(Rate::per_minute(5)).unwrap().with_prefix("login").unwrap();
+    /// assert_eq!(log.redis_key("alice"), "login:{alice}:sl");
+    /// ```
+    pub fn with_prefix(mut self, prefix: &str) -> Result<Self, ConfigError> {
+        self.prefix = check_prefix(prefix)?;
+        Ok(self)
+    }
+
+    /// The window's length.
+    ///
+    /// ```
+    /// use tollgate::Rate;
+    /// let log = tollgate_redis::SlidingLog::new(Rate::per_second(10)).unwrap();
+    /// assert_eq!(log.window().as_secs(), 1);
+    /// ```
+    pub fn window(&self) -> Duration {
+        Duration::from_micros(self.window)
+    }
+
+    /// How long entries are kept.
+    ///
+    /// ```
+    /// use tollgate::Rate;
+    /// let log = tollgate_redis::SlidingLog::new(Rate::per_second(10)).unwrap();
+    /// assert_eq!(log.history().as_secs(), 1);
+    /// ```
+    pub fn history(&self) -> Duration {
+        Duration::from_micros(self.history)
+    }
+}
+
+impl Limiter for SlidingLog {
+    fn capacity(&self) -> u32 {
+        self.limit
+    }
+
+    fn redis_key(&self, key: &str) -> String {
+        redis_key(&self.prefix, key, "sl")
+    }
+
+    fn plan(&self) -> Plan {
+        Plan::new(
+            &SCRIPT,
+            &[self.window, u64::from(self.limit), self.history],
+        )
+    }
+}

@@ -1,0 +1,132 @@
+//! The weighted sliding-window counter in Redis: Cloudflare's two-window
+//! estimate, as tollgate's in-process
+//! [`ApproxSlidingWindow`](tollgate::ApproxSlidingWindow).
+//!
+//! The key is a hash `{v: "sw1", k, c, p}`: the newest window `k` (aligned to
+//! the Unix epoch), its count `c`, and the count `p` of window `k − 1`. At a
+//! server reading `e` µs into window `k`, `n` more are admitted if
+//!
+//! ```text
+//! p·(T − e) + (c + n)·T ≤ N·T
+//! ```
+//!
+//! in exact integers (the constructor keeps `N·T` at most 2^51, so every term
+//! stays below 2^53 in Lua's doubles). A denial carries the exact time the
+//! inequality next holds, to the microsecond. A reading older than the newest
+//! window (a server clock that stepped back) is denied until time catches up.
+//! The key expires two windows after its newest window starts, when it weighs
+//! nothing any more.
+//!
+//! It is an estimate, not a sliding log: it assumes the previous window's
+//! permits were spread evenly, so it can admit more than `N` in some spans of
+//! `T` (see tollgate's `docs/sliding_window.md`). [`SlidingLog`](crate::SlidingLog)
+//! is exact.
+//!
+//! ```no_run
+//! # async fn demo(client: tollgate_redis::Client) -> Result<(), Box<dyn std::error::Error>> {
+//! use tollgate::Rate;
+//! let window = tollgate_redis::SlidingWindow::new(Rate::per_minute(100))?;
+//! client.try_acquire(&window, "user:42").await?;
+//! # Ok(()) }
+//! ```
+
+use std::time::Duration;
+
+use tollgate::Rate;
+
+use crate::error::ConfigError;
+use crate::keys::{DEFAULT_PREFIX, check_prefix, redis_key};
+use crate::limiter::{Limiter, Plan};
+use crate::micros::{MAX_SPAN, validate};
+use crate::script::limiter_script;
+
+limiter_script!(SCRIPT, "sliding_window.lua");
+
+/// A weighted two-window counter shared through Redis: about
+/// `rate.permits()` per sliding `rate.period()`, per caller key. See the
+/// [module docs](self).
+///
+/// ```
+/// use tollgate::Rate;
+/// let window = tollgate_redis::SlidingWindow::new(Rate::per_minute(100)).unwrap();
+/// assert_eq!(window.window().as_secs(), 60);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlidingWindow {
+    limit: u32,
+    window: u64,
+    prefix: String,
+}
+
+impl SlidingWindow {
+    /// About `rate.permits()` per sliding `rate.period()` (rounded up to a whole
+    /// microsecond).
+    ///
+    /// Errors: [`ConfigError::ZeroRate`], [`ConfigError::ZeroPeriod`],
+    /// [`ConfigError::TooFine`], [`ConfigError::TooLarge`] (the limit times the
+    /// window in µs above 2^51: 1,000,000 per hour fits, `u32::MAX` per day
+    /// does not).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::Rate;
+    /// use tollgate_redis::{ConfigError, SlidingWindow};
+    /// assert!(SlidingWindow::new(Rate::per_hour(1_000_000)).is_ok());
+    /// assert!(matches!(
+    ///     SlidingWindow::new(Rate::new(u32::MAX, Duration::from_secs(86_400))),
+    ///     Err(ConfigError::TooLarge { .. })
+    /// ));
+    /// ```
+    pub fn new(rate: Rate) -> Result<Self, ConfigError> {
+        let (limit, window) = validate(rate)?;
+        window
+            .checked_mul(u64::from(limit))
+            .filter(|&product| product <= MAX_SPAN)
+            .ok_or(ConfigError::TooLarge {
+                what: "the limit × the window",
+            })?;
+        Ok(SlidingWindow {
+            limit,
+            window,
+            prefix: DEFAULT_PREFIX.to_owned(),
+        })
+    }
+
+    /// The same window under another key prefix (default `tollgate`).
+    ///
+    /// ```
+    /// use tollgate::Rate;
+    /// use tollgate_redis::{Limiter, SlidingWindow};
+    /// let api = SlidingWindow::new(Rate::per_minute(60)).unwrap().with_prefix("api").unwrap();
+    /// assert_eq!(api.redis_key("k"), "api:{k}:sw");
+    /// ```
+    pub fn with_prefix(mut self, prefix: &str) -> Result<Self, ConfigError> {
+        self.prefix = check_prefix(prefix)?;
+        Ok(self)
+    }
+
+    /// The window's length.
+    ///
+    /// ```
+    /// use tollgate::Rate;
+    /// let window = tollgate_redis::SlidingWindow::new(Rate::per_second(10)).unwrap();
+    /// assert_eq!(window.window().as_secs(), 1);
+    /// ```
+    pub fn window(&self) -> Duration {
+        Duration::from_micros(self.window)
+    }
+}
+
+impl Limiter for SlidingWindow {
+    fn capacity(&self) -> u32 {
+        self.limit
+    }
+
+    fn redis_key(&self, key: &str) -> String {
+        redis_key(&self.prefix, key, "sw")
+    }
+
+    fn plan(&self) -> Plan {
+        Plan::new(&SCRIPT, &[self.window, u64::from(self.limit)])
+    }
+}

@@ -1,0 +1,139 @@
+//! The token bucket in Redis: GCRA over one theoretical arrival time per key,
+//! as tollgate's in-process [`TokenBucket`](tollgate::TokenBucket).
+//!
+//! The key is a hash `{v: "tb1", tat}`: the TAT in µs since the Unix epoch,
+//! when the bucket is full again. An admission of `n` at server time `now`
+//! sets `TAT = max(TAT, now) + n·interval` if that is at most
+//! `now + capacity·interval`; a denial writes nothing and carries the exact
+//! wait, `TAT + n·interval − now − capacity·interval`. The key expires at its
+//! TAT, when a missing key means the same thing (a full bucket).
+//!
+//! Guarantee, by server decision time: at most `capacity + (b − a)/interval`
+//! permits in any interval `[a, b]`, across every client of the key.
+//!
+//! ```no_run
+//! # async fn demo(client: tollgate_redis::Client) -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use tollgate::{Denied, Rate};
+//! use tollgate_redis::{Error, TokenBucket};
+//!
+//! // Bursts of up to 5, refilling 100 per second (one per 10 ms).
+//! let bucket = TokenBucket::new(5, Rate::per_second(100))?;
+//! client.try_acquire_n(&bucket, "user:42", 5).await?;
+//! match client.try_acquire(&bucket, "user:42").await {
+//!     Err(Error::Denied(Denied::RetryAfter(wait))) => assert!(wait <= Duration::from_millis(10)),
+//!     other => panic!("expected a retry-after, got {other:?}"),
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::time::Duration;
+
+use tollgate::Rate;
+
+use crate::error::ConfigError;
+use crate::keys::{DEFAULT_PREFIX, check_prefix, redis_key};
+use crate::limiter::{Limiter, Plan};
+use crate::micros::{MAX_SPAN, validate};
+use crate::script::limiter_script;
+
+limiter_script!(SCRIPT, "token_bucket.lua");
+
+/// A token bucket shared through Redis: bursts up to a capacity, refilled at a
+/// rate, per caller key. See the [module docs](self).
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::Rate;
+/// use tollgate_redis::TokenBucket;
+///
+/// let bucket = TokenBucket::new(20, Rate::per_second(100)).unwrap();
+/// assert_eq!(bucket.emission_interval(), Duration::from_millis(10));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenBucket {
+    capacity: u32,
+    /// Microseconds per permit, rounded up.
+    interval: u64,
+    /// `capacity · interval`.
+    tolerance: u64,
+    prefix: String,
+}
+
+impl TokenBucket {
+    /// A bucket of `capacity` permits refilled at `rate`; a key never seen is
+    /// full.
+    ///
+    /// The time per permit is `rate`'s period over its permits, rounded up to a
+    /// whole microsecond (Redis `TIME`'s resolution), so the bucket never runs
+    /// faster than asked. Errors: [`ConfigError::ZeroCapacity`],
+    /// [`ConfigError::ZeroRate`], [`ConfigError::ZeroPeriod`],
+    /// [`ConfigError::TooFine`] (more than one permit per µs),
+    /// [`ConfigError::TooLarge`] (capacity × time per permit above 2^51 µs).
+    ///
+    /// ```
+    /// use tollgate::Rate;
+    /// use tollgate_redis::{ConfigError, TokenBucket};
+    /// assert!(TokenBucket::new(30, Rate::per_minute(30)).is_ok());
+    /// assert_eq!(TokenBucket::new(1, Rate::per_second(0)), Err(ConfigError::ZeroRate));
+    /// ```
+    pub fn new(capacity: u32, rate: Rate) -> Result<Self, ConfigError> {
+        let (permits, period) = validate(rate)?;
+        if capacity == 0 {
+            return Err(ConfigError::ZeroCapacity);
+        }
+        let interval = period.div_ceil(u64::from(permits));
+        let tolerance = interval
+            .checked_mul(u64::from(capacity))
+            .filter(|&t| t <= MAX_SPAN)
+            .ok_or(ConfigError::TooLarge {
+                what: "capacity × time per permit",
+            })?;
+        Ok(TokenBucket {
+            capacity,
+            interval,
+            tolerance,
+            prefix: DEFAULT_PREFIX.to_owned(),
+        })
+    }
+
+    /// The same bucket under another key prefix (default `tollgate`), so that
+    /// two limiters on the same caller keys keep apart.
+    ///
+    /// ```
+    /// use tollgate::Rate;
+    /// use tollgate_redis::{Limiter, TokenBucket};
+    /// let login = TokenBucket::new(5, Rate::per_minute(5)).unwrap().with_prefix("login").unwrap();
+    /// assert_eq!(login.redis_key("alice"), "login:{alice}:tb");
+    /// ```
+    pub fn with_prefix(mut self, prefix: &str) -> Result<Self, ConfigError> {
+        self.prefix = check_prefix(prefix)?;
+        Ok(self)
+    }
+
+    /// The time one permit takes to refill, in whole microseconds.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::Rate;
+    /// let bucket = tollgate_redis::TokenBucket::new(1, Rate::per_second(7)).unwrap();
+    /// assert_eq!(bucket.emission_interval(), Duration::from_micros(142_858));
+    /// ```
+    pub fn emission_interval(&self) -> Duration {
+        Duration::from_micros(self.interval)
+    }
+}
+
+impl Limiter for TokenBucket {
+    fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    fn redis_key(&self, key: &str) -> String {
+        redis_key(&self.prefix, key, "tb")
+    }
+
+    fn plan(&self) -> Plan {
+        Plan::new(&SCRIPT, &[self.interval, self.tolerance])
+    }
+}

@@ -1,0 +1,201 @@
+//! Each Lua script, decision for decision, against tollgate's in-process
+//! algorithm: the same random op sequences at the same times (the scripts' test
+//! entry point takes the time as an argument; the in-process twin reads a
+//! `ManualClock` set to the same instant), including steps back in time.
+//!
+//! Every decision must agree: admitted or not, the exact retry-after (the
+//! in-process one rounded up to Redis's microsecond), and the permits left
+//! after an admission.
+
+mod support;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use tollgate::{
+    Denied, LockingApproxSlidingWindow, LockingFixedWindow, LockingSlidingLog, LockingTokenBucket,
+    ManualClock, Rate, RateLimiter,
+};
+use tollgate_redis::{Error, FixedWindow, Limiter, SlidingLog, SlidingWindow, TokenBucket, blocking};
+
+use support::RedisServer;
+
+/// One step of a timeline: move the clock by `step` µs (back if negative), then
+/// ask for `n` permits.
+#[derive(Debug, Clone, Copy)]
+struct Op {
+    step: i64,
+    n: u32,
+}
+
+/// A rate whose period is a whole number of µs per permit, so the in-process
+/// nanosecond arithmetic and the scripts' microsecond arithmetic meet exactly.
+fn rates() -> impl Strategy<Value = (u32, u64)> {
+    (1u32..=12, prop_oneof![1u64..=50, 1_000u64..=200_000])
+        .prop_map(|(permits, per_permit_us)| (permits, u64::from(permits) * per_permit_us))
+}
+
+fn ops(period_us: u64, max_n: u32) -> impl Strategy<Value = Vec<Op>> {
+    let per = period_us as i64;
+    let step = prop_oneof![
+        3 => Just(0i64),
+        6 => 0..=per / 4 + 1,
+        3 => 0..=per * 2,
+        1 => -(per / 2 + 1)..=0,
+    ];
+    prop::collection::vec(
+        (step, 0..=max_n + 1).prop_map(|(step, n)| Op { step, n }),
+        1..120,
+    )
+}
+
+static CASE: AtomicU64 = AtomicU64::new(0);
+
+fn fresh_key(name: &str) -> String {
+    format!("{name}-{}", CASE.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The in-process verdict as the scripts give it: retry-after rounded up to a
+/// whole microsecond.
+fn to_micros(verdict: Result<(), Denied>) -> Result<(), Denied> {
+    verdict.map_err(|denied| match denied {
+        Denied::RetryAfter(wait) => {
+            Denied::RetryAfter(Duration::from_micros(wait.as_nanos().div_ceil(1000) as u64))
+        }
+        other => other,
+    })
+}
+
+/// Replays `ops` from `start` (µs) through Redis and through `local`.
+fn replay<L: Limiter, R: RateLimiter>(
+    client: &blocking::Client,
+    remote: &L,
+    local: &R,
+    clock: &ManualClock,
+    start: u64,
+    ops: &[Op],
+) -> Result<(), TestCaseError> {
+    let key = fresh_key("agree");
+    let mut now = start;
+    for (i, op) in ops.iter().enumerate() {
+        now = now.saturating_add_signed(op.step);
+        clock.set(now * 1000);
+        let expected = to_micros(local.try_acquire_n(op.n));
+        let got = client.try_acquire_n_at(remote, &key, op.n, now);
+        match (&expected, &got) {
+            (Ok(()), Ok(admission)) => {
+                prop_assert_eq!(
+                    admission.remaining,
+                    local.snapshot().available,
+                    "remaining after op {} {:?} at {}",
+                    i,
+                    op,
+                    now
+                );
+            }
+            (Err(want), Err(Error::Denied(denied))) => {
+                prop_assert_eq!(want, denied, "op {} {:?} at {}", i, op, now)
+            }
+            _ => prop_assert!(false, "op {i} {op:?} at {now}: in-process {expected:?}, redis {got:?}"),
+        }
+    }
+    Ok(())
+}
+
+fn runner() -> TestRunner {
+    let cases = std::env::var("TOLLGATE_REDIS_AGREEMENT_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(96);
+    TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    })
+}
+
+fn server_and_client() -> (RedisServer, blocking::Client) {
+    let server = RedisServer::start();
+    let client = blocking::Client::connect(&server.url()).unwrap();
+    (server, client)
+}
+
+#[test]
+fn token_bucket_agrees_with_gcra() {
+    let (_server, client) = server_and_client();
+    let strategy = (rates(), 1u32..=12).prop_flat_map(|((permits, period), capacity)| {
+        (
+            Just((permits, period, capacity)),
+            ops(period, capacity),
+            0u64..1 << 40,
+        )
+    });
+    runner()
+        .run(&strategy, |((permits, period, capacity), ops, start)| {
+            let rate = Rate::new(permits, Duration::from_micros(period));
+            let clock = ManualClock::new();
+            let local = LockingTokenBucket::with_clock(capacity, rate, clock.clone()).unwrap();
+            let remote = TokenBucket::new(capacity, rate).unwrap();
+            replay(&client, &remote, &local, &clock, start, &ops)
+        })
+        .unwrap();
+}
+
+#[test]
+fn fixed_window_agrees() {
+    let (_server, client) = server_and_client();
+    let strategy = rates().prop_flat_map(|(permits, period)| {
+        (Just((permits, period)), ops(period, permits), 0u64..1 << 40)
+    });
+    runner()
+        .run(&strategy, |((permits, period), ops, start)| {
+            let rate = Rate::new(permits, Duration::from_micros(period));
+            let clock = ManualClock::new();
+            let local = LockingFixedWindow::with_clock(rate, clock.clone()).unwrap();
+            let remote = FixedWindow::new(rate).unwrap();
+            replay(&client, &remote, &local, &clock, start, &ops)
+        })
+        .unwrap();
+}
+
+#[test]
+fn sliding_window_agrees_with_the_approximate_window() {
+    let (_server, client) = server_and_client();
+    // Any period here: the weighted retry-after is where rounding to whole
+    // microseconds shows, and it must round up exactly.
+    let strategy = (1u32..=12, 1u64..=300_000).prop_flat_map(|(permits, period)| {
+        let period = period.max(u64::from(permits));
+        (Just((permits, period)), ops(period, permits), 0u64..1 << 40)
+    });
+    runner()
+        .run(&strategy, |((permits, period), ops, start)| {
+            let rate = Rate::new(permits, Duration::from_micros(period));
+            let clock = ManualClock::new();
+            let local = LockingApproxSlidingWindow::with_clock(rate, clock.clone()).unwrap();
+            let remote = SlidingWindow::new(rate).unwrap();
+            replay(&client, &remote, &local, &clock, start, &ops)
+        })
+        .unwrap();
+}
+
+#[test]
+fn sliding_log_agrees_with_the_exact_log() {
+    let (_server, client) = server_and_client();
+    let strategy = rates().prop_flat_map(|(permits, period)| {
+        (Just((permits, period)), ops(period, permits), 0u64..1 << 40)
+    });
+    runner()
+        .run(&strategy, |((permits, period), ops, start)| {
+            let rate = Rate::new(permits, Duration::from_micros(period));
+            let clock = ManualClock::new();
+            // One ring: the in-process log is then tight, as one script is.
+            let local = LockingSlidingLog::with_clock(rate, clock.clone())
+                .unwrap()
+                .with_stripes(1);
+            let remote = SlidingLog::new(rate).unwrap();
+            replay(&client, &remote, &local, &clock, start, &ops)
+        })
+        .unwrap();
+}

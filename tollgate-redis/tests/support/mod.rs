@@ -1,0 +1,11 @@
+//! Real Redis servers for the tests: each test starts its own `redis-server`
+//! processes on free loopback ports (never a system service) and they are
+//! killed when the handle drops, a panicking test included.
+
+#![allow(dead_code)]
+
+pub mod server;
+pub mod cluster;
+
+pub use cluster::RedisCluster;
+pub use server::RedisServer;
