@@ -2,7 +2,7 @@
 //! processes on free loopback ports (never a system service) and they are
 //! killed when the handle drops, a panicking test included.
 
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 pub mod server;
 pub mod cluster;
