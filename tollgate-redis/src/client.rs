@@ -279,9 +279,18 @@ impl Client {
         n: u32,
         now_us: u64,
     ) -> Result<Admission, Error> {
-        assert!(now_us < crate::micros::MAX_SPAN, "test times stay below 2^51 µs");
-        self.decide(limiter, key, n, limiter.plan().script.at_time(), Some(now_us))
-            .await
+        assert!(
+            now_us < crate::micros::MAX_SPAN,
+            "test times stay below 2^51 µs"
+        );
+        self.decide(
+            limiter,
+            key,
+            n,
+            limiter.plan().script.at_time(),
+            Some(now_us),
+        )
+        .await
     }
 
     async fn decide<L: Limiter + ?Sized>(

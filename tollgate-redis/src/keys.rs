@@ -31,7 +31,10 @@ mod tests {
 
     #[test]
     fn the_callers_key_is_the_hash_tag() {
-        assert_eq!(redis_key("tollgate", "user:42", "tb"), "tollgate:{user:42}:tb");
+        assert_eq!(
+            redis_key("tollgate", "user:42", "tb"),
+            "tollgate:{user:42}:tb"
+        );
         assert_eq!(check_prefix("a{b"), Err(ConfigError::InvalidPrefix));
     }
 }

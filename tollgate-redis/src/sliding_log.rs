@@ -128,9 +128,12 @@ impl SlidingLog {
     /// assert_eq!(log.history(), Duration::from_secs(3600));
     /// ```
     pub fn with_history(mut self, history: Duration) -> Result<Self, ConfigError> {
-        let history = ceil_micros(history)
-            .filter(|&us| us <= MAX_SPAN)
-            .ok_or(ConfigError::TooLarge { what: "the history" })?;
+        let history =
+            ceil_micros(history)
+                .filter(|&us| us <= MAX_SPAN)
+                .ok_or(ConfigError::TooLarge {
+                    what: "the history",
+                })?;
         self.history = history.max(self.window);
         Ok(self)
     }
@@ -181,9 +184,6 @@ impl Limiter for SlidingLog {
     }
 
     fn plan(&self) -> Plan {
-        Plan::new(
-            &SCRIPT,
-            &[self.window, u64::from(self.limit), self.history],
-        )
+        Plan::new(&SCRIPT, &[self.window, u64::from(self.limit), self.history])
     }
 }

@@ -18,7 +18,9 @@ use tollgate::{
     Denied, LockingApproxSlidingWindow, LockingFixedWindow, LockingSlidingLog, LockingTokenBucket,
     ManualClock, Rate, RateLimiter,
 };
-use tollgate_redis::{Error, FixedWindow, Limiter, SlidingLog, SlidingWindow, TokenBucket, blocking};
+use tollgate_redis::{
+    Error, FixedWindow, Limiter, SlidingLog, SlidingWindow, TokenBucket, blocking,
+};
 
 use support::RedisServer;
 
@@ -98,7 +100,10 @@ fn replay<L: Limiter, R: RateLimiter>(
             (Err(want), Err(Error::Denied(denied))) => {
                 prop_assert_eq!(want, denied, "op {} {:?} at {}", i, op, now)
             }
-            _ => prop_assert!(false, "op {i} {op:?} at {now}: in-process {expected:?}, redis {got:?}"),
+            _ => prop_assert!(
+                false,
+                "op {i} {op:?} at {now}: in-process {expected:?}, redis {got:?}"
+            ),
         }
     }
     Ok(())

@@ -34,7 +34,14 @@ async fn every_limiter_works_across_a_three_master_cluster() {
     let mut owners = BTreeSet::new();
     for limiter in limiters() {
         for key in &keys {
-            assert_eq!(client.try_acquire_n(&*limiter, key, 3).await.unwrap().remaining, 0);
+            assert_eq!(
+                client
+                    .try_acquire_n(&*limiter, key, 3)
+                    .await
+                    .unwrap()
+                    .remaining,
+                0
+            );
             assert!(matches!(
                 client.try_acquire(&*limiter, key).await,
                 Err(Error::Denied(Denied::RetryAfter(_)))

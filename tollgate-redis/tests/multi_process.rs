@@ -29,10 +29,18 @@ const MAX_N: u32 = 3;
 fn limiter(kind: &str) -> Box<dyn Limiter> {
     match kind {
         // 10 at once, one per 200 µs.
-        "token_bucket" => Box::new(TokenBucket::new(10, Rate::new(5, Duration::from_millis(1))).unwrap()),
-        "fixed_window" => Box::new(FixedWindow::new(Rate::new(40, Duration::from_millis(7))).unwrap()),
-        "sliding_window" => Box::new(SlidingWindow::new(Rate::new(40, Duration::from_millis(7))).unwrap()),
-        "sliding_log" => Box::new(SlidingLog::new(Rate::new(25, Duration::from_millis(5))).unwrap()),
+        "token_bucket" => {
+            Box::new(TokenBucket::new(10, Rate::new(5, Duration::from_millis(1))).unwrap())
+        }
+        "fixed_window" => {
+            Box::new(FixedWindow::new(Rate::new(40, Duration::from_millis(7))).unwrap())
+        }
+        "sliding_window" => {
+            Box::new(SlidingWindow::new(Rate::new(40, Duration::from_millis(7))).unwrap())
+        }
+        "sliding_log" => {
+            Box::new(SlidingLog::new(Rate::new(25, Duration::from_millis(5))).unwrap())
+        }
         other => panic!("unknown limiter {other}"),
     }
 }
@@ -58,7 +66,10 @@ fn child() {
         return; // Not a child: nothing to do.
     };
     let decisions: usize = decisions.parse().unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let records = runtime.block_on(async move {
         let options = tollgate_redis::Options::new().timeout(Duration::from_secs(5));
         let client = Client::connect_with(&url, options).await.unwrap();
@@ -70,11 +81,17 @@ fn child() {
                     let mut admitted = Vec::new();
                     let mut seed = (std::process::id() as u64) << 8 | task as u64;
                     for i in 0..decisions / TASKS_PER_PROCESS {
-                        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                        seed = seed
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
                         let key = (seed >> 33) as usize % KEYS.len();
                         let n = (seed >> 40) as u32 % MAX_N + 1;
                         match client.try_acquire_n(&*limiter, KEYS[key], n).await {
-                            Ok(admission) => admitted.push(Record { key, time: admission.time_us, n: n.into() }),
+                            Ok(admission) => admitted.push(Record {
+                                key,
+                                time: admission.time_us,
+                                n: n.into(),
+                            }),
                             Err(Error::Denied(_)) => {}
                             Err(other) => panic!("decision {i}: {other}"),
                         }
@@ -117,7 +134,10 @@ fn hammer(server: &RedisServer, kind: &str, decisions: usize) -> Vec<Vec<Record>
                 .env("TOLLGATE_REDIS_CHILD_URL", server.url())
                 .env("TOLLGATE_REDIS_CHILD_KIND", kind)
                 .env("TOLLGATE_REDIS_CHILD_OUT", &out)
-                .env("TOLLGATE_REDIS_CHILD_DECISIONS", (decisions / PROCESSES).to_string())
+                .env(
+                    "TOLLGATE_REDIS_CHILD_DECISIONS",
+                    (decisions / PROCESSES).to_string(),
+                )
                 // The child's own test harness report is noise here; its
                 // panics still reach stderr.
                 .stdout(std::process::Stdio::null())
@@ -132,8 +152,16 @@ fn hammer(server: &RedisServer, kind: &str, decisions: usize) -> Vec<Vec<Record>
         for line in BufReader::new(std::fs::File::open(&out).unwrap()).lines() {
             let line = line.unwrap();
             let mut fields = line.split(' ').map(|f| f.parse::<u64>().unwrap());
-            let (key, time, n) = (fields.next().unwrap(), fields.next().unwrap(), fields.next().unwrap());
-            per_key[key as usize].push(Record { key: key as usize, time, n });
+            let (key, time, n) = (
+                fields.next().unwrap(),
+                fields.next().unwrap(),
+                fields.next().unwrap(),
+            );
+            per_key[key as usize].push(Record {
+                key: key as usize,
+                time,
+                n,
+            });
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -207,9 +235,14 @@ fn sliding_window_violations(records: &[Record], limit: u64, window: u64) -> usi
         if i + 1 < records.len() && records[i + 1].time == r.time {
             continue;
         }
-        let p = k.checked_sub(1).and_then(|prev| totals.get(&prev)).copied().unwrap_or(0);
+        let p = k
+            .checked_sub(1)
+            .and_then(|prev| totals.get(&prev))
+            .copied()
+            .unwrap_or(0);
         let elapsed = r.time - k * window;
-        let weighed = u128::from(p) * u128::from(window - elapsed) + u128::from(current.1) * u128::from(window);
+        let weighed = u128::from(p) * u128::from(window - elapsed)
+            + u128::from(current.1) * u128::from(window);
         if weighed > u128::from(limit) * u128::from(window) {
             violations += 1;
         }
@@ -223,7 +256,12 @@ fn processes_sharing_keys_never_break_an_invariant() {
     let decisions = decisions_per_limiter();
     let mut total_decisions = 0;
     let mut total_violations = 0;
-    for kind in ["token_bucket", "fixed_window", "sliding_window", "sliding_log"] {
+    for kind in [
+        "token_bucket",
+        "fixed_window",
+        "sliding_window",
+        "sliding_log",
+    ] {
         let per_key = hammer(&server, kind, decisions);
         let admitted: u64 = per_key.iter().flatten().map(|r| r.n).sum();
         let violations: usize = per_key
@@ -255,9 +293,18 @@ fn the_checkers_catch_violations() {
     // Bucket of 2, one per 10 µs: 3 at once is one too many.
     assert_eq!(token_bucket_violations(&[at(0, 2), at(10, 1)], 2, 10), 0);
     assert_eq!(token_bucket_violations(&[at(0, 2), at(5, 1)], 2, 10), 1);
-    assert_eq!(fixed_window_violations(&[at(0, 2), at(9, 1), at(10, 2)], 2, 10), 1);
-    assert_eq!(sliding_log_violations(&[at(0, 1), at(5, 1), at(10, 1)], 2, 10), 0);
-    assert_eq!(sliding_log_violations(&[at(0, 1), at(5, 1), at(9, 1)], 2, 10), 1);
+    assert_eq!(
+        fixed_window_violations(&[at(0, 2), at(9, 1), at(10, 2)], 2, 10),
+        1
+    );
+    assert_eq!(
+        sliding_log_violations(&[at(0, 1), at(5, 1), at(10, 1)], 2, 10),
+        0
+    );
+    assert_eq!(
+        sliding_log_violations(&[at(0, 1), at(5, 1), at(9, 1)], 2, 10),
+        1
+    );
     // Limit 2 per 10: 2 at the end of window 0 weigh 1 at 5 µs into window 1.
     assert_eq!(sliding_window_violations(&[at(9, 2), at(15, 1)], 2, 10), 0);
     assert_eq!(sliding_window_violations(&[at(9, 2), at(15, 2)], 2, 10), 1);

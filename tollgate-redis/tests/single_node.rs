@@ -66,7 +66,10 @@ async fn bad_requests_are_denied_without_a_round_trip() {
         ));
         assert!(matches!(
             client.try_acquire_n(&*limiter, "k", 4).await,
-            Err(Error::Denied(Denied::ExceedsCapacity { requested: 4, capacity: 3 }))
+            Err(Error::Denied(Denied::ExceedsCapacity {
+                requested: 4,
+                capacity: 3
+            }))
         ));
         assert!(matches!(
             client.try_acquire_n(&*limiter, "k", u32::MAX).await,
@@ -108,14 +111,26 @@ async fn one_decision_is_one_evalsha_and_nothing_else() {
     let per_limiter = 50u64;
     for limiter in &limiters {
         for i in 0..per_limiter {
-            let _ = client.try_acquire(&**limiter, &format!("key{}", i % 5)).await;
+            let _ = client
+                .try_acquire(&**limiter, &format!("key{}", i % 5))
+                .await;
         }
     }
     let decisions = per_limiter * limiters.len() as u64;
     assert_eq!(server.calls("evalsha"), decisions);
     // Server time comes from TIME inside every script, once per decision.
     assert_eq!(server.calls("time"), decisions);
-    for other in ["eval", "script|load", "script", "get", "set", "incr", "multi", "exec", "watch"] {
+    for other in [
+        "eval",
+        "script|load",
+        "script",
+        "get",
+        "set",
+        "incr",
+        "multi",
+        "exec",
+        "watch",
+    ] {
         assert_eq!(server.calls(other), 0, "{other}");
     }
 }
@@ -132,10 +147,18 @@ async fn every_written_key_gets_a_ttl_no_longer_than_its_state_matters() {
         // The current window's end: at most an hour away.
         (Box::new(FixedWindow::new(hourly(3)).unwrap()), hour_ms),
         // The window after the current one ends: at most two hours away.
-        (Box::new(SlidingWindow::new(hourly(3)).unwrap()), 2 * hour_ms),
+        (
+            Box::new(SlidingWindow::new(hourly(3)).unwrap()),
+            2 * hour_ms,
+        ),
         // The history after the newest stamp.
         (
-            Box::new(SlidingLog::new(hourly(3)).unwrap().with_history(history).unwrap()),
+            Box::new(
+                SlidingLog::new(hourly(3))
+                    .unwrap()
+                    .with_history(history)
+                    .unwrap(),
+            ),
             2 * hour_ms,
         ),
     ];
@@ -143,7 +166,10 @@ async fn every_written_key_gets_a_ttl_no_longer_than_its_state_matters() {
         client.try_acquire_n(&*limiter, "ttl", 3).await.unwrap();
         let key = limiter.redis_key("ttl");
         let pttl: i64 = server.cmd(&["PTTL", &key]);
-        assert!(pttl > 0 && pttl <= most, "{key}: PTTL {pttl} of at most {most}");
+        assert!(
+            pttl > 0 && pttl <= most,
+            "{key}: PTTL {pttl} of at most {most}"
+        );
         // A denial writes nothing.
         let before: Vec<String> = dump(&server, &key);
         assert!(client.try_acquire(&*limiter, "ttl").await.is_err());
@@ -272,7 +298,10 @@ async fn a_restarted_server_keeps_its_limits_when_persistent_and_scripts_reload(
     let client = connect(&server).await;
     let limiters = limiters();
     for limiter in &limiters {
-        client.try_acquire_n(&**limiter, "restart", 3).await.unwrap();
+        client
+            .try_acquire_n(&**limiter, "restart", 3)
+            .await
+            .unwrap();
     }
     server.kill();
     for limiter in &limiters {
@@ -307,10 +336,21 @@ fn the_blocking_client_decides_the_same_and_refuses_to_block_a_runtime() {
     let server = RedisServer::start();
     let client = blocking::Client::connect(&server.url()).unwrap();
     for limiter in limiters() {
-        assert_eq!(client.try_acquire_n(&*limiter, "b", 3).unwrap().remaining, 0);
-        assert!(client.try_acquire(&*limiter, "b").unwrap_err().retry_after().is_some());
+        assert_eq!(
+            client.try_acquire_n(&*limiter, "b", 3).unwrap().remaining,
+            0
+        );
+        assert!(
+            client
+                .try_acquire(&*limiter, "b")
+                .unwrap_err()
+                .retry_after()
+                .is_some()
+        );
     }
-    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     let bucket = TokenBucket::new(3, hourly(3)).unwrap();
     let inside = runtime.block_on(async { client.try_acquire(&bucket, "c") });
     assert!(matches!(inside, Err(Error::BlockingInAsync)));
@@ -329,16 +369,33 @@ async fn a_sliding_log_keeps_its_entries_across_rule_changes() {
             .with_history(history)
             .unwrap()
     };
-    client.try_acquire_n(&rule(5, 1), "partner", 5).await.unwrap();
+    client
+        .try_acquire_n(&rule(5, 1), "partner", 5)
+        .await
+        .unwrap();
     // Raised limit: the 5 already logged still count.
     let raised = rule(8, 1);
-    assert_eq!(client.try_acquire_n(&raised, "partner", 3).await.unwrap().remaining, 0);
+    assert_eq!(
+        client
+            .try_acquire_n(&raised, "partner", 3)
+            .await
+            .unwrap()
+            .remaining,
+        0
+    );
     assert!(client.try_acquire(&raised, "partner").await.is_err());
     // Lowered limit: 8 logged, 4 allowed: denied until 5 of them leave.
     assert!(client.try_acquire(&rule(4, 1), "partner").await.is_err());
     // A longer window within the history sees all 8 too.
     let longer = rule(10, 3);
-    assert_eq!(client.try_acquire_n(&longer, "partner", 2).await.unwrap().remaining, 0);
+    assert_eq!(
+        client
+            .try_acquire_n(&longer, "partner", 2)
+            .await
+            .unwrap()
+            .remaining,
+        0
+    );
     let entries: i64 = server.cmd(&["ZCARD", &longer.redis_key("partner")]);
     assert_eq!(entries, 10 + 1, "ten permits and the format marker");
 }

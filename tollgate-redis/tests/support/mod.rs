@@ -4,8 +4,8 @@
 
 #![allow(dead_code, unused_imports)]
 
-pub mod server;
 pub mod cluster;
+pub mod server;
 
 pub use cluster::RedisCluster;
 pub use server::RedisServer;
