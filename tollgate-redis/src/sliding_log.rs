@@ -28,8 +28,11 @@
 //!
 //! Members are zero-padded ticket numbers, so permits stamped in the same
 //! microsecond still sort in order; a marker member at `-inf`, outside every
-//! time range, tags the format. An admission first drops entries older than
-//! `history`; the key expires `history` after its newest stamp.
+//! time range, tags the format. An admission drops the entries older than
+//! `history` except the last `N` (a reading from a server clock that stepped
+//! back may find those in its window again, as the in-process log's ring of `N`
+//! would: the two agree decision for decision, backwards steps included); the
+//! key expires `history` after its newest stamp.
 //!
 //! ```no_run
 //! # async fn demo(client: tollgate_redis::Client) -> Result<(), Box<dyn std::error::Error>> {
@@ -94,8 +97,8 @@ impl SlidingLog {
     /// use tollgate_redis::{ConfigError, SlidingLog};
     /// assert!(SlidingLog::new(Rate::per_second(100)).is_ok());
     /// assert_eq!(
-    ///     SlidingLog::new(Rate::per_hour(u32::MAX)),
-    ///     Err(ConfigError::LogTooLong { limit: u32::MAX })
+    ///     SlidingLog::new(Rate::per_hour(2_000_000)),
+    ///     Err(ConfigError::LogTooLong { limit: 2_000_000 })
     /// );
     /// ```
     pub fn new(rate: Rate) -> Result<Self, ConfigError> {

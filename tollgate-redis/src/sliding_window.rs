@@ -64,14 +64,14 @@ impl SlidingWindow {
     ///
     /// Errors: [`ConfigError::ZeroRate`], [`ConfigError::ZeroPeriod`],
     /// [`ConfigError::TooFine`], [`ConfigError::TooLarge`] (the limit times the
-    /// window in µs above 2^51: 1,000,000 per hour fits, `u32::MAX` per day
+    /// window in µs above 2^51: 100,000 per hour fits, `u32::MAX` per day
     /// does not).
     ///
     /// ```
     /// use std::time::Duration;
     /// use tollgate::Rate;
     /// use tollgate_redis::{ConfigError, SlidingWindow};
-    /// assert!(SlidingWindow::new(Rate::per_hour(1_000_000)).is_ok());
+    /// assert!(SlidingWindow::new(Rate::per_hour(100_000)).is_ok());
     /// assert!(matches!(
     ///     SlidingWindow::new(Rate::new(u32::MAX, Duration::from_secs(86_400))),
     ///     Err(ConfigError::TooLarge { .. })

@@ -185,11 +185,11 @@ impl RedisServer {
 
     fn signal(&self, name: &str) {
         let pid = self.child.as_ref().expect("running").id();
-        let status = Command::new("kill")
-            .arg(format!("-{name}"))
-            .arg(pid.to_string())
+        let status = Command::new("sh")
+            .arg("-c")
+            .arg(format!("kill -{name} {pid}"))
             .status()
-            .expect("kill");
+            .expect("sh");
         assert!(status.success());
     }
 }
@@ -208,9 +208,9 @@ impl Drop for RedisServer {
 impl RedisServer {
     fn signal_quietly(&self, name: &str) -> Option<()> {
         let pid = self.child.as_ref()?.id();
-        Command::new("kill")
-            .arg(format!("-{name}"))
-            .arg(pid.to_string())
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!("kill -{name} {pid}"))
             .status()
             .ok()
             .map(|_| ())
