@@ -176,13 +176,25 @@ fn hammer(server: &RedisServer, kind: &str, decisions: usize) -> Vec<Vec<Record>
 fn token_bucket_violations(records: &[Record], capacity: u64, interval: u64) -> usize {
     let mut violations = 0;
     let mut before = 0u64; // permits before record j
-    let mut lowest: Option<i128> = None; // min over i <= j of S_{i-1}·I − t_i
-    for r in records {
+    // The min over i <= j of S_{i-1}·I − t_i, and its i.
+    let mut lowest: Option<(i128, usize)> = None;
+    for (j, r) in records.iter().enumerate() {
         let b = i128::from(before) * i128::from(interval) - i128::from(r.time);
-        lowest = Some(lowest.map_or(b, |l| l.min(b)));
+        if lowest.is_none_or(|(l, _)| b < l) {
+            lowest = Some((b, j));
+        }
         before += r.n;
         let a = i128::from(before) * i128::from(interval) - i128::from(r.time);
-        if a - lowest.unwrap() > i128::from(capacity) * i128::from(interval) {
+        let (low, i) = lowest.unwrap();
+        if a - low > i128::from(capacity) * i128::from(interval) {
+            if violations < 3 {
+                let shown: Vec<_> = records[i..=j]
+                    .iter()
+                    .take(40)
+                    .map(|r| (r.time, r.n))
+                    .collect();
+                println!("token bucket violation over records {i}..={j}: {shown:?}");
+            }
             violations += 1;
         }
     }

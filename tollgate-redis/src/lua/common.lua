@@ -19,10 +19,19 @@ local function idiv(a, b)
   return q
 end
 
--- Lets a key vanish `us` microseconds from now (rounded up to a whole
--- millisecond), when its state has become the same as no state at all.
-local function expire_after(key, us)
-  redis.call('PEXPIRE', key, int(math.max(1, idiv(us + 999, 1000)) + expiry_slack_ms))
+-- Lets a key vanish once the server's clock has passed `at` (us), when its
+-- state has become the same as no state at all. Absolute, from this script's
+-- own TIME reading: a relative TTL counts from a millisecond the server picks
+-- (inside a script, possibly its start, before TIME was read), so it could end
+-- a little before `at`. The key expires after ceil(at / 1000) ms, never sooner.
+local function expire_at(key, at)
+  if replayed_time then
+    -- A replayed time is not the server's: keep the key the replayed span plus
+    -- an hour of real time, however slowly the test replays it.
+    redis.call('PEXPIRE', key, int(idiv(math.max(at - now, 0) + 999, 1000) + 3600000))
+  else
+    redis.call('PEXPIREAT', key, int(idiv(at + 999, 1000)))
+  end
 end
 
 -- Reads a limiter's hash: its format tag in field 'v', then `fields`. Returns

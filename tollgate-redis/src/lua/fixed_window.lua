@@ -20,7 +20,7 @@ end
 local ends = (index + 1) * window
 if count + n <= limit then
   redis.call('HSET', key, 'v', 'fw1', 'w', int(index), 'c', int(count + n))
-  expire_after(key, ends - now)
+  expire_at(key, ends)
   return {1, now, limit - count - n, 0}
 end
 -- n <= limit, so the request fits the next window, which is empty.

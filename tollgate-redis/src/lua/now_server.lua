@@ -3,5 +3,4 @@
 -- below 2^51 until 2041 and below 2^53 (a double's exact range) until 2255.
 local now = redis.call('TIME')
 now = tonumber(now[1]) * 1000000 + tonumber(now[2])
--- Keys expire exactly when their state stops mattering.
-local expiry_slack_ms = 0
+local replayed_time = false

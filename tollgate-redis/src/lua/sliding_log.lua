@@ -59,7 +59,7 @@ if used + n <= limit then
   if not tagged then
     redis.call('ZADD', key, '-inf', marker)
   end
-  expire_after(key, stamp + history - now)
+  expire_at(key, stamp + history)
   return {1, stamp, math.max(0, limit - used - n), 0}
 end
 

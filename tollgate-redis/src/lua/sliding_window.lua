@@ -46,7 +46,7 @@ if not stale then
   if p * (t - elapsed) + (c + n) * t <= limit * t then
     redis.call('HSET', key, 'v', 'sw1', 'k', int(k), 'c', int(c + n), 'p', int(p))
     -- From window k + 2 on, window k weighs nothing.
-    expire_after(key, start + 2 * t - now)
+    expire_at(key, start + 2 * t)
     return {1, now, available(elapsed, c + n), 0}
   end
 end

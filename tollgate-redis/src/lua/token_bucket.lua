@@ -20,7 +20,7 @@ local limit = now + tolerance
 if next_tat <= limit then
   redis.call('HSET', key, 'v', 'tb1', 'tat', int(next_tat))
   -- At the TAT the bucket is full: the same as a missing key.
-  expire_after(key, next_tat - now)
+  expire_at(key, next_tat)
   return {1, now, idiv(limit - next_tat, interval), 0}
 end
 -- Denied means tat > now, so at now + wait the base is still tat and next_tat
