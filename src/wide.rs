@@ -111,6 +111,13 @@ impl LoomAtomicU128 {
         *self.0.lock().unwrap()
     }
 
+    /// A plain store: nothing in tollgate calls it; `scripts/mutate-loom`'s
+    /// blind-store mutant of the CAS loop does (a lost update must fail a model).
+    #[allow(dead_code)]
+    pub(crate) fn store(&self, value: u128, _: Ordering) {
+        *self.0.lock().unwrap() = value;
+    }
+
     pub(crate) fn compare_exchange_weak(
         &self,
         current: u128,

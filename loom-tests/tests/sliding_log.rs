@@ -445,6 +445,119 @@ fn two_rings_reconfiguration_races_spanning_acquires() {
     assert!(explored > 1);
 }
 
+/// Time standing still and demand within the limit: both requests for 2 of 4
+/// must be admitted in every interleaving. A request that finds the entry its
+/// ticket replaces already overwritten by the other's claim (the first or the
+/// second of its two stores) must see that the head moved and retry, not
+/// mistake the entry for one still in flight and refuse.
+#[test]
+fn demand_within_capacity_is_all_admitted() {
+    let explored = explore(
+        "sliding_log::demand_within_capacity_is_all_admitted",
+        3,
+        || {
+            const LIMIT: u32 = 4;
+            let (log, clock) = sliding_log(LIMIT);
+
+            let l = log.clone();
+            let one = thread::spawn(move || vec![record(2, || l.try_acquire_n(2))]);
+            let l = log.clone();
+            let two = thread::spawn(move || vec![record(2, || l.try_acquire_n(2))]);
+
+            let threads = vec![one.join().unwrap(), two.join().unwrap()];
+            assert_eq!(admitted(&threads), LIMIT, "{threads:#?}");
+            verify(&log, &clock, threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// A request spanning two rings of one slot claims its home ring, loses the
+/// other to a single permit and takes its claim back — late: meanwhile the
+/// other thread moved the clock a window on and claimed both rings again. The
+/// late undo must leave the newer lap's entry alone.
+#[test]
+fn late_undo_meets_a_later_lap() {
+    let explored = explore("sliding_log::late_undo_meets_a_later_lap", 1, || {
+        const LIMIT: u32 = 2;
+        let (log, clock) = striped_log(LIMIT, 2);
+
+        let l = log.clone();
+        let pair = thread::spawn(move || vec![record(2, || l.try_acquire_n(2))]);
+        let (l, c) = (log.clone(), clock.clone());
+        let mover = thread::spawn(move || {
+            let mut ops = vec![record(1, || l.try_acquire())];
+            c.advance(nanos(WINDOW));
+            ops.push(record(2, || l.try_acquire_n(2)));
+            ops
+        });
+
+        let threads = vec![pair.join().unwrap(), mover.join().unwrap()];
+        verify(&log, &clock, threads);
+    });
+    assert!(explored > 1);
+}
+
+/// A reconfiguration seals a one-slot ring while another thread laps it three
+/// times (at 0, 10 and 20). The seal must order every claim before it ahead
+/// of the sealer's reads: the slot's word has one lap bit, so an entry two
+/// laps old would pass for the newest one and be inherited as free.
+#[test]
+fn reconfiguration_seals_a_ring_being_lapped() {
+    let explored = explore(
+        "sliding_log::reconfiguration_seals_a_ring_being_lapped",
+        3,
+        || {
+            const LIMIT: u32 = 1;
+            let (log, clock) = sliding_log(LIMIT);
+
+            let (l, c) = (log.clone(), clock.clone());
+            let lapper = thread::spawn(move || {
+                let mut ops = vec![record(1, || l.try_acquire())];
+                for _ in 0..2 {
+                    c.advance(nanos(WINDOW));
+                    ops.push(record(1, || l.try_acquire()));
+                }
+                ops
+            });
+            let l = log.clone();
+            let changer = thread::spawn(move || {
+                l.reconfigure(Rate::new(LIMIT, nanos(WINDOW))).unwrap();
+            });
+
+            let threads = vec![lapper.join().unwrap()];
+            changer.join().unwrap();
+            verify(&log, &clock, threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// Two reconfigurations at once, while a thread acquires: the second to seal
+/// replaces the rings the first published, so it must see them whole.
+#[test]
+fn two_reconfigurations_race() {
+    let explored = explore("sliding_log::two_reconfigurations_race", 3, || {
+        const LIMIT: u32 = 1;
+        let (log, clock) = sliding_log(LIMIT);
+
+        let l = log.clone();
+        let first = thread::spawn(move || {
+            l.reconfigure(Rate::new(LIMIT, nanos(WINDOW))).unwrap();
+            vec![record(1, || l.try_acquire())]
+        });
+        let l = log.clone();
+        let second = thread::spawn(move || {
+            l.reconfigure(Rate::new(LIMIT, nanos(WINDOW))).unwrap();
+        });
+
+        let threads = vec![first.join().unwrap()];
+        second.join().unwrap();
+        verify(&log, &clock, threads);
+    });
+    assert!(explored > 1);
+}
+
 /// The seed's non-locking throttle, translated line by line from its C#
 /// `MultiNoLock` (`setTail`, `_ShouldDoIt`, `ShouldDoIt`): a ring of ticks with
 /// a head and a tail. `Interlocked.Exchange` becomes `swap`; a plain field read

@@ -23,7 +23,9 @@ use std::time::Duration;
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::thread;
-use tollgate::{ApproxSlidingWindow, Clock, Denied, ManualClock, Rate, RateLimiter, SlidingWindow};
+use tollgate::{
+    ApproxSlidingWindow, Clock, Denied, ManualClock, Rate, RateLimiter, SlidingWindow, Snapshot,
+};
 use tollgate_loom_tests::{Op, RecordingClock, explore, record, single_threaded_tail};
 
 /// Sub-window length in nanoseconds (at least the limit, as the builder needs).
@@ -36,10 +38,19 @@ fn nanos(ns: u64) -> Duration {
 /// `limit` permits in any `subs` sub-windows of `SUB` ns, two stripes, on a
 /// manual clock at 0, and a handle to move that clock.
 fn window(limit: u32, subs: u32) -> (Arc<SlidingWindow<RecordingClock>>, ManualClock) {
+    striped_window(limit, subs, 2)
+}
+
+/// As [`window`], with `stripes` stripes (one: every thread shares it).
+fn striped_window(
+    limit: u32,
+    subs: u32,
+    stripes: usize,
+) -> (Arc<SlidingWindow<RecordingClock>>, ManualClock) {
     let clock = ManualClock::new();
     let window = SlidingWindow::builder(Rate::new(limit, nanos(SUB * u64::from(subs))))
         .sub_windows(subs)
-        .stripes(2)
+        .stripes(stripes)
         .clock(RecordingClock::new(clock.clone()))
         .build()
         .expect("a valid configuration");
@@ -231,6 +242,229 @@ fn clock_skips_a_sub_window_while_a_request_is_denied() {
     assert!(explored > 1);
 }
 
+// Lost updates. A lease is a count in a stripe word, a charge a count in a
+// history word: two threads that both read a word and both write it back would
+// spend one permit twice, or hand one back twice. Each model below makes two
+// threads race on one such word while demand exceeds what is left, so that a
+// lost update shows as an admission over the bound — in the threads' own
+// decisions or in the single-threaded tail, which spends whatever the limiter
+// believes is left. (Each was checked against a blind-store mutant of the CAS
+// it targets: `scripts/mutate-loom`.)
+
+/// One stripe holding a spare lease that two threads spend at once (the fast
+/// path's CAS), while a third request takes the whole lease for a two-permit
+/// request (the slow path's CAS on its own stripe) and leases the rest.
+#[test]
+fn shared_stripe_lease_spent_by_two_threads() {
+    let explored = explore(
+        "sliding_window::shared_stripe_lease_spent_by_two_threads",
+        2,
+        || {
+            const LIMIT: u32 = 4;
+            const SUBS: u32 = 2;
+            let (window, clock) = striped_window(LIMIT, SUBS, 1);
+            // Leases 2 of 4 (a share: half the budget over one stripe), spends 1:
+            // the stripe holds 1 for sub-window 0.
+            let mut mine = vec![acquire(&window, 1)];
+
+            let w = window.clone();
+            let one = thread::spawn(move || vec![acquire(&w, 1)]);
+            let w = window.clone();
+            let two = thread::spawn(move || vec![acquire(&w, 2)]);
+            mine.push(acquire(&window, 1));
+
+            let threads = vec![one.join().unwrap(), two.join().unwrap(), mine];
+            verify(&window, &clock, LIMIT, SUBS, threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// One stripe, two threads that each lease a share and put the spare back
+/// (merging into the stripe while the other spends from it), then spend again.
+#[test]
+fn put_back_merges_while_the_stripe_is_spent() {
+    let explored = explore(
+        "sliding_window::put_back_merges_while_the_stripe_is_spent",
+        2,
+        || {
+            const LIMIT: u32 = 8;
+            const SUBS: u32 = 2;
+            let (window, clock) = striped_window(LIMIT, SUBS, 1);
+
+            let w = window.clone();
+            let one = thread::spawn(move || vec![acquire(&w, 1), acquire(&w, 1)]);
+            let w = window.clone();
+            let two = thread::spawn(move || vec![acquire(&w, 2), acquire(&w, 1)]);
+
+            let threads = vec![one.join().unwrap(), two.join().unwrap()];
+            verify(&window, &clock, LIMIT, SUBS, threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// A stale lease (sub-window 0's spare, on the one stripe) taken back twice at
+/// once: by the thread that opens sub-window 1 (its sweep) and by the other
+/// thread reclaiming its own stripe. Returned twice, sub-window 0's charge
+/// would fall below what it admitted.
+#[test]
+fn stale_lease_reclaimed_by_two_threads() {
+    let explored = explore(
+        "sliding_window::stale_lease_reclaimed_by_two_threads",
+        3,
+        || {
+            const LIMIT: u32 = 4;
+            const SUBS: u32 = 2;
+            let (window, clock) = striped_window(LIMIT, SUBS, 1);
+            // Sub-window 0: 1 admitted, 2 leased, 1 left on the stripe.
+            let mut mine = vec![acquire(&window, 1)];
+            clock.set(SUB);
+
+            let w = window.clone();
+            let one = thread::spawn(move || vec![acquire(&w, 1)]);
+            let w = window.clone();
+            let two = thread::spawn(move || vec![acquire(&w, 1)]);
+
+            mine.extend(one.join().unwrap());
+            let threads = vec![mine, two.join().unwrap()];
+            verify(&window, &clock, LIMIT, SUBS, threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// A thread short of budget steals the spare lease on another stripe while
+/// that stripe's owner spends it: the permit must go to one of them.
+#[test]
+fn steal_races_the_owner_spending_its_lease() {
+    let explored = explore(
+        "sliding_window::steal_races_the_owner_spending_its_lease",
+        2,
+        || {
+            const LIMIT: u32 = 8;
+            const SUBS: u32 = 2;
+            let (window, clock) = window(LIMIT, SUBS);
+            // Stripe 0 (the main thread's and the second spawned thread's):
+            // a share of 2 leased, 1 spent, 1 spare. Pool: 6 left.
+            let mine = vec![acquire(&window, 1)];
+
+            let w = window.clone();
+            // Stripe 1: 6 from the pool, 1 stolen from stripe 0.
+            let thief = thread::spawn(move || vec![acquire(&w, 7)]);
+            let w = window.clone();
+            let owner = thread::spawn(move || vec![acquire(&w, 1)]);
+
+            let threads = vec![mine, thief.join().unwrap(), owner.join().unwrap()];
+            verify(&window, &clock, LIMIT, SUBS, threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// A return to history delayed across two openings: a thread at sub-window 1
+/// gives sub-window 0's stale lease back while another thread opens
+/// sub-windows 2 and 3, which recycles slot 0 for sub-window 2's charge. The
+/// late return must not overwrite that charge.
+#[test]
+fn delayed_return_meets_a_recycled_slot() {
+    let explored = explore(
+        "sliding_window::delayed_return_meets_a_recycled_slot",
+        2,
+        || {
+            const LIMIT: u32 = 4;
+            const SUBS: u32 = 2;
+            let (window, clock) = striped_window(LIMIT, SUBS, 1);
+            // Sub-window 0: 1 admitted, 1 spare left on the stripe.
+            let mut mine = vec![acquire(&window, 1)];
+            clock.set(SUB);
+
+            let w = window.clone();
+            let late = thread::spawn(move || vec![acquire(&w, 1)]);
+            let (w, c) = (window.clone(), clock.clone());
+            let mover = thread::spawn(move || {
+                c.set(2 * SUB);
+                let mut ops = vec![acquire(&w, 1)];
+                c.set(3 * SUB);
+                ops.push(acquire(&w, 1));
+                ops
+            });
+
+            mine.extend(late.join().unwrap());
+            let threads = vec![mine, mover.join().unwrap()];
+            verify(&window, &clock, LIMIT, SUBS, threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// A snapshot taken by the calling thread, and the clock reading it used.
+fn snapshot_at(limiter: &impl RateLimiter) -> (u64, Snapshot) {
+    let mut snapshot = None;
+    let op = record(1, || {
+        snapshot = Some(limiter.snapshot());
+        Ok(())
+    });
+    (
+        op.at.expect("a snapshot reads the clock"),
+        snapshot.expect("taken"),
+    )
+}
+
+/// The charge a sub-window's opening publishes must reach every reader that
+/// finds the pool opened: a snapshot and a stale-reading denial both read the
+/// history on the strength of the pool word alone. The filler admits 2 (the
+/// limit) at 0, moves the clock to 5 and 10, and opens sub-window 1 (denied);
+/// a reader whose reading is 5 or more synchronized with those clock moves,
+/// so both admissions happened before it: the window is full until 20.
+#[test]
+fn late_readers_see_the_charge_an_opening_published() {
+    let explored = explore(
+        "sliding_window::late_readers_see_the_charge_an_opening_published",
+        3,
+        || {
+            const LIMIT: u32 = 2;
+            const SUBS: u32 = 2;
+            let (window, clock) = striped_window(LIMIT, SUBS, 1);
+
+            let (w, c) = (window.clone(), clock.clone());
+            let filler = thread::spawn(move || {
+                let mut ops = vec![acquire(&w, 1), acquire(&w, 1)];
+                c.set(SUB / 2);
+                c.set(SUB);
+                ops.push(acquire(&w, 1));
+                ops
+            });
+            let w = window.clone();
+            let reader = thread::spawn(move || {
+                let (at, snapshot) = snapshot_at(&*w);
+                (at, snapshot, acquire(&w, 1))
+            });
+
+            let filled = filler.join().unwrap();
+            let (at, snapshot, op) = reader.join().unwrap();
+            if at >= SUB / 2 {
+                assert_eq!(
+                    snapshot.available, 0,
+                    "a snapshot at {at} ns, after 2 admissions at 0, with {filled:?}"
+                );
+            }
+            if let Some(t) = op.at.filter(|&t| t >= SUB / 2) {
+                match op.result {
+                    Err(Denied::RetryAfter(wait)) => assert!(
+                        wait >= nanos(2 * SUB - t),
+                        "retry after {wait:?} at {t} ns, the window full until {} ns; {filled:?}",
+                        2 * SUB
+                    ),
+                    other => panic!("{other:?} at {t} ns, the window full until 20 ns"),
+                }
+            }
+            verify(&window, &clock, LIMIT, SUBS, vec![filled, vec![op]]);
+        },
+    );
+    assert!(explored > 1);
+}
+
 /// The approximate window's promise on exact decision times: at every
 /// admission at `t` in window `k`, the previous window's total weighted by
 /// `(T − e)/T` plus the permits admitted in `k` up to `t` is at most `limit`.
@@ -302,6 +536,96 @@ fn approx_window_opens_while_threads_race() {
             assert_approx_bound(LIMIT, WINDOW, &threads);
             threads.push(single_threaded_tail(&clock, LIMIT, || window.try_acquire()));
             assert_approx_bound(LIMIT, WINDOW, &threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// `limit` permits per approximate window of `window` ns on a manual clock.
+fn approx(limit: u32, window: u64) -> (Arc<ApproxSlidingWindow<RecordingClock>>, ManualClock) {
+    let clock = ManualClock::new();
+    let limiter = ApproxSlidingWindow::with_clock(
+        Rate::new(limit, nanos(window)),
+        RecordingClock::new(clock.clone()),
+    )
+    .expect("a valid configuration");
+    (Arc::new(limiter), clock)
+}
+
+/// A decision that loses its CAS to a window's opening decides again on the
+/// word it lost to, and must see the count that opening published. The main
+/// thread moves the clock (10, then 25), so the acquirers are synchronized
+/// with it but not with each other: `second` may start from the pool as it was
+/// at 0, publish nothing that matters, and lose to `first` opening window 2
+/// with window 1's count (2, weighing 1 at 25).
+#[test]
+fn approx_retry_after_a_lost_race_sees_the_published_count() {
+    let explored = explore(
+        "sliding_window::approx_retry_after_a_lost_race_sees_the_published_count",
+        3,
+        || {
+            const LIMIT: u32 = 2;
+            const WINDOW: u64 = 10;
+            let (limiter, clock) = approx(LIMIT, WINDOW);
+
+            let l = limiter.clone();
+            let first = thread::spawn(move || {
+                vec![
+                    record(2, || l.try_acquire_n(2)),
+                    record(1, || l.try_acquire()),
+                ]
+            });
+            let l = limiter.clone();
+            let second = thread::spawn(move || vec![record(1, || l.try_acquire())]);
+            clock.set(WINDOW);
+            clock.set(2 * WINDOW + WINDOW / 2);
+
+            let mut threads = vec![first.join().unwrap(), second.join().unwrap()];
+            assert_approx_bound(LIMIT, WINDOW, &threads);
+            threads.push(single_threaded_tail(&clock, LIMIT, || {
+                limiter.try_acquire()
+            }));
+            assert_approx_bound(LIMIT, WINDOW, &threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// A snapshot that finds the next window opened must weigh the count its
+/// opening published. The filler takes all 4 permits at 0, moves the clock to
+/// 5 and 15, and admits 1 at 15 (opening window 1: 4 weighing 1/2, so 2 fit).
+/// A reader at 5 or later synchronized with those moves: it may see at most 2
+/// available.
+#[test]
+fn approx_snapshot_sees_the_published_count() {
+    let explored = explore(
+        "sliding_window::approx_snapshot_sees_the_published_count",
+        3,
+        || {
+            const LIMIT: u32 = 4;
+            const WINDOW: u64 = 10;
+            let (limiter, clock) = approx(LIMIT, WINDOW);
+
+            let (l, c) = (limiter.clone(), clock.clone());
+            let filler = thread::spawn(move || {
+                let mut ops = vec![record(4, || l.try_acquire_n(4))];
+                c.set(WINDOW / 2);
+                c.set(WINDOW + WINDOW / 2);
+                ops.push(record(1, || l.try_acquire()));
+                ops
+            });
+            let l = limiter.clone();
+            let reader = thread::spawn(move || snapshot_at(&*l));
+
+            let filled = filler.join().unwrap();
+            let (at, snapshot) = reader.join().unwrap();
+            if at >= WINDOW / 2 {
+                assert!(
+                    snapshot.available <= 2,
+                    "{snapshot:?} at {at} ns, after 4 admissions at 0; {filled:?}"
+                );
+            }
+            assert_approx_bound(LIMIT, WINDOW, &[filled]);
         },
     );
     assert!(explored > 1);

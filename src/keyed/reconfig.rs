@@ -133,9 +133,14 @@ mod imp {
         pub(crate) fn is_current(&self, value: &T) -> bool {
             // SAFETY: the pointer is only compared, never dereferenced.
             let guard = unsafe { epoch::unprotected() };
-            // Acquire: a thread that saw a state carried over to a newer value
-            // (by an acquire load of the state) must see that value here too.
-            std::ptr::eq(self.0.load(Ordering::Acquire, guard).as_raw(), value)
+            // Relaxed: a thread that saw a state carried over to a newer value
+            // must see that value here too, and it does without any ordering
+            // of its own: the state was written (Release) after the newer
+            // value's CAS, and read by an Acquire load sequenced before this
+            // one, so that CAS happens before this load, which by write-read
+            // coherence returns it or a later value. Only the pointer is
+            // compared; nothing is read through it.
+            std::ptr::eq(self.0.load(Ordering::Relaxed, guard).as_raw(), value)
         }
 
         /// Replaces `current` with `new`, or gives `new` back if `current` has
@@ -148,11 +153,14 @@ mod imp {
         ) -> Result<&'g T, T> {
             // AcqRel on success: Release publishes the new value's contents;
             // Acquire orders this after the loads that chose `current`.
+            // Relaxed on failure: a failure hands `new` back and reads nothing
+            // through the pointer it found; callers load the value again
+            // (Acquire) before using it.
             match self.0.compare_exchange(
                 epoch::Shared::from(current as *const T),
                 Owned::new(new),
                 Ordering::AcqRel,
-                Ordering::Acquire,
+                Ordering::Relaxed,
                 guard,
             ) {
                 // SAFETY: just published, never null, alive while `guard` is.
@@ -190,7 +198,7 @@ mod imp {
 
 #[cfg(loom)]
 mod imp {
-    use crate::sync::{AtomicPtr, Ordering};
+    use crate::sync::{AtomicPtr, AtomicU64, Ordering};
 
     /// No epoch under loom: retired values live until their `Shared` drops.
     pub(crate) struct Guard;
@@ -199,36 +207,74 @@ mod imp {
         Guard
     }
 
+    /// A published value and a loom atomic created with it. A record's fields
+    /// are plain memory, which loom does not track, so a reader that got the
+    /// pointer without synchronizing with its publisher would read them
+    /// unseen; every load below also reads the witness, and loom reports a
+    /// causality violation when an atomic is read by a thread its creation
+    /// does not happen before. So a missing Acquire or Release on the pointer
+    /// fails a model. `value` first (`repr(C)`): a `&T` is a `&Node<T>`.
+    #[repr(C)]
+    struct Node<T> {
+        value: T,
+        witness: AtomicU64,
+    }
+
+    impl<T> Node<T> {
+        fn boxed(value: T) -> *mut Node<T> {
+            Box::into_raw(Box::new(Node {
+                value,
+                witness: AtomicU64::new(0),
+            }))
+        }
+
+        /// The value, once the witness is read: see the type's docs.
+        ///
+        /// # Safety
+        ///
+        /// `node` came from [`Node::boxed`] and is not freed for `'a`.
+        unsafe fn seen<'a>(node: *mut Node<T>) -> &'a T {
+            // SAFETY: the caller's guarantee.
+            let node = unsafe { &*node };
+            // Relaxed: only loom's causality check matters, not the value.
+            node.witness.load(Ordering::Relaxed);
+            &node.value
+        }
+    }
+
     /// The loom stand-in: a loom-visible pointer; replaced values are kept in a
     /// list freed on drop, so references taken before a replacement stay valid.
     pub(crate) struct Shared<T> {
-        ptr: AtomicPtr<T>,
+        ptr: AtomicPtr<Node<T>>,
         // Boxed on purpose: readers hold references into retired values, so
         // they must not move when the vector grows.
         #[allow(clippy::vec_box)]
-        retired: std::sync::Mutex<Vec<Box<T>>>,
+        retired: std::sync::Mutex<Vec<Box<Node<T>>>>,
     }
 
     impl<T> Shared<T> {
         pub(crate) fn new(value: T) -> Self {
             Shared {
-                ptr: AtomicPtr::new(Box::into_raw(Box::new(value))),
+                ptr: AtomicPtr::new(Node::boxed(value)),
                 retired: std::sync::Mutex::new(Vec::new()),
             }
         }
 
         pub(crate) fn load<'g>(&self, _guard: &'g Guard) -> &'g T {
+            // Acquire: as the std version's.
             // SAFETY: never null; never freed before `self` drops.
-            unsafe { &*self.ptr.load(Ordering::Acquire) }
+            unsafe { Node::seen(self.ptr.load(Ordering::Acquire)) }
         }
 
         pub(crate) unsafe fn load_unprotected<'a>(&self) -> &'a T {
+            // Acquire: as the std version's.
             // SAFETY: as in `load`.
-            unsafe { &*self.ptr.load(Ordering::Acquire) }
+            unsafe { Node::seen(self.ptr.load(Ordering::Acquire)) }
         }
 
         pub(crate) fn is_current(&self, value: &T) -> bool {
-            std::ptr::eq(self.ptr.load(Ordering::Acquire), value)
+            // Relaxed: as the std version's.
+            std::ptr::eq(self.ptr.load(Ordering::Relaxed) as *const T, value)
         }
 
         pub(crate) fn compare_exchange<'g>(
@@ -237,25 +283,27 @@ mod imp {
             new: T,
             _guard: &'g Guard,
         ) -> Result<&'g T, T> {
-            let new = Box::into_raw(Box::new(new));
+            let new = Node::boxed(new);
+            // AcqRel on success, Relaxed on failure: as the std version's.
             match self.ptr.compare_exchange(
-                current as *const T as *mut T,
+                current as *const T as *mut Node<T>,
                 new,
                 Ordering::AcqRel,
-                Ordering::Acquire,
+                Ordering::Relaxed,
             ) {
                 // SAFETY: just published; freed only when `self` drops.
-                Ok(_) => Ok(unsafe { &*new }),
+                Ok(_) => Ok(unsafe { &(*new).value }),
                 // SAFETY: `new` came from `Box::into_raw` above and was not published.
-                Err(_) => Err(*unsafe { Box::from_raw(new) }),
+                Err(_) => Err(unsafe { Box::from_raw(new) }.value),
             }
         }
 
         pub(crate) unsafe fn retire(&self, old: &T, _guard: &Guard) {
-            // SAFETY: `old` came from `Box::into_raw` and is retired once (the
-            // caller's guarantee); the block does not move, so references other
-            // threads hold stay valid until drop.
-            let old = unsafe { Box::from_raw(old as *const T as *mut T) };
+            // SAFETY: `old` is the value of a node from `Node::boxed` (`repr(C)`,
+            // value first) and is retired once (the caller's guarantee); the
+            // block does not move, so references other threads hold stay valid
+            // until drop.
+            let old = unsafe { Box::from_raw(old as *const T as *mut Node<T>) };
             self.retired
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -265,6 +313,7 @@ mod imp {
 
     impl<T> Drop for Shared<T> {
         fn drop(&mut self) {
+            // Relaxed: `&mut self`, nobody else holds the pointer.
             // SAFETY: `&mut self`: nobody else holds the pointer.
             drop(unsafe { Box::from_raw(self.ptr.load(Ordering::Relaxed)) });
         }

@@ -127,7 +127,7 @@ impl Striped {
             let (epoch, lease) = self.geo.unpack(word);
             if epoch > j {
                 // Someone leased for a later sub-window, so the pool is past `j`.
-                return Err(self.deny_stale(now, n));
+                return Err(self.deny_stale(now, n, epoch));
             }
             if epoch < j || lease == 0 {
                 break;
@@ -150,9 +150,10 @@ impl Striped {
 
         // 2. Bring the pool to `j`, opening it if this reading is the first in it.
         let mut pool = self.open(j);
-        if self.geo.unpack(pool).0 > j {
+        let (p, _) = self.geo.unpack(pool);
+        if p > j {
             self.put_back(own, j, gathered);
-            return Err(self.deny_stale(now, n));
+            return Err(self.deny_stale(now, n, p));
         }
 
         // 3. Our own stale lease, if any, goes back before we look at the budget:
@@ -174,7 +175,7 @@ impl Striped {
                     // The pool only moves forward: someone opened a later
                     // sub-window while we gathered.
                     self.put_back(own, j, gathered);
-                    return Err(self.deny_stale(now, n));
+                    return Err(self.deny_stale(now, n, p));
                 }
                 charged = c;
                 let need = n - gathered;
@@ -193,13 +194,18 @@ impl Striped {
                 // stays in its bits. Success Relaxed: the lease is a count taken
                 // from the pool, decided on the very value it replaces; what we
                 // read before deciding (the history) was made visible by the
-                // Acquire that gave us `pool`. Failure Acquire: the next decision
-                // reads the history on the strength of the fresh value.
+                // Acquire in `open` that gave us the pool at `j`. Failure
+                // Relaxed: a fresh value still at `j` needs no new visibility —
+                // the charges the next decision reads are those of sub-windows
+                // before `j`, final and visible since that same Acquire (later
+                // returns only lower them, and a stale, higher charge can only
+                // deny); a value past `j` is not decided on but sent to
+                // `deny_stale`, which acquires the pool itself.
                 match self.pool.compare_exchange(
                     pool,
                     pool + u64::from(want),
                     Ordering::Relaxed,
-                    Ordering::Acquire,
+                    Ordering::Relaxed,
                 ) {
                     Ok(_) => {
                         gathered += want;
@@ -218,8 +224,10 @@ impl Striped {
             if gathered >= n || !returned || round == 1 {
                 break;
             }
-            // Acquire: as every pool read that the history is read after.
-            pool = self.pool.load(Ordering::Acquire);
+            // Relaxed: as the lease CAS's failure ordering above — at `j` the
+            // history is already visible, past `j` the value is only checked.
+            // (The returns that raised the budget are this thread's own.)
+            pool = self.pool.load(Ordering::Relaxed);
         }
 
         // 6. Spend, or deny; either way what is left of the gathered permits
@@ -347,9 +355,11 @@ impl Striped {
     /// The caller took them out of a stripe by CAS, so they can never be spent.
     fn give_back(&self, epoch: u64, lease: u32) {
         let slot = &self.history[self.slot(epoch)];
-        // Relaxed: the caller acquired the pool past `epoch`, after the CAS that
-        // left `epoch` and the final charge published before it, so this reads
-        // that charge or a later value; a decrement is a count, checked by CAS.
+        // Relaxed: a decrement is a count, checked by CAS against the slot's
+        // newest value. Callers that acquired the pool past `epoch` (all but
+        // `put_back`'s) read the final charge or a later value; one that did
+        // not may lower an older charge that the final `fetch_max` then
+        // overrides, which leaves the permits charged: safe, if less exact.
         let mut word = slot.load(Ordering::Relaxed);
         loop {
             let (stamp, count) = self.geo.unpack(word);
@@ -436,10 +446,13 @@ impl Striped {
             } else if epoch < j {
                 self.geo.pack(j, spare)
             } else {
-                // Acquire: `j` is finished (a lease for `epoch > j` exists), and
-                // its final charge must be visible before it is decremented; the
-                // load reads the pool at `epoch` or later.
-                let _ = self.pool.load(Ordering::Acquire);
+                // `j` is finished (a lease for `epoch > j` exists): the permits
+                // go back to its charge. No ordering is needed first: the
+                // return is a CAS, which reads the slot's newest value, so it
+                // either lowers the final charge or, if that charge has not
+                // landed yet, lowers an older one that the final `fetch_max`
+                // then overrides — the permits stay charged (unspent, never
+                // over-admitted), the only cost of such a race.
                 return self.give_back(j, spare);
             };
             match stripe.compare_exchange_weak(word, next, Ordering::Relaxed, Ordering::Relaxed) {
@@ -461,10 +474,23 @@ impl Striped {
     /// sub-window has room. Leases still on stripes count as unused: for the
     /// newest sub-window they are there to be spent or stolen, for older ones
     /// they go back when the next sub-window opens. (Rare, so it pays for the
-    /// stripe scans that make the wait exact single-threaded.)
-    fn deny_stale(&self, now: u64, n: u32) -> Denied {
+    /// stripe scans that make the wait exact single-threaded.) `newer` is the
+    /// sub-window after the reading's that the caller found opened.
+    fn deny_stale(&self, now: u64, n: u32, newer: u64) -> Denied {
         // Acquire: the history is read on the strength of this value.
         let (p, c) = self.geo.unpack(self.pool.load(Ordering::Acquire));
+        if p < newer {
+            // `newer` came from a stripe's lease, whose word carries no
+            // synchronization: this load may return a pool older than the one
+            // that lease was taken from (coherence only forbids values older
+            // than this thread's own reads of the pool). The request waits at
+            // least until `newer` starts — never a zero retry-after (loom
+            // `delayed_return_meets_a_recycled_slot` found one). Single-threaded
+            // the pool is always at `newer` or later, and the wait exact.
+            return Denied::RetryAfter(std::time::Duration::from_nanos(
+                self.geo.start(newer).saturating_sub(now),
+            ));
+        }
         self.geo.retry_after(now, p, p, n, |i| {
             self.charge(i, p, c).saturating_sub(self.unspent(i))
         })
