@@ -40,7 +40,7 @@
 //! | operation | reads | writes |
 //! |---|---|---|
 //! | admit `n` at `now` from one ring | its head (Acquire); the `n` replaced entries and the newest (Acquire) | head → head + n by CAS (Release); then the `n` entries, `max(now, newest stamp of the ring)` (Release) |
-//! | admit across rings | every head; each ring's front entries until `n` are free | each ring's front run, as above, home ring first; on a lost race the claims are restamped at `now − T` by CAS (Release) |
+//! | admit across rings | every head; each ring's front entries until `n` are free | each ring's front run, as above, home ring first; on a lost race the claims are restamped at `now − T` by CAS (Relaxed: it continues the release sequence of the claim's own store) |
 //! | deny | the heads; the entries up to the n-th oldest of all | nothing (or, counting denials, the n oldest entries of all are replaced, as admit) |
 //! | snapshot | every head; all N entries | nothing |
 //! | reconfigure | every head (seal, AcqRel); all N entries | new rings, published by pointer (Release) |

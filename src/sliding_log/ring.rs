@@ -187,14 +187,21 @@ impl AtomicRing {
     /// window — is left alone: the request then simply counted, which is safe.
     pub(crate) fn undo(&self, claim: Claim, to: u64) {
         for (lap, index) in self.geometry.tickets(claim.head, claim.n) {
-            // Release: publishes the restamped entry like a claim's store; Relaxed
-            // on failure: the slot moved on and there is nothing to publish. No
-            // ABA: a word with our lap bit and our stamp can only be ours (two laps
-            // later the stamp is at least two windows larger).
+            // Relaxed on success: a reader that reads the restamped word needs
+            // only what reading our claim's word gave it — that our head CAS
+            // happens before its own (see `View::read`) — and still gets it:
+            // this CAS is an RMW, so it continues the release sequence headed
+            // by our claim's Release store of this very word (a success means
+            // nothing else was stored in between), and an Acquire load that
+            // reads it synchronizes with that store. The word is the whole
+            // entry; nothing else is published. Relaxed on failure: the slot
+            // moved on and we leave it. No ABA: a word with our lap bit and our
+            // stamp can only be ours (two laps later the stamp is at least two
+            // windows larger).
             let _ = self.slots[index].compare_exchange(
                 entry_word(claim.stamp, lap),
                 entry_word(to, lap),
-                Ordering::Release,
+                Ordering::Relaxed,
                 Ordering::Relaxed,
             );
         }
@@ -263,9 +270,12 @@ impl Entries for Settled<'_> {
     fn read(&self, index: usize, lap: u64) -> Entry {
         let mut pause = Pause::default();
         loop {
-            // Acquire: pairs with the writer's Release store (its claim is ordered
-            // before our seal; its store may come after).
-            let word = self.0.slots[index].load(Ordering::Acquire);
+            // Relaxed: the seal's Acquire already ordered every claim (and the
+            // reads each claimer made of the entry it replaced) before this
+            // load, so coherence rules out every lap older than the previous
+            // one; the word read is the stamp itself, and nothing else is read
+            // on its strength. A store still on its way is waited for below.
+            let word = self.0.slots[index].load(Ordering::Relaxed);
             // No ticket is claimed after the seal, so the other parity can only be
             // the previous lap: a store still on its way.
             if word & 1 == lap_bit(lap) {
