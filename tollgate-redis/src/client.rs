@@ -336,4 +336,27 @@ impl Client {
             .map_err(|_| Error::Timeout(self.options.timeout))??;
         outcome(reply, &redis_key)
     }
+
+    /// Runs `script` on one key with integer arguments, under the timeout:
+    /// the leased limiter's lease and return scripts.
+    pub(crate) async fn eval(&self, script: &Script, key: &str, args: &[u64]) -> Result<Value, Error> {
+        let mut invocation = script.key(key);
+        for arg in args {
+            invocation.arg(*arg);
+        }
+        let reply = async {
+            match &self.connection {
+                Connection::Single(manager) => {
+                    invocation.invoke_async::<Value>(&mut manager.clone()).await
+                }
+                Connection::Cluster(cluster) => {
+                    invocation.invoke_async::<Value>(&mut cluster.clone()).await
+                }
+            }
+        };
+        tokio::time::timeout(self.options.timeout, reply)
+            .await
+            .map_err(|_| Error::Timeout(self.options.timeout))?
+            .map_err(Error::from)
+    }
 }

@@ -129,6 +129,9 @@ pub enum Error {
     },
     /// The server's reply does not have the shape the scripts return.
     UnexpectedReply(String),
+    /// Redis is unreachable and the leased limiter's policy is
+    /// [`Policy::Closed`](crate::Policy::Closed).
+    Unavailable,
     /// The blocking client was called from inside an async runtime, where
     /// blocking would stall it; use the async [`Client`](crate::Client) there.
     BlockingInAsync,
@@ -186,6 +189,9 @@ impl fmt::Display for Error {
                 "key {key:?} holds state these scripts did not write: {detail}"
             ),
             Error::UnexpectedReply(what) => write!(f, "unexpected reply from Redis: {what}"),
+            Error::Unavailable => {
+                f.write_str("the global limit is unreachable and the policy is fail-closed")
+            }
             Error::BlockingInAsync => f.write_str(
                 "the blocking client cannot run inside an async runtime; use the async Client",
             ),

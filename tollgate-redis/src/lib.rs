@@ -64,10 +64,12 @@
 #![warn(rust_2018_idioms, unreachable_pub)]
 
 pub mod blocking;
+mod breaker;
 mod client;
 mod error;
 pub mod fixed_window;
 mod keys;
+pub mod leased;
 mod limiter;
 mod micros;
 mod script;
@@ -78,6 +80,7 @@ pub mod token_bucket;
 pub use client::{Client, Options};
 pub use error::{ConfigError, Error};
 pub use fixed_window::FixedWindow;
+pub use leased::{LeaseOptions, LeaseRecord, LeaseStats, LeasedLimiter, Mode, Policy};
 pub use limiter::{Limiter, Plan};
 pub use script::Admission;
 pub use sliding_log::SlidingLog;

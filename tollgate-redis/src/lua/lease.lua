@@ -1,0 +1,36 @@
+-- Takes a lease: up to `want` permits debited at once from the key's GCRA
+-- budget (the same state as token_bucket.lua, so per-decision clients and
+-- leasing clients share one limit). ARGV: want, interval, tolerance,
+-- low_water (permits), share (divisor). Below `low_water` permits left, a lease
+-- is at most ceil(left / share): the tail is spread over the processes instead
+-- of landing in the first one that asks.
+-- Reply: {1, now, granted, tat} or {0, now, 0, wait_us} or {-1|-2, message}.
+local key = KEYS[1]
+local want = tonumber(ARGV[1])
+local interval = tonumber(ARGV[2])
+local tolerance = tonumber(ARGV[3])
+local low_water = tonumber(ARGV[4])
+local share = tonumber(ARGV[5])
+
+local state, err = read_state(key, 'tb1', {'tat'})
+if not state then
+  return err
+end
+local tat = state[2] or 0
+local base = math.max(tat, now)
+local limit = now + tolerance
+local left = 0
+if base < limit then
+  left = idiv(limit - base, interval)
+end
+if left == 0 then
+  return {0, now, 0, base + interval - limit}
+end
+local granted = math.min(want, left)
+if left < low_water then
+  granted = math.min(granted, idiv(left + share - 1, share))
+end
+local next_tat = base + granted * interval
+redis.call('HSET', key, 'v', 'tb1', 'tat', int(next_tat))
+expire_after(key, next_tat - now)
+return {1, now, granted, next_tat}
