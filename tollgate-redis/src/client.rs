@@ -339,7 +339,12 @@ impl Client {
 
     /// Runs `script` on one key with integer arguments, under the timeout:
     /// the leased limiter's lease and return scripts.
-    pub(crate) async fn eval(&self, script: &Script, key: &str, args: &[u64]) -> Result<Value, Error> {
+    pub(crate) async fn eval(
+        &self,
+        script: &Script,
+        key: &str,
+        args: &[u64],
+    ) -> Result<Value, Error> {
         let mut invocation = script.key(key);
         for arg in args {
             invocation.arg(*arg);

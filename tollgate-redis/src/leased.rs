@@ -5,7 +5,7 @@
 //!
 //! * **Exact globally.** A lease is debited in Redis (by `lease.lua`, at
 //!   server `TIME`, on the same `<prefix>:{key}:tb` state as
-//!   [`TokenBucket`](crate::TokenBucket)) before any of its permits is spent.
+//!   [`TokenBucket`]) before any of its permits is spent.
 //!   The permits every process spends never exceed what was debited, so all
 //!   processes together stay within the bucket's promise by lease time: at
 //!   most `capacity + (b − a)/interval` permits leased in any `[a, b]`.
@@ -15,7 +15,7 @@
 //! * **Adaptive sizes.** Each lease asks for the permits the process spent in
 //!   the last [`LeaseOptions::horizon`], clamped to
 //!   `[1, LeaseOptions::max_lease]`. When fewer than
-//!   [`LeaseOptions::low_water_global`] permits are left globally, the script
+//!   the low-water mark of [`LeaseOptions::tail`] is left globally, the script
 //!   grants at most `ceil(left / share)`, spreading the tail over processes.
 //! * **Bounded lifetime, return.** A pool expires [`LeaseOptions::lifetime`]
 //!   after its last lease; expired and, on [`LeasedLimiter::shutdown`] or
@@ -50,9 +50,9 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::{Script, Value};
-use tollgate::{Denied, RateLimiter};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
+use tollgate::{Denied, RateLimiter};
 
 use crate::breaker::Breaker;
 use crate::client::Client;
@@ -540,7 +540,12 @@ impl LeasedLimiter {
     /// # }
     /// ```
     pub fn stats(&self) -> LeaseStats {
-        let mut stats = self.shared.book.lock().unwrap_or_else(|e| e.into_inner()).stats;
+        let mut stats = self
+            .shared
+            .book
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .stats;
         // Relaxed: counters read for a report.
         stats.spent = self.shared.spent.load(Ordering::Relaxed);
         stats.degraded_decisions = self.shared.degraded_decisions.load(Ordering::Relaxed);
@@ -555,7 +560,12 @@ impl LeasedLimiter {
     /// # let _ = net; }
     /// ```
     pub fn leases(&self) -> Vec<LeaseRecord> {
-        self.shared.book.lock().unwrap_or_else(|e| e.into_inner()).leases.clone()
+        self.shared
+            .book
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .leases
+            .clone()
     }
 
     /// Stops leasing, empties the pool and gives its permits back (exactly
@@ -708,9 +718,7 @@ impl Refill {
                 self.shared
                     .deadline
                     .store(deadline.as_nanos() as u64, Ordering::Relaxed);
-                self.shared
-                    .low_water
-                    .store(want / 2, Ordering::Relaxed);
+                self.shared.low_water.store(want / 2, Ordering::Relaxed);
                 // Relaxed: see try_acquire_n; the permits were debited in
                 // Redis before this line runs.
                 self.shared.pool.fetch_add(granted, Ordering::Relaxed);

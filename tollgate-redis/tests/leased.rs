@@ -256,7 +256,12 @@ fn leased_ok(limiter: &LeasedLimiter, result: &Result<(), Error>) -> bool {
 async fn sigkill_and_restart_degrade_to_the_local_share_and_back() {
     let mut server = RedisServer::start();
     let local = tollgate::TokenBucket::new(5, Rate::per_hour(1)).unwrap();
-    let mut limiter = faulty(&server, Policy::Local(Box::new(local)), Duration::from_millis(50)).await;
+    let mut limiter = faulty(
+        &server,
+        Policy::Local(Box::new(local)),
+        Duration::from_millis(50),
+    )
+    .await;
     let up = drive_until(&limiter, leased_ok).await;
     server.kill();
     // Degraded: the pool (debited) first, then exactly the local share of 5.
@@ -265,7 +270,10 @@ async fn sigkill_and_restart_degrade_to_the_local_share_and_back() {
         let _ = limiter.try_acquire();
     }
     let local_admitted = (0..100).filter(|_| limiter.try_acquire().is_ok()).count();
-    assert!(local_admitted <= 5, "the local share is 5, admitted {local_admitted}");
+    assert!(
+        local_admitted <= 5,
+        "the local share is 5, admitted {local_admitted}"
+    );
     server.restart();
     let back = drive_until(&limiter, leased_ok).await;
     println!(
@@ -300,7 +308,11 @@ async fn debug_sleep_fails_open_and_recovers() {
     let url = server.url();
     let sleeper = std::thread::spawn(move || {
         let mut admin = redis::Client::open(url).unwrap().get_connection().unwrap();
-        let _: () = redis::cmd("DEBUG").arg("SLEEP").arg("3").query(&mut admin).unwrap();
+        let _: () = redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg("3")
+            .query(&mut admin)
+            .unwrap();
     });
     let down = drive_until(&limiter, |l, r| l.mode() == Mode::Degraded && r.is_ok()).await;
     sleeper.join().unwrap();
@@ -334,8 +346,12 @@ async fn bad_requests_are_errors_and_shutdown_returns_unused_permits() {
     // A budget that refills slowly, so the lease's debit is still pending
     // at shutdown.
     let slow = TokenBucket::new(1_000, Rate::per_hour(1_000)).unwrap();
-    let mut limiter = LeasedLimiter::start(client, slow, KEY, LeaseOptions::new().initial_lease(100));
-    assert!(matches!(limiter.try_acquire_n(0), Err(Error::Denied(tollgate::Denied::ZeroPermits))));
+    let mut limiter =
+        LeasedLimiter::start(client, slow, KEY, LeaseOptions::new().initial_lease(100));
+    assert!(matches!(
+        limiter.try_acquire_n(0),
+        Err(Error::Denied(tollgate::Denied::ZeroPermits))
+    ));
     assert!(matches!(
         limiter.try_acquire_n(CAPACITY + 1),
         Err(Error::Denied(tollgate::Denied::ExceedsCapacity { .. }))
