@@ -37,7 +37,7 @@
 //! let global = TokenBucket::new(10_000, Rate::per_second(50_000))?;
 //! let local = tollgate::TokenBucket::new(2_500, Rate::per_second(12_500))?;
 //! let options = LeaseOptions::new().policy(Policy::Local(Box::new(local)));
-//! let limiter = LeasedLimiter::start(client, global, "api", options);
+//! let mut limiter = LeasedLimiter::start(client, global, "api", options);
 //! if limiter.try_acquire().is_ok() {
 //!     // serve
 //! }

@@ -32,5 +32,5 @@ if left < low_water then
 end
 local next_tat = base + granted * interval
 redis.call('HSET', key, 'v', 'tb1', 'tat', int(next_tat))
-expire_after(key, next_tat - now)
+expire_at(key, next_tat)
 return {1, now, granted, next_tat}

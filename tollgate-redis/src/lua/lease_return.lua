@@ -24,6 +24,6 @@ if next_tat <= now then
   redis.call('DEL', key)
 else
   redis.call('HSET', key, 'v', 'tb1', 'tat', int(next_tat))
-  expire_after(key, next_tat - now)
+  expire_at(key, next_tat)
 end
 return {1, now, unused, next_tat}
