@@ -32,7 +32,8 @@ fn budget() -> TokenBucket {
 
 /// The child: `decisions` decisions on THREADS threads, then its leases and
 /// counts to the output file: `lease <time> <granted> <returned>` lines, then
-/// `spent <n> decisions <n> leased <n> returned <n> forfeited <n> calls <n>`.
+/// `spent <n> decisions <n> leased <n> returned <n> forfeited <n> calls <n>
+/// nanos <n>` (the time its threads spent deciding).
 #[test]
 fn child() {
     let (Ok(url), Ok(out), Ok(decisions)) = (
@@ -64,6 +65,7 @@ fn child() {
         ))
     };
     let admitted = Arc::new(AtomicU64::new(0));
+    let deciding = Instant::now();
     std::thread::scope(|scope| {
         for t in 0..THREADS {
             let (limiter, admitted) = (limiter.clone(), admitted.clone());
@@ -85,6 +87,7 @@ fn child() {
             });
         }
     });
+    let deciding = deciding.elapsed();
     let mut limiter = Arc::into_inner(limiter).unwrap();
     let stats = runtime.block_on(limiter.shutdown());
     let leases = limiter.leases();
@@ -94,13 +97,14 @@ fn child() {
     }
     writeln!(
         file,
-        "spent {} decisions {} leased {} returned {} forfeited {} calls {}",
+        "spent {} decisions {} leased {} returned {} forfeited {} calls {} nanos {}",
         admitted.load(Ordering::Relaxed),
         decisions / THREADS as u64 * THREADS as u64,
         stats.leased,
         stats.returned,
         stats.forfeited,
-        stats.redis_calls
+        stats.redis_calls,
+        deciding.as_nanos()
     )
     .unwrap();
     file.flush().unwrap();
@@ -165,6 +169,9 @@ fn processes_sharing_leases_never_over_admit() {
     let mut debits = Vec::new();
     let (mut spent, mut made, mut leased, mut returned, mut forfeited, mut calls) =
         (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
+    // Decisions per second: each process's own rate, summed (they run
+    // side by side).
+    let mut per_second = 0f64;
     for (mut child, out) in children {
         assert!(child.wait().unwrap().success(), "a child failed");
         let mut net = 0;
@@ -185,6 +192,7 @@ fn processes_sharing_leases_never_over_admit() {
                 returned += number(7);
                 forfeited += number(9);
                 calls += number(11);
+                per_second += number(3) as f64 * 1e9 / number(13).max(1) as f64;
             }
         }
     }
@@ -195,7 +203,8 @@ fn processes_sharing_leases_never_over_admit() {
     let allowance = u64::from(CAPACITY) + (last - first) / INTERVAL_US;
     let net = leased - returned;
     println!(
-        "leased multi-process: {PROCESSES} processes x {THREADS} threads, {made} decisions, \
+        "leased multi-process: {PROCESSES} processes x {THREADS} threads, {made} decisions \
+         ({per_second:.0} decisions/s, each process's rate summed), \
          {spent} permits admitted, {} leases ({leased} permits, {returned} returned, \
          {forfeited} forfeited), {calls} Redis calls ({:.2} per 1,000 decisions), \
          allowance over the leases' span {allowance}, {violations} GCRA violations, \
