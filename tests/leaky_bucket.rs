@@ -1,5 +1,6 @@
 //! The leaky bucket meter and shaper against their locking twins, independent
-//! reference models (the seed's level-and-last-injection bucket; nginx's
+//! reference models (the level-and-last-injection bucket of Jianfeng Fu's
+//! "Throttling Solutions in Standalone and Distributed Scenarios"; nginx's
 //! "excess"), the invariant checkers, and real threads.
 
 mod support;
@@ -83,7 +84,7 @@ fn shaper_ops() -> impl Strategy<Value = Vec<ShaperOp>> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
-    /// Meter, its twin, the seed's bucket and the token bucket of the same
+    /// Meter, its twin, Fu's `LeakyBucketThrottler` and the token bucket of the same
     /// capacity and rate make identical decisions (retry-after to the
     /// nanosecond) and report identical snapshots; the level never overflows.
     #[test]
@@ -230,7 +231,7 @@ fn the_level_drains_at_the_rate() {
     assert_eq!(bucket.snapshot().available, 0);
 }
 
-/// The seeds' scenario: 60 requests flood an idle bucket of 60 per minute. A
+/// Fu's throttling article's scenario (§3.4): 60 requests flood an idle bucket of 60 per minute. A
 /// token bucket lets all 60 through at once; the shaper passes them downstream
 /// one per second.
 #[test]

@@ -1,7 +1,8 @@
 //! The sliding windows — striped exact and two-window approximate — against
 //! their locking twins, independent sequential reference models and invariant
 //! checkers; lock-step stress with recorded admissions (and the under-admission
-//! figure); and the seeds' traffic scenarios with each mode's error.
+//! figure); and the traffic scenarios of Jianfeng Fu's "Throttling Solutions in Standalone and Distributed Scenarios"
+//! (docs/references.md) with each mode's error.
 //!
 //! `cargo test --release --test sliding_window -- --nocapture` prints the
 //! figures quoted in `docs/sliding_window.md`.
@@ -796,7 +797,7 @@ fn stale_lease_is_not_spent_in_a_new_sub_window() {
     assert_eq!(here + other.join().unwrap(), 8);
 }
 
-// ---- the seeds' scenarios: each mode's error ----
+// ---- the scenarios of Fu's throttling article: each mode's error ----
 
 const SECOND: u64 = 1_000_000_000;
 const MINUTE: u64 = 60 * SECOND;
@@ -805,7 +806,7 @@ fn evenly(start: u64, gap: u64, count: u64) -> impl Iterator<Item = u64> {
     (0..count).map(move |i| start + i * gap)
 }
 
-/// The seeds' traffic, against 100 per minute.
+/// The traffic of Fu's throttling article (§3.1, §3.2), against 100 per minute.
 fn scenarios() -> Vec<(&'static str, Vec<u64>)> {
     let boundary = |at_zero: usize| {
         let mut arrivals = vec![0; at_zero];
@@ -816,7 +817,7 @@ fn scenarios() -> Vec<(&'static str, Vec<u64>)> {
         .flat_map(|m| evenly(m * MINUTE + MINUTE - SECOND / 2, SECOND / 150, 150))
         .collect();
     vec![
-        // Throttling seed §3.1: 200 a minute, evenly spread, for 5 minutes.
+        // Fu's article §3.1: 200 a minute, evenly spread, for 5 minutes.
         ("steady", evenly(0, MINUTE / 200, 1_000).collect()),
         // §3.1 "critical mutation": a few at 0:00, then 10/s from 0:50 to 1:10.
         ("boundary", boundary(5)),
@@ -902,7 +903,7 @@ fn exact_log() -> impl FnMut(u64) -> bool {
 }
 
 #[test]
-fn seeds_scenarios_error() {
+fn article_scenarios_error() {
     type Make = fn(ManualClock) -> Box<dyn RateLimiter>;
     let limiters: [(&str, Make); 4] = [
         ("SlidingWindow S=6", |c| {

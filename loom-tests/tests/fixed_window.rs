@@ -236,7 +236,8 @@ fn clock_stepping_back_across_boundary_races_with_acquires() {
     assert!(explored > 1);
 }
 
-/// The seed's simple window made "lock-free" the obvious way: the window index
+/// The simple window of Jianfeng Fu's "Throttling Solutions in Standalone and
+/// Distributed Scenarios" (§3.1) made "lock-free" the obvious way: the window index
 /// and the count in two atomics; a thread that finds the window expired resets
 /// both with plain stores, then every thread counts with `fetch_add` (undone on
 /// denial). Two threads can both see the old index and both reset, the second

@@ -10,8 +10,10 @@
 //! single-threaded tail: the log is neither stuck nor loose and its retry-after
 //! is exact. Most models move the clock inside the model.
 //!
-//! The last model is the seed's own circular buffer
-//! (`shared/seeds/non-locking-throttling-component.txt`), translated line by
+//! The last model is the circular buffer `SlidingLog` starts from, the C#
+//! `MultiNoLock` of Khaled Henidak's "Writing a Non-Locking Throttling
+//! Component" (2015, <http://henidak.com/2015/08/writing-a-non-locking-throttling-component/>,
+//! code at <https://github.com/khenidak/throttling>), translated line by
 //! line: loom must find the interleaving in which it admits more than N, which
 //! proves the models can fail. `docs/sliding_log.md` shows that interleaving.
 
@@ -562,12 +564,12 @@ fn two_reconfigurations_race() {
     assert!(explored > 1);
 }
 
-/// The seed's non-locking throttle, translated line by line from its C#
+/// Henidak's non-locking throttle, translated line by line from its C#
 /// `MultiNoLock` (`setTail`, `_ShouldDoIt`, `ShouldDoIt`): a ring of ticks with
 /// a head and a tail. `Interlocked.Exchange` becomes `swap`; a plain field read
 /// becomes a load. Every access is `SeqCst`, the strongest there is, so what
 /// loom finds is a flaw of the algorithm, not of memory ordering.
-struct SeedThrottle {
+struct MultiNoLock {
     all_ticks: Vec<AtomicI64>,
     head: AtomicI32,
     tail: AtomicI32,
@@ -578,9 +580,9 @@ struct SeedThrottle {
 
 const SC: Ordering = Ordering::SeqCst;
 
-impl SeedThrottle {
+impl MultiNoLock {
     fn new(max: i32, period: i64, clock: RecordingClock) -> Self {
-        SeedThrottle {
+        MultiNoLock {
             all_ticks: (0..max).map(|_| AtomicI64::new(0)).collect(),
             head: AtomicI32::new(0),
             tail: AtomicI32::new(-1),
@@ -667,7 +669,7 @@ impl SeedThrottle {
         }
         let try_after =
             (self.ticks(self.tail.load(SC)).load(SC) + self.ticks_in_period) - now_ticks;
-        // The seed's retry-after can come out zero or negative under races (it
+        // `MultiNoLock`'s retry-after can come out zero or negative under races (it
         // reads a tail another thread is moving); clamped so that `record`, which
         // rejects a zero retry-after, lets the model reach the invariant.
         Err(Denied::RetryAfter(nanos(try_after.max(1) as u64)))
@@ -683,35 +685,34 @@ impl SeedThrottle {
     }
 }
 
-/// The seed's algorithm with N = 2 and three concurrent requests, time standing
+/// Henidak's algorithm with N = 2 and three concurrent requests, time standing
 /// still: loom finds the interleaving in which all three read the head before
 /// any of them moves it, and all three are admitted. The very check every model
 /// above asserts must catch it.
 #[test]
 #[should_panic(expected = "sliding log invariant violated")]
-fn known_bad_seed_circular_buffer_is_caught() {
-    explore(
-        "sliding_log::known_bad_seed_circular_buffer_is_caught",
-        3,
-        || {
-            const LIMIT: u32 = 2;
-            let clock = ManualClock::new();
-            let seed = Arc::new(SeedThrottle::new(
-                LIMIT as i32,
-                WINDOW as i64,
-                RecordingClock::new(clock.clone()),
-            ));
-            let handles: Vec<_> = (0..3)
-                .map(|_| {
-                    let s = seed.clone();
-                    thread::spawn(move || vec![record(1, || s.try_acquire())])
-                })
-                .collect();
-            let threads: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-            if admitted(&threads) > LIMIT {
-                eprintln!("seed state after the over-admission: {}", seed.state());
-            }
-            assert_sliding_bound(LIMIT, WINDOW, &threads);
-        },
-    );
+fn known_bad_multinolock_is_caught() {
+    explore("sliding_log::known_bad_multinolock_is_caught", 3, || {
+        const LIMIT: u32 = 2;
+        let clock = ManualClock::new();
+        let throttle = Arc::new(MultiNoLock::new(
+            LIMIT as i32,
+            WINDOW as i64,
+            RecordingClock::new(clock.clone()),
+        ));
+        let handles: Vec<_> = (0..3)
+            .map(|_| {
+                let s = throttle.clone();
+                thread::spawn(move || vec![record(1, || s.try_acquire())])
+            })
+            .collect();
+        let threads: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        if admitted(&threads) > LIMIT {
+            eprintln!(
+                "MultiNoLock state after the over-admission: {}",
+                throttle.state()
+            );
+        }
+        assert_sliding_bound(LIMIT, WINDOW, &threads);
+    });
 }

@@ -222,8 +222,10 @@ fn clock_stepping_back_races_with_acquires() {
     assert!(explored > 1);
 }
 
-/// The racy bucket the seeds describe: decide on a loaded TAT, then `store` the
-/// new one instead of compare-and-swapping it, so two racing admissions can both
+/// The racy bucket of a read-then-write design (the Redis token bucket of
+/// Jianfeng Fu's "Throttling Solutions in Standalone and Distributed
+/// Scenarios", §4.3, reads with HGETALL and writes back with HMSET): decide on
+/// a loaded TAT, then `store` the new one instead of compare-and-swapping it, so two racing admissions can both
 /// decide on the same TAT and one of them is lost.
 struct CheckThenStoreBucket {
     tat: AtomicU64,

@@ -6,11 +6,13 @@
 //! shape, is what a constant outflow can absorb. As a **queue** (a shaper), every
 //! accepted request is given its *start time*: starts leave the bucket one rate
 //! interval apart, after an optional burst, and a request that would wait longer
-//! than the queue's bound is rejected — the seeds' "input rate can vary, output
-//! rate remains constant; usually used with a FIFO queue".
+//! than the queue's bound is rejected — in the words of Jianfeng Fu's
+//! "Throttling Solutions in Standalone and Distributed Scenarios" (Alibaba Cloud
+//! Community blog, §3.4), "the input rate can vary, but the output rate remains
+//! constant. It is usually used with a FIFO queue".
 //!
-//! Neither needs a drip process (the naive leaky bucket's weakness in the seeds):
-//! the state is one instant from which the level follows.
+//! Neither needs a drip process (a background task that drains the bucket on a
+//! timer): the state is one instant from which the level follows.
 //!
 //! # State
 //!
@@ -42,7 +44,8 @@
 //!   one permit per interval, never below zero) never exceeds the capacity — the
 //!   same as at most `capacity + rate·(b − a)` permits in any `[a, b]`, so the
 //!   meter decides exactly like a [`TokenBucket`](crate::TokenBucket) of the same
-//!   capacity and rate (the seeds: "essentially the same algorithm"). It is here
+//!   capacity and rate (Fu's article: the leaky bucket "is essentially the same as
+//!   the token bucket algorithm"). It is here
 //!   for the vocabulary and for its snapshot, which reports the level.
 //! - [`Shaper`]: for any two accepted requests `i` before `j` in start order,
 //!   the permits of the requests from `i` up to (not including) `j` are at most

@@ -5,9 +5,10 @@
 //! A request for `n` permits takes the ring's next `n` *tickets*; ticket `k`
 //! replaces the entry of ticket `k − M` (`M` = the ring's capacity) — the permit
 //! admitted M permits earlier in that ring — and is admitted only if that entry
-//! left the window, i.e. was stamped at or before `now − T`. This is the seed's
-//! circular buffer with head and tail
-//! (`shared/seeds/non-locking-throttling-component.txt`), with the tail made
+//! left the window, i.e. was stamped at or before `now − T`. This is the
+//! circular buffer with head and tail of Khaled Henidak's ["Writing a
+//! Non-Locking Throttling Component"](http://henidak.com/2015/08/writing-a-non-locking-throttling-component/)
+//! (2015), with the tail made
 //! implicit (it is always `head − M`) and the racy read-then-write of the head
 //! replaced by one compare-and-swap that claims the tickets, as in crossbeam's
 //! `ArrayQueue`.
@@ -120,7 +121,8 @@
 //! Off by default. With [`SlidingLog::count_denied`], a denied request is logged
 //! like an admitted one (stamped no earlier than the entries it replaces), so a
 //! caller that keeps hammering stays blocked until it pauses for a whole window —
-//! the Redis design in `shared/seeds/redis-dynamic-rate-control.txt`. Admitted
+//! the Redis design of gunslinger008's "Redis realizes dynamic rate control"
+//! (2022), which compares each request with the N-th previous one. Admitted
 //! permits still never exceed N per window.
 //!
 //! # Reconfiguration

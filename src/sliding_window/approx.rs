@@ -1,5 +1,6 @@
-//! The approximate sliding window: the two-window counter of the system-design
-//! notes seed and Cloudflare's rate limiter, with the previous window's count
+//! The approximate sliding window: the two-window counter of Vineet Sagar's
+//! rate-limiter system-design notes (`RateLimiter.md`, GitHub repository
+//! `system-design`) and Cloudflare's rate limiter, with the previous window's count
 //! weighted by how much of it the sliding window still overlaps.
 //!
 //! The rule, the state and the error are documented on [`ApproxSlidingWindow`].
@@ -197,7 +198,8 @@ impl Approx {
 /// spread evenly in reality, so it admits more than `N` in some spans of `T`
 /// (when the previous window's traffic was early) and less than a sliding log
 /// would (when it was late). `docs/sliding_window.md` measures both on the
-/// seeds' scenarios, beside the exact [`SlidingWindow`](crate::SlidingWindow).
+/// scenarios of Jianfeng Fu's "Throttling Solutions in Standalone and
+/// Distributed Scenarios" (Alibaba Cloud Community blog), beside the exact [`SlidingWindow`](crate::SlidingWindow).
 /// It is one word of contended state, like the fixed window: cheap, but it does
 /// not scale with cores the way the striped window does.
 ///

@@ -18,8 +18,9 @@
 //!    `S − 1` sub-windows before it.
 //! 2. A thread whose stripe has no lease for `j` **leases** a share of what is
 //!    left of the budget from the **pool** (one CAS), shares shrinking as the pool
-//!    runs low — the quota pre-allocation of the throttling seed's §4.4, applied
-//!    to cores instead of machines.
+//!    runs low — the quota pre-allocation to machines of Jianfeng Fu's "Throttling
+//!    Solutions in Standalone and Distributed Scenarios" (Alibaba Cloud Community
+//!    blog, §4.4), applied to cores instead of machines.
 //! 3. Requests **spend** the lease with one CAS on the thread's stripe, which no
 //!    other thread writes unless it shares the stripe or is stealing.
 //! 4. When the pool runs dry, a thread **steals** what it needs from other
@@ -106,7 +107,7 @@
 //! use tollgate::{Denied, ManualClock, Rate, RateLimiter, SlidingWindow};
 //!
 //! let clock = ManualClock::new();
-//! // 100 per minute in 6 sub-windows of 10 s (the seed's figure).
+//! // 100 per minute in 6 sub-windows of 10 s (the figure in Fu's article, §3.2).
 //! let window = SlidingWindow::builder(Rate::per_minute(100))
 //!     .sub_windows(6)
 //!     .clock(clock.clone())

@@ -363,8 +363,9 @@ pub fn expected_per_round(reference: &mut dyn Reference, times: &[u64], demand: 
 // ---- leaky bucket, shaper and reservations (added for tests/leaky_bucket.rs,
 // tests/waiting.rs, tests/warm_up.rs) ----
 
-/// The seed's `LeakyBucketThrottler` (a water level and the time of the last
-/// injection, drained on each request), in exact integer arithmetic: the level is
+/// The `LeakyBucketThrottler` of Jianfeng Fu's "Throttling Solutions in
+/// Standalone and Distributed Scenarios" (§3.3; docs/references.md) — a water
+/// level and the time of the last injection, drained on each request — in exact integer arithmetic: the level is
 /// kept in nanoseconds of drain time, `interval` per permit (the rate's period
 /// divided by its permits, rounded up, as documented).
 #[derive(Debug, Clone)]

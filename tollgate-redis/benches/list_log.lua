@@ -1,4 +1,5 @@
--- Bench only: the Redis seed's sliding log, each request compared with the N-th
+-- Bench only: the sliding log of gunslinger008's "Redis realizes dynamic rate
+-- control" (2022), each request compared with the N-th
 -- previous one, kept in a list of the last N stamps (newest first). ARGV: n,
 -- window (us), limit. Same answers as the sorted-set log for a fixed rule.
 local key = KEYS[1]

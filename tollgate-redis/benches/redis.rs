@@ -1,7 +1,9 @@
 //! Decisions per second and latency (p50/p99) of each Redis limiter at 1, 8 and
 //! 64 concurrent tasks, against one local `redis-server` this bench starts,
-//! beside the multi-round-trip designs the seeds show (INCR then EXPIRE;
-//! WATCH/GET/compute/MULTI/SET/EXEC), the seed's list-based sliding log, and the
+//! beside the multi-round-trip designs the articles in `docs/references.md`
+//! describe (a counter with INCR then EXPIRE; a token bucket read, computed on the
+//! client and written back, here made safe with WATCH/GET/MULTI/SET/EXEC), the
+//! list-based sliding log of "Redis realizes dynamic rate control", and the
 //! in-process token bucket.
 //!
 //! Criterion reports the time per decision (throughput, elements/s); the same
@@ -87,7 +89,7 @@ impl Design {
                         .unwrap();
                 }
                 Design::IncrExpire(connection) => {
-                    // The seeds' fixed window: INCR, then EXPIRE when the
+                    // The articles' fixed window: INCR, then EXPIRE when the
                     // count is new — two round trips, and a key without TTL if
                     // the client dies in between.
                     let mut connection = connection.clone();
@@ -116,7 +118,7 @@ fn unix_seconds() -> u64 {
         .as_secs()
 }
 
-/// The seeds' token bucket made atomic as an afterthought: WATCH, GET the
+/// The articles' read-compute-write token bucket made atomic as an afterthought: WATCH, GET the
 /// state, compute on the client's clock, MULTI/SET/EXEC; retry when another
 /// client changed the key in between.
 async fn multi_exec_bucket(connection: &mut MultiplexedConnection, key: &str) {

@@ -83,7 +83,8 @@ pub enum Policy {
     /// Admit every request the pool cannot cover.
     Open,
     /// Decide by this in-process limiter, configured with the process's share
-    /// of the global limit (the seed's "switch to standalone throttling").
+    /// of the global limit (§4.4 of Jianfeng Fu's "Throttling Solutions in
+    /// Standalone and Distributed Scenarios": "switch to standalone throttling").
     Local(Box<dyn RateLimiter + Send + Sync>),
 }
 

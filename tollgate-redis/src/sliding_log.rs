@@ -12,11 +12,12 @@
 //!
 //! # Why a sorted set
 //!
-//! The Redis seed's design compares each request with the `N`-th previous one
-//! (a list of the last `N` stamps, or one key per index). That list must hold
-//! exactly the last `N`, so when the rule changes to a larger `N` the older
-//! stamps it needs are gone, and the seed's own complaint — rules that cannot
-//! change without deleting the key — returns. A sorted set keeps stamps by
+//! The design of gunslinger008's "Redis realizes dynamic rate control" (2022)
+//! compares each request with the `N`-th previous one (a list of the last `N`
+//! stamps, or one key per index). That list must hold exactly the last `N`, so
+//! when the rule changes to a larger `N` the older stamps it needs are gone, and
+//! the article's own complaint — rules that cannot change without deleting the
+//! key — returns. A sorted set keeps stamps by
 //! *time* instead: every permit of the last `history` (at least `T`) is there,
 //! whatever `N` is, so **a rule change keeps the log**: a larger or smaller `N`,
 //! a shorter `T`, or a longer one up to `history`, all decide on the same

@@ -1,8 +1,10 @@
-//! tollgate's main job: replay the seed articles' traffic through every limiter
-//! on a manual clock, and time each limiter on real threads.
+//! The scenarios replay: the traffic of Jianfeng Fu's "Throttling Solutions in
+//! Standalone and Distributed Scenarios" (Alibaba Cloud Community blog, §3.1)
+//! through every limiter on a manual clock, and each limiter timed on real
+//! threads. The articles are listed in `docs/references.md`.
 //!
 //! ```text
-//! cargo run --release --example main_job
+//! cargo run --release --example scenarios
 //! ```
 //!
 //! Every limiter is configured as "100 per minute" and sees the same arrivals.
@@ -125,7 +127,7 @@ fn evenly(start: u64, gap: u64, count: u64) -> impl Iterator<Item = u64> {
     (0..count).map(move |i| start + i * gap)
 }
 
-/// Throttling seed §3.1, "critical mutation": some requests at 0:00, then 10 a
+/// Fu's article §3.1, "critical mutation": some requests at 0:00, then 10 a
 /// second from 0:50 to 1:10, which straddles the minute boundary.
 fn boundary(name: &'static str, at_zero: u64) -> Scenario {
     let mut arrivals: Vec<u64> = std::iter::repeat_n(0, at_zero as usize).collect();
@@ -135,12 +137,12 @@ fn boundary(name: &'static str, at_zero: u64) -> Scenario {
 
 fn scenarios() -> Vec<Scenario> {
     vec![
-        // Throttling seed §3.1: 200 a minute, evenly spread, against 100 a minute.
+        // Fu's article §3.1: 200 a minute, evenly spread, against 100 a minute.
         Scenario {
             name: "steady",
             arrivals: evenly(0, 60 * SECOND / 200, 5 * 200).collect(),
         },
-        // The seed's "several visits" at 0:00: the first window still has room
+        // The article's "several visits" at 0:00: the first window still has room
         // when the 0:50 traffic starts, so both sides of 1:00 fill up.
         boundary("boundary", 5),
         // A full burst at 0:00 instead: the worst case for a token bucket, which
@@ -255,7 +257,7 @@ fn main() {
     let scenarios = scenarios();
 
     println!(
-        "tollgate main job: every limiter at {} per {:?}, replayed on a manual clock\n",
+        "tollgate scenarios replay: every limiter at {} per {:?}, replayed on a manual clock\n",
         LIMIT.permits(),
         LIMIT.period()
     );
@@ -298,7 +300,7 @@ fn main() {
     println!(
         "\
 steady          200 requests a minute, evenly spaced (one every 300 ms), for 5 minutes
-boundary        5 requests at 0:00, then 10 a second from 0:50 to 1:10 (throttling seed §3.1)
+boundary        5 requests at 0:00, then 10 a second from 0:50 to 1:10 (Fu's article §3.1)
 burst+boundary  100 requests at 0:00, then the same 10 a second from 0:50 to 1:10
 max in 60s      most admissions in ANY 60-second span [t, t+60s), not just aligned
                 minutes. Bounds: token bucket and leaky bucket capacity + rate x
