@@ -1,18 +1,22 @@
 //! The limiters on a real three-master Redis Cluster (built with
 //! `redis-cli --cluster create` on loopback): decisions route to the node that
 //! owns each key's slot, every key of a caller shares that slot, scripts reload
-//! on every node, TTLs are set where the keys live.
+//! on every node, TTLs are set where the keys live; leased limiters on keys
+//! spread over the masters keep each key's global invariant.
 
 mod support;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use tollgate::{Denied, Rate};
 use tollgate_redis::{
-    Client, Error, FixedWindow, Limiter, Options, SlidingLog, SlidingWindow, TokenBucket, blocking,
+    Client, Error, FixedWindow, LeaseOptions, LeasedLimiter, Limiter, Options, SlidingLog,
+    SlidingWindow, TokenBucket, blocking,
 };
 
-use support::RedisCluster;
+use support::{RedisCluster, gcra_violations};
 
 fn limiters() -> Vec<Box<dyn Limiter>> {
     let hourly = Rate::per_hour(3);
@@ -84,4 +88,94 @@ fn the_blocking_client_works_on_a_cluster() {
             assert!(client.try_acquire(&*limiter, key).unwrap_err().is_denied());
         }
     }
+}
+
+/// Three clients (as three processes would have), each with a leased
+/// limiter on each of 6 keys that land on all three masters; two threads
+/// spend from all 18 limiters for a second. Every lease is recorded by its
+/// server time: per key, the merged net debits keep the GCRA invariant, and
+/// each limiter spent at most its net debits.
+#[test]
+fn leases_on_a_cluster_keep_each_keys_global_invariant() {
+    const BURST: u32 = 2_000;
+    const INTERVAL_US: u64 = 50; // 20,000/s
+    let cluster = RedisCluster::start();
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let bucket = || TokenBucket::new(BURST, Rate::per_second(20_000)).unwrap();
+    let keys: Vec<String> = (0..6).map(|i| format!("tenant:{i}")).collect();
+    let owners: BTreeSet<u16> = keys
+        .iter()
+        .map(|key| cluster.owner(&bucket().redis_key(key)).port())
+        .collect();
+    assert_eq!(owners.len(), 3, "the keys should land on all three masters");
+
+    let mut limiters = Vec::new();
+    for _ in 0..3 {
+        let client = runtime
+            .block_on(Client::connect_cluster_with(
+                &nodes,
+                Options::new().timeout(Duration::from_secs(2)),
+            ))
+            .unwrap();
+        let _inside = runtime.enter();
+        for key in &keys {
+            let options = LeaseOptions::new().record_leases(true).max_lease(500);
+            let limiter = LeasedLimiter::start(client.clone(), bucket(), key, options);
+            limiters.push((key.clone(), limiter, AtomicU64::new(0)));
+        }
+    }
+    let until = Instant::now() + Duration::from_secs(1);
+    std::thread::scope(|scope| {
+        for t in 0..2 {
+            let limiters = &limiters;
+            scope.spawn(move || {
+                let mut i = t;
+                while Instant::now() < until {
+                    let (_, limiter, admitted) = &limiters[i % limiters.len()];
+                    if limiter.try_acquire().is_ok() {
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                    }
+                    i += 1;
+                }
+            });
+        }
+    });
+
+    let mut debits: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
+    let (mut spent, mut leases) = (0u64, 0usize);
+    for (key, mut limiter, admitted) in limiters {
+        let stats = runtime.block_on(limiter.shutdown());
+        let records = limiter.leases();
+        let net: u64 = records.iter().map(|l| l.granted - l.returned).sum();
+        let admitted = admitted.load(Ordering::Relaxed);
+        assert_eq!(stats.spent, admitted);
+        assert!(
+            admitted <= net,
+            "{key}: spent {admitted} of {net} net debits"
+        );
+        spent += admitted;
+        leases += records.len();
+        let key_debits = debits.entry(key).or_default();
+        key_debits.extend(records.iter().map(|l| (l.time_us, l.granted - l.returned)));
+    }
+    for (key, records) in &mut debits {
+        records.sort_unstable();
+        assert!(!records.is_empty(), "{key}: no lease");
+        let violations = gcra_violations(records, BURST.into(), INTERVAL_US);
+        assert_eq!(violations, 0, "{key}: {violations} GCRA violations");
+    }
+    // Every master ran lease scripts (for the keys whose slots it owns).
+    for node in &cluster.nodes {
+        assert!(node.calls("evalsha") + node.calls("eval") > 0);
+    }
+    println!(
+        "cluster leases: 3 clients x 6 keys on 3 masters, {leases} leases, \
+         {spent} permits admitted, 0 GCRA violations"
+    );
 }

@@ -5,7 +5,9 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod cluster;
+pub mod gcra;
 pub mod server;
 
 pub use cluster::RedisCluster;
+pub use gcra::gcra_violations;
 pub use server::RedisServer;
