@@ -39,6 +39,25 @@
 //! Construction validates the configuration and returns a [`ConfigError`]; after
 //! that, no input panics: not `n = 0`, not `n = u32::MAX`, not a clock that steps
 //! backwards.
+//!
+//! A [`Rate`] can come from configuration: `"100/s"`, `"30/min"`, `"5/10ms"`,
+//! `"5 per second"` parse with [`str::parse`] (a bad string is a
+//! [`ParseRateError`]), and `Rate` prints back in that form.
+//!
+//! ```
+//! use tollgate::{Rate, TokenBucket};
+//!
+//! let rate: Rate = "100/s".parse()?;
+//! let bucket = TokenBucket::new(20, rate)?;
+//! assert_eq!(rate.to_string(), "100/s");
+//! # let _ = bucket;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Features
+//!
+//! - `tokio`: `acquire_async`, waiting for permits on tokio's timer.
+//! - `serde`: `Serialize`/`Deserialize` for [`Rate`], as its string form.
 
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]
@@ -68,7 +87,7 @@ pub use fixed_window::{FixedWindow, LockingFixedWindow};
 pub use keyed::Keyed;
 pub use leaky_bucket::{LeakyBucket, LockingLeakyBucket, LockingShaper, Shaper};
 pub use limiter::{RateLimiter, Snapshot};
-pub use rate::Rate;
+pub use rate::{ParseRateError, ParseRateErrorKind, Rate};
 pub use sliding_log::{LockingSlidingLog, SlidingLog};
 pub use sliding_window::{
     ApproxSlidingWindow, LockingApproxSlidingWindow, LockingSlidingWindow, SlidingWindow,
