@@ -92,6 +92,34 @@ fn verify(log: &SlidingLog<RecordingClock>, clock: &ManualClock, mut threads: Ve
     assert_sliding_bound(limit, window, &threads);
     threads.push(single_threaded_tail(clock, limit, || log.try_acquire()));
     assert_sliding_bound(limit, window, &threads);
+    assert_whole_limit_fits_a_window_later(log, clock, &threads);
+}
+
+/// The log is not stuck: a window after the latest decision every entry has
+/// left the window (no stamp is later than the latest decision time), so a
+/// request for the whole limit — one ticket of every ring — is admitted. The
+/// tail cannot see a single ring that refuses for good (say, a slot left
+/// looking claimed-but-unstamped by a rollback that overwrote a later lap's
+/// entry): its single permits are served by another ring.
+fn assert_whole_limit_fits_a_window_later(
+    log: &SlidingLog<RecordingClock>,
+    clock: &ManualClock,
+    threads: &[Vec<Op>],
+) {
+    let limit = log.limit();
+    let latest = threads
+        .iter()
+        .flatten()
+        .filter_map(|op| op.at)
+        .fold(clock.now(), u64::max);
+    clock.set(latest + log.window().as_nanos() as u64);
+    let op = record(limit, || log.try_acquire_n(limit));
+    assert_eq!(
+        op.result,
+        Ok(()),
+        "the whole limit ({limit}) was refused a window after the latest decision \
+         ({latest} ns); histories: {threads:#?}"
+    );
 }
 
 /// Requests that can never be admitted, made while other threads race.

@@ -164,10 +164,10 @@ impl AtomicRing {
                 .is_ok()
             {
                 // Release: pairs with the readers' Acquire (see `View::read`).
-                first.store(first_word, Ordering::Release);
-                for (lap, index) in self.geometry.tickets(head, n).skip(1) {
+                stamp_entry(first, first_word, Ordering::Release);
+                for (lap, i) in self.geometry.tickets(head, n).skip(1) {
                     // Release: as above.
-                    self.slots[index].store(entry_word(stamp, lap), Ordering::Release);
+                    stamp_entry(&self.slots[i], entry_word(stamp, lap), Ordering::Release);
                 }
                 return Ok(match denied {
                     None => Outcome::Admitted(Claim { head, n, stamp }),
@@ -261,6 +261,42 @@ impl AtomicRing {
         self.geometry
             .inherit(&Settled(self), head, self.dropped, capacity)
     }
+}
+
+/// Writes a claimed ticket's entry word: a plain store, except under loom.
+///
+/// loom (0.7) orders the writes to one atomic by vector clocks, and a plain
+/// store that has not seen another thread's read-modify-write can end up
+/// unordered with it: the storing thread's next load may then return the RMW's
+/// older value, which write-read coherence forbids (tokio-rs/loom#389, #282).
+/// Here that RMW is a rollback (`undo`'s CAS) of the entry a claimer just read:
+/// the claimer's store must follow it (the CAS read the entry the claimer read,
+/// so it comes right after that entry), but loom may let the claimer read the
+/// rolled-back word back, see its slot as claimed-but-unstamped for good and
+/// refuse. With every write to a slot an RMW, loom keeps each slot's writes in
+/// one total order, so in the loom build the entry is written by a `swap`.
+///
+/// The two are the same program for this algorithm: the swap's value is
+/// discarded, so every execution of the store has a twin in which the swap
+/// reads the entry just before it in modification order (coherence allows
+/// that read: whatever happens before the write is ordered before it). The
+/// one thing an RMW adds is that it continues the release sequence of the
+/// entry it overwrites, so a reader that acquires our entry also synchronizes
+/// with that entry's writer. That edge is already there with the store: a
+/// claim is only made after its decision read every entry its tickets replace
+/// with `Acquire` (`Geometry::replaced`), so the replaced entry's writer (or,
+/// through its release sequence, the rollback that restamped it) happens
+/// before our claim, hence before every reader of our entry. (A first-lap
+/// ticket replaces nothing and reads nothing: the word before it is the
+/// slot's initial value, which heads no release sequence.) Same
+/// happens-before, same values: what loom proves of the swap holds for the
+/// store that ships, where a swap would cost a locked instruction per permit.
+#[inline(always)]
+fn stamp_entry(slot: &AtomicU64, word: u64, order: Ordering) {
+    #[cfg(not(loom))]
+    slot.store(word, order);
+    #[cfg(loom)]
+    let _ = slot.swap(word, order);
 }
 
 /// A sealed ring, read once its claimed entries have landed.
