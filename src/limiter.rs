@@ -1,5 +1,6 @@
 //! The trait every limiter implements.
 
+use std::fmt;
 use std::time::Duration;
 
 use crate::error::Denied;
@@ -73,6 +74,136 @@ pub trait RateLimiter {
     /// assert_eq!(snap.until_full, Duration::from_millis(400));
     /// ```
     fn snapshot(&self) -> Snapshot;
+
+    /// Asks for one permit and reports the state the decision left: what a
+    /// `RateLimit` header needs. See
+    /// [`try_acquire_n_with_snapshot`](RateLimiter::try_acquire_n_with_snapshot).
+    ///
+    /// ```
+    /// use tollgate::{Rate, RateLimiter, TokenBucket};
+    /// let bucket = TokenBucket::new(3, Rate::per_hour(3)).unwrap();
+    /// assert_eq!(bucket.try_acquire_with_snapshot().unwrap().available, 2);
+    /// ```
+    #[inline]
+    fn try_acquire_with_snapshot(&self) -> Result<Snapshot, Rejection> {
+        self.try_acquire_n_with_snapshot(1)
+    }
+
+    /// Asks for `n` permits, as [`try_acquire_n`](RateLimiter::try_acquire_n)
+    /// does, and returns with the decision the limiter's state after it: on
+    /// admission, the permits still available and the time until full; on
+    /// denial, the same beside the [`Denied`] reason (in a [`Rejection`]).
+    ///
+    /// The report comes from the decision itself, not from a second read that
+    /// other threads could slip in front of: the one-word and 128-bit limiters
+    /// ([`TokenBucket`](crate::TokenBucket), [`FixedWindow`](crate::FixedWindow),
+    /// [`LeakyBucket`](crate::LeakyBucket), [`Shaper`](crate::Shaper),
+    /// [`WarmUp`](crate::WarmUp)) and
+    /// [`ApproxSlidingWindow`](crate::ApproxSlidingWindow) compute it from the
+    /// very word their compare-and-swap wrote (or the word a denial was decided
+    /// on), and every locking twin under the same lock as the decision. The
+    /// [`SlidingWindow`](crate::SlidingWindow) and
+    /// [`SlidingLog`](crate::SlidingLog), whose state is spread over stripes
+    /// and ring slots by design, read it right after the decision at the
+    /// decision's own clock reading; a concurrent admission in between can make
+    /// `available` lower than it was at the decision, never higher than the
+    /// limiter allows. Both report the same figures as the locking twins when
+    /// nothing runs concurrently. Costs: docs/benchmarks.md ("Decisions that
+    /// report their quota").
+    ///
+    /// `try_acquire_n` stays the cheapest call: it computes no report.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Denied, ManualClock, Rate, RateLimiter, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let bucket = TokenBucket::with_clock(10, Rate::per_second(10), clock.clone()).unwrap();
+    /// let admitted = bucket.try_acquire_n_with_snapshot(4).unwrap();
+    /// assert_eq!((admitted.available, admitted.capacity), (6, 10));
+    /// assert_eq!(admitted.until_full, Duration::from_millis(400));
+    ///
+    /// let denied = bucket.try_acquire_n_with_snapshot(7).unwrap_err();
+    /// assert_eq!(denied.denied, Denied::RetryAfter(Duration::from_millis(100)));
+    /// assert_eq!(denied.snapshot.available, 6);
+    /// ```
+    fn try_acquire_n_with_snapshot(&self, n: u32) -> Result<Snapshot, Rejection>;
+}
+
+/// A denial together with the limiter's state it was decided on: what a `429`
+/// response needs for its `Retry-After` and `RateLimit` headers. Returned by
+/// [`RateLimiter::try_acquire_n_with_snapshot`]; converts into the plain
+/// [`Denied`] with `?` or `.into()`.
+///
+/// ```
+/// use tollgate::{Denied, Rate, RateLimiter, Rejection, TokenBucket};
+///
+/// fn admit(limiter: &dyn RateLimiter) -> Result<u32, Denied> {
+///     let snap = limiter.try_acquire_with_snapshot()?; // Rejection -> Denied
+///     Ok(snap.available)
+/// }
+/// let bucket = TokenBucket::new(1, Rate::per_hour(1)).unwrap();
+/// assert_eq!(admit(&bucket), Ok(0));
+/// assert!(matches!(admit(&bucket), Err(Denied::RetryAfter(_))));
+/// let rejection: Rejection = bucket.try_acquire_with_snapshot().unwrap_err();
+/// assert_eq!(rejection.snapshot.available, 0);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Rejection {
+    /// Why the request was denied.
+    pub denied: Denied,
+    /// The limiter's state the denial was decided on.
+    pub snapshot: Snapshot,
+}
+
+impl Rejection {
+    pub(crate) fn new(denied: Denied, snapshot: Snapshot) -> Self {
+        Rejection { denied, snapshot }
+    }
+}
+
+impl From<Rejection> for Denied {
+    fn from(rejection: Rejection) -> Denied {
+        rejection.denied
+    }
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} ({} of {} permits available)",
+            self.denied, self.snapshot.available, self.snapshot.capacity
+        )
+    }
+}
+
+impl std::error::Error for Rejection {}
+
+/// Runs a decision loop's `decide` and remembers the state it last saw: the
+/// state it wrote if it admitted, the one it denied on otherwise. A cell's
+/// update keeps the result of its last call, so after the loop this is the
+/// state the decision actually stored or refused on.
+#[inline]
+pub(crate) fn remembering<T: Copy>(
+    seen: &mut T,
+    mut decide: impl FnMut(T) -> Result<T, Denied>,
+) -> impl FnMut(T) -> Result<T, Denied> {
+    move |state| {
+        let decided = decide(state);
+        *seen = *decided.as_ref().unwrap_or(&state);
+        decided
+    }
+}
+
+/// The report of a decision: the snapshot of the state it left, beside its answer.
+#[inline]
+pub(crate) fn report(outcome: Result<(), Denied>, snapshot: Snapshot) -> Result<Snapshot, Rejection> {
+    match outcome {
+        Ok(()) => Ok(snapshot),
+        Err(denied) => Err(Rejection::new(denied, snapshot)),
+    }
 }
 
 /// A non-consuming read of a limiter: what a request could get right now.

@@ -3,7 +3,7 @@
 use crate::cell::StateCell;
 use crate::clock::Clock;
 use crate::error::Denied;
-use crate::limiter::{Snapshot, check_request};
+use crate::limiter::{Rejection, Snapshot, check_request, remembering, report};
 use crate::timeline::Timeline;
 
 /// An algorithm whose state is one `u64`: the pure decision function that the
@@ -58,6 +58,21 @@ impl<M: WordMachine, S: StateCell, C: Clock> WordLimiter<M, S, C> {
         self.machine.snapshot(self.state.load(), now)
     }
 
+    /// `try_acquire_n` with the snapshot of the word the decision stored (or
+    /// denied on), at the decision's own reading.
+    #[inline]
+    pub(crate) fn try_acquire_n_with_snapshot(&self, n: u32) -> Result<Snapshot, Rejection> {
+        if let Err(denied) = check_request(n, self.machine.capacity()) {
+            return Err(Rejection::new(denied, self.snapshot()));
+        }
+        let now = self.timeline.now();
+        let mut seen = M::INITIAL;
+        let outcome = self.state.update(remembering(&mut seen, |state| {
+            self.machine.decide(state, now, n)
+        }));
+        report(outcome, self.machine.snapshot(seen, now))
+    }
+
     pub(crate) fn machine(&self) -> &M {
         &self.machine
     }
@@ -103,6 +118,14 @@ macro_rules! word_limiter {
 
             fn snapshot(&self) -> $crate::limiter::Snapshot {
                 self.inner.snapshot()
+            }
+
+            #[inline]
+            fn try_acquire_n_with_snapshot(
+                &self,
+                n: u32,
+            ) -> Result<$crate::limiter::Snapshot, $crate::limiter::Rejection> {
+                self.inner.try_acquire_n_with_snapshot(n)
             }
         }
     };

@@ -129,6 +129,12 @@ impl<A: Keyable, B: Keyable<Clock = A::Clock>> Keyable for (A, B) {
         }
     }
 
+    fn admitted(view: &View<'_, Self::Config>, receipt: Self::Receipt, now: u64) -> Snapshot {
+        let a = A::admitted(&view.map(|c| &c.0), receipt.0, now);
+        let b = B::admitted(&view.map(|c| &c.1), receipt.1, now);
+        both(a, b)
+    }
+
     fn peek(
         view: &View<'_, Self::Config>,
         state: &Self::State,
@@ -158,11 +164,7 @@ impl<A: Keyable, B: Keyable<Clock = A::Clock>> Keyable for (A, B) {
     fn snapshot(view: &View<'_, Self::Config>, state: &Self::State, now: u64) -> Option<Snapshot> {
         let a = A::snapshot(&view.map(|c| &c.0), &state.0, now)?;
         let b = B::snapshot(&view.map(|c| &c.1), &state.1, now)?;
-        Some(Snapshot {
-            available: a.available.min(b.available),
-            capacity: a.capacity.min(b.capacity),
-            until_full: a.until_full.max(b.until_full),
-        })
+        Some(both(a, b))
     }
 
     fn is_fresh(view: &View<'_, Self::Config>, state: &Self::State, now: u64) -> Option<bool> {
@@ -175,5 +177,14 @@ impl<A: Keyable, B: Keyable<Clock = A::Clock>> Keyable for (A, B) {
         let a = A::settle(&view.map(|c| &c.0), &state.0, now);
         let b = B::settle(&view.map(|c| &c.1), &state.1, now);
         a && b
+    }
+}
+
+/// A pair's snapshot: what both parts allow, and the later time to full.
+fn both(a: Snapshot, b: Snapshot) -> Snapshot {
+    Snapshot {
+        available: a.available.min(b.available),
+        capacity: a.capacity.min(b.capacity),
+        until_full: a.until_full.max(b.until_full),
     }
 }

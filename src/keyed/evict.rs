@@ -85,10 +85,10 @@ use std::hash::{BuildHasher, Hash};
 use crossbeam_utils::CachePadded;
 use dashmap::mapref::entry::Entry;
 
-use super::kind::{Keyable, Refusal, View};
-use super::reconfig::{decide, pin};
-use super::{Keyed, measured_from};
-use crate::error::Denied;
+use super::kind::{Keyable, View};
+use super::answer::{Answer, ask};
+use super::reconfig::{pin, read};
+use super::Keyed;
 use crate::limiter::check_request;
 use crate::sync::{AtomicU64, Ordering};
 
@@ -220,7 +220,13 @@ where
     /// a little, or fall back to the overflow state. `reading` is the
     /// request's one clock reading.
     #[cold]
-    pub(super) fn acquire_new<Q>(&self, key: &Q, n: u32, reading: u64) -> Result<(), Denied>
+    pub(super) fn acquire_new<Q, A: Answer<L>>(
+        &self,
+        key: &Q,
+        n: u32,
+        reading: u64,
+        answer: A,
+    ) -> Result<A::Admitted, A::Denied>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -230,7 +236,9 @@ where
             // SAFETY: pinned while the record is used.
             let capacity = L::capacity(&unsafe { self.default.load_unprotected() }.current);
             // A request that can never succeed creates nothing.
-            check_request(n, capacity)?;
+            if let Err(denied) = check_request(n, capacity) {
+                return Err(answer.invalid(denied, || self.snapshot(key)));
+            }
         }
         let shard = self.map.determine_map(key);
         let mut room_searches = 0;
@@ -248,11 +256,11 @@ where
                     let now = self.decision_time(reading);
                     // SAFETY: `entry` holds the shard's write lock.
                     let result = unsafe {
-                        decide(&self.default, |view| {
-                            L::acquire(view, entry.get(), now, n).map(drop)
+                        read(&self.default, |view| {
+                            ask(answer, view, entry.get(), now, n).ok()
                         })
                     };
-                    return measured_from(reading, now, result);
+                    return answer.measured_from(reading, now, result);
                 }
                 Entry::Vacant(entry) => entry,
             };
@@ -271,25 +279,27 @@ where
                     self.sweeper.release(1);
                     continue;
                 };
-                let outcome = match L::acquire(&view, &state, now, n) {
-                    Ok(_) => {
+                let outcome = match ask(answer, &view, &state, now, n) {
+                    Ok(Ok(admitted)) => {
                         drop(entry.insert(state));
-                        Ok(())
+                        Ok(admitted)
                     }
-                    Err(refusal) => {
+                    Ok(Err(denied)) => {
                         // A denied new state is unchanged: keep nothing.
                         drop(entry);
                         self.sweeper.release(1);
-                        match refusal {
-                            Refusal::Denied(denied) => Err(denied),
-                            // Cannot happen (the state has the record's tag),
-                            // but retrying is always correct.
-                            Refusal::Stale => continue,
-                        }
+                        Err(denied)
+                    }
+                    // Cannot happen (the state has the record's tag), but
+                    // retrying is always correct.
+                    Err(_stale) => {
+                        drop(entry);
+                        self.sweeper.release(1);
+                        continue;
                     }
                 };
                 self.sweep_step(shard, STEP);
-                return measured_from(reading, now, outcome);
+                return answer.measured_from(reading, now, outcome);
             }
             // At the cap, and the key is not in. Look for room without the
             // lock (the search takes shards' write locks), at most twice: a
@@ -312,12 +322,12 @@ where
             let _guard = pin();
             // SAFETY: pinned for the whole call.
             let result = unsafe {
-                decide(&self.default, |view| {
-                    L::acquire(view, &self.overflow, now, n).map(drop)
+                read(&self.default, |view| {
+                    ask(answer, view, &self.overflow, now, n).ok()
                 })
             };
             drop(entry);
-            return measured_from(reading, now, result);
+            return answer.measured_from(reading, now, result);
         }
     }
 

@@ -181,6 +181,12 @@ pub trait Keyable: sealed::Sealed + Sized {
         n: u32,
     ) -> Result<Self::Receipt, Refusal>;
 
+    /// The snapshot of the state an admission left, from the word it wrote:
+    /// what [`Keyed::try_acquire_n_with_snapshot`](super::Keyed::try_acquire_n_with_snapshot)
+    /// reports.
+    #[doc(hidden)]
+    fn admitted(view: &View<'_, Self::Config>, receipt: Self::Receipt, now: u64) -> Snapshot;
+
     /// What `acquire` would answer, without writing anything.
     #[doc(hidden)]
     fn peek(

@@ -510,6 +510,10 @@ macro_rules! word_kind {
                 acquire(view, state, now, n)
             }
 
+            fn admitted(view: &View<'_, $config>, (_, written): (u64, u64), now: u64) -> Snapshot {
+                view.current.machine().snapshot(written & !TAG, now)
+            }
+
             fn peek(
                 view: &View<'_, $config>,
                 state: &$cell,

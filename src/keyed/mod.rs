@@ -88,6 +88,7 @@
 
 pub mod combined;
 pub mod evict;
+mod answer;
 mod kind;
 mod kinds;
 pub mod quota;
@@ -111,12 +112,13 @@ pub use reconfig::Tunable;
 
 use crate::clock::MonotonicClock;
 use crate::error::Denied;
-use crate::limiter::Snapshot;
+use crate::limiter::{Rejection, Snapshot};
+use answer::{Answer, Plain, Reported, ask, later_snapshot};
 use crate::sync::{AtomicU64, Ordering};
 use crate::timeline::Timeline;
 use evict::Sweeper;
 use quota::Overrides;
-use reconfig::{Record, Shared, decide, pin, read};
+use reconfig::{Record, Shared, pin, read};
 
 /// The default [`Keyed::max_keys`]: 2^20 keys (about 35 MB with `u64` keys and
 /// token buckets).
@@ -358,24 +360,82 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        self.answer(key, n, Plain)
+    }
+
+    /// Asks for one permit for `key` and reports the key's state after the
+    /// decision; see [`try_acquire_n_with_snapshot`](Keyed::try_acquire_n_with_snapshot).
+    ///
+    /// ```
+    /// use tollgate::keyed::{Keyed, WindowConfig};
+    /// use tollgate::{FixedWindow, Rate};
+    ///
+    /// let per_key = Keyed::<String, FixedWindow>::new(WindowConfig::new(Rate::per_hour(2)).unwrap());
+    /// assert_eq!(per_key.try_acquire_with_snapshot("k").unwrap().available, 1);
+    /// ```
+    #[inline]
+    pub fn try_acquire_with_snapshot<Q>(&self, key: &Q) -> Result<Snapshot, Rejection>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.try_acquire_n_with_snapshot(key, 1)
+    }
+
+    /// Asks for `n` permits for `key`, as [`try_acquire_n`](Keyed::try_acquire_n)
+    /// does, and returns with the decision the key's state after it (as
+    /// [`RateLimiter::try_acquire_n_with_snapshot`](crate::RateLimiter::try_acquire_n_with_snapshot)
+    /// does): one lookup of the key, not a decision and then a
+    /// [`snapshot`](Keyed::snapshot). An admission's snapshot is computed from
+    /// the word its compare-and-swap wrote (for a pair, each part's word; the
+    /// pair reports the smaller `available` and the later time to full); a
+    /// denial writes nothing, and its snapshot is of the key's state read right
+    /// after it under the same lookup.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::keyed::{BucketConfig, Keyed};
+    /// use tollgate::{Denied, ManualClock, Rate, TokenBucket};
+    ///
+    /// let cfg = BucketConfig::new(5, Rate::per_second(5)).unwrap();
+    /// let per_ip = Keyed::<u32, TokenBucket<ManualClock>>::with_clock(cfg, ManualClock::new());
+    /// let snap = per_ip.try_acquire_n_with_snapshot(&7, 4).unwrap();
+    /// assert_eq!((snap.available, snap.capacity), (1, 5));
+    /// assert_eq!(snap.until_full, Duration::from_millis(800));
+    /// let rejection = per_ip.try_acquire_n_with_snapshot(&7, 2).unwrap_err();
+    /// assert_eq!(rejection.denied, Denied::RetryAfter(Duration::from_millis(200)));
+    /// assert_eq!(rejection.snapshot.available, 1);
+    /// ```
+    #[inline]
+    pub fn try_acquire_n_with_snapshot<Q>(&self, key: &Q, n: u32) -> Result<Snapshot, Rejection>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.answer(key, n, Reported)
+    }
+
+    /// The one body of both decisions, generic over the answer's shape.
+    #[inline]
+    fn answer<Q, A: Answer<L>>(&self, key: &Q, n: u32, answer: A) -> Result<A::Admitted, A::Denied>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let reading = self.read_clock();
         if self.overrides.any() {
             let now = self.decision_time(reading);
-            if let Some(result) = self.overrides.try_acquire_n(key, n, || now) {
-                return measured_from(reading, now, result);
+            if let Some(result) = self.overrides.answer(key, n, answer, || now) {
+                return answer.measured_from(reading, now, result);
             }
         }
         if let Some(state) = self.map.get(key) {
             let now = self.decision_time(reading);
             // SAFETY: `state` holds a read lock on its shard until it drops.
-            let result = unsafe {
-                decide(&self.default, |view| {
-                    L::acquire(view, &state, now, n).map(drop)
-                })
-            };
-            return measured_from(reading, now, result);
+            let result = unsafe { read(&self.default, |view| ask(answer, view, &state, now, n).ok()) };
+            return answer.measured_from(reading, now, result);
         }
-        self.acquire_new(key, n, reading)
+        self.acquire_new(key, n, reading, answer)
     }
 
     /// What a request for `key` could get now, without consuming anything. A
@@ -399,14 +459,14 @@ where
         if self.overrides.any() {
             let now = self.decision_time(reading);
             if let Some(snap) = self.overrides.snapshot(key, || now) {
-                return snapshot_from(reading, now, snap);
+                return later_snapshot(snap, reading, now);
             }
         }
         if let Some(state) = self.map.get(key) {
             let now = self.decision_time(reading);
             // SAFETY: `state` holds a read lock on its shard until it drops.
             let snap = unsafe { read(&self.default, |view| L::snapshot(view, &state, now)) };
-            return snapshot_from(reading, now, snap);
+            return later_snapshot(snap, reading, now);
         }
         let _guard = pin();
         let now = self.decision_time(reading);
@@ -421,7 +481,7 @@ where
                 }
             })
         };
-        snapshot_from(reading, now, snap)
+        later_snapshot(snap, reading, now)
     }
 
     /// The default configuration: the one for keys without an override.
@@ -557,28 +617,6 @@ where
 /// retry-after is measured from the reading (the clock must first climb back
 /// to the decision time), so it stays exact: the same request made that much
 /// later on the same clock is admitted if nothing else was.
-#[inline]
-fn measured_from(reading: u64, now: u64, result: Result<(), Denied>) -> Result<(), Denied> {
-    match result {
-        Err(Denied::RetryAfter(wait)) if now > reading => Err(Denied::RetryAfter(
-            wait + std::time::Duration::from_nanos(now - reading),
-        )),
-        other => other,
-    }
-}
-
-/// A snapshot taken at `now` for a reading of `reading`: the time to full is
-/// measured from the reading, as a retry-after is.
-fn snapshot_from(reading: u64, now: u64, snap: Snapshot) -> Snapshot {
-    if snap.until_full.is_zero() || now <= reading {
-        return snap;
-    }
-    Snapshot {
-        until_full: snap.until_full + std::time::Duration::from_nanos(now - reading),
-        ..snap
-    }
-}
-
 impl<K, L: Keyable, S> fmt::Debug for Keyed<K, L, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let guard = pin();

@@ -25,9 +25,9 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash};
 
 use super::Keyed;
+use super::answer::Answer;
 use super::kind::{Carry, Keyable};
 use super::reconfig::{Shared, Slot, pin};
-use crate::error::Denied;
 use crate::limiter::Snapshot;
 use crate::sync::{Arc, AtomicU64, Ordering};
 
@@ -61,19 +61,20 @@ where
     }
 
     /// The override's decision, if `key` has one.
-    pub(crate) fn try_acquire_n<Q>(
+    pub(crate) fn answer<Q, A: Answer<L>>(
         &self,
         key: &Q,
         n: u32,
+        answer: A,
         now: impl FnOnce() -> u64,
-    ) -> Option<Result<(), Denied>>
+    ) -> Option<Result<A::Admitted, A::Denied>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
         let guard = pin();
         let slot = self.table.load(&guard).get(key)?;
-        Some(slot.try_acquire_n(now(), n))
+        Some(slot.answer(now(), n, answer))
     }
 
     pub(crate) fn snapshot<Q>(&self, key: &Q, now: impl FnOnce() -> u64) -> Option<Snapshot>

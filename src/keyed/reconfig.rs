@@ -67,10 +67,11 @@
 
 use std::fmt;
 
-use super::kind::{Carry, Keyable, Refusal, TAG, View};
+use super::kind::{Carry, Keyable, TAG, View};
 use crate::clock::MonotonicClock;
 use crate::error::Denied;
-use crate::limiter::{RateLimiter, Snapshot};
+use crate::limiter::{RateLimiter, Rejection, Snapshot};
+use super::answer::{Answer, Plain, Reported, ask};
 use crate::sync::{AtomicU64, Ordering};
 use crate::timeline::Timeline;
 
@@ -383,35 +384,13 @@ impl<G: Clone> Record<G> {
     }
 }
 
-/// Runs `f` under the current record of `shared` until it answers for a record
-/// that was still current, retrying when the state has moved past the record.
+/// Runs `f` under the current record of `shared` until it answers (`Some`)
+/// for a record that was still current; `None` means the state has moved past
+/// the record (a stale view), and `f` runs again on the newer one.
 ///
 /// # Safety
 ///
 /// As [`Shared::load_unprotected`]: the caller keeps loaded records alive.
-#[inline]
-pub(crate) unsafe fn decide<G: Clone, R>(
-    shared: &Shared<Record<G>>,
-    mut f: impl FnMut(&View<'_, G>) -> Result<R, Refusal>,
-) -> Result<R, Denied> {
-    loop {
-        // SAFETY: the caller's guarantee.
-        let record = unsafe { shared.load_unprotected() };
-        let still_current = || shared.is_current(record);
-        match f(&record.view(&still_current)) {
-            Ok(r) => return Ok(r),
-            Err(Refusal::Denied(denied)) => return Err(denied),
-            // Someone carried the state over to a newer record: load it.
-            Err(Refusal::Stale) => continue,
-        }
-    }
-}
-
-/// As [`decide`], for operations that cannot be refused.
-///
-/// # Safety
-///
-/// As [`decide`].
 #[inline]
 pub(crate) unsafe fn read<G: Clone, R>(
     shared: &Shared<Record<G>>,
@@ -448,14 +427,15 @@ impl<L: Keyable> Slot<L> {
     }
 
     #[inline]
-    pub(crate) fn try_acquire_n(&self, now: u64, n: u32) -> Result<(), Denied> {
+    pub(crate) fn answer<A: Answer<L>>(
+        &self,
+        now: u64,
+        n: u32,
+        answer: A,
+    ) -> Result<A::Admitted, A::Denied> {
         let _guard = pin();
         // SAFETY: pinned for the whole call.
-        unsafe {
-            decide(&self.record, |view| {
-                L::acquire(view, &self.state, now, n).map(drop)
-            })
-        }
+        unsafe { read(&self.record, |view| ask(answer, view, &self.state, now, n).ok()) }
     }
 
     pub(crate) fn snapshot(&self, now: u64) -> Snapshot {
@@ -622,11 +602,17 @@ impl<L: Keyable> Tunable<L> {
 impl<L: Keyable> RateLimiter for Tunable<L> {
     #[inline]
     fn try_acquire_n(&self, n: u32) -> Result<(), Denied> {
-        self.slot.try_acquire_n(self.timeline.now(), n)
+        self.slot.answer(self.timeline.now(), n, Plain)
     }
 
     fn snapshot(&self) -> Snapshot {
         self.slot.snapshot(self.timeline.now())
+    }
+
+    /// An admission's snapshot is of the word its compare-and-swap wrote; a
+    /// denial's, of the state read right after it (a denial writes nothing).
+    fn try_acquire_n_with_snapshot(&self, n: u32) -> Result<Snapshot, Rejection> {
+        self.slot.answer(self.timeline.now(), n, Reported)
     }
 }
 

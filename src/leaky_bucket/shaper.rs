@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::error::{ConfigError, Denied};
-use crate::limiter::{Snapshot, check_request};
+use crate::limiter::{Rejection, Snapshot, check_request, remembering, report};
 use crate::rate::Rate;
 use crate::timeline::{MAX_TIME, Timeline};
 use crate::waiting::MAX_WAIT;
@@ -228,6 +228,21 @@ impl<S: WideCell, C: Clock> ShaperCore<S, C> {
         let now = self.timeline.now();
         self.queue.snapshot(self.state.load(), now)
     }
+
+    /// `try_acquire_n` with the snapshot of the word the decision stored (or
+    /// denied on), at the decision's own reading.
+    #[inline]
+    pub(crate) fn try_acquire_n_with_snapshot(&self, n: u32) -> Result<Snapshot, Rejection> {
+        if let Err(denied) = check_request(n, self.queue.capacity) {
+            return Err(Rejection::new(denied, self.snapshot()));
+        }
+        let now = self.timeline.now();
+        let mut seen = 0;
+        let outcome = self.state.update(remembering(&mut seen, |state| {
+            self.queue.decide(state, now, n, 0).map(|(after, _)| after)
+        }));
+        report(outcome, self.queue.snapshot(seen, now))
+    }
 }
 
 /// Declares a public shaper type over a state cell, with its trait impls.
@@ -366,6 +381,14 @@ macro_rules! shaper {
 
             fn snapshot(&self) -> $crate::limiter::Snapshot {
                 self.inner.snapshot()
+            }
+
+            #[inline]
+            fn try_acquire_n_with_snapshot(
+                &self,
+                n: u32,
+            ) -> Result<$crate::limiter::Snapshot, $crate::limiter::Rejection> {
+                self.inner.try_acquire_n_with_snapshot(n)
             }
         }
 

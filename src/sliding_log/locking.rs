@@ -9,7 +9,7 @@ use super::log::{Geometry, retry_after};
 use super::stripes::Rings;
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::{ConfigError, Denied};
-use crate::limiter::{RateLimiter, Snapshot, check_request};
+use crate::limiter::{RateLimiter, Rejection, Snapshot, check_request, report};
 use crate::rate::Rate;
 use crate::stripe::default_stripes;
 use crate::timeline::Timeline;
@@ -189,5 +189,18 @@ impl<C: Clock> RateLimiter for LockingSlidingLog<C> {
     fn snapshot(&self) -> Snapshot {
         let rings = self.rings.lock();
         rings.snapshot(self.timeline.now())
+    }
+
+    /// The snapshot is of the rings the decision left, under the same lock.
+    fn try_acquire_n_with_snapshot(&self, n: u32) -> Result<Snapshot, Rejection> {
+        let rings = self.rings.lock();
+        if let Err(denied) = check_request(n, rings.shape().capacity()) {
+            return Err(Rejection::new(denied, rings.snapshot(self.timeline.now())));
+        }
+        let now = self.timeline.now();
+        let outcome = rings
+            .try_acquire_n(now, n)
+            .unwrap_or_else(|_sealed| Err(retry_after(rings.shape().window())));
+        report(outcome, rings.snapshot(now))
     }
 }

@@ -176,7 +176,7 @@ pub use locking::LockingSlidingLog;
 
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::{ConfigError, Denied};
-use crate::limiter::{RateLimiter, Snapshot, check_request};
+use crate::limiter::{RateLimiter, Rejection, Snapshot, check_request, report};
 use crate::rate::Rate;
 use crate::stripe::default_stripes;
 use crate::timeline::Timeline;
@@ -430,5 +430,30 @@ impl<C: Clock> RateLimiter for SlidingLog<C> {
 
     fn snapshot(&self) -> Snapshot {
         self.ring.with(|ring| ring.snapshot(self.timeline.now()))
+    }
+
+    /// The snapshot is read right after the decision, from the same rings and
+    /// at the decision's reading: the state is a ring of entries, not one word
+    /// (see the trait method). Like [`snapshot`](RateLimiter::snapshot), it
+    /// reads every entry: O(N).
+    fn try_acquire_n_with_snapshot(&self, n: u32) -> Result<Snapshot, Rejection> {
+        let mut now = None;
+        let mut pause = Pause::default();
+        loop {
+            let outcome = self.ring.with(|ring| {
+                if let Err(denied) = check_request(n, ring.shape().capacity()) {
+                    let snapshot = ring.snapshot(self.timeline.now());
+                    return Ok::<_, ring::Sealed>(Err(Rejection::new(denied, snapshot)));
+                }
+                let now = *now.get_or_insert_with(|| self.timeline.now());
+                let decided = ring.try_acquire_n(now, n)?;
+                Ok(report(decided, ring.snapshot(now)))
+            });
+            match outcome {
+                Ok(reported) => return reported,
+                // Sealed: as in `try_acquire_n`.
+                Err(_sealed) => pause.pause(),
+            }
+        }
     }
 }

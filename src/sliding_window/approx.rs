@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::{ConfigError, Denied};
-use crate::limiter::{RateLimiter, Snapshot, check_request};
+use crate::limiter::{RateLimiter, Rejection, Snapshot, check_request};
 use crate::rate::Rate;
 use crate::sync::{AtomicU64, Ordering};
 use crate::timeline::Timeline;
@@ -283,19 +283,26 @@ impl<C: Clock> ApproxSlidingWindow<C> {
     }
 }
 
-impl<C: Clock> RateLimiter for ApproxSlidingWindow<C> {
-    fn try_acquire_n(&self, n: u32) -> Result<(), Denied> {
-        check_request(n, self.machine.limit)?;
-        let now = self.timeline.now();
+impl<C: Clock> ApproxSlidingWindow<C> {
+    /// The decision loop of both [`RateLimiter`] calls: the pool word stored,
+    /// or the denial with the pool word and previous counts it was decided on.
+    #[inline]
+    fn acquire(&self, now: u64, n: u32) -> Result<(u64, [u64; 2]), (Denied, u64, [u64; 2])> {
         // Acquire: pairs with the Release CAS that opened the pool's window, so
         // the previous window's final count is visible below.
         let mut pool = self.pool.load(Ordering::Acquire);
         loop {
-            let (next, publish) = self.machine.decide(pool, self.prev(), now, n)?;
+            let mut prev = self.prev();
+            let (next, publish) = self
+                .machine
+                .decide(pool, prev, now, n)
+                .map_err(|denied| (denied, pool, prev))?;
             if let Some(finished) = publish {
                 let (index, _) = self.machine.unpack(finished);
                 // Relaxed: published by the Release CAS below.
                 self.prev[Approx::slot(index)].fetch_max(finished, Ordering::Relaxed);
+                let seen = &mut prev[Approx::slot(index)];
+                *seen = (*seen).max(finished);
             }
             // Release on success: a CAS that opens a window publishes the count
             // written just above (for one that does not, it costs nothing on
@@ -304,17 +311,42 @@ impl<C: Clock> RateLimiter for ApproxSlidingWindow<C> {
                 .pool
                 .compare_exchange_weak(pool, next, Ordering::Release, Ordering::Acquire)
             {
-                Ok(_) => return Ok(()),
+                Ok(_) => return Ok((next, prev)),
                 Err(actual) => pool = actual,
             }
         }
     }
+}
+
+impl<C: Clock> RateLimiter for ApproxSlidingWindow<C> {
+    fn try_acquire_n(&self, n: u32) -> Result<(), Denied> {
+        check_request(n, self.machine.limit)?;
+        let now = self.timeline.now();
+        self.acquire(now, n).map(drop).map_err(|(denied, ..)| denied)
+    }
 
     fn snapshot(&self) -> Snapshot {
         let now = self.timeline.now();
-        // Acquire: as in `try_acquire_n`.
+        // Acquire: as in `acquire`.
         let pool = self.pool.load(Ordering::Acquire);
         self.machine.snapshot(pool, self.prev(), now)
+    }
+
+    /// The snapshot is of the pool word the decision stored (or denied on),
+    /// with the previous windows' counts as the decision read them (and, when
+    /// it opened a window, wrote them).
+    fn try_acquire_n_with_snapshot(&self, n: u32) -> Result<Snapshot, Rejection> {
+        if let Err(denied) = check_request(n, self.machine.limit) {
+            return Err(Rejection::new(denied, self.snapshot()));
+        }
+        let now = self.timeline.now();
+        match self.acquire(now, n) {
+            Ok((pool, prev)) => Ok(self.machine.snapshot(pool, prev, now)),
+            Err((denied, pool, prev)) => Err(Rejection::new(
+                denied,
+                self.machine.snapshot(pool, prev, now),
+            )),
+        }
     }
 }
 
@@ -399,5 +431,25 @@ impl<C: Clock> RateLimiter for LockingApproxSlidingWindow<C> {
         let now = self.timeline.now();
         let (pool, prev) = *self.state.lock();
         self.machine.snapshot(pool, prev, now)
+    }
+
+    fn try_acquire_n_with_snapshot(&self, n: u32) -> Result<Snapshot, Rejection> {
+        if let Err(denied) = check_request(n, self.machine.limit) {
+            return Err(Rejection::new(denied, self.snapshot()));
+        }
+        let now = self.timeline.now();
+        let mut state = self.state.lock();
+        let (pool, prev) = *state;
+        let (next, publish) = self
+            .machine
+            .decide(pool, prev, now, n)
+            .map_err(|denied| Rejection::new(denied, self.machine.snapshot(pool, prev, now)))?;
+        if let Some(finished) = publish {
+            let (index, _) = self.machine.unpack(finished);
+            let slot = &mut state.1[Approx::slot(index)];
+            *slot = (*slot).max(finished);
+        }
+        state.0 = next;
+        Ok(self.machine.snapshot(next, state.1, now))
     }
 }

@@ -9,7 +9,7 @@ use super::ring::Geometry;
 use super::{SlidingWindowBuilder, SubWindows};
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::{ConfigError, Denied};
-use crate::limiter::{RateLimiter, Snapshot, check_request};
+use crate::limiter::{RateLimiter, Rejection, Snapshot, check_request, report};
 use crate::rate::Rate;
 use crate::timeline::Timeline;
 
@@ -162,12 +162,10 @@ impl<C: Clock> LockingSlidingWindow<C> {
     }
 }
 
-impl<C: Clock> RateLimiter for LockingSlidingWindow<C> {
-    fn try_acquire_n(&self, n: u32) -> Result<(), Denied> {
-        check_request(n, self.geo.limit())?;
-        let now = self.timeline.now();
+impl<C: Clock> LockingSlidingWindow<C> {
+    /// The decision, on the counts its caller has locked.
+    fn decide(&self, counts: &mut Counts, now: u64, n: u32) -> Result<(), Denied> {
         let j = self.geo.index(now);
-        let mut counts = self.counts.lock();
         let newest = counts.newest;
         if j < newest {
             // A reading older than a sub-window already opened: nothing can be
@@ -189,10 +187,32 @@ impl<C: Clock> RateLimiter for LockingSlidingWindow<C> {
             Err(self.geo.retry_after(now, j + 1, j, n, |i| counts.charge(i)))
         }
     }
+}
+
+impl<C: Clock> RateLimiter for LockingSlidingWindow<C> {
+    fn try_acquire_n(&self, n: u32) -> Result<(), Denied> {
+        check_request(n, self.geo.limit())?;
+        let now = self.timeline.now();
+        self.decide(&mut self.counts.lock(), now, n)
+    }
 
     fn snapshot(&self) -> Snapshot {
         let now = self.timeline.now();
         let counts = self.counts.lock();
         self.geo.snapshot(now, counts.newest, |i| counts.charge(i))
+    }
+
+    /// The snapshot is of the counts the decision left, under the same lock.
+    fn try_acquire_n_with_snapshot(&self, n: u32) -> Result<Snapshot, Rejection> {
+        if let Err(denied) = check_request(n, self.geo.limit()) {
+            return Err(Rejection::new(denied, self.snapshot()));
+        }
+        let now = self.timeline.now();
+        let mut counts = self.counts.lock();
+        let outcome = self.decide(&mut counts, now, n);
+        report(
+            outcome,
+            self.geo.snapshot(now, counts.newest, |i| counts.charge(i)),
+        )
     }
 }

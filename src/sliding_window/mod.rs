@@ -151,7 +151,7 @@ pub const MAX_SUB_WINDOWS: u32 = 4096;
 
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::{ConfigError, Denied};
-use crate::limiter::{RateLimiter, Snapshot, check_request};
+use crate::limiter::{RateLimiter, Rejection, Snapshot, check_request, report};
 use crate::rate::Rate;
 use crate::timeline::Timeline;
 use ring::Geometry;
@@ -340,6 +340,18 @@ impl<C: Clock> RateLimiter for SlidingWindow<C> {
 
     fn snapshot(&self) -> Snapshot {
         self.core.snapshot(self.timeline.now())
+    }
+
+    /// The snapshot is read right after the decision, at the decision's
+    /// reading: the state is spread over the pool and the stripes' leases, and
+    /// no one word holds it (see the trait method).
+    fn try_acquire_n_with_snapshot(&self, n: u32) -> Result<Snapshot, Rejection> {
+        if let Err(denied) = check_request(n, self.core.geometry().limit()) {
+            return Err(Rejection::new(denied, self.snapshot()));
+        }
+        let now = self.timeline.now();
+        let outcome = self.core.try_acquire_n(now, n);
+        report(outcome, self.core.snapshot(now))
     }
 }
 

@@ -77,7 +77,7 @@ use std::time::Duration;
 
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::{ConfigError, Denied};
-use crate::limiter::{Snapshot, check_request};
+use crate::limiter::{Rejection, Snapshot, check_request, remembering, report};
 use crate::rate::Rate;
 use crate::timeline::Timeline;
 use crate::waiting::sealed::{RawReserve, Ticket};
@@ -165,6 +165,21 @@ impl<S: WideCell, C: Clock> Core<S, C> {
     fn snapshot(&self) -> Snapshot {
         let now = self.timeline.now();
         self.curve.snapshot(self.state.load(), now)
+    }
+
+    /// `try_acquire_n` with the snapshot of the word the decision stored (or
+    /// denied on), at the decision's own reading.
+    #[inline]
+    fn try_acquire_n_with_snapshot(&self, n: u32) -> Result<Snapshot, Rejection> {
+        if let Err(denied) = check_request(n, self.curve.capacity()) {
+            return Err(Rejection::new(denied, self.snapshot()));
+        }
+        let now = self.timeline.now();
+        let mut seen = 0;
+        let outcome = self.state.update(remembering(&mut seen, |state| {
+            self.curve.decide(state, now, n, 0).map(|(after, _)| after)
+        }));
+        report(outcome, self.curve.snapshot(seen, now))
     }
 }
 
@@ -301,6 +316,11 @@ macro_rules! warm_up {
 
             fn snapshot(&self) -> Snapshot {
                 self.inner.snapshot()
+            }
+
+            #[inline]
+            fn try_acquire_n_with_snapshot(&self, n: u32) -> Result<Snapshot, Rejection> {
+                self.inner.try_acquire_n_with_snapshot(n)
             }
         }
 
