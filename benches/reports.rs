@@ -120,9 +120,13 @@ fn reports(c: &mut Criterion) {
             pair!(c, "fixed_window", workload, threads, |_, rate: Rate| {
                 FixedWindow::new(window_rate(rate)).unwrap()
             });
-            pair!(c, "approx_sliding_window", workload, threads, |_, rate: Rate| {
-                ApproxSlidingWindow::new(window_rate(rate)).unwrap()
-            });
+            pair!(
+                c,
+                "approx_sliding_window",
+                workload,
+                threads,
+                |_, rate: Rate| { ApproxSlidingWindow::new(window_rate(rate)).unwrap() }
+            );
             pair!(c, "sliding_window", workload, threads, |_, rate: Rate| {
                 SlidingWindow::new(window_rate(rate)).unwrap()
             });
@@ -149,9 +153,14 @@ fn reports(c: &mut Criterion) {
             bench(c, "keyed_hot_key", workload, threads, "plain", || {
                 KeyedPlain(keyed(workload))
             });
-            bench(c, "keyed_hot_key", workload, threads, "with-snapshot", || {
-                KeyedReported(keyed(workload))
-            });
+            bench(
+                c,
+                "keyed_hot_key",
+                workload,
+                threads,
+                "with-snapshot",
+                || KeyedReported(keyed(workload)),
+            );
         }
     }
 }

@@ -19,7 +19,9 @@
 //! All of them implement [`RateLimiter`]: `try_acquire()` / `try_acquire_n(n)`
 //! return a plain `Result<(), Denied>`; a denial carries the exact retry-after, or
 //! says the request can never succeed. [`RateLimiter::snapshot`] reads without
-//! consuming. Time comes from a [`Clock`]: the TSC by default
+//! consuming; [`RateLimiter::try_acquire_n_with_snapshot`] decides and reports
+//! the state the decision left (what `RateLimit` headers need) in one
+//! operation, a denial as a [`Rejection`]. Time comes from a [`Clock`]: the TSC by default
 //! ([`MonotonicClock`]), a cached reading for the fastest path
 //! ([`CachedClock`]), or a [`ManualClock`] for tests.
 //!
@@ -86,7 +88,7 @@ pub use error::{ConfigError, Denied};
 pub use fixed_window::{FixedWindow, LockingFixedWindow};
 pub use keyed::Keyed;
 pub use leaky_bucket::{LeakyBucket, LockingLeakyBucket, LockingShaper, Shaper};
-pub use limiter::{RateLimiter, Snapshot};
+pub use limiter::{RateLimiter, Rejection, Snapshot};
 pub use rate::{ParseRateError, ParseRateErrorKind, Rate};
 pub use sliding_log::{LockingSlidingLog, SlidingLog};
 pub use sliding_window::{

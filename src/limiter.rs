@@ -158,7 +158,17 @@ pub struct Rejection {
 }
 
 impl Rejection {
-    pub(crate) fn new(denied: Denied, snapshot: Snapshot) -> Self {
+    /// A denial beside the state it was decided on, for limiters written
+    /// outside this crate.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Denied, Rate, RateLimiter, Rejection, TokenBucket};
+    /// let snapshot = TokenBucket::new(1, Rate::per_hour(1)).unwrap().snapshot();
+    /// let rejection = Rejection::new(Denied::RetryAfter(Duration::from_secs(1)), snapshot);
+    /// assert_eq!(rejection.snapshot.capacity, 1);
+    /// ```
+    pub fn new(denied: Denied, snapshot: Snapshot) -> Self {
         Rejection { denied, snapshot }
     }
 }
@@ -199,7 +209,10 @@ pub(crate) fn remembering<T: Copy>(
 
 /// The report of a decision: the snapshot of the state it left, beside its answer.
 #[inline]
-pub(crate) fn report(outcome: Result<(), Denied>, snapshot: Snapshot) -> Result<Snapshot, Rejection> {
+pub(crate) fn report(
+    outcome: Result<(), Denied>,
+    snapshot: Snapshot,
+) -> Result<Snapshot, Rejection> {
     match outcome {
         Ok(()) => Ok(snapshot),
         Err(denied) => Err(Rejection::new(denied, snapshot)),

@@ -177,4 +177,8 @@ impl RateLimiter for OneKey {
     fn snapshot(&self) -> Snapshot {
         self.0.snapshot(&self.1)
     }
+
+    fn try_acquire_n_with_snapshot(&self, n: u32) -> Result<Snapshot, tollgate::Rejection> {
+        self.0.try_acquire_n_with_snapshot(&self.1, n)
+    }
 }

@@ -18,9 +18,9 @@ use proptest::prelude::*;
 use tollgate::keyed::{BucketConfig, Keyed, Tunable, WindowConfig};
 use tollgate::{
     ApproxSlidingWindow, Denied, FixedWindow, LeakyBucket, LockingApproxSlidingWindow,
-    LockingFixedWindow, LockingLeakyBucket, LockingShaper, LockingSlidingLog,
-    LockingSlidingWindow, LockingTokenBucket, LockingWarmUp, ManualClock, Rate, RateLimiter,
-    Shaper, SlidingLog, SlidingWindow, Snapshot, TokenBucket, WarmUp,
+    LockingFixedWindow, LockingLeakyBucket, LockingShaper, LockingSlidingLog, LockingSlidingWindow,
+    LockingTokenBucket, LockingWarmUp, ManualClock, Rate, RateLimiter, Shaper, SlidingLog,
+    SlidingWindow, Snapshot, TokenBucket, WarmUp,
 };
 
 type Build = fn(ManualClock) -> Box<dyn RateLimiter + Send + Sync>;
@@ -52,9 +52,7 @@ fn every_limiter() -> Vec<(&'static str, Build)> {
             Box::new(Shaper::with_clock(Rate::per_second(10), 3, Duration::ZERO, c).unwrap())
         }),
         ("LockingShaper", |c| {
-            Box::new(
-                LockingShaper::with_clock(Rate::per_second(10), 3, Duration::ZERO, c).unwrap(),
-            )
+            Box::new(LockingShaper::with_clock(Rate::per_second(10), 3, Duration::ZERO, c).unwrap())
         }),
         ("WarmUp", |c| {
             Box::new(WarmUp::with_clock(Rate::per_second(10), Duration::from_secs(2), c).unwrap())
@@ -137,11 +135,11 @@ proptest! {
     ) {
         let (plain_clock, reporting_clock) = (ManualClock::new(), ManualClock::new());
         let cfg = BucketConfig::new(10, Rate::per_second(10)).unwrap();
-        let plain = Keyed::<u8, TokenBucket<ManualClock>>::with_clock(cfg.clone(), plain_clock.clone());
+        let plain = Keyed::<u8, TokenBucket<ManualClock>>::with_clock(cfg, plain_clock.clone());
         let reporting = Keyed::<u8, TokenBucket<ManualClock>>::with_clock(cfg, reporting_clock.clone());
         let window = WindowConfig::new(Rate::per_second(10)).unwrap();
         let pair_cfg = (BucketConfig::new(10, Rate::per_second(10)).unwrap(), window);
-        let pair_plain = Keyed::<u8, (TokenBucket<ManualClock>, FixedWindow<ManualClock>)>::with_clock(pair_cfg.clone(), plain_clock.clone());
+        let pair_plain = Keyed::<u8, (TokenBucket<ManualClock>, FixedWindow<ManualClock>)>::with_clock(pair_cfg, plain_clock.clone());
         let pair_reporting = Keyed::<u8, (TokenBucket<ManualClock>, FixedWindow<ManualClock>)>::with_clock(pair_cfg, reporting_clock.clone());
         let mut now = 0;
         for &(dt, n, key) in &steps {
@@ -169,7 +167,10 @@ proptest! {
 
 /// `threads` threads race for every permit of a full limiter with the clock
 /// frozen; returns the `available` each admission reported, sorted.
-fn race(ask: impl Fn() -> Result<Snapshot, tollgate::Rejection> + Send + Sync + 'static, threads: usize) -> Vec<u32> {
+fn race(
+    ask: impl Fn() -> Result<Snapshot, tollgate::Rejection> + Send + Sync + 'static,
+    threads: usize,
+) -> Vec<u32> {
     let ask = Arc::new(ask);
     let start = Arc::new(Barrier::new(threads));
     let handles: Vec<_> = (0..threads)
@@ -186,7 +187,10 @@ fn race(ask: impl Fn() -> Result<Snapshot, tollgate::Rejection> + Send + Sync + 
             })
         })
         .collect();
-    let mut all: Vec<u32> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+    let mut all: Vec<u32> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
     all.sort_unstable();
     all
 }
@@ -200,23 +204,49 @@ fn racing_admissions_report_each_remaining_count_once() {
         let clock = ManualClock::new();
         let bucket =
             TokenBucket::with_clock(CAPACITY, Rate::per_hour(CAPACITY), clock.clone()).unwrap();
-        assert_eq!(race(move || bucket.try_acquire_with_snapshot(), threads), everything, "bucket, round {round}");
+        assert_eq!(
+            race(move || bucket.try_acquire_with_snapshot(), threads),
+            everything,
+            "bucket, round {round}"
+        );
 
         let window = FixedWindow::with_clock(Rate::per_hour(CAPACITY), clock.clone()).unwrap();
-        assert_eq!(race(move || window.try_acquire_with_snapshot(), threads), everything, "window, round {round}");
+        assert_eq!(
+            race(move || window.try_acquire_with_snapshot(), threads),
+            everything,
+            "window, round {round}"
+        );
 
-        let meter = LeakyBucket::with_clock(CAPACITY, Rate::per_hour(CAPACITY), clock.clone()).unwrap();
-        assert_eq!(race(move || meter.try_acquire_with_snapshot(), threads), everything, "meter, round {round}");
+        let meter =
+            LeakyBucket::with_clock(CAPACITY, Rate::per_hour(CAPACITY), clock.clone()).unwrap();
+        assert_eq!(
+            race(move || meter.try_acquire_with_snapshot(), threads),
+            everything,
+            "meter, round {round}"
+        );
 
-        let approx = ApproxSlidingWindow::with_clock(Rate::per_hour(CAPACITY), clock.clone()).unwrap();
-        assert_eq!(race(move || approx.try_acquire_with_snapshot(), threads), everything, "approx, round {round}");
+        let approx =
+            ApproxSlidingWindow::with_clock(Rate::per_hour(CAPACITY), clock.clone()).unwrap();
+        assert_eq!(
+            race(move || approx.try_acquire_with_snapshot(), threads),
+            everything,
+            "approx, round {round}"
+        );
 
         let cfg = BucketConfig::new(CAPACITY, Rate::per_hour(CAPACITY)).unwrap();
-        let tunable = Tunable::<TokenBucket<ManualClock>>::with_clock(cfg.clone(), clock.clone());
-        assert_eq!(race(move || tunable.try_acquire_with_snapshot(), threads), everything, "tunable, round {round}");
+        let tunable = Tunable::<TokenBucket<ManualClock>>::with_clock(cfg, clock.clone());
+        assert_eq!(
+            race(move || tunable.try_acquire_with_snapshot(), threads),
+            everything,
+            "tunable, round {round}"
+        );
 
         let keyed = Keyed::<u32, TokenBucket<ManualClock>>::with_clock(cfg, clock.clone());
-        assert_eq!(race(move || keyed.try_acquire_with_snapshot(&7), threads), everything, "keyed hot key, round {round}");
+        assert_eq!(
+            race(move || keyed.try_acquire_with_snapshot(&7), threads),
+            everything,
+            "keyed hot key, round {round}"
+        );
     }
 }
 
@@ -229,16 +259,34 @@ fn invalid_requests_are_rejected_with_the_state_untouched() {
     assert_eq!(zero.denied, Denied::ZeroPermits);
     assert_eq!(zero.snapshot.available, 3);
     let big = bucket.try_acquire_n_with_snapshot(6).unwrap_err();
-    assert_eq!(big.denied, Denied::ExceedsCapacity { requested: 6, capacity: 5 });
+    assert_eq!(
+        big.denied,
+        Denied::ExceedsCapacity {
+            requested: 6,
+            capacity: 5
+        }
+    );
     assert_eq!(big.snapshot.available, 3);
 
-    let keyed = Keyed::<&str, TokenBucket<ManualClock>>::with_clock(
+    let keyed = Keyed::<String, TokenBucket<ManualClock>>::with_clock(
         BucketConfig::new(5, Rate::per_second(5)).unwrap(),
         clock,
     );
     let missing = keyed.try_acquire_n_with_snapshot("new", 6).unwrap_err();
-    assert_eq!(missing.denied, Denied::ExceedsCapacity { requested: 6, capacity: 5 });
-    assert_eq!((missing.snapshot.available, missing.snapshot.capacity), (5, 5));
-    assert!(keyed.is_empty(), "a request that can never succeed creates no key");
+    assert_eq!(
+        missing.denied,
+        Denied::ExceedsCapacity {
+            requested: 6,
+            capacity: 5
+        }
+    );
+    assert_eq!(
+        (missing.snapshot.available, missing.snapshot.capacity),
+        (5, 5)
+    );
+    assert!(
+        keyed.is_empty(),
+        "a request that can never succeed creates no key"
+    );
     assert!(format!("{missing}").contains("5 of 5 permits available"));
 }

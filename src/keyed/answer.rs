@@ -20,8 +20,7 @@ pub(crate) trait Answer<L: Keyable>: Copy {
     type Denied;
 
     /// The answer to an admission with `receipt` at `now`.
-    fn admitted(self, view: &View<'_, L::Config>, receipt: L::Receipt, now: u64)
-    -> Self::Admitted;
+    fn admitted(self, view: &View<'_, L::Config>, receipt: L::Receipt, now: u64) -> Self::Admitted;
 
     /// The answer to a denial of a request on `state` at `now`; `Stale` if the
     /// view went stale before the state could be read.

@@ -85,10 +85,10 @@ use std::hash::{BuildHasher, Hash};
 use crossbeam_utils::CachePadded;
 use dashmap::mapref::entry::Entry;
 
-use super::kind::{Keyable, View};
-use super::answer::{Answer, ask};
-use super::reconfig::{pin, read};
 use super::Keyed;
+use super::answer::{Answer, ask};
+use super::kind::{Keyable, View};
+use super::reconfig::{pin, read};
 use crate::limiter::check_request;
 use crate::sync::{AtomicU64, Ordering};
 

@@ -86,9 +86,9 @@
 //! [`Tunable`] direct limiter can be changed at runtime, lock-free, with a
 //! [`Carry`] strategy for the current state.
 
+mod answer;
 pub mod combined;
 pub mod evict;
-mod answer;
 mod kind;
 mod kinds;
 pub mod quota;
@@ -113,9 +113,9 @@ pub use reconfig::Tunable;
 use crate::clock::MonotonicClock;
 use crate::error::Denied;
 use crate::limiter::{Rejection, Snapshot};
-use answer::{Answer, Plain, Reported, ask, later_snapshot};
 use crate::sync::{AtomicU64, Ordering};
 use crate::timeline::Timeline;
+use answer::{Answer, Plain, Reported, ask, later_snapshot};
 use evict::Sweeper;
 use quota::Overrides;
 use reconfig::{Record, Shared, pin, read};
@@ -432,7 +432,8 @@ where
         if let Some(state) = self.map.get(key) {
             let now = self.decision_time(reading);
             // SAFETY: `state` holds a read lock on its shard until it drops.
-            let result = unsafe { read(&self.default, |view| ask(answer, view, &state, now, n).ok()) };
+            let result =
+                unsafe { read(&self.default, |view| ask(answer, view, &state, now, n).ok()) };
             return answer.measured_from(reading, now, result);
         }
         self.acquire_new(key, n, reading, answer)

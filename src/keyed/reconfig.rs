@@ -67,11 +67,11 @@
 
 use std::fmt;
 
+use super::answer::{Answer, Plain, Reported, ask};
 use super::kind::{Carry, Keyable, TAG, View};
 use crate::clock::MonotonicClock;
 use crate::error::Denied;
 use crate::limiter::{RateLimiter, Rejection, Snapshot};
-use super::answer::{Answer, Plain, Reported, ask};
 use crate::sync::{AtomicU64, Ordering};
 use crate::timeline::Timeline;
 
@@ -435,7 +435,11 @@ impl<L: Keyable> Slot<L> {
     ) -> Result<A::Admitted, A::Denied> {
         let _guard = pin();
         // SAFETY: pinned for the whole call.
-        unsafe { read(&self.record, |view| ask(answer, view, &self.state, now, n).ok()) }
+        unsafe {
+            read(&self.record, |view| {
+                ask(answer, view, &self.state, now, n).ok()
+            })
+        }
     }
 
     pub(crate) fn snapshot(&self, now: u64) -> Snapshot {

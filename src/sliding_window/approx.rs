@@ -283,11 +283,14 @@ impl<C: Clock> ApproxSlidingWindow<C> {
     }
 }
 
+/// The pool word and the previous windows' counts a decision saw (or wrote).
+type Seen = (u64, [u64; 2]);
+
 impl<C: Clock> ApproxSlidingWindow<C> {
     /// The decision loop of both [`RateLimiter`] calls: the pool word stored,
     /// or the denial with the pool word and previous counts it was decided on.
     #[inline]
-    fn acquire(&self, now: u64, n: u32) -> Result<(u64, [u64; 2]), (Denied, u64, [u64; 2])> {
+    fn acquire(&self, now: u64, n: u32) -> Result<Seen, (Denied, Seen)> {
         // Acquire: pairs with the Release CAS that opened the pool's window, so
         // the previous window's final count is visible below.
         let mut pool = self.pool.load(Ordering::Acquire);
@@ -296,7 +299,7 @@ impl<C: Clock> ApproxSlidingWindow<C> {
             let (next, publish) = self
                 .machine
                 .decide(pool, prev, now, n)
-                .map_err(|denied| (denied, pool, prev))?;
+                .map_err(|denied| (denied, (pool, prev)))?;
             if let Some(finished) = publish {
                 let (index, _) = self.machine.unpack(finished);
                 // Relaxed: published by the Release CAS below.
@@ -322,7 +325,9 @@ impl<C: Clock> RateLimiter for ApproxSlidingWindow<C> {
     fn try_acquire_n(&self, n: u32) -> Result<(), Denied> {
         check_request(n, self.machine.limit)?;
         let now = self.timeline.now();
-        self.acquire(now, n).map(drop).map_err(|(denied, ..)| denied)
+        self.acquire(now, n)
+            .map(drop)
+            .map_err(|(denied, ..)| denied)
     }
 
     fn snapshot(&self) -> Snapshot {
@@ -342,7 +347,7 @@ impl<C: Clock> RateLimiter for ApproxSlidingWindow<C> {
         let now = self.timeline.now();
         match self.acquire(now, n) {
             Ok((pool, prev)) => Ok(self.machine.snapshot(pool, prev, now)),
-            Err((denied, pool, prev)) => Err(Rejection::new(
+            Err((denied, (pool, prev))) => Err(Rejection::new(
                 denied,
                 self.machine.snapshot(pool, prev, now),
             )),
