@@ -239,7 +239,26 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    pub(crate) fn new(available: u32, capacity: u32, until_full_ns: u64) -> Self {
+    /// A snapshot with these figures, for limiters written outside this crate
+    /// (the fields are public to read; the type is `#[non_exhaustive]` so that
+    /// it can grow).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::Snapshot;
+    /// let snap = Snapshot::new(3, 10, Duration::from_millis(700));
+    /// assert_eq!((snap.available, snap.capacity), (3, 10));
+    /// assert_eq!(snap.until_full, Duration::from_millis(700));
+    /// ```
+    pub fn new(available: u32, capacity: u32, until_full: Duration) -> Self {
+        Snapshot {
+            available,
+            capacity,
+            until_full,
+        }
+    }
+
+    pub(crate) fn from_ns(available: u32, capacity: u32, until_full_ns: u64) -> Self {
         Snapshot {
             available,
             capacity,

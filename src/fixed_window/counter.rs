@@ -93,6 +93,6 @@ impl WordMachine for WindowCounter {
             self.until_end(index, now)
         };
         // `count <= limit`, so the difference fits a u32.
-        Snapshot::new(self.limit - count as u32, self.limit, until_full)
+        Snapshot::from_ns(self.limit - count as u32, self.limit, until_full)
     }
 }

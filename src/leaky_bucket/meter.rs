@@ -81,6 +81,6 @@ impl WordMachine for Meter {
         let level = Self::level(empty_at, now);
         // `depth - level` is the room left; whole permits of it are available.
         let available = ((self.depth - level.min(self.depth)) / self.interval) as u32;
-        Snapshot::new(available, self.capacity, level)
+        Snapshot::from_ns(available, self.capacity, level)
     }
 }

@@ -139,7 +139,7 @@ impl Queue {
         let slack = u64::from(self.burst) * self.interval;
         let earliest = end.saturating_sub(slack).max(last);
         let available = if earliest <= now { self.capacity } else { 0 };
-        Snapshot::new(available, self.capacity, earliest.saturating_sub(now))
+        Snapshot::from_ns(available, self.capacity, earliest.saturating_sub(now))
     }
 }
 

@@ -350,7 +350,7 @@ impl Geometry {
                 available += 1;
             }
         }
-        Snapshot::new(available, self.capacity, full_at.saturating_sub(now))
+        Snapshot::from_ns(available, self.capacity, full_at.saturating_sub(now))
     }
 
     /// What a ring of `capacity` slots inherits from this ring, sealed at `head`,

@@ -273,7 +273,7 @@ impl Rings {
             let part = ring.snapshot(now);
             (a + part.available, u.max(part.until_full.as_nanos() as u64))
         });
-        Snapshot::new(available, self.shape.capacity(), until_full)
+        Snapshot::from_ns(available, self.shape.capacity(), until_full)
     }
 
     /// Seals every ring: no ticket can be claimed after this returns. `true` for

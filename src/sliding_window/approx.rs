@@ -146,7 +146,7 @@ impl Approx {
             (0, _) => start + self.window,
             _ => start + 2 * self.window,
         };
-        Snapshot::new(available, self.limit, full_at.saturating_sub(now))
+        Snapshot::from_ns(available, self.limit, full_at.saturating_sub(now))
     }
 }
 

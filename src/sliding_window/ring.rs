@@ -251,7 +251,7 @@ impl Geometry {
             .rev()
             .find(|&i| charge(i) > 0);
         let full_at = last_charged.map_or(0, |i| self.start(i + u64::from(self.subs)));
-        Snapshot::new(
+        Snapshot::from_ns(
             available,
             self.limit,
             full_at.max(open_at).saturating_sub(now),

@@ -80,6 +80,6 @@ impl WordMachine for Gcra {
         let room = (now + self.tolerance).saturating_sub(tat.max(now));
         // `room <= tolerance`, so the quotient is at most `capacity`.
         let available = (room / self.interval) as u32;
-        Snapshot::new(available, self.capacity, tat.saturating_sub(now))
+        Snapshot::from_ns(available, self.capacity, tat.saturating_sub(now))
     }
 }

@@ -172,7 +172,7 @@ impl Curve {
         let (next, _) = unpack(state);
         let wait = next.saturating_sub(now);
         let available = if wait == 0 { self.capacity } else { 0 };
-        Snapshot::new(available, self.capacity, wait)
+        Snapshot::from_ns(available, self.capacity, wait)
     }
 }
 
