@@ -25,10 +25,9 @@ use tollgate::{
 
 type Build = fn(ManualClock) -> Box<dyn RateLimiter + Send + Sync>;
 
-/// Every limiter kind, lock-free and locking, at 10 permits per second.
+/// Every limiter kind at 10 permits per second: each lock-free limiter
+/// followed by its locking twin, then the reconfigurable ones.
 fn every_limiter() -> Vec<(&'static str, Build)> {
-    let rate = Rate::per_second(10);
-    let _ = rate;
     vec![
         ("TokenBucket", |c| {
             Box::new(TokenBucket::with_clock(10, Rate::per_second(10), c).unwrap())
@@ -125,6 +124,27 @@ proptest! {
                         prop_assert_eq!(Denied::from(rejection), rejection.denied);
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn a_lock_free_limiter_reports_what_its_twin_reports(steps in steps()) {
+        let limiters = every_limiter();
+        for pair in limiters[..16].chunks(2) {
+            let [(name, atomic), (twin_name, twin)] = pair else { unreachable!() };
+            prop_assert_eq!(format!("Locking{name}"), *twin_name);
+            let clock = ManualClock::new();
+            let (atomic, twin) = (atomic(clock.clone()), twin(clock.clone()));
+            let mut now = 0;
+            for &(dt, n) in &steps {
+                now += dt;
+                clock.set(now);
+                prop_assert_eq!(
+                    atomic.try_acquire_n_with_snapshot(n),
+                    twin.try_acquire_n_with_snapshot(n),
+                    "{} at {} for {}", name, now, n
+                );
             }
         }
     }

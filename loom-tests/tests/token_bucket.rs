@@ -14,6 +14,7 @@ use std::time::Duration;
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::thread;
+use tollgate::keyed::{BucketConfig, Tunable};
 use tollgate::{Clock, Denied, ManualClock, Rate, RateLimiter, TokenBucket};
 use tollgate_loom_tests::{Op, RecordingClock, assert_bucket_bound, explore, record, verify_gcra};
 
@@ -274,4 +275,62 @@ fn known_bad_check_then_store_bucket_is_caught() {
             assert_bucket_bound(CAPACITY, INTERVAL, &threads);
         },
     );
+}
+
+/// `try_acquire_with_snapshot` reports the word its own compare-and-swap
+/// wrote: with time frozen, three racing admissions from a bucket of 3 report
+/// 2, 1 and 0 permits left, each once, in every interleaving. A report read
+/// after the decision (a second load) could show two threads the same figure.
+#[test]
+fn racing_reports_are_the_words_each_admission_wrote() {
+    let explored = explore(
+        "token_bucket::racing_reports_are_the_words_each_admission_wrote",
+        3,
+        || {
+            let (bucket, _clock) = bucket(3);
+            racing_reports(bucket);
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// The same through the keyed layer's decision path (`Tunable`: the record,
+/// the tagged word, the report from the admission's receipt).
+#[test]
+fn racing_keyed_reports_are_the_words_each_admission_wrote() {
+    let explored = explore(
+        "token_bucket::racing_keyed_reports_are_the_words_each_admission_wrote",
+        3,
+        || {
+            let config =
+                BucketConfig::new(3, Rate::new(1, nanos(INTERVAL))).expect("a valid configuration");
+            let tunable = Tunable::<TokenBucket<RecordingClock>>::with_clock(
+                config,
+                RecordingClock::new(ManualClock::new()),
+            );
+            racing_reports(Arc::new(tunable));
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// Two threads take the three permits of a full bucket, frozen at time 0,
+/// through `try_acquire_with_snapshot`; see the models above.
+fn racing_reports<L: RateLimiter + Send + Sync + 'static>(bucket: Arc<L>) {
+    let b = bucket.clone();
+    let twice = thread::spawn(move || {
+        [b.try_acquire_with_snapshot(), b.try_acquire_with_snapshot()]
+            .map(|r| r.expect("3 permits for 3 requests").available)
+    });
+    let once = bucket
+        .try_acquire_with_snapshot()
+        .expect("3 permits")
+        .available;
+    let mut left = twice.join().unwrap().to_vec();
+    left.push(once);
+    left.sort_unstable();
+    assert_eq!(left, [0, 1, 2]);
+    let rejection = bucket.try_acquire_with_snapshot().unwrap_err();
+    assert_eq!(rejection.denied, Denied::RetryAfter(nanos(INTERVAL)));
+    assert_eq!(rejection.snapshot.available, 0);
 }
