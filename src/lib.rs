@@ -14,7 +14,7 @@
 //! | [`SlidingLog`] | at most N in *any* window of length T — exact, by decision time | a ring of N `AtomicU64` timestamps + a ticket head; N and T changeable at runtime | strict quotas: paid APIs, third-party limits, login attempts |
 //! | [`LeakyBucket`] / [`Shaper`] | meter: level never above capacity; queue: starts spaced 1/rate after a burst, waits bounded | meter: one `AtomicU64` (drain time); queue: one 128-bit word (next free slot, latest start) | smoothing an outflow: nginx-style `limit_req`, pacing calls to a fragile backend |
 //! | [`WarmUp`] | Guava's SmoothWarmingUp schedule: cold factor × the stable interval when idle, ramping to the stable rate over the warm-up period | one 128-bit word (next start, banked idle time) | services that need warming: cold caches, JIT, connection pools |
-//! | [`Keyed`] | a token bucket or fixed window (or a pair: both must admit) per key — user, IP, tenant — each with its own guarantee, at the key cap too; per-key quotas, combined limits, runtime reconfiguration | a dashmap of one word per key (the limiter's own state), evicted when fresh, capped | per-caller limits whose key space is unbounded: public APIs, multi-tenant services |
+//! | [`Keyed`] | a token bucket, fixed window or leaky bucket meter (or a pair: both must admit) per key — user, IP, tenant — each with its own guarantee, at the key cap too; per-key quotas, combined limits, runtime reconfiguration | a dashmap of one word per key (the limiter's own state), evicted when fresh, capped | per-caller limits whose key space is unbounded: public APIs, multi-tenant services |
 //!
 //! All of them implement [`RateLimiter`]: `try_acquire()` / `try_acquire_n(n)`
 //! return a plain `Result<(), Denied>`; a denial carries the exact retry-after, or

@@ -10,18 +10,29 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use support::{Admission, check_token_bucket};
-use tollgate::keyed::{BucketConfig, Carry, FLOOR_STEP, Keyable, Keyed, Tunable, WindowConfig};
+use support::{Admission, check_leaky_bucket, check_token_bucket};
+use tollgate::keyed::{
+    BucketConfig, Carry, FLOOR_STEP, Keyable, Keyed, MeterConfig, Tunable, WindowConfig,
+};
 use tollgate::{
-    Denied, FixedWindow, LockingFixedWindow, LockingTokenBucket, ManualClock, Rate, RateLimiter,
-    TokenBucket,
+    Denied, FixedWindow, LeakyBucket, LockingFixedWindow, LockingLeakyBucket, LockingTokenBucket,
+    ManualClock, Rate, RateLimiter, TokenBucket,
 };
 
 type Bucket = TokenBucket<ManualClock>;
 type Window = FixedWindow<ManualClock>;
+type Meter = LeakyBucket<ManualClock>;
 
 fn bucket(capacity: u32, permits: u32, period_ms: u64) -> BucketConfig {
     BucketConfig::new(
+        capacity,
+        Rate::new(permits, Duration::from_millis(period_ms)),
+    )
+    .unwrap()
+}
+
+fn meter(capacity: u32, permits: u32, period_ms: u64) -> MeterConfig {
+    MeterConfig::new(
         capacity,
         Rate::new(permits, Duration::from_millis(period_ms)),
     )
@@ -91,6 +102,44 @@ fn a_key_decides_as_the_direct_limiter() {
         );
         assert_eq!(keyed.snapshot(&key), direct[usize::from(key)].snapshot());
         clock.advance(Duration::from_nanos(step * 104_729 % 40_000_000));
+    }
+}
+
+/// A keyed leaky bucket meter decides exactly as a `LeakyBucket` built when
+/// the keyed limiter was built, key by key, with the same snapshots (the level
+/// as `until_full`).
+#[test]
+fn a_keyed_meter_decides_as_the_direct_meter() {
+    let clock = ManualClock::new();
+    let keyed = Keyed::<u8, Meter>::with_clock(meter(5, 3, 100), clock.clone());
+    let twin =
+        Keyed::<u8, LockingLeakyBucket<ManualClock>>::with_clock(meter(5, 3, 100), clock.clone());
+    let direct: Vec<Meter> = (0..3)
+        .map(|_| {
+            LeakyBucket::with_clock(5, Rate::new(3, Duration::from_millis(100)), clock.clone())
+                .unwrap()
+        })
+        .collect();
+    let mut admitted: HashMap<u8, Vec<Admission>> = HashMap::new();
+    for step in 0u64..2_000 {
+        let key = (step * 7 % 3) as u8;
+        let n = (step * 13 % 6) as u32 + 1;
+        let expected = direct[usize::from(key)].try_acquire_n(n);
+        assert_eq!(keyed.try_acquire_n(&key, n), expected, "step {step}");
+        assert_eq!(twin.try_acquire_n(&key, n), expected, "step {step}");
+        if expected.is_ok() {
+            admitted.entry(key).or_default().push(Admission {
+                at: tollgate::Clock::now(&clock),
+                n,
+            });
+        }
+        assert_eq!(keyed.snapshot(&key), direct[usize::from(key)].snapshot());
+        assert_eq!(twin.snapshot(&key), direct[usize::from(key)].snapshot());
+        clock.advance(Duration::from_nanos(step * 104_729 % 40_000_000));
+    }
+    // The meter's own promise, per key: the level never above the capacity.
+    for admissions in admitted.values() {
+        check_leaky_bucket(admissions, 5, 100_000_000_u64.div_ceil(3));
     }
 }
 
@@ -228,6 +277,10 @@ fn bucket_configs() -> Vec<BucketConfig> {
     vec![bucket(5, 5, 100), bucket(2, 1, 30), bucket(9, 3, 70)]
 }
 
+fn meter_configs() -> Vec<MeterConfig> {
+    vec![meter(5, 5, 100), meter(2, 1, 30), meter(9, 3, 70)]
+}
+
 fn window_configs() -> Vec<WindowConfig> {
     vec![window(5, 100), window(2, 30), window(9, 70)]
 }
@@ -249,6 +302,12 @@ proptest! {
     fn locking_twins_eviction_changes_no_decision(ops in ops(300_000_000, 3)) {
         eviction_changes_nothing::<LockingTokenBucket<ManualClock>>(&bucket_configs(), &ops);
         eviction_changes_nothing::<LockingFixedWindow<ManualClock>>(&window_configs(), &ops);
+    }
+
+    #[test]
+    fn leaky_bucket_meter_eviction_changes_no_decision(ops in ops(300_000_000, 3)) {
+        eviction_changes_nothing::<Meter>(&meter_configs(), &ops);
+        eviction_changes_nothing::<LockingLeakyBucket<ManualClock>>(&meter_configs(), &ops);
     }
 
     #[test]
@@ -425,6 +484,60 @@ fn carry_strategies_for_the_token_bucket() {
     keyed.reconfigure(bucket(5, 10, 1000), Carry::Reset);
     assert_eq!(keyed.snapshot(&0).available, 5);
     assert_eq!(keyed.snapshot(&1).available, 5);
+}
+
+/// The meter carries its level as the bucket carries its debt: the fraction
+/// of the depth in use (proportional), the permits in the bucket (additive),
+/// or empty (reset).
+#[test]
+fn carry_strategies_for_the_meter() {
+    let clock = ManualClock::new();
+    let keyed = Keyed::<u8, Meter>::with_clock(meter(10, 10, 1000), clock.clone());
+    keyed.try_acquire_n(&0, 4).unwrap(); // 4 of 10 in the bucket
+    keyed.try_acquire_n(&1, 10).unwrap(); // brim-full
+    keyed.reconfigure(meter(20, 10, 1000), Carry::Proportional);
+    assert_eq!(keyed.snapshot(&0).available, 12); // 40 % full
+    assert_eq!(keyed.snapshot(&1).available, 0);
+    assert_eq!(keyed.snapshot(&2).available, 20); // absent = empty
+    keyed.reconfigure(meter(30, 10, 1000), Carry::Additive);
+    assert_eq!(keyed.snapshot(&0).available, 22); // 8 in the bucket
+    assert_eq!(keyed.snapshot(&1).available, 10); // 20 in the bucket
+    keyed.reconfigure(meter(5, 10, 1000), Carry::Additive);
+    assert_eq!(keyed.snapshot(&0).available, 0); // capped: full to the brim
+    assert_eq!(
+        keyed.try_acquire(&0),
+        Err(Denied::RetryAfter(Duration::from_millis(100)))
+    );
+    keyed.reconfigure(meter(5, 10, 1000), Carry::Reset);
+    assert_eq!(keyed.snapshot(&0).available, 5);
+    assert_eq!(keyed.snapshot(&1).available, 5);
+    // An empty bucket is fresh (key 1 after the reset); a drained one too.
+    keyed.try_acquire_n(&0, 5).unwrap();
+    clock.advance(Duration::from_millis(499));
+    assert_eq!(keyed.sweep(), 1);
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(keyed.sweep(), 1);
+    assert!(keyed.is_empty());
+}
+
+#[test]
+fn meter_overrides_have_their_own_quota_and_state() {
+    let clock = ManualClock::new();
+    let keyed = Keyed::<String, Meter>::with_clock(meter(1, 1, 1000), clock.clone());
+    keyed.try_acquire("vip").unwrap();
+    keyed.set_override("vip".into(), meter(10, 10, 1000), Carry::Proportional);
+    assert_eq!(keyed.len(), 0, "the default state is dropped");
+    assert!(keyed.try_acquire_n("vip", 10).is_ok());
+    assert_eq!(
+        keyed.try_acquire("vip"),
+        Err(Denied::RetryAfter(Duration::from_millis(100)))
+    );
+    assert!(keyed.try_acquire("other").is_ok());
+    assert!(keyed.try_acquire("other").is_err());
+    keyed.set_override("vip".into(), meter(20, 20, 1000), Carry::Additive);
+    assert_eq!(keyed.snapshot("vip").available, 10);
+    assert!(keyed.remove_override("vip"));
+    assert_eq!(keyed.snapshot("vip").available, 1);
 }
 
 #[test]
@@ -659,10 +772,9 @@ fn a_search_for_room_visits_every_shard() {
 /// showed the over-admission in the issue, and the atomic kind).
 #[test]
 fn every_key_keeps_its_bound_at_the_cap_under_threads() {
-    fn run<L: Keyable<Clock = ManualClock, Config = BucketConfig> + 'static>() {
+    fn run<L: Keyable<Clock = ManualClock> + 'static>(config: L::Config) {
         const THREADS: usize = 4;
         let clock = ManualClock::new();
-        let config = BucketConfig::new(3, Rate::new(2, Duration::from_millis(1))).unwrap();
         let keyed =
             std::sync::Arc::new(Keyed::<u8, L>::with_clock(config, clock.clone()).with_max_keys(2));
         // Rounds mostly more than FLOOR_STEP apart, so the floor follows the
@@ -691,6 +803,12 @@ fn every_key_keeps_its_bound_at_the_cap_under_threads() {
         }
         assert!(keyed.overflowed() > 0);
     }
-    run::<LockingTokenBucket<ManualClock>>();
-    run::<Bucket>();
+    // 3 permits, 2 per ms: the meter's promise is the bucket's (its level
+    // never above 3 permits, draining 2 per ms), so the same check holds.
+    let bucket = BucketConfig::new(3, Rate::new(2, Duration::from_millis(1))).unwrap();
+    let meter = MeterConfig::new(3, Rate::new(2, Duration::from_millis(1))).unwrap();
+    run::<LockingTokenBucket<ManualClock>>(bucket);
+    run::<Bucket>(bucket);
+    run::<LockingLeakyBucket<ManualClock>>(meter);
+    run::<Meter>(meter);
 }

@@ -8,8 +8,8 @@
 
 use std::sync::{Arc, Barrier};
 
-use tollgate::keyed::{BucketConfig, Carry, Keyed, Tunable, WindowConfig};
-use tollgate::{FixedWindow, ManualClock, Rate, RateLimiter, Snapshot, TokenBucket};
+use tollgate::keyed::{BucketConfig, Carry, Keyed, MeterConfig, Tunable, WindowConfig};
+use tollgate::{FixedWindow, LeakyBucket, ManualClock, Rate, RateLimiter, Snapshot, TokenBucket};
 
 const THREADS: usize = 3;
 const KEYS: u32 = 4;
@@ -81,6 +81,17 @@ fn token_bucket_default_reconfiguration_races_requests() {
         let carry = [Carry::Proportional, Carry::Additive, Carry::Reset][round % 3];
         trial::<TokenBucket<ManualClock>>(small, large, carry, 60);
         trial::<TokenBucket<ManualClock>>(large, small, carry, 60);
+    }
+}
+
+#[test]
+fn leaky_bucket_meter_default_reconfiguration_races_requests() {
+    let small = MeterConfig::new(20, Rate::per_hour(20)).unwrap();
+    let large = MeterConfig::new(50, Rate::per_hour(50)).unwrap();
+    for round in 0..30 {
+        let carry = [Carry::Proportional, Carry::Additive, Carry::Reset][round % 3];
+        trial::<LeakyBucket<ManualClock>>(small, large, carry, 60);
+        trial::<LeakyBucket<ManualClock>>(large, small, carry, 60);
     }
 }
 

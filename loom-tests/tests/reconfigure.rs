@@ -17,8 +17,10 @@ use std::time::Duration;
 
 use loom::sync::Arc;
 use loom::thread;
-use tollgate::keyed::{BucketConfig, Carry, Tunable, WindowConfig};
-use tollgate::{Denied, FixedWindow, ManualClock, Rate, RateLimiter, Snapshot, TokenBucket};
+use tollgate::keyed::{BucketConfig, Carry, MeterConfig, Tunable, WindowConfig};
+use tollgate::{
+    Denied, FixedWindow, LeakyBucket, ManualClock, Rate, RateLimiter, Snapshot, TokenBucket,
+};
 use tollgate_loom_tests::explore;
 
 type Bucket = TokenBucket<ManualClock>;
@@ -207,6 +209,28 @@ fn window_reconfiguration_races_acquires() {
             vec![
                 vec![Op::Acquire(1), Op::Acquire(2)],
                 vec![Op::Reconfigure(window(2), Carry::Proportional)],
+            ],
+        );
+    });
+}
+
+/// The leaky bucket meter's carry-over (its level, as the bucket's debt)
+/// under a race: a shrink with `Proportional`, acquires on both sides of it.
+#[test]
+fn meter_reconfiguration_races_acquires() {
+    let meter = |capacity| {
+        MeterConfig::new(
+            capacity,
+            Rate::new(capacity, Duration::from_nanos(10 * u64::from(capacity))),
+        )
+        .expect("valid")
+    };
+    explore("reconfigure: leaky bucket meter", 3, move || {
+        linearizable(
+            |clock| Tunable::<LeakyBucket<ManualClock>>::with_clock(meter(3), clock),
+            vec![
+                vec![Op::Acquire(1), Op::Acquire(2)],
+                vec![Op::Reconfigure(meter(1), Carry::Proportional)],
             ],
         );
     });

@@ -1,4 +1,5 @@
-//! The one-word limiters as keyed kinds: their configurations, the per-key
+//! The one-word limiters (token bucket, fixed window, leaky bucket meter) as
+//! keyed kinds: their configurations, the per-key
 //! word (an unpadded `AtomicU64`, or a `u64` under a mutex for the twins), and
 //! how each carries its word over a reconfiguration and refunds permits.
 //!
@@ -18,6 +19,8 @@ use crate::clock::Clock;
 use crate::error::ConfigError;
 use crate::fixed_window::machine::WindowCounter;
 use crate::fixed_window::{FixedWindow, LockingFixedWindow};
+use crate::leaky_bucket::meter::Meter;
+use crate::leaky_bucket::{LeakyBucket, LockingLeakyBucket};
 use crate::limiter::{Snapshot, check_request};
 use crate::rate::Rate;
 use crate::sync::{AtomicU64, Ordering};
@@ -93,6 +96,84 @@ impl Eq for BucketConfig {}
 impl fmt::Debug for BucketConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BucketConfig")
+            .field("capacity", &self.capacity)
+            .field("rate", &self.rate)
+            .finish()
+    }
+}
+
+/// The configuration of a keyed or tunable [`LeakyBucket`] meter: a capacity
+/// and a drain rate, validated once.
+///
+/// ```
+/// use tollgate::keyed::{Keyed, MeterConfig};
+/// use tollgate::{ConfigError, LeakyBucket, Rate};
+///
+/// let cfg = MeterConfig::new(10, Rate::per_second(5)).unwrap();
+/// assert_eq!((cfg.capacity(), cfg.rate()), (10, Rate::per_second(5)));
+/// assert_eq!(MeterConfig::new(0, Rate::per_second(5)).unwrap_err(), ConfigError::ZeroCapacity);
+/// let per_user = Keyed::<String, LeakyBucket>::new(cfg);
+/// assert!(per_user.try_acquire_n("alice", 10).is_ok());
+/// assert!(per_user.try_acquire("alice").is_err());
+/// ```
+#[derive(Clone, Copy)]
+pub struct MeterConfig {
+    capacity: u32,
+    rate: Rate,
+    meter: Meter,
+}
+
+impl MeterConfig {
+    /// A bucket holding up to `capacity` permits, draining at `rate`, with the
+    /// errors of [`LeakyBucket::new`].
+    ///
+    /// ```
+    /// use tollgate::keyed::MeterConfig;
+    /// use tollgate::{ConfigError, Rate};
+    /// assert!(MeterConfig::new(30, Rate::per_minute(30)).is_ok());
+    /// assert_eq!(MeterConfig::new(1, Rate::per_second(0)).unwrap_err(), ConfigError::ZeroRate);
+    /// ```
+    pub fn new(capacity: u32, rate: Rate) -> Result<Self, ConfigError> {
+        Ok(MeterConfig {
+            capacity,
+            rate,
+            meter: Meter::new(capacity, rate)?,
+        })
+    }
+
+    /// The most the bucket holds.
+    ///
+    /// ```
+    /// # use tollgate::{keyed::MeterConfig, Rate};
+    /// assert_eq!(MeterConfig::new(3, Rate::per_second(1)).unwrap().capacity(), 3);
+    /// ```
+    pub fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    /// The drain rate.
+    ///
+    /// ```
+    /// # use tollgate::{keyed::MeterConfig, Rate};
+    /// assert_eq!(MeterConfig::new(3, Rate::per_second(1)).unwrap().rate(), Rate::per_second(1));
+    /// ```
+    pub fn rate(&self) -> Rate {
+        self.rate
+    }
+}
+
+impl PartialEq for MeterConfig {
+    fn eq(&self, other: &Self) -> bool {
+        // The machine is a function of these two.
+        (self.capacity, self.rate) == (other.capacity, other.rate)
+    }
+}
+
+impl Eq for MeterConfig {}
+
+impl fmt::Debug for MeterConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MeterConfig")
             .field("capacity", &self.capacity)
             .field("rate", &self.rate)
             .finish()
@@ -189,24 +270,34 @@ fn scale_up(x: u64, numerator: u64, denominator: u64) -> u64 {
     u64::try_from(scaled).unwrap_or(u64::MAX)
 }
 
+/// Carries an instant-valued word — a GCRA TAT or a meter's `empty_at`, both
+/// "the instant the state is back to fresh", one permit per `interval` — from
+/// `(interval, capacity)` `from` to `to`: `word − now` is the *debt*, the
+/// time until the state is fresh again. Maps a fresh word (no debt) to the
+/// initial word, whatever `carry`.
+fn carry_debt(from: (u64, u32), to: (u64, u32), word: u64, now: u64, carry: Carry) -> u64 {
+    let tolerance = |(interval, capacity): (u64, u32)| interval * u64::from(capacity);
+    // A stale reading can see a word past `now + tolerance`; no state holds
+    // more debt than a whole bucket.
+    let debt = word.saturating_sub(now).min(tolerance(from));
+    let debt = match carry {
+        // The fraction in use: debt / tolerance.
+        Carry::Proportional => scale_up(debt, tolerance(to), tolerance(from)),
+        // The permits in use: debt / interval.
+        Carry::Additive => scale_up(debt, to.0, from.0).min(tolerance(to)),
+        Carry::Reset => 0,
+    };
+    // `now <= 2^62` and `debt <= tolerance <= 2^62`: no overflow. Both
+    // machines' initial word is 0.
+    if debt == 0 { 0 } else { now + debt }
+}
+
 /// The GCRA word is the theoretical arrival time (see `token_bucket`'s state
 /// table): `TAT − now` is the *debt*, the refill time until the bucket is full.
 impl Carried for Gcra {
     fn carry(from: &Self, to: &Self, tat: u64, now: u64, carry: Carry) -> u64 {
-        let interval = |g: &Gcra| g.interval().as_nanos() as u64;
-        let tolerance = |g: &Gcra| interval(g) * u64::from(g.capacity());
-        // A stale reading can see a TAT past `now + tolerance`; no state holds
-        // more debt than a whole bucket.
-        let debt = tat.saturating_sub(now).min(tolerance(from));
-        let debt = match carry {
-            // The fraction in use: debt / tolerance.
-            Carry::Proportional => scale_up(debt, tolerance(to), tolerance(from)),
-            // The permits in use: debt / interval.
-            Carry::Additive => scale_up(debt, interval(to), interval(from)).min(tolerance(to)),
-            Carry::Reset => 0,
-        };
-        // `now <= 2^62` and `debt <= tolerance <= 2^62`: no overflow.
-        if debt == 0 { Self::INITIAL } else { now + debt }
+        let shape = |g: &Gcra| (g.interval().as_nanos() as u64, g.capacity());
+        carry_debt(shape(from), shape(to), tat, now, carry)
     }
 
     /// Restores the word the admission replaced, if the word is still the one
@@ -235,6 +326,26 @@ impl Carried for Gcra {
     /// our admission and our refund.
     fn refund(&self, tat: u64, before: u64, written: u64, _n: u32) -> Option<u64> {
         (tat == written).then_some(before)
+    }
+}
+
+/// The meter's word is `empty_at`, the instant the bucket will have drained
+/// (see `leaky_bucket`'s state table): `empty_at − now` is the level in drain
+/// time, exactly the GCRA's debt — the meter's decision is the GCRA's with
+/// `depth` for `tolerance` — so it carries over and refunds as the bucket does.
+impl Carried for Meter {
+    fn carry(from: &Self, to: &Self, empty_at: u64, now: u64, carry: Carry) -> u64 {
+        let shape = |m: &Meter| (m.interval().as_nanos() as u64, m.capacity());
+        carry_debt(shape(from), shape(to), empty_at, now, carry)
+    }
+
+    /// Restores the word the admission replaced if the word is still the one
+    /// it wrote, as [`Gcra`]'s refund and for the same reason: every admission
+    /// moves `empty_at` strictly forward, and a later admission may have found
+    /// the bucket empty (absorbing ours), which the word cannot tell apart
+    /// from one that stacked on it.
+    fn refund(&self, empty_at: u64, before: u64, written: u64, _n: u32) -> Option<u64> {
+        (empty_at == written).then_some(before)
     }
 }
 
@@ -367,6 +478,13 @@ impl WordConfig for BucketConfig {
     }
 }
 
+impl WordConfig for MeterConfig {
+    type Machine = Meter;
+    fn machine(&self) -> &Meter {
+        &self.meter
+    }
+}
+
 impl WordConfig for WindowConfig {
     type Machine = WindowCounter;
     fn machine(&self) -> &WindowCounter {
@@ -462,9 +580,10 @@ fn snapshot<G: WordConfig, W: WordCell>(
     Some(view.current.machine().snapshot(state, now))
 }
 
-/// Fresh means full with nothing to refill: for both machines that is exactly
-/// "decides as the initial word does, now and from now on" (a GCRA word with
-/// `TAT <= now`; a window word counting nothing in the current window).
+/// Fresh means full with nothing to refill: for every one-word machine that is
+/// exactly "decides as the initial word does, now and from now on" (a GCRA
+/// word with `TAT <= now`; a meter with `empty_at <= now`, i.e. empty; a window
+/// word counting nothing in the current window).
 fn is_fresh<G: WordConfig, W: WordCell>(view: &View<'_, G>, cell: &W, now: u64) -> Option<bool> {
     let snap = snapshot(view, cell, now)?;
     Some(snap.available == snap.capacity && snap.until_full.is_zero())
@@ -550,6 +669,8 @@ word_kind!(TokenBucket, BucketConfig, AtomicWord);
 word_kind!(LockingTokenBucket, BucketConfig, LockedWord);
 word_kind!(FixedWindow, WindowConfig, AtomicWord);
 word_kind!(LockingFixedWindow, WindowConfig, LockedWord);
+word_kind!(LeakyBucket, MeterConfig, AtomicWord);
+word_kind!(LockingLeakyBucket, MeterConfig, LockedWord);
 
 #[cfg(all(test, not(loom)))]
 mod tests {
@@ -599,6 +720,9 @@ mod tests {
         let gcra = Gcra::new(1, Rate::new(1, Duration::from_nanos(MAX_TIME))).unwrap();
         let tat = gcra.decide(Gcra::INITIAL, END, 1).unwrap();
         assert_eq!(tat & TAG, 0);
+        let meter = Meter::new(1, Rate::new(1, Duration::from_nanos(MAX_TIME))).unwrap();
+        let empty_at = meter.decide(Meter::INITIAL, END, 1).unwrap();
+        assert_eq!(empty_at & TAG, 0);
     }
 
     /// Issue 17, item 1, step by step at the kind level (the interleaving
@@ -673,6 +797,12 @@ mod tests {
                     Gcra::INITIAL
                 );
                 assert_eq!(Gcra::carry(&a, &b, now, now, carry), Gcra::INITIAL);
+                let (ma, mb) = (
+                    Meter::new(10, Rate::per_second(10)).unwrap(),
+                    Meter::new(3, Rate::per_minute(7)).unwrap(),
+                );
+                assert_eq!(Meter::carry(&ma, &mb, Meter::INITIAL, now, carry), 0);
+                assert_eq!(Meter::carry(&ma, &mb, now, now, carry), 0);
                 let w = WindowCounter::carry(&wa, &wb, WindowCounter::INITIAL, now, carry);
                 assert_eq!(wb.snapshot(w, now).available, 3);
             }

@@ -32,8 +32,9 @@
 //! # Design
 //!
 //! **One word per key.** A kind ([`Keyable`]) is split into a configuration
-//! shared by all keys and a per-key state: for the token bucket and the fixed
-//! window, the same single `AtomicU64` as the direct limiter, unpadded, in the
+//! shared by all keys and a per-key state: for the token bucket, the fixed
+//! window and the leaky bucket meter, the same single `AtomicU64` as the
+//! direct limiter, unpadded, in the
 //! map's value. All keys share one clock origin (the keyed limiter's), so a
 //! key's state is directly comparable with a fresh one. Bytes per key are the
 //! key, 8 bytes and the hash table's overhead — as in governor's keyed limiter,
@@ -107,7 +108,7 @@ pub use kind::{Carry, Keyable};
 pub use kind::{Refusal, View};
 #[doc(hidden)]
 pub use kinds::{AtomicWord, LockedWord};
-pub use kinds::{BucketConfig, WindowConfig};
+pub use kinds::{BucketConfig, MeterConfig, WindowConfig};
 pub use reconfig::Tunable;
 
 use crate::clock::MonotonicClock;
@@ -156,7 +157,8 @@ pub const FLOOR_STEP: u64 = 1 << 16;
 /// from a new one; see the [module docs](self).
 ///
 /// `L` is the kind of limiter each key gets — [`TokenBucket`](crate::TokenBucket),
-/// [`FixedWindow`](crate::FixedWindow), a locking twin, or a pair of kinds for
+/// [`FixedWindow`](crate::FixedWindow), the [`LeakyBucket`](crate::LeakyBucket)
+/// meter, a locking twin, or a pair of kinds for
 /// combined limits — and fixes the clock type. `S` is the map's hasher
 /// (std's `RandomState` by default, resistant to hash flooding).
 ///

@@ -88,7 +88,7 @@
 //! ```
 
 mod locking;
-mod meter;
+pub(crate) mod meter;
 pub(crate) mod shaper;
 
 use std::time::Duration;
