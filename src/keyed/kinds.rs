@@ -15,6 +15,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::kind::{Carry, Keyable, Refusal, TAG, View, sealed::Sealed};
+use super::machine::{self, Word};
 use crate::clock::Clock;
 use crate::error::ConfigError;
 use crate::fixed_window::machine::WindowCounter;
@@ -23,7 +24,7 @@ use crate::leaky_bucket::meter::Meter;
 use crate::leaky_bucket::{LeakyBucket, LockingLeakyBucket};
 use crate::limiter::{Snapshot, check_request};
 use crate::rate::Rate;
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, AtomicU128, Ordering};
 use crate::token_bucket::machine::Gcra;
 use crate::token_bucket::{LockingTokenBucket, TokenBucket};
 use crate::word::WordMachine;
@@ -265,7 +266,7 @@ pub(crate) trait Carried: WordMachine {
 }
 
 /// `numerator / denominator` of `x`, rounded up, in 128 bits.
-fn scale_up(x: u64, numerator: u64, denominator: u64) -> u64 {
+pub(super) fn scale_up(x: u64, numerator: u64, denominator: u64) -> u64 {
     let scaled = (u128::from(x) * u128::from(numerator)).div_ceil(u128::from(denominator.max(1)));
     u64::try_from(scaled).unwrap_or(u64::MAX)
 }
@@ -275,7 +276,13 @@ fn scale_up(x: u64, numerator: u64, denominator: u64) -> u64 {
 /// `(interval, capacity)` `from` to `to`: `word − now` is the *debt*, the
 /// time until the state is fresh again. Maps a fresh word (no debt) to the
 /// initial word, whatever `carry`.
-fn carry_debt(from: (u64, u32), to: (u64, u32), word: u64, now: u64, carry: Carry) -> u64 {
+pub(super) fn carry_debt(
+    from: (u64, u32),
+    to: (u64, u32),
+    word: u64,
+    now: u64,
+    carry: Carry,
+) -> u64 {
     let tolerance = |(interval, capacity): (u64, u32)| interval * u64::from(capacity);
     // A stale reading can see a word past `now + tolerance`; no state holds
     // more debt than a whole bucket.
@@ -296,7 +303,7 @@ fn carry_debt(from: (u64, u32), to: (u64, u32), word: u64, now: u64, carry: Carr
 /// table): `TAT − now` is the *debt*, the refill time until the bucket is full.
 impl Carried for Gcra {
     fn carry(from: &Self, to: &Self, tat: u64, now: u64, carry: Carry) -> u64 {
-        let shape = |g: &Gcra| (g.interval().as_nanos() as u64, g.capacity());
+        let shape = |g: &Gcra| (g.interval().as_nanos() as u64, WordMachine::capacity(g));
         carry_debt(shape(from), shape(to), tat, now, carry)
     }
 
@@ -335,7 +342,7 @@ impl Carried for Gcra {
 /// `depth` for `tolerance` — so it carries over and refunds as the bucket does.
 impl Carried for Meter {
     fn carry(from: &Self, to: &Self, empty_at: u64, now: u64, carry: Carry) -> u64 {
-        let shape = |m: &Meter| (m.interval().as_nanos() as u64, m.capacity());
+        let shape = |m: &Meter| (m.interval().as_nanos() as u64, WordMachine::capacity(m));
         carry_debt(shape(from), shape(to), empty_at, now, carry)
     }
 
@@ -358,7 +365,8 @@ fn count_bits(limit: u32) -> u32 {
 /// The fixed window's word packs `(window index << b) | count`.
 impl Carried for WindowCounter {
     fn carry(from: &Self, to: &Self, state: u64, now: u64, carry: Carry) -> u64 {
-        let used = u64::from(from.capacity() - from.snapshot(state, now).available);
+        let used = WordMachine::snapshot(from, state, now);
+        let used = u64::from(used.capacity - used.available);
         let used = match carry {
             Carry::Proportional => {
                 scale_up(used, u64::from(to.capacity()), u64::from(from.capacity()))
@@ -389,14 +397,19 @@ impl Carried for WindowCounter {
 }
 
 /// Where a keyed word lives.
-pub(crate) trait WordCell: Send + Sync {
-    fn new(word: u64) -> Self;
+pub(super) trait WordCell: Send + Sync {
+    type Word: Word;
 
-    fn load(&self) -> u64;
+    fn new(word: Self::Word) -> Self;
+
+    fn load(&self) -> Self::Word;
 
     /// Applies `f` until its result is stored or it refuses; returns the word
     /// stored. `f` may run several times and must be pure.
-    fn update<E>(&self, f: impl FnMut(u64) -> Result<u64, E>) -> Result<u64, E>;
+    fn update<E>(
+        &self,
+        f: impl FnMut(Self::Word) -> Result<Self::Word, E>,
+    ) -> Result<Self::Word, E>;
 }
 
 /// One `AtomicU64`, unpadded: keys are many, and one cache line per key would
@@ -407,6 +420,8 @@ pub(crate) trait WordCell: Send + Sync {
 pub struct AtomicWord(AtomicU64);
 
 impl WordCell for AtomicWord {
+    type Word = u64;
+
     fn new(word: u64) -> Self {
         AtomicWord(AtomicU64::new(word))
     }
@@ -450,6 +465,8 @@ impl WordCell for AtomicWord {
 pub struct LockedWord(parking_lot::Mutex<u64>);
 
 impl WordCell for LockedWord {
+    type Word = u64;
+
     fn new(word: u64) -> Self {
         LockedWord(parking_lot::Mutex::new(word))
     }
@@ -465,11 +482,83 @@ impl WordCell for LockedWord {
     }
 }
 
-/// A configuration with a one-word machine inside.
-pub(crate) trait WordConfig {
-    type Machine: Carried;
+/// A two-word state in one 128-bit atomic (`cmpxchg16b` through
+/// portable-atomic), unpadded: 16 bytes per key. The orderings are the one-word
+/// cell's, for the same reason (a carried-over state is published with its
+/// configuration record).
+#[doc(hidden)]
+#[derive(Debug)]
+#[allow(unreachable_pub)] // sealed: public only as `Keyable::State`
+pub struct AtomicWideWord(AtomicU128);
+
+impl WordCell for AtomicWideWord {
+    type Word = u128;
+
+    fn new(word: u128) -> Self {
+        AtomicWideWord(AtomicU128::new(word))
+    }
+
+    #[inline]
+    fn load(&self) -> u128 {
+        // Acquire, as `AtomicWord::load`. (Under loom the stand-in is a loom
+        // mutex, which synchronises more than this asks: the models check the
+        // CAS loop, not this ordering; `AtomicWord`'s models do.)
+        self.0.load(Ordering::Acquire)
+    }
+
+    #[inline]
+    fn update<E>(&self, mut f: impl FnMut(u128) -> Result<u128, E>) -> Result<u128, E> {
+        let mut current = self.load();
+        let backoff = crossbeam_utils::Backoff::new();
+        loop {
+            let next = f(current)?;
+            // AcqRel / Acquire, as `AtomicWord::update`.
+            match self
+                .0
+                .compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Ok(next),
+                Err(actual) => {
+                    current = actual;
+                    backoff.spin();
+                }
+            }
+        }
+    }
+}
+
+/// The two-word twins' state: a `u128` under a `parking_lot` mutex.
+#[doc(hidden)]
+#[derive(Debug)]
+#[allow(unreachable_pub)] // sealed: public only as `Keyable::State`
+pub struct LockedWideWord(parking_lot::Mutex<u128>);
+
+impl WordCell for LockedWideWord {
+    type Word = u128;
+
+    fn new(word: u128) -> Self {
+        LockedWideWord(parking_lot::Mutex::new(word))
+    }
+
+    fn load(&self) -> u128 {
+        *self.0.lock()
+    }
+
+    fn update<E>(&self, mut f: impl FnMut(u128) -> Result<u128, E>) -> Result<u128, E> {
+        let mut word = self.0.lock();
+        *word = f(*word)?;
+        Ok(*word)
+    }
+}
+
+/// A configuration with a keyable machine inside.
+pub(super) trait WordConfig {
+    type Machine: machine::KeyMachine;
     fn machine(&self) -> &Self::Machine;
 }
+
+/// The state word of a configuration's machine.
+pub(super) type WordOf<G> = <<G as WordConfig>::Machine as machine::KeyMachine>::Word;
 
 impl WordConfig for BucketConfig {
     type Machine = Gcra;
@@ -496,14 +585,20 @@ impl WordConfig for WindowConfig {
 /// if it carries the current tag, carried over if it is stale, or `Stale` if it
 /// has moved on to a newer record than the view's.
 #[inline]
-fn resolve<G: WordConfig>(view: &View<'_, G>, word: u64, now: u64) -> Result<u64, Refusal> {
-    if word & TAG == view.tag {
-        Ok(word & !TAG)
+pub(super) fn resolve<G: WordConfig>(
+    view: &View<'_, G>,
+    word: WordOf<G>,
+    now: u64,
+) -> Result<WordOf<G>, Refusal> {
+    use machine::KeyMachine as _;
+    let tag = WordOf::<G>::from(TAG);
+    if word & tag == WordOf::<G>::from(view.tag) {
+        Ok(word & !tag)
     } else if (view.still_current)() {
         Ok(G::Machine::carry(
             view.previous.machine(),
             view.current.machine(),
-            word & !TAG,
+            word & !tag,
             now,
             view.carry,
         ))
@@ -515,31 +610,34 @@ fn resolve<G: WordConfig>(view: &View<'_, G>, word: u64, now: u64) -> Result<u64
 /// Admits `n` at `now`; the receipt is `(before, written)`: the tagged state
 /// the decision was made on (after any carry-over) and the tagged word stored.
 #[inline]
-fn acquire<G: WordConfig, W: WordCell>(
+pub(super) fn acquire<G: WordConfig, W: WordCell<Word = WordOf<G>>>(
     view: &View<'_, G>,
     cell: &W,
     now: u64,
     n: u32,
-) -> Result<(u64, u64), Refusal> {
+) -> Result<(WordOf<G>, WordOf<G>), Refusal> {
+    use machine::KeyMachine as _;
     let machine = view.current.machine();
     check_request(n, machine.capacity())?;
-    let mut before = 0;
+    let tag = WordOf::<G>::from(view.tag);
+    let mut before = tag;
     let written = cell.update(|word| {
         let state = resolve(view, word, now)?;
         // The decision stored last is the one kept. Carried over, not the raw
         // word: a refund must never put back a word with the previous tag.
-        before = view.tag | state;
-        Ok::<_, Refusal>(view.tag | machine.decide(state, now, n)?)
+        before = tag | state;
+        Ok::<_, Refusal>(tag | machine.decide(state, now, n)?)
     })?;
     Ok((before, written))
 }
 
-fn peek<G: WordConfig, W: WordCell>(
+pub(super) fn peek<G: WordConfig, W: WordCell<Word = WordOf<G>>>(
     view: &View<'_, G>,
     cell: &W,
     now: u64,
     n: u32,
 ) -> Result<(), Refusal> {
+    use machine::KeyMachine as _;
     let machine = view.current.machine();
     check_request(n, machine.capacity())?;
     let state = resolve(view, cell.load(), now)?;
@@ -547,76 +645,105 @@ fn peek<G: WordConfig, W: WordCell>(
     Ok(())
 }
 
-fn refund<G: WordConfig, W: WordCell>(
+pub(super) fn refund<G: WordConfig, W: WordCell<Word = WordOf<G>>>(
     view: &View<'_, G>,
     cell: &W,
-    (before, written): (u64, u64),
+    (before, written): (WordOf<G>, WordOf<G>),
     n: u32,
 ) {
+    use machine::KeyMachine as _;
     let machine = view.current.machine();
+    let tag = WordOf::<G>::from(TAG);
     let _ = cell.update(|word| {
         // A carry-over in between changed what the word means: keep it.
-        if word & TAG != written & TAG {
+        if word & tag != written & tag {
             return Err(());
         }
         machine
-            .refund(word & !TAG, before & !TAG, written & !TAG, n)
-            .map(|state| state | (word & TAG))
+            .refund(word & !tag, before & !tag, written & !tag, n)
+            .map(|state| state | (word & tag))
             .ok_or(())
     });
 }
 
-fn fork<G: WordConfig, W: WordCell>(view: &View<'_, G>, cell: &W, now: u64) -> Option<W> {
+pub(super) fn fork<G: WordConfig, W: WordCell<Word = WordOf<G>>>(
+    view: &View<'_, G>,
+    cell: &W,
+    now: u64,
+) -> Option<W> {
     let state = resolve(view, cell.load(), now).ok()?;
-    Some(W::new(state | view.tag))
+    Some(W::new(state | WordOf::<G>::from(view.tag)))
 }
 
-fn snapshot<G: WordConfig, W: WordCell>(
+pub(super) fn snapshot<G: WordConfig, W: WordCell<Word = WordOf<G>>>(
     view: &View<'_, G>,
     cell: &W,
     now: u64,
 ) -> Option<Snapshot> {
+    use machine::KeyMachine as _;
     let state = resolve(view, cell.load(), now).ok()?;
     Some(view.current.machine().snapshot(state, now))
 }
 
-/// Fresh means full with nothing to refill: for every one-word machine that is
-/// exactly "decides as the initial word does, now and from now on" (a GCRA
-/// word with `TAT <= now`; a meter with `empty_at <= now`, i.e. empty; a window
-/// word counting nothing in the current window).
-fn is_fresh<G: WordConfig, W: WordCell>(view: &View<'_, G>, cell: &W, now: u64) -> Option<bool> {
-    let snap = snapshot(view, cell, now)?;
-    Some(snap.available == snap.capacity && snap.until_full.is_zero())
+pub(super) fn is_fresh<G: WordConfig, W: WordCell<Word = WordOf<G>>>(
+    view: &View<'_, G>,
+    cell: &W,
+    now: u64,
+) -> Option<bool> {
+    use machine::KeyMachine as _;
+    let state = resolve(view, cell.load(), now).ok()?;
+    Some(view.current.machine().is_fresh(state, now))
 }
 
-fn settle<G: WordConfig, W: WordCell>(view: &View<'_, G>, cell: &W, now: u64) -> bool {
+pub(super) fn settle<G: WordConfig, W: WordCell<Word = WordOf<G>>>(
+    view: &View<'_, G>,
+    cell: &W,
+    now: u64,
+) -> bool {
+    let tag = WordOf::<G>::from(view.tag);
     let result = cell.update(|word| {
-        if word & TAG == view.tag {
+        if word & WordOf::<G>::from(TAG) == tag {
             return Err(true);
         }
         resolve(view, word, now)
-            .map(|state| state | view.tag)
+            .map(|state| state | tag)
             .map_err(|_| false)
     });
     !matches!(result, Err(false))
 }
 
+pub(super) fn admitted<G: WordConfig>(
+    view: &View<'_, G>,
+    written: WordOf<G>,
+    now: u64,
+) -> Snapshot {
+    use machine::KeyMachine as _;
+    view.current
+        .machine()
+        .snapshot(written & !WordOf::<G>::from(TAG), now)
+}
+
+/// Implements [`Keyable`] for a limiter type over a [`WordConfig`] and a
+/// [`WordCell`]: one line per keyable kind, whatever its word's width.
 macro_rules! word_kind {
-    ($limiter:ident, $config:ty, $cell:ty) => {
+    ($limiter:ident, $config:ty, $cell:ty, $word:ty) => {
         impl<C: Clock> Sealed for $limiter<C> {}
 
         impl<C: Clock> Keyable for $limiter<C> {
             type Config = $config;
             type Clock = C;
             type State = $cell;
-            type Receipt = (u64, u64);
+            type Receipt = ($word, $word);
 
             fn capacity(config: &$config) -> u32 {
-                config.machine().capacity()
+                $crate::keyed::machine::KeyMachine::capacity(config.machine())
             }
 
             fn fresh(tag: u64) -> $cell {
-                <$cell>::new(tag | <<$config as WordConfig>::Machine as WordMachine>::INITIAL)
+                <$cell as $crate::keyed::kinds::WordCell>::new(
+                    WordOf::<$config>::from(tag)
+                        | <<$config as WordConfig>::Machine as $crate::keyed::machine::KeyMachine>::INITIAL,
+                )
             }
 
             #[inline]
@@ -625,12 +752,12 @@ macro_rules! word_kind {
                 state: &$cell,
                 now: u64,
                 n: u32,
-            ) -> Result<(u64, u64), Refusal> {
+            ) -> Result<Self::Receipt, Refusal> {
                 acquire(view, state, now, n)
             }
 
-            fn admitted(view: &View<'_, $config>, (_, written): (u64, u64), now: u64) -> Snapshot {
-                view.current.machine().snapshot(written & !TAG, now)
+            fn admitted(view: &View<'_, $config>, (_, written): Self::Receipt, now: u64) -> Snapshot {
+                admitted(view, written, now)
             }
 
             fn peek(
@@ -642,7 +769,7 @@ macro_rules! word_kind {
                 peek(view, state, now, n)
             }
 
-            fn refund(view: &View<'_, $config>, state: &$cell, receipt: (u64, u64), n: u32) {
+            fn refund(view: &View<'_, $config>, state: &$cell, receipt: Self::Receipt, n: u32) {
                 refund(view, state, receipt, n)
             }
 
@@ -665,12 +792,14 @@ macro_rules! word_kind {
     };
 }
 
-word_kind!(TokenBucket, BucketConfig, AtomicWord);
-word_kind!(LockingTokenBucket, BucketConfig, LockedWord);
-word_kind!(FixedWindow, WindowConfig, AtomicWord);
-word_kind!(LockingFixedWindow, WindowConfig, LockedWord);
-word_kind!(LeakyBucket, MeterConfig, AtomicWord);
-word_kind!(LockingLeakyBucket, MeterConfig, LockedWord);
+word_kind!(TokenBucket, BucketConfig, AtomicWord, u64);
+word_kind!(LockingTokenBucket, BucketConfig, LockedWord, u64);
+word_kind!(FixedWindow, WindowConfig, AtomicWord, u64);
+word_kind!(LockingFixedWindow, WindowConfig, LockedWord, u64);
+word_kind!(LeakyBucket, MeterConfig, AtomicWord, u64);
+word_kind!(LockingLeakyBucket, MeterConfig, LockedWord, u64);
+
+pub(super) use word_kind;
 
 #[cfg(all(test, not(loom)))]
 mod tests {

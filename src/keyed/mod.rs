@@ -92,8 +92,10 @@ pub mod combined;
 pub mod evict;
 mod kind;
 mod kinds;
+mod machine;
 pub mod quota;
 pub mod reconfig;
+mod two_word;
 
 use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
@@ -107,9 +109,10 @@ pub use kind::{Carry, Keyable};
 #[doc(hidden)]
 pub use kind::{Refusal, View};
 #[doc(hidden)]
-pub use kinds::{AtomicWord, LockedWord};
+pub use kinds::{AtomicWideWord, AtomicWord, LockedWideWord, LockedWord};
 pub use kinds::{BucketConfig, MeterConfig, WindowConfig};
 pub use reconfig::Tunable;
+pub use two_word::{ShaperConfig, WarmUpConfig};
 
 use crate::clock::MonotonicClock;
 use crate::error::Denied;

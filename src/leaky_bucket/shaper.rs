@@ -30,12 +30,12 @@ use crate::wide::WideCell;
 /// Fresh readings never see the floor: it is at most the reading of the
 /// booking that set it, or below that booking's `end − burst·I`.
 #[inline]
-fn pack(end: u64, last: u64) -> u128 {
+pub(crate) fn pack(end: u64, last: u64) -> u128 {
     (u128::from(end) << 64) | u128::from(last)
 }
 
 #[inline]
-fn unpack(state: u128) -> (u64, u64) {
+pub(crate) fn unpack(state: u128) -> (u64, u64) {
     ((state >> 64) as u64, state as u64)
 }
 

@@ -71,7 +71,7 @@
 //!   cost at most 2^60 ns at the stable rate.
 //! - No `setRate`: build a new limiter to change the rate.
 
-mod curve;
+pub(crate) mod curve;
 
 use std::time::Duration;
 

@@ -1,0 +1,414 @@
+//! The two-word limiters as keyed kinds: the leaky bucket used as a queue
+//! ([`Shaper`]) and the warm-up token bucket ([`WarmUp`]), with their locking
+//! twins. Each key's state is the direct limiter's own 128-bit word, unpadded
+//! (16 bytes: an `AtomicU128`, or a `u128` under a mutex for the twins), with
+//! the keyed layer's tag in bit 63 — the low word, which holds a start time
+//! (shaper) or a bank of idle time (warm-up), both far below `2^63`. The
+//! decisions, the tag handling and the cells are the one-word kinds' (see
+//! `kinds.rs`); this file gives each machine its freshness, its carry-over and
+//! its refund.
+//!
+//! Per key, these kinds decide as the direct limiters' [`RateLimiter`] calls
+//! do: a request is admitted only if it can start at once (the shaper and
+//! warm-up as meters). Per-key reservations (`reserve`/`acquire`, a start in
+//! the future) are not offered by [`Keyed`](super::Keyed) yet.
+//!
+//! [`RateLimiter`]: crate::RateLimiter
+
+use std::fmt;
+use std::time::Duration;
+
+use super::kind::{Carry, Keyable, Refusal, View, sealed::Sealed};
+use super::kinds::{
+    AtomicWideWord, LockedWideWord, WordConfig, WordOf, acquire, admitted, fork, is_fresh, peek,
+    refund, scale_up, settle, snapshot, word_kind,
+};
+use super::machine::KeyMachine;
+use crate::clock::Clock;
+use crate::error::{ConfigError, Denied};
+use crate::leaky_bucket::shaper::{Queue, pack, unpack};
+use crate::leaky_bucket::{LockingShaper, Shaper};
+use crate::limiter::Snapshot;
+use crate::rate::Rate;
+use crate::warm_up::curve::Curve;
+use crate::warm_up::{DEFAULT_COLD_FACTOR, LockingWarmUp, WarmUp};
+
+/// The configuration of a keyed or tunable [`Shaper`]: a rate, a burst and a
+/// queue bound, validated once.
+///
+/// Per key the shaper admits what can start at once (as
+/// [`Shaper::try_acquire_n`](crate::RateLimiter::try_acquire_n) does): starts
+/// one interval apart after `burst`; `max_wait` sets the largest request.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::keyed::{Keyed, ShaperConfig};
+/// use tollgate::{Denied, ManualClock, Rate, Shaper};
+///
+/// let cfg = ShaperConfig::new(Rate::per_second(10), 1, Duration::ZERO).unwrap();
+/// let per_user = Keyed::<&str, Shaper<ManualClock>>::with_clock(cfg, ManualClock::new());
+/// assert!(per_user.try_acquire("alice").is_ok());
+/// assert!(per_user.try_acquire("alice").is_ok()); // the burst of one
+/// assert_eq!(per_user.try_acquire("alice"), Err(Denied::RetryAfter(Duration::from_millis(100))));
+/// assert!(per_user.try_acquire("bob").is_ok());
+/// ```
+#[derive(Clone, Copy)]
+pub struct ShaperConfig {
+    rate: Rate,
+    burst: u32,
+    max_wait: Duration,
+    queue: Queue,
+}
+
+impl ShaperConfig {
+    /// Starts at `rate` after `burst` extra ones, a queue of at most
+    /// `max_wait`, with the errors of [`Shaper::new`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::keyed::ShaperConfig;
+    /// use tollgate::{ConfigError, Rate};
+    /// assert!(ShaperConfig::new(Rate::per_second(5), 2, Duration::from_secs(1)).is_ok());
+    /// assert_eq!(ShaperConfig::new(Rate::per_second(0), 0, Duration::ZERO).unwrap_err(), ConfigError::ZeroRate);
+    /// ```
+    pub fn new(rate: Rate, burst: u32, max_wait: Duration) -> Result<Self, ConfigError> {
+        Ok(ShaperConfig {
+            rate,
+            burst,
+            max_wait,
+            queue: Queue::new(rate, burst, max_wait)?,
+        })
+    }
+
+    /// The rate of starts.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tollgate::{keyed::ShaperConfig, Rate};
+    /// let cfg = ShaperConfig::new(Rate::per_second(5), 2, Duration::ZERO).unwrap();
+    /// assert_eq!((cfg.rate(), cfg.burst(), cfg.max_wait()), (Rate::per_second(5), 2, Duration::ZERO));
+    /// ```
+    pub fn rate(&self) -> Rate {
+        self.rate
+    }
+
+    /// Starts allowed at once on an idle queue, beyond the first.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tollgate::{keyed::ShaperConfig, Rate};
+    /// assert_eq!(ShaperConfig::new(Rate::per_second(5), 2, Duration::ZERO).unwrap().burst(), 2);
+    /// ```
+    pub fn burst(&self) -> u32 {
+        self.burst
+    }
+
+    /// The queue bound.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tollgate::{keyed::ShaperConfig, Rate};
+    /// let cfg = ShaperConfig::new(Rate::per_second(5), 0, Duration::from_secs(1)).unwrap();
+    /// assert_eq!(cfg.max_wait(), Duration::from_secs(1));
+    /// ```
+    pub fn max_wait(&self) -> Duration {
+        self.max_wait
+    }
+}
+
+impl PartialEq for ShaperConfig {
+    fn eq(&self, other: &Self) -> bool {
+        (self.rate, self.burst, self.max_wait) == (other.rate, other.burst, other.max_wait)
+    }
+}
+
+impl Eq for ShaperConfig {}
+
+impl fmt::Debug for ShaperConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ShaperConfig")
+            .field("rate", &self.rate)
+            .field("burst", &self.burst)
+            .field("max_wait", &self.max_wait)
+            .finish()
+    }
+}
+
+/// The configuration of a keyed or tunable [`WarmUp`]: a stable rate, a
+/// warm-up period and a cold factor, validated once.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::keyed::{Keyed, WarmUpConfig};
+/// use tollgate::{ManualClock, Rate, WarmUp};
+///
+/// let cfg = WarmUpConfig::new(Rate::per_second(10), Duration::from_secs(2)).unwrap();
+/// let per_user = Keyed::<&str, WarmUp<ManualClock>>::with_clock(cfg, ManualClock::new());
+/// assert!(per_user.try_acquire("alice").is_ok()); // every key starts cold
+/// assert!(per_user.try_acquire("alice").is_err());
+/// ```
+#[derive(Clone, Copy)]
+pub struct WarmUpConfig {
+    rate: Rate,
+    warm_up: Duration,
+    cold_factor: u32,
+    curve: Curve,
+}
+
+impl WarmUpConfig {
+    /// With the default cold factor and the errors of [`WarmUp::new`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::keyed::WarmUpConfig;
+    /// use tollgate::Rate;
+    /// assert!(WarmUpConfig::new(Rate::per_second(5), Duration::from_secs(4)).is_ok());
+    /// ```
+    pub fn new(rate: Rate, warm_up: Duration) -> Result<Self, ConfigError> {
+        Self::with_cold_factor(rate, warm_up, DEFAULT_COLD_FACTOR)
+    }
+
+    /// With a cold factor, and the errors of [`WarmUp::with_cold_factor`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::keyed::WarmUpConfig;
+    /// use tollgate::{ConfigError, Rate};
+    /// let err = WarmUpConfig::with_cold_factor(Rate::per_second(5), Duration::from_secs(4), 0);
+    /// assert_eq!(err.unwrap_err(), ConfigError::InvalidColdFactor { cold_factor: 0 });
+    /// ```
+    pub fn with_cold_factor(
+        rate: Rate,
+        warm_up: Duration,
+        cold_factor: u32,
+    ) -> Result<Self, ConfigError> {
+        Ok(WarmUpConfig {
+            rate,
+            warm_up,
+            cold_factor,
+            curve: Curve::new(rate, warm_up, cold_factor)?,
+        })
+    }
+
+    /// The stable rate.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tollgate::{keyed::WarmUpConfig, Rate};
+    /// let cfg = WarmUpConfig::new(Rate::per_second(5), Duration::from_secs(4)).unwrap();
+    /// assert_eq!((cfg.rate(), cfg.warm_up(), cfg.cold_factor()), (Rate::per_second(5), Duration::from_secs(4), 3));
+    /// ```
+    pub fn rate(&self) -> Rate {
+        self.rate
+    }
+
+    /// The warm-up period.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tollgate::{keyed::WarmUpConfig, Rate};
+    /// assert_eq!(WarmUpConfig::new(Rate::per_second(5), Duration::from_secs(4)).unwrap().warm_up(), Duration::from_secs(4));
+    /// ```
+    pub fn warm_up(&self) -> Duration {
+        self.warm_up
+    }
+
+    /// How much slower a cold key is than a warm one.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tollgate::{keyed::WarmUpConfig, Rate};
+    /// assert_eq!(WarmUpConfig::with_cold_factor(Rate::per_second(5), Duration::from_secs(4), 7).unwrap().cold_factor(), 7);
+    /// ```
+    pub fn cold_factor(&self) -> u32 {
+        self.cold_factor
+    }
+}
+
+impl PartialEq for WarmUpConfig {
+    fn eq(&self, other: &Self) -> bool {
+        (self.rate, self.warm_up, self.cold_factor)
+            == (other.rate, other.warm_up, other.cold_factor)
+    }
+}
+
+impl Eq for WarmUpConfig {}
+
+impl fmt::Debug for WarmUpConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WarmUpConfig")
+            .field("rate", &self.rate)
+            .field("warm_up", &self.warm_up)
+            .field("cold_factor", &self.cold_factor)
+            .finish()
+    }
+}
+
+impl WordConfig for ShaperConfig {
+    type Machine = Queue;
+    fn machine(&self) -> &Queue {
+        &self.queue
+    }
+}
+
+impl WordConfig for WarmUpConfig {
+    type Machine = Curve;
+    fn machine(&self) -> &Curve {
+        &self.curve
+    }
+}
+
+fn ns(d: Duration) -> u64 {
+    // Both machines validated their durations to at most 2^62 ns.
+    d.as_nanos() as u64
+}
+
+/// The shaper's word is `end << 64 | last` (see `leaky_bucket::shaper`):
+/// `last`, the latest start granted, is at most a reading plus the longest
+/// wait, `2^62 + 2^61 < 2^63`, so bit 63 is free for the tag.
+impl KeyMachine for Queue {
+    type Word = u128;
+    const INITIAL: u128 = 0;
+
+    fn capacity(&self) -> u32 {
+        Queue::capacity(self)
+    }
+
+    /// Admitted only if it can start at `now`: the direct shaper's
+    /// `try_acquire_n`.
+    #[inline]
+    fn decide(&self, state: u128, now: u64, n: u32) -> Result<u128, Denied> {
+        Queue::decide(self, state, now, n, 0).map(|(after, _)| after)
+    }
+
+    fn snapshot(&self, state: u128, now: u64) -> Snapshot {
+        Queue::snapshot(self, state, now)
+    }
+
+    /// Fresh iff the schedule has ended: `end <= now`. Then `last <= end <=
+    /// now` (a start never passes its slot's end), so at every `t >= now` a
+    /// booking's base is `max(end, t) = t` and its floor `max(t, last) = t`,
+    /// exactly the initial word's. Not the snapshot's "a request starts now",
+    /// which holds as soon as `end − burst·I <= now`: a queue with burst
+    /// still in use is not fresh.
+    fn is_fresh(&self, state: u128, now: u64) -> bool {
+        unpack(state).0 <= now
+    }
+
+    /// The queued time `end − now` is carried like the bucket's debt, over the
+    /// furthest the end can run ahead, `(burst + capacity)·interval`:
+    /// `Proportional` keeps its fraction, `Additive` the permits queued
+    /// (capped), `Reset` none. The start floor is kept where the new end
+    /// allows. An ended schedule carries to the initial word.
+    fn carry(from: &Self, to: &Self, state: u128, now: u64, carry: Carry) -> u128 {
+        let (end, last) = unpack(state);
+        let interval = |q: &Queue| ns(q.interval());
+        let reach = |q: &Queue| interval(q) * (u64::from(q.burst()) + u64::from(q.capacity()));
+        let queued = end.saturating_sub(now).min(reach(from));
+        let queued = match carry {
+            Carry::Proportional => scale_up(queued, reach(to), reach(from)),
+            Carry::Additive => scale_up(queued, interval(to), interval(from)).min(reach(to)),
+            Carry::Reset => 0,
+        };
+        if queued == 0 {
+            return Self::INITIAL;
+        }
+        // `now <= 2^62`, `queued <= reach <= 2^62`: the direct shaper's bounds.
+        let end = now + queued;
+        pack(end, last.min(end))
+    }
+
+    /// Restores the word the booking replaced if it is still the one it
+    /// wrote (every booking moves `end` strictly forward: the cancel argument
+    /// of the direct shaper); otherwise keeps the permits.
+    fn refund(&self, state: u128, before: u128, written: u128, _n: u32) -> Option<u128> {
+        (state == written).then_some(before)
+    }
+}
+
+/// The warm-up's word, keyed, is `next << 64 | spent`: `spent = W − bank`,
+/// the idle time the key's bank lacks (the direct limiter keeps the bank
+/// itself). A cold, idle key is then `0` under every configuration, which a
+/// fresh state must be (it is created without one). `spent <= W <= 2^52`:
+/// bit 63 is free for the tag.
+impl KeyMachine for Curve {
+    type Word = u128;
+    const INITIAL: u128 = 0;
+
+    fn capacity(&self) -> u32 {
+        Curve::capacity(self)
+    }
+
+    /// Admitted only if it can start at `now`: the direct warm-up's
+    /// `try_acquire_n`, on the bank `W − spent`.
+    #[inline]
+    fn decide(&self, state: u128, now: u64, n: u32) -> Result<u128, Denied> {
+        let w = ns(self.warm_up());
+        let (next, spent) = unpack(state);
+        let (after, _) = Curve::decide(self, pack(next, w - spent.min(w)), now, n, 0)?;
+        let (next, bank) = unpack(after);
+        Ok(pack(next, w - bank))
+    }
+
+    fn snapshot(&self, state: u128, now: u64) -> Snapshot {
+        // The snapshot reads `next` only.
+        Curve::snapshot(self, state, now)
+    }
+
+    /// Fresh iff idle long enough to be cold again: `next + spent <= now`.
+    /// Then at every `t >= now` the resync (`t > next`) banks `t − next >=
+    /// spent`, so the bank is full and `next = t`: the initial word's state.
+    /// (`next == now` needs `spent == 0`, and the initial word at `t` is
+    /// `(t, full)` too.)
+    fn is_fresh(&self, state: u128, now: u64) -> bool {
+        let (next, spent) = unpack(state);
+        next.saturating_add(spent) <= now
+    }
+
+    /// Resynced at `now` first (idle time banked). The time owed, `next −
+    /// now`, is kept in permits at the new stable interval by both
+    /// `Proportional` and `Additive`; the warmth is kept as a fraction of the
+    /// warm-up period (`Proportional`, rounded towards cold) or as the same
+    /// idle time spent, capped (`Additive`); `Reset` is cold and idle. Never
+    /// warmer than it was: rounding is towards the slower side.
+    fn carry(from: &Self, to: &Self, state: u128, now: u64, carry: Carry) -> u128 {
+        let (next, spent) = unpack(state);
+        let (next, spent) = if now > next {
+            (now, spent.saturating_sub(now - next))
+        } else {
+            (next, spent)
+        };
+        let (w_from, w_to) = (ns(from.warm_up()), ns(to.warm_up()));
+        let (s_from, s_to) = (ns(from.stable_interval()), ns(to.stable_interval()));
+        let owed = next - now;
+        let (owed, spent) = match carry {
+            Carry::Proportional => (
+                scale_up(owed, s_to, s_from),
+                // Rounded down: less spent is colder, i.e. slower.
+                (u128::from(spent.min(w_from)) * u128::from(w_to) / u128::from(w_from.max(1)))
+                    as u64,
+            ),
+            Carry::Additive => (scale_up(owed, s_to, s_from), spent.min(w_to)),
+            Carry::Reset => (0, 0),
+        };
+        // The direct limiter's longest wait bounds what is owed: `next` stays
+        // below `2^62 + 2^61`, and a booking adds at most `2^60 + W`.
+        let owed = owed.min(crate::waiting::MAX_WAIT);
+        if owed == 0 && spent == 0 {
+            Self::INITIAL
+        } else {
+            pack(now + owed, spent)
+        }
+    }
+
+    /// Restores the replaced word if it is still the one written (every
+    /// booking moves `next` forward by at least one stable interval).
+    fn refund(&self, state: u128, before: u128, written: u128, _n: u32) -> Option<u128> {
+        (state == written).then_some(before)
+    }
+}
+
+word_kind!(Shaper, ShaperConfig, AtomicWideWord, u128);
+word_kind!(LockingShaper, ShaperConfig, LockedWideWord, u128);
+word_kind!(WarmUp, WarmUpConfig, AtomicWideWord, u128);
+word_kind!(LockingWarmUp, WarmUpConfig, LockedWideWord, u128);
