@@ -693,6 +693,72 @@ fn meter_overrides_have_their_own_quota_and_state() {
     assert_eq!(keyed.snapshot("vip").available, 1);
 }
 
+/// The shaper carries its queued time (`end − now`) as the bucket carries
+/// its debt, over the furthest the schedule can run ahead.
+#[test]
+fn carry_strategies_for_the_shaper() {
+    let clock = ManualClock::new();
+    // 100 ms per start, burst 4, no queueing: capacity 5.
+    let keyed = Keyed::<u8, Queue>::with_clock(shaper(10, 1000, 4, 0), clock.clone());
+    keyed.try_acquire_n(&0, 5).unwrap(); // the schedule ends at 500 ms
+    assert_eq!(
+        keyed.try_acquire(&0),
+        Err(Denied::RetryAfter(Duration::from_millis(100)))
+    );
+    // Additive, a burst of 9: the 500 ms queued stay; 5 more start at once.
+    keyed.reconfigure(shaper(10, 1000, 9, 0), Carry::Additive);
+    assert!(keyed.try_acquire_n(&0, 5).is_ok());
+    assert_eq!(
+        keyed.try_acquire(&0),
+        Err(Denied::RetryAfter(Duration::from_millis(100)))
+    );
+    keyed.reconfigure(shaper(10, 1000, 4, 0), Carry::Reset);
+    assert!(keyed.try_acquire_n(&0, 5).is_ok()); // as new
+    // Proportional, 200 ms per start (reach 9 × 100 ms → 9 × 200 ms): the
+    // 500 ms queued become 1 s; a single start then waits 200 ms.
+    keyed.reconfigure(shaper(5, 1000, 4, 0), Carry::Proportional);
+    assert_eq!(
+        keyed.try_acquire(&0),
+        Err(Denied::RetryAfter(Duration::from_millis(200)))
+    );
+    assert_eq!(keyed.snapshot(&1).available, 5); // absent = fresh
+}
+
+/// Reconfiguring to the same configuration changes no decision under
+/// `Proportional` or `Additive`, and `Reset` makes a key decide as a new one,
+/// for the shaper and warm-up (whose carry-overs are not a debt alone).
+#[test]
+fn carrying_to_the_same_configuration_changes_nothing() {
+    fn run<L: Keyable<Clock = ManualClock>>(config: L::Config) {
+        for carry in [Carry::Proportional, Carry::Additive, Carry::Reset] {
+            let clock = ManualClock::new();
+            let carried = Keyed::<u8, L>::with_clock(config.clone(), clock.clone());
+            let kept = Keyed::<u8, L>::with_clock(config.clone(), clock.clone());
+            for step in 0u64..400 {
+                let n = (step % 3) as u32 + 1;
+                let key = (step % 2) as u8;
+                if step == 200 {
+                    carried.reconfigure(config.clone(), carry);
+                }
+                // After a reset, each key is compared with a key never used.
+                let reference = if step >= 200 && carry == Carry::Reset {
+                    key + 100
+                } else {
+                    key
+                };
+                assert_eq!(
+                    carried.try_acquire_n(&key, n),
+                    kept.try_acquire_n(&reference, n),
+                    "{carry:?}, step {step}"
+                );
+                clock.advance(Duration::from_nanos(step * 7_919_113 % 50_000_000));
+            }
+        }
+    }
+    run::<Queue>(shaper(10, 1000, 3, 0));
+    run::<Warm>(warm(10, 1000, 500, 3));
+}
+
 #[test]
 fn carry_strategies_for_the_fixed_window() {
     let clock = ManualClock::new();

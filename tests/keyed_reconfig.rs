@@ -8,8 +8,14 @@
 
 use std::sync::{Arc, Barrier};
 
-use tollgate::keyed::{BucketConfig, Carry, Keyed, MeterConfig, Tunable, WindowConfig};
-use tollgate::{FixedWindow, LeakyBucket, ManualClock, Rate, RateLimiter, Snapshot, TokenBucket};
+use std::time::Duration;
+
+use tollgate::keyed::{
+    BucketConfig, Carry, Keyed, MeterConfig, ShaperConfig, Tunable, WarmUpConfig, WindowConfig,
+};
+use tollgate::{
+    FixedWindow, LeakyBucket, ManualClock, Rate, RateLimiter, Shaper, Snapshot, TokenBucket, WarmUp,
+};
 
 const THREADS: usize = 3;
 const KEYS: u32 = 4;
@@ -92,6 +98,23 @@ fn leaky_bucket_meter_default_reconfiguration_races_requests() {
         let carry = [Carry::Proportional, Carry::Additive, Carry::Reset][round % 3];
         trial::<LeakyBucket<ManualClock>>(small, large, carry, 60);
         trial::<LeakyBucket<ManualClock>>(large, small, carry, 60);
+    }
+}
+
+#[test]
+fn shaper_and_warm_up_default_reconfiguration_races_requests() {
+    // Time stands still: the shaper admits its burst + 1, a warm-up key one.
+    let small = ShaperConfig::new(Rate::per_hour(20), 14, Duration::ZERO).unwrap();
+    let large = ShaperConfig::new(Rate::per_hour(50), 39, Duration::ZERO).unwrap();
+    let cold = WarmUpConfig::new(Rate::per_hour(20), Duration::from_secs(60)).unwrap();
+    let colder =
+        WarmUpConfig::with_cold_factor(Rate::per_hour(50), Duration::from_secs(90), 9).unwrap();
+    for round in 0..30 {
+        let carry = [Carry::Proportional, Carry::Additive, Carry::Reset][round % 3];
+        trial::<Shaper<ManualClock>>(small, large, carry, 60);
+        trial::<Shaper<ManualClock>>(large, small, carry, 60);
+        trial::<WarmUp<ManualClock>>(cold, colder, carry, 20);
+        trial::<WarmUp<ManualClock>>(colder, cold, carry, 20);
     }
 }
 

@@ -17,9 +17,12 @@ use std::time::Duration;
 
 use loom::sync::Arc;
 use loom::thread;
-use tollgate::keyed::{BucketConfig, Carry, MeterConfig, Tunable, WindowConfig};
+use tollgate::keyed::{
+    BucketConfig, Carry, MeterConfig, ShaperConfig, Tunable, WarmUpConfig, WindowConfig,
+};
 use tollgate::{
-    Denied, FixedWindow, LeakyBucket, ManualClock, Rate, RateLimiter, Snapshot, TokenBucket,
+    Denied, FixedWindow, LeakyBucket, ManualClock, Rate, RateLimiter, Shaper, Snapshot,
+    TokenBucket, WarmUp,
 };
 use tollgate_loom_tests::explore;
 
@@ -231,6 +234,53 @@ fn meter_reconfiguration_races_acquires() {
             vec![
                 vec![Op::Acquire(1), Op::Acquire(2)],
                 vec![Op::Reconfigure(meter(1), Carry::Proportional)],
+            ],
+        );
+    });
+}
+
+/// The shaper's two-word state (the 128-bit cell's loom stand-in): a burst of
+/// 3 shrunk to 1 with `Proportional` while acquires take 1 and 2 at once.
+#[test]
+fn shaper_reconfiguration_races_acquires() {
+    let shaper = |burst| {
+        ShaperConfig::new(
+            Rate::new(1, Duration::from_nanos(10)),
+            burst,
+            Duration::ZERO,
+        )
+        .expect("valid")
+    };
+    explore("reconfigure: shaper (two words)", 3, move || {
+        linearizable(
+            |clock| Tunable::<Shaper<ManualClock>>::with_clock(shaper(3), clock),
+            vec![
+                vec![Op::Acquire(1), Op::Acquire(2)],
+                vec![Op::Reconfigure(shaper(1), Carry::Proportional)],
+            ],
+        );
+    });
+}
+
+/// Warm-up's two-word state: two acquires race a change of the warm-up
+/// period with `Additive` (time frozen: the first admitted request books
+/// the next start in the future, the other is denied with its exact wait).
+#[test]
+fn warm_up_reconfiguration_races_acquires() {
+    let warm = |warm_up_ns| {
+        WarmUpConfig::new(
+            Rate::new(1, Duration::from_nanos(10)),
+            Duration::from_nanos(warm_up_ns),
+        )
+        .expect("valid")
+    };
+    explore("reconfigure: warm-up (two words)", 3, move || {
+        linearizable(
+            |clock| Tunable::<WarmUp<ManualClock>>::with_clock(warm(40), clock),
+            vec![
+                vec![Op::Acquire(1)],
+                vec![Op::Acquire(1)],
+                vec![Op::Reconfigure(warm(80), Carry::Additive)],
             ],
         );
     });

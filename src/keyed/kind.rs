@@ -9,14 +9,17 @@ use crate::clock::Clock;
 use crate::error::Denied;
 use crate::limiter::Snapshot;
 
-/// The tag bit of a one-word state: which of two consecutive configurations the
+/// The tag bit of a state word: which of two consecutive configurations the
 /// rest of the word was last written under (see [`View`]). Every keyable
 /// one-word machine keeps its state strictly below 2^63 — at the end of time
 /// too, which is why time ends at `2^62 − 1` (`timeline::END`): a token
 /// bucket's TAT and a meter's `empty_at` are at most `END + capacity·interval
 /// <= 2^63 − 1`, a fixed window's index at most `END / window < 2^(63 − b)` —
 /// so bit 63 is free. The test `states_stay_below_the_tag_at_the_end_of_time`
-/// in `kinds.rs` checks all three.
+/// in `kinds.rs` checks all three. Two-word states (`u128`) keep the tag in
+/// the same bit 63, of their low word: the shaper's latest start and
+/// warm-up's spent bank never reach it (`two_word.rs` and its test
+/// `two_word_states_stay_below_the_tag_at_the_end_of_time`).
 pub(crate) const TAG: u64 = 1 << 63;
 
 /// What to do with a limiter's current state when its configuration changes.
@@ -144,8 +147,9 @@ pub(crate) mod sealed {
 /// a small per-key state (one `AtomicU64` for the token bucket and the fixed
 /// window, the same word as the direct limiter's), so a key costs what the key
 /// and its word cost and nothing else. It is implemented for [`TokenBucket`],
-/// [`FixedWindow`], the [`LeakyBucket`] meter, their locking twins, and tuples
-/// of them
+/// [`FixedWindow`], the [`LeakyBucket`] meter, the [`Shaper`] and [`WarmUp`]
+/// (one `u128` per key, admitting what can start at once), their locking
+/// twins, and tuples of them
 /// (`(TokenBucket, TokenBucket)` is "both limits must admit", see
 /// [`combined`](super::combined)).
 ///
@@ -155,6 +159,8 @@ pub(crate) mod sealed {
 /// [`TokenBucket`]: crate::TokenBucket
 /// [`FixedWindow`]: crate::FixedWindow
 /// [`LeakyBucket`]: crate::LeakyBucket
+/// [`Shaper`]: crate::Shaper
+/// [`WarmUp`]: crate::WarmUp
 pub trait Keyable: sealed::Sealed + Sized {
     /// The validated configuration shared by every key (e.g.
     /// [`BucketConfig`](super::BucketConfig)).

@@ -490,8 +490,9 @@ where
 
 /// A direct limiter whose configuration can be replaced while it runs, without
 /// a lock: [`TokenBucket`](crate::TokenBucket), [`FixedWindow`](crate::FixedWindow),
-/// the [`LeakyBucket`](crate::LeakyBucket) meter, their twins or a combination
-/// of them, behind an epoch-protected
+/// the [`LeakyBucket`](crate::LeakyBucket) meter, the [`Shaper`](crate::Shaper),
+/// [`WarmUp`](crate::WarmUp), their twins or a combination of them, behind an
+/// epoch-protected
 /// configuration record.
 ///
 /// It makes the same decisions as the fixed limiter it wraps, plus a

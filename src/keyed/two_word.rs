@@ -46,7 +46,7 @@ use crate::warm_up::{DEFAULT_COLD_FACTOR, LockingWarmUp, WarmUp};
 /// use tollgate::{Denied, ManualClock, Rate, Shaper};
 ///
 /// let cfg = ShaperConfig::new(Rate::per_second(10), 1, Duration::ZERO).unwrap();
-/// let per_user = Keyed::<&str, Shaper<ManualClock>>::with_clock(cfg, ManualClock::new());
+/// let per_user = Keyed::<String, Shaper<ManualClock>>::with_clock(cfg, ManualClock::new());
 /// assert!(per_user.try_acquire("alice").is_ok());
 /// assert!(per_user.try_acquire("alice").is_ok()); // the burst of one
 /// assert_eq!(per_user.try_acquire("alice"), Err(Denied::RetryAfter(Duration::from_millis(100))));
@@ -143,7 +143,7 @@ impl fmt::Debug for ShaperConfig {
 /// use tollgate::{ManualClock, Rate, WarmUp};
 ///
 /// let cfg = WarmUpConfig::new(Rate::per_second(10), Duration::from_secs(2)).unwrap();
-/// let per_user = Keyed::<&str, WarmUp<ManualClock>>::with_clock(cfg, ManualClock::new());
+/// let per_user = Keyed::<String, WarmUp<ManualClock>>::with_clock(cfg, ManualClock::new());
 /// assert!(per_user.try_acquire("alice").is_ok()); // every key starts cold
 /// assert!(per_user.try_acquire("alice").is_err());
 /// ```
@@ -412,3 +412,83 @@ word_kind!(Shaper, ShaperConfig, AtomicWideWord, u128);
 word_kind!(LockingShaper, ShaperConfig, LockedWideWord, u128);
 word_kind!(WarmUp, WarmUpConfig, AtomicWideWord, u128);
 word_kind!(LockingWarmUp, WarmUpConfig, LockedWideWord, u128);
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::keyed::kind::TAG;
+    use crate::timeline::{END, MAX_TIME};
+
+    /// The tag (bit 63 of the low word) is free only if no two-word state
+    /// reaches it: at the end of time, with the longest waits and warm-up
+    /// periods, after admissions and after carry-overs.
+    #[test]
+    fn two_word_states_stay_below_the_tag_at_the_end_of_time() {
+        let tag = u128::from(TAG);
+        let queue = Queue::new(
+            Rate::new(1, Duration::from_nanos(1)),
+            u32::MAX / 2,
+            Duration::ZERO,
+        )
+        .unwrap();
+        let mut state = <Queue as KeyMachine>::INITIAL;
+        for now in [END - 5, END - 1, END] {
+            state = KeyMachine::decide(&queue, state, now, 1).unwrap_or(state);
+            assert_eq!(state & tag, 0);
+        }
+        let slow = Queue::new(
+            Rate::new(1, Duration::from_nanos(MAX_TIME / 4)),
+            1,
+            Duration::ZERO,
+        )
+        .unwrap();
+        let carried = <Queue as KeyMachine>::carry(&queue, &slow, state, END, Carry::Additive);
+        assert_eq!(carried & tag, 0);
+
+        let longest = Duration::from_nanos(1 << 52);
+        let curve = Curve::new(Rate::new(1, Duration::from_nanos(1)), longest, 1000).unwrap();
+        let mut state = <Curve as KeyMachine>::INITIAL;
+        for now in [END - (1 << 40), END] {
+            state = KeyMachine::decide(&curve, state, now, 1 << 20).unwrap_or(state);
+            assert_eq!(state & tag, 0);
+        }
+        let other = Curve::new(Rate::per_second(1), longest, 3).unwrap();
+        for carry in [Carry::Proportional, Carry::Additive] {
+            assert_eq!(
+                <Curve as KeyMachine>::carry(&curve, &other, state, END, carry) & tag,
+                0
+            );
+        }
+    }
+
+    /// A key's two-word state costs 16 bytes, unpadded (the direct limiters
+    /// pad theirs to a cache line).
+    #[test]
+    fn a_two_word_state_is_sixteen_bytes() {
+        assert_eq!(std::mem::size_of::<AtomicWideWord>(), 16);
+        assert_eq!(std::mem::size_of::<(u64, AtomicWideWord)>(), 32);
+    }
+
+    /// Carrying a fresh state gives the initial word, whatever the strategy.
+    #[test]
+    fn carrying_a_fresh_two_word_state_gives_the_initial_word() {
+        let a = Queue::new(Rate::per_second(10), 3, Duration::from_secs(1)).unwrap();
+        let b = Queue::new(Rate::per_minute(7), 0, Duration::ZERO).unwrap();
+        let c = Curve::new(Rate::per_second(10), Duration::from_secs(2), 3).unwrap();
+        let d = Curve::new(Rate::per_minute(7), Duration::from_secs(9), 5).unwrap();
+        for carry in [Carry::Proportional, Carry::Additive, Carry::Reset] {
+            for now in [0, 1, 10_000_000_000] {
+                assert_eq!(<Queue as KeyMachine>::carry(&a, &b, 0, now, carry), 0);
+                assert_eq!(<Curve as KeyMachine>::carry(&c, &d, 0, now, carry), 0);
+                // An ended schedule; a key idle long enough to be cold.
+                assert_eq!(
+                    <Queue as KeyMachine>::carry(&a, &b, pack(now, now), now, carry),
+                    0
+                );
+                let idle = pack(now / 2, now / 2);
+                assert!(KeyMachine::is_fresh(&c, idle, now));
+                assert_eq!(<Curve as KeyMachine>::carry(&c, &d, idle, now, carry), 0);
+            }
+        }
+    }
+}
