@@ -31,9 +31,12 @@ use std::time::Duration;
 
 use criterion::Criterion;
 use governor::Quota;
-use tollgate::keyed::{BucketConfig, Keyable, Keyed, WindowConfig};
+use tollgate::keyed::{
+    BucketConfig, Keyable, Keyed, MeterConfig, ShaperConfig, WarmUpConfig, WindowConfig,
+};
 use tollgate::{
-    FixedWindow, LockingFixedWindow, LockingTokenBucket, ManualClock, Rate, TokenBucket,
+    FixedWindow, LeakyBucket, LockingFixedWindow, LockingTokenBucket, LockingWarmUp, ManualClock,
+    Rate, Shaper, TokenBucket, WarmUp,
 };
 
 mod common;
@@ -188,6 +191,10 @@ fn memory() {
     // A manual clock that never moves: no key refills, so none is evicted.
     let bucket = || BucketConfig::new(10, Rate::per_second(10)).expect("valid");
     let window = || WindowConfig::new(Rate::per_second(10)).expect("valid");
+    let meter = || MeterConfig::new(10, Rate::per_second(10)).expect("valid");
+    let shaper = || ShaperConfig::new(Rate::per_second(10), 0, Duration::ZERO).expect("valid");
+    let warm_up =
+        || WarmUpConfig::new(Rate::per_second(10), Duration::from_secs(1)).expect("valid");
     let clock = ManualClock::new;
     let rows = [
         (
@@ -208,6 +215,24 @@ fn memory() {
             "tollgate LockingFixedWindow",
             bytes_per_key(|| {
                 Keyed::<u64, LockingFixedWindow<ManualClock>>::with_clock(window(), clock())
+            }),
+        ),
+        (
+            "tollgate LeakyBucket (meter)",
+            bytes_per_key(|| Keyed::<u64, LeakyBucket<ManualClock>>::with_clock(meter(), clock())),
+        ),
+        (
+            "tollgate Shaper (two words)",
+            bytes_per_key(|| Keyed::<u64, Shaper<ManualClock>>::with_clock(shaper(), clock())),
+        ),
+        (
+            "tollgate WarmUp (two words)",
+            bytes_per_key(|| Keyed::<u64, WarmUp<ManualClock>>::with_clock(warm_up(), clock())),
+        ),
+        (
+            "tollgate LockingWarmUp",
+            bytes_per_key(|| {
+                Keyed::<u64, LockingWarmUp<ManualClock>>::with_clock(warm_up(), clock())
             }),
         ),
         (

@@ -988,10 +988,19 @@ fn a_search_for_room_visits_every_shard() {
 /// Item 2 under threads: keys contend for a cap of 2 while the clock moves in
 /// lock-step rounds; every key's admissions, whether decided by its own state
 /// or by the overflow state, keep its bucket's bound (locking twins, which
-/// showed the over-admission in the issue, and the atomic kind).
+/// showed the over-admission in the issue, and the atomic kind; the meter,
+/// the shaper and warm-up with their own bounds).
 #[test]
 fn every_key_keeps_its_bound_at_the_cap_under_threads() {
     fn run<L: Keyable<Clock = ManualClock> + 'static>(config: L::Config) {
+        run_checked::<L>(config, |admissions| {
+            check_token_bucket(admissions, 3, 2, 1_000_000)
+        });
+    }
+    fn run_checked<L: Keyable<Clock = ManualClock> + 'static>(
+        config: L::Config,
+        check: impl Fn(&[Admission]),
+    ) {
         const THREADS: usize = 4;
         let clock = ManualClock::new();
         let keyed =
@@ -1018,7 +1027,7 @@ fn every_key_keeps_its_bound_at_the_cap_under_threads() {
             per_key.entry(key).or_default().push(admission);
         }
         for admissions in per_key.values() {
-            check_token_bucket(admissions, 3, 2, 1_000_000);
+            check(admissions);
         }
         assert!(keyed.overflowed() > 0);
     }
@@ -1030,4 +1039,33 @@ fn every_key_keeps_its_bound_at_the_cap_under_threads() {
     run::<Bucket>(bucket);
     run::<LockingLeakyBucket<ManualClock>>(meter);
     run::<Meter>(meter);
+    // The shaper, 1 per 500 µs after a burst of 2: per key, the admissions
+    // (each starts at its decision time) keep the spacing.
+    let queue =
+        ShaperConfig::new(Rate::new(2, Duration::from_millis(1)), 2, Duration::ZERO).unwrap();
+    let spaced = |admissions: &[Admission]| {
+        let starts: Vec<Start> = admissions
+            .iter()
+            .map(|a| Start {
+                decided: a.at,
+                start: a.at,
+                n: a.n,
+            })
+            .collect();
+        check_shaper(&starts, 500_000, 2, 0);
+    };
+    run_checked::<Queue>(queue, spaced);
+    run_checked::<LockingShaper<ManualClock>>(queue, spaced);
+    // Warm-up, stable 1 per 500 µs: an admission needs the next free instant
+    // to have come and pushes it back by at least n stable intervals, so in
+    // any [a, b] a key gets at most (b − a) / 500 µs + the largest request
+    // (2): a bucket of 2 at the stable rate.
+    let warm = WarmUpConfig::new(
+        Rate::new(2, Duration::from_millis(1)),
+        Duration::from_millis(3),
+    )
+    .unwrap();
+    let stable = |admissions: &[Admission]| check_token_bucket(admissions, 2, 2, 1_000_000);
+    run_checked::<Warm>(warm, stable);
+    run_checked::<LockingWarmUp<ManualClock>>(warm, stable);
 }
