@@ -468,6 +468,13 @@ proptest! {
         let configs: Vec<_> = bucket_configs().into_iter().zip(window_configs()).collect();
         eviction_changes_nothing::<(Bucket, Window)>(&configs, &ops);
     }
+
+    /// A pair mixing widths: a one-word meter and a two-word shaper.
+    #[test]
+    fn combined_one_and_two_word_eviction_changes_no_decision(ops in ops(300_000_000, 3)) {
+        let configs: Vec<_> = meter_configs().into_iter().zip(shaper_configs()).collect();
+        evictions_agree::<(Meter, Queue)>(&configs, &ops, false);
+    }
 }
 
 // ---------------------------------------------------------------------------
