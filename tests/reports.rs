@@ -15,7 +15,9 @@ use std::thread;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tollgate::keyed::{BucketConfig, Keyed, Tunable, WindowConfig};
+use tollgate::keyed::{
+    BucketConfig, Keyed, MeterConfig, ShaperConfig, Tunable, WarmUpConfig, WindowConfig,
+};
 use tollgate::{
     ApproxSlidingWindow, Denied, FixedWindow, LeakyBucket, LockingApproxSlidingWindow,
     LockingFixedWindow, LockingLeakyBucket, LockingShaper, LockingSlidingLog, LockingSlidingWindow,
@@ -161,6 +163,15 @@ proptest! {
         let pair_cfg = (BucketConfig::new(10, Rate::per_second(10)).unwrap(), window);
         let pair_plain = Keyed::<u8, (TokenBucket<ManualClock>, FixedWindow<ManualClock>)>::with_clock(pair_cfg, plain_clock.clone());
         let pair_reporting = Keyed::<u8, (TokenBucket<ManualClock>, FixedWindow<ManualClock>)>::with_clock(pair_cfg, reporting_clock.clone());
+        let meter = MeterConfig::new(10, Rate::per_second(10)).unwrap();
+        let meter_plain = Keyed::<u8, LeakyBucket<ManualClock>>::with_clock(meter, plain_clock.clone());
+        let meter_reporting = Keyed::<u8, LeakyBucket<ManualClock>>::with_clock(meter, reporting_clock.clone());
+        let queue = ShaperConfig::new(Rate::per_second(10), 3, Duration::from_millis(500)).unwrap();
+        let queue_plain = Keyed::<u8, Shaper<ManualClock>>::with_clock(queue, plain_clock.clone());
+        let queue_reporting = Keyed::<u8, Shaper<ManualClock>>::with_clock(queue, reporting_clock.clone());
+        let warm = WarmUpConfig::new(Rate::per_second(10), Duration::from_millis(500)).unwrap();
+        let warm_plain = Keyed::<u8, WarmUp<ManualClock>>::with_clock(warm, plain_clock.clone());
+        let warm_reporting = Keyed::<u8, WarmUp<ManualClock>>::with_clock(warm, reporting_clock.clone());
         let mut now = 0;
         for &(dt, n, key) in &steps {
             now += dt;
@@ -169,6 +180,9 @@ proptest! {
             for (decided, reported, after) in [
                 (plain.try_acquire_n(&key, n), reporting.try_acquire_n_with_snapshot(&key, n), reporting.snapshot(&key)),
                 (pair_plain.try_acquire_n(&key, n), pair_reporting.try_acquire_n_with_snapshot(&key, n), pair_reporting.snapshot(&key)),
+                (meter_plain.try_acquire_n(&key, n), meter_reporting.try_acquire_n_with_snapshot(&key, n), meter_reporting.snapshot(&key)),
+                (queue_plain.try_acquire_n(&key, n), queue_reporting.try_acquire_n_with_snapshot(&key, n), queue_reporting.snapshot(&key)),
+                (warm_plain.try_acquire_n(&key, n), warm_reporting.try_acquire_n_with_snapshot(&key, n), warm_reporting.snapshot(&key)),
             ] {
                 match reported {
                     Ok(snap) => {
