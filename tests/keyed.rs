@@ -12,12 +12,13 @@ use std::time::Duration;
 use proptest::prelude::*;
 use support::{Admission, Start, check_leaky_bucket, check_shaper, check_token_bucket};
 use tollgate::keyed::{
-    BucketConfig, Carry, FLOOR_STEP, Keyable, Keyed, MeterConfig, ShaperConfig, Tunable,
+    BucketConfig, Carry, FLOOR_STEP, Keyable, Keyed, LogConfig, MeterConfig, ShaperConfig, Tunable,
     WarmUpConfig, WindowConfig,
 };
 use tollgate::{
     Denied, FixedWindow, LeakyBucket, LockingFixedWindow, LockingLeakyBucket, LockingShaper,
-    LockingTokenBucket, LockingWarmUp, ManualClock, Rate, RateLimiter, Shaper, TokenBucket, WarmUp,
+    LockingTokenBucket, LockingWarmUp, ManualClock, Rate, RateLimiter, Shaper, SlidingLog,
+    TokenBucket, WarmUp,
 };
 
 type Bucket = TokenBucket<ManualClock>;
@@ -25,6 +26,7 @@ type Window = FixedWindow<ManualClock>;
 type Meter = LeakyBucket<ManualClock>;
 type Queue = Shaper<ManualClock>;
 type Warm = WarmUp<ManualClock>;
+type Log = SlidingLog<ManualClock>;
 
 fn bucket(capacity: u32, permits: u32, period_ms: u64) -> BucketConfig {
     BucketConfig::new(
@@ -58,6 +60,30 @@ fn warm(permits: u32, period_ms: u64, warm_up_ms: u64, cold_factor: u32) -> Warm
         cold_factor,
     )
     .unwrap()
+}
+
+fn log(limit: u32, period: Duration) -> LogConfig {
+    LogConfig::new(Rate::new(limit, period)).unwrap()
+}
+
+/// The sliding log's promise on admissions recorded in any order: at most
+/// `limit` permits in any half-open window `[t, t + window)`.
+fn check_log(admissions: &[Admission], limit: u32, window: u64) {
+    let mut sorted = admissions.to_vec();
+    sorted.sort_by_key(|a| a.at);
+    let (mut first, mut inside) = (0, 0u64);
+    for a in &sorted {
+        inside += u64::from(a.n);
+        while sorted[first].at + window <= a.at {
+            inside -= u64::from(sorted[first].n);
+            first += 1;
+        }
+        assert!(
+            inside <= u64::from(limit),
+            "{inside} permits in a window of {window} ns ending at {} (limit {limit})",
+            a.at
+        );
+    }
 }
 
 fn window(limit: u32, period_ms: u64) -> WindowConfig {
@@ -250,6 +276,100 @@ fn a_keyed_warm_up_decides_as_the_direct_warm_up() {
     );
 }
 
+/// Steps of a single-threaded run: (key, n, advance in ns).
+fn log_steps(limit: u32, max_advance: u64) -> impl Strategy<Value = Vec<(u8, u32, u64)>> {
+    proptest::collection::vec(
+        (
+            0u8..3,
+            1..=limit,
+            prop_oneof![0..max_advance / 20, 0..max_advance],
+        ),
+        1..400,
+    )
+}
+
+/// Runs `steps` on a keyed log and one direct `SlidingLog` per key (one
+/// stripe, and the default stripes), checking every decision, retry-after
+/// and snapshot agree and the per-key bound holds; advances are rounded down
+/// to the keyed log's resolution, where it is exact.
+fn keyed_log_agrees(rate: Rate, steps: &[(u8, u32, u64)]) {
+    let clock = ManualClock::new();
+    let config = LogConfig::new(rate).unwrap();
+    let unit = config.resolution().as_nanos() as u64;
+    let keyed = Keyed::<u8, Log>::with_clock(config, clock.clone());
+    let one_ring: Vec<Log> = (0..3)
+        .map(|_| {
+            SlidingLog::with_clock(rate, clock.clone())
+                .unwrap()
+                .with_stripes(1)
+        })
+        .collect();
+    let striped: Vec<Log> = (0..3)
+        .map(|_| SlidingLog::with_clock(rate, clock.clone()).unwrap())
+        .collect();
+    let mut admitted: HashMap<u8, Vec<Admission>> = HashMap::new();
+    for (step, &(key, n, advance)) in steps.iter().enumerate() {
+        let k = usize::from(key);
+        let expected = one_ring[k].try_acquire_n(n);
+        assert_eq!(keyed.try_acquire_n(&key, n), expected, "step {step}");
+        assert_eq!(striped[k].try_acquire_n(n), expected, "step {step}");
+        if expected.is_ok() {
+            let at = tollgate::Clock::now(&clock);
+            admitted.entry(key).or_default().push(Admission { at, n });
+        }
+        assert_eq!(keyed.snapshot(&key), one_ring[k].snapshot(), "step {step}");
+        clock.advance(Duration::from_nanos(advance / unit * unit));
+    }
+    for admissions in admitted.values() {
+        check_log(admissions, rate.permits(), rate.period().as_nanos() as u64);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Windows up to 2.1 s: 1 ns stamps, re-based every 2^31 ns or so.
+    #[test]
+    fn a_keyed_log_decides_as_the_direct_log(steps in log_steps(5, 400_000_000)) {
+        keyed_log_agrees(Rate::new(5, Duration::from_millis(300)), &steps);
+    }
+
+    /// Long runs: many re-bases (the 1 s window's stamps pass 2^32 ns
+    /// from the base every few seconds).
+    #[test]
+    fn a_keyed_log_rebases_exactly(steps in log_steps(3, 3_000_000_000)) {
+        keyed_log_agrees(Rate::new(3, Duration::from_secs(1)), &steps);
+    }
+
+    /// A minute's window: 32 ns units; on readings that are multiples of
+    /// them, the keyed log is the direct log exactly.
+    #[test]
+    fn a_keyed_minute_log_decides_as_the_direct_log(steps in log_steps(30, 20_000_000_000)) {
+        keyed_log_agrees(Rate::per_minute(30), &steps);
+    }
+
+    /// On any readings, at any window length, the bound holds per key.
+    #[test]
+    fn a_keyed_log_keeps_its_bound_at_any_resolution(
+        steps in proptest::collection::vec((0u8..2, 1u32..=4, 0u64..40_000_000_000_000), 1..300),
+    ) {
+        let day = Rate::new(4, Duration::from_secs(86_400));
+        let clock = ManualClock::new();
+        let keyed = Keyed::<u8, Log>::with_clock(LogConfig::new(day).unwrap(), clock.clone());
+        let mut admitted: HashMap<u8, Vec<Admission>> = HashMap::new();
+        for &(key, n, advance) in &steps {
+            if keyed.try_acquire_n(&key, n).is_ok() {
+                let at = tollgate::Clock::now(&clock);
+                admitted.entry(key).or_default().push(Admission { at, n });
+            }
+            clock.advance(Duration::from_nanos(advance));
+        }
+        for admissions in admitted.values() {
+            check_log(admissions, 4, 86_400_000_000_000);
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Eviction never changes a decision.
 
@@ -422,6 +542,14 @@ fn warm_up_configs() -> Vec<WarmUpConfig> {
     ]
 }
 
+fn log_configs() -> Vec<LogConfig> {
+    vec![
+        log(5, Duration::from_millis(100)),
+        log(2, Duration::from_millis(30)),
+        log(9, Duration::from_millis(70)),
+    ]
+}
+
 fn window_configs() -> Vec<WindowConfig> {
     vec![window(5, 100), window(2, 30), window(9, 70)]
 }
@@ -461,6 +589,11 @@ proptest! {
     fn warm_up_eviction_changes_no_decision(ops in ops(600_000_000, 3)) {
         evictions_agree::<Warm>(&warm_up_configs(), &ops, false);
         evictions_agree::<LockingWarmUp<ManualClock>>(&warm_up_configs(), &ops, false);
+    }
+
+    #[test]
+    fn sliding_log_eviction_changes_no_decision(ops in ops(300_000_000, 3)) {
+        eviction_changes_nothing::<Log>(&log_configs(), &ops);
     }
 
     #[test]
@@ -1075,4 +1208,7 @@ fn every_key_keeps_its_bound_at_the_cap_under_threads() {
     let stable = |admissions: &[Admission]| check_token_bucket(admissions, 2, 2, 1_000_000);
     run_checked::<Warm>(warm, stable);
     run_checked::<LockingWarmUp<ManualClock>>(warm, stable);
+    // The sliding log, 3 per ms: exactly, in every window of 1 ms.
+    let exact = |admissions: &[Admission]| check_log(admissions, 3, 1_000_000);
+    run_checked::<Log>(log(3, Duration::from_millis(1)), exact);
 }

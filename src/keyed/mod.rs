@@ -93,6 +93,7 @@ pub mod combined;
 pub mod evict;
 mod kind;
 mod kinds;
+mod log;
 mod machine;
 pub mod quota;
 pub mod reconfig;
@@ -112,6 +113,9 @@ pub use kind::{Refusal, View};
 #[doc(hidden)]
 pub use kinds::{AtomicWideWord, AtomicWord, LockedWideWord, LockedWord};
 pub use kinds::{BucketConfig, MeterConfig, WindowConfig};
+pub use log::LogConfig;
+#[doc(hidden)]
+pub use log::{LogCell, LogReceipt};
 pub use reconfig::Tunable;
 pub use two_word::{ShaperConfig, WarmUpConfig};
 
