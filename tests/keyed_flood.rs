@@ -209,3 +209,33 @@ fn bytes_per_key_at_a_million_keys_are_at_most_governors() {
         "tollgate {ours:.1} > governor {governor:.1} bytes per key"
     );
 }
+
+/// The compact per-key sliding log: bytes per resident key (the allocator's
+/// count of requested bytes: the map's entry and table share, the 4-byte
+/// stamps of the ring) for limits of 30, 100 and 10,000, each key admitted
+/// once. The ring is `4·N` bytes; everything else is a constant per key.
+#[test]
+fn a_keyed_sliding_log_costs_four_bytes_per_slot_and_a_constant() {
+    use tollgate::SlidingLog;
+    use tollgate::keyed::LogConfig;
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for (limit, keys) in [(30u32, 100_000u64), (100, 100_000), (10_000, 2_000)] {
+        let config = LogConfig::new(Rate::new(limit, Duration::from_secs(60))).unwrap();
+        let before = allocated();
+        let keyed = Keyed::<u64, SlidingLog<ManualClock>>::with_clock(config, ManualClock::new());
+        for i in 0..keys {
+            assert!(keyed.try_acquire(&key(i)).is_ok());
+        }
+        let per_key = (allocated() - before) as f64 / keys as f64;
+        let ring = 4.0 * f64::from(limit);
+        println!(
+            "N = {limit}: {per_key:.1} bytes per key ({keys} keys): ring {ring}, the rest {:.1}",
+            per_key - ring
+        );
+        assert!(
+            per_key <= ring + 160.0,
+            "N = {limit}: {per_key:.1} bytes per key"
+        );
+        drop(keyed);
+    }
+}
