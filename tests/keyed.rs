@@ -899,6 +899,39 @@ fn carrying_to_the_same_configuration_changes_nothing() {
     run::<Warm>(warm(10, 1000, 500, 3));
 }
 
+/// The log keeps its history across a rule change: 30 a minute to 60 a
+/// minute mid-run leaves the 30 recent stamps in place (30 more now, not 60);
+/// back to 30 keeps the newest 30; `Reset` forgets them.
+#[test]
+fn a_keyed_log_keeps_its_history_across_reconfiguration() {
+    let clock = ManualClock::new();
+    let minute = Duration::from_secs(60);
+    let keyed = Keyed::<u8, Log>::with_clock(log(30, minute), clock.clone());
+    for _ in 0..30 {
+        keyed.try_acquire(&0).unwrap();
+        clock.advance(Duration::from_secs(1));
+    }
+    assert!(keyed.try_acquire(&0).is_err());
+    for carry in [Carry::Proportional, Carry::Additive] {
+        keyed.reconfigure(log(30, minute), carry);
+        assert!(keyed.try_acquire(&0).is_err(), "{carry:?} lost the history");
+    }
+    keyed.reconfigure(log(60, minute), Carry::Additive);
+    assert_eq!(keyed.snapshot(&0).available, 30);
+    assert!(keyed.try_acquire_n(&0, 30).is_ok());
+    assert!(keyed.try_acquire(&0).is_err());
+    // Back to 30: the newest 30 stamps (all at 30 s) stay; the oldest left
+    // the window at 60 s, the next at 61 s... but those were dropped, so
+    // the key waits for the 30 taken at 30 s: 60 s from them.
+    keyed.reconfigure(log(30, minute), Carry::Proportional);
+    assert_eq!(
+        keyed.try_acquire(&0),
+        Err(Denied::RetryAfter(Duration::from_secs(60)))
+    );
+    keyed.reconfigure(log(30, minute), Carry::Reset);
+    assert!(keyed.try_acquire_n(&0, 30).is_ok());
+}
+
 #[test]
 fn carry_strategies_for_the_fixed_window() {
     let clock = ManualClock::new();

@@ -11,10 +11,12 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use tollgate::keyed::{
-    BucketConfig, Carry, Keyed, MeterConfig, ShaperConfig, Tunable, WarmUpConfig, WindowConfig,
+    BucketConfig, Carry, Keyed, LogConfig, MeterConfig, ShaperConfig, Tunable, WarmUpConfig,
+    WindowConfig,
 };
 use tollgate::{
-    FixedWindow, LeakyBucket, ManualClock, Rate, RateLimiter, Shaper, Snapshot, TokenBucket, WarmUp,
+    FixedWindow, LeakyBucket, ManualClock, Rate, RateLimiter, Shaper, SlidingLog, Snapshot,
+    TokenBucket, WarmUp,
 };
 
 const THREADS: usize = 3;
@@ -115,6 +117,17 @@ fn shaper_and_warm_up_default_reconfiguration_races_requests() {
         trial::<Shaper<ManualClock>>(large, small, carry, 60);
         trial::<WarmUp<ManualClock>>(cold, colder, carry, 20);
         trial::<WarmUp<ManualClock>>(colder, cold, carry, 20);
+    }
+}
+
+#[test]
+fn sliding_log_default_reconfiguration_races_requests() {
+    let small = LogConfig::new(Rate::per_hour(15)).unwrap();
+    let large = LogConfig::new(Rate::per_hour(40)).unwrap();
+    for round in 0..30 {
+        let carry = [Carry::Proportional, Carry::Additive, Carry::Reset][round % 3];
+        trial::<SlidingLog<ManualClock>>(small, large, carry, 60);
+        trial::<SlidingLog<ManualClock>>(large, small, carry, 60);
     }
 }
 

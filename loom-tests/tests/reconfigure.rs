@@ -18,10 +18,10 @@ use std::time::Duration;
 use loom::sync::Arc;
 use loom::thread;
 use tollgate::keyed::{
-    BucketConfig, Carry, MeterConfig, ShaperConfig, Tunable, WarmUpConfig, WindowConfig,
+    BucketConfig, Carry, LogConfig, MeterConfig, ShaperConfig, Tunable, WarmUpConfig, WindowConfig,
 };
 use tollgate::{
-    Denied, FixedWindow, LeakyBucket, ManualClock, Rate, RateLimiter, Shaper, Snapshot,
+    Denied, FixedWindow, LeakyBucket, ManualClock, Rate, RateLimiter, Shaper, SlidingLog, Snapshot,
     TokenBucket, WarmUp,
 };
 use tollgate_loom_tests::explore;
@@ -281,6 +281,42 @@ fn warm_up_reconfiguration_races_acquires() {
                 vec![Op::Acquire(1)],
                 vec![Op::Acquire(1)],
                 vec![Op::Reconfigure(warm(80), Carry::Additive)],
+            ],
+        );
+    });
+}
+
+/// The keyed sliding log's per-key ring (under its per-key lock, a loom
+/// mutex here): a limit of 3 shrunk to 2 while acquires take 1 and 2; the
+/// history is carried (the newest stamps kept), exactly once.
+#[test]
+fn sliding_log_reconfiguration_races_acquires() {
+    let log = |limit| LogConfig::new(Rate::new(limit, Duration::from_nanos(100))).expect("valid");
+    explore("reconfigure: keyed sliding log", 3, move || {
+        linearizable(
+            |clock| Tunable::<SlidingLog<ManualClock>>::with_clock(log(3), clock),
+            vec![
+                vec![Op::Acquire(1), Op::Acquire(2)],
+                vec![Op::Reconfigure(log(2), Carry::Additive)],
+            ],
+        );
+    });
+}
+
+/// `Reset` (limit 2 kept), which empties the ring, raced by three single
+/// acquires: a log carried over twice (an acquire's carry-over not moving the
+/// tag, so the reconfiguration's own pass carries it again) forgets permits
+/// admitted after the first carry-over — three admitted and two still
+/// available — and this model fails.
+#[test]
+fn sliding_log_reset_races_acquires() {
+    let log = |limit| LogConfig::new(Rate::new(limit, Duration::from_nanos(100))).expect("valid");
+    explore("reconfigure: keyed sliding log, reset", 3, move || {
+        linearizable(
+            |clock| Tunable::<SlidingLog<ManualClock>>::with_clock(log(2), clock),
+            vec![
+                vec![Op::Acquire(1), Op::Acquire(1), Op::Acquire(1)],
+                vec![Op::Reconfigure(log(2), Carry::Reset)],
             ],
         );
     });

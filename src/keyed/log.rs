@@ -323,11 +323,11 @@ impl Log {
             return log;
         }
         let at = self.time(now);
-        let keep_after = at.saturating_sub(from.window.min(to.window));
+        let window = from.window.min(to.window);
         let len = self.ring.len() as u64;
         let kept: Vec<u64> = (self.tickets..self.tickets + len)
             .filter_map(|t| self.stamp(from, self.slot(t)))
-            .filter(|&s| s > keep_after)
+            .filter(|&s| s + window > at)
             .collect();
         let kept = &kept[kept.len().saturating_sub(to.limit as usize)..];
         if kept.is_empty() {
