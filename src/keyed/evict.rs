@@ -6,8 +6,8 @@
 //! A key's state is *fresh* when it decides, now and at every later time,
 //! exactly as a new state would (a full bucket with nothing to refill; an
 //! empty leaky bucket; a shaper whose schedule has ended; a warm-up key idle
-//! long enough to be cold again; a window that counted nothing in the current
-//! window). Such a key is removed; if it
+//! long enough to be cold again; a log whose stamps have all left the
+//! window; a window that counted nothing in the current window). Such a key is removed; if it
 //! comes back, it gets a new state and cannot tell the difference. The property
 //! test in `tests/keyed.rs` runs random operations against a keyed limiter that
 //! sweeps after every request and one that never evicts, and checks they agree

@@ -148,8 +148,9 @@ pub(crate) mod sealed {
 /// window, the same word as the direct limiter's), so a key costs what the key
 /// and its word cost and nothing else. It is implemented for [`TokenBucket`],
 /// [`FixedWindow`], the [`LeakyBucket`] meter, the [`Shaper`] and [`WarmUp`]
-/// (one `u128` per key, admitting what can start at once), their locking
-/// twins, and tuples of them
+/// (one `u128` per key, admitting what can start at once), the
+/// [`SlidingLog`] (a ring of 32-bit stamps per key, under a per-key lock),
+/// their locking twins, and tuples of them
 /// (`(TokenBucket, TokenBucket)` is "both limits must admit", see
 /// [`combined`](super::combined)).
 ///
@@ -161,6 +162,7 @@ pub(crate) mod sealed {
 /// [`LeakyBucket`]: crate::LeakyBucket
 /// [`Shaper`]: crate::Shaper
 /// [`WarmUp`]: crate::WarmUp
+/// [`SlidingLog`]: crate::SlidingLog
 pub trait Keyable: sealed::Sealed + Sized {
     /// The validated configuration shared by every key (e.g.
     /// [`BucketConfig`](super::BucketConfig)).

@@ -143,7 +143,8 @@ impl LogConfig {
     /// # use tollgate::{keyed::LogConfig, Rate};
     /// assert_eq!(LogConfig::new(Rate::per_second(10)).unwrap().resolution(), Duration::from_nanos(1));
     /// assert_eq!(LogConfig::new(Rate::per_minute(30)).unwrap().resolution(), Duration::from_nanos(32));
-    /// assert_eq!(LogConfig::new(Rate::per_day(1_000)).unwrap().resolution(), Duration::from_nanos(65_536));
+    /// let day = Rate::new(1_000, Duration::from_secs(86_400));
+    /// assert_eq!(LogConfig::new(day).unwrap().resolution(), Duration::from_nanos(65_536));
     /// ```
     pub fn resolution(&self) -> Duration {
         Duration::from_nanos(1 << self.shift)

@@ -31,10 +31,11 @@
 //!
 //! # Design
 //!
-//! **One word per key.** A kind ([`Keyable`]) is split into a configuration
+//! **A small state per key.** A kind ([`Keyable`]) is split into a configuration
 //! shared by all keys and a per-key state: for the token bucket, the fixed
 //! window and the leaky bucket meter, the same single `AtomicU64` as the
-//! direct limiter (for the shaper and warm-up, their 128-bit word), unpadded,
+//! direct limiter (for the shaper and warm-up, their 128-bit word; for the
+//! sliding log, a compact ring of 32-bit stamps, see [`LogConfig`]), unpadded,
 //! in the
 //! map's value. All keys share one clock origin (the keyed limiter's), so a
 //! key's state is directly comparable with a fresh one. Bytes per key are the
@@ -166,8 +167,8 @@ pub const FLOOR_STEP: u64 = 1 << 16;
 ///
 /// `L` is the kind of limiter each key gets — [`TokenBucket`](crate::TokenBucket),
 /// [`FixedWindow`](crate::FixedWindow), the [`LeakyBucket`](crate::LeakyBucket)
-/// meter, the [`Shaper`](crate::Shaper), [`WarmUp`](crate::WarmUp), a locking
-/// twin, or a pair of kinds for
+/// meter, the [`Shaper`](crate::Shaper), [`WarmUp`](crate::WarmUp), the exact
+/// [`SlidingLog`](crate::SlidingLog), a locking twin, or a pair of kinds for
 /// combined limits — and fixes the clock type. `S` is the map's hasher
 /// (std's `RandomState` by default, resistant to hash flooding).
 ///

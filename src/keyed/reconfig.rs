@@ -491,8 +491,8 @@ where
 /// A direct limiter whose configuration can be replaced while it runs, without
 /// a lock: [`TokenBucket`](crate::TokenBucket), [`FixedWindow`](crate::FixedWindow),
 /// the [`LeakyBucket`](crate::LeakyBucket) meter, the [`Shaper`](crate::Shaper),
-/// [`WarmUp`](crate::WarmUp), their twins or a combination of them, behind an
-/// epoch-protected
+/// [`WarmUp`](crate::WarmUp), the [`SlidingLog`](crate::SlidingLog), their
+/// twins or a combination of them, behind an epoch-protected
 /// configuration record.
 ///
 /// It makes the same decisions as the fixed limiter it wraps, plus a
