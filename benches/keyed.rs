@@ -19,6 +19,10 @@
 //! thread, timed from the first thread's start to the last one's end, so
 //! elements/s is total checks per second.
 //!
+//! Groups `keyed_log/<spread>/<threads>t` do the same with 100 k keys for
+//! `tollgate_log` (`Keyed<u64, SlidingLog>`: a per-key lock around a ring of
+//! 32-bit stamps), `tollgate_bucket` and `governor`, on the allow path too.
+//!
 //! Before the timed groups, the binary prints the bytes allocated per key with
 //! a million `u64` keys for each kind and for governor, counted by this
 //! binary's global allocator.
@@ -32,11 +36,11 @@ use std::time::Duration;
 use criterion::Criterion;
 use governor::Quota;
 use tollgate::keyed::{
-    BucketConfig, Keyable, Keyed, MeterConfig, ShaperConfig, WarmUpConfig, WindowConfig,
+    BucketConfig, Keyable, Keyed, LogConfig, MeterConfig, ShaperConfig, WarmUpConfig, WindowConfig,
 };
 use tollgate::{
     FixedWindow, LeakyBucket, LockingFixedWindow, LockingTokenBucket, LockingWarmUp, ManualClock,
-    Rate, Shaper, TokenBucket, WarmUp,
+    Rate, Shaper, SlidingLog, TokenBucket, WarmUp,
 };
 
 mod common;
@@ -175,6 +179,43 @@ fn throughput(c: &mut Criterion) {
     assert_eq!(tollgate.len(), KEYS, "no key may be evicted while timing");
 }
 
+/// Keys of the sliding-log groups: fewer than `KEYS`, as every log key
+/// holds a ring.
+const LOG_KEYS: usize = 100_000;
+
+/// The keyed sliding log (a per-key lock around a ring of 32-bit stamps)
+/// beside the keyed token bucket and governor, on the allow path: 1,024
+/// permits per 10 µs per key (102 M/s, more than any key gets here, so every
+/// check is admitted and writes; a 4 KB ring per key), hot key and 100 k keys.
+fn log_throughput(c: &mut Criterion) {
+    let keys: Arc<Vec<u64>> = Arc::new((0..LOG_KEYS as u64).map(key).collect());
+    let rate = Rate::new(1_024, Duration::from_micros(10));
+    let log = Arc::new(Keyed::<u64, SlidingLog>::new(
+        LogConfig::new(rate).expect("valid"),
+    ));
+    let bucket = Arc::new(tollgate_keyed());
+    let governor = Arc::new(governor_keyed());
+    for key in keys.iter() {
+        assert!(log.check(key) && bucket.check(key) && governor.check(key));
+    }
+    for (spread, hot) in [("hot", true), ("spread", false)] {
+        for threads in THREADS {
+            let mut group =
+                common::threads_group(c, &format!("keyed_log/{spread}/{threads}t"), threads);
+            group.bench_function("tollgate_log", |b| {
+                b.iter_custom(|iters| run(&log, &keys, hot, threads, iters))
+            });
+            group.bench_function("tollgate_bucket", |b| {
+                b.iter_custom(|iters| run(&bucket, &keys, hot, threads, iters))
+            });
+            group.bench_function("governor", |b| {
+                b.iter_custom(|iters| run(&governor, &keys, hot, threads, iters))
+            });
+            group.finish();
+        }
+    }
+}
+
 /// Bytes allocated per key with `KEYS` keys, each admitted once.
 fn bytes_per_key<L: Check>(make: impl FnOnce() -> L) -> f64 {
     let before = ALLOCATED.load(Ordering::Relaxed);
@@ -263,5 +304,6 @@ fn main() {
     memory();
     let mut c = common::config().configure_from_args();
     throughput(&mut c);
+    log_throughput(&mut c);
     c.final_summary();
 }
