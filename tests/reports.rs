@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use tollgate::keyed::{
-    BucketConfig, Keyed, MeterConfig, ShaperConfig, Tunable, WarmUpConfig, WindowConfig,
+    BucketConfig, Keyed, LogConfig, MeterConfig, ShaperConfig, Tunable, WarmUpConfig, WindowConfig,
 };
 use tollgate::{
     ApproxSlidingWindow, Denied, FixedWindow, LeakyBucket, LockingApproxSlidingWindow,
@@ -172,6 +172,9 @@ proptest! {
         let warm = WarmUpConfig::new(Rate::per_second(10), Duration::from_millis(500)).unwrap();
         let warm_plain = Keyed::<u8, WarmUp<ManualClock>>::with_clock(warm, plain_clock.clone());
         let warm_reporting = Keyed::<u8, WarmUp<ManualClock>>::with_clock(warm, reporting_clock.clone());
+        let log = LogConfig::new(Rate::new(10, Duration::from_millis(300))).unwrap();
+        let log_plain = Keyed::<u8, SlidingLog<ManualClock>>::with_clock(log, plain_clock.clone());
+        let log_reporting = Keyed::<u8, SlidingLog<ManualClock>>::with_clock(log, reporting_clock.clone());
         let mut now = 0;
         for &(dt, n, key) in &steps {
             now += dt;
@@ -183,6 +186,7 @@ proptest! {
                 (meter_plain.try_acquire_n(&key, n), meter_reporting.try_acquire_n_with_snapshot(&key, n), meter_reporting.snapshot(&key)),
                 (queue_plain.try_acquire_n(&key, n), queue_reporting.try_acquire_n_with_snapshot(&key, n), queue_reporting.snapshot(&key)),
                 (warm_plain.try_acquire_n(&key, n), warm_reporting.try_acquire_n_with_snapshot(&key, n), warm_reporting.snapshot(&key)),
+                (log_plain.try_acquire_n(&key, n), log_reporting.try_acquire_n_with_snapshot(&key, n), log_reporting.snapshot(&key)),
             ] {
                 match reported {
                     Ok(snap) => {

@@ -185,6 +185,9 @@ struct Log {
     /// The latest decision time that admitted, exact ns; 0 before any.
     clock: u64,
     base: u64,
+    /// Every logged permit before this ticket has left the window for good
+    /// (as of `clock`): where the search for the first busy entry resumes.
+    first_busy: u64,
     ring: Box<[u32]>,
 }
 
@@ -195,6 +198,7 @@ impl Log {
             tickets: 0,
             clock: 0,
             base: 0,
+            first_busy: 0,
             ring: Box::new([]),
         }
     }
@@ -301,6 +305,26 @@ impl Log {
             self.slot(self.tickets + u64::from(config.limit) - 1),
         );
         Snapshot::from_ns(lo as u32, config.limit, newest.saturating_sub(now))
+    }
+
+    /// The snapshot an admission at `now` left, in amortised O(1): the
+    /// free run from the head ends at the first entry still in the window,
+    /// and that only moves forward (decision times do not go back, and a
+    /// refund only empties entries before it), so the search resumes where
+    /// the previous one stopped.
+    fn report(&mut self, config: &LogConfig, now: u64) -> Snapshot {
+        let at = self.time(now);
+        let len = self.ring.len() as u64;
+        let oldest = self.tickets.saturating_sub(len);
+        let mut busy = self.first_busy.clamp(oldest, self.tickets);
+        while busy < self.tickets && self.free_at(config, self.slot(busy)) <= at {
+            busy += 1;
+        }
+        self.first_busy = busy;
+        // Tickets before `oldest` are slots never written in this ring: free.
+        let available = busy - oldest + (len - (self.tickets - oldest));
+        let newest = self.free_at(config, self.slot(self.tickets + len - 1));
+        Snapshot::from_ns(available as u32, config.limit, newest.saturating_sub(now))
     }
 
     /// Exactly a new log's decisions from `now` on: every entry has left the
@@ -455,7 +479,7 @@ impl<C: Clock> Keyable for SlidingLog<C> {
         Ok(LogReceipt {
             tickets: log.tickets,
             tag: log.tag,
-            after: log.snapshot(config, now),
+            after: log.report(config, now),
         })
     }
 
