@@ -20,6 +20,7 @@
 //! | `tickets` | permits logged so far (less refunds); the next slot is `tickets mod N` |
 //! | `clock` | the latest decision time that admitted, in ns; no decision is made before it |
 //! | `base` | the unit the offsets count from |
+//! | `first_busy` | the first logged permit possibly still in the window (where an admission's report resumes its search) |
 //! | `ring` | `N` offsets: `0` = empty, else the stamp `base + offset − 1` (units) |
 //!
 //! Stamps are in units of `2^k` ns, the smallest `k` for which a window is at
@@ -63,8 +64,9 @@ const WINDOW_UNITS: u64 = 1 << 31;
 /// permits in any window of length `T`, per key, validated once.
 ///
 /// Per key: a ring of `N` 32-bit stamps (`4·N` bytes, allocated on the key's
-/// first admission and freed when the key is evicted) plus a 48-byte header
-/// in the map's entry.
+/// first admission and freed when the key is evicted) plus a 56-byte header
+/// in the map's entry (about 96 bytes per key with the key and the table:
+/// 215.7 bytes at N = 30, measured).
 ///
 /// ```
 /// use std::time::Duration;
