@@ -64,7 +64,7 @@ const WINDOW_UNITS: u64 = 1 << 31;
 /// permits in any window of length `T`, per key, validated once.
 ///
 /// Per key: a ring of `N` 32-bit stamps (`4·N` bytes, allocated on the key's
-/// first admission and freed when the key is evicted) plus a 56-byte header
+/// first admission and freed when the key is evicted) plus a 64-byte header
 /// in the map's entry (about 96 bytes per key with the key and the table:
 /// 215.7 bytes at N = 30, measured).
 ///
@@ -543,5 +543,25 @@ impl<C: Clock> Keyable for SlidingLog<C> {
             Ok(None) => true,
             Err(_) => false,
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// The per-key header: 56 bytes of state and the lock, 64 in all.
+    #[test]
+    fn the_per_key_header_is_sixty_four_bytes() {
+        assert_eq!(std::mem::size_of::<LogCell>(), 64);
+    }
+
+    /// A window just past 2^31 ns takes 2 ns units; at 2^31 ns, 1 ns.
+    #[test]
+    fn units_are_the_smallest_that_fit() {
+        let at = |ns| LogConfig::new(Rate::new(1, Duration::from_nanos(ns))).unwrap();
+        assert_eq!(at(1 << 31).resolution(), Duration::from_nanos(1));
+        assert_eq!(at((1 << 31) + 1).resolution(), Duration::from_nanos(2));
+        assert_eq!(at(1 << 62).resolution(), Duration::from_nanos(1 << 31));
     }
 }
