@@ -95,6 +95,6 @@ pub use sliding_window::{
     ApproxSlidingWindow, LockingApproxSlidingWindow, LockingSlidingWindow, SlidingWindow,
     SlidingWindowBuilder,
 };
-pub use token_bucket::{LockingTokenBucket, TokenBucket};
+pub use token_bucket::{LeasedTokenBucket, LockingTokenBucket, TokenBucket};
 pub use waiting::{Reservation, Reserve};
 pub use warm_up::{LockingWarmUp, WarmUp};

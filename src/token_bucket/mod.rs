@@ -60,12 +60,14 @@
 //! ```
 
 mod gcra;
+mod leased;
 mod locking;
 pub(crate) mod machine;
 mod reserve;
 
 use std::time::Duration;
 
+pub use leased::LeasedTokenBucket;
 pub use locking::LockingTokenBucket;
 
 use crate::cell::AtomicCell;
