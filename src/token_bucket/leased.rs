@@ -233,7 +233,7 @@ impl<C: Clock> LeasedTokenBucket<C> {
             // The slots `[start, after)` must lie in the lease and start no later
             // than `now + τ`; that is GCRA's own test, capped at the lease's end.
             if after > end || after > limit {
-                return self.acquire_slow(now, n, own);
+                return self.acquire_slow(now, n, own, next < end);
             }
             // Relaxed both ways: the spend is decided on the very value it
             // replaces, and publishes nothing else.
@@ -251,13 +251,20 @@ impl<C: Clock> LeasedTokenBucket<C> {
 
     /// The stripe's lease cannot serve the request: take the lease out, give it
     /// back to the word if nothing was leased after it, and decide on the word,
-    /// leasing spare slots for the stripe when there is room.
+    /// leasing spare slots for the stripe when there is room. `had_lease`: the
+    /// stripe held a lease when last read; if it did not, it is left alone, so
+    /// a denial on an empty stripe writes nothing.
     #[inline(never)]
-    fn acquire_slow(&self, now: u64, n: u32, own: usize) -> Result<(), Denied> {
+    fn acquire_slow(&self, now: u64, n: u32, own: usize, had_lease: bool) -> Result<(), Denied> {
         let stripe = &self.stripes[own];
         // Relaxed: the swap makes the lease ours alone (no other thread can
-        // spend it once it is out); nothing else is read on its strength.
-        let (held, held_end) = unpack(stripe.swap(EMPTY, Ordering::Relaxed));
+        // spend it once it is out); nothing else is read on its strength. A
+        // lease installed after the stripe was read empty stays where it is.
+        let (held, held_end) = if had_lease {
+            unpack(stripe.swap(EMPTY, Ordering::Relaxed))
+        } else {
+            (0, 0)
+        };
         let holding = held < held_end;
         let cost = u64::from(n) * self.interval;
         let limit = now + self.tolerance;
