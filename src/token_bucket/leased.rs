@@ -88,7 +88,12 @@ fn unpack(lease: u128) -> (u64, u64) {
 /// decisions of [`LockingTokenBucket`](crate::LockingTokenBucket), its locking
 /// twin, retry-afters included.
 ///
-/// See the [module docs](self) for the state and the argument.
+/// How it works: a permit is a *slot* of length `1/rate` on the bucket's
+/// timeline, spendable at a reading `s` only if it starts in `[s, s + (capacity
+/// − 1)/rate]`. The shared GCRA word leases runs of slots `[next, end)` to the
+/// stripes; a stripe spends `n` at `s` from `max(next, s)` if the `n` slots fit
+/// both before `end` and before `s + capacity/rate`. The state table and the
+/// proof of the bound are in docs/algorithms.md ("Leased token bucket").
 ///
 /// ```
 /// use std::time::Duration;
