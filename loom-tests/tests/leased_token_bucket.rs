@@ -2,7 +2,7 @@
 //! loom models of `tollgate::LeasedTokenBucket`: the GCRA word leasing runs of
 //! its timeline to stripes, spends from the stripes, leases given back,
 //! kept or forgotten — the code that ships, through tollgate's sync facade
-//! (the stripes' 128-bit cell is a loom-visible stand-in, see `wide`).
+//! (stripes and word are loom atomics, so weak-memory orders are explored too).
 //!
 //! Every model moves a `ManualClock` inside the model (forward, and back),
 //! records each request with its exact decision time, and after joining checks
@@ -70,18 +70,19 @@ fn verify(bucket: &Bucket, clock: &ManualClock, capacity: u32, mut threads: Vec<
     assert_bucket_bound(capacity, INTERVAL, &threads);
 }
 
-/// Two stripes, two threads: the first leases spare slots on stripe 1 and
-/// spends them while the second takes from the word and the clock moves on
-/// (to the edge of the first lease), so spends race with leases and with
-/// readings older than the slots they find.
+/// Two stripes, two threads: the first leases a spare run on stripe 1 and
+/// spends it while the second takes most of the bucket from the word and the
+/// clock moves on (past the first lease's first slots), so spends race with
+/// leases and with readings older than the slots they find.
 #[test]
 fn spends_race_with_leases_and_the_clock() {
     let explored = explore(
         "leased_token_bucket::spends_race_with_leases_and_the_clock",
         3,
         || {
-            // Two stripes: a full bucket of 8 leases 8 / (2·2) = 2 slots.
-            const CAPACITY: u32 = 8;
+            // Two stripes, capacity 16 (160 ns): leases end on multiples of
+            // 32 ns (≤ 160 / (2·2)), so a single permit at 0 leases [10, 32).
+            const CAPACITY: u32 = 16;
             let (bucket, clock) = bucket(CAPACITY, 2);
 
             let b = bucket.clone();
@@ -90,7 +91,7 @@ fn spends_race_with_leases_and_the_clock() {
             });
             let (b, c) = (bucket.clone(), clock.clone());
             let other = thread::spawn(move || {
-                let first = record(6, || b.try_acquire_n(6));
+                let first = record(12, || b.try_acquire_n(12));
                 c.advance(nanos(INTERVAL + 5));
                 vec![first, record(2, || b.try_acquire_n(2))]
             });
@@ -112,8 +113,9 @@ fn a_shared_stripe_gives_back_keeps_and_forgets() {
         "leased_token_bucket::a_shared_stripe_gives_back_keeps_and_forgets",
         3,
         || {
-            // One stripe: a full bucket of 4 leases 4 / 2 = 2 slots.
-            const CAPACITY: u32 = 4;
+            // One stripe, capacity 8 (80 ns): leases end on multiples of 32 ns
+            // (≤ 80 / 2), so a single permit at 0 leases [10, 32).
+            const CAPACITY: u32 = 8;
             let (bucket, clock) = bucket(CAPACITY, 1);
 
             let b = bucket.clone();
@@ -137,17 +139,17 @@ fn a_shared_stripe_gives_back_keeps_and_forgets() {
     assert!(explored > 1);
 }
 
-/// Slots that time has passed are expired: a lease of slots `[10, 20)` taken
-/// at 0 on stripe 1 must not be spent at 100, where stripe 0 has just taken
-/// the full capacity from the word (9 admissions at 100 if it were).
+/// Slots that time has passed are expired: a lease `[10, 32)` taken at 0 on
+/// stripe 1 must not be spent at 100, where stripe 0 has just taken the full
+/// capacity from the word (17 admissions at 100 if it were).
 #[test]
 fn expired_lease_slots_are_not_spent() {
     let explored = explore(
         "leased_token_bucket::expired_lease_slots_are_not_spent",
         3,
         || {
-            // Two stripes: a full bucket of 8 leases 8 / (2·2) = 2 slots.
-            const CAPACITY: u32 = 8;
+            // Two stripes, capacity 16: a single permit at 0 leases [10, 32).
+            const CAPACITY: u32 = 16;
             let (bucket, clock) = bucket(CAPACITY, 2);
 
             let (b, c) = (bucket.clone(), clock.clone());
@@ -167,16 +169,16 @@ fn expired_lease_slots_are_not_spent() {
 }
 
 /// A stale or backwards reading must not spend a slot more than `τ` ahead of
-/// it: a lease taken at 100 (slots up to 120) must not be spent at a reading
-/// of 0, where the whole capacity was admitted already (one stripe, shared).
+/// it: a lease taken at 100 (`[110, 128)`) must not be spent at a reading of
+/// 0, where the whole capacity was admitted already (one stripe, shared).
 #[test]
 fn clock_stepping_back_cannot_spend_leases_early() {
     let explored = explore(
         "leased_token_bucket::clock_stepping_back_cannot_spend_leases_early",
         3,
         || {
-            // One stripe: a full bucket of 4 leases 4 / 2 = 2 slots.
-            const CAPACITY: u32 = 4;
+            // One stripe, capacity 8: a single permit at 100 leases [110, 128).
+            const CAPACITY: u32 = 8;
             let (bucket, clock) = bucket(CAPACITY, 1);
 
             let (b, c) = (bucket.clone(), clock.clone());

@@ -28,19 +28,20 @@
 //! | atomic | bits | meaning |
 //! |---|---|---|
 //! | word (`AtomicU64`, own cache line) | 0–63 | the TAT: every slot before it has been leased, spent or forgotten; every slot from it on is free. Below `2^63`, as the plain bucket's. |
-//! | stripe `k` (`AtomicU128`, own cache line) | 0–63 | `next`: the first slot start of the lease the stripe holds |
-//! | | 64–127 | `end`: where the lease ends. `next ≥ end` (`0, 0` at birth) means the stripe holds nothing. |
+//! | stripe `k` (`AtomicU64`, own cache line) | 63 | set: the stripe holds nothing (at birth, and once a lease is used up) |
+//! | | 0–62 | `next`: the first slot start of the stripe's lease. The lease ends at `end(next)`, the first multiple of `2^b` above `next` — `b` fixed at construction (`2^b ≤ capacity·I / (2·stripes)`) — so one word says where the lease starts *and* ends. |
 //!
 //! | operation | reads | writes |
 //! |---|---|---|
-//! | spend from own stripe (fast path) | stripe | `next := max(next, s) + n·I`, by CAS |
-//! | lease (slow path) | stripe, word | stripe emptied by swap; word `TAT → max(base, s) + m·I` by CAS, `m ≥ n` slots, `base` = the old lease's `next` if the word still ends at it (the old lease given back), else the TAT; the `m − n` spare slots into the stripe if it is still empty, else back to the word |
+//! | spend from own stripe (fast path) | stripe | `next := max(next, s) + n·I` by CAS (empty if that is `end(next)`) |
+//! | lease (slow path) | stripe, word | stripe emptied by swap (if it held a lease); word `TAT → v` or `→ end(v)` by CAS, `v = max(base, s) + n·I`, `base` = the old lease's `next` if the word still ends at it (the old lease given back), else the TAT; the spare `[v, end(v))` is leased when it holds a slot and ends by `s + capacity·I`, and goes into the stripe if it is still empty, else back to the word |
 //! | deny | stripe, word | the old lease given back to the word, or put back in the stripe |
 //! | snapshot | word, every stripe | nothing |
 //!
-//! Lease sizes shrink as the bucket runs low: `m` is the larger of `n` and
-//! `room / (2·stripes)`, `room` being the slots the word could still grant at
-//! `s`, so a nearly empty bucket leases exactly what each request asks for.
+//! Leases are at most `2^b` ns of the timeline, at most `capacity·I /
+//! (2·stripes)`: together the stripes hold at most half a full bucket, and a
+//! bucket too low to lease a whole spare run leases nothing (each request takes
+//! exactly its own slots from the word).
 //!
 //! Every ordering is `Relaxed`: the word and the stripes are intervals of time
 //! owned by exactly one place at a time, moved between places only by
@@ -58,20 +59,12 @@ use crate::error::{ConfigError, Denied};
 use crate::limiter::{RateLimiter, Rejection, Snapshot, check_request, report};
 use crate::rate::Rate;
 use crate::stripe::{MAX_STRIPES, default_stripes, thread_hint};
-use crate::sync::{AtomicU64, AtomicU128, Ordering};
+use crate::sync::{AtomicU64, Ordering};
 use crate::timeline::Timeline;
 use crate::word::WordMachine;
 
-/// A stripe that holds nothing.
-const EMPTY: u128 = 0;
-
-fn pack(next: u64, end: u64) -> u128 {
-    (u128::from(end) << 64) | u128::from(next)
-}
-
-fn unpack(lease: u128) -> (u64, u64) {
-    (lease as u64, (lease >> 64) as u64)
-}
+/// A stripe that holds nothing: bit 63, which no slot start has.
+const EMPTY: u64 = 1 << 63;
 
 /// A lock-free token bucket whose permits are leased to per-core stripes: the
 /// same guarantee as [`TokenBucket`](crate::TokenBucket) (at most
@@ -112,8 +105,10 @@ pub struct LeasedTokenBucket<C = MonotonicClock> {
     /// `gcra`'s interval and tolerance, copied out for the hot path.
     interval: u64,
     tolerance: u64,
+    /// `b`: leases end at multiples of `2^b` ns.
+    shift: u32,
     word: CachePadded<AtomicU64>,
-    stripes: Box<[CachePadded<AtomicU128>]>,
+    stripes: Box<[CachePadded<AtomicU64>]>,
     /// `stripes.len() - 1`; the length is a power of two.
     mask: usize,
     timeline: Timeline<C>,
@@ -167,14 +162,19 @@ impl<C: Clock> LeasedTokenBucket<C> {
     ) -> Result<Self, ConfigError> {
         let gcra = Gcra::new(capacity, rate)?;
         let stripes = stripes.clamp(1, MAX_STRIPES).next_power_of_two();
+        // The longest lease: a power of two of at most capacity·I / (2·stripes)
+        // (at least 1 ns; a lease shorter than one slot is never taken).
+        let share = (gcra.tolerance_ns() / (2 * stripes as u64)).max(1);
+        let shift = share.ilog2();
         Ok(LeasedTokenBucket {
+            shift,
             interval: gcra.interval_ns(),
             tolerance: gcra.tolerance_ns(),
             gcra,
             // A TAT of zero: full at birth. Every stripe empty.
             word: CachePadded::new(AtomicU64::new(0)),
             stripes: (0..stripes)
-                .map(|_| CachePadded::new(AtomicU128::new(EMPTY)))
+                .map(|_| CachePadded::new(AtomicU64::new(EMPTY)))
                 .collect(),
             mask: stripes - 1,
             timeline: Timeline::new(clock),
@@ -218,45 +218,52 @@ impl<C: Clock> LeasedTokenBucket<C> {
         self.timeline.clock()
     }
 
+    /// Where a lease starting at `next` ends: the first multiple of `2^b`
+    /// above it. `next < 2^63` and `b ≤ 62`, so this is at most `2^63`.
+    #[inline]
+    fn end_of(&self, next: u64) -> u64 {
+        ((next >> self.shift) + 1) << self.shift
+    }
+
     /// Admits `n` (in `1..=capacity`) at reading `now`: from the calling
     /// thread's stripe when its lease has room, else through the word.
     #[inline]
     fn acquire_at(&self, now: u64, n: u32) -> Result<(), Denied> {
         let own = thread_hint() & self.mask;
         let stripe = &self.stripes[own];
-        // `n ≤ capacity`, so `cost ≤ tolerance < 2^62`; `next, end < 2^63`, so
-        // no sum below overflows.
+        // `n ≤ capacity`, so `cost ≤ tolerance ≤ 2^62`; `now ≤ 2^62 − 1` and
+        // slot starts stay below `2^63`, so no sum below overflows.
         let cost = u64::from(n) * self.interval;
         let limit = now + self.tolerance;
         // Relaxed: the lease is an interval of time, not a handle on other
         // memory; the CAS checks that it is still the interval decided on.
-        let mut lease = stripe.load(Ordering::Relaxed);
+        let mut next = stripe.load(Ordering::Relaxed);
         loop {
-            let (next, end) = unpack(lease);
+            if next & EMPTY != 0 {
+                return self.acquire_slow(now, n, own, false);
+            }
+            let end = self.end_of(next);
             let start = next.max(now);
             let after = start + cost;
             // The slots `[start, after)` must lie in the lease and start no later
             // than `now + τ`; that is GCRA's own test, capped at the lease's end.
             if after > end || after > limit {
-                return self.acquire_slow(now, n, own, next < end);
+                return self.acquire_slow(now, n, own, true);
             }
+            // Used up exactly: `after` itself would name the next run.
+            let left = if after == end { EMPTY } else { after };
             // Relaxed both ways: the spend is decided on the very value it
             // replaces, and publishes nothing else.
-            match stripe.compare_exchange_weak(
-                lease,
-                pack(after, end),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
+            match stripe.compare_exchange_weak(next, left, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => return Ok(()),
-                Err(actual) => lease = actual,
+                Err(actual) => next = actual,
             }
         }
     }
 
     /// The stripe's lease cannot serve the request: take the lease out, give it
     /// back to the word if nothing was leased after it, and decide on the word,
-    /// leasing spare slots for the stripe when there is room. `had_lease`: the
+    /// leasing a spare run for the stripe when there is room. `had_lease`: the
     /// stripe held a lease when last read; if it did not, it is left alone, so
     /// a denial on an empty stripe writes nothing.
     #[inline(never)]
@@ -265,12 +272,13 @@ impl<C: Clock> LeasedTokenBucket<C> {
         // Relaxed: the swap makes the lease ours alone (no other thread can
         // spend it once it is out); nothing else is read on its strength. A
         // lease installed after the stripe was read empty stays where it is.
-        let (held, held_end) = if had_lease {
-            unpack(stripe.swap(EMPTY, Ordering::Relaxed))
+        let held = if had_lease {
+            stripe.swap(EMPTY, Ordering::Relaxed)
         } else {
-            (0, 0)
+            EMPTY
         };
-        let holding = held < held_end;
+        let holding = held & EMPTY == 0;
+        let held_end = if holding { self.end_of(held) } else { 0 };
         let cost = u64::from(n) * self.interval;
         let limit = now + self.tolerance;
         // Relaxed: a decision on a stale TAT is checked by the CAS below.
@@ -281,8 +289,9 @@ impl<C: Clock> LeasedTokenBucket<C> {
             let giving_back = holding && tat == held_end;
             let base = if giving_back { held } else { tat };
             let start = base.max(now);
-            if start + cost > limit {
-                let denied = Denied::RetryAfter(Duration::from_nanos(start + cost - limit));
+            let spent = start + cost;
+            if spent > limit {
+                let denied = Denied::RetryAfter(Duration::from_nanos(spent - limit));
                 if giving_back {
                     // Relaxed: as the lease CAS below.
                     match self.word.compare_exchange_weak(
@@ -299,14 +308,15 @@ impl<C: Clock> LeasedTokenBucket<C> {
                     }
                 }
                 if holding {
-                    self.keep(stripe, held, held_end);
+                    self.keep(stripe, held);
                 }
                 return Err(denied);
             }
-            // At least `n`: `start + cost ≤ limit`.
-            let room = (limit - start) / self.interval;
-            let slots = self.lease_size(room, u64::from(n));
-            let new_tat = start + slots * self.interval;
+            // The spare run `[spent, end(spent))`, if it holds a slot and ends
+            // within what the bucket may grant at this reading.
+            let end = self.end_of(spent);
+            let lease = end - spent >= self.interval && end <= limit;
+            let new_tat = if lease { end } else { spent };
             // Relaxed on success: the lease is decided on the very TAT it
             // replaces and publishes nothing. Relaxed on failure: the fresh TAT
             // is all the next decision needs.
@@ -320,10 +330,10 @@ impl<C: Clock> LeasedTokenBucket<C> {
                     if holding && !giving_back {
                         // Leased after by someone else: it cannot go back to the
                         // word, but it can stay where it was.
-                        self.keep(stripe, held, held_end);
+                        self.keep(stripe, held);
                     }
-                    if slots > u64::from(n) {
-                        self.keep_or_return(stripe, start + cost, new_tat);
+                    if lease {
+                        self.keep_or_return(stripe, spent, end);
                     }
                     return Ok(());
                 }
@@ -332,43 +342,24 @@ impl<C: Clock> LeasedTokenBucket<C> {
         }
     }
 
-    /// `max(need, room / (2·stripes))`, at most `room`: big leases while the
-    /// bucket is full, exactly the request when it runs low.
-    fn lease_size(&self, room: u64, need: u64) -> u64 {
-        (room / (2 * self.stripes.len() as u64)).clamp(need, room)
+    /// Puts a lease we own (starting at `next`, ending at `end_of(next)`) into
+    /// `stripe` if the stripe is empty; otherwise the lease is forgotten (its
+    /// slots are never spent: under-admission only).
+    fn keep(&self, stripe: &AtomicU64, next: u64) -> bool {
+        // Relaxed: the stripe's new lease is ours to give; nothing else is
+        // published. A failure means another lease is there.
+        stripe
+            .compare_exchange(EMPTY, next, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
     }
 
-    /// Puts a lease we own into `stripe` if the stripe is empty; otherwise the
-    /// lease is forgotten (its slots are never spent: under-admission only).
-    fn keep(&self, stripe: &AtomicU128, next: u64, end: u64) -> bool {
-        // Relaxed: see `acquire_at`.
-        let mut current = stripe.load(Ordering::Relaxed);
-        loop {
-            let (n, e) = unpack(current);
-            if n < e {
-                return false;
-            }
-            // Relaxed: the stripe's new lease is ours to give; nothing else is
-            // published.
-            match stripe.compare_exchange_weak(
-                current,
-                pack(next, end),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return true,
-                Err(actual) => current = actual,
-            }
-        }
-    }
-
-    /// Puts fresh spare slots `[next, end)`, just leased, into `stripe`, or, if
-    /// another thread of the same stripe filled it first, gives them back to
-    /// the word while nothing has been leased after them.
-    fn keep_or_return(&self, stripe: &AtomicU128, next: u64, end: u64) {
-        if !self.keep(stripe, next, end) {
+    /// Puts a spare run `[next, end)`, just leased, into `stripe`, or, if
+    /// another thread of the same stripe filled it first, gives it back to the
+    /// word while nothing has been leased after it.
+    fn keep_or_return(&self, stripe: &AtomicU64, next: u64, end: u64) {
+        if !self.keep(stripe, next) {
             // Relaxed: as the lease CAS. A failure means someone leased after
-            // us: the slots are forgotten.
+            // us: the run is forgotten.
             let _ = self
                 .word
                 .compare_exchange(end, next, Ordering::Relaxed, Ordering::Relaxed);
@@ -383,8 +374,11 @@ impl<C: Clock> LeasedTokenBucket<C> {
         // Saturating: the loads are not one consistent state, so the sum is
         // not bounded by the TAT.
         let leased = self.stripes.iter().fold(0u64, |sum, stripe| {
-            let (next, end) = unpack(stripe.load(Ordering::Relaxed));
-            sum.saturating_add(end.saturating_sub(next.max(now)))
+            let next = stripe.load(Ordering::Relaxed);
+            if next & EMPTY != 0 {
+                return sum;
+            }
+            sum.saturating_add(self.end_of(next).saturating_sub(next.max(now)))
         });
         tat.saturating_sub(leased)
     }
