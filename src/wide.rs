@@ -118,12 +118,6 @@ impl LoomAtomicU128 {
         *self.0.lock().unwrap() = value;
     }
 
-    /// One loom-visible step, as the real `swap` is one atomic exchange
-    /// (the leased token bucket empties a stripe with it).
-    pub(crate) fn swap(&self, value: u128, _: Ordering) -> u128 {
-        std::mem::replace(&mut *self.0.lock().unwrap(), value)
-    }
-
     pub(crate) fn compare_exchange_weak(
         &self,
         current: u128,
