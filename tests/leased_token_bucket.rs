@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use support::{
-    Admission, ReferenceTokenBucket, Step, assert_agree, check_token_bucket, lockstep, mixed,
-    round_times,
+    Admission, ReferenceTokenBucket, Step, assert_agree, check_token_bucket, expected_per_round,
+    lockstep, mixed, round_times,
 };
 use tollgate::{Denied, LeasedTokenBucket, LockingTokenBucket, ManualClock, Rate, RateLimiter};
 
@@ -382,9 +382,16 @@ fn stress_rounds(
         );
     }
     check_token_bucket(&admissions, capacity, permits as u32, period);
+    // What a sequential bucket admits when every round's demand exceeds its
+    // room (single permits): an exact, tight limiter admits exactly this.
+    let mut reference = ReferenceTokenBucket::new(capacity, permits as u32, period);
+    let sequential: u64 = expected_per_round(&mut reference, &times, THREADS * ATTEMPTS)
+        .iter()
+        .sum();
     println!(
         "leased token bucket, {THREADS} threads, {stripes} stripes, capacity {capacity}, \
-         {} requests: admitted {admitted}, admissible {admissible}, denied with room {missed}",
+         {} requests: admitted {admitted} (sequential bucket: {sequential}), \
+         admissible {admissible}, denied with room {missed}",
         if stop_at_denial {
             "stop at first denial"
         } else {

@@ -198,6 +198,42 @@ fn clock_stepping_back_cannot_spend_leases_early() {
     assert!(explored > 1);
 }
 
+/// A run used up exactly is gone: with 8 ns per permit a single permit at 0
+/// leases `[8, 32)` on stripe 1 and three more use it up exactly; the stripe
+/// must then read empty, not `[32, 64)` — a run never taken from the word,
+/// which stripe 0 is taking at the same time (17 admissions at 0 if it were).
+#[test]
+fn a_used_up_run_leaves_the_stripe_empty() {
+    let explored = explore(
+        "leased_token_bucket::a_used_up_run_leaves_the_stripe_empty",
+        3,
+        || {
+            // Capacity 16 of 8 ns: runs end on multiples of 32 ns (≤ 128 / 4).
+            const CAPACITY: u32 = 16;
+            let clock = ManualClock::new();
+            let bucket = Arc::new(
+                LeasedTokenBucket::with_stripes(
+                    CAPACITY,
+                    Rate::new(1, nanos(8)),
+                    RecordingClock::new(clock.clone()),
+                    2,
+                )
+                .expect("a valid configuration"),
+            );
+
+            let b = bucket.clone();
+            let spender =
+                thread::spawn(move || (0..5).map(|_| record(1, || b.try_acquire())).collect());
+            let b = bucket.clone();
+            let taker = thread::spawn(move || vec![record(12, || b.try_acquire_n(12))]);
+
+            let threads: Vec<Vec<Op>> = vec![spender.join().unwrap(), taker.join().unwrap()];
+            assert_bucket_bound(CAPACITY, 8, &threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
 /// The lease without its time bound: a stripe keeps a *count* of leased
 /// permits and spends it at any reading. A permit leased at 0 and spent at
 /// 100, beside a full bucket's worth taken from the word at 100, puts

@@ -34,14 +34,15 @@
 //! | operation | reads | writes |
 //! |---|---|---|
 //! | spend from own stripe (fast path) | stripe | `next := max(next, s) + n·I` by CAS (empty if that is `end(next)`) |
-//! | lease (slow path) | stripe, word | stripe emptied by swap (if it held a lease); word `TAT → v` or `→ end(v)` by CAS, `v = max(base, s) + n·I`, `base` = the old lease's `next` if the word still ends at it (the old lease given back), else the TAT; the spare `[v, end(v))` is leased when it holds a slot and ends by `s + capacity·I`, and goes into the stripe if it is still empty, else back to the word |
+//! | lease (slow path) | stripe, word | stripe emptied by swap (if it held a lease); word `TAT → v` or `→ end(v)` by CAS, `v = max(base, s) + n·I`, `base` = the old lease's `next` if the word still ends at it (the old lease given back), else the TAT; the spare `[v, end(v))` is leased when it holds a slot and is at most `(s + capacity·I − v) / (2·stripes)` long, and goes into the stripe if it is still empty, else back to the word |
 //! | deny | stripe, word | the old lease given back to the word, or put back in the stripe |
 //! | snapshot | word, every stripe | nothing |
 //!
 //! Leases are at most `2^b` ns of the timeline, at most `capacity·I /
-//! (2·stripes)`: together the stripes hold at most half a full bucket, and a
-//! bucket too low to lease a whole spare run leases nothing (each request takes
-//! exactly its own slots from the word).
+//! (2·stripes)`, and at most a `1/(2·stripes)` share of what the bucket could
+//! still grant when leased: together the stripes hold at most half of it, and
+//! a bucket running low leases nothing (each request takes exactly its own
+//! slots from the word).
 //!
 //! Every ordering is `Relaxed`: the word and the stripes are intervals of time
 //! owned by exactly one place at a time, moved between places only by
@@ -312,10 +313,12 @@ impl<C: Clock> LeasedTokenBucket<C> {
                 }
                 return Err(denied);
             }
-            // The spare run `[spent, end(spent))`, if it holds a slot and ends
-            // within what the bucket may grant at this reading.
+            // The spare run `[spent, end(spent))`, if it holds a slot and is at
+            // most a `1/(2·stripes)` share of what the bucket may still grant
+            // at this reading: leases stop as the bucket runs low.
             let end = self.end_of(spent);
-            let lease = end - spent >= self.interval && end <= limit;
+            let share = (limit - spent) / (2 * self.stripes.len() as u64);
+            let lease = end - spent >= self.interval && end - spent <= share;
             let new_tat = if lease { end } else { spent };
             // Relaxed on success: the lease is decided on the very TAT it
             // replaces and publishes nothing. Relaxed on failure: the fresh TAT
