@@ -198,6 +198,37 @@ fn clock_stepping_back_cannot_spend_leases_early() {
     assert!(explored > 1);
 }
 
+/// A denied request gives its stripe's lease back only if nothing was leased
+/// after it: stripe 1 holds `[10, 32)` and is denied 16 permits at 0 (giving
+/// the lease back), racing stripe 0's admission of 12 from the word. Giving
+/// back over stripe 0's admission would hand its slots out again (the tail
+/// then admits 15 more at 0).
+#[test]
+fn a_denial_gives_back_only_an_unfollowed_lease() {
+    let explored = explore(
+        "leased_token_bucket::a_denial_gives_back_only_an_unfollowed_lease",
+        3,
+        || {
+            const CAPACITY: u32 = 16;
+            let (bucket, clock) = bucket(CAPACITY, 2);
+
+            let b = bucket.clone();
+            let holder = thread::spawn(move || {
+                vec![
+                    record(1, || b.try_acquire()),
+                    record(CAPACITY, || b.try_acquire_n(CAPACITY)),
+                ]
+            });
+            let b = bucket.clone();
+            let taker = thread::spawn(move || vec![record(12, || b.try_acquire_n(12))]);
+
+            let threads = vec![holder.join().unwrap(), taker.join().unwrap()];
+            verify(&bucket, &clock, CAPACITY, threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
 /// A run used up exactly is gone: with 8 ns per permit a single permit at 0
 /// leases `[8, 32)` on stripe 1 and three more use it up exactly; the stripe
 /// must then read empty, not `[32, 64)` — a run never taken from the word,
