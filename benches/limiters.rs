@@ -13,7 +13,8 @@
 //! Groups are named `<limiter>/<workload>/<threads>t` (`token_bucket/allow/2t`),
 //! functions after the implementation: `tollgate-atomic` (the lock-free limiter),
 //! `tollgate-twin` (its locking twin), `governor` (its direct limiter, token
-//! bucket only), each on its default clock, and the same with a `-cached` suffix
+//! bucket only; `leased_token_bucket` has only `tollgate-atomic` rows, compared
+//! with the token bucket's twin and governor), each on its default clock, and the same with a `-cached` suffix
 //! on the cached clocks. `scripts/bench-table` turns the results into the table
 //! in `docs/benchmarks.md`. One criterion iteration is one check on each of the
 //! `threads` threads, timed from the first thread's start to the last thread's
@@ -29,7 +30,8 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use governor::RateLimiter as Governor;
 use governor::clock::{Clock as _, QuantaClock};
 use tollgate::{
-    Clock, FixedWindow, LockingFixedWindow, LockingTokenBucket, MonotonicClock, Rate, TokenBucket,
+    Clock, FixedWindow, LeasedTokenBucket, LockingFixedWindow, LockingTokenBucket, MonotonicClock,
+    Rate, TokenBucket,
 };
 
 mod common;
@@ -119,6 +121,35 @@ fn token_bucket(c: &mut Criterion) {
     }
 }
 
+/// The leased token bucket (per-core stripes) on the token bucket's workloads.
+/// Its twin and governor are the token bucket's rows of the same run
+/// (`scripts/bench-table` compares against them).
+fn leased_token_bucket(c: &mut Criterion) {
+    for workload in [Workload::Allow, Workload::Deny] {
+        let (capacity, rate) = match workload {
+            Workload::Allow => allow_rate(),
+            Workload::Deny => deny_rate(),
+        };
+        for threads in THREADS {
+            let case = Case {
+                limiter: "leased_token_bucket",
+                workload,
+                threads,
+            };
+            case.bench(c, "tollgate-atomic", || {
+                tollgate_limiter(LeasedTokenBucket::new(capacity, rate).unwrap(), workload)
+            });
+            case.bench(c, "tollgate-atomic-cached", || {
+                let clock = tollgate_cached_clock();
+                tollgate_limiter(
+                    LeasedTokenBucket::with_clock(capacity, rate, clock).unwrap(),
+                    workload,
+                )
+            });
+        }
+    }
+}
+
 /// An allow-heavy window: `u32::MAX` permits per `u32::MAX` ns (4.3 s), one per
 /// nanosecond, more than any run can check.
 fn allow_window() -> Rate {
@@ -184,10 +215,10 @@ fn clocks(c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    // Sized so the whole run (68 benchmarks) takes about five minutes on 2
+    // Sized so the whole run (80 benchmarks) takes about five minutes on 2
     // cores; criterion's `--warm-up-time`, `--measurement-time` and
     // `--sample-size` override the defaults.
     config = common::config();
-    targets = clocks, token_bucket, fixed_window
+    targets = clocks, token_bucket, leased_token_bucket, fixed_window
 }
 criterion_main!(benches);

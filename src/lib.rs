@@ -9,6 +9,7 @@
 //! | limiter | promise | state | choose it for |
 //! |---|---|---|---|
 //! | [`TokenBucket`] | at most `capacity + rate·(b − a)` in any `[a, b]` | one `AtomicU64` (GCRA) | smooth rates that allow short bursts: API clients, proxies |
+//! | [`LeasedTokenBucket`] | the same bound, exact under contention | one `AtomicU64` (GCRA) leasing runs of its timeline to cache-padded per-CPU stripes (one `AtomicU64` each: the next slot; a run ends at the next power-of-two boundary) | one bucket shared by many threads on many cores |
 //! | [`FixedWindow`] | at most `limit` per aligned window (up to 2× across a boundary) | one `AtomicU64` (index + count) | the cheapest check, where a boundary burst is acceptable |
 //! | [`SlidingWindow`] | at most N in any S consecutive aligned sub-windows of T/S — exact under contention (N in any (S−1)/S of T, 2N in any T); [`ApproxSlidingWindow`]: Cloudflare's weighted two-window estimate | per sub-window: a pool word, a ring of S charges, one cache-padded leased stripe per CPU | high-rate shared limits that must scale with cores: gateways, hot endpoints
 //! | [`SlidingLog`] | at most N in *any* window of length T — exact, by decision time | a ring of N `AtomicU64` timestamps + a ticket head; N and T changeable at runtime | strict quotas: paid APIs, third-party limits, login attempts |
@@ -95,6 +96,6 @@ pub use sliding_window::{
     ApproxSlidingWindow, LockingApproxSlidingWindow, LockingSlidingWindow, SlidingWindow,
     SlidingWindowBuilder,
 };
-pub use token_bucket::{LockingTokenBucket, TokenBucket};
+pub use token_bucket::{LeasedTokenBucket, LockingTokenBucket, TokenBucket};
 pub use waiting::{Reservation, Reserve};
 pub use warm_up::{LockingWarmUp, WarmUp};

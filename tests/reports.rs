@@ -19,16 +19,17 @@ use tollgate::keyed::{
     BucketConfig, Keyed, LogConfig, MeterConfig, ShaperConfig, Tunable, WarmUpConfig, WindowConfig,
 };
 use tollgate::{
-    ApproxSlidingWindow, Denied, FixedWindow, LeakyBucket, LockingApproxSlidingWindow,
-    LockingFixedWindow, LockingLeakyBucket, LockingShaper, LockingSlidingLog, LockingSlidingWindow,
-    LockingTokenBucket, LockingWarmUp, ManualClock, Rate, RateLimiter, Shaper, SlidingLog,
-    SlidingWindow, Snapshot, TokenBucket, WarmUp,
+    ApproxSlidingWindow, Denied, FixedWindow, LeakyBucket, LeasedTokenBucket,
+    LockingApproxSlidingWindow, LockingFixedWindow, LockingLeakyBucket, LockingShaper,
+    LockingSlidingLog, LockingSlidingWindow, LockingTokenBucket, LockingWarmUp, ManualClock, Rate,
+    RateLimiter, Shaper, SlidingLog, SlidingWindow, Snapshot, TokenBucket, WarmUp,
 };
 
 type Build = fn(ManualClock) -> Box<dyn RateLimiter + Send + Sync>;
 
 /// Every limiter kind at 10 permits per second: each lock-free limiter
-/// followed by its locking twin, then the reconfigurable ones.
+/// followed by its locking twin, then the reconfigurable ones, then the leased
+/// token bucket.
 fn every_limiter() -> Vec<(&'static str, Build)> {
     vec![
         ("TokenBucket", |c| {
@@ -88,6 +89,11 @@ fn every_limiter() -> Vec<(&'static str, Build)> {
         ("Tunable<FixedWindow>", |c| {
             let cfg = WindowConfig::new(Rate::per_second(10)).unwrap();
             Box::new(Tunable::<FixedWindow<ManualClock>>::with_clock(cfg, c))
+        }),
+        // Its twin is `LockingTokenBucket` (compared in
+        // tests/leased_token_bucket.rs), so it sits outside the pairs above.
+        ("LeasedTokenBucket", |c| {
+            Box::new(LeasedTokenBucket::with_clock(10, Rate::per_second(10), c).unwrap())
         }),
     ]
 }

@@ -45,6 +45,16 @@ impl Gcra {
     pub(crate) fn interval(&self) -> Duration {
         Duration::from_nanos(self.interval)
     }
+
+    /// Nanoseconds per permit, for the leased bucket's own decisions.
+    pub(super) fn interval_ns(&self) -> u64 {
+        self.interval
+    }
+
+    /// `capacity × interval` in nanoseconds.
+    pub(super) fn tolerance_ns(&self) -> u64 {
+        self.tolerance
+    }
 }
 
 impl WordMachine for Gcra {

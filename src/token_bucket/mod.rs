@@ -9,6 +9,10 @@
 //! `(now + capacity·interval − max(TAT, now)) / interval`, where `interval` is
 //! the time per permit.
 //!
+//! For one bucket shared by many threads on many cores, [`LeasedTokenBucket`]
+//! keeps the same guarantee while most checks write only the calling thread's
+//! own cache line (permits leased to per-core stripes).
+//!
 //! # State
 //!
 //! | bits | meaning |
@@ -60,12 +64,14 @@
 //! ```
 
 mod gcra;
+mod leased;
 mod locking;
 pub(crate) mod machine;
 mod reserve;
 
 use std::time::Duration;
 
+pub use leased::LeasedTokenBucket;
 pub use locking::LockingTokenBucket;
 
 use crate::cell::AtomicCell;

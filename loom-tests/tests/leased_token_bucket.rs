@@ -1,0 +1,350 @@
+#![cfg(loom)]
+//! loom models of `tollgate::LeasedTokenBucket`: the GCRA word leasing runs of
+//! its timeline to stripes, spends from the stripes, leases given back,
+//! kept or forgotten — the code that ships, through tollgate's sync facade
+//! (stripes and word are loom atomics, so weak-memory orders are explored too).
+//!
+//! Every model moves a `ManualClock` inside the model (forward, and back),
+//! records each request with its exact decision time, and after joining checks
+//! the bucket's bound on every pair of admission times, an exact
+//! single-threaded tail (the limiter is neither loose nor stuck), the bound
+//! again, and that once the clock passes everything leased the whole capacity
+//! is available (no permit stays stranded). Linearizability against sequential
+//! GCRA is *not* checked: a lease held by another stripe may deny what
+//! sequential GCRA admits (under-admission, docs/algorithms.md).
+//!
+//! Stripe numbers under loom are the model threads' numbers masked: with two
+//! stripes, the model's main thread (0) and the second spawned thread (2)
+//! share stripe 0, the first spawned thread (1) has stripe 1.
+
+use std::time::Duration;
+
+use loom::sync::Arc;
+use loom::sync::atomic::{AtomicU64, Ordering};
+use loom::thread;
+use tollgate::{Clock, Denied, LeasedTokenBucket, ManualClock, Rate, RateLimiter};
+use tollgate_loom_tests::{
+    Op, RecordingClock, assert_bucket_bound, explore, record, single_threaded_tail,
+};
+
+/// Nanoseconds per permit.
+const INTERVAL: u64 = 10;
+
+fn nanos(ns: u64) -> Duration {
+    Duration::from_nanos(ns)
+}
+
+type Bucket = LeasedTokenBucket<RecordingClock>;
+
+/// A full bucket with `stripes` stripes on a manual clock at 0.
+fn bucket(capacity: u32, stripes: usize) -> (Arc<Bucket>, ManualClock) {
+    let clock = ManualClock::new();
+    let bucket = LeasedTokenBucket::with_stripes(
+        capacity,
+        Rate::new(1, nanos(INTERVAL)),
+        RecordingClock::new(clock.clone()),
+        stripes,
+    )
+    .expect("a valid configuration");
+    assert_eq!(bucket.stripes(), stripes);
+    (Arc::new(bucket), clock)
+}
+
+/// The checks every model makes once its threads are joined (see the module docs).
+fn verify(bucket: &Bucket, clock: &ManualClock, capacity: u32, mut threads: Vec<Vec<Op>>) {
+    assert_bucket_bound(capacity, INTERVAL, &threads);
+    threads.push(single_threaded_tail(clock, capacity, || {
+        bucket.try_acquire()
+    }));
+    assert_bucket_bound(capacity, INTERVAL, &threads);
+    // Every lease ends at or before the TAT, at most `capacity·INTERVAL` past
+    // the latest reading: one capacity later, nothing is leased any more.
+    clock.advance(nanos(u64::from(capacity) * INTERVAL));
+    let full = record(capacity, || bucket.try_acquire_n(capacity));
+    assert_eq!(
+        full.result,
+        Ok(()),
+        "a permit stayed stranded: {threads:#?}"
+    );
+    threads.push(vec![full]);
+    assert_bucket_bound(capacity, INTERVAL, &threads);
+}
+
+/// Two stripes, two threads: the first leases a spare run on stripe 1 and
+/// spends it while the second takes most of the bucket from the word and the
+/// clock moves on (past the first lease's first slots), so spends race with
+/// leases and with readings older than the slots they find.
+#[test]
+fn spends_race_with_leases_and_the_clock() {
+    let explored = explore(
+        "leased_token_bucket::spends_race_with_leases_and_the_clock",
+        3,
+        || {
+            // Two stripes, capacity 16 (160 ns): leases end on multiples of
+            // 32 ns (≤ 160 / (2·2)), so a single permit at 0 leases [10, 32).
+            const CAPACITY: u32 = 16;
+            let (bucket, clock) = bucket(CAPACITY, 2);
+
+            let b = bucket.clone();
+            let spender = thread::spawn(move || {
+                vec![record(1, || b.try_acquire()), record(1, || b.try_acquire())]
+            });
+            let (b, c) = (bucket.clone(), clock.clone());
+            let other = thread::spawn(move || {
+                let first = record(12, || b.try_acquire_n(12));
+                c.advance(nanos(INTERVAL + 5));
+                vec![first, record(2, || b.try_acquire_n(2))]
+            });
+
+            let threads = vec![spender.join().unwrap(), other.join().unwrap()];
+            verify(&bucket, &clock, CAPACITY, threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// One stripe shared by two threads: one takes the stripe's lease out (to give
+/// it back, or to lease more) while the other finds the stripe empty, leases
+/// after it, and installs its own spare slots first — so leases are given
+/// back, kept, returned to the word or forgotten, in every order.
+#[test]
+fn a_shared_stripe_gives_back_keeps_and_forgets() {
+    let explored = explore(
+        "leased_token_bucket::a_shared_stripe_gives_back_keeps_and_forgets",
+        3,
+        || {
+            // One stripe, capacity 8 (80 ns): leases end on multiples of 32 ns
+            // (≤ 80 / 2), so a single permit at 0 leases [10, 32).
+            const CAPACITY: u32 = 8;
+            let (bucket, clock) = bucket(CAPACITY, 1);
+
+            let b = bucket.clone();
+            let first = thread::spawn(move || {
+                vec![
+                    record(1, || b.try_acquire()),
+                    record(2, || b.try_acquire_n(2)),
+                ]
+            });
+            let (b, c) = (bucket.clone(), clock.clone());
+            let second = thread::spawn(move || {
+                let op = record(1, || b.try_acquire());
+                c.advance(nanos(INTERVAL));
+                vec![op, record(1, || b.try_acquire())]
+            });
+
+            let threads = vec![first.join().unwrap(), second.join().unwrap()];
+            verify(&bucket, &clock, CAPACITY, threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// Slots that time has passed are expired: a lease `[10, 32)` taken at 0 on
+/// stripe 1 must not be spent at 100, where stripe 0 has just taken the full
+/// capacity from the word (17 admissions at 100 if it were).
+#[test]
+fn expired_lease_slots_are_not_spent() {
+    let explored = explore(
+        "leased_token_bucket::expired_lease_slots_are_not_spent",
+        3,
+        || {
+            // Two stripes, capacity 16: a single permit at 0 leases [10, 32).
+            const CAPACITY: u32 = 16;
+            let (bucket, clock) = bucket(CAPACITY, 2);
+
+            let (b, c) = (bucket.clone(), clock.clone());
+            let leaser = thread::spawn(move || {
+                let first = record(1, || b.try_acquire());
+                c.set(10 * INTERVAL);
+                vec![first, record(1, || b.try_acquire())]
+            });
+            let b = bucket.clone();
+            let taker = thread::spawn(move || vec![record(CAPACITY, || b.try_acquire_n(CAPACITY))]);
+
+            let threads = vec![leaser.join().unwrap(), taker.join().unwrap()];
+            verify(&bucket, &clock, CAPACITY, threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// A stale or backwards reading must not spend a slot more than `τ` ahead of
+/// it: a lease taken at 100 (`[110, 128)`) must not be spent at a reading of
+/// 0, where the whole capacity was admitted already (one stripe, shared).
+#[test]
+fn clock_stepping_back_cannot_spend_leases_early() {
+    let explored = explore(
+        "leased_token_bucket::clock_stepping_back_cannot_spend_leases_early",
+        3,
+        || {
+            // One stripe, capacity 8: a single permit at 100 leases [110, 128).
+            const CAPACITY: u32 = 8;
+            let (bucket, clock) = bucket(CAPACITY, 1);
+
+            let (b, c) = (bucket.clone(), clock.clone());
+            let stepper = thread::spawn(move || {
+                c.set(10 * INTERVAL);
+                let ahead = record(1, || b.try_acquire());
+                c.set(0);
+                vec![ahead, record(1, || b.try_acquire())]
+            });
+            let b = bucket.clone();
+            let taker = thread::spawn(move || vec![record(CAPACITY, || b.try_acquire_n(CAPACITY))]);
+
+            let threads = vec![stepper.join().unwrap(), taker.join().unwrap()];
+            verify(&bucket, &clock, CAPACITY, threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// A denied request gives its stripe's lease back only if nothing was leased
+/// after it: stripe 1 holds `[10, 32)` and is denied 16 permits at 0 (giving
+/// the lease back), racing stripe 0's admission of 12 from the word. Giving
+/// back over stripe 0's admission would hand its slots out again (the tail
+/// then admits 15 more at 0).
+#[test]
+fn a_denial_gives_back_only_an_unfollowed_lease() {
+    let explored = explore(
+        "leased_token_bucket::a_denial_gives_back_only_an_unfollowed_lease",
+        3,
+        || {
+            const CAPACITY: u32 = 16;
+            let (bucket, clock) = bucket(CAPACITY, 2);
+
+            let b = bucket.clone();
+            let holder = thread::spawn(move || {
+                vec![
+                    record(1, || b.try_acquire()),
+                    record(CAPACITY, || b.try_acquire_n(CAPACITY)),
+                ]
+            });
+            let b = bucket.clone();
+            let taker = thread::spawn(move || vec![record(12, || b.try_acquire_n(12))]);
+
+            let threads = vec![holder.join().unwrap(), taker.join().unwrap()];
+            verify(&bucket, &clock, CAPACITY, threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// A run used up exactly is gone: with 8 ns per permit a single permit at 0
+/// leases `[8, 32)` on stripe 1 and three more use it up exactly; the stripe
+/// must then read empty, not `[32, 64)` — a run never taken from the word,
+/// which stripe 0 is taking at the same time (17 admissions at 0 if it were).
+#[test]
+fn a_used_up_run_leaves_the_stripe_empty() {
+    let explored = explore(
+        "leased_token_bucket::a_used_up_run_leaves_the_stripe_empty",
+        3,
+        || {
+            // Capacity 16 of 8 ns: runs end on multiples of 32 ns (≤ 128 / 4).
+            const CAPACITY: u32 = 16;
+            let clock = ManualClock::new();
+            let bucket = Arc::new(
+                LeasedTokenBucket::with_stripes(
+                    CAPACITY,
+                    Rate::new(1, nanos(8)),
+                    RecordingClock::new(clock.clone()),
+                    2,
+                )
+                .expect("a valid configuration"),
+            );
+
+            let b = bucket.clone();
+            let spender =
+                thread::spawn(move || (0..5).map(|_| record(1, || b.try_acquire())).collect());
+            let b = bucket.clone();
+            let taker = thread::spawn(move || vec![record(12, || b.try_acquire_n(12))]);
+
+            let threads: Vec<Vec<Op>> = vec![spender.join().unwrap(), taker.join().unwrap()];
+            assert_bucket_bound(CAPACITY, 8, &threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// The lease without its time bound: a stripe keeps a *count* of leased
+/// permits and spends it at any reading. A permit leased at 0 and spent at
+/// 100, beside a full bucket's worth taken from the word at 100, puts
+/// `capacity + 1` admissions at time 100. The bound the models above assert
+/// must catch it: this proves they can fail.
+#[test]
+#[should_panic(expected = "token bucket invariant violated")]
+fn known_bad_untimed_lease_is_caught() {
+    explore(
+        "leased_token_bucket::known_bad_untimed_lease_is_caught",
+        2,
+        || {
+            const CAPACITY: u32 = 2;
+            let clock = ManualClock::new();
+            let bucket = Arc::new(UntimedLeases {
+                tat: AtomicU64::new(0),
+                stripes: [AtomicU64::new(0), AtomicU64::new(0)],
+                capacity: CAPACITY,
+                clock: RecordingClock::new(clock.clone()),
+            });
+
+            let (b, c) = (bucket.clone(), clock.clone());
+            let leaser = thread::spawn(move || {
+                let first = record(1, || b.try_acquire_n(1));
+                c.set(100);
+                vec![first, record(1, || b.try_acquire_n(1))]
+            });
+            let b = bucket.clone();
+            let taker = thread::spawn(move || vec![record(2, || b.try_acquire_n(2))]);
+
+            let threads = vec![leaser.join().unwrap(), taker.join().unwrap()];
+            assert_bucket_bound(CAPACITY, INTERVAL, &threads);
+        },
+    );
+}
+
+/// A leased bucket whose stripes hold a count of permits with no time bound:
+/// spend while the count lasts; otherwise lease every slot the GCRA word
+/// grants, spend `n` and keep the rest.
+struct UntimedLeases {
+    tat: AtomicU64,
+    stripes: [AtomicU64; 2],
+    capacity: u32,
+    clock: RecordingClock,
+}
+
+impl UntimedLeases {
+    fn try_acquire_n(&self, n: u32) -> Result<(), Denied> {
+        let now = self.clock.now();
+        let n = u64::from(n);
+        // Spawned threads 1 and 2: stripes 1 and 0.
+        let id = format!("{:?}", thread::current().id());
+        let stripe = &self.stripes[usize::from(id.ends_with('1'))];
+        let mut left = stripe.load(Ordering::SeqCst);
+        while left >= n {
+            match stripe.compare_exchange(left, left - n, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => return Ok(()),
+                Err(actual) => left = actual,
+            }
+        }
+        let limit = now + u64::from(self.capacity) * INTERVAL;
+        let mut tat = self.tat.load(Ordering::SeqCst);
+        loop {
+            let start = tat.max(now);
+            if start + n * INTERVAL > limit {
+                return Err(Denied::RetryAfter(nanos(start + n * INTERVAL - limit)));
+            }
+            let slots = (limit - start) / INTERVAL;
+            match self.tat.compare_exchange(
+                tat,
+                start + slots * INTERVAL,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => {
+                    stripe.fetch_add(slots - n, Ordering::SeqCst);
+                    return Ok(());
+                }
+                Err(actual) => tat = actual,
+            }
+        }
+    }
+}

@@ -1,0 +1,419 @@
+//! The leased token bucket: the GCRA word hands out runs of its timeline to
+//! cache-padded per-core stripes, and each thread spends permits from its own
+//! stripe, so threads on different cores write different cache lines.
+//!
+//! # The timeline of slots
+//!
+//! GCRA hands out permits as *slots*: intervals of length `I` (the emission
+//! interval) on the limiter's timeline. An admission of `n` at reading `s` with
+//! theoretical arrival time `TAT` takes the slots starting at
+//! `x = max(TAT, s) + j·I`, `j < n`, and is allowed iff the last of them starts
+//! no later than `s + τ`, `τ = (capacity − 1)·I`. So every admitted slot
+//! satisfies `s ≤ x ≤ s + τ`, and slots never overlap; that is the whole bound
+//! (docs/algorithms.md, "Leased token bucket").
+//!
+//! Here the word hands out a *lease*: a run `[next, end)` of the timeline, more
+//! slots than the request needs, taken by the same GCRA test. The run is put in
+//! the thread's stripe, and later requests carve their slots out of it by the
+//! same rule: at reading `s`, `n` permits start at `max(next, s)` and are
+//! admitted iff `max(next, s) + n·I ≤ min(end, s + capacity·I)`. A stripe is a
+//! GCRA word with an end. The `s` in `max` expires the part of the lease that
+//! time has passed (pure GCRA forgets the same slots); the `s + capacity·I`
+//! bound keeps a stale or backwards reading from spending a slot more than `τ`
+//! ahead of it. Without that time bound a lease taken at `v` and spent much later
+//! over-admits, and the loom model `known_bad_untimed_lease_is_caught` shows it.
+//!
+//! # State
+//!
+//! | atomic | bits | meaning |
+//! |---|---|---|
+//! | word (`AtomicU64`, own cache line) | 0–63 | the TAT: every slot before it has been leased, spent or forgotten; every slot from it on is free. Below `2^63`, as the plain bucket's. |
+//! | stripe `k` (`AtomicU64`, own cache line) | 63 | set: the stripe holds nothing (at birth, and once a lease is used up) |
+//! | | 0–62 | `next`: the first slot start of the stripe's lease. The lease ends at `end(next)`, the first multiple of `2^b` above `next` — `b` fixed at construction (`2^b ≤ capacity·I / (2·stripes)`) — so one word says where the lease starts *and* ends. |
+//!
+//! | operation | reads | writes |
+//! |---|---|---|
+//! | spend from own stripe (fast path) | stripe | `next := max(next, s) + n·I` by CAS (empty if that is `end(next)`) |
+//! | lease (slow path) | stripe, word | stripe emptied by swap (if it held a lease); word `TAT → v` or `→ end(v)` by CAS, `v = max(base, s) + n·I`, `base` = the old lease's `next` if the word still ends at it (the old lease given back), else the TAT; the spare `[v, end(v))` is leased when it holds a slot and is at most `(s + capacity·I − v) / (2·stripes)` long, and goes into the stripe if it is still empty, else back to the word |
+//! | deny | stripe, word | the old lease given back to the word, or put back in the stripe |
+//! | snapshot | word, every stripe | nothing |
+//!
+//! Leases are at most `2^b` ns of the timeline, at most `capacity·I /
+//! (2·stripes)`, and at most a `1/(2·stripes)` share of what the bucket could
+//! still grant when leased: together the stripes hold at most half of it, and
+//! a bucket running low leases nothing (each request takes exactly its own
+//! slots from the word).
+//!
+//! Every ordering is `Relaxed`: the word and the stripes are intervals of time
+//! owned by exactly one place at a time, moved between places only by
+//! read-modify-writes, and no other memory is published through them. Each
+//! decision is a pure function of the one value its CAS replaces; see
+//! docs/algorithms.md for the ownership argument.
+
+use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
+
+use super::gcra::Gcra;
+use crate::clock::{Clock, MonotonicClock};
+use crate::error::{ConfigError, Denied};
+use crate::limiter::{RateLimiter, Rejection, Snapshot, check_request, report};
+use crate::rate::Rate;
+use crate::stripe::{MAX_STRIPES, default_stripes, thread_hint};
+use crate::sync::{AtomicU64, Ordering};
+use crate::timeline::Timeline;
+use crate::word::WordMachine;
+
+/// A stripe that holds nothing: bit 63, which no slot start has.
+const EMPTY: u64 = 1 << 63;
+
+/// A lock-free token bucket whose permits are leased to per-core stripes: the
+/// same guarantee as [`TokenBucket`](crate::TokenBucket) (at most
+/// `capacity + rate·(b − a)` permits in any `[a, b]` of decision times), with
+/// most checks writing only the calling thread's own cache line.
+///
+/// Choose it for one limiter shared by many threads on many cores; on one
+/// thread it costs more than [`TokenBucket`](crate::TokenBucket)
+/// (docs/benchmarks.md). Permits leased to one thread's stripe are not
+/// available to another until they are spent or expire, so under contention it
+/// can deny a request the plain bucket would admit (under-admission, bounded
+/// and measured in docs/algorithms.md); it never admits more. With one thread,
+/// or whenever every request comes from the same stripe, it makes exactly the
+/// decisions of [`LockingTokenBucket`](crate::LockingTokenBucket), its locking
+/// twin, retry-afters included.
+///
+/// How it works: a permit is a *slot* of length `1/rate` on the bucket's
+/// timeline, spendable at a reading `s` only if it starts in `[s, s + (capacity
+/// − 1)/rate]`. The shared GCRA word leases runs of slots `[next, end)` to the
+/// stripes; a stripe spends `n` at `s` from `max(next, s)` if the `n` slots fit
+/// both before `end` and before `s + capacity/rate`. The state table and the
+/// proof of the bound are in docs/algorithms.md ("Leased token bucket").
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Denied, LeasedTokenBucket, ManualClock, Rate, RateLimiter};
+///
+/// let clock = ManualClock::new();
+/// let bucket = LeasedTokenBucket::with_clock(5, Rate::per_second(100), clock.clone()).unwrap();
+/// assert!(bucket.try_acquire_n(5).is_ok());
+/// assert_eq!(bucket.try_acquire(), Err(Denied::RetryAfter(Duration::from_millis(10))));
+/// clock.advance(Duration::from_millis(10));
+/// assert!(bucket.try_acquire().is_ok());
+/// ```
+#[derive(Debug)]
+pub struct LeasedTokenBucket<C = MonotonicClock> {
+    gcra: Gcra,
+    /// `gcra`'s interval and tolerance, copied out for the hot path.
+    interval: u64,
+    tolerance: u64,
+    /// `b`: leases end at multiples of `2^b` ns.
+    shift: u32,
+    word: CachePadded<AtomicU64>,
+    stripes: Box<[CachePadded<AtomicU64>]>,
+    /// `stripes.len() - 1`; the length is a power of two.
+    mask: usize,
+    timeline: Timeline<C>,
+}
+
+impl LeasedTokenBucket {
+    /// A full bucket of `capacity` permits refilled at `rate`, with one stripe
+    /// per CPU, on the default [`MonotonicClock`].
+    ///
+    /// Errors: those of [`TokenBucket::new`](crate::TokenBucket::new).
+    ///
+    /// ```
+    /// use tollgate::{ConfigError, LeasedTokenBucket, Rate};
+    /// let api = LeasedTokenBucket::new(100, Rate::per_second(100)).unwrap();
+    /// assert_eq!(LeasedTokenBucket::new(0, Rate::per_second(1)).unwrap_err(), ConfigError::ZeroCapacity);
+    /// # let _ = api;
+    /// ```
+    pub fn new(capacity: u32, rate: Rate) -> Result<Self, ConfigError> {
+        Self::with_clock(capacity, rate, MonotonicClock::new())
+    }
+}
+
+impl<C: Clock> LeasedTokenBucket<C> {
+    /// As [`LeasedTokenBucket::new`], reading `clock`.
+    ///
+    /// ```
+    /// use tollgate::{CachedClock, LeasedTokenBucket, Rate};
+    /// let bucket = LeasedTokenBucket::with_clock(10, Rate::per_second(10), CachedClock::new()).unwrap();
+    /// # let _ = bucket;
+    /// ```
+    pub fn with_clock(capacity: u32, rate: Rate, clock: C) -> Result<Self, ConfigError> {
+        Self::with_stripes(capacity, rate, clock, default_stripes())
+    }
+
+    /// As [`LeasedTokenBucket::with_clock`], with `stripes` stripes (rounded up
+    /// to a power of two, between 1 and 256). One stripe makes every thread
+    /// share one lease: none of the scaling, and a lease briefly out of the
+    /// stripe (on its way back to the word) can still cost other threads a
+    /// denial (docs/algorithms.md, "Under-admission").
+    ///
+    /// ```
+    /// use tollgate::{LeasedTokenBucket, ManualClock, Rate};
+    /// let bucket = LeasedTokenBucket::with_stripes(10, Rate::per_second(10), ManualClock::new(), 3).unwrap();
+    /// assert_eq!(bucket.stripes(), 4);
+    /// ```
+    pub fn with_stripes(
+        capacity: u32,
+        rate: Rate,
+        clock: C,
+        stripes: usize,
+    ) -> Result<Self, ConfigError> {
+        let gcra = Gcra::new(capacity, rate)?;
+        let stripes = stripes.clamp(1, MAX_STRIPES).next_power_of_two();
+        // The longest lease: a power of two of at most capacity·I / (2·stripes)
+        // (at least 1 ns; a lease shorter than one slot is never taken).
+        let share = (gcra.tolerance_ns() / (2 * stripes as u64)).max(1);
+        let shift = share.ilog2();
+        Ok(LeasedTokenBucket {
+            shift,
+            interval: gcra.interval_ns(),
+            tolerance: gcra.tolerance_ns(),
+            gcra,
+            // A TAT of zero: full at birth. Every stripe empty.
+            word: CachePadded::new(AtomicU64::new(0)),
+            stripes: (0..stripes)
+                .map(|_| CachePadded::new(AtomicU64::new(EMPTY)))
+                .collect(),
+            mask: stripes - 1,
+            timeline: Timeline::new(clock),
+        })
+    }
+
+    /// The time one permit takes to refill, as
+    /// [`TokenBucket::emission_interval`](crate::TokenBucket::emission_interval).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{LeasedTokenBucket, Rate};
+    /// let bucket = LeasedTokenBucket::new(1, Rate::per_second(100)).unwrap();
+    /// assert_eq!(bucket.emission_interval(), Duration::from_millis(10));
+    /// ```
+    pub fn emission_interval(&self) -> Duration {
+        self.gcra.interval()
+    }
+
+    /// The number of stripes.
+    ///
+    /// ```
+    /// use tollgate::{LeasedTokenBucket, ManualClock, Rate};
+    /// let bucket = LeasedTokenBucket::with_stripes(10, Rate::per_second(10), ManualClock::new(), 2).unwrap();
+    /// assert_eq!(bucket.stripes(), 2);
+    /// ```
+    pub fn stripes(&self) -> usize {
+        self.stripes.len()
+    }
+
+    /// The clock this limiter reads.
+    ///
+    /// ```
+    /// use tollgate::{Clock, LeasedTokenBucket, ManualClock, Rate};
+    /// let clock = ManualClock::new();
+    /// let bucket = LeasedTokenBucket::with_clock(1, Rate::per_second(1), clock.clone()).unwrap();
+    /// clock.set(7);
+    /// assert_eq!(bucket.clock().now(), 7);
+    /// ```
+    pub fn clock(&self) -> &C {
+        self.timeline.clock()
+    }
+
+    /// Where a lease starting at `next` ends: the first multiple of `2^b`
+    /// above it. `next < 2^63` and `b ≤ 62`, so this is at most `2^63`.
+    #[inline]
+    fn end_of(&self, next: u64) -> u64 {
+        ((next >> self.shift) + 1) << self.shift
+    }
+
+    /// Admits `n` (in `1..=capacity`) at reading `now`: from the calling
+    /// thread's stripe when its lease has room, else through the word.
+    #[inline]
+    fn acquire_at(&self, now: u64, n: u32) -> Result<(), Denied> {
+        let own = thread_hint() & self.mask;
+        let stripe = &self.stripes[own];
+        // `n ≤ capacity`, so `cost ≤ tolerance ≤ 2^62`; `now ≤ 2^62 − 1` and
+        // slot starts stay below `2^63`, so no sum below overflows.
+        let cost = u64::from(n) * self.interval;
+        let limit = now + self.tolerance;
+        // Relaxed: the lease is an interval of time, not a handle on other
+        // memory; the CAS checks that it is still the interval decided on.
+        let mut next = stripe.load(Ordering::Relaxed);
+        loop {
+            if next & EMPTY != 0 {
+                return self.acquire_slow(now, n, own, false);
+            }
+            let end = self.end_of(next);
+            let start = next.max(now);
+            let after = start + cost;
+            // The slots `[start, after)` must lie in the lease and start no later
+            // than `now + τ`; that is GCRA's own test, capped at the lease's end.
+            if after > end || after > limit {
+                return self.acquire_slow(now, n, own, true);
+            }
+            // Used up exactly: `after` itself would name the next run.
+            let left = if after == end { EMPTY } else { after };
+            // Relaxed both ways: the spend is decided on the very value it
+            // replaces, and publishes nothing else.
+            match stripe.compare_exchange_weak(next, left, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Ok(()),
+                Err(actual) => next = actual,
+            }
+        }
+    }
+
+    /// The stripe's lease cannot serve the request: take the lease out, give it
+    /// back to the word if nothing was leased after it, and decide on the word,
+    /// leasing a spare run for the stripe when there is room. `had_lease`: the
+    /// stripe held a lease when last read; if it did not, it is left alone, so
+    /// a denial on an empty stripe writes nothing.
+    #[inline(never)]
+    fn acquire_slow(&self, now: u64, n: u32, own: usize, had_lease: bool) -> Result<(), Denied> {
+        let stripe = &self.stripes[own];
+        // Relaxed: the swap makes the lease ours alone (no other thread can
+        // spend it once it is out); nothing else is read on its strength. A
+        // lease installed after the stripe was read empty stays where it is.
+        let held = if had_lease {
+            stripe.swap(EMPTY, Ordering::Relaxed)
+        } else {
+            EMPTY
+        };
+        let holding = held & EMPTY == 0;
+        let held_end = if holding { self.end_of(held) } else { 0 };
+        let cost = u64::from(n) * self.interval;
+        let limit = now + self.tolerance;
+        // Relaxed: a decision on a stale TAT is checked by the CAS below.
+        let mut tat = self.word.load(Ordering::Relaxed);
+        loop {
+            // The word ends exactly where our lease does: nothing was leased
+            // after it, so its unspent part goes back (docs/algorithms.md).
+            let giving_back = holding && tat == held_end;
+            let base = if giving_back { held } else { tat };
+            let start = base.max(now);
+            let spent = start + cost;
+            if spent > limit {
+                let denied = Denied::RetryAfter(Duration::from_nanos(spent - limit));
+                if giving_back {
+                    // Relaxed: as the lease CAS below.
+                    match self.word.compare_exchange_weak(
+                        tat,
+                        base,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => return Err(denied),
+                        Err(actual) => {
+                            tat = actual;
+                            continue;
+                        }
+                    }
+                }
+                if holding {
+                    self.keep(stripe, held);
+                }
+                return Err(denied);
+            }
+            // The spare run `[spent, end(spent))`, if it holds a slot and is at
+            // most a `1/(2·stripes)` share of what the bucket may still grant
+            // at this reading: leases stop as the bucket runs low.
+            let end = self.end_of(spent);
+            let share = (limit - spent) / (2 * self.stripes.len() as u64);
+            let lease = end - spent >= self.interval && end - spent <= share;
+            let new_tat = if lease { end } else { spent };
+            // Relaxed on success: the lease is decided on the very TAT it
+            // replaces and publishes nothing. Relaxed on failure: the fresh TAT
+            // is all the next decision needs.
+            match self.word.compare_exchange_weak(
+                tat,
+                new_tat,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    if holding && !giving_back {
+                        // Leased after by someone else: it cannot go back to the
+                        // word, but it can stay where it was.
+                        self.keep(stripe, held);
+                    }
+                    if lease {
+                        self.keep_or_return(stripe, spent, end);
+                    }
+                    return Ok(());
+                }
+                Err(actual) => tat = actual,
+            }
+        }
+    }
+
+    /// Puts a lease we own (starting at `next`, ending at `end_of(next)`) into
+    /// `stripe` if the stripe is empty; otherwise the lease is forgotten (its
+    /// slots are never spent: under-admission only).
+    fn keep(&self, stripe: &AtomicU64, next: u64) -> bool {
+        // Relaxed: the stripe's new lease is ours to give; nothing else is
+        // published. A failure means another lease is there.
+        stripe
+            .compare_exchange(EMPTY, next, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Puts a spare run `[next, end)`, just leased, into `stripe`, or, if
+    /// another thread of the same stripe filled it first, gives it back to the
+    /// word while nothing has been leased after it.
+    fn keep_or_return(&self, stripe: &AtomicU64, next: u64, end: u64) {
+        if !self.keep(stripe, next) {
+            // Relaxed: as the lease CAS. A failure means someone leased after
+            // us: the run is forgotten.
+            let _ = self
+                .word
+                .compare_exchange(end, next, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    /// What the bucket would hold if every stripe's unexpired lease were given
+    /// back: the word's TAT less the leased time still ahead of `now`.
+    fn effective_tat(&self, now: u64) -> u64 {
+        // Relaxed: a point-in-time estimate (see `RateLimiter::snapshot` below).
+        let tat = self.word.load(Ordering::Relaxed);
+        // Saturating: the loads are not one consistent state, so the sum is
+        // not bounded by the TAT.
+        let leased = self.stripes.iter().fold(0u64, |sum, stripe| {
+            let next = stripe.load(Ordering::Relaxed);
+            if next & EMPTY != 0 {
+                return sum;
+            }
+            sum.saturating_add(self.end_of(next).saturating_sub(next.max(now)))
+        });
+        tat.saturating_sub(leased)
+    }
+}
+
+impl<C: Clock> RateLimiter for LeasedTokenBucket<C> {
+    #[inline]
+    fn try_acquire_n(&self, n: u32) -> Result<(), Denied> {
+        check_request(n, self.gcra.capacity())?;
+        // One reading per request, the decision time of whatever path decides.
+        let now = self.timeline.now();
+        self.acquire_at(now, n)
+    }
+
+    /// The bucket's state with every stripe's unexpired lease counted as still
+    /// available: exact when no lease is outstanding elsewhere (one thread, or
+    /// one stripe); with leases on other stripes, `available` includes permits
+    /// only those stripes' threads can spend until the leases run out.
+    fn snapshot(&self) -> Snapshot {
+        let now = self.timeline.now();
+        self.gcra.snapshot(self.effective_tat(now), now)
+    }
+
+    /// Decides, then reads the snapshot at the decision's own reading (as the
+    /// [`SlidingWindow`](crate::SlidingWindow) does): the state is spread over
+    /// stripes, so the report is not the word a CAS wrote.
+    fn try_acquire_n_with_snapshot(&self, n: u32) -> Result<Snapshot, Rejection> {
+        let now = self.timeline.now();
+        let outcome = match check_request(n, self.gcra.capacity()) {
+            Ok(()) => self.acquire_at(now, n),
+            Err(denied) => Err(denied),
+        };
+        report(outcome, self.gcra.snapshot(self.effective_tat(now), now))
+    }
+}
