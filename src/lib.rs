@@ -75,7 +75,10 @@
 //!
 //! # Features
 //!
-//! - `tokio`: `acquire_async`, waiting for permits on tokio's timer.
+//! - `tokio`: `acquire_async`, waiting for permits on tokio's timer
+//!   ([`Reserve`] in booking order for the buckets, shaper and warm-up;
+//!   [`RetryAcquire`] by retry-after for every other limiter, [`AllOf`] and
+//!   [`Keyed`] keys included).
 //! - `serde`: `Serialize`/`Deserialize` for [`Rate`], as its string form.
 
 #![deny(missing_docs)]
@@ -117,5 +120,5 @@ pub use sliding_window::{
     SlidingWindowBuilder,
 };
 pub use token_bucket::{LockingTokenBucket, TokenBucket};
-pub use waiting::{Reservation, Reserve};
+pub use waiting::{Reservation, Reserve, RetryAcquire};
 pub use warm_up::{LockingWarmUp, WarmUp};

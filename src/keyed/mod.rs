@@ -94,6 +94,7 @@ mod kind;
 mod kinds;
 pub mod quota;
 pub mod reconfig;
+mod waiting;
 
 use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
