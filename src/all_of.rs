@@ -62,7 +62,10 @@
 //!   theirs shows when the request is retried. If any member after it can
 //!   never hold `n` permits, the answer is that member's
 //!   [`Denied::ExceedsCapacity`] instead: no
-//!   wait helps.
+//!   wait helps. (That check reads the later members' snapshots, on the deny
+//!   path only and only for `n > 1`: every tollgate limiter holds at least one
+//!   permit. A limiter of your own reporting a capacity of 0 is not checked
+//!   for single permits.)
 //! * **The report** on admission is the member with the least `available`
 //!   left (ties: the longer time to full; then the earlier member) and its
 //!   snapshot from its own decision — what `RateLimit` headers need; on denial,
@@ -254,7 +257,8 @@ fn keep_tighter(best: &mut Option<Tightest>, member: usize, snapshot: Snapshot) 
 }
 
 /// The answer to a denial by `member`: its own, unless it is a wait and a
-/// member after it can never hold `n` permits (`later` reads their states).
+/// member after it can never hold `n` permits (`later` reads their states;
+/// only for `n > 1`).
 #[cold]
 fn blocked(
     member: usize,
@@ -262,7 +266,9 @@ fn blocked(
     n: u32,
     later: &[(usize, &dyn Fn() -> Snapshot)],
 ) -> Blocked {
-    if matches!(rejection.denied, Denied::RetryAfter(_)) {
+    // Every tollgate limiter holds at least one permit, so a request for one
+    // skips the reads (the deny path under a flood of single requests).
+    if n > 1 && matches!(rejection.denied, Denied::RetryAfter(_)) {
         for &(index, snapshot) in later {
             let snapshot = snapshot();
             if snapshot.capacity < n {

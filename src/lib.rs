@@ -80,6 +80,9 @@
 //!   [`RetryAcquire`] by retry-after for every other limiter, [`AllOf`] and
 //!   [`Keyed`] keys included).
 //! - `serde`: `Serialize`/`Deserialize` for [`Rate`], as its string form.
+//! - `tracing`: an event for every decision of a [`Counted`] limiter (denials
+//!   at `INFO`, admissions and refunds at `DEBUG`); unwrapped limiters emit
+//!   nothing.
 
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]
@@ -87,6 +90,7 @@
 pub mod all_of;
 mod cell;
 pub mod clock;
+pub mod counted;
 mod error;
 pub mod fixed_window;
 pub mod keyed;
@@ -107,6 +111,7 @@ mod word;
 
 pub use all_of::{AllOf, Blocked, Tightest};
 pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock};
+pub use counted::{Counted, Counts};
 pub use error::{ConfigError, Denied};
 pub use fixed_window::{FixedWindow, LockingFixedWindow};
 pub use keyed::Keyed;
