@@ -96,6 +96,7 @@ pub mod fixed_window;
 pub mod keyed;
 pub mod leaky_bucket;
 mod limiter;
+mod limits;
 mod rate;
 pub mod refund;
 pub mod sliding_log;
