@@ -199,6 +199,24 @@ mod with_tokio {
         assert_eq!(log.snapshot().available, 0);
     }
 
+    /// The futures can be spawned on a multi-threaded runtime (a tower
+    /// service's futures must be `Send`).
+    #[test]
+    fn async_waiters_are_send() {
+        fn send<T: Send>(_: T) {}
+        let clock = ManualClock::new();
+        let log = SlidingLog::with_clock(rate(1), clock.clone()).unwrap();
+        let a = Bucket::with_clock(1, Rate::per_hour(1), clock.clone()).unwrap();
+        let keyed = Keyed::<u32, Bucket>::with_clock(
+            BucketConfig::new(1, Rate::per_hour(1)).unwrap(),
+            clock.clone(),
+        );
+        send(log.acquire_async(1));
+        send(keyed.acquire_async(&1, 1));
+        let all = AllOf::new((&a, keyed.for_key(&1), &log));
+        send(all.acquire_timeout_async(1, Duration::ZERO));
+    }
+
     /// An async waiter is admitted once the manual clock moves.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_async_waiter_is_admitted_once_the_clock_moves() {
