@@ -166,12 +166,12 @@ impl<T: Members> AllOf<T> {
 }
 
 impl<T: Members> RateLimiter for AllOf<T> {
+    /// The same decision as
+    /// [`try_acquire_n_reporting`](AllOf::try_acquire_n_reporting), without
+    /// the reports: no member computes a snapshot.
     #[inline]
     fn try_acquire_n(&self, n: u32) -> Result<(), Denied> {
-        self.members
-            .decide(n)
-            .map(drop)
-            .map_err(|blocked| blocked.rejection.denied)
+        self.members.decide_plain(n)
     }
 
     /// The tightest member's snapshot.
@@ -238,6 +238,8 @@ pub trait Members: sealed::Sealed {
     #[doc(hidden)]
     fn decide(&self, n: u32) -> Result<Tightest, Blocked>;
     #[doc(hidden)]
+    fn decide_plain(&self, n: u32) -> Result<(), Denied>;
+    #[doc(hidden)]
     fn tightest(&self) -> Tightest;
 }
 
@@ -288,6 +290,48 @@ fn blocked(
     Blocked { member, rejection }
 }
 
+/// `blocked` for the plain decision: the answer's reason only.
+#[cold]
+fn blocked_plain(
+    member: usize,
+    denied: Denied,
+    n: u32,
+    later: &[(usize, &dyn Fn() -> Snapshot)],
+) -> Denied {
+    // The snapshot is only read for a request that a later member might
+    // never hold (see `blocked`); a placeholder stands in otherwise.
+    let placeholder = Snapshot::new(0, 0, std::time::Duration::ZERO);
+    blocked(member, Rejection::new(denied, placeholder), n, later)
+        .rejection
+        .denied
+}
+
+/// One step of the plain decision: as `step!`, without reports.
+macro_rules! step_plain {
+    ($self:ident, $n:ident, [$($done:tt $rd:ident),*], [], $last:tt) => {{
+        match $self.$last.try_acquire_n($n) {
+            Ok(()) => Ok(()),
+            Err(denied) => {
+                $($self.$done.refund($rd);)*
+                Err(denied)
+            }
+        }
+    }};
+    ($self:ident, $n:ident, [$($done:tt $rd:ident),*],
+     [$next:tt $rn:ident $(, $rest:tt $rr:ident)*], $last:tt) => {{
+        match $self.$next.try_acquire_n_receipt($n) {
+            Ok($rn) => step_plain!($self, $n, [$($done $rd,)* $next $rn], [$($rest $rr),*], $last),
+            Err(denied) => {
+                $($self.$done.refund($rd);)*
+                Err(blocked_plain($next, denied, $n, &[
+                    $(($rest, &|| $self.$rest.snapshot()),)*
+                    ($last, &|| $self.$last.snapshot()),
+                ]))
+            }
+        }
+    }};
+}
+
 /// One step of the decision: asks the next refundable member, or the last.
 /// `$done` are the members already admitted (with their receipts), `$rest`
 /// those still to ask before `$last`.
@@ -333,6 +377,12 @@ macro_rules! members {
                 let mut best: Option<Tightest> = None;
                 let this = self;
                 step!(this, n, best, [], [$($index $receipt),*], $last)
+            }
+
+            #[inline]
+            fn decide_plain(&self, n: u32) -> Result<(), Denied> {
+                let this = self;
+                step_plain!(this, n, [], [$($index $receipt),*], $last)
             }
 
             fn tightest(&self) -> Tightest {

@@ -258,6 +258,15 @@ impl<L: Refundable> Refundable for Counted<L> {
         }
     }
 
+    #[inline]
+    fn try_acquire_n_receipt(&self, n: u32) -> Result<Self::Receipt<'_>, Denied> {
+        let receipt = self.count(n, self.limiter.try_acquire_n_receipt(n))?;
+        Ok(CountedReceipt {
+            receipt,
+            permits: n,
+        })
+    }
+
     fn refund<'a>(&'a self, receipt: Self::Receipt<'a>) {
         // Relaxed: as in `count_admitted`.
         self.stripe()

@@ -83,6 +83,26 @@ pub trait Refundable: RateLimiter {
     /// ```
     fn try_acquire_n_refundable(&self, n: u32) -> Result<Receipted<Self::Receipt<'_>>, Rejection>;
 
+    /// As [`try_acquire_n_refundable`](Refundable::try_acquire_n_refundable),
+    /// without the report: what [`AllOf`](crate::AllOf)'s plain
+    /// [`try_acquire_n`](RateLimiter::try_acquire_n) asks, so that a decision
+    /// nobody reports computes no snapshot. The default drops the report; the
+    /// one-word limiters compute none.
+    ///
+    /// ```
+    /// use tollgate::{Rate, RateLimiter, Refundable, TokenBucket};
+    /// let bucket = TokenBucket::new(2, Rate::per_hour(2)).unwrap();
+    /// let receipt = bucket.try_acquire_n_receipt(2).unwrap();
+    /// bucket.refund(receipt);
+    /// assert_eq!(bucket.snapshot().available, 2);
+    /// ```
+    #[inline]
+    fn try_acquire_n_receipt(&self, n: u32) -> Result<Self::Receipt<'_>, crate::Denied> {
+        self.try_acquire_n_refundable(n)
+            .map(|admitted| admitted.receipt)
+            .map_err(|rejection| rejection.denied)
+    }
+
     /// Gives back the permits of the admission that issued `receipt`, as far
     /// as that is safe (see the [module docs](self)): never more than "as if
     /// it had not happened", possibly nothing if other requests have moved
@@ -181,6 +201,11 @@ impl<L: Refundable> Refundable for &L {
     #[inline]
     fn try_acquire_n_refundable(&self, n: u32) -> Result<Receipted<Self::Receipt<'_>>, Rejection> {
         (**self).try_acquire_n_refundable(n)
+    }
+
+    #[inline]
+    fn try_acquire_n_receipt(&self, n: u32) -> Result<Self::Receipt<'_>, crate::Denied> {
+        (**self).try_acquire_n_receipt(n)
     }
 
     fn refund<'a>(&'a self, receipt: Self::Receipt<'a>) {

@@ -124,6 +124,21 @@ impl<M: WordMachine, S: StateCell, C: Clock> WordLimiter<M, S, C> {
         }
     }
 
+    /// `try_acquire_n_receipted` without the report.
+    #[inline]
+    pub(crate) fn try_acquire_n_receipt(&self, n: u32) -> Result<WordReceipt, Denied> {
+        check_request(n, self.machine.capacity())?;
+        let now = self.timeline.now();
+        let mut before = M::INITIAL;
+        let mut written = M::INITIAL;
+        self.state.update(|state| {
+            before = state;
+            written = self.machine.decide(state, now, n)?;
+            Ok(written)
+        })?;
+        Ok(WordReceipt { before, written, n })
+    }
+
     /// Gives back the permits of `receipt`'s admission as far as the
     /// machine's [`Refund`] rule allows; otherwise leaves the word alone.
     pub(crate) fn refund(&self, receipt: WordReceipt)
@@ -213,6 +228,15 @@ macro_rules! word_limiter {
                     snapshot,
                     $crate::refund::Receipt::new(self, word),
                 ))
+            }
+
+            #[inline]
+            fn try_acquire_n_receipt(
+                &self,
+                n: u32,
+            ) -> Result<$crate::refund::Receipt<'_>, $crate::error::Denied> {
+                let word = self.inner.try_acquire_n_receipt(n)?;
+                Ok($crate::refund::Receipt::new(self, word))
             }
 
             fn refund<'a>(&'a self, receipt: $crate::refund::Receipt<'a>) {

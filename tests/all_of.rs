@@ -3,7 +3,8 @@
 //! * Single-threaded it is exactly the conjunction of its members: a
 //!   proptest drives a token bucket, a fixed window, a key of a keyed bucket
 //!   and (last) a sliding log through `AllOf` and through independent
-//!   sequential references; every decision, report and retry-after agrees,
+//!   sequential references; every decision (reported and plain), report and
+//!   retry-after agrees,
 //!   and every refund is exact (the members' states agree afterwards).
 //! * Under contention every member's own invariant holds over what `AllOf`
 //!   admitted, and with time frozen no member ever shows more permits than
@@ -127,8 +128,9 @@ impl Reference {
 }
 
 prop_compose! {
-    fn op()(advance in 0u64..40, key in 0u8..3, n in 0u32..7) -> (u64, u8, u32) {
-        (advance, key, n)
+    fn op()(advance in 0u64..40, key in 0u8..3, n in 0u32..7, plain in any::<bool>())
+        -> (u64, u8, u32, bool) {
+        (advance, key, n, plain)
     }
 }
 
@@ -161,13 +163,15 @@ proptest! {
             log: ReferenceLog { limit: log_limit, window: 200, log: VecDeque::new() },
         };
         let mut now = 0;
-        for (advance, key, n) in ops {
+        for (advance, key, n, plain) in ops {
             now += advance * 10;
             clock.set(now);
             let all = AllOf::new((&bucket, &window, keyed.for_key(&key), &log));
-            let got = all.try_acquire_n_reporting(n);
             let want = if n == 0 { Err((0, Denied::ZeroPermits)) } else { reference.try_acquire_n(now, key, n) };
-            match (got, want) {
+            if plain {
+                // The plain path: the same decision, no reports.
+                prop_assert_eq!(all.try_acquire_n(n), want.map_err(|(_, denied)| denied));
+            } else { match (all.try_acquire_n_reporting(n), want) {
                 (Ok(tightest), Ok(())) => {
                     let availables = [
                         reference.bucket.snapshot(now).0,
@@ -184,7 +188,7 @@ proptest! {
                     prop_assert_eq!(blocked.member, member);
                 }
                 (got, want) => prop_assert!(false, "at {now}, {n} on key {key}: AllOf {got:?}, reference {want:?}"),
-            }
+            } }
             // Refunds were exact: every member's state is the reference's.
             prop_assert_eq!(bucket.snapshot().available, reference.bucket.snapshot(now).0);
             prop_assert_eq!(window.snapshot().available, reference.window.snapshot(now).0);

@@ -22,6 +22,19 @@ use tollgate::{
 };
 use tollgate_loom_tests::{Op, RecordingClock, assert_bucket_bound, explore, record};
 
+/// One request for a permit through `all`, reported or plain.
+fn decide<A: Refundable, const REPORTED: bool>(
+    all: &AllOf<(&A, &TokenBucket<ManualClock>)>,
+) -> Result<(), Denied> {
+    if REPORTED {
+        all.try_acquire_n_reporting(1)
+            .map(drop)
+            .map_err(Denied::from)
+    } else {
+        all.try_acquire_n(1)
+    }
+}
+
 /// Capacity 1, one permit per 100 ns: the member that admits the stale request.
 const FIRST: (u32, u64) = (1, 100);
 /// Capacity 2, one permit per 1000 ns: the member that denies it.
@@ -38,14 +51,22 @@ fn rate(interval: u64) -> Rate {
 /// first. Two more requests at 2000 follow: at most one may pass the first
 /// member. `first` is the first member, `second` the second, and both have
 /// had one admission at 0 and one at 100 before the threads start.
-fn stale_refund_model<A>(first: Arc<A>, second: Arc<TokenBucket<ManualClock>>, clock: ManualClock)
-where
+///
+/// `REPORTED` picks the decision: `try_acquire_n_reporting` (every member
+/// reports) or the plain `try_acquire_n` (no member computes a snapshot).
+fn stale_refund_model<A, const REPORTED: bool>(
+    first: Arc<A>,
+    second: Arc<TokenBucket<ManualClock>>,
+    clock: ManualClock,
+) where
     A: Refundable + Send + Sync + 'static,
 {
     let mut setup: Vec<Op> = Vec::new();
     for at in [0, 100] {
         clock.set(at);
-        let op = record(1, || AllOf::new((&*first, &*second)).try_acquire_n(1));
+        let op = record(1, || {
+            decide::<A, REPORTED>(&AllOf::new((&*first, &*second)))
+        });
         assert!(op.result.is_ok(), "setup at {at}: {op:?}");
         setup.push(op);
     }
@@ -53,7 +74,9 @@ where
     let stale = {
         let (first, second) = (Arc::clone(&first), Arc::clone(&second));
         thread::spawn(move || {
-            let op = record(1, || AllOf::new((&*first, &*second)).try_acquire_n(1));
+            let op = record(1, || {
+                decide::<A, REPORTED>(&AllOf::new((&*first, &*second)))
+            });
             vec![op]
         })
     };
@@ -63,7 +86,7 @@ where
         thread::spawn(move || {
             clock.set(2_000);
             let both = AllOf::new((&*first, &*second));
-            let mut ops = vec![record(1, || both.try_acquire_n(1))];
+            let mut ops = vec![record(1, || decide::<A, REPORTED>(&both))];
             // A request on the first member alone: it must not find the
             // permit the request above holds.
             ops.push(record(1, || first.try_acquire_n(1)));
@@ -78,16 +101,36 @@ where
     assert_bucket_bound(FIRST.0, FIRST.1, &threads);
 }
 
+type StaleMembers = (
+    Arc<TokenBucket<RecordingClock>>,
+    Arc<TokenBucket<ManualClock>>,
+    ManualClock,
+);
+
+fn stale_members() -> StaleMembers {
+    let clock = ManualClock::new();
+    let first = TokenBucket::with_clock(FIRST.0, rate(FIRST.1), RecordingClock::new(clock.clone()))
+        .expect("valid");
+    let second = TokenBucket::with_clock(SECOND.0, rate(SECOND.1), clock.clone()).expect("valid");
+    (Arc::new(first), Arc::new(second), clock)
+}
+
+/// Through the plain `try_acquire_n` (receipts, no reports).
 #[test]
 fn all_of_refund_at_a_stale_reading() {
     let explored = explore("all_of::refund_at_a_stale_reading", 2, || {
-        let clock = ManualClock::new();
-        let first =
-            TokenBucket::with_clock(FIRST.0, rate(FIRST.1), RecordingClock::new(clock.clone()))
-                .expect("valid");
-        let second =
-            TokenBucket::with_clock(SECOND.0, rate(SECOND.1), clock.clone()).expect("valid");
-        stale_refund_model(Arc::new(first), Arc::new(second), clock);
+        let (first, second, clock) = stale_members();
+        stale_refund_model::<_, false>(first, second, clock);
+    });
+    assert!(explored > 1);
+}
+
+/// Through `try_acquire_n_reporting` (every member reports).
+#[test]
+fn all_of_reported_refund_at_a_stale_reading() {
+    let explored = explore("all_of::reported_refund_at_a_stale_reading", 2, || {
+        let (first, second, clock) = stale_members();
+        stale_refund_model::<_, true>(first, second, clock);
     });
     assert!(explored > 1);
 }
@@ -233,6 +276,6 @@ fn known_bad_subtracting_refund_is_caught() {
         };
         let second =
             TokenBucket::with_clock(SECOND.0, rate(SECOND.1), clock.clone()).expect("valid");
-        stale_refund_model(Arc::new(first), Arc::new(second), clock);
+        stale_refund_model::<_, false>(Arc::new(first), Arc::new(second), clock);
     });
 }
