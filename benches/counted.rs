@@ -5,7 +5,7 @@
 //!
 //! Groups are `counted/<limiter>/<workload>/<threads>t` with functions `bare`
 //! and `counted`, and `all_of/token_buckets/<workload>/<threads>t` with
-//! `two-calls` and `all_of`. Each iteration is one check on each thread.
+//! `two-calls`, `all_of` (reported) and `all_of-plain`. Each iteration is one check on each thread.
 //!
 //! ```sh
 //! cargo bench --bench counted
@@ -44,6 +44,16 @@ impl Check for BothOf {
     #[inline]
     fn check(&self) -> bool {
         std::hint::black_box(self.0.try_acquire_reporting()).is_ok()
+    }
+}
+
+/// The same decision through the plain `try_acquire`: no reports.
+struct BothOfPlain(AllOf<(TokenBucket, TokenBucket)>);
+
+impl Check for BothOfPlain {
+    #[inline]
+    fn check(&self) -> bool {
+        self.0.try_acquire().is_ok()
     }
 }
 
@@ -111,6 +121,9 @@ fn counted(c: &mut Criterion) {
             });
             bench(c, &name, workload, threads, "all_of", || {
                 BothOf(AllOf::new((bucket(workload), bucket(workload))))
+            });
+            bench(c, &name, workload, threads, "all_of-plain", || {
+                BothOfPlain(AllOf::new((bucket(workload), bucket(workload))))
             });
         }
     }
