@@ -268,8 +268,9 @@ fn blocked(
     n: u32,
     later: &[(usize, &dyn Fn() -> Snapshot)],
 ) -> Blocked {
-    // Every tollgate limiter holds at least one permit, so a request for one
-    // skips the reads (the deny path under a flood of single requests).
+    // Every tollgate limiter holds at least one permit: the callers answer a
+    // request for one without coming here (the deny path under a flood of
+    // single requests builds nothing).
     if n > 1 && matches!(rejection.denied, Denied::RetryAfter(_)) {
         for &(index, snapshot) in later {
             let snapshot = snapshot();
@@ -321,6 +322,11 @@ macro_rules! step_plain {
      [$next:tt $rn:ident $(, $rest:tt $rr:ident)*], $last:tt) => {{
         match $self.$next.try_acquire_n_receipt($n) {
             Ok($rn) => step_plain!($self, $n, [$($done $rd,)* $next $rn], [$($rest $rr),*], $last),
+            Err(denied) if $n == 1 => {
+                // One permit: no later member can be too small for it.
+                $($self.$done.refund($rd);)*
+                Err(denied)
+            }
             Err(denied) => {
                 $($self.$done.refund($rd);)*
                 Err(blocked_plain($next, denied, $n, &[
@@ -355,6 +361,11 @@ macro_rules! step {
             Ok($rn) => {
                 keep_tighter(&mut $best, $next, $rn.snapshot);
                 step!($self, $n, $best, [$($done $rd,)* $next $rn], [$($rest $rr),*], $last)
+            }
+            Err(rejection) if $n == 1 => {
+                // One permit: no later member can be too small for it.
+                $($self.$done.refund($rd.receipt);)*
+                Err(Blocked { member: $next, rejection })
             }
             Err(rejection) => {
                 $($self.$done.refund($rd.receipt);)*
