@@ -4,8 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::sliding_window::MAX_SUB_WINDOWS;
-use crate::warm_up::MAX_COLD_FACTOR;
+use crate::limits::{MAX_COLD_FACTOR, MAX_SUB_WINDOWS};
 
 /// Why a limiter could not be built.
 ///

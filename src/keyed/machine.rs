@@ -10,7 +10,7 @@ use super::kind::Carry;
 use super::kinds::Carried;
 use crate::error::Denied;
 use crate::limiter::Snapshot;
-use crate::word::WordMachine;
+use crate::word::{Refund, WordMachine};
 
 /// A per-key state word: one `u64`, or two as one `u128` (the shaper's and
 /// warm-up's states). Bit 63 is the tag in both (see [`TAG`]): every keyable
@@ -104,6 +104,6 @@ impl<M: Carried> KeyMachine for M {
     }
 
     fn refund(&self, state: u64, before: u64, written: u64, n: u32) -> Option<u64> {
-        Carried::refund(self, state, before, written, n)
+        Refund::refund(self, state, before, written, n)
     }
 }

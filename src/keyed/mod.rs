@@ -92,6 +92,7 @@
 mod answer;
 pub mod combined;
 pub mod evict;
+pub mod for_key;
 mod kind;
 mod kinds;
 mod log;
@@ -99,6 +100,7 @@ mod machine;
 pub mod quota;
 pub mod reconfig;
 mod two_word;
+mod waiting;
 
 use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
@@ -108,6 +110,7 @@ use std::hash::{BuildHasher, Hash};
 use crossbeam_utils::CachePadded;
 use dashmap::DashMap;
 
+pub use for_key::{ForKey, KeyedReceipt};
 pub use kind::{Carry, Keyable};
 #[doc(hidden)]
 pub use kind::{Refusal, View};

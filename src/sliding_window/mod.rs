@@ -131,23 +131,7 @@ use std::time::Duration;
 pub use approx::{ApproxSlidingWindow, LockingApproxSlidingWindow};
 pub use locking::LockingSlidingWindow;
 
-/// The most sub-windows a [`SlidingWindow`] may be cut into (see
-/// [`SlidingWindowBuilder::sub_windows`]). Each costs 8 bytes of history, and a
-/// denial's retry-after takes time proportional to their number; 4096 cut an
-/// hour into sub-windows of under a second.
-///
-/// ```
-/// use tollgate::sliding_window::MAX_SUB_WINDOWS;
-/// use tollgate::{ConfigError, Rate, SlidingWindow};
-///
-/// let rate = Rate::per_hour(100);
-/// assert!(SlidingWindow::builder(rate).sub_windows(MAX_SUB_WINDOWS).build().is_ok());
-/// assert_eq!(
-///     SlidingWindow::builder(rate).sub_windows(MAX_SUB_WINDOWS + 1).build().unwrap_err(),
-///     ConfigError::InvalidSubWindows { sub_windows: MAX_SUB_WINDOWS + 1, max: MAX_SUB_WINDOWS }
-/// );
-/// ```
-pub const MAX_SUB_WINDOWS: u32 = 4096;
+pub use crate::limits::MAX_SUB_WINDOWS;
 
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::{ConfigError, Denied};

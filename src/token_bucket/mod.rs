@@ -67,6 +67,7 @@ mod gcra;
 mod leased;
 mod locking;
 pub(crate) mod machine;
+mod refund;
 mod reserve;
 
 use std::time::Duration;

@@ -88,21 +88,7 @@ use curve::Curve;
 /// its stable rate.
 pub const DEFAULT_COLD_FACTOR: u32 = 3;
 
-/// The largest cold factor accepted: a cold limiter is at most a thousand times
-/// slower than a warm one. Outside `1..=MAX_COLD_FACTOR`, construction fails
-/// with [`ConfigError::InvalidColdFactor`].
-///
-/// ```
-/// use std::time::Duration;
-/// use tollgate::warm_up::MAX_COLD_FACTOR;
-/// use tollgate::{ManualClock, Rate, WarmUp};
-///
-/// let rate = Rate::per_second(5);
-/// let warm_up = Duration::from_secs(4);
-/// assert!(WarmUp::with_cold_factor(rate, warm_up, MAX_COLD_FACTOR, ManualClock::new()).is_ok());
-/// assert!(WarmUp::with_cold_factor(rate, warm_up, MAX_COLD_FACTOR + 1, ManualClock::new()).is_err());
-/// ```
-pub const MAX_COLD_FACTOR: u32 = 1000;
+pub use crate::limits::MAX_COLD_FACTOR;
 
 /// A warm-up limiter over a state cell: the atomic one or its locking twin.
 #[derive(Debug)]

@@ -1,0 +1,137 @@
+//! What counting costs (`Counted`) beside the bare limiter, and what an
+//! `AllOf` of two buckets costs beside asking both in turn: at 1 and 2
+//! threads, allow-heavy and deny-heavy (the workloads of `benches/limiters.rs`,
+//! same harness).
+//!
+//! Groups are `counted/<limiter>/<workload>/<threads>t` with functions `bare`
+//! and `counted`, and `all_of/token_buckets/<workload>/<threads>t` with
+//! `two-calls`, `all_of` (reported) and `all_of-plain`. Each iteration is one check on each thread.
+//!
+//! ```sh
+//! cargo bench --bench counted
+//! ```
+
+use std::time::Duration;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use tollgate::{AllOf, Counted, FixedWindow, Rate, RateLimiter, TokenBucket};
+
+mod common;
+use common::{Check, Workload};
+
+struct Bare<L>(L);
+
+impl<L: RateLimiter + Send + Sync + 'static> Check for Bare<L> {
+    #[inline]
+    fn check(&self) -> bool {
+        self.0.try_acquire().is_ok()
+    }
+}
+
+/// Two buckets asked in turn, without refunds: the baseline `AllOf` adds to.
+struct TwoCalls(TokenBucket, TokenBucket);
+
+impl Check for TwoCalls {
+    #[inline]
+    fn check(&self) -> bool {
+        self.0.try_acquire().is_ok() && self.1.try_acquire().is_ok()
+    }
+}
+
+struct BothOf(AllOf<(TokenBucket, TokenBucket)>);
+
+impl Check for BothOf {
+    #[inline]
+    fn check(&self) -> bool {
+        std::hint::black_box(self.0.try_acquire_reporting()).is_ok()
+    }
+}
+
+/// The same decision through the plain `try_acquire`: no reports.
+struct BothOfPlain(AllOf<(TokenBucket, TokenBucket)>);
+
+impl Check for BothOfPlain {
+    #[inline]
+    fn check(&self) -> bool {
+        self.0.try_acquire().is_ok()
+    }
+}
+
+fn bench<L: Check>(
+    c: &mut Criterion,
+    name: &str,
+    workload: Workload,
+    threads: usize,
+    function: &str,
+    make: impl Fn() -> L,
+) {
+    common::bench_threads(c, name, function, threads, |iters| {
+        let run = common::run_checks(make(), threads, iters, false);
+        workload.assert_admitted(run.count, iters * threads as u64);
+        run.wall
+    });
+}
+
+/// A bucket that never denies (allow) or is empty for the hour (deny).
+fn bucket(workload: Workload) -> TokenBucket {
+    match workload {
+        Workload::Allow => {
+            TokenBucket::new(u32::MAX, Rate::new(1, Duration::from_nanos(1))).unwrap()
+        }
+        Workload::Deny => {
+            let b = TokenBucket::new(1, Rate::per_hour(1)).unwrap();
+            assert!(b.try_acquire().is_ok());
+            b
+        }
+    }
+}
+
+fn window(workload: Workload) -> FixedWindow {
+    match workload {
+        Workload::Allow => FixedWindow::new(Rate::new(u32::MAX, Duration::from_secs(5))).unwrap(),
+        Workload::Deny => {
+            let w = FixedWindow::new(Rate::per_hour(1)).unwrap();
+            assert!(w.try_acquire().is_ok());
+            w
+        }
+    }
+}
+
+fn counted(c: &mut Criterion) {
+    for workload in [Workload::Allow, Workload::Deny] {
+        for threads in [1, 2] {
+            let w = workload.name();
+            let name = format!("counted/token_bucket/{w}/{threads}t");
+            bench(c, &name, workload, threads, "bare", || {
+                Bare(bucket(workload))
+            });
+            bench(c, &name, workload, threads, "counted", || {
+                Bare(Counted::new("bench", bucket(workload)))
+            });
+            let name = format!("counted/fixed_window/{w}/{threads}t");
+            bench(c, &name, workload, threads, "bare", || {
+                Bare(window(workload))
+            });
+            bench(c, &name, workload, threads, "counted", || {
+                Bare(Counted::new("bench", window(workload)))
+            });
+            let name = format!("all_of/token_buckets/{w}/{threads}t");
+            bench(c, &name, workload, threads, "two-calls", || {
+                TwoCalls(bucket(workload), bucket(workload))
+            });
+            bench(c, &name, workload, threads, "all_of", || {
+                BothOf(AllOf::new((bucket(workload), bucket(workload))))
+            });
+            bench(c, &name, workload, threads, "all_of-plain", || {
+                BothOfPlain(AllOf::new((bucket(workload), bucket(workload))))
+            });
+        }
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = common::config();
+    targets = counted
+}
+criterion_main!(benches);

@@ -1,0 +1,281 @@
+//! Observing a limiter: counts of the permits it admitted and denied, read
+//! without locks, and (with the `tracing` feature) an event per decision.
+//!
+//! [`Counted`] wraps any [`RateLimiter`]. It is opt-in: a limiter that is not
+//! wrapped pays nothing, and the counting is this module's alone. Each
+//! decision adds its permits to one of two counters on the calling thread's
+//! own cache-padded stripe (one uncontended `fetch_add`), so threads on
+//! different cores do not trade a counter's cache line; a read sums the
+//! stripes. What it costs on the allow path is in docs/benchmarks.md
+//! ("Counting decisions").
+//!
+//! With the `tracing` feature, a `Counted` limiter also emits a `tracing`
+//! event for every denial (level `INFO`, with the permits asked, the reason
+//! and the retry-after) and for every admission (level `DEBUG`), each carrying
+//! the name the limiter was given. Limiters that are not wrapped emit nothing.
+//!
+//! ```
+//! use tollgate::{Counted, ManualClock, Rate, RateLimiter, TokenBucket};
+//!
+//! let bucket = TokenBucket::with_clock(3, Rate::per_hour(3), ManualClock::new()).unwrap();
+//! let counted = Counted::new("api", bucket);
+//! counted.try_acquire_n(2).unwrap();
+//! assert!(counted.try_acquire_n(2).is_err());
+//! let counts = counted.counts();
+//! assert_eq!((counts.admitted, counts.denied), (2, 2));
+//! ```
+
+use crossbeam_utils::CachePadded;
+
+use crate::error::Denied;
+use crate::limiter::{RateLimiter, Rejection, Snapshot};
+use crate::refund::{Receipted, Refundable};
+use crate::stripe::{default_stripes, thread_hint};
+use crate::sync::{AtomicU64, Ordering};
+
+/// One thread stripe's counters. Both on one line: a decision touches one of
+/// them, and only threads sharing the stripe write the line.
+#[derive(Debug)]
+struct Stripe {
+    admitted: AtomicU64,
+    denied: AtomicU64,
+    refunded: AtomicU64,
+}
+
+/// A limiter with counters of what it decided: see the [module docs](self).
+///
+/// It implements [`RateLimiter`] (and [`Refundable`] if the limiter does, so
+/// it can be a member of an [`AllOf`](crate::AllOf)), counting every
+/// decision made through it.
+///
+/// ```
+/// use tollgate::{AllOf, Counted, Rate, RateLimiter, SlidingLog, TokenBucket};
+///
+/// let global = Counted::new("global", TokenBucket::new(100, Rate::per_second(100)).unwrap());
+/// let logins = Counted::new("logins", SlidingLog::new(Rate::per_hour(1)).unwrap());
+/// let login = AllOf::new((&global, &logins));
+/// login.try_acquire().unwrap();
+/// assert!(login.try_acquire().is_err()); // denied by the log; the bucket refunded
+/// assert_eq!(global.counts().admitted, 2);
+/// assert_eq!(global.counts().refunded, 1);
+/// assert_eq!(logins.counts().denied, 1);
+/// ```
+#[derive(Debug)]
+pub struct Counted<L> {
+    limiter: L,
+    name: &'static str,
+    stripes: Box<[CachePadded<Stripe>]>,
+}
+
+/// What a [`Counted`] limiter has decided so far, in permits.
+///
+/// Each figure is exact once the decisions it counts have returned; read
+/// while decisions run, the three figures are not one instant's (each is
+/// summed over the stripes, and may lag a decision in flight).
+///
+/// ```
+/// use tollgate::{Counted, Rate, RateLimiter, TokenBucket};
+/// let counted = Counted::new("api", TokenBucket::new(1, Rate::per_hour(1)).unwrap());
+/// counted.try_acquire().unwrap();
+/// assert_eq!(counted.counts().admitted, 1);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub struct Counts {
+    /// Permits admitted.
+    pub admitted: u64,
+    /// Permits denied (every denial: retry-after, exceeds capacity, zero).
+    pub denied: u64,
+    /// Permits of admissions handed back to [`Refundable::refund`] (by an
+    /// [`AllOf`](crate::AllOf) whose later member denied). A raced refund
+    /// gives back less (see [`refund`](crate::refund)), so this is what was
+    /// asked back, not necessarily what came back.
+    pub refunded: u64,
+}
+
+impl<L: RateLimiter> Counted<L> {
+    /// Wraps `limiter`; `name` labels its `tracing` events.
+    ///
+    /// ```
+    /// use tollgate::{Counted, FixedWindow, Rate};
+    /// let counted = Counted::new("per-minute", FixedWindow::new(Rate::per_minute(60)).unwrap());
+    /// assert_eq!(counted.name(), "per-minute");
+    /// ```
+    pub fn new(name: &'static str, limiter: L) -> Self {
+        let stripes = (0..default_stripes())
+            .map(|_| {
+                CachePadded::new(Stripe {
+                    admitted: AtomicU64::new(0),
+                    denied: AtomicU64::new(0),
+                    refunded: AtomicU64::new(0),
+                })
+            })
+            .collect();
+        Counted {
+            limiter,
+            name,
+            stripes,
+        }
+    }
+
+    /// The limiter inside.
+    ///
+    /// ```
+    /// use tollgate::{Counted, Rate, RateLimiter, TokenBucket};
+    /// let counted = Counted::new("api", TokenBucket::new(5, Rate::per_hour(5)).unwrap());
+    /// assert_eq!(counted.get_ref().snapshot().capacity, 5);
+    /// ```
+    pub fn get_ref(&self) -> &L {
+        &self.limiter
+    }
+
+    /// The name given at construction.
+    ///
+    /// ```
+    /// use tollgate::{Counted, Rate, TokenBucket};
+    /// assert_eq!(Counted::new("x", TokenBucket::new(1, Rate::per_hour(1)).unwrap()).name(), "x");
+    /// ```
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The counts so far: a sum over the stripes, without locks.
+    ///
+    /// ```
+    /// use tollgate::{Counted, Rate, RateLimiter, TokenBucket};
+    /// let counted = Counted::new("api", TokenBucket::new(1, Rate::per_hour(1)).unwrap());
+    /// assert!(counted.try_acquire_n(0).is_err());
+    /// assert_eq!(counted.counts().denied, 0); // a request for 0 denies 0 permits
+    /// ```
+    pub fn counts(&self) -> Counts {
+        let mut counts = Counts::default();
+        for stripe in self.stripes.iter() {
+            // Relaxed: each counter is a monotonic sum read on its own; no
+            // other memory is published through it.
+            counts.admitted += stripe.admitted.load(Ordering::Relaxed);
+            counts.denied += stripe.denied.load(Ordering::Relaxed);
+            counts.refunded += stripe.refunded.load(Ordering::Relaxed);
+        }
+        counts
+    }
+
+    #[inline]
+    fn stripe(&self) -> &Stripe {
+        // `default_stripes` is a power of two.
+        &self.stripes[thread_hint() & (self.stripes.len() - 1)]
+    }
+
+    #[inline]
+    fn count_admitted(&self, n: u32) {
+        // Relaxed: a counter orders nothing; the decision is the limiter's.
+        self.stripe()
+            .admitted
+            .fetch_add(u64::from(n), Ordering::Relaxed);
+        #[cfg(feature = "tracing")]
+        tracing::debug!(limiter = self.name, permits = n, "admitted");
+    }
+
+    #[inline]
+    fn count_denied(&self, n: u32, denied: &Denied) {
+        // Relaxed: as in `count_admitted`.
+        self.stripe()
+            .denied
+            .fetch_add(u64::from(n), Ordering::Relaxed);
+        #[cfg(feature = "tracing")]
+        tracing::info!(
+            limiter = self.name,
+            permits = n,
+            retry_after = ?denied.retry_after(),
+            reason = %denied,
+            "denied"
+        );
+        #[cfg(not(feature = "tracing"))]
+        let _ = denied;
+    }
+
+    #[inline]
+    fn count<T>(&self, n: u32, outcome: Result<T, Denied>) -> Result<T, Denied> {
+        match &outcome {
+            Ok(_) => self.count_admitted(n),
+            Err(denied) => self.count_denied(n, denied),
+        }
+        outcome
+    }
+}
+
+impl<L: RateLimiter> RateLimiter for Counted<L> {
+    #[inline]
+    fn try_acquire_n(&self, n: u32) -> Result<(), Denied> {
+        self.count(n, self.limiter.try_acquire_n(n))
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        self.limiter.snapshot()
+    }
+
+    #[inline]
+    fn try_acquire_n_with_snapshot(&self, n: u32) -> Result<Snapshot, Rejection> {
+        let outcome = self.limiter.try_acquire_n_with_snapshot(n);
+        match &outcome {
+            Ok(_) => self.count_admitted(n),
+            Err(rejection) => self.count_denied(n, &rejection.denied),
+        }
+        outcome
+    }
+}
+
+/// The receipt of a [`Counted`] limiter's refundable admission: the
+/// limiter's own, and the permits it took (for [`Counts::refunded`]).
+#[derive(Debug)]
+pub struct CountedReceipt<R> {
+    receipt: R,
+    permits: u32,
+}
+
+impl<L: Refundable> Refundable for Counted<L> {
+    type Receipt<'a>
+        = CountedReceipt<L::Receipt<'a>>
+    where
+        Self: 'a;
+
+    #[inline]
+    fn try_acquire_n_refundable(&self, n: u32) -> Result<Receipted<Self::Receipt<'_>>, Rejection> {
+        match self.limiter.try_acquire_n_refundable(n) {
+            Ok(admitted) => {
+                self.count_admitted(n);
+                Ok(Receipted::new(
+                    admitted.snapshot,
+                    CountedReceipt {
+                        receipt: admitted.receipt,
+                        permits: n,
+                    },
+                ))
+            }
+            Err(rejection) => {
+                self.count_denied(n, &rejection.denied);
+                Err(rejection)
+            }
+        }
+    }
+
+    #[inline]
+    fn try_acquire_n_receipt(&self, n: u32) -> Result<Self::Receipt<'_>, Denied> {
+        let receipt = self.count(n, self.limiter.try_acquire_n_receipt(n))?;
+        Ok(CountedReceipt {
+            receipt,
+            permits: n,
+        })
+    }
+
+    fn refund<'a>(&'a self, receipt: Self::Receipt<'a>) {
+        // Relaxed: as in `count_admitted`.
+        self.stripe()
+            .refunded
+            .fetch_add(u64::from(receipt.permits), Ordering::Relaxed);
+        #[cfg(feature = "tracing")]
+        tracing::debug!(limiter = self.name, permits = receipt.permits, "refunded");
+        self.limiter.refund(receipt.receipt);
+    }
+}
+
+impl<L: RateLimiter> crate::waiting::RetryAcquire for Counted<L> {}
