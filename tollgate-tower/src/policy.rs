@@ -1,0 +1,424 @@
+//! What decides: a [`Policy`] is one named limit the layer asks about each
+//! request's key. Any tollgate limiter is one ([`Limit`] for a direct limiter,
+//! [`PerKey`] for a [`Keyed`] one); limiters that decide asynchronously —
+//! over the network, like `tollgate-redis` — are one through [`AsyncLimit`];
+//! waiting instead of rejecting is [`Shaped`](crate::Shaped).
+
+use std::fmt;
+use std::future::Future;
+use std::hash::{BuildHasher, Hash};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate::keyed::Keyable;
+use tollgate::{Denied, Keyed, RateLimiter, Rejection, Snapshot};
+
+/// One policy's answer for one request.
+///
+/// ```
+/// use tollgate::{Rate, RateLimiter, TokenBucket};
+/// use tollgate_tower::Outcome;
+///
+/// let bucket = TokenBucket::new(1, Rate::per_hour(1)).unwrap();
+/// assert!(matches!(Outcome::from(bucket.try_acquire_with_snapshot()), Outcome::Admitted(Some(_))));
+/// assert!(matches!(Outcome::from(bucket.try_acquire_with_snapshot()), Outcome::Denied { .. }));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Admitted; with the state the admission left when the limiter reports it.
+    Admitted(Option<Snapshot>),
+    /// Denied: [`Denied::RetryAfter`] becomes a `429`, the others a request
+    /// that can never pass; with the state it was decided on when reported.
+    Denied {
+        /// Why.
+        denied: Denied,
+        /// The state the denial was decided on, if the limiter reports it.
+        snapshot: Option<Snapshot>,
+    },
+    /// No decision could be had (a remote limiter's server is unreachable):
+    /// `503`, unless the policy itself chose to admit or deny.
+    Unavailable(String),
+}
+
+impl From<Result<Snapshot, Rejection>> for Outcome {
+    fn from(decision: Result<Snapshot, Rejection>) -> Self {
+        match decision {
+            Ok(snapshot) => Outcome::Admitted(Some(snapshot)),
+            Err(rejection) => Outcome::Denied {
+                denied: rejection.denied,
+                snapshot: Some(rejection.snapshot),
+            },
+        }
+    }
+}
+
+/// A future of an [`Outcome`], for policies that decide asynchronously.
+pub type OutcomeFuture = Pin<Box<dyn Future<Output = Outcome> + Send + 'static>>;
+
+/// A policy's decision: at once (every in-process limiter), or later.
+pub enum Decision {
+    /// Decided during the call.
+    Now(Outcome),
+    /// Decided when the future completes. Dropping it (the client went away)
+    /// must leave the limiter as a cancelled request should: a
+    /// [`Shaped`](crate::Shaped) wait gives its reservation back.
+    Later(OutcomeFuture),
+}
+
+impl fmt::Debug for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Decision::Now(outcome) => f.debug_tuple("Now").field(outcome).finish(),
+            Decision::Later(_) => f.write_str("Later(..)"),
+        }
+    }
+}
+
+/// One named limit, asked about each request's key (of type `K`).
+///
+/// Implemented by [`Limit`], [`PerKey`], [`AsyncLimit`] and
+/// [`Shaped`](crate::Shaped); implement it for anything else that decides.
+///
+/// ```
+/// use tollgate::{Rate, TokenBucket};
+/// use tollgate_tower::{Decision, Limit, Outcome, Policy};
+///
+/// let global = Limit::new("global", TokenBucket::new(1, Rate::per_hour(1)).unwrap()).unwrap();
+/// assert_eq!(Policy::<()>::name(&global).as_str(), "global");
+/// assert!(matches!(global.decide(&(), 1), Decision::Now(Outcome::Admitted(_))));
+/// assert!(matches!(global.decide(&(), 1), Decision::Now(Outcome::Denied { .. })));
+/// ```
+pub trait Policy<K>: Send + Sync + 'static {
+    /// The policy's name in the `RateLimit` fields.
+    fn name(&self) -> &PolicyName;
+
+    /// Decides `n` permits for `key`.
+    fn decide(&self, key: &K, n: u32) -> Decision;
+}
+
+/// A policy's name and the window it advertises: the `"name";w=…` of the
+/// `RateLimit-Policy` field. A name is 1 to 64 characters of letters, digits
+/// and `-_.:/`, so it is a valid Structured-Field string as it stands.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate_tower::PolicyName;
+///
+/// let name = PolicyName::new("per-ip").unwrap().window(Duration::from_secs(60));
+/// assert_eq!(name.as_str(), "per-ip");
+/// assert_eq!(name.window_secs(), Some(60));
+/// assert!(PolicyName::new("bad name").is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyName {
+    name: Arc<str>,
+    window: Option<u64>,
+}
+
+impl PolicyName {
+    /// Checks `name`.
+    ///
+    /// Errors: [`InvalidName`] for an empty, longer than 64, or otherwise
+    /// unusable name.
+    ///
+    /// ```
+    /// use tollgate_tower::PolicyName;
+    /// assert_eq!(PolicyName::new("login").unwrap().as_str(), "login");
+    /// assert!(PolicyName::new("").is_err());
+    /// ```
+    pub fn new(name: &str) -> Result<Self, InvalidName> {
+        let ok = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.:/".contains(&b));
+        if ok {
+            Ok(PolicyName {
+                name: name.into(),
+                window: None,
+            })
+        } else {
+            Err(InvalidName(name.to_owned()))
+        }
+    }
+
+    /// Advertises `window` (whole seconds, rounded up) as the policy's `w`:
+    /// the time over which its quota is granted (a fixed window's length, a
+    /// token bucket's time to refill from empty). Without it, `w` is left out,
+    /// as the draft allows.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_tower::PolicyName;
+    /// let name = PolicyName::new("x").unwrap().window(Duration::from_millis(1500));
+    /// assert_eq!(name.window_secs(), Some(2));
+    /// ```
+    pub fn window(mut self, window: Duration) -> Self {
+        self.window = Some(crate::fields::ceil_secs(window));
+        self
+    }
+
+    /// The name.
+    ///
+    /// ```
+    /// use tollgate_tower::PolicyName;
+    /// assert_eq!(PolicyName::new("a").unwrap().as_str(), "a");
+    /// ```
+    pub fn as_str(&self) -> &str {
+        &self.name
+    }
+
+    /// The advertised window in seconds, if any.
+    ///
+    /// ```
+    /// use tollgate_tower::PolicyName;
+    /// assert_eq!(PolicyName::new("a").unwrap().window_secs(), None);
+    /// ```
+    pub fn window_secs(&self) -> Option<u64> {
+        self.window
+    }
+}
+
+/// A policy name that cannot be used; see [`PolicyName::new`].
+///
+/// ```
+/// use tollgate_tower::PolicyName;
+/// let err = PolicyName::new("a b").unwrap_err();
+/// assert_eq!(err.to_string(), "policy name \"a b\" must be 1 to 64 of A-Z a-z 0-9 - _ . : /");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidName(String);
+
+impl fmt::Display for InvalidName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "policy name {:?} must be 1 to 64 of A-Z a-z 0-9 - _ . : /",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for InvalidName {}
+
+/// Anything that names a policy: a `&str` (checked) or a [`PolicyName`].
+pub trait IntoPolicyName {
+    /// The checked name.
+    ///
+    /// Errors: [`InvalidName`], see [`PolicyName::new`].
+    fn into_policy_name(self) -> Result<PolicyName, InvalidName>;
+}
+
+impl IntoPolicyName for &str {
+    fn into_policy_name(self) -> Result<PolicyName, InvalidName> {
+        PolicyName::new(self)
+    }
+}
+
+impl IntoPolicyName for PolicyName {
+    fn into_policy_name(self) -> Result<PolicyName, InvalidName> {
+        Ok(self)
+    }
+}
+
+/// A direct (unkeyed) limiter as a policy: every request that reaches it
+/// shares it, whatever its key — a limit on the whole service or route. Any
+/// [`RateLimiter`]: a tollgate limiter, a locking twin, or an all-or-nothing
+/// combination of several.
+///
+/// ```
+/// use tollgate::{Rate, SlidingLog};
+/// use tollgate_tower::Limit;
+/// let _ = Limit::new("search", SlidingLog::new(Rate::per_second(100)).unwrap()).unwrap();
+/// ```
+pub struct Limit<L: ?Sized> {
+    name: PolicyName,
+    limiter: Arc<L>,
+}
+
+impl<L: RateLimiter + Send + Sync + ?Sized + 'static> Limit<L> {
+    /// The policy `name` over `limiter`.
+    ///
+    /// Errors: [`InvalidName`].
+    ///
+    /// ```
+    /// use tollgate::{Rate, TokenBucket};
+    /// use tollgate_tower::Limit;
+    /// let _ = Limit::new("global", TokenBucket::new(10, Rate::per_second(10)).unwrap()).unwrap();
+    /// ```
+    pub fn new(name: impl IntoPolicyName, limiter: L) -> Result<Self, InvalidName>
+    where
+        L: Sized,
+    {
+        Self::shared(name, Arc::new(limiter))
+    }
+
+    /// The policy `name` over a `limiter` shared with other code (that reads
+    /// or reconfigures it).
+    ///
+    /// Errors: [`InvalidName`].
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::{Rate, RateLimiter, TokenBucket};
+    /// use tollgate_tower::Limit;
+    /// let bucket = Arc::new(TokenBucket::new(10, Rate::per_second(10)).unwrap());
+    /// let _ = Limit::shared("global", Arc::clone(&bucket)).unwrap();
+    /// let _ = Limit::shared("any", bucket as Arc<dyn RateLimiter + Send + Sync>).unwrap();
+    /// ```
+    pub fn shared(name: impl IntoPolicyName, limiter: Arc<L>) -> Result<Self, InvalidName> {
+        Ok(Limit {
+            name: name.into_policy_name()?,
+            limiter,
+        })
+    }
+}
+
+impl<K, L: RateLimiter + Send + Sync + ?Sized + 'static> Policy<K> for Limit<L> {
+    fn name(&self) -> &PolicyName {
+        &self.name
+    }
+
+    #[inline]
+    fn decide(&self, _: &K, n: u32) -> Decision {
+        Decision::Now(self.limiter.try_acquire_n_with_snapshot(n).into())
+    }
+}
+
+/// A [`Keyed`] limiter as a policy: each key its own limit, decided and
+/// reported in one lookup
+/// ([`Keyed::try_acquire_n_with_snapshot`]).
+///
+/// ```
+/// use std::net::IpAddr;
+/// use tollgate::keyed::{BucketConfig, Keyed};
+/// use tollgate::{Rate, TokenBucket};
+/// use tollgate_tower::PerKey;
+///
+/// let per_ip = Keyed::<IpAddr, TokenBucket>::new(BucketConfig::new(20, Rate::per_second(10)).unwrap());
+/// let _ = PerKey::new("per-ip", per_ip).unwrap();
+/// ```
+pub struct PerKey<K, L: Keyable, S = std::collections::hash_map::RandomState> {
+    name: PolicyName,
+    limiter: Arc<Keyed<K, L, S>>,
+}
+
+impl<K, L, S> PerKey<K, L, S>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+    L: Keyable + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+    Keyed<K, L, S>: Send + Sync,
+{
+    /// The policy `name` over `limiter`.
+    ///
+    /// Errors: [`InvalidName`].
+    ///
+    /// ```
+    /// use tollgate::keyed::{Keyed, WindowConfig};
+    /// use tollgate::{FixedWindow, Rate};
+    /// use tollgate_tower::PerKey;
+    /// let per_key = Keyed::<String, FixedWindow>::new(WindowConfig::new(Rate::per_minute(60)).unwrap());
+    /// let _ = PerKey::new("per-key", per_key).unwrap();
+    /// ```
+    pub fn new(name: impl IntoPolicyName, limiter: Keyed<K, L, S>) -> Result<Self, InvalidName> {
+        Self::shared(name, Arc::new(limiter))
+    }
+
+    /// The policy `name` over a `limiter` shared with other code (that reads
+    /// it, sets per-key overrides or reconfigures it).
+    ///
+    /// Errors: [`InvalidName`].
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::keyed::{Keyed, WindowConfig};
+    /// use tollgate::{FixedWindow, Rate};
+    /// use tollgate_tower::PerKey;
+    /// let per_key = Arc::new(Keyed::<String, FixedWindow>::new(WindowConfig::new(Rate::per_minute(60)).unwrap()));
+    /// let _ = PerKey::shared("per-key", Arc::clone(&per_key)).unwrap();
+    /// ```
+    pub fn shared(
+        name: impl IntoPolicyName,
+        limiter: Arc<Keyed<K, L, S>>,
+    ) -> Result<Self, InvalidName> {
+        Ok(PerKey {
+            name: name.into_policy_name()?,
+            limiter,
+        })
+    }
+}
+
+impl<K, L, S> Policy<K> for PerKey<K, L, S>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+    L: Keyable + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+    Keyed<K, L, S>: Send + Sync,
+{
+    fn name(&self) -> &PolicyName {
+        &self.name
+    }
+
+    #[inline]
+    fn decide(&self, key: &K, n: u32) -> Decision {
+        Decision::Now(self.limiter.try_acquire_n_with_snapshot(key, n).into())
+    }
+}
+
+/// A policy that decides asynchronously, from a closure that returns a
+/// future of an [`Outcome`]: a limiter on another machine (the `redis`
+/// feature's [`RedisLimit`](crate::RedisLimit) is one), or any async check.
+/// The future must own what it uses (`'static`); dropping it must be safe.
+///
+/// ```
+/// use tollgate_tower::{AsyncLimit, Outcome};
+/// let _ = AsyncLimit::new("remote", |key: &String, n: u32| {
+///     let key = key.clone();
+///     async move {
+///         let _ = (key, n); // ask the remote limiter here
+///         Outcome::Admitted(None)
+///     }
+/// })
+/// .unwrap();
+/// ```
+pub struct AsyncLimit<F> {
+    name: PolicyName,
+    decide: F,
+}
+
+impl<F> AsyncLimit<F> {
+    /// The policy `name`, deciding with `decide`.
+    ///
+    /// Errors: [`InvalidName`].
+    ///
+    /// ```
+    /// use tollgate_tower::{AsyncLimit, Outcome};
+    /// let _ = AsyncLimit::new("always", |_: &(), _| async { Outcome::Admitted(None) }).unwrap();
+    /// ```
+    pub fn new<K, Fut>(name: impl IntoPolicyName, decide: F) -> Result<Self, InvalidName>
+    where
+        F: Fn(&K, u32) -> Fut,
+        Fut: Future<Output = Outcome> + Send + 'static,
+    {
+        Ok(AsyncLimit {
+            name: name.into_policy_name()?,
+            decide,
+        })
+    }
+}
+
+impl<K, F, Fut> Policy<K> for AsyncLimit<F>
+where
+    F: Fn(&K, u32) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Outcome> + Send + 'static,
+{
+    fn name(&self) -> &PolicyName {
+        &self.name
+    }
+
+    fn decide(&self, key: &K, n: u32) -> Decision {
+        Decision::Later(Box::pin((self.decide)(key, n)))
+    }
+}
