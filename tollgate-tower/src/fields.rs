@@ -98,14 +98,25 @@ mod tests {
     #[test]
     fn members_in_order_and_syntax() {
         let mut fields = Fields::default();
-        let a = PolicyName::new("per-ip").unwrap().window(Duration::from_secs(60));
+        let a = PolicyName::new("per-ip")
+            .unwrap()
+            .window(Duration::from_secs(60));
         let b = PolicyName::new("global").unwrap();
-        fields.push(&a, Some(&Snapshot::new(42, 100, Duration::from_millis(16_001))));
+        fields.push(
+            &a,
+            Some(&Snapshot::new(42, 100, Duration::from_millis(16_001))),
+        );
         fields.push(&b, None);
         fields.push(&b, Some(&Snapshot::new(0, 5, Duration::ZERO)));
         let mut headers = HeaderMap::new();
         fields.apply(&mut headers);
-        assert_eq!(headers[RATELIMIT_POLICY], "\"per-ip\";q=100;w=60, \"global\";q=5");
-        assert_eq!(headers[RATELIMIT], "\"per-ip\";r=42;t=17, \"global\";r=0;t=0");
+        assert_eq!(
+            headers[RATELIMIT_POLICY],
+            "\"per-ip\";q=100;w=60, \"global\";q=5"
+        );
+        assert_eq!(
+            headers[RATELIMIT],
+            "\"per-ip\";r=42;t=17, \"global\";r=0;t=0"
+        );
     }
 }

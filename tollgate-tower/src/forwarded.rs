@@ -50,7 +50,9 @@ impl Cidr {
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.network, ip.to_canonical()) {
             (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                let mask = u32::MAX.checked_shl(32 - u32::from(self.prefix)).unwrap_or(0);
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
                 u32::from(net) & mask == u32::from(ip) & mask
             }
             (IpAddr::V6(net), IpAddr::V6(ip)) => {
@@ -229,9 +231,13 @@ impl KeyExtractor for ForwardedIp {
         // Every instance of the header, in order, as one list (RFC 9110 §5.3).
         let mut entries = Vec::new();
         for value in parts.headers.get_all(self.header()) {
-            let value = value.to_str().map_err(|_| bad("a forwarding header is not ASCII"))?;
+            let value = value
+                .to_str()
+                .map_err(|_| bad("a forwarding header is not ASCII"))?;
             match self.scheme {
-                Scheme::XForwardedFor => entries.extend(value.split(',').map(|e| e.trim().to_owned())),
+                Scheme::XForwardedFor => {
+                    entries.extend(value.split(',').map(|e| e.trim().to_owned()))
+                }
                 Scheme::Forwarded => forwarded_for(value, &mut entries)?,
             }
         }
@@ -265,7 +271,9 @@ fn parse_node(node: &str) -> Option<IpAddr> {
         if !(after.is_empty() || after.starts_with(':')) {
             return None;
         }
-        return Ipv6Addr::from_str(ip).ok().map(|ip| IpAddr::V6(ip).to_canonical());
+        return Ipv6Addr::from_str(ip)
+            .ok()
+            .map(|ip| IpAddr::V6(ip).to_canonical());
     }
     if let Ok(ip) = IpAddr::from_str(node) {
         return Some(ip.to_canonical());
@@ -374,7 +382,14 @@ mod tests {
         ] {
             assert_eq!(parse_node(node), Some(ip.parse().unwrap()), "{node}");
         }
-        for node in ["unknown", "_hidden", "", "[2001:db8::1]x", "1.2.3.4:port", "[1.2.3.4]"] {
+        for node in [
+            "unknown",
+            "_hidden",
+            "",
+            "[2001:db8::1]x",
+            "1.2.3.4:port",
+            "[1.2.3.4]",
+        ] {
             assert_eq!(parse_node(node), None, "{node}");
         }
     }

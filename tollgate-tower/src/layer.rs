@@ -403,7 +403,8 @@ where
                         let request = Request::from_parts(parts, body);
                         return ResponseFuture::deferred(Box::pin(async move {
                             let mut fields = fields;
-                            let policies: Vec<_> = shared.policies(group).skip(i).cloned().collect();
+                            let policies: Vec<_> =
+                                shared.policies(group).skip(i).cloned().collect();
                             let mut pending = Some(first);
                             for policy in &policies {
                                 let outcome = match pending.take() {
@@ -488,9 +489,9 @@ where
                 }
                 Poll::Ready(Ok(response))
             }
-            KindProj::Answered { response } => {
-                Poll::Ready(Ok(response.take().expect("ResponseFuture polled after completion")))
-            }
+            KindProj::Answered { response } => Poll::Ready(Ok(response
+                .take()
+                .expect("ResponseFuture polled after completion"))),
             KindProj::Deferred { future } => future.as_mut().poll(cx),
         }
     }

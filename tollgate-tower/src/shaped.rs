@@ -55,7 +55,11 @@ impl<L: Reserve + RateLimiter + Send + Sync + ?Sized + 'static> Shaped<L> {
     /// let bucket = TokenBucket::new(5, Rate::per_second(5)).unwrap();
     /// let _ = Shaped::new("smooth", bucket, Duration::from_secs(1)).unwrap();
     /// ```
-    pub fn new(name: impl IntoPolicyName, limiter: L, max_wait: Duration) -> Result<Self, InvalidName>
+    pub fn new(
+        name: impl IntoPolicyName,
+        limiter: L,
+        max_wait: Duration,
+    ) -> Result<Self, InvalidName>
     where
         L: Sized,
     {

@@ -64,7 +64,9 @@ fn parse_ratelimit(field: &str, name: &str) -> (u64, u64) {
     let mut t = None;
     for param in member.split(';').skip(1) {
         let (k, v) = param.split_once('=').unwrap();
-        let v: u64 = v.parse().unwrap_or_else(|_| panic!("not an integer in {member:?}"));
+        let v: u64 = v
+            .parse()
+            .unwrap_or_else(|_| panic!("not an integer in {member:?}"));
         match k {
             "r" => r = Some(v),
             "t" => t = Some(v),
@@ -86,7 +88,9 @@ async fn counts_per_key_follow_the_bucket_and_headers_parse() {
     let clock = ManualClock::new();
     // 5 at once, then one every 1.5 s.
     let limiter = per_ip(5, Rate::new(2, Duration::from_secs(3)), &clock);
-    let policy = PolicyName::new("per-ip").unwrap().window(Duration::from_millis(7500));
+    let policy = PolicyName::new("per-ip")
+        .unwrap()
+        .window(Duration::from_millis(7500));
     let layer = ThrottleLayer::builder(PeerIp)
         .policy(PerKey::shared(policy, Arc::clone(&limiter)).unwrap())
         .build();
@@ -122,7 +126,11 @@ async fn counts_per_key_follow_the_bucket_and_headers_parse() {
             }
         }
         remaining.sort_unstable();
-        assert_eq!(remaining, [0, 1, 2, 3, 4], "{ip}: five admitted, one per remaining count");
+        assert_eq!(
+            remaining,
+            [0, 1, 2, 3, 4],
+            "{ip}: five admitted, one per remaining count"
+        );
         assert_eq!(denied, 3, "{ip}");
     }
     // 3 s later each key has exactly two more permits.
@@ -185,7 +193,10 @@ async fn a_request_above_capacity_is_forbidden_not_throttled() {
         .await
         .unwrap();
     assert_eq!(all.status(), StatusCode::OK);
-    assert_eq!(parse_ratelimit(all.headers()["ratelimit"].to_str().unwrap(), "per-ip").0, 0);
+    assert_eq!(
+        parse_ratelimit(all.headers()["ratelimit"].to_str().unwrap(), "per-ip").0,
+        0
+    );
     // Cost 0 is free: passed on without asking, no fields.
     let free = client
         .get(format!("http://{addr}/"))
@@ -216,7 +227,10 @@ async fn forwarding_headers_count_only_from_trusted_proxies() {
     // A client spoofing: every claim is ignored, its own address is the key.
     let client = client_from("127.0.0.2");
     assert_eq!(status(&client, "9.9.9.9").await, StatusCode::OK);
-    assert_eq!(status(&client, "9.9.9.8").await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        status(&client, "9.9.9.8").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
     let fresh = |ip: &str| limiter.snapshot(&ip.parse::<IpAddr>().unwrap()).available == 1;
     assert!(fresh("9.9.9.9") && fresh("9.9.9.8"));
     assert!(!fresh("127.0.0.2"));
@@ -229,11 +243,17 @@ async fn forwarding_headers_count_only_from_trusted_proxies() {
         status(&proxy, "7.7.7.7, 203.0.113.9").await,
         StatusCode::TOO_MANY_REQUESTS
     );
-    assert_eq!(status(&proxy, "203.0.113.10, 127.0.0.1").await, StatusCode::OK);
+    assert_eq!(
+        status(&proxy, "203.0.113.10, 127.0.0.1").await,
+        StatusCode::OK
+    );
     assert!(!fresh("203.0.113.9") && !fresh("203.0.113.10"));
     assert!(fresh("6.6.6.6") && fresh("7.7.7.7") && fresh("127.0.0.1"));
     // Garbage where the client should be: 400, nothing spent.
-    assert_eq!(status(&proxy, "1.2.3.4, unknown").await, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        status(&proxy, "1.2.3.4, unknown").await,
+        StatusCode::BAD_REQUEST
+    );
     assert!(fresh("1.2.3.4"));
 }
 
@@ -241,14 +261,16 @@ async fn forwarding_headers_count_only_from_trusted_proxies() {
 async fn a_request_without_a_key_gets_the_configured_response() {
     let limiter = Arc::new(TokenBucket::new(100, Rate::per_second(100)).unwrap());
     // A header key: 401 from the extractor, body from the hook.
-    let layer = ThrottleLayer::builder(HeaderKey::new("x-api-key").missing_status(StatusCode::UNAUTHORIZED))
-        .policy(Limit::shared("global", Arc::clone(&limiter)).unwrap())
-        .on_refusal(|refusal| {
-            let mut response = Response::new(Bytes::from(format!("refused: {}", refusal.status())));
-            *response.status_mut() = refusal.status();
-            response
-        })
-        .build();
+    let layer = ThrottleLayer::builder(
+        HeaderKey::new("x-api-key").missing_status(StatusCode::UNAUTHORIZED),
+    )
+    .policy(Limit::shared("global", Arc::clone(&limiter)).unwrap())
+    .on_refusal(|refusal| {
+        let mut response = Response::new(Bytes::from(format!("refused: {}", refusal.status())));
+        *response.status_mut() = refusal.status();
+        response
+    })
+    .build();
     let addr = serve(app().layer(layer)).await;
     let response = reqwest::get(format!("http://{addr}/")).await.unwrap();
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
@@ -264,7 +286,13 @@ async fn a_request_without_a_key_gets_the_configured_response() {
     tokio::spawn(async move { axum::serve(listener, app().layer(layer)).await.unwrap() });
     let response = reqwest::get(format!("http://{addr}/")).await.unwrap();
     assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
-    assert!(response.text().await.unwrap().contains("into_make_service_with_connect_info"));
+    assert!(
+        response
+            .text()
+            .await
+            .unwrap()
+            .contains("into_make_service_with_connect_info")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -285,12 +313,24 @@ async fn route_groups_and_everyone_all_must_admit() {
     let first = login().await.unwrap();
     assert_eq!(first.status(), StatusCode::OK);
     // Both policies report, route group first.
-    assert_eq!(first.headers()["ratelimit-policy"], "\"login\";q=2, \"global\";q=3");
-    assert_eq!(first.headers()["ratelimit"], "\"login\";r=1;t=1800, \"global\";r=2;t=1200");
+    assert_eq!(
+        first.headers()["ratelimit-policy"],
+        "\"login\";q=2, \"global\";q=3"
+    );
+    assert_eq!(
+        first.headers()["ratelimit"],
+        "\"login\";r=1;t=1800, \"global\";r=2;t=1200"
+    );
     assert_eq!(login().await.unwrap().status(), StatusCode::OK);
     let third = login().await.unwrap();
     assert_eq!(third.status(), StatusCode::TOO_MANY_REQUESTS);
-    assert!(third.text().await.unwrap().contains(r#""violated-policies":["login"]"#));
+    assert!(
+        third
+            .text()
+            .await
+            .unwrap()
+            .contains(r#""violated-policies":["login"]"#)
+    );
     // The login denial came first: the global bucket was not charged for it.
     assert_eq!(global.snapshot().available, 1);
     // Other routes see only the global policy.
@@ -334,10 +374,20 @@ async fn async_policies_decide_later_and_can_be_unavailable() {
     assert_eq!(first.headers()["ratelimit-policy"], "\"local\";q=10");
     let second = reqwest::get(&url).await.unwrap();
     assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(second.headers()["retry-after"], "1", "1 ms rounds up to 1 s, never 0");
+    assert_eq!(
+        second.headers()["retry-after"],
+        "1",
+        "1 ms rounds up to 1 s, never 0"
+    );
     let third = reqwest::get(&url).await.unwrap();
     assert_eq!(third.status(), StatusCode::SERVICE_UNAVAILABLE);
-    assert!(third.text().await.unwrap().contains("remote limiter unreachable"));
+    assert!(
+        third
+            .text()
+            .await
+            .unwrap()
+            .contains("remote limiter unreachable")
+    );
     // Only the admitted request reached the local policy.
     assert_eq!(local.snapshot().available, 9);
 }
@@ -366,7 +416,13 @@ async fn a_shaped_request_waits_within_its_bound() {
         .policy(Shaped::shared("strict", Arc::clone(&bucket), Duration::ZERO).unwrap())
         .build();
     let addr = serve(app().layer(layer)).await;
-    assert_eq!(reqwest::get(format!("http://{addr}/")).await.unwrap().status(), StatusCode::OK);
+    assert_eq!(
+        reqwest::get(format!("http://{addr}/"))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
     let refused = reqwest::get(format!("http://{addr}/")).await.unwrap();
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(refused.headers()["retry-after"], "60");
@@ -389,12 +445,19 @@ async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
 async fn a_client_that_hangs_up_gives_its_reservation_back() {
     let clock = ManualClock::new();
     // One permit per 10 s; requests may wait up to a minute.
-    let bucket = Arc::new(TokenBucket::with_clock(1, Rate::new(1, Duration::from_secs(10)), clock).unwrap());
+    let bucket =
+        Arc::new(TokenBucket::with_clock(1, Rate::new(1, Duration::from_secs(10)), clock).unwrap());
     let layer = ThrottleLayer::builder(Global)
         .policy(Shaped::shared("queue", Arc::clone(&bucket), Duration::from_secs(60)).unwrap())
         .build();
     let addr = serve(app().layer(layer)).await;
-    assert_eq!(reqwest::get(format!("http://{addr}/")).await.unwrap().status(), StatusCode::OK);
+    assert_eq!(
+        reqwest::get(format!("http://{addr}/"))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
     assert_eq!(bucket.snapshot().until_full, Duration::from_secs(10));
 
     // A client asks, is held (its reservation moves the bucket 10 s further
