@@ -10,6 +10,7 @@
 use std::fmt::Write;
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use tollgate::Snapshot;
 
@@ -40,11 +41,31 @@ pub fn retry_after_secs(retry_after: Duration) -> u64 {
     ceil_secs(retry_after)
 }
 
+/// A `RateLimit-Policy` member: `"name";q=<capacity>[;w=<window>]`.
+pub(crate) fn policy_member(name: &PolicyName, capacity: u32) -> HeaderValue {
+    let mut member = String::with_capacity(name.as_str().len() + 24);
+    // Writing to a String cannot fail.
+    let _ = write!(member, "\"{}\";q={capacity}", name.as_str());
+    if let Some(w) = name.window_secs() {
+        let _ = write!(member, ";w={w}");
+    }
+    field_value(member)
+}
+
+/// A field value from text the crate wrote: names are checked to letters,
+/// digits and `-_.:/`, the rest is digits and punctuation, so it is always
+/// valid; taken without a copy.
+fn field_value(text: String) -> HeaderValue {
+    HeaderValue::from_maybe_shared(Bytes::from(text))
+        .unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
 /// The two fields being built for one response, one member per policy that
-/// decided.
+/// decided. One policy (the common case) costs one small allocation: its
+/// `RateLimit-Policy` member is cached by its [`PolicyName`].
 #[derive(Debug, Default)]
 pub(crate) struct Fields {
-    policy: String,
+    policy: Option<HeaderValue>,
     state: String,
 }
 
@@ -53,18 +74,22 @@ impl Fields {
     /// that reports nothing adds nothing.
     pub(crate) fn push(&mut self, name: &PolicyName, snapshot: Option<&Snapshot>) {
         let Some(snapshot) = snapshot else { return };
-        let sep = |s: &mut String| {
-            if !s.is_empty() {
-                s.push_str(", ");
+        let member = name.policy_member(snapshot.capacity);
+        self.policy = Some(match self.policy.take() {
+            None => member,
+            Some(before) => {
+                let mut joined = Vec::with_capacity(before.len() + 2 + member.len());
+                joined.extend_from_slice(before.as_bytes());
+                joined.extend_from_slice(b", ");
+                joined.extend_from_slice(member.as_bytes());
+                HeaderValue::from_maybe_shared(Bytes::from(joined)).unwrap_or(before)
             }
-        };
-        sep(&mut self.policy);
-        // Writing to a String cannot fail.
-        let _ = write!(self.policy, "\"{}\";q={}", name.as_str(), snapshot.capacity);
-        if let Some(w) = name.window_secs() {
-            let _ = write!(self.policy, ";w={w}");
+        });
+        if self.state.is_empty() {
+            self.state.reserve(name.as_str().len() + 24);
+        } else {
+            self.state.push_str(", ");
         }
-        sep(&mut self.state);
         let _ = write!(
             self.state,
             "\"{}\";r={};t={}",
@@ -76,17 +101,9 @@ impl Fields {
 
     /// Sets both fields on `headers` (replacing any the inner service set).
     pub(crate) fn apply(self, headers: &mut HeaderMap) {
-        if self.policy.is_empty() {
-            return;
-        }
-        // Names are checked to letters, digits and `-_.:/`, the rest is
-        // digits and punctuation: always a valid field value.
-        if let (Ok(policy), Ok(state)) = (
-            HeaderValue::from_str(&self.policy),
-            HeaderValue::from_str(&self.state),
-        ) {
+        if let Some(policy) = self.policy {
             headers.insert(RATELIMIT_POLICY, policy);
-            headers.insert(RATELIMIT, state);
+            headers.insert(RATELIMIT, field_value(self.state));
         }
     }
 }
@@ -118,5 +135,21 @@ mod tests {
             headers[RATELIMIT],
             "\"per-ip\";r=42;t=17, \"global\";r=0;t=0"
         );
+    }
+
+    #[test]
+    fn a_changed_capacity_is_written_fresh() {
+        let name = PolicyName::new("tenant").unwrap();
+        for (capacity, expected) in [
+            (5, "\"tenant\";q=5"),
+            (7, "\"tenant\";q=7"),
+            (5, "\"tenant\";q=5"),
+        ] {
+            let mut fields = Fields::default();
+            fields.push(&name, Some(&Snapshot::new(1, capacity, Duration::ZERO)));
+            let mut headers = HeaderMap::new();
+            fields.apply(&mut headers);
+            assert_eq!(headers[RATELIMIT_POLICY], expected);
+        }
     }
 }

@@ -8,8 +8,10 @@ use std::fmt;
 use std::future::Future;
 use std::hash::{BuildHasher, Hash};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+use http::HeaderValue;
 
 use tollgate::keyed::Keyable;
 use tollgate::{Denied, Keyed, RateLimiter, Rejection, Snapshot};
@@ -110,10 +112,31 @@ pub trait Policy<K>: Send + Sync + 'static {
 /// assert_eq!(name.window_secs(), Some(60));
 /// assert!(PolicyName::new("bad name").is_err());
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct PolicyName {
     name: Arc<str>,
     window: Option<u64>,
+    /// This policy's `RateLimit-Policy` member for the capacity it was first
+    /// written with: the member only changes when the capacity does, so the
+    /// common response reuses it instead of formatting it again.
+    member: Arc<OnceLock<(u32, HeaderValue)>>,
+}
+
+impl PartialEq for PolicyName {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name && self.window == other.window
+    }
+}
+
+impl Eq for PolicyName {}
+
+impl fmt::Debug for PolicyName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PolicyName")
+            .field("name", &self.name)
+            .field("window", &self.window)
+            .finish()
+    }
 }
 
 impl PolicyName {
@@ -137,6 +160,7 @@ impl PolicyName {
             Ok(PolicyName {
                 name: name.into(),
                 window: None,
+                member: Arc::default(),
             })
         } else {
             Err(InvalidName(name.to_owned()))
@@ -156,6 +180,7 @@ impl PolicyName {
     /// ```
     pub fn window(mut self, window: Duration) -> Self {
         self.window = Some(crate::fields::ceil_secs(window));
+        self.member = Arc::default();
         self
     }
 
@@ -177,6 +202,17 @@ impl PolicyName {
     /// ```
     pub fn window_secs(&self) -> Option<u64> {
         self.window
+    }
+
+    /// The `RateLimit-Policy` member for `capacity`, cached for the first
+    /// capacity seen.
+    pub(crate) fn policy_member(&self, capacity: u32) -> HeaderValue {
+        let format = || crate::fields::policy_member(self, capacity);
+        match self.member.get() {
+            Some((cached, value)) if *cached == capacity => value.clone(),
+            Some(_) => format(),
+            None => self.member.get_or_init(|| (capacity, format())).1.clone(),
+        }
     }
 }
 
