@@ -105,7 +105,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         };
         let response = request.send().await?;
         let status = response.status().as_u16();
-        if counts.get(&(label, status)).is_none() {
+        if !counts.contains_key(&(label, status)) {
             println!("first {status} for {label}:");
             for name in ["ratelimit-policy", "ratelimit", "retry-after"] {
                 if let Some(value) = response.headers().get(name) {
