@@ -38,6 +38,23 @@
 //! }
 //! ```
 //!
+//! Several limits on one request — global, per client, per route — go through
+//! one [`AllOf`]: it admits only if every member admits, gives back the
+//! permits of the members that admitted when a later one denies (every member
+//! but the last is [`Refundable`]; a key of a [`Keyed`] limiter is one through
+//! [`Keyed::for_key`]), and reports the binding member for the headers.
+//!
+//! ```
+//! use tollgate::{AllOf, FixedWindow, Rate, RateLimiter, TokenBucket};
+//!
+//! let per_second = TokenBucket::new(10, Rate::per_second(10)).unwrap();
+//! let per_day = FixedWindow::new(Rate::new(2, std::time::Duration::from_secs(86_400))).unwrap();
+//! let both = AllOf::new((&per_second, &per_day));
+//! assert!(both.try_acquire_n(2).is_ok());
+//! assert!(both.try_acquire().is_err()); // the daily limit denies...
+//! assert_eq!(per_second.snapshot().available, 8); // ...and the bucket got its permit back
+//! ```
+//!
 //! Construction validates the configuration and returns a [`ConfigError`]; after
 //! that, no input panics: not `n = 0`, not `n = u32::MAX`, not a clock that steps
 //! backwards.
@@ -58,12 +75,16 @@
 //!
 //! # Features
 //!
-//! - `tokio`: `acquire_async`, waiting for permits on tokio's timer.
+//! - `tokio`: `acquire_async`, waiting for permits on tokio's timer
+//!   ([`Reserve`] in booking order for the buckets, shaper and warm-up;
+//!   [`RetryAcquire`] by retry-after for every other limiter, [`AllOf`] and
+//!   [`Keyed`] keys included).
 //! - `serde`: `Serialize`/`Deserialize` for [`Rate`], as its string form.
 
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
+pub mod all_of;
 mod cell;
 pub mod clock;
 mod error;
@@ -72,6 +93,7 @@ pub mod keyed;
 pub mod leaky_bucket;
 mod limiter;
 mod rate;
+pub mod refund;
 pub mod sliding_log;
 pub mod sliding_window;
 mod stripe;
@@ -83,6 +105,7 @@ pub mod warm_up;
 mod wide;
 mod word;
 
+pub use all_of::{AllOf, Blocked, Tightest};
 pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock};
 pub use error::{ConfigError, Denied};
 pub use fixed_window::{FixedWindow, LockingFixedWindow};
@@ -90,11 +113,12 @@ pub use keyed::Keyed;
 pub use leaky_bucket::{LeakyBucket, LockingLeakyBucket, LockingShaper, Shaper};
 pub use limiter::{RateLimiter, Rejection, Snapshot};
 pub use rate::{ParseRateError, ParseRateErrorKind, Rate};
+pub use refund::{Receipt, Receipted, Refundable};
 pub use sliding_log::{LockingSlidingLog, SlidingLog};
 pub use sliding_window::{
     ApproxSlidingWindow, LockingApproxSlidingWindow, LockingSlidingWindow, SlidingWindow,
     SlidingWindowBuilder,
 };
 pub use token_bucket::{LockingTokenBucket, TokenBucket};
-pub use waiting::{Reservation, Reserve};
+pub use waiting::{Reservation, Reserve, RetryAcquire};
 pub use warm_up::{LockingWarmUp, WarmUp};

@@ -130,6 +130,24 @@ pub trait RateLimiter {
     fn try_acquire_n_with_snapshot(&self, n: u32) -> Result<Snapshot, Rejection>;
 }
 
+/// A reference decides as the limiter it points to, so a limiter can be
+/// shared by reference, e.g. as a member of an [`AllOf`](crate::AllOf).
+impl<L: RateLimiter + ?Sized> RateLimiter for &L {
+    #[inline]
+    fn try_acquire_n(&self, n: u32) -> Result<(), Denied> {
+        (**self).try_acquire_n(n)
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        (**self).snapshot()
+    }
+
+    #[inline]
+    fn try_acquire_n_with_snapshot(&self, n: u32) -> Result<Snapshot, Rejection> {
+        (**self).try_acquire_n_with_snapshot(n)
+    }
+}
+
 /// A denial together with the limiter's state it was decided on: what a `429`
 /// response needs for its `Retry-After` and `RateLimit` headers. Returned by
 /// [`RateLimiter::try_acquire_n_with_snapshot`]; converts into the plain

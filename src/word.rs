@@ -25,6 +25,26 @@ pub(crate) trait WordMachine {
     fn snapshot(&self, state: u64, now: u64) -> Snapshot;
 }
 
+/// A one-word machine whose admissions can be given back: the rule shared by
+/// the direct limiters' [`Refundable`](crate::Refundable) impls and the keyed
+/// layer's refunds (`keyed::kinds`), written once per machine beside it.
+pub(crate) trait Refund: WordMachine {
+    /// `state` less the `n` permits of the admission that replaced `before`
+    /// with `written`, if that can be done without giving away anyone else's
+    /// permits; `None` when nothing can be given back. `state` is the current
+    /// word, under the same configuration as the other two.
+    fn refund(&self, state: u64, before: u64, written: u64, n: u32) -> Option<u64>;
+}
+
+/// What a one-word admission leaves for its refund: the word it replaced,
+/// the word it wrote, and how many permits it took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WordReceipt {
+    pub(crate) before: u64,
+    pub(crate) written: u64,
+    pub(crate) n: u32,
+}
+
 /// A one-word limiter: its algorithm, where its state lives, and its clock.
 #[derive(Debug)]
 pub(crate) struct WordLimiter<M, S, C> {
@@ -71,6 +91,51 @@ impl<M: WordMachine, S: StateCell, C: Clock> WordLimiter<M, S, C> {
             self.machine.decide(state, now, n)
         }));
         report(outcome, self.machine.snapshot(seen, now))
+    }
+
+    /// `try_acquire_n_with_snapshot` that also returns what a refund needs:
+    /// the word the admission replaced and the word it wrote.
+    #[inline]
+    pub(crate) fn try_acquire_n_receipted(
+        &self,
+        n: u32,
+    ) -> Result<(Snapshot, WordReceipt), Rejection> {
+        if let Err(denied) = check_request(n, self.machine.capacity()) {
+            return Err(Rejection::new(denied, self.snapshot()));
+        }
+        let now = self.timeline.now();
+        let mut before = M::INITIAL;
+        let mut seen = M::INITIAL;
+        let outcome = self.state.update(remembering(&mut seen, |state| {
+            before = state;
+            self.machine.decide(state, now, n)
+        }));
+        let snapshot = self.machine.snapshot(seen, now);
+        match outcome {
+            Ok(()) => Ok((
+                snapshot,
+                WordReceipt {
+                    before,
+                    written: seen,
+                    n,
+                },
+            )),
+            Err(denied) => Err(Rejection::new(denied, snapshot)),
+        }
+    }
+
+    /// Gives back the permits of `receipt`'s admission as far as the
+    /// machine's [`Refund`] rule allows; otherwise leaves the word alone.
+    pub(crate) fn refund(&self, receipt: WordReceipt)
+    where
+        M: Refund,
+    {
+        // The "denial" only stops the update: nothing is written.
+        let _ = self.state.update(|word| {
+            self.machine
+                .refund(word, receipt.before, receipt.written, receipt.n)
+                .ok_or(Denied::ZeroPermits)
+        });
     }
 
     pub(crate) fn machine(&self) -> &M {
@@ -126,6 +191,34 @@ macro_rules! word_limiter {
                 n: u32,
             ) -> Result<$crate::limiter::Snapshot, $crate::limiter::Rejection> {
                 self.inner.try_acquire_n_with_snapshot(n)
+            }
+        }
+
+        impl<C: $crate::clock::Clock> $crate::refund::Refundable for $name<C> {
+            type Receipt<'a>
+                = $crate::refund::Receipt<'a>
+            where
+                Self: 'a;
+
+            #[inline]
+            fn try_acquire_n_refundable(
+                &self,
+                n: u32,
+            ) -> Result<
+                $crate::refund::Receipted<$crate::refund::Receipt<'_>>,
+                $crate::limiter::Rejection,
+            > {
+                let (snapshot, word) = self.inner.try_acquire_n_receipted(n)?;
+                Ok($crate::refund::Receipted::new(
+                    snapshot,
+                    $crate::refund::Receipt::new(self, word),
+                ))
+            }
+
+            fn refund<'a>(&'a self, receipt: $crate::refund::Receipt<'a>) {
+                if let Some(word) = receipt.word_for(self) {
+                    self.inner.refund(word);
+                }
             }
         }
     };

@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::error::{ConfigError, Denied};
 use crate::limiter::Snapshot;
 use crate::rate::Rate;
-use crate::word::WordMachine;
+use crate::word::{Refund, WordMachine};
 
 /// `limit` permits per aligned window of `window` nanoseconds, the state packing
 /// `(window index << count_bits) | count`.
@@ -94,5 +94,21 @@ impl WordMachine for WindowCounter {
         };
         // `count <= limit`, so the difference fits a u32.
         Snapshot::from_ns(self.limit - count as u32, self.limit, until_full)
+    }
+}
+
+/// The fixed window's refund rule: what a denied request that the window had
+/// admitted (in [`AllOf`](crate::AllOf) or a keyed pair) may give back.
+impl Refund for WindowCounter {
+    /// Gives the permits back while their window is still the current one;
+    /// once the window has moved on they no longer count against anything.
+    /// Exact whatever happened in between and whatever the readings: a count
+    /// is a sum, so every later admission in the same window stacked on ours,
+    /// and the window index never goes back (a stale reading counts against
+    /// the stored window), so "the same index" is "the same window".
+    fn refund(&self, state: u64, _before: u64, written: u64, n: u32) -> Option<u64> {
+        let bits = self.count_bits;
+        let count = state & ((1 << bits) - 1);
+        (state >> bits == written >> bits && count >= u64::from(n)).then(|| state - u64::from(n))
     }
 }

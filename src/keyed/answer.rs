@@ -19,8 +19,15 @@ pub(crate) trait Answer<L: Keyable>: Copy {
     /// What a denial returns.
     type Denied;
 
-    /// The answer to an admission with `receipt` at `now`.
-    fn admitted(self, view: &View<'_, L::Config>, receipt: L::Receipt, now: u64) -> Self::Admitted;
+    /// The answer to an admission of a request on `state` with `receipt` at
+    /// `now`.
+    fn admitted(
+        self,
+        view: &View<'_, L::Config>,
+        state: &L::State,
+        receipt: L::Receipt,
+        now: u64,
+    ) -> Self::Admitted;
 
     /// The answer to a denial of a request on `state` at `now`; `Stale` if the
     /// view went stale before the state could be read.
@@ -59,7 +66,7 @@ pub(crate) fn ask<L: Keyable, A: Answer<L>>(
     n: u32,
 ) -> Result<Result<A::Admitted, A::Denied>, Refusal> {
     match L::acquire(view, state, now, n) {
-        Ok(receipt) => Ok(Ok(answer.admitted(view, receipt, now))),
+        Ok(receipt) => Ok(Ok(answer.admitted(view, state, receipt, now))),
         Err(Refusal::Denied(denied)) => answer.denied(view, state, now, denied).map(Err),
         Err(Refusal::Stale) => Err(Refusal::Stale),
     }
@@ -74,7 +81,7 @@ impl<L: Keyable> Answer<L> for Plain {
     type Denied = Denied;
 
     #[inline]
-    fn admitted(self, _: &View<'_, L::Config>, _: L::Receipt, _: u64) {}
+    fn admitted(self, _: &View<'_, L::Config>, _: &L::State, _: L::Receipt, _: u64) {}
 
     #[inline]
     fn denied(
@@ -115,7 +122,13 @@ impl<L: Keyable> Answer<L> for Reported {
     type Denied = Rejection;
 
     #[inline]
-    fn admitted(self, view: &View<'_, L::Config>, receipt: L::Receipt, now: u64) -> Snapshot {
+    fn admitted(
+        self,
+        view: &View<'_, L::Config>,
+        _: &L::State,
+        receipt: L::Receipt,
+        now: u64,
+    ) -> Snapshot {
         L::admitted(view, receipt, now)
     }
 

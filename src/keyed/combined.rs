@@ -49,7 +49,7 @@
 //!   absorbed it — issue 17: a request decided at a stale 1127 ns refunded a
 //!   permit that a request at 3534 ns held, and a third was admitted at 3534,
 //!   2 against a capacity of 1. One word cannot tell the two apart; see
-//!   `kinds.rs`.)
+//!   `token_bucket/refund.rs`.)
 //! * **A denied request keeps no permit unless it was raced**: without a
 //!   concurrent admission on the same part between its admission and its
 //!   refund (nanoseconds, unless the thread is preempted) every refund is

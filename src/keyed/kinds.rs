@@ -23,7 +23,7 @@ use crate::rate::Rate;
 use crate::sync::{AtomicU64, Ordering};
 use crate::token_bucket::machine::Gcra;
 use crate::token_bucket::{LockingTokenBucket, TokenBucket};
-use crate::word::WordMachine;
+use crate::word::{Refund, WordMachine};
 
 /// The configuration of a keyed or tunable [`TokenBucket`]: a capacity and a
 /// refill rate, validated once.
@@ -170,17 +170,12 @@ impl fmt::Debug for WindowConfig {
     }
 }
 
-/// A one-word decision function the keyed layer can reconfigure and refund.
-pub(crate) trait Carried: WordMachine {
+/// A one-word decision function the keyed layer can reconfigure and refund
+/// (its refund rule, [`Refund`], is the direct limiter's: see `word.rs`).
+pub(crate) trait Carried: Refund {
     /// The state under `to` that carries `state` (under `from`) over at `now`.
     /// Maps every fresh state to a fresh one, whatever `carry`.
     fn carry(from: &Self, to: &Self, state: u64, now: u64, carry: Carry) -> u64;
-
-    /// `state` less the `n` permits of the admission that replaced `before`
-    /// with `written`, if that can be done without giving away anyone else's
-    /// permits; `None` when nothing can be given back. `state` is the current
-    /// word, untagged and under the same configuration as the other two.
-    fn refund(&self, state: u64, before: u64, written: u64, n: u32) -> Option<u64>;
 }
 
 /// `numerator / denominator` of `x`, rounded up, in 128 bits.
@@ -208,38 +203,12 @@ impl Carried for Gcra {
         // `now <= 2^62` and `debt <= tolerance <= 2^62`: no overflow.
         if debt == 0 { Self::INITIAL } else { now + debt }
     }
-
-    /// Restores the word the admission replaced, if the word is still the one
-    /// it wrote; otherwise gives nothing back.
-    ///
-    /// Why not subtract `n` intervals from whatever the TAT has become: a
-    /// later admission either *stacked* on ours (its base was the TAT, and
-    /// removing our `n·I` from it would be exact) or found the bucket *full*
-    /// (decided at some `t > TAT >= written`, base `t`), which absorbed ours:
-    /// "as if ours never happened" then leaves the TAT where it is, and taking
-    /// `n·I` off would hand the later admissions' permits out again. The word
-    /// cannot tell the two apart, and the decision times cannot either: a
-    /// stale reading (ours, or a clock that stepped back) can be older than a
-    /// later admission's. Issue 17: with parts (1, 1/100 ns) and (3, 1/100
-    /// ns), a request read 1127, was admitted by the first part and denied by
-    /// the second; meanwhile a request at 3534 found the first part full; the
-    /// old refund, `min(n·I, written − now)` at the stale 1127, gave its
-    /// permit away and a third request was admitted at 3534: 2 against a
-    /// capacity of 1. Restoring only an unchanged word is exact ("as if never
-    /// taken", the argument of `waiting::cancel_word`): every admission moves
-    /// the TAT strictly forward and every successful refund restores the exact
-    /// value its admission replaced, so the word equals `written` iff every
-    /// change since ours has been undone. A refund that finds the word moved
-    /// keeps the permits taken: under-admission, and only when another
-    /// request on the same state was admitted during the nanoseconds between
-    /// our admission and our refund.
-    fn refund(&self, tat: u64, before: u64, written: u64, _n: u32) -> Option<u64> {
-        (tat == written).then_some(before)
-    }
 }
 
 /// Bits of the fixed window's count field for `limit`: the layout documented
-/// in `fixed_window`'s state table (checked by a test below).
+/// in `fixed_window`'s state table, on which its refund rule relies (checked
+/// by a test below).
+#[cfg(all(test, not(loom)))]
 fn count_bits(limit: u32) -> u32 {
     u32::BITS - limit.leading_zeros()
 }
@@ -262,18 +231,6 @@ impl Carried for WindowCounter {
         // "`used` counted in the window of `now`".
         to.decide(Self::INITIAL, now, used as u32)
             .unwrap_or(Self::INITIAL)
-    }
-
-    /// Gives the permits back while their window is still the current one;
-    /// once the window has moved on they no longer count against anything.
-    /// Exact whatever happened in between and whatever the readings: a count
-    /// is a sum, so every later admission in the same window stacked on ours,
-    /// and the window index never goes back (a stale reading counts against
-    /// the stored window), so "the same index" is "the same window".
-    fn refund(&self, state: u64, _before: u64, written: u64, n: u32) -> Option<u64> {
-        let bits = count_bits(self.capacity());
-        let count = state & ((1 << bits) - 1);
-        (state >> bits == written >> bits && count >= u64::from(n)).then(|| state - u64::from(n))
     }
 }
 

@@ -89,10 +89,12 @@
 mod answer;
 pub mod combined;
 pub mod evict;
+pub mod for_key;
 mod kind;
 mod kinds;
 pub mod quota;
 pub mod reconfig;
+mod waiting;
 
 use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
@@ -102,6 +104,7 @@ use std::hash::{BuildHasher, Hash};
 use crossbeam_utils::CachePadded;
 use dashmap::DashMap;
 
+pub use for_key::{ForKey, KeyedReceipt};
 pub use kind::{Carry, Keyable};
 #[doc(hidden)]
 pub use kind::{Refusal, View};

@@ -87,6 +87,13 @@ where
         Some(slot.snapshot(now()))
     }
 
+    /// Which override table is in force, as an address: a table replaced
+    /// after `guard` was pinned is not freed, so its address is not reused,
+    /// while the guard lives (`keyed::for_key` compares two of them).
+    pub(crate) fn table_id(&self, guard: &super::reconfig::Guard) -> usize {
+        self.table.load(guard) as *const Table<K, L, S> as usize
+    }
+
     pub(crate) fn config<Q>(&self, key: &Q) -> Option<L::Config>
     where
         K: Borrow<Q>,

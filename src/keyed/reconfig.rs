@@ -75,7 +75,7 @@ use crate::limiter::{RateLimiter, Rejection, Snapshot};
 use crate::sync::{AtomicU64, Ordering};
 use crate::timeline::Timeline;
 
-pub(crate) use imp::{Shared, pin};
+pub(crate) use imp::{Guard, Shared, pin};
 
 #[cfg(not(loom))]
 mod imp {

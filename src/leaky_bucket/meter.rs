@@ -7,7 +7,7 @@ use crate::error::{ConfigError, Denied};
 use crate::limiter::Snapshot;
 use crate::rate::Rate;
 use crate::timeline::MAX_TIME;
-use crate::word::WordMachine;
+use crate::word::{Refund, WordMachine};
 
 /// A leaky bucket meter: the whole state is `empty_at`, the instant at which the
 /// water now in the bucket will have leaked out. The level at `now` is
@@ -82,5 +82,16 @@ impl WordMachine for Meter {
         // `depth - level` is the room left; whole permits of it are available.
         let available = ((self.depth - level.min(self.depth)) / self.interval) as u32;
         Snapshot::from_ns(available, self.capacity, level)
+    }
+}
+
+/// The meter's refund rule, the token bucket's: the word (the time the bucket
+/// is empty) moves strictly forward on every admission, so it equals the word
+/// an admission wrote iff every change since has been undone; only then is
+/// the word it replaced restored. A refund that finds the word moved keeps
+/// the permits poured (under-admission, never over-admission).
+impl Refund for Meter {
+    fn refund(&self, empty_at: u64, before: u64, written: u64, _n: u32) -> Option<u64> {
+        (empty_at == written).then_some(before)
     }
 }

@@ -62,6 +62,7 @@
 mod gcra;
 mod locking;
 pub(crate) mod machine;
+mod refund;
 mod reserve;
 
 use std::time::Duration;

@@ -73,12 +73,18 @@
 //! 3. A one-word state cannot know which later reservations are still
 //! outstanding, so tollgate returns permits only when it can prove it safe.
 //!
+//! Limiters that cannot book ahead (the sliding log, the windows, an
+//! [`AllOf`](crate::AllOf), a key of a [`Keyed`](crate::Keyed) limiter) wait
+//! through [`RetryAcquire`] instead: sleep out the retry-after and ask again,
+//! cancel-safe but with no queue order (see its docs).
+//!
 //! # Clocks
 //!
 //! Waiting sleeps in real time until the limiter's clock reaches the start.
 //! With a [`ManualClock`](crate::ManualClock) nothing moves until someone
 //! advances it, so a blocked waiter re-checks the clock after each sleep.
 
+mod retry;
 mod schedule;
 
 #[cfg(feature = "tokio")]
@@ -89,6 +95,7 @@ use std::time::Duration;
 use crate::cell::StateCell;
 use crate::error::Denied;
 
+pub use retry::RetryAcquire;
 pub(crate) use schedule::{MAX_WAIT, schedule, wait_bound};
 
 /// Books `n` permits on a one-word schedule (token bucket, shaper): `decide`
