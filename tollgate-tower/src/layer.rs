@@ -19,7 +19,7 @@ use tower_service::Service;
 
 use crate::fields::{Fields, retry_after_secs};
 use crate::key::KeyExtractor;
-use crate::policy::{Decision, Outcome, Policy, PolicyName};
+use crate::policy::{Decision, Outcome, Policy};
 use crate::response::{Refusal, problem_response};
 
 type CostFn = Arc<dyn Fn(&Parts) -> u32 + Send + Sync>;
@@ -107,8 +107,8 @@ impl Route {
 /// added. All must admit. The first denial answers the request; the policies
 /// asked before it have spent their permits (put the narrowest, strictest
 /// policies first so that a denial costs the fewest). For all-or-nothing
-/// across in-process limiters, combine them into one
-/// [`RateLimiter`](tollgate::RateLimiter) and make that one [`Limit`](crate::Limit).
+/// across in-process limiters — refunds included — make them one
+/// [`AllOfLimit`](crate::AllOfLimit) (the core's [`AllOf`](tollgate::AllOf)).
 pub struct ThrottleBuilder<E: KeyExtractor> {
     extractor: E,
     every: Policies<E::Key>,
@@ -252,30 +252,44 @@ impl<E: KeyExtractor> Shared<E> {
     }
 }
 
-/// Adds `name`'s outcome to the fields; a refusal's response if it refuses.
+/// Adds `policy`'s outcome to the fields; a refusal's response if it refuses.
 fn judge<E: KeyExtractor, B: From<Bytes>>(
     shared: &Shared<E>,
-    name: &PolicyName,
+    policy: &dyn Policy<E::Key>,
     outcome: Outcome,
     fields: &mut Fields,
 ) -> Result<(), Response<B>> {
-    let policy = name.as_str();
-    let refusal = match outcome {
+    let (name, denied, reason) = match outcome {
         Outcome::Admitted(snapshot) => {
-            fields.push(name, snapshot.as_ref());
+            fields.push(policy.name(), snapshot.as_ref());
+            return Ok(());
+        }
+        Outcome::AdmittedBy { member, snapshot } => {
+            fields.push(policy.member_name(member), Some(&snapshot));
             return Ok(());
         }
         Outcome::Denied { denied, snapshot } => {
-            fields.push(name, snapshot.as_ref());
-            match denied {
-                Denied::RetryAfter(retry_after) => Refusal::TooManyRequests {
-                    policy,
-                    retry_after,
-                },
-                denied => Refusal::NeverFits { policy, denied },
-            }
+            fields.push(policy.name(), snapshot.as_ref());
+            (policy.name(), Some(denied), None)
         }
-        Outcome::Unavailable(ref reason) => Refusal::Unavailable { policy, reason },
+        Outcome::DeniedBy { member, rejection } => {
+            let name = policy.member_name(member);
+            fields.push(name, Some(&rejection.snapshot));
+            (name, Some(rejection.denied), None)
+        }
+        Outcome::Unavailable(reason) => (policy.name(), None, Some(reason)),
+    };
+    let policy = name.as_str();
+    let refusal = match (denied, &reason) {
+        (Some(Denied::RetryAfter(retry_after)), _) => Refusal::TooManyRequests {
+            policy,
+            retry_after,
+        },
+        (Some(denied), _) => Refusal::NeverFits { policy, denied },
+        (None, reason) => Refusal::Unavailable {
+            policy,
+            reason: reason.as_deref().unwrap_or(""),
+        },
     };
     Err(shared.respond(&refusal, std::mem::take(fields)))
 }
@@ -390,7 +404,7 @@ where
             for (i, policy) in shared.policies(group).enumerate() {
                 match policy.decide(&key, n) {
                     Decision::Now(outcome) => {
-                        if let Err(response) = judge(shared, policy.name(), outcome, &mut fields) {
+                        if let Err(response) = judge(shared, &**policy, outcome, &mut fields) {
                             return ResponseFuture::answered(response);
                         }
                     }
@@ -415,7 +429,7 @@ where
                                     },
                                 };
                                 if let Err(response) =
-                                    judge(&shared, policy.name(), outcome, &mut fields)
+                                    judge(&shared, &**policy, outcome, &mut fields)
                                 {
                                     return Ok(response);
                                 }

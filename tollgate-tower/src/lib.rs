@@ -68,8 +68,8 @@ pub use forwarded::{Cidr, ForwardedIp, ParseCidrError};
 pub use key::{Global, HeaderKey, KeyError, KeyExtractor, KeyFn, PeerIp};
 pub use layer::{ResponseFuture, Route, Throttle, ThrottleBuilder, ThrottleLayer};
 pub use policy::{
-    AsyncLimit, Decision, IntoPolicyName, InvalidName, Limit, Outcome, OutcomeFuture, PerKey,
-    Policy, PolicyName,
+    AllOfLimit, AsyncLimit, Decision, IntoPolicyName, InvalidName, Limit, Outcome, OutcomeFuture,
+    PerKey, Policy, PolicyName,
 };
 #[cfg(feature = "redis")]
 pub use redis::RedisLimit;

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use http::HeaderValue;
 
+use tollgate::all_of::{Blocked, Tightest};
 use tollgate::keyed::Keyable;
 use tollgate::{Denied, Keyed, RateLimiter, Rejection, Snapshot};
 
@@ -41,6 +42,23 @@ pub enum Outcome {
     /// No decision could be had (a remote limiter's server is unreachable):
     /// `503`, unless the policy itself chose to admit or deny.
     Unavailable(String),
+    /// Admitted by every member of a combined policy ([`AllOfLimit`]); the
+    /// report is the tightest member's, named by
+    /// [`Policy::member_name`]`(member)`.
+    AdmittedBy {
+        /// The member with the least left.
+        member: usize,
+        /// Its state after its own decision.
+        snapshot: Snapshot,
+    },
+    /// Denied by `member` of a combined policy ([`AllOfLimit`]); the members
+    /// before it were refunded by the core's [`AllOf`].
+    DeniedBy {
+        /// The member that denied.
+        member: usize,
+        /// Its denial and the state it was decided on.
+        rejection: Rejection,
+    },
 }
 
 impl From<Result<Snapshot, Rejection>> for Outcome {
@@ -94,6 +112,14 @@ impl fmt::Debug for Decision {
 pub trait Policy<K>: Send + Sync + 'static {
     /// The policy's name in the `RateLimit` fields.
     fn name(&self) -> &PolicyName;
+
+    /// The name of member `member` of a combined policy, for the
+    /// [`Outcome::AdmittedBy`] and [`Outcome::DeniedBy`] it reports; a
+    /// single policy is its own only member.
+    fn member_name(&self, member: usize) -> &PolicyName {
+        let _ = member;
+        self.name()
+    }
 
     /// Decides `n` permits for `key`.
     fn decide(&self, key: &K, n: u32) -> Decision;
@@ -456,5 +482,98 @@ where
 
     fn decide(&self, key: &K, n: u32) -> Decision {
         Decision::Later(Box::pin((self.decide)(key, n)))
+    }
+}
+
+/// Several limits that must all admit a request, all or nothing: the core's
+/// [`AllOf`] over direct limiters and keys of [`Keyed`] ones
+/// ([`Keyed::for_key`]), built per request by a closure from the request's
+/// key. A member that denies gets the members before it refunded (see
+/// [`tollgate::all_of`] for the exact guarantee), unlike separate policies in
+/// one layer, which are asked one after another and keep what they admitted.
+/// The fields report the binding member under its own name: on admission
+/// the member with the least left, on denial the one that denied.
+///
+/// [`AllOf`]: tollgate::AllOf
+///
+/// ```
+/// use std::net::IpAddr;
+/// use std::sync::Arc;
+/// use tollgate::keyed::{BucketConfig, Keyed, WindowConfig};
+/// use tollgate::{AllOf, FixedWindow, Rate, TokenBucket};
+/// use tollgate_tower::{AllOfLimit, Decision, Outcome, Policy};
+///
+/// let global = Arc::new(TokenBucket::new(100, Rate::per_second(100))?);
+/// let per_ip = Arc::new(Keyed::<IpAddr, TokenBucket>::new(BucketConfig::new(10, Rate::per_second(5))?));
+/// let logins = Arc::new(Keyed::<IpAddr, FixedWindow>::new(WindowConfig::new(Rate::per_minute(1))?));
+/// let login = AllOfLimit::new(["global", "per-ip", "login"], move |ip: &IpAddr, n| {
+///     AllOf::new((&*global, per_ip.for_key(ip), logins.for_key(ip))).try_acquire_n_reporting(n)
+/// })?;
+/// let ip: IpAddr = "192.0.2.7".parse()?;
+/// assert!(matches!(login.decide(&ip, 1), Decision::Now(Outcome::AdmittedBy { member: 2, .. })));
+/// assert!(matches!(login.decide(&ip, 1), Decision::Now(Outcome::DeniedBy { member: 2, .. })));
+/// assert_eq!(login.member_name(2).as_str(), "login");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct AllOfLimit<F> {
+    names: Vec<PolicyName>,
+    decide: F,
+}
+
+impl<F> AllOfLimit<F> {
+    /// The members' `names`, in the order of the `AllOf` tuple `decide`
+    /// builds, and `decide` itself.
+    ///
+    /// Errors: [`InvalidName`] for a bad name, or for no names at all.
+    ///
+    /// ```
+    /// use tollgate::{AllOf, Rate, TokenBucket};
+    /// use tollgate_tower::AllOfLimit;
+    /// let a = TokenBucket::new(5, Rate::per_second(5)).unwrap();
+    /// let b = TokenBucket::new(50, Rate::per_minute(50)).unwrap();
+    /// let _ = AllOfLimit::new(["second", "minute"], move |_: &(), n| AllOf::new((&a, &b)).try_acquire_n_reporting(n)).unwrap();
+    /// assert!(AllOfLimit::new(Vec::<&str>::new(), |_: &(), _| unreachable!()).is_err());
+    /// ```
+    pub fn new<K, I>(names: I, decide: F) -> Result<Self, InvalidName>
+    where
+        I: IntoIterator,
+        I::Item: IntoPolicyName,
+        F: Fn(&K, u32) -> Result<Tightest, Blocked>,
+    {
+        let names = names
+            .into_iter()
+            .map(IntoPolicyName::into_policy_name)
+            .collect::<Result<Vec<_>, _>>()?;
+        if names.is_empty() {
+            return Err(InvalidName(String::new()));
+        }
+        Ok(AllOfLimit { names, decide })
+    }
+}
+
+impl<K, F> Policy<K> for AllOfLimit<F>
+where
+    F: Fn(&K, u32) -> Result<Tightest, Blocked> + Send + Sync + 'static,
+{
+    fn name(&self) -> &PolicyName {
+        &self.names[0]
+    }
+
+    fn member_name(&self, member: usize) -> &PolicyName {
+        self.names.get(member).unwrap_or(&self.names[0])
+    }
+
+    #[inline]
+    fn decide(&self, key: &K, n: u32) -> Decision {
+        Decision::Now(match (self.decide)(key, n) {
+            Ok(tightest) => Outcome::AdmittedBy {
+                member: tightest.member,
+                snapshot: tightest.snapshot,
+            },
+            Err(blocked) => Outcome::DeniedBy {
+                member: blocked.member,
+                rejection: blocked.rejection,
+            },
+        })
     }
 }

@@ -494,3 +494,47 @@ fn extractors_are_usable_outside_a_server() {
     let (parts, ()) = http::Request::get("/").body(()).unwrap().into_parts();
     assert_eq!(Global.extract(&parts), Ok(()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_of_limits_refund_what_a_later_member_denied() {
+    use tollgate::AllOf;
+    use tollgate::keyed::WindowConfig;
+    use tollgate_tower::AllOfLimit;
+
+    let clock = ManualClock::new();
+    let global = Arc::new(TokenBucket::with_clock(10, Rate::per_hour(10), clock.clone()).unwrap());
+    let per_ip = per_ip(5, Rate::per_hour(5), &clock);
+    let logins = Arc::new(Keyed::<IpAddr, tollgate::FixedWindow<ManualClock>>::with_clock(
+        WindowConfig::new(Rate::per_hour(2)).unwrap(),
+        clock.clone(),
+    ));
+    let (g, p, l) = (Arc::clone(&global), Arc::clone(&per_ip), Arc::clone(&logins));
+    let login = AllOfLimit::new(["global", "per-ip", "login"], move |ip: &IpAddr, n| {
+        AllOf::new((&*g, p.for_key(ip), l.for_key(ip))).try_acquire_n_reporting(n)
+    })
+    .unwrap();
+    let layer = ThrottleLayer::builder(PeerIp)
+        .route(Route::exact("/login").method(http::Method::POST), login)
+        .build();
+    let addr = serve(app().layer(layer)).await;
+    let client = reqwest::Client::new();
+    let login = || client.post(format!("http://{addr}/login")).send();
+
+    let first = login().await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    // The binding member (least left) under its own name.
+    assert_eq!(first.headers()["ratelimit-policy"], "\"login\";q=2");
+    assert_eq!(parse_ratelimit(first.headers()["ratelimit"].to_str().unwrap(), "login").0, 1);
+    assert_eq!(login().await.unwrap().status(), StatusCode::OK);
+    for _ in 0..3 {
+        let denied = login().await.unwrap();
+        assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(denied.headers()["ratelimit-policy"], "\"login\";q=2");
+        assert!(denied.text().await.unwrap().contains(r#""violated-policies":["login"]"#));
+    }
+    // Two logins passed; the three denied by the last member were refunded
+    // to the global and per-IP buckets (nothing raced them here).
+    assert_eq!(global.snapshot().available, 8);
+    let ip: IpAddr = "127.0.0.1".parse().unwrap();
+    assert_eq!(per_ip.snapshot(&ip).available, 3);
+}
