@@ -1,6 +1,7 @@
 //! A small axum service behind tollgate-tower: a per-IP token bucket on
 //! every request, an exact sliding log on `/search` (shared by all callers),
-//! and a per-IP login limit on `POST /login` (5 at once, then one every 12 s).
+//! and a per-IP login limit on `POST /login` (5 at once, then one every 12 s);
+//! each route's limits all-or-nothing (the core's `AllOf`).
 //!
 //! ```text
 //! cargo run --release -p tollgate-tower --example service              # drives itself: 40 requests, prints what came back
@@ -14,6 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -21,37 +23,50 @@ use axum::routing::{get, post};
 use http::Method;
 use tokio::net::TcpListener;
 use tollgate::keyed::{BucketConfig, Keyed};
-use tollgate::{Rate, SlidingLog, TokenBucket};
-use tollgate_tower::{Limit, PeerIp, PerKey, PolicyName, Route, ThrottleLayer};
+use tollgate::{AllOf, Rate, SlidingLog, TokenBucket};
+use tollgate_tower::{AllOfLimit, PeerIp, PerKey, PolicyName, Route, ThrottleLayer};
 
 fn app() -> Result<Router, Box<dyn std::error::Error>> {
     // Every request: 20 at once per IP, then 10 a second.
-    let per_ip = Keyed::<IpAddr, TokenBucket>::new(BucketConfig::new(20, Rate::per_second(10))?);
+    let per_ip = Arc::new(Keyed::<IpAddr, TokenBucket>::new(BucketConfig::new(
+        20,
+        Rate::per_second(10),
+    )?));
     // Logins: 5 at once per IP, then one every 12 s (the bucket's bound: at
     // most 5 + t/12 s in any span t; a fixed window would allow 10 across a
     // boundary).
-    let logins = Keyed::<IpAddr, TokenBucket>::new(BucketConfig::new(5, Rate::per_minute(5))?);
-    // Search: 30 a second for everyone together, in any window of 1 s.
-    let search = SlidingLog::new(Rate::per_second(30))?;
+    let logins = Arc::new(Keyed::<IpAddr, TokenBucket>::new(BucketConfig::new(
+        5,
+        Rate::per_minute(5),
+    )?));
+    // Search: 30 a second for everyone together, in any window of 1 s
+    // (exact: a sliding log, the last member of its AllOf as it cannot refund).
+    let search = Arc::new(SlidingLog::new(Rate::per_second(30))?);
+
+    // Each route group's limits are one AllOf: all admit or none keeps a
+    // permit (a login denied by the login limit gives its per-IP permit back).
+    let name = |n: &str, secs| {
+        Ok::<_, tollgate_tower::InvalidName>(PolicyName::new(n)?.window(Duration::from_secs(secs)))
+    };
+    let (ip_a, ip_b, ip_c) = (Arc::clone(&per_ip), Arc::clone(&per_ip), per_ip);
+    let login = AllOfLimit::new(
+        [name("per-ip", 2)?, name("login", 60)?],
+        move |ip: &IpAddr, n| {
+            AllOf::new((ip_a.for_key(ip), logins.for_key(ip))).try_acquire_n_reporting(n)
+        },
+    )?;
+    let search = AllOfLimit::new(
+        [name("per-ip", 2)?, name("search", 1)?],
+        move |ip: &IpAddr, n| AllOf::new((ip_b.for_key(ip), &*search)).try_acquire_n_reporting(n),
+    )?;
     let layer = ThrottleLayer::builder(PeerIp)
+        .route(Route::exact("/login").method(Method::POST), login)
+        .route(Route::prefix("/search"), search)
+        // Everything else: the per-IP bucket alone (the first matching group decides).
         .route(
-            Route::exact("/login").method(Method::POST),
-            PerKey::new(
-                PolicyName::new("login")?.window(Duration::from_secs(60)),
-                logins,
-            )?,
+            Route::prefix("/"),
+            PerKey::shared(name("per-ip", 2)?, ip_c)?,
         )
-        .route(
-            Route::prefix("/search"),
-            Limit::new(
-                PolicyName::new("search")?.window(Duration::from_secs(1)),
-                search,
-            )?,
-        )
-        .policy(PerKey::new(
-            PolicyName::new("per-ip")?.window(Duration::from_secs(2)),
-            per_ip,
-        )?)
         .build();
     Ok(Router::new()
         .route("/", get(|| async { "hello\n" }))

@@ -504,11 +504,17 @@ async fn all_of_limits_refund_what_a_later_member_denied() {
     let clock = ManualClock::new();
     let global = Arc::new(TokenBucket::with_clock(10, Rate::per_hour(10), clock.clone()).unwrap());
     let per_ip = per_ip(5, Rate::per_hour(5), &clock);
-    let logins = Arc::new(Keyed::<IpAddr, tollgate::FixedWindow<ManualClock>>::with_clock(
-        WindowConfig::new(Rate::per_hour(2)).unwrap(),
-        clock.clone(),
-    ));
-    let (g, p, l) = (Arc::clone(&global), Arc::clone(&per_ip), Arc::clone(&logins));
+    let logins = Arc::new(
+        Keyed::<IpAddr, tollgate::FixedWindow<ManualClock>>::with_clock(
+            WindowConfig::new(Rate::per_hour(2)).unwrap(),
+            clock.clone(),
+        ),
+    );
+    let (g, p, l) = (
+        Arc::clone(&global),
+        Arc::clone(&per_ip),
+        Arc::clone(&logins),
+    );
     let login = AllOfLimit::new(["global", "per-ip", "login"], move |ip: &IpAddr, n| {
         AllOf::new((&*g, p.for_key(ip), l.for_key(ip))).try_acquire_n_reporting(n)
     })
@@ -524,13 +530,22 @@ async fn all_of_limits_refund_what_a_later_member_denied() {
     assert_eq!(first.status(), StatusCode::OK);
     // The binding member (least left) under its own name.
     assert_eq!(first.headers()["ratelimit-policy"], "\"login\";q=2");
-    assert_eq!(parse_ratelimit(first.headers()["ratelimit"].to_str().unwrap(), "login").0, 1);
+    assert_eq!(
+        parse_ratelimit(first.headers()["ratelimit"].to_str().unwrap(), "login").0,
+        1
+    );
     assert_eq!(login().await.unwrap().status(), StatusCode::OK);
     for _ in 0..3 {
         let denied = login().await.unwrap();
         assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(denied.headers()["ratelimit-policy"], "\"login\";q=2");
-        assert!(denied.text().await.unwrap().contains(r#""violated-policies":["login"]"#));
+        assert!(
+            denied
+                .text()
+                .await
+                .unwrap()
+                .contains(r#""violated-policies":["login"]"#)
+        );
     }
     // Two logins passed; the three denied by the last member were refunded
     // to the global and per-IP buckets (nothing raced them here).
