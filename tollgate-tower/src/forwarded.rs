@@ -138,7 +138,15 @@ enum Scheme {
 /// the right-most entry of `X-Forwarded-For` (or the `for=` parameters of
 /// `Forwarded`, RFC 7239) that is not itself a trusted proxy — read only when
 /// the connection's peer is a trusted proxy. Any other request is keyed by
-/// its peer address, whatever it claims. See the [module docs](self).
+/// its peer address, whatever it claims.
+///
+/// Each proxy appends the address it received the request from, so a list
+/// reads `client, proxy1, proxy2` — but everything left of what the first
+/// trusted proxy appended was written by the client and may be anything. The
+/// only safe reading is the right-most entry that is not a trusted proxy.
+/// (`tower_governor`'s `SmartIp` takes the left-most entry, which any client
+/// can set.) When every entry is a trusted proxy the left-most is taken; with
+/// no header, the trusted peer itself is the key.
 ///
 /// Errors: the peer address is missing (`500`, as for
 /// [`PeerIp`](crate::PeerIp)); a trusted proxy forwarded an entry that is

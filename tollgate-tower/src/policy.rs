@@ -52,7 +52,7 @@ pub enum Outcome {
         snapshot: Snapshot,
     },
     /// Denied by `member` of a combined policy ([`AllOfLimit`]); the members
-    /// before it were refunded by the core's [`AllOf`].
+    /// before it were refunded by the core's [`AllOf`](tollgate::AllOf).
     DeniedBy {
         /// The member that denied.
         member: usize,
