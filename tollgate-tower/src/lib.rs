@@ -48,7 +48,7 @@
 //! # Features
 //!
 //! - `axum` (default): read the peer address from axum's `ConnectInfo`.
-//! - `redis`: [`RedisLimit`], a `tollgate-redis` limiter as a policy.
+//! - `redis`: `RedisLimit`, a `tollgate-redis` limiter as a policy.
 
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]

@@ -431,7 +431,7 @@ where
 
 /// A policy that decides asynchronously, from a closure that returns a
 /// future of an [`Outcome`]: a limiter on another machine (the `redis`
-/// feature's [`RedisLimit`](crate::RedisLimit) is one), or any async check.
+/// feature's `RedisLimit` is one), or any async check.
 /// The future must own what it uses (`'static`); dropping it must be safe.
 ///
 /// ```
