@@ -48,7 +48,9 @@
 //! # Features
 //!
 //! - `axum` (default): read the peer address from axum's `ConnectInfo`.
-//! - `redis`: `RedisLimit`, a `tollgate-redis` limiter as a policy.
+//! - `redis`: `RedisLimit` (a `tollgate-redis` limiter, one script call per
+//!   request) and `LeasedLimit` (its leased limiter, no Redis call on the
+//!   request path) as policies.
 
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]
@@ -72,6 +74,6 @@ pub use policy::{
     PerKey, Policy, PolicyName,
 };
 #[cfg(feature = "redis")]
-pub use redis::RedisLimit;
+pub use redis::{LeasedLimit, RedisLimit};
 pub use response::{Refusal, problem_response};
 pub use shaped::Shaped;

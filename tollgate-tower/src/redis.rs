@@ -4,7 +4,7 @@
 use std::fmt::Display;
 use std::sync::Arc;
 
-use tollgate_redis::{Client, Error, Limiter};
+use tollgate_redis::{Client, Error, LeasedLimiter, Limiter};
 
 use crate::policy::{Decision, IntoPolicyName, InvalidName, Outcome, Policy, PolicyName};
 
@@ -16,7 +16,7 @@ use crate::policy::{Decision, IntoPolicyName, InvalidName, Outcome, Policy, Poli
 /// A denial is the script's exact retry-after (a `429` like any other); a
 /// server that cannot be reached within the client's timeout is
 /// [`Outcome::Unavailable`] (`503`). For a policy that keeps deciding while
-/// Redis is gone, use a leased limiter through [`AsyncLimit`](crate::AsyncLimit).
+/// Redis is gone, use a [`LeasedLimit`].
 /// The scripts report the permits remaining but not the time until full,
 /// so this policy adds no `RateLimit` members.
 ///
@@ -70,14 +70,90 @@ impl<K: Display, L: Limiter + 'static> Policy<K> for RedisLimit<L> {
         let limiter = Arc::clone(&self.limiter);
         let key = key.to_string();
         Decision::Later(Box::pin(async move {
-            match client.try_acquire_n(&*limiter, &key, n).await {
-                Ok(_) => Outcome::Admitted(None),
-                Err(Error::Denied(denied)) => Outcome::Denied {
-                    denied,
-                    snapshot: None,
-                },
-                Err(err) => Outcome::Unavailable(err.to_string()),
-            }
+            outcome(client.try_acquire_n(&*limiter, &key, n).await.map(drop))
         }))
+    }
+}
+
+fn outcome(decision: Result<(), Error>) -> Outcome {
+    match decision {
+        Ok(()) => Outcome::Admitted(None),
+        Err(Error::Denied(denied)) => Outcome::Denied {
+            denied,
+            snapshot: None,
+        },
+        Err(err) => Outcome::Unavailable(err.to_string()),
+    }
+}
+
+/// A [`LeasedLimiter`] as a policy: one global limit kept in Redis, spent
+/// from a local lease without a Redis call on the request path (the limiter
+/// refills its lease in the background and follows its own degradation
+/// policy while Redis is gone). The limiter is for one Redis key, so the
+/// request's key is not used: put it in a route group or an every-request
+/// policy. Its denials carry the lease's retry-after hint; it reports no
+/// quota, so it adds no `RateLimit` members.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use tollgate::Rate;
+/// use tollgate_redis::{LeaseOptions, LeasedLimiter, TokenBucket};
+/// use tollgate_tower::{Global, LeasedLimit, ThrottleLayer};
+///
+/// let client = tollgate_redis::Client::connect("redis://127.0.0.1/").await?;
+/// let bucket = TokenBucket::new(1_000, Rate::per_second(1_000))?;
+/// let leased = LeasedLimiter::start(client, bucket, "api", LeaseOptions::new());
+/// let layer = ThrottleLayer::builder(Global)
+///     .policy(LeasedLimit::new("cluster", leased)?)
+///     .build();
+/// # let _ = layer; Ok(()) }
+/// ```
+pub struct LeasedLimit {
+    name: PolicyName,
+    limiter: Arc<LeasedLimiter>,
+}
+
+impl LeasedLimit {
+    /// The policy `name` over `limiter`.
+    ///
+    /// Errors: [`InvalidName`].
+    ///
+    /// ```no_run
+    /// # fn demo(leased: tollgate_redis::LeasedLimiter) {
+    /// let _ = tollgate_tower::LeasedLimit::new("cluster", leased).unwrap();
+    /// # }
+    /// ```
+    pub fn new(name: impl IntoPolicyName, limiter: LeasedLimiter) -> Result<Self, InvalidName> {
+        Self::shared(name, Arc::new(limiter))
+    }
+
+    /// The policy `name` over a `limiter` shared with other code (that reads
+    /// its statistics or shuts it down).
+    ///
+    /// Errors: [`InvalidName`].
+    ///
+    /// ```no_run
+    /// # fn demo(leased: std::sync::Arc<tollgate_redis::LeasedLimiter>) {
+    /// let _ = tollgate_tower::LeasedLimit::shared("cluster", leased).unwrap();
+    /// # }
+    /// ```
+    pub fn shared(
+        name: impl IntoPolicyName,
+        limiter: Arc<LeasedLimiter>,
+    ) -> Result<Self, InvalidName> {
+        Ok(LeasedLimit {
+            name: name.into_policy_name()?,
+            limiter,
+        })
+    }
+}
+
+impl<K> Policy<K> for LeasedLimit {
+    fn name(&self) -> &PolicyName {
+        &self.name
+    }
+
+    fn decide(&self, _: &K, n: u32) -> Decision {
+        Decision::Now(outcome(self.limiter.try_acquire_n(n)))
     }
 }
