@@ -17,8 +17,16 @@ use tollgate::Snapshot;
 use crate::policy::PolicyName;
 
 /// `RateLimit-Policy`.
+///
+/// ```
+/// assert_eq!(tollgate_tower::RATELIMIT_POLICY.as_str(), "ratelimit-policy");
+/// ```
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 /// `RateLimit`.
+///
+/// ```
+/// assert_eq!(tollgate_tower::RATELIMIT.as_str(), "ratelimit");
+/// ```
 pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 
 /// Whole seconds, rounded up: a wait of 1 ns is 1 s, never 0.

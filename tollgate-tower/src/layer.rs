@@ -346,6 +346,44 @@ impl<S, E: KeyExtractor> Layer<S> for ThrottleLayer<E> {
 }
 
 /// The service [`ThrottleLayer`] wraps around another.
+///
+/// ```
+/// use std::convert::Infallible;
+/// use bytes::Bytes;
+/// use http::{Request, Response};
+/// use tollgate::{Rate, TokenBucket};
+/// use tollgate_tower::{Global, Limit, ThrottleLayer};
+/// use tower_layer::Layer;
+/// use tower_service::Service;
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let layer = ThrottleLayer::builder(Global)
+///     .policy(Limit::new("global", TokenBucket::new(1, Rate::per_hour(1)).unwrap()).unwrap())
+///     .build();
+/// let inner = tower_util_like::service_fn(|_: Request<()>| async {
+///     Ok::<_, Infallible>(Response::new(Bytes::from_static(b"ok")))
+/// });
+/// let mut service = layer.layer(inner);
+/// let first = service.call(Request::new(())).await.unwrap();
+/// assert_eq!(first.status(), 200);
+/// assert_eq!(first.headers()["ratelimit"], "\"global\";r=0;t=3600");
+/// let second = service.call(Request::new(())).await.unwrap();
+/// assert_eq!(second.status(), 429);
+/// assert_eq!(second.headers()["retry-after"], "3600");
+/// # });
+/// # mod tower_util_like {
+/// #     use std::task::{Context, Poll};
+/// #     #[derive(Clone)]
+/// #     pub struct ServiceFn<F>(F);
+/// #     pub fn service_fn<F>(f: F) -> ServiceFn<F> { ServiceFn(f) }
+/// #     impl<F, R, Fut, T, E> tower_service::Service<R> for ServiceFn<F>
+/// #     where F: FnMut(R) -> Fut, Fut: std::future::Future<Output = Result<T, E>> {
+/// #         type Response = T; type Error = E; type Future = Fut;
+/// #         fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), E>> { Poll::Ready(Ok(())) }
+/// #         fn call(&mut self, r: R) -> Fut { (self.0)(r) }
+/// #     }
+/// # }
+/// ```
 pub struct Throttle<S, E: KeyExtractor> {
     inner: S,
     shared: Arc<Shared<E>>,
@@ -453,7 +491,11 @@ where
 }
 
 pin_project! {
-    /// The response future of [`Throttle`].
+    /// The response future of [`Throttle`]: the inner service's response
+    /// with the fields added, the layer's own refusal, or — when a policy
+    /// decides asynchronously — a boxed future that decides and then calls
+    /// the inner service. Dropping it (the client went away) drops a pending
+    /// decision, which cancels a [`Shaped`](crate::Shaped) wait.
     pub struct ResponseFuture<F, B, E> {
         #[pin]
         kind: Kind<F, B, E>,

@@ -74,9 +74,21 @@ impl From<Result<Snapshot, Rejection>> for Outcome {
 }
 
 /// A future of an [`Outcome`], for policies that decide asynchronously.
+///
+/// ```
+/// use tollgate_tower::{Outcome, OutcomeFuture};
+/// let later: OutcomeFuture = Box::pin(async { Outcome::Admitted(None) });
+/// # drop(later);
+/// ```
 pub type OutcomeFuture = Pin<Box<dyn Future<Output = Outcome> + Send + 'static>>;
 
 /// A policy's decision: at once (every in-process limiter), or later.
+///
+/// ```
+/// use tollgate_tower::{AsyncLimit, Decision, Outcome, Policy};
+/// let remote = AsyncLimit::new("remote", |_: &(), _| async { Outcome::Admitted(None) }).unwrap();
+/// assert!(matches!(remote.decide(&(), 1), Decision::Later(_)));
+/// ```
 pub enum Decision {
     /// Decided during the call.
     Now(Outcome),
@@ -265,6 +277,11 @@ impl fmt::Display for InvalidName {
 impl std::error::Error for InvalidName {}
 
 /// Anything that names a policy: a `&str` (checked) or a [`PolicyName`].
+///
+/// ```
+/// use tollgate_tower::{IntoPolicyName, PolicyName};
+/// assert_eq!("a".into_policy_name().unwrap(), PolicyName::new("a").unwrap());
+/// ```
 pub trait IntoPolicyName {
     /// The checked name.
     ///
