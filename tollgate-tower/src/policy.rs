@@ -381,6 +381,7 @@ impl<K, L: RateLimiter + Send + Sync + ?Sized + 'static> Policy<K> for Limit<L> 
 pub struct PerKey<K, L: Keyable, S = std::collections::hash_map::RandomState> {
     name: PolicyName,
     limiter: Arc<Keyed<K, L, S>>,
+    max_wait: Duration,
 }
 
 impl<K, L, S> PerKey<K, L, S>
@@ -425,7 +426,36 @@ where
         Ok(PerKey {
             name: name.into_policy_name()?,
             limiter,
+            max_wait: Duration::ZERO,
         })
+    }
+
+    /// Holds a request whose key has no room yet, for up to `max_wait`,
+    /// instead of refusing it at once: a request the key admits now passes
+    /// at once (one synchronous decision, as without waiting); one whose
+    /// exact retry-after is within `max_wait` waits on the core's
+    /// [`Keyed::acquire_timeout_async`] — it sleeps out the retry-after and
+    /// asks again, holding nothing while it sleeps, so a client that goes away
+    /// costs nothing, but waiters on one key are not served in arrival order
+    /// (a keyed state has no schedule to book into; [`Shaped`](crate::Shaped)
+    /// keeps order on a direct limiter). A request whose retry-after is
+    /// beyond `max_wait` is refused at once with it, as any denial. After a
+    /// wait the `RateLimit` field comes from a [`Keyed::snapshot`] read, not
+    /// the decision.
+    ///
+    /// ```
+    /// use std::net::IpAddr;
+    /// use std::time::Duration;
+    /// use tollgate::keyed::{BucketConfig, Keyed};
+    /// use tollgate::{Rate, TokenBucket};
+    /// use tollgate_tower::PerKey;
+    ///
+    /// let per_ip = Keyed::<IpAddr, TokenBucket>::new(BucketConfig::new(5, Rate::per_second(5)).unwrap());
+    /// let _ = PerKey::new("per-ip", per_ip).unwrap().wait_up_to(Duration::from_millis(500));
+    /// ```
+    pub fn wait_up_to(mut self, max_wait: Duration) -> Self {
+        self.max_wait = max_wait;
+        self
     }
 }
 
@@ -442,7 +472,26 @@ where
 
     #[inline]
     fn decide(&self, key: &K, n: u32) -> Decision {
-        Decision::Now(self.limiter.try_acquire_n_with_snapshot(key, n).into())
+        let decided = self.limiter.try_acquire_n_with_snapshot(key, n);
+        match decided {
+            Err(rejection)
+                if matches!(rejection.denied, Denied::RetryAfter(wait) if wait <= self.max_wait)
+                    && !self.max_wait.is_zero() =>
+            {
+                let limiter = Arc::clone(&self.limiter);
+                let key = key.clone();
+                let max_wait = self.max_wait;
+                Decision::Later(Box::pin(async move {
+                    let waited = limiter.acquire_timeout_async(&key, n, max_wait).await;
+                    let snapshot = Some(limiter.snapshot(&key));
+                    match waited {
+                        Ok(()) => Outcome::Admitted(snapshot),
+                        Err(denied) => Outcome::Denied { denied, snapshot },
+                    }
+                }))
+            }
+            decided => Decision::Now(decided.into()),
+        }
     }
 }
 

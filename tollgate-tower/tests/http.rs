@@ -553,3 +553,55 @@ async fn all_of_limits_refund_what_a_later_member_denied() {
     let ip: IpAddr = "127.0.0.1".parse().unwrap();
     assert_eq!(per_ip.snapshot(&ip).available, 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_key_policy_can_wait_for_its_key() {
+    // Real clock: one permit per key, then 20 a second. Three concurrent
+    // requests from one address all pass within a 30 s bound (they need
+    // 100 ms of the limiter's time; the bound only has to outlast a stall).
+    let per_ip =
+        Keyed::<IpAddr, TokenBucket>::new(BucketConfig::new(1, Rate::per_second(20)).unwrap());
+    let layer = ThrottleLayer::builder(PeerIp)
+        .policy(
+            PerKey::new("per-ip", per_ip)
+                .unwrap()
+                .wait_up_to(Duration::from_secs(30)),
+        )
+        .build();
+    let addr = serve(app().layer(layer)).await;
+    let client = reqwest::Client::new();
+    let requests = (0..3).map(|_| client.get(format!("http://{addr}/")).send());
+    for response in futures_join_all(requests).await {
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(response.headers().get("ratelimit").is_some());
+    }
+
+    // A frozen clock and a wait beyond the bound: refused at once with the
+    // exact retry-after, nothing spent.
+    let clock = ManualClock::new();
+    let limiter = per_ip_waiting(&clock);
+    let layer = ThrottleLayer::builder(PeerIp)
+        .policy(
+            PerKey::shared("per-ip", Arc::clone(&limiter))
+                .unwrap()
+                .wait_up_to(Duration::from_secs(5)),
+        )
+        .build();
+    let addr = serve(app().layer(layer)).await;
+    assert_eq!(
+        reqwest::get(format!("http://{addr}/"))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    let refused = reqwest::get(format!("http://{addr}/")).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.headers()["retry-after"], "60");
+    let ip: IpAddr = "127.0.0.1".parse().unwrap();
+    assert_eq!(limiter.snapshot(&ip).until_full, Duration::from_secs(60));
+}
+
+fn per_ip_waiting(clock: &ManualClock) -> Arc<PerIp> {
+    per_ip(1, Rate::per_minute(1), clock)
+}
