@@ -1,0 +1,163 @@
+//! The response fields: `Retry-After` (RFC 9110 §10.2.3) and the IETF
+//! httpapi `RateLimit-Policy` and `RateLimit` fields, as
+//! draft-ietf-httpapi-ratelimit-headers-10 writes them: Structured-Field
+//! lists whose members are a quoted policy name with integer parameters —
+//! `RateLimit-Policy: "per-ip";q=100;w=60` (quota, window in seconds) and
+//! `RateLimit: "per-ip";r=42;t=17` (remaining, seconds until the quota is
+//! whole again). The partition key `pk` is left out: it would echo the
+//! client's key (an address, an API key) back in every response.
+
+use std::fmt::Write;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue};
+use tollgate::Snapshot;
+
+use crate::policy::PolicyName;
+
+/// `RateLimit-Policy`.
+///
+/// ```
+/// assert_eq!(tollgate_tower::RATELIMIT_POLICY.as_str(), "ratelimit-policy");
+/// ```
+pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit`.
+///
+/// ```
+/// assert_eq!(tollgate_tower::RATELIMIT.as_str(), "ratelimit");
+/// ```
+pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+
+/// Whole seconds, rounded up: a wait of 1 ns is 1 s, never 0.
+pub(crate) fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// The `Retry-After` value for an exact retry-after: whole seconds rounded
+/// up, so a client that honours it is never early, and never `0` for a wait
+/// that is not zero.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate_tower::retry_after_secs;
+/// assert_eq!(retry_after_secs(Duration::from_nanos(1)), 1);
+/// assert_eq!(retry_after_secs(Duration::from_secs(2)), 2);
+/// assert_eq!(retry_after_secs(Duration::from_millis(2001)), 3);
+/// ```
+pub fn retry_after_secs(retry_after: Duration) -> u64 {
+    ceil_secs(retry_after)
+}
+
+/// A `RateLimit-Policy` member: `"name";q=<capacity>[;w=<window>]`.
+pub(crate) fn policy_member(name: &PolicyName, capacity: u32) -> HeaderValue {
+    let mut member = String::with_capacity(name.as_str().len() + 24);
+    // Writing to a String cannot fail.
+    let _ = write!(member, "\"{}\";q={capacity}", name.as_str());
+    if let Some(w) = name.window_secs() {
+        let _ = write!(member, ";w={w}");
+    }
+    field_value(member)
+}
+
+/// A field value from text the crate wrote: names are checked to letters,
+/// digits and `-_.:/`, the rest is digits and punctuation, so it is always
+/// valid; taken without a copy.
+fn field_value(text: String) -> HeaderValue {
+    HeaderValue::from_maybe_shared(Bytes::from(text))
+        .unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// The two fields being built for one response, one member per policy that
+/// decided. One policy (the common case) costs one small allocation: its
+/// `RateLimit-Policy` member is cached by its [`PolicyName`].
+#[derive(Debug, Default)]
+pub(crate) struct Fields {
+    policy: Option<HeaderValue>,
+    state: String,
+}
+
+impl Fields {
+    /// Adds `name`'s members from the state its decision reported; a policy
+    /// that reports nothing adds nothing.
+    pub(crate) fn push(&mut self, name: &PolicyName, snapshot: Option<&Snapshot>) {
+        let Some(snapshot) = snapshot else { return };
+        let member = name.policy_member(snapshot.capacity);
+        self.policy = Some(match self.policy.take() {
+            None => member,
+            Some(before) => {
+                let mut joined = Vec::with_capacity(before.len() + 2 + member.len());
+                joined.extend_from_slice(before.as_bytes());
+                joined.extend_from_slice(b", ");
+                joined.extend_from_slice(member.as_bytes());
+                HeaderValue::from_maybe_shared(Bytes::from(joined)).unwrap_or(before)
+            }
+        });
+        if self.state.is_empty() {
+            self.state.reserve(name.as_str().len() + 24);
+        } else {
+            self.state.push_str(", ");
+        }
+        let _ = write!(
+            self.state,
+            "\"{}\";r={};t={}",
+            name.as_str(),
+            snapshot.available,
+            ceil_secs(snapshot.until_full)
+        );
+    }
+
+    /// Sets both fields on `headers` (replacing any the inner service set).
+    pub(crate) fn apply(self, headers: &mut HeaderMap) {
+        if let Some(policy) = self.policy {
+            headers.insert(RATELIMIT_POLICY, policy);
+            headers.insert(RATELIMIT, field_value(self.state));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_in_order_and_syntax() {
+        let mut fields = Fields::default();
+        let a = PolicyName::new("per-ip")
+            .unwrap()
+            .window(Duration::from_secs(60));
+        let b = PolicyName::new("global").unwrap();
+        fields.push(
+            &a,
+            Some(&Snapshot::new(42, 100, Duration::from_millis(16_001))),
+        );
+        fields.push(&b, None);
+        fields.push(&b, Some(&Snapshot::new(0, 5, Duration::ZERO)));
+        let mut headers = HeaderMap::new();
+        fields.apply(&mut headers);
+        assert_eq!(
+            headers[RATELIMIT_POLICY],
+            "\"per-ip\";q=100;w=60, \"global\";q=5"
+        );
+        assert_eq!(
+            headers[RATELIMIT],
+            "\"per-ip\";r=42;t=17, \"global\";r=0;t=0"
+        );
+    }
+
+    #[test]
+    fn a_changed_capacity_is_written_fresh() {
+        let name = PolicyName::new("tenant").unwrap();
+        for (capacity, expected) in [
+            (5, "\"tenant\";q=5"),
+            (7, "\"tenant\";q=7"),
+            (5, "\"tenant\";q=5"),
+        ] {
+            let mut fields = Fields::default();
+            fields.push(&name, Some(&Snapshot::new(1, capacity, Duration::ZERO)));
+            let mut headers = HeaderMap::new();
+            fields.apply(&mut headers);
+            assert_eq!(headers[RATELIMIT_POLICY], expected);
+        }
+    }
+}

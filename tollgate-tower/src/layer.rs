@@ -1,0 +1,560 @@
+//! The layer and its service: extract the key, ask the request's policies,
+//! answer a refusal or pass the request on, and put the fields on the
+//! response.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use http::header::RETRY_AFTER;
+use http::request::Parts;
+use http::{HeaderValue, Method, Request, Response};
+use pin_project_lite::pin_project;
+use tollgate::Denied;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::fields::{Fields, retry_after_secs};
+use crate::key::KeyExtractor;
+use crate::policy::{Decision, Outcome, Policy};
+use crate::response::{Refusal, problem_response};
+
+type CostFn = Arc<dyn Fn(&Parts) -> u32 + Send + Sync>;
+type RefusalHook = Arc<dyn Fn(&Refusal<'_>) -> Response<Bytes> + Send + Sync>;
+type Policies<K> = Vec<Arc<dyn Policy<K>>>;
+
+/// Which requests a route group's policies apply to: a path (exact or a
+/// prefix), optionally one method.
+///
+/// ```
+/// use http::Method;
+/// use tollgate_tower::Route;
+///
+/// let login = Route::exact("/login").method(Method::POST);
+/// let api = Route::prefix("/api/");
+/// # let _ = (login, api);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    method: Option<Method>,
+    path: String,
+    prefix: bool,
+}
+
+impl Route {
+    /// Requests whose path is exactly `path`.
+    ///
+    /// ```
+    /// use tollgate_tower::Route;
+    /// let _ = Route::exact("/login");
+    /// ```
+    pub fn exact(path: impl Into<String>) -> Self {
+        Route {
+            method: None,
+            path: path.into(),
+            prefix: false,
+        }
+    }
+
+    /// Requests whose path starts with `prefix` (byte-wise: write
+    /// `"/api/"`, not `"/api"`, to leave `/apiary` out).
+    ///
+    /// ```
+    /// use tollgate_tower::Route;
+    /// let _ = Route::prefix("/api/");
+    /// ```
+    pub fn prefix(prefix: impl Into<String>) -> Self {
+        Route {
+            method: None,
+            path: prefix.into(),
+            prefix: true,
+        }
+    }
+
+    /// Only requests with `method`.
+    ///
+    /// ```
+    /// use http::Method;
+    /// use tollgate_tower::Route;
+    /// let _ = Route::exact("/login").method(Method::POST);
+    /// ```
+    pub fn method(mut self, method: Method) -> Self {
+        self.method = Some(method);
+        self
+    }
+
+    fn matches(&self, parts: &Parts) -> bool {
+        if self.method.as_ref().is_some_and(|m| *m != parts.method) {
+            return false;
+        }
+        let path = parts.uri.path();
+        if self.prefix {
+            path.starts_with(&self.path)
+        } else {
+            path == self.path
+        }
+    }
+}
+
+/// Builds a [`ThrottleLayer`]; start with [`ThrottleLayer::builder`].
+///
+/// A request is decided by the policies of the **first route group that
+/// matches it** (in the order the groups were first named), then by the
+/// policies for **every request**, each group in the order its policies were
+/// added. All must admit. The first denial answers the request; the policies
+/// asked before it have spent their permits (put the narrowest, strictest
+/// policies first so that a denial costs the fewest). For all-or-nothing
+/// across in-process limiters — refunds included — make them one
+/// [`AllOfLimit`](crate::AllOfLimit) (the core's [`AllOf`](tollgate::AllOf)).
+pub struct ThrottleBuilder<E: KeyExtractor> {
+    extractor: E,
+    every: Policies<E::Key>,
+    routes: Vec<(Route, Policies<E::Key>)>,
+    cost: Option<CostFn>,
+    on_refusal: RefusalHook,
+}
+
+impl<E: KeyExtractor> ThrottleBuilder<E> {
+    /// Adds `policy` for every request.
+    ///
+    /// ```
+    /// use tollgate::{Rate, TokenBucket};
+    /// use tollgate_tower::{Global, Limit, ThrottleLayer};
+    /// let layer = ThrottleLayer::builder(Global)
+    ///     .policy(Limit::new("global", TokenBucket::new(100, Rate::per_second(100)).unwrap()).unwrap())
+    ///     .build();
+    /// # let _ = layer;
+    /// ```
+    pub fn policy(mut self, policy: impl Policy<E::Key>) -> Self {
+        self.every.push(Arc::new(policy));
+        self
+    }
+
+    /// Adds `policy` for requests that `route` matches (the same `route`
+    /// again adds to its group).
+    ///
+    /// ```
+    /// use std::net::IpAddr;
+    /// use http::Method;
+    /// use tollgate::keyed::{Keyed, WindowConfig};
+    /// use tollgate::{FixedWindow, Rate};
+    /// use tollgate_tower::{PeerIp, PerKey, Route, ThrottleLayer};
+    ///
+    /// let logins = Keyed::<IpAddr, FixedWindow>::new(WindowConfig::new(Rate::per_minute(5)).unwrap());
+    /// let layer = ThrottleLayer::builder(PeerIp)
+    ///     .route(Route::exact("/login").method(Method::POST), PerKey::new("login", logins).unwrap())
+    ///     .build();
+    /// # let _ = layer;
+    /// ```
+    pub fn route(mut self, route: Route, policy: impl Policy<E::Key>) -> Self {
+        let policy: Arc<dyn Policy<E::Key>> = Arc::new(policy);
+        match self.routes.iter_mut().find(|(r, _)| *r == route) {
+            Some((_, group)) => group.push(policy),
+            None => self.routes.push((route, vec![policy])),
+        }
+        self
+    }
+
+    /// How many permits a request costs (default 1), from its head: by
+    /// route, by a declared size, ... A cost of `0` makes the request free:
+    /// it is passed on without asking any policy (for health checks).
+    ///
+    /// ```
+    /// use tollgate_tower::{Global, ThrottleLayer};
+    /// let layer = ThrottleLayer::builder(Global)
+    ///     .cost(|parts| if parts.uri.path().starts_with("/export") { 10 } else { 1 })
+    ///     .build();
+    /// # let _ = layer;
+    /// ```
+    pub fn cost(mut self, cost: impl Fn(&Parts) -> u32 + Send + Sync + 'static) -> Self {
+        self.cost = Some(Arc::new(cost));
+        self
+    }
+
+    /// Builds the response of a refused request (default:
+    /// [`problem_response`]). The layer then adds `Retry-After` to a `429`
+    /// (unless the hook set it) and the `RateLimit` fields.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use http::Response;
+    /// use tollgate_tower::{Global, ThrottleLayer};
+    /// let layer = ThrottleLayer::builder(Global)
+    ///     .on_refusal(|refusal| {
+    ///         let mut response = Response::new(Bytes::from(format!("slow down ({:?})", refusal.policy())));
+    ///         *response.status_mut() = refusal.status();
+    ///         response
+    ///     })
+    ///     .build();
+    /// # let _ = layer;
+    /// ```
+    pub fn on_refusal(
+        mut self,
+        hook: impl Fn(&Refusal<'_>) -> Response<Bytes> + Send + Sync + 'static,
+    ) -> Self {
+        self.on_refusal = Arc::new(hook);
+        self
+    }
+
+    /// The layer.
+    ///
+    /// ```
+    /// use tollgate_tower::{PeerIp, ThrottleLayer};
+    /// let _layer = ThrottleLayer::builder(PeerIp).build();
+    /// ```
+    pub fn build(self) -> ThrottleLayer<E> {
+        ThrottleLayer {
+            shared: Arc::new(Shared {
+                extractor: self.extractor,
+                every: self.every,
+                routes: self.routes,
+                cost: self.cost,
+                on_refusal: self.on_refusal,
+            }),
+        }
+    }
+}
+
+struct Shared<E: KeyExtractor> {
+    extractor: E,
+    every: Policies<E::Key>,
+    routes: Vec<(Route, Policies<E::Key>)>,
+    cost: Option<CostFn>,
+    on_refusal: RefusalHook,
+}
+
+impl<E: KeyExtractor> Shared<E> {
+    /// The policies deciding a request: its route group's, then everyone's.
+    fn policies<'a>(
+        &'a self,
+        group: Option<usize>,
+    ) -> impl Iterator<Item = &'a Arc<dyn Policy<E::Key>>> + 'a {
+        group
+            .map(|g| self.routes[g].1.as_slice())
+            .unwrap_or(&[])
+            .iter()
+            .chain(self.every.iter())
+    }
+
+    fn respond<B: From<Bytes>>(&self, refusal: &Refusal<'_>, fields: Fields) -> Response<B> {
+        let mut response = (self.on_refusal)(refusal);
+        if let Refusal::TooManyRequests { retry_after, .. } = refusal {
+            response
+                .headers_mut()
+                .entry(RETRY_AFTER)
+                .or_insert_with(|| HeaderValue::from(retry_after_secs(*retry_after)));
+        }
+        fields.apply(response.headers_mut());
+        response.map(B::from)
+    }
+}
+
+/// Adds `policy`'s outcome to the fields; a refusal's response if it refuses.
+fn judge<E: KeyExtractor, B: From<Bytes>>(
+    shared: &Shared<E>,
+    policy: &dyn Policy<E::Key>,
+    outcome: Outcome,
+    fields: &mut Fields,
+) -> Result<(), Response<B>> {
+    let (name, denied, reason) = match outcome {
+        Outcome::Admitted(snapshot) => {
+            fields.push(policy.name(), snapshot.as_ref());
+            return Ok(());
+        }
+        Outcome::AdmittedBy { member, snapshot } => {
+            fields.push(policy.member_name(member), Some(&snapshot));
+            return Ok(());
+        }
+        Outcome::Denied { denied, snapshot } => {
+            fields.push(policy.name(), snapshot.as_ref());
+            (policy.name(), Some(denied), None)
+        }
+        Outcome::DeniedBy { member, rejection } => {
+            let name = policy.member_name(member);
+            fields.push(name, Some(&rejection.snapshot));
+            (name, Some(rejection.denied), None)
+        }
+        Outcome::Unavailable(reason) => (policy.name(), None, Some(reason)),
+    };
+    let policy = name.as_str();
+    let refusal = match (denied, &reason) {
+        (Some(Denied::RetryAfter(retry_after)), _) => Refusal::TooManyRequests {
+            policy,
+            retry_after,
+        },
+        (Some(denied), _) => Refusal::NeverFits { policy, denied },
+        (None, reason) => Refusal::Unavailable {
+            policy,
+            reason: reason.as_deref().unwrap_or(""),
+        },
+    };
+    Err(shared.respond(&refusal, std::mem::take(fields)))
+}
+
+/// Entry throttling for a tower service: see the [crate docs](crate).
+pub struct ThrottleLayer<E: KeyExtractor> {
+    shared: Arc<Shared<E>>,
+}
+
+impl<E: KeyExtractor> ThrottleLayer<E> {
+    /// A builder keying requests with `extractor`.
+    ///
+    /// ```
+    /// use tollgate_tower::{HeaderKey, ThrottleLayer};
+    /// let _ = ThrottleLayer::builder(HeaderKey::new("x-api-key"));
+    /// ```
+    pub fn builder(extractor: E) -> ThrottleBuilder<E> {
+        ThrottleBuilder {
+            extractor,
+            every: Vec::new(),
+            routes: Vec::new(),
+            cost: None,
+            on_refusal: Arc::new(problem_response),
+        }
+    }
+}
+
+impl<E: KeyExtractor> Clone for ThrottleLayer<E> {
+    fn clone(&self) -> Self {
+        ThrottleLayer {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<E: KeyExtractor> fmt::Debug for ThrottleLayer<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ThrottleLayer")
+            .field("policies", &self.shared.every.len())
+            .field("routes", &self.shared.routes.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, E: KeyExtractor> Layer<S> for ThrottleLayer<E> {
+    type Service = Throttle<S, E>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Throttle {
+            inner,
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+/// The service [`ThrottleLayer`] wraps around another.
+///
+/// ```
+/// use std::convert::Infallible;
+/// use bytes::Bytes;
+/// use http::{Request, Response};
+/// use tollgate::{Rate, TokenBucket};
+/// use tollgate_tower::{Global, Limit, ThrottleLayer};
+/// use tower_layer::Layer;
+/// use tower_service::Service;
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let layer = ThrottleLayer::builder(Global)
+///     .policy(Limit::new("global", TokenBucket::new(1, Rate::per_hour(1)).unwrap()).unwrap())
+///     .build();
+/// let inner = tower_util_like::service_fn(|_: Request<()>| async {
+///     Ok::<_, Infallible>(Response::new(Bytes::from_static(b"ok")))
+/// });
+/// let mut service = layer.layer(inner);
+/// let first = service.call(Request::new(())).await.unwrap();
+/// assert_eq!(first.status(), 200);
+/// assert_eq!(first.headers()["ratelimit"], "\"global\";r=0;t=3600");
+/// let second = service.call(Request::new(())).await.unwrap();
+/// assert_eq!(second.status(), 429);
+/// assert_eq!(second.headers()["retry-after"], "3600");
+/// # });
+/// # mod tower_util_like {
+/// #     use std::task::{Context, Poll};
+/// #     #[derive(Clone)]
+/// #     pub struct ServiceFn<F>(F);
+/// #     pub fn service_fn<F>(f: F) -> ServiceFn<F> { ServiceFn(f) }
+/// #     impl<F, R, Fut, T, E> tower_service::Service<R> for ServiceFn<F>
+/// #     where F: FnMut(R) -> Fut, Fut: std::future::Future<Output = Result<T, E>> {
+/// #         type Response = T; type Error = E; type Future = Fut;
+/// #         fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), E>> { Poll::Ready(Ok(())) }
+/// #         fn call(&mut self, r: R) -> Fut { (self.0)(r) }
+/// #     }
+/// # }
+/// ```
+pub struct Throttle<S, E: KeyExtractor> {
+    inner: S,
+    shared: Arc<Shared<E>>,
+}
+
+impl<S: Clone, E: KeyExtractor> Clone for Throttle<S, E> {
+    fn clone(&self) -> Self {
+        Throttle {
+            inner: self.inner.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S: fmt::Debug, E: KeyExtractor> fmt::Debug for Throttle<S, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Throttle")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+type BoxResponse<B, E> = Pin<Box<dyn Future<Output = Result<Response<B>, E>> + Send>>;
+
+impl<S, E, ReqBody, ResBody> Service<Request<ReqBody>> for Throttle<S, E>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    E: KeyExtractor,
+    ReqBody: Send + 'static,
+    ResBody: From<Bytes> + Send + 'static,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, ResBody, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let shared = &*self.shared;
+        let (parts, body) = request.into_parts();
+        let key = match shared.extractor.extract(&parts) {
+            Ok(key) => key,
+            Err(err) => {
+                let response = shared.respond(&Refusal::NoKey(&err), Fields::default());
+                return ResponseFuture::answered(response);
+            }
+        };
+        let n = shared.cost.as_ref().map_or(1, |cost| cost(&parts));
+        let mut fields = Fields::default();
+        if n > 0 {
+            let group = shared.routes.iter().position(|(r, _)| r.matches(&parts));
+            for (i, policy) in shared.policies(group).enumerate() {
+                match policy.decide(&key, n) {
+                    Decision::Now(outcome) => {
+                        if let Err(response) = judge(shared, &**policy, outcome, &mut fields) {
+                            return ResponseFuture::answered(response);
+                        }
+                    }
+                    Decision::Later(first) => {
+                        // The rest is decided in a future that owns what it
+                        // needs, and calls the service that was made ready.
+                        let ready = self.inner.clone();
+                        let mut inner = std::mem::replace(&mut self.inner, ready);
+                        let shared = Arc::clone(&self.shared);
+                        let request = Request::from_parts(parts, body);
+                        return ResponseFuture::deferred(Box::pin(async move {
+                            let mut fields = fields;
+                            let policies: Vec<_> =
+                                shared.policies(group).skip(i).cloned().collect();
+                            let mut pending = Some(first);
+                            for policy in &policies {
+                                let outcome = match pending.take() {
+                                    Some(first) => first.await,
+                                    None => match policy.decide(&key, n) {
+                                        Decision::Now(outcome) => outcome,
+                                        Decision::Later(later) => later.await,
+                                    },
+                                };
+                                if let Err(response) =
+                                    judge(&shared, &**policy, outcome, &mut fields)
+                                {
+                                    return Ok(response);
+                                }
+                            }
+                            let mut response = inner.call(request).await?;
+                            fields.apply(response.headers_mut());
+                            Ok(response)
+                        }));
+                    }
+                }
+            }
+        }
+        let future = self.inner.call(Request::from_parts(parts, body));
+        ResponseFuture {
+            kind: Kind::Inner {
+                future,
+                fields: Some(fields),
+            },
+        }
+    }
+}
+
+pin_project! {
+    /// The response future of [`Throttle`]: the inner service's response
+    /// with the fields added, the layer's own refusal, or — when a policy
+    /// decides asynchronously — a boxed future that decides and then calls
+    /// the inner service. Dropping it (the client went away) drops a pending
+    /// decision, which cancels a [`Shaped`](crate::Shaped) wait.
+    pub struct ResponseFuture<F, B, E> {
+        #[pin]
+        kind: Kind<F, B, E>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<F, B, E> {
+        // Admitted: the inner service's response, fields to add.
+        Inner { #[pin] future: F, fields: Option<Fields> },
+        // Refused by the layer.
+        Answered { response: Option<Response<B>> },
+        // A policy decides asynchronously.
+        Deferred { future: BoxResponse<B, E> },
+    }
+}
+
+impl<F, B, E> ResponseFuture<F, B, E> {
+    fn answered(response: Response<B>) -> Self {
+        ResponseFuture {
+            kind: Kind::Answered {
+                response: Some(response),
+            },
+        }
+    }
+
+    fn deferred(future: BoxResponse<B, E>) -> Self {
+        ResponseFuture {
+            kind: Kind::Deferred { future },
+        }
+    }
+}
+
+impl<F, B, E> Future for ResponseFuture<F, B, E>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<Response<B>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().kind.project() {
+            KindProj::Inner { future, fields } => {
+                let mut response = ready!(future.poll(cx))?;
+                if let Some(fields) = fields.take() {
+                    fields.apply(response.headers_mut());
+                }
+                Poll::Ready(Ok(response))
+            }
+            KindProj::Answered { response } => Poll::Ready(Ok(response
+                .take()
+                .expect("ResponseFuture polled after completion"))),
+            KindProj::Deferred { future } => future.as_mut().poll(cx),
+        }
+    }
+}
+
+impl<F, B, E> fmt::Debug for ResponseFuture<F, B, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ResponseFuture")
+    }
+}

@@ -1,0 +1,79 @@
+//! Entry throttling for HTTP services built on tower (axum, hyper, tonic):
+//! a [`ThrottleLayer`] that keys each request (peer address, trusted-proxy
+//! forwarding headers, a header, one global key, a closure), asks the
+//! request's policies — any tollgate limiter, keyed or not, per route group,
+//! `n` permits from a cost closure, async limiters such as Redis-backed
+//! ones, or a bounded wait — and answers:
+//!
+//! - admitted: the service's response, with `RateLimit-Policy` and
+//!   `RateLimit` fields (IETF draft-ietf-httpapi-ratelimit-headers-10) from
+//!   the decision's own report — no second read of the limiter;
+//! - not now: `429 Too Many Requests` with `Retry-After` in whole seconds
+//!   rounded up from the exact retry-after (never `0` for a real wait), and
+//!   the same fields;
+//! - never (more permits than the policy's capacity): `403`, see
+//!   [`Refusal::NeverFits`];
+//! - no key: the [`KeyError`]'s status (`500` for a missing peer address,
+//!   `400` for a missing header) — never a panic, never a silent pass;
+//! - a remote limiter that cannot decide: `503`.
+//!
+//! The response of a refusal comes from a hook ([`ThrottleBuilder::on_refusal`];
+//! default [`problem_response`], an RFC 9457 problem document).
+//!
+//! ```
+//! use std::net::IpAddr;
+//! use std::time::Duration;
+//! use http::Method;
+//! use tollgate::keyed::{BucketConfig, Keyed, WindowConfig};
+//! use tollgate::{FixedWindow, Rate, SlidingLog, TokenBucket};
+//! use tollgate_tower::{Limit, PeerIp, PerKey, PolicyName, Route, ThrottleLayer};
+//!
+//! let per_ip = Keyed::<IpAddr, TokenBucket>::new(BucketConfig::new(20, Rate::per_second(10))?);
+//! let logins = Keyed::<IpAddr, FixedWindow>::new(WindowConfig::new(Rate::per_minute(5))?);
+//! let search = SlidingLog::new(Rate::per_second(100))?;
+//! let layer = ThrottleLayer::builder(PeerIp)
+//!     .route(
+//!         Route::exact("/login").method(Method::POST),
+//!         PerKey::new(PolicyName::new("login")?.window(Duration::from_secs(60)), logins)?,
+//!     )
+//!     .route(Route::prefix("/search"), Limit::new("search", search)?)
+//!     .policy(PerKey::new(PolicyName::new("per-ip")?.window(Duration::from_secs(2)), per_ip)?)
+//!     .build();
+//! // axum: Router::new().route(...).layer(layer), served with
+//! // into_make_service_with_connect_info::<SocketAddr>().
+//! # let _ = layer;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Features
+//!
+//! - `axum` (default): read the peer address from axum's `ConnectInfo`.
+//! - `redis`: `RedisLimit` (a `tollgate-redis` limiter, one script call per
+//!   request) and `LeasedLimit` (its leased limiter, no Redis call on the
+//!   request path) as policies.
+
+#![deny(missing_docs)]
+#![warn(rust_2018_idioms, unreachable_pub)]
+
+mod fields;
+mod forwarded;
+mod key;
+mod layer;
+mod policy;
+#[cfg(feature = "redis")]
+mod redis;
+mod response;
+mod shaped;
+
+pub use fields::{RATELIMIT, RATELIMIT_POLICY, retry_after_secs};
+pub use forwarded::{Cidr, ForwardedIp, ParseCidrError};
+pub use key::{Global, HeaderKey, KeyError, KeyExtractor, KeyFn, PeerIp};
+pub use layer::{ResponseFuture, Route, Throttle, ThrottleBuilder, ThrottleLayer};
+pub use policy::{
+    AllOfLimit, AsyncLimit, Decision, IntoPolicyName, InvalidName, Limit, Outcome, OutcomeFuture,
+    PerKey, Policy, PolicyName,
+};
+#[cfg(feature = "redis")]
+pub use redis::{LeasedLimit, RedisLimit};
+pub use response::{Refusal, problem_response};
+pub use shaped::Shaped;

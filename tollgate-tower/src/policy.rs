@@ -1,0 +1,645 @@
+//! What decides: a [`Policy`] is one named limit the layer asks about each
+//! request's key. Any tollgate limiter is one ([`Limit`] for a direct limiter,
+//! [`PerKey`] for a [`Keyed`] one); limiters that decide asynchronously —
+//! over the network, like `tollgate-redis` — are one through [`AsyncLimit`];
+//! waiting instead of rejecting is [`Shaped`](crate::Shaped).
+
+use std::fmt;
+use std::future::Future;
+use std::hash::{BuildHasher, Hash};
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use http::HeaderValue;
+
+use tollgate::all_of::{Blocked, Tightest};
+use tollgate::keyed::Keyable;
+use tollgate::{Denied, Keyed, RateLimiter, Rejection, Snapshot};
+
+/// One policy's answer for one request.
+///
+/// ```
+/// use tollgate::{Rate, RateLimiter, TokenBucket};
+/// use tollgate_tower::Outcome;
+///
+/// let bucket = TokenBucket::new(1, Rate::per_hour(1)).unwrap();
+/// assert!(matches!(Outcome::from(bucket.try_acquire_with_snapshot()), Outcome::Admitted(Some(_))));
+/// assert!(matches!(Outcome::from(bucket.try_acquire_with_snapshot()), Outcome::Denied { .. }));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Admitted; with the state the admission left when the limiter reports it.
+    Admitted(Option<Snapshot>),
+    /// Denied: [`Denied::RetryAfter`] becomes a `429`, the others a request
+    /// that can never pass; with the state it was decided on when reported.
+    Denied {
+        /// Why.
+        denied: Denied,
+        /// The state the denial was decided on, if the limiter reports it.
+        snapshot: Option<Snapshot>,
+    },
+    /// No decision could be had (a remote limiter's server is unreachable):
+    /// `503`, unless the policy itself chose to admit or deny.
+    Unavailable(String),
+    /// Admitted by every member of a combined policy ([`AllOfLimit`]); the
+    /// report is the tightest member's, named by
+    /// [`Policy::member_name`]`(member)`.
+    AdmittedBy {
+        /// The member with the least left.
+        member: usize,
+        /// Its state after its own decision.
+        snapshot: Snapshot,
+    },
+    /// Denied by `member` of a combined policy ([`AllOfLimit`]); the members
+    /// before it were refunded by the core's [`AllOf`](tollgate::AllOf).
+    DeniedBy {
+        /// The member that denied.
+        member: usize,
+        /// Its denial and the state it was decided on.
+        rejection: Rejection,
+    },
+}
+
+impl From<Result<Snapshot, Rejection>> for Outcome {
+    fn from(decision: Result<Snapshot, Rejection>) -> Self {
+        match decision {
+            Ok(snapshot) => Outcome::Admitted(Some(snapshot)),
+            Err(rejection) => Outcome::Denied {
+                denied: rejection.denied,
+                snapshot: Some(rejection.snapshot),
+            },
+        }
+    }
+}
+
+/// A future of an [`Outcome`], for policies that decide asynchronously.
+///
+/// ```
+/// use tollgate_tower::{Outcome, OutcomeFuture};
+/// let later: OutcomeFuture = Box::pin(async { Outcome::Admitted(None) });
+/// # drop(later);
+/// ```
+pub type OutcomeFuture = Pin<Box<dyn Future<Output = Outcome> + Send + 'static>>;
+
+/// A policy's decision: at once (every in-process limiter), or later.
+///
+/// ```
+/// use tollgate_tower::{AsyncLimit, Decision, Outcome, Policy};
+/// let remote = AsyncLimit::new("remote", |_: &(), _| async { Outcome::Admitted(None) }).unwrap();
+/// assert!(matches!(remote.decide(&(), 1), Decision::Later(_)));
+/// ```
+pub enum Decision {
+    /// Decided during the call.
+    Now(Outcome),
+    /// Decided when the future completes. Dropping it (the client went away)
+    /// must leave the limiter as a cancelled request should: a
+    /// [`Shaped`](crate::Shaped) wait gives its reservation back.
+    Later(OutcomeFuture),
+}
+
+impl fmt::Debug for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Decision::Now(outcome) => f.debug_tuple("Now").field(outcome).finish(),
+            Decision::Later(_) => f.write_str("Later(..)"),
+        }
+    }
+}
+
+/// One named limit, asked about each request's key (of type `K`).
+///
+/// Implemented by [`Limit`], [`PerKey`], [`AsyncLimit`] and
+/// [`Shaped`](crate::Shaped); implement it for anything else that decides.
+///
+/// ```
+/// use tollgate::{Rate, TokenBucket};
+/// use tollgate_tower::{Decision, Limit, Outcome, Policy};
+///
+/// let global = Limit::new("global", TokenBucket::new(1, Rate::per_hour(1)).unwrap()).unwrap();
+/// assert_eq!(Policy::<()>::name(&global).as_str(), "global");
+/// assert!(matches!(global.decide(&(), 1), Decision::Now(Outcome::Admitted(_))));
+/// assert!(matches!(global.decide(&(), 1), Decision::Now(Outcome::Denied { .. })));
+/// ```
+pub trait Policy<K>: Send + Sync + 'static {
+    /// The policy's name in the `RateLimit` fields.
+    fn name(&self) -> &PolicyName;
+
+    /// The name of member `member` of a combined policy, for the
+    /// [`Outcome::AdmittedBy`] and [`Outcome::DeniedBy`] it reports; a
+    /// single policy is its own only member.
+    fn member_name(&self, member: usize) -> &PolicyName {
+        let _ = member;
+        self.name()
+    }
+
+    /// Decides `n` permits for `key`.
+    fn decide(&self, key: &K, n: u32) -> Decision;
+}
+
+/// A policy's name and the window it advertises: the `"name";w=…` of the
+/// `RateLimit-Policy` field. A name is 1 to 64 characters of letters, digits
+/// and `-_.:/`, so it is a valid Structured-Field string as it stands.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate_tower::PolicyName;
+///
+/// let name = PolicyName::new("per-ip").unwrap().window(Duration::from_secs(60));
+/// assert_eq!(name.as_str(), "per-ip");
+/// assert_eq!(name.window_secs(), Some(60));
+/// assert!(PolicyName::new("bad name").is_err());
+/// ```
+#[derive(Clone)]
+pub struct PolicyName {
+    name: Arc<str>,
+    window: Option<u64>,
+    /// This policy's `RateLimit-Policy` member for the capacity it was first
+    /// written with: the member only changes when the capacity does, so the
+    /// common response reuses it instead of formatting it again.
+    member: Arc<OnceLock<(u32, HeaderValue)>>,
+}
+
+impl PartialEq for PolicyName {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name && self.window == other.window
+    }
+}
+
+impl Eq for PolicyName {}
+
+impl fmt::Debug for PolicyName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PolicyName")
+            .field("name", &self.name)
+            .field("window", &self.window)
+            .finish()
+    }
+}
+
+impl PolicyName {
+    /// Checks `name`.
+    ///
+    /// Errors: [`InvalidName`] for an empty, longer than 64, or otherwise
+    /// unusable name.
+    ///
+    /// ```
+    /// use tollgate_tower::PolicyName;
+    /// assert_eq!(PolicyName::new("login").unwrap().as_str(), "login");
+    /// assert!(PolicyName::new("").is_err());
+    /// ```
+    pub fn new(name: &str) -> Result<Self, InvalidName> {
+        let ok = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.:/".contains(&b));
+        if ok {
+            Ok(PolicyName {
+                name: name.into(),
+                window: None,
+                member: Arc::default(),
+            })
+        } else {
+            Err(InvalidName(name.to_owned()))
+        }
+    }
+
+    /// Advertises `window` (whole seconds, rounded up) as the policy's `w`:
+    /// the time over which its quota is granted (a fixed window's length, a
+    /// token bucket's time to refill from empty). Without it, `w` is left out,
+    /// as the draft allows.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_tower::PolicyName;
+    /// let name = PolicyName::new("x").unwrap().window(Duration::from_millis(1500));
+    /// assert_eq!(name.window_secs(), Some(2));
+    /// ```
+    pub fn window(mut self, window: Duration) -> Self {
+        self.window = Some(crate::fields::ceil_secs(window));
+        self.member = Arc::default();
+        self
+    }
+
+    /// The name.
+    ///
+    /// ```
+    /// use tollgate_tower::PolicyName;
+    /// assert_eq!(PolicyName::new("a").unwrap().as_str(), "a");
+    /// ```
+    pub fn as_str(&self) -> &str {
+        &self.name
+    }
+
+    /// The advertised window in seconds, if any.
+    ///
+    /// ```
+    /// use tollgate_tower::PolicyName;
+    /// assert_eq!(PolicyName::new("a").unwrap().window_secs(), None);
+    /// ```
+    pub fn window_secs(&self) -> Option<u64> {
+        self.window
+    }
+
+    /// The `RateLimit-Policy` member for `capacity`, cached for the first
+    /// capacity seen.
+    pub(crate) fn policy_member(&self, capacity: u32) -> HeaderValue {
+        let format = || crate::fields::policy_member(self, capacity);
+        match self.member.get() {
+            Some((cached, value)) if *cached == capacity => value.clone(),
+            Some(_) => format(),
+            None => self.member.get_or_init(|| (capacity, format())).1.clone(),
+        }
+    }
+}
+
+/// A policy name that cannot be used; see [`PolicyName::new`].
+///
+/// ```
+/// use tollgate_tower::PolicyName;
+/// let err = PolicyName::new("a b").unwrap_err();
+/// assert_eq!(err.to_string(), "policy name \"a b\" must be 1 to 64 of A-Z a-z 0-9 - _ . : /");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidName(String);
+
+impl fmt::Display for InvalidName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "policy name {:?} must be 1 to 64 of A-Z a-z 0-9 - _ . : /",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for InvalidName {}
+
+/// Anything that names a policy: a `&str` (checked) or a [`PolicyName`].
+///
+/// ```
+/// use tollgate_tower::{IntoPolicyName, PolicyName};
+/// assert_eq!("a".into_policy_name().unwrap(), PolicyName::new("a").unwrap());
+/// ```
+pub trait IntoPolicyName {
+    /// The checked name.
+    ///
+    /// Errors: [`InvalidName`], see [`PolicyName::new`].
+    fn into_policy_name(self) -> Result<PolicyName, InvalidName>;
+}
+
+impl IntoPolicyName for &str {
+    fn into_policy_name(self) -> Result<PolicyName, InvalidName> {
+        PolicyName::new(self)
+    }
+}
+
+impl IntoPolicyName for PolicyName {
+    fn into_policy_name(self) -> Result<PolicyName, InvalidName> {
+        Ok(self)
+    }
+}
+
+/// A direct (unkeyed) limiter as a policy: every request that reaches it
+/// shares it, whatever its key — a limit on the whole service or route. Any
+/// [`RateLimiter`]: a tollgate limiter, a locking twin, or an all-or-nothing
+/// combination of several.
+///
+/// ```
+/// use tollgate::{Rate, SlidingLog};
+/// use tollgate_tower::Limit;
+/// let _ = Limit::new("search", SlidingLog::new(Rate::per_second(100)).unwrap()).unwrap();
+/// ```
+pub struct Limit<L: ?Sized> {
+    name: PolicyName,
+    limiter: Arc<L>,
+}
+
+impl<L: RateLimiter + Send + Sync + ?Sized + 'static> Limit<L> {
+    /// The policy `name` over `limiter`.
+    ///
+    /// Errors: [`InvalidName`].
+    ///
+    /// ```
+    /// use tollgate::{Rate, TokenBucket};
+    /// use tollgate_tower::Limit;
+    /// let _ = Limit::new("global", TokenBucket::new(10, Rate::per_second(10)).unwrap()).unwrap();
+    /// ```
+    pub fn new(name: impl IntoPolicyName, limiter: L) -> Result<Self, InvalidName>
+    where
+        L: Sized,
+    {
+        Self::shared(name, Arc::new(limiter))
+    }
+
+    /// The policy `name` over a `limiter` shared with other code (that reads
+    /// or reconfigures it).
+    ///
+    /// Errors: [`InvalidName`].
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::{Rate, RateLimiter, TokenBucket};
+    /// use tollgate_tower::Limit;
+    /// let bucket = Arc::new(TokenBucket::new(10, Rate::per_second(10)).unwrap());
+    /// let _ = Limit::shared("global", Arc::clone(&bucket)).unwrap();
+    /// let _ = Limit::shared("any", bucket as Arc<dyn RateLimiter + Send + Sync>).unwrap();
+    /// ```
+    pub fn shared(name: impl IntoPolicyName, limiter: Arc<L>) -> Result<Self, InvalidName> {
+        Ok(Limit {
+            name: name.into_policy_name()?,
+            limiter,
+        })
+    }
+}
+
+impl<K, L: RateLimiter + Send + Sync + ?Sized + 'static> Policy<K> for Limit<L> {
+    fn name(&self) -> &PolicyName {
+        &self.name
+    }
+
+    #[inline]
+    fn decide(&self, _: &K, n: u32) -> Decision {
+        Decision::Now(self.limiter.try_acquire_n_with_snapshot(n).into())
+    }
+}
+
+/// A [`Keyed`] limiter as a policy: each key its own limit, decided and
+/// reported in one lookup
+/// ([`Keyed::try_acquire_n_with_snapshot`]).
+///
+/// ```
+/// use std::net::IpAddr;
+/// use tollgate::keyed::{BucketConfig, Keyed};
+/// use tollgate::{Rate, TokenBucket};
+/// use tollgate_tower::PerKey;
+///
+/// let per_ip = Keyed::<IpAddr, TokenBucket>::new(BucketConfig::new(20, Rate::per_second(10)).unwrap());
+/// let _ = PerKey::new("per-ip", per_ip).unwrap();
+/// ```
+pub struct PerKey<K, L: Keyable, S = std::collections::hash_map::RandomState> {
+    name: PolicyName,
+    limiter: Arc<Keyed<K, L, S>>,
+    max_wait: Duration,
+}
+
+impl<K, L, S> PerKey<K, L, S>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+    L: Keyable + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+    Keyed<K, L, S>: Send + Sync,
+{
+    /// The policy `name` over `limiter`.
+    ///
+    /// Errors: [`InvalidName`].
+    ///
+    /// ```
+    /// use tollgate::keyed::{Keyed, WindowConfig};
+    /// use tollgate::{FixedWindow, Rate};
+    /// use tollgate_tower::PerKey;
+    /// let per_key = Keyed::<String, FixedWindow>::new(WindowConfig::new(Rate::per_minute(60)).unwrap());
+    /// let _ = PerKey::new("per-key", per_key).unwrap();
+    /// ```
+    pub fn new(name: impl IntoPolicyName, limiter: Keyed<K, L, S>) -> Result<Self, InvalidName> {
+        Self::shared(name, Arc::new(limiter))
+    }
+
+    /// The policy `name` over a `limiter` shared with other code (that reads
+    /// it, sets per-key overrides or reconfigures it).
+    ///
+    /// Errors: [`InvalidName`].
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::keyed::{Keyed, WindowConfig};
+    /// use tollgate::{FixedWindow, Rate};
+    /// use tollgate_tower::PerKey;
+    /// let per_key = Arc::new(Keyed::<String, FixedWindow>::new(WindowConfig::new(Rate::per_minute(60)).unwrap()));
+    /// let _ = PerKey::shared("per-key", Arc::clone(&per_key)).unwrap();
+    /// ```
+    pub fn shared(
+        name: impl IntoPolicyName,
+        limiter: Arc<Keyed<K, L, S>>,
+    ) -> Result<Self, InvalidName> {
+        Ok(PerKey {
+            name: name.into_policy_name()?,
+            limiter,
+            max_wait: Duration::ZERO,
+        })
+    }
+
+    /// Holds a request whose key has no room yet, for up to `max_wait`,
+    /// instead of refusing it at once: a request the key admits now passes
+    /// at once (one synchronous decision, as without waiting); one whose
+    /// exact retry-after is within `max_wait` waits on the core's
+    /// [`Keyed::acquire_timeout_async`] — it sleeps out the retry-after and
+    /// asks again, holding nothing while it sleeps, so a client that goes away
+    /// costs nothing, but waiters on one key are not served in arrival order
+    /// (a keyed state has no schedule to book into; [`Shaped`](crate::Shaped)
+    /// keeps order on a direct limiter). A request whose retry-after is
+    /// beyond `max_wait` is refused at once with it, as any denial. After a
+    /// wait the `RateLimit` field comes from a [`Keyed::snapshot`] read, not
+    /// the decision.
+    ///
+    /// ```
+    /// use std::net::IpAddr;
+    /// use std::time::Duration;
+    /// use tollgate::keyed::{BucketConfig, Keyed};
+    /// use tollgate::{Rate, TokenBucket};
+    /// use tollgate_tower::PerKey;
+    ///
+    /// let per_ip = Keyed::<IpAddr, TokenBucket>::new(BucketConfig::new(5, Rate::per_second(5)).unwrap());
+    /// let _ = PerKey::new("per-ip", per_ip).unwrap().wait_up_to(Duration::from_millis(500));
+    /// ```
+    pub fn wait_up_to(mut self, max_wait: Duration) -> Self {
+        self.max_wait = max_wait;
+        self
+    }
+}
+
+impl<K, L, S> Policy<K> for PerKey<K, L, S>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+    L: Keyable + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+    Keyed<K, L, S>: Send + Sync,
+{
+    fn name(&self) -> &PolicyName {
+        &self.name
+    }
+
+    #[inline]
+    fn decide(&self, key: &K, n: u32) -> Decision {
+        let decided = self.limiter.try_acquire_n_with_snapshot(key, n);
+        match decided {
+            Err(rejection)
+                if matches!(rejection.denied, Denied::RetryAfter(wait) if wait <= self.max_wait)
+                    && !self.max_wait.is_zero() =>
+            {
+                let limiter = Arc::clone(&self.limiter);
+                let key = key.clone();
+                let max_wait = self.max_wait;
+                Decision::Later(Box::pin(async move {
+                    let waited = limiter.acquire_timeout_async(&key, n, max_wait).await;
+                    let snapshot = Some(limiter.snapshot(&key));
+                    match waited {
+                        Ok(()) => Outcome::Admitted(snapshot),
+                        Err(denied) => Outcome::Denied { denied, snapshot },
+                    }
+                }))
+            }
+            decided => Decision::Now(decided.into()),
+        }
+    }
+}
+
+/// A policy that decides asynchronously, from a closure that returns a
+/// future of an [`Outcome`]: a limiter on another machine (the `redis`
+/// feature's `RedisLimit` is one), or any async check.
+/// The future must own what it uses (`'static`); dropping it must be safe.
+///
+/// ```
+/// use tollgate_tower::{AsyncLimit, Outcome};
+/// let _ = AsyncLimit::new("remote", |key: &String, n: u32| {
+///     let key = key.clone();
+///     async move {
+///         let _ = (key, n); // ask the remote limiter here
+///         Outcome::Admitted(None)
+///     }
+/// })
+/// .unwrap();
+/// ```
+pub struct AsyncLimit<F> {
+    name: PolicyName,
+    decide: F,
+}
+
+impl<F> AsyncLimit<F> {
+    /// The policy `name`, deciding with `decide`.
+    ///
+    /// Errors: [`InvalidName`].
+    ///
+    /// ```
+    /// use tollgate_tower::{AsyncLimit, Outcome};
+    /// let _ = AsyncLimit::new("always", |_: &(), _| async { Outcome::Admitted(None) }).unwrap();
+    /// ```
+    pub fn new<K, Fut>(name: impl IntoPolicyName, decide: F) -> Result<Self, InvalidName>
+    where
+        F: Fn(&K, u32) -> Fut,
+        Fut: Future<Output = Outcome> + Send + 'static,
+    {
+        Ok(AsyncLimit {
+            name: name.into_policy_name()?,
+            decide,
+        })
+    }
+}
+
+impl<K, F, Fut> Policy<K> for AsyncLimit<F>
+where
+    F: Fn(&K, u32) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Outcome> + Send + 'static,
+{
+    fn name(&self) -> &PolicyName {
+        &self.name
+    }
+
+    fn decide(&self, key: &K, n: u32) -> Decision {
+        Decision::Later(Box::pin((self.decide)(key, n)))
+    }
+}
+
+/// Several limits that must all admit a request, all or nothing: the core's
+/// [`AllOf`] over direct limiters and keys of [`Keyed`] ones
+/// ([`Keyed::for_key`]), built per request by a closure from the request's
+/// key. A member that denies gets the members before it refunded (see
+/// [`tollgate::all_of`] for the exact guarantee), unlike separate policies in
+/// one layer, which are asked one after another and keep what they admitted.
+/// The fields report the binding member under its own name: on admission
+/// the member with the least left, on denial the one that denied.
+///
+/// [`AllOf`]: tollgate::AllOf
+///
+/// ```
+/// use std::net::IpAddr;
+/// use std::sync::Arc;
+/// use tollgate::keyed::{BucketConfig, Keyed, WindowConfig};
+/// use tollgate::{AllOf, FixedWindow, Rate, TokenBucket};
+/// use tollgate_tower::{AllOfLimit, Decision, Outcome, Policy};
+///
+/// let global = Arc::new(TokenBucket::new(100, Rate::per_second(100))?);
+/// let per_ip = Arc::new(Keyed::<IpAddr, TokenBucket>::new(BucketConfig::new(10, Rate::per_second(5))?));
+/// let logins = Arc::new(Keyed::<IpAddr, FixedWindow>::new(WindowConfig::new(Rate::per_minute(1))?));
+/// let login = AllOfLimit::new(["global", "per-ip", "login"], move |ip: &IpAddr, n| {
+///     AllOf::new((&*global, per_ip.for_key(ip), logins.for_key(ip))).try_acquire_n_reporting(n)
+/// })?;
+/// let ip: IpAddr = "192.0.2.7".parse()?;
+/// assert!(matches!(login.decide(&ip, 1), Decision::Now(Outcome::AdmittedBy { member: 2, .. })));
+/// assert!(matches!(login.decide(&ip, 1), Decision::Now(Outcome::DeniedBy { member: 2, .. })));
+/// assert_eq!(login.member_name(2).as_str(), "login");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct AllOfLimit<F> {
+    names: Vec<PolicyName>,
+    decide: F,
+}
+
+impl<F> AllOfLimit<F> {
+    /// The members' `names`, in the order of the `AllOf` tuple `decide`
+    /// builds, and `decide` itself.
+    ///
+    /// Errors: [`InvalidName`] for a bad name, or for no names at all.
+    ///
+    /// ```
+    /// use tollgate::{AllOf, Rate, TokenBucket};
+    /// use tollgate_tower::AllOfLimit;
+    /// let a = TokenBucket::new(5, Rate::per_second(5)).unwrap();
+    /// let b = TokenBucket::new(50, Rate::per_minute(50)).unwrap();
+    /// let _ = AllOfLimit::new(["second", "minute"], move |_: &(), n| AllOf::new((&a, &b)).try_acquire_n_reporting(n)).unwrap();
+    /// assert!(AllOfLimit::new(Vec::<&str>::new(), |_: &(), _| unreachable!()).is_err());
+    /// ```
+    pub fn new<K, I>(names: I, decide: F) -> Result<Self, InvalidName>
+    where
+        I: IntoIterator,
+        I::Item: IntoPolicyName,
+        F: Fn(&K, u32) -> Result<Tightest, Blocked>,
+    {
+        let names = names
+            .into_iter()
+            .map(IntoPolicyName::into_policy_name)
+            .collect::<Result<Vec<_>, _>>()?;
+        if names.is_empty() {
+            return Err(InvalidName(String::new()));
+        }
+        Ok(AllOfLimit { names, decide })
+    }
+}
+
+impl<K, F> Policy<K> for AllOfLimit<F>
+where
+    F: Fn(&K, u32) -> Result<Tightest, Blocked> + Send + Sync + 'static,
+{
+    fn name(&self) -> &PolicyName {
+        &self.names[0]
+    }
+
+    fn member_name(&self, member: usize) -> &PolicyName {
+        self.names.get(member).unwrap_or(&self.names[0])
+    }
+
+    #[inline]
+    fn decide(&self, key: &K, n: u32) -> Decision {
+        Decision::Now(match (self.decide)(key, n) {
+            Ok(tightest) => Outcome::AdmittedBy {
+                member: tightest.member,
+                snapshot: tightest.snapshot,
+            },
+            Err(blocked) => Outcome::DeniedBy {
+                member: blocked.member,
+                rejection: blocked.rejection,
+            },
+        })
+    }
+}

@@ -1,0 +1,159 @@
+//! A `tollgate-redis` limiter as a policy (feature `redis`): one limit shared
+//! by every server process through Redis, decided asynchronously.
+
+use std::fmt::Display;
+use std::sync::Arc;
+
+use tollgate_redis::{Client, Error, LeasedLimiter, Limiter};
+
+use crate::policy::{Decision, IntoPolicyName, InvalidName, Outcome, Policy, PolicyName};
+
+/// A [`tollgate_redis`] limiter (token bucket, fixed window, sliding window,
+/// sliding log) as a policy: each request's key — printed with `Display`, so
+/// an `IpAddr`, a `String` or `()` — is the Redis-side key, and the decision
+/// is one script call on the shared server ([`Client::try_acquire_n`]).
+///
+/// A denial is the script's exact retry-after (a `429` like any other); a
+/// server that cannot be reached within the client's timeout is
+/// [`Outcome::Unavailable`] (`503`). For a policy that keeps deciding while
+/// Redis is gone, use a [`LeasedLimit`].
+/// The scripts report the permits remaining but not the time until full,
+/// so this policy adds no `RateLimit` members.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use tollgate::Rate;
+/// use tollgate_tower::{PeerIp, RedisLimit, ThrottleLayer};
+///
+/// let client = tollgate_redis::Client::connect("redis://127.0.0.1/").await?;
+/// let per_ip = tollgate_redis::SlidingLog::new(Rate::per_minute(60))?;
+/// let layer = ThrottleLayer::builder(PeerIp)
+///     .policy(RedisLimit::new("per-ip", client, per_ip)?)
+///     .build();
+/// # let _ = layer; Ok(()) }
+/// ```
+pub struct RedisLimit<L> {
+    name: PolicyName,
+    client: Client,
+    limiter: Arc<L>,
+}
+
+impl<L: Limiter + 'static> RedisLimit<L> {
+    /// The policy `name`: `limiter` on the server behind `client`.
+    ///
+    /// Errors: [`InvalidName`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use tollgate::Rate;
+    /// let client = tollgate_redis::Client::connect("redis://127.0.0.1/").await?;
+    /// let bucket = tollgate_redis::TokenBucket::new(10, Rate::per_second(5))?;
+    /// let _ = tollgate_tower::RedisLimit::new("shared", client, bucket)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn new(name: impl IntoPolicyName, client: Client, limiter: L) -> Result<Self, InvalidName> {
+        Ok(RedisLimit {
+            name: name.into_policy_name()?,
+            client,
+            limiter: Arc::new(limiter),
+        })
+    }
+}
+
+impl<K: Display, L: Limiter + 'static> Policy<K> for RedisLimit<L> {
+    fn name(&self) -> &PolicyName {
+        &self.name
+    }
+
+    fn decide(&self, key: &K, n: u32) -> Decision {
+        let client = self.client.clone();
+        let limiter = Arc::clone(&self.limiter);
+        let key = key.to_string();
+        Decision::Later(Box::pin(async move {
+            outcome(client.try_acquire_n(&*limiter, &key, n).await.map(drop))
+        }))
+    }
+}
+
+fn outcome(decision: Result<(), Error>) -> Outcome {
+    match decision {
+        Ok(()) => Outcome::Admitted(None),
+        Err(Error::Denied(denied)) => Outcome::Denied {
+            denied,
+            snapshot: None,
+        },
+        Err(err) => Outcome::Unavailable(err.to_string()),
+    }
+}
+
+/// A [`LeasedLimiter`] as a policy: one global limit kept in Redis, spent
+/// from a local lease without a Redis call on the request path (the limiter
+/// refills its lease in the background and follows its own degradation
+/// policy while Redis is gone). The limiter is for one Redis key, so the
+/// request's key is not used: put it in a route group or an every-request
+/// policy. Its denials carry the lease's retry-after hint; it reports no
+/// quota, so it adds no `RateLimit` members.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use tollgate::Rate;
+/// use tollgate_redis::{LeaseOptions, LeasedLimiter, TokenBucket};
+/// use tollgate_tower::{Global, LeasedLimit, ThrottleLayer};
+///
+/// let client = tollgate_redis::Client::connect("redis://127.0.0.1/").await?;
+/// let bucket = TokenBucket::new(1_000, Rate::per_second(1_000))?;
+/// let leased = LeasedLimiter::start(client, bucket, "api", LeaseOptions::new());
+/// let layer = ThrottleLayer::builder(Global)
+///     .policy(LeasedLimit::new("cluster", leased)?)
+///     .build();
+/// # let _ = layer; Ok(()) }
+/// ```
+pub struct LeasedLimit {
+    name: PolicyName,
+    limiter: Arc<LeasedLimiter>,
+}
+
+impl LeasedLimit {
+    /// The policy `name` over `limiter`.
+    ///
+    /// Errors: [`InvalidName`].
+    ///
+    /// ```no_run
+    /// # fn demo(leased: tollgate_redis::LeasedLimiter) {
+    /// let _ = tollgate_tower::LeasedLimit::new("cluster", leased).unwrap();
+    /// # }
+    /// ```
+    pub fn new(name: impl IntoPolicyName, limiter: LeasedLimiter) -> Result<Self, InvalidName> {
+        Self::shared(name, Arc::new(limiter))
+    }
+
+    /// The policy `name` over a `limiter` shared with other code (that reads
+    /// its statistics or shuts it down).
+    ///
+    /// Errors: [`InvalidName`].
+    ///
+    /// ```no_run
+    /// # fn demo(leased: std::sync::Arc<tollgate_redis::LeasedLimiter>) {
+    /// let _ = tollgate_tower::LeasedLimit::shared("cluster", leased).unwrap();
+    /// # }
+    /// ```
+    pub fn shared(
+        name: impl IntoPolicyName,
+        limiter: Arc<LeasedLimiter>,
+    ) -> Result<Self, InvalidName> {
+        Ok(LeasedLimit {
+            name: name.into_policy_name()?,
+            limiter,
+        })
+    }
+}
+
+impl<K> Policy<K> for LeasedLimit {
+    fn name(&self) -> &PolicyName {
+        &self.name
+    }
+
+    fn decide(&self, _: &K, n: u32) -> Decision {
+        Decision::Now(outcome(self.limiter.try_acquire_n(n)))
+    }
+}

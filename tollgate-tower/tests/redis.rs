@@ -1,0 +1,105 @@
+//! The `redis` feature: a policy decided by a real `redis-server` this test
+//! starts (tollgate-redis's test support), behind a real axum server and
+//! client. Run with `--features redis`.
+#![cfg(feature = "redis")]
+
+#[path = "../../tollgate-redis/tests/support/server.rs"]
+#[allow(dead_code)]
+mod server;
+
+use std::net::SocketAddr;
+
+use axum::Router;
+use axum::routing::get;
+use http::StatusCode;
+use tokio::net::TcpListener;
+use tollgate::Rate;
+use tollgate_tower::{PeerIp, RedisLimit, ThrottleLayer};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_limit_throttles_and_a_dead_server_is_503() {
+    let redis = server::RedisServer::start();
+    let client = tollgate_redis::Client::connect(&redis.url()).await.unwrap();
+    // An hour-long window: nothing refills during the test.
+    let window = tollgate_redis::FixedWindow::new(Rate::per_hour(3)).unwrap();
+    let layer = ThrottleLayer::builder(PeerIp)
+        .policy(RedisLimit::new("shared", client, window).unwrap())
+        .build();
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap()
+    });
+    let url = format!("http://{addr}/");
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        statuses.push(reqwest::get(&url).await.unwrap().status());
+    }
+    let ok = statuses.iter().filter(|s| **s == StatusCode::OK).count();
+    assert_eq!(ok, 3, "{statuses:?}");
+    let denied = reqwest::get(&url).await.unwrap();
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = denied.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=3600).contains(&retry), "{retry}");
+
+    drop(redis); // the server goes away mid-service
+    let gone = reqwest::get(&url).await.unwrap();
+    assert_eq!(gone.status(), StatusCode::SERVICE_UNAVAILABLE);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leased_limit_never_admits_more_than_the_global_budget() {
+    use std::time::Duration;
+    use tollgate_redis::{LeaseOptions, LeasedLimiter};
+    use tollgate_tower::{Global, LeasedLimit};
+
+    let redis = server::RedisServer::start();
+    let client = tollgate_redis::Client::connect(&redis.url()).await.unwrap();
+    // Five permits an hour for the whole cluster of servers.
+    let bucket = tollgate_redis::TokenBucket::new(5, Rate::per_hour(5)).unwrap();
+    let leased = LeasedLimiter::start(client, bucket, "api", LeaseOptions::new());
+    let layer = ThrottleLayer::builder(Global)
+        .policy(LeasedLimit::new("cluster", leased).unwrap())
+        .build();
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let url = format!("http://{addr}/");
+    // Leases arrive in the background: keep asking until the budget is spent
+    // (a denial while a lease is on its way is a 429 with the hint).
+    let mut admitted = 0;
+    for _ in 0..2000 {
+        match reqwest::get(&url).await.unwrap().status() {
+            StatusCode::OK => admitted += 1,
+            StatusCode::TOO_MANY_REQUESTS => {}
+            other => panic!("unexpected {other}"),
+        }
+        if admitted == 5 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(admitted, 5, "the whole budget is reachable through leases");
+    // The hour's budget is spent: nothing more, however often we ask.
+    for _ in 0..20 {
+        assert_eq!(
+            reqwest::get(&url).await.unwrap().status(),
+            StatusCode::TOO_MANY_REQUESTS
+        );
+    }
+}
