@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderValue, StatusCode};
@@ -25,15 +25,14 @@ use tokio::net::{TcpListener, TcpStream};
 use tollgate::RateLimiter as _;
 
 // ---- the glue: limits, one decision per request, headers (counted in docs/all_of.md) ----
-use tollgate::keyed::{BucketConfig, Keyed};
+use tollgate::keyed::{BucketConfig, Keyed, LogConfig};
 use tollgate::{AllOf, Blocked, Rate, SlidingLog, Tightest, TokenBucket};
 
 struct Limits {
     global: TokenBucket,
     per_ip: Keyed<IpAddr, TokenBucket>,
-    // One exact log per IP. Kept forever here; a service with many clients
-    // would drop logs that have been idle for a minute.
-    logins: Mutex<HashMap<IpAddr, Arc<SlidingLog>>>,
+    // One exact log per IP, evicted once its window holds nothing.
+    logins: Keyed<IpAddr, SlidingLog>,
 }
 
 const POLICIES: [&str; 3] = ["global", "per-ip", "login"];
@@ -47,16 +46,8 @@ async fn limit(
     let ip = peer.ip();
     let per_ip = limits.per_ip.for_key(&ip);
     let decision = if request.uri().path() == "/login" {
-        let log = limits
-            .logins
-            .lock()
-            .unwrap()
-            .entry(ip)
-            .or_insert_with(|| {
-                Arc::new(SlidingLog::new(Rate::per_minute(5)).expect("a valid rate"))
-            })
-            .clone();
-        AllOf::new((&limits.global, per_ip, &*log)).try_acquire_reporting()
+        let login = limits.logins.for_key(&ip);
+        AllOf::new((&limits.global, per_ip, login)).try_acquire_reporting()
     } else {
         AllOf::new((&limits.global, per_ip)).try_acquire_reporting()
     };
@@ -111,7 +102,7 @@ fn limits(self_testing: bool) -> Arc<Limits> {
     Arc::new(Limits {
         global: TokenBucket::new(1_000, global).expect("a valid bucket"),
         per_ip: Keyed::new(BucketConfig::new(20, per_ip).expect("a valid bucket")),
-        logins: Mutex::new(HashMap::new()),
+        logins: Keyed::new(LogConfig::new(Rate::per_minute(5)).expect("a valid log")),
     })
 }
 

@@ -18,7 +18,7 @@
 //! | [`TokenBucket`](crate::TokenBucket), [`LockingTokenBucket`](crate::LockingTokenBucket) | restore the TAT the admission replaced if the TAT is still the one it wrote | no other admission on the bucket between the admission and its refund |
 //! | [`LeakyBucket`](crate::LeakyBucket), [`LockingLeakyBucket`](crate::LockingLeakyBucket) | the same, on the time the bucket is empty | the same |
 //! | [`FixedWindow`](crate::FixedWindow), [`LockingFixedWindow`](crate::LockingFixedWindow) | take `n` off the count while the window is still the one the permits went to | always (once the window has closed the permits constrain nothing) |
-//! | [`Keyed::for_key`](crate::Keyed::for_key) (token bucket, fixed window, pairs) | the kind's rule above, on the key's word, if the key's configuration and overrides have not changed since | no admission on the key, no reconfiguration or override change in between, and the key was not decided by the shared overflow state at the key cap |
+//! | [`Keyed::for_key`](crate::Keyed::for_key) (every keyable kind, pairs too) | the kind's rule above on the key's word (the shaper's and warm-up's 128-bit word: restored if unchanged; the per-key sliding log: its slots emptied if its admission is still the latest), if the key's configuration and overrides have not changed since | no admission on the key, no reconfiguration or override change in between, and the key was not decided by the shared overflow state at the key cap |
 //!
 //! Why "restore only an unchanged word" for the buckets: a later admission
 //! either stacked on ours (then removing our permits from it would be exact)
