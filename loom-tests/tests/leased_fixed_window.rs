@@ -205,6 +205,88 @@ fn a_denial_gives_the_batch_back() {
     assert!(explored > 1);
 }
 
+/// Two threads of one stripe spend from the same batch at once: each spend
+/// is a CAS on the very count it read, so neither is lost (a lost spend would
+/// leave permits in the batch that were already admitted, and the tail would
+/// take them again).
+#[test]
+fn two_threads_spend_one_batch() {
+    let explored = explore(
+        "leased_fixed_window::two_threads_spend_one_batch",
+        3,
+        || {
+            // Limit 9, one stripe: a single permit leases (9 − 1) / 2 = 4.
+            const LIMIT: u32 = 9;
+            let (window, clock) = limiter(LIMIT, 1, 0);
+            let first = record(1, || window.try_acquire());
+
+            let w = window.clone();
+            let a = thread::spawn(move || vec![record(2, || w.try_acquire_n(2))]);
+            let w = window.clone();
+            let b = thread::spawn(move || vec![record(2, || w.try_acquire_n(2))]);
+
+            let threads = vec![vec![first], a.join().unwrap(), b.join().unwrap()];
+            verify(&window, &clock, LIMIT, threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// A thread installs a spare batch in the stripe while another thread of the
+/// same stripe spends from the batch already there: the merge is a CAS on the
+/// very batch it read, so the spend is not undone (it would be admitted again
+/// by the tail).
+#[test]
+fn a_spend_races_a_merge() {
+    let explored = explore("leased_fixed_window::a_spend_races_a_merge", 3, || {
+        // Limit 9, one stripe: A's first permit leases 4 (word 5); B's
+        // leases (9 − 5 − 1) / 2 = 1 and merges it with what A left.
+        const LIMIT: u32 = 9;
+        let (window, clock) = limiter(LIMIT, 1, 0);
+
+        let w = window.clone();
+        let a = thread::spawn(move || {
+            vec![record(1, || w.try_acquire()), record(1, || w.try_acquire())]
+        });
+        let w = window.clone();
+        let b = thread::spawn(move || vec![record(1, || w.try_acquire())]);
+
+        let threads = vec![a.join().unwrap(), b.join().unwrap()];
+        verify(&window, &clock, LIMIT, threads);
+    });
+    assert!(explored > 1);
+}
+
+/// A spare batch of window 0 finds its stripe already in window 1 (the other
+/// thread of the stripe moved on) and goes back to the word only while the
+/// word is still at window 0: the give-back is a CAS, so a stale read of the
+/// word cannot roll window 1's admissions back.
+#[test]
+fn a_late_spare_goes_back_only_to_its_window() {
+    let explored = explore(
+        "leased_fixed_window::a_late_spare_goes_back_only_to_its_window",
+        3,
+        || {
+            // Limit 5, one stripe: A's permit at 0 leases 2; B takes 4 in
+            // window 1, leasing nothing, and raises the stripe to window 1.
+            const LIMIT: u32 = 5;
+            let (window, clock) = limiter(LIMIT, 1, 0);
+
+            let w = window.clone();
+            let a = thread::spawn(move || vec![record(1, || w.try_acquire())]);
+            let (w, c) = (window.clone(), clock.clone());
+            let b = thread::spawn(move || {
+                c.set(WINDOW);
+                vec![record(4, || w.try_acquire_n(4))]
+            });
+
+            let threads = vec![a.join().unwrap(), b.join().unwrap()];
+            verify(&window, &clock, LIMIT, threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
 /// The batch without its time bound: a stripe keeps a *count* of leased
 /// permits and spends it at any reading. A batch leased at the end of window 0
 /// and spent in window 1, beside a full window 1 taken from the word, puts
