@@ -387,3 +387,29 @@ fn stress_mixed_sizes_keep_the_bound() {
         stress_rounds(stripes, 100, mixed::<7>, false);
     }
 }
+
+/// Every configuration the plain window rejects, the leased window rejects
+/// with the same error; every other one it accepts, with any stripe count.
+#[test]
+fn configuration_errors_are_the_fixed_windows() {
+    use tollgate::FixedWindow;
+    let clock = ManualClock::new();
+    for rate in [
+        Rate::per_second(0),
+        Rate::new(5, Duration::ZERO),
+        Rate::new(1_001, Duration::from_micros(1)),
+        Rate::new(1, Duration::from_nanos((1 << 62) + 1)),
+        Rate::new(u32::MAX, Duration::MAX),
+        Rate::new(1, Duration::from_nanos(1)),
+        Rate::per_hour(1),
+    ] {
+        let plain = FixedWindow::with_clock(rate, clock.clone()).map(drop);
+        for stripes in [0, 1, 3, 1_000] {
+            assert_eq!(
+                LeasedFixedWindow::with_stripes(rate, clock.clone(), stripes).map(drop),
+                plain,
+                "{rate:?}, {stripes} stripes"
+            );
+        }
+    }
+}
