@@ -61,8 +61,10 @@ use crate::word::WordMachine;
 /// `rate.permits()` per aligned window of `rate.period()`), with most checks
 /// writing only the calling thread's own cache line.
 ///
-/// Choose it for one window shared by many threads on many cores; on one
-/// thread it costs more than [`FixedWindow`](crate::FixedWindow)
+/// Choose it for one window shared by many threads on many cores, where most
+/// checks admit. Each check does more than [`FixedWindow`](crate::FixedWindow)'s
+/// (a stripe load and a window test before its CAS), and a denial takes the
+/// slow path, so where most checks are denied the plain window is cheaper
 /// (docs/benchmarks.md). Permits leased to one thread's stripe are not
 /// available to another until the window ends, so under contention it can
 /// deny a request the plain window would admit (under-admission, bounded and
