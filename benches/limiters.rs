@@ -14,7 +14,9 @@
 //! functions after the implementation: `tollgate-atomic` (the lock-free limiter),
 //! `tollgate-twin` (its locking twin), `governor` (its direct limiter, token
 //! bucket only; `leased_token_bucket` has only `tollgate-atomic` rows, compared
-//! with the token bucket's twin and governor), each on its default clock, and the same with a `-cached` suffix
+//! with the token bucket's twin and governor, and `leased_fixed_window` likewise
+//! with the fixed window's atomic and twin rows — governor has no fixed window),
+//! each on its default clock, and the same with a `-cached` suffix
 //! on the cached clocks. `scripts/bench-table` turns the results into the table
 //! in `docs/benchmarks.md`. One criterion iteration is one check on each of the
 //! `threads` threads, timed from the first thread's start to the last thread's
@@ -30,8 +32,8 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use governor::RateLimiter as Governor;
 use governor::clock::{Clock as _, QuantaClock};
 use tollgate::{
-    Clock, FixedWindow, LeasedTokenBucket, LockingFixedWindow, LockingTokenBucket, MonotonicClock,
-    Rate, TokenBucket,
+    Clock, FixedWindow, LeasedFixedWindow, LeasedTokenBucket, LockingFixedWindow,
+    LockingTokenBucket, MonotonicClock, Rate, TokenBucket,
 };
 
 mod common;
@@ -189,6 +191,38 @@ fn fixed_window(c: &mut Criterion) {
     }
 }
 
+/// The leased fixed window (per-core stripes) on the fixed window's workloads.
+/// Its plain window and twin are the fixed window's rows of the same run
+/// (`scripts/bench-table` compares against them). In the allow workload a
+/// stripe's batch is up to `1/(2·stripes)` of the window's `u32::MAX` room, so
+/// nearly every check is a spend from the thread's own stripe, as it would be
+/// for any window whose limit is large against one thread's share of it.
+fn leased_fixed_window(c: &mut Criterion) {
+    for workload in [Workload::Allow, Workload::Deny] {
+        let rate = match workload {
+            Workload::Allow => allow_window(),
+            Workload::Deny => deny_rate().1,
+        };
+        for threads in THREADS {
+            let case = Case {
+                limiter: "leased_fixed_window",
+                workload,
+                threads,
+            };
+            case.bench(c, "tollgate-atomic", || {
+                tollgate_limiter(LeasedFixedWindow::new(rate).unwrap(), workload)
+            });
+            case.bench(c, "tollgate-atomic-cached", || {
+                let clock = tollgate_cached_clock();
+                tollgate_limiter(
+                    LeasedFixedWindow::with_clock(rate, clock).unwrap(),
+                    workload,
+                )
+            });
+        }
+    }
+}
+
 /// One reading of each clock, single-threaded: what a check pays before it
 /// touches any state.
 fn clocks(c: &mut Criterion) {
@@ -215,10 +249,10 @@ fn clocks(c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    // Sized so the whole run (80 benchmarks) takes about five minutes on 2
+    // Sized so the whole run (92 benchmarks) takes about five minutes on 2
     // cores; criterion's `--warm-up-time`, `--measurement-time` and
     // `--sample-size` override the defaults.
     config = common::config();
-    targets = clocks, token_bucket, leased_token_bucket, fixed_window
+    targets = clocks, token_bucket, leased_token_bucket, fixed_window, leased_fixed_window
 }
 criterion_main!(benches);

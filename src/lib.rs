@@ -11,6 +11,7 @@
 //! | [`TokenBucket`] | at most `capacity + rate·(b − a)` in any `[a, b]` | one `AtomicU64` (GCRA) | smooth rates that allow short bursts: API clients, proxies |
 //! | [`LeasedTokenBucket`] | the same bound, exact under contention | one `AtomicU64` (GCRA) leasing runs of its timeline to cache-padded per-CPU stripes (one `AtomicU64` each: the next slot; a run ends at the next power-of-two boundary) | one bucket shared by many threads on many cores |
 //! | [`FixedWindow`] | at most `limit` per aligned window (up to 2× across a boundary) | one `AtomicU64` (index + count) | the cheapest check, where a boundary burst is acceptable |
+//! | [`LeasedFixedWindow`] | the same per-window limit, exact under contention | one `AtomicU64` (index + count) leasing batches of the window's count to cache-padded per-CPU stripes (one `AtomicU64` each: window + batch; a batch is spent only in its own window) | one window shared by many threads on many cores |
 //! | [`SlidingWindow`] | at most N in any S consecutive aligned sub-windows of T/S — exact under contention (N in any (S−1)/S of T, 2N in any T); [`ApproxSlidingWindow`]: Cloudflare's weighted two-window estimate | per sub-window: a pool word, a ring of S charges, one cache-padded leased stripe per CPU | high-rate shared limits that must scale with cores: gateways, hot endpoints
 //! | [`SlidingLog`] | at most N in *any* window of length T — exact, by decision time | a ring of N `AtomicU64` timestamps + a ticket head; N and T changeable at runtime | strict quotas: paid APIs, third-party limits, login attempts |
 //! | [`LeakyBucket`] / [`Shaper`] | meter: level never above capacity; queue: starts spaced 1/rate after a burst, waits bounded | meter: one `AtomicU64` (drain time); queue: one 128-bit word (next free slot, latest start) | smoothing an outflow: nginx-style `limit_req`, pacing calls to a fragile backend |
@@ -115,7 +116,7 @@ pub use all_of::{AllOf, Blocked, Tightest};
 pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock};
 pub use counted::{Counted, Counts};
 pub use error::{ConfigError, Denied};
-pub use fixed_window::{FixedWindow, LockingFixedWindow};
+pub use fixed_window::{FixedWindow, LeasedFixedWindow, LockingFixedWindow};
 pub use keyed::Keyed;
 pub use leaky_bucket::{LeakyBucket, LockingLeakyBucket, LockingShaper, Shaper};
 pub use limiter::{RateLimiter, Rejection, Snapshot};

@@ -19,7 +19,7 @@ use tollgate::keyed::{
     BucketConfig, Keyed, LogConfig, MeterConfig, ShaperConfig, Tunable, WarmUpConfig, WindowConfig,
 };
 use tollgate::{
-    ApproxSlidingWindow, Denied, FixedWindow, LeakyBucket, LeasedTokenBucket,
+    ApproxSlidingWindow, Denied, FixedWindow, LeakyBucket, LeasedFixedWindow, LeasedTokenBucket,
     LockingApproxSlidingWindow, LockingFixedWindow, LockingLeakyBucket, LockingShaper,
     LockingSlidingLog, LockingSlidingWindow, LockingTokenBucket, LockingWarmUp, ManualClock, Rate,
     RateLimiter, Shaper, SlidingLog, SlidingWindow, Snapshot, TokenBucket, WarmUp,
@@ -94,6 +94,11 @@ fn every_limiter() -> Vec<(&'static str, Build)> {
         // tests/leased_token_bucket.rs), so it sits outside the pairs above.
         ("LeasedTokenBucket", |c| {
             Box::new(LeasedTokenBucket::with_clock(10, Rate::per_second(10), c).unwrap())
+        }),
+        // Its twin is `LockingFixedWindow` (compared in
+        // tests/leased_fixed_window.rs).
+        ("LeasedFixedWindow", |c| {
+            Box::new(LeasedFixedWindow::with_clock(Rate::per_second(10), c).unwrap())
         }),
     ]
 }

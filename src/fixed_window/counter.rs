@@ -56,6 +56,51 @@ impl WindowCounter {
         }
     }
 
+    /// The window length in nanoseconds.
+    #[inline]
+    pub(crate) fn window_ns(&self) -> u64 {
+        self.window
+    }
+
+    /// The limit, as a count.
+    #[inline]
+    pub(crate) fn limit(&self) -> u64 {
+        u64::from(self.limit)
+    }
+
+    /// The word `(index, count)`; `count <= limit` keeps it in its bits.
+    #[inline]
+    pub(crate) fn pack(&self, index: u64, count: u64) -> u64 {
+        (index << self.count_bits) | count
+    }
+
+    /// The word's `(index, count)`.
+    #[inline]
+    pub(crate) fn unpack(&self, state: u64) -> (u64, u64) {
+        (
+            state >> self.count_bits,
+            state & ((1 << self.count_bits) - 1),
+        )
+    }
+
+    /// The bits of a word that hold the count.
+    #[inline]
+    pub(crate) fn count_mask(&self) -> u64 {
+        (1 << self.count_bits) - 1
+    }
+
+    /// As `current`, for the leased window's slow path.
+    #[inline]
+    pub(crate) fn counted(&self, state: u64, now: u64) -> (u64, u64) {
+        self.current(state, now)
+    }
+
+    /// The denial of a request that does not fit window `index` at `now`.
+    #[inline]
+    pub(crate) fn denial(&self, index: u64, now: u64) -> Denied {
+        Denied::RetryAfter(Duration::from_nanos(self.until_end(index, now)))
+    }
+
     /// Nanoseconds from `now` to the end of window `index`.
     #[inline]
     fn until_end(&self, index: u64, now: u64) -> u64 {

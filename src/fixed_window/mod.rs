@@ -55,14 +55,18 @@
 //! ```
 //!
 //! Choose it when its cost (the cheapest check there is) matters more than that
-//! burst; the sliding log or a token bucket when it does not.
+//! burst; the sliding log or a token bucket when it does not. For one window
+//! shared by many threads on many cores, [`LeasedFixedWindow`] keeps the same
+//! promise with most checks writing only the calling thread's cache line.
 
 mod counter;
+mod leased;
 mod locking;
 pub(crate) mod machine;
 
 use std::time::Duration;
 
+pub use leased::LeasedFixedWindow;
 pub use locking::LockingFixedWindow;
 
 use crate::cell::AtomicCell;

@@ -1,0 +1,452 @@
+#![cfg(loom)]
+//! loom models of `tollgate::LeasedFixedWindow`: the window word leasing
+//! batches of its count to stripes, spends from the stripes, batches given
+//! back, merged, replaced or forgotten, and a clock that crosses window
+//! boundaries and steps back — the code that ships, through tollgate's sync
+//! facade (word and stripes are loom atomics, so weak-memory orders are
+//! explored too).
+//!
+//! Every model records each request with its exact decision time and, after
+//! joining, checks the fixed window's bound (`assert_window_bound`: some order
+//! of the admissions consistent with every thread's program order charges
+//! each to the later of its reading's window and those before it with no
+//! window over the limit — with readings in order, "at most `limit` per
+//! aligned window by decision time"), an exact single-threaded tail, the bound
+//! again, and that in the next window the whole limit is admissible (no
+//! permit stays stranded). Linearizability against the sequential window is
+//! *not* checked: a batch held by another stripe may deny what the sequential
+//! window admits (under-admission, docs/algorithms.md).
+//!
+//! Stripe numbers under loom are the model threads' numbers masked: with two
+//! stripes, the model's main thread (0) and the second spawned thread (2)
+//! share stripe 0, the first spawned thread (1) has stripe 1.
+
+use std::time::Duration;
+
+use loom::sync::Arc;
+use loom::sync::atomic::{AtomicU64, Ordering};
+use loom::thread;
+use tollgate::{Clock, Denied, LeasedFixedWindow, ManualClock, Rate, RateLimiter};
+use tollgate_loom_tests::{
+    Op, RecordingClock, assert_window_bound, explore, record, single_threaded_tail,
+};
+
+/// The window's length in nanoseconds.
+const WINDOW: u64 = 10;
+
+fn nanos(ns: u64) -> Duration {
+    Duration::from_nanos(ns)
+}
+
+type Window = LeasedFixedWindow<RecordingClock>;
+
+/// A fresh window with `stripes` stripes on a manual clock at `start`.
+fn limiter(limit: u32, stripes: usize, start: u64) -> (Arc<Window>, ManualClock) {
+    let clock = ManualClock::new();
+    let window = LeasedFixedWindow::with_stripes(
+        Rate::new(limit, nanos(WINDOW)),
+        RecordingClock::new(clock.clone()),
+        stripes,
+    )
+    .expect("a valid configuration");
+    assert_eq!(window.stripes(), stripes);
+    clock.set(start);
+    (Arc::new(window), clock)
+}
+
+/// The checks every model makes once its threads are joined (see the module docs).
+fn verify(window: &Window, clock: &ManualClock, limit: u32, threads: Vec<Vec<Op>>) {
+    assert_window_bound(limit, WINDOW, &threads);
+    let mut tail = single_threaded_tail(clock, limit, || window.try_acquire());
+    // The next window: every batch left on a stripe is of an older window.
+    clock.set((clock.now() / WINDOW + 1) * WINDOW);
+    let full = record(limit, || window.try_acquire_n(limit));
+    assert_eq!(
+        full.result,
+        Ok(()),
+        "a permit stayed stranded: {threads:#?}"
+    );
+    tail.push(full);
+    assert_bound_with_tail(limit, &threads, &tail);
+}
+
+/// The window bound over the threads' admissions followed by the tail's, in
+/// real-time order: the tail ran after every thread was joined, so it comes
+/// after all of them (`assert_window_bound` alone, which orders ops only by
+/// program order, could let a thread's admission count as a stale reading
+/// charged to a window only the tail reached). The tail's readings are the
+/// latest, so it is charged to its own windows; some order of the threads'
+/// admissions, consistent with each thread's program order, charging each to
+/// the later of its reading's window and those before it, must leave room
+/// for the tail in every window.
+fn assert_bound_with_tail(limit: u32, threads: &[Vec<Op>], tail: &[Op]) {
+    let admitted: Vec<Vec<(u64, u32)>> = threads
+        .iter()
+        .map(|ops| {
+            ops.iter()
+                .filter(|op| op.result.is_ok())
+                .map(|op| (op.at.expect("an admission read the clock") / WINDOW, op.n))
+                .collect()
+        })
+        .collect();
+    let tail: Vec<(u64, u32)> = tail
+        .iter()
+        .filter(|op| op.result.is_ok())
+        .map(|op| (op.at.expect("an admission read the clock") / WINDOW, op.n))
+        .collect();
+    // Charges per window so far (window, count), in a running-maximum order.
+    fn fits(
+        limit: u32,
+        threads: &[Vec<(u64, u32)>],
+        next: &mut Vec<usize>,
+        state: (u64, u32),
+        tail: &[(u64, u32)],
+    ) -> bool {
+        let charge = |(index, count): (u64, u32), (w, n): (u64, u32)| {
+            let (index, count) = if w > index { (w, 0) } else { (index, count) };
+            (count + n <= limit).then_some((index, count + n))
+        };
+        if next.iter().zip(threads).all(|(&i, ops)| i == ops.len()) {
+            let mut state = state;
+            for &op in tail {
+                match charge(state, op) {
+                    Some(after) => state = after,
+                    None => return false,
+                }
+            }
+            return true;
+        }
+        for t in 0..threads.len() {
+            let Some(&op) = threads[t].get(next[t]) else {
+                continue;
+            };
+            if let Some(after) = charge(state, op) {
+                next[t] += 1;
+                let found = fits(limit, threads, next, after, tail);
+                next[t] -= 1;
+                if found {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+    assert!(
+        fits(
+            limit,
+            &admitted,
+            &mut vec![0; admitted.len()],
+            (0, 0),
+            &tail
+        ),
+        "fixed window invariant violated: no order of the admissions consistent with each \
+         thread's program order, followed by the tail, keeps every {WINDOW} ns window at \
+         {limit}; threads: {threads:#?}, tail: {tail:#?}"
+    );
+}
+
+/// Two stripes: stripe 1 leases a batch near the end of window 0 and spends
+/// from it while stripe 0 takes most of the window from the word and a ticker
+/// moves the clock into window 1, so spends race with leases, with the
+/// boundary and with readings staler than the word.
+#[test]
+fn batches_race_with_the_word_and_the_boundary() {
+    let explored = explore(
+        "leased_fixed_window::batches_race_with_the_word_and_the_boundary",
+        2,
+        || {
+            // Limit 9, two stripes: a single permit leases (9 − 1) / 4 = 2.
+            const LIMIT: u32 = 9;
+            let (window, clock) = limiter(LIMIT, 2, 8);
+
+            let w = window.clone();
+            let spender = thread::spawn(move || {
+                vec![record(1, || w.try_acquire()), record(1, || w.try_acquire())]
+            });
+            let w = window.clone();
+            let taker = thread::spawn(move || vec![record(7, || w.try_acquire_n(7))]);
+            let c = clock.clone();
+            let ticker = thread::spawn(move || c.advance(nanos(WINDOW)));
+
+            let threads = vec![spender.join().unwrap(), taker.join().unwrap()];
+            ticker.join().unwrap();
+            verify(&window, &clock, LIMIT, threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// One stripe shared by two threads: one takes the stripe's batch out (to give
+/// it back, or to lease more) while the other leases after it and installs its
+/// own spare first, and the clock crosses into the next window between the
+/// second thread's requests — so batches are given back, merged, replaced,
+/// returned to the word from a stripe that moved on, or forgotten.
+#[test]
+fn a_shared_stripe_gives_back_merges_and_replaces() {
+    let explored = explore(
+        "leased_fixed_window::a_shared_stripe_gives_back_merges_and_replaces",
+        3,
+        || {
+            // Limit 5, one stripe: a single permit leases (5 − 1) / 2 = 2.
+            const LIMIT: u32 = 5;
+            let (window, clock) = limiter(LIMIT, 1, 0);
+
+            let w = window.clone();
+            let first = thread::spawn(move || {
+                vec![
+                    record(1, || w.try_acquire()),
+                    record(3, || w.try_acquire_n(3)),
+                ]
+            });
+            let (w, c) = (window.clone(), clock.clone());
+            let second = thread::spawn(move || {
+                let op = record(2, || w.try_acquire_n(2));
+                c.advance(nanos(WINDOW));
+                vec![op, record(1, || w.try_acquire())]
+            });
+
+            let threads = vec![first.join().unwrap(), second.join().unwrap()];
+            verify(&window, &clock, LIMIT, threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// The time bound, both ways, with the clock stepping back: a thread leases a
+/// batch in window 1, steps the clock back to window 0 and asks again (a stale
+/// reading must not spend window 1's batch outside the word's charge), then
+/// forward to window 2 (window 1's batch must not be spent there), while
+/// another thread on the other stripe takes a full window.
+#[test]
+fn a_batch_is_spent_only_in_its_window() {
+    let explored = explore(
+        "leased_fixed_window::a_batch_is_spent_only_in_its_window",
+        3,
+        || {
+            const LIMIT: u32 = 9;
+            let (window, clock) = limiter(LIMIT, 2, WINDOW);
+
+            let (w, c) = (window.clone(), clock.clone());
+            let stepper = thread::spawn(move || {
+                let ahead = record(1, || w.try_acquire());
+                c.set(0);
+                let back = record(1, || w.try_acquire());
+                c.set(2 * WINDOW);
+                vec![ahead, back, record(1, || w.try_acquire())]
+            });
+            let w = window.clone();
+            let taker = thread::spawn(move || vec![record(LIMIT, || w.try_acquire_n(LIMIT))]);
+
+            let threads = vec![stepper.join().unwrap(), taker.join().unwrap()];
+            verify(&window, &clock, LIMIT, threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// A denied request gives its stripe's batch back to the word while the word
+/// is still at the batch's window: stripe 1 holds a batch and is denied a full
+/// window, racing stripe 0's admissions from the word; nothing is handed out
+/// twice, and what comes back is admissible (the tail checks exactness).
+#[test]
+fn a_denial_gives_the_batch_back() {
+    let explored = explore(
+        "leased_fixed_window::a_denial_gives_the_batch_back",
+        3,
+        || {
+            const LIMIT: u32 = 9;
+            let (window, clock) = limiter(LIMIT, 2, 0);
+
+            let w = window.clone();
+            let holder = thread::spawn(move || {
+                vec![
+                    record(1, || w.try_acquire()),
+                    record(LIMIT, || w.try_acquire_n(LIMIT)),
+                ]
+            });
+            let w = window.clone();
+            let taker = thread::spawn(move || {
+                vec![
+                    record(5, || w.try_acquire_n(5)),
+                    record(2, || w.try_acquire_n(2)),
+                ]
+            });
+
+            let threads = vec![holder.join().unwrap(), taker.join().unwrap()];
+            verify(&window, &clock, LIMIT, threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// Two threads of one stripe spend from the same batch at once: each spend
+/// is a CAS on the very count it read, so neither is lost (a lost spend would
+/// leave permits in the batch that were already admitted, and the tail would
+/// take them again).
+#[test]
+fn two_threads_spend_one_batch() {
+    let explored = explore(
+        "leased_fixed_window::two_threads_spend_one_batch",
+        3,
+        || {
+            // Limit 9, one stripe: a single permit leases (9 − 1) / 2 = 4.
+            const LIMIT: u32 = 9;
+            let (window, clock) = limiter(LIMIT, 1, 0);
+            let first = record(1, || window.try_acquire());
+
+            let w = window.clone();
+            let a = thread::spawn(move || vec![record(2, || w.try_acquire_n(2))]);
+            let w = window.clone();
+            let b = thread::spawn(move || vec![record(2, || w.try_acquire_n(2))]);
+
+            let threads = vec![vec![first], a.join().unwrap(), b.join().unwrap()];
+            verify(&window, &clock, LIMIT, threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// A thread installs a spare batch in the stripe while another thread of the
+/// same stripe spends from the batch already there: the merge is a CAS on the
+/// very batch it read, so the spend is not undone (it would be admitted again
+/// by the tail).
+#[test]
+fn a_spend_races_a_merge() {
+    let explored = explore("leased_fixed_window::a_spend_races_a_merge", 3, || {
+        // Limit 9, one stripe: A's first permit leases 4 (word 5); B's
+        // leases (9 − 5 − 1) / 2 = 1 and merges it with what A left.
+        const LIMIT: u32 = 9;
+        let (window, clock) = limiter(LIMIT, 1, 0);
+
+        let w = window.clone();
+        let a = thread::spawn(move || {
+            vec![record(1, || w.try_acquire()), record(1, || w.try_acquire())]
+        });
+        let w = window.clone();
+        let b = thread::spawn(move || vec![record(1, || w.try_acquire())]);
+
+        let threads = vec![a.join().unwrap(), b.join().unwrap()];
+        verify(&window, &clock, LIMIT, threads);
+    });
+    assert!(explored > 1);
+}
+
+/// A spare batch of window 0 finds its stripe already in window 1 (the other
+/// thread of the stripe moved on) and goes back to the word only while the
+/// word is still at window 0: the give-back is a CAS, so a stale read of the
+/// word cannot roll window 1's admissions back.
+#[test]
+fn a_late_spare_goes_back_only_to_its_window() {
+    let explored = explore(
+        "leased_fixed_window::a_late_spare_goes_back_only_to_its_window",
+        3,
+        || {
+            // Limit 5, one stripe: A's permit at 0 leases 2; B takes 4 in
+            // window 1, leasing nothing, and raises the stripe to window 1.
+            const LIMIT: u32 = 5;
+            let (window, clock) = limiter(LIMIT, 1, 0);
+
+            let w = window.clone();
+            let a = thread::spawn(move || vec![record(1, || w.try_acquire())]);
+            let (w, c) = (window.clone(), clock.clone());
+            let b = thread::spawn(move || {
+                c.set(WINDOW);
+                vec![record(4, || w.try_acquire_n(4))]
+            });
+
+            let threads = vec![a.join().unwrap(), b.join().unwrap()];
+            verify(&window, &clock, LIMIT, threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// The batch without its time bound: a stripe keeps a *count* of leased
+/// permits and spends it at any reading. A batch leased at the end of window 0
+/// and spent in window 1, beside a full window 1 taken from the word, puts
+/// `limit + 1` admissions in window 1. The bound the models above assert must
+/// catch it: this proves they can fail.
+#[test]
+#[should_panic(expected = "fixed window invariant violated")]
+fn known_bad_batch_spent_in_a_later_window_is_caught() {
+    explore(
+        "leased_fixed_window::known_bad_batch_spent_in_a_later_window_is_caught",
+        2,
+        || {
+            const LIMIT: u32 = 4;
+            let clock = ManualClock::new();
+            clock.set(WINDOW - 1);
+            let window = Arc::new(UntimedBatches {
+                word: AtomicU64::new(0),
+                stripes: [AtomicU64::new(0), AtomicU64::new(0)],
+                limit: u64::from(LIMIT),
+                clock: RecordingClock::new(clock.clone()),
+            });
+
+            let (w, c) = (window.clone(), clock.clone());
+            let leaser = thread::spawn(move || {
+                let first = record(1, || w.try_acquire_n(1));
+                c.set(WINDOW);
+                vec![first, record(1, || w.try_acquire_n(1))]
+            });
+            let w = window.clone();
+            let taker = thread::spawn(move || vec![record(LIMIT, || w.try_acquire_n(LIMIT))]);
+
+            let threads = vec![leaser.join().unwrap(), taker.join().unwrap()];
+            assert_window_bound(LIMIT, WINDOW, &threads);
+        },
+    );
+}
+
+/// A leased window whose batches carry no window: a stripe spends its count
+/// at any reading; otherwise it takes `n` plus half the window's room from
+/// the word (`index << 32 | count`) and keeps the spare.
+struct UntimedBatches {
+    word: AtomicU64,
+    stripes: [AtomicU64; 2],
+    limit: u64,
+    clock: RecordingClock,
+}
+
+impl UntimedBatches {
+    fn try_acquire_n(&self, n: u32) -> Result<(), Denied> {
+        let now = self.clock.now();
+        let n = u64::from(n);
+        // Spawned threads 1 and 2: stripes 1 and 0.
+        let id = format!("{:?}", thread::current().id());
+        let stripe = &self.stripes[usize::from(id.ends_with('1'))];
+        let mut left = stripe.load(Ordering::SeqCst);
+        while left >= n {
+            match stripe.compare_exchange(left, left - n, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => return Ok(()),
+                Err(actual) => left = actual,
+            }
+        }
+        let mut word = self.word.load(Ordering::SeqCst);
+        loop {
+            let (index, count) = (word >> 32, word & 0xffff_ffff);
+            let (index, count) = if now / WINDOW > index {
+                (now / WINDOW, 0)
+            } else {
+                (index, count)
+            };
+            if count + n > self.limit {
+                let end = (index + 1) * WINDOW;
+                return Err(Denied::RetryAfter(nanos(end.saturating_sub(now).max(1))));
+            }
+            let spare = (self.limit - count - n) / 2;
+            match self.word.compare_exchange(
+                word,
+                (index << 32) | (count + n + spare),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => {
+                    stripe.fetch_add(spare, Ordering::SeqCst);
+                    return Ok(());
+                }
+                Err(actual) => word = actual,
+            }
+        }
+    }
+}
