@@ -121,7 +121,7 @@ struct Rule {
 ///
 /// let clock = ManualClock::new();
 /// let rules = LogConfig::new(Rate::per_second(5))?.with_rule(Rate::per_minute(8))?;
-/// let per_user = Keyed::<&str, SlidingLog<ManualClock>>::with_clock(rules.clone(), clock.clone());
+/// let per_user = Keyed::<String, SlidingLog<ManualClock>>::with_clock(rules.clone(), clock.clone());
 /// assert_eq!(
 ///     per_user.try_acquire_n("alice", 6),
 ///     Err(Denied::ExceedsCapacity { requested: 6, capacity: 5 }),
@@ -584,7 +584,10 @@ impl Log {
         log.base = to.units(at).saturating_sub(to.units(to.longest) + 1);
         // Oldest first from slot 0; the head is just after the newest.
         for (i, &stamp) in kept.iter().enumerate() {
-            let units = to.units(stamp).max(log.base + 1);
+            // Offset 1 is a stamp at the base itself (0 is empty), so a
+            // stamp at 0 with the base saturated at 0 keeps its value: moving
+            // it a unit later would be safe but stricter than the log it was.
+            let units = to.units(stamp).max(log.base);
             log.ring[i] = (units - log.base + 1) as u32;
         }
         log.tickets = kept.len() as u64;
