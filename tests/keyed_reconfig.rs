@@ -130,6 +130,21 @@ fn sliding_log_default_reconfiguration_races_requests() {
     }
 }
 
+/// Several rules on one log: the hour's rule changed and a minute's rule
+/// added, then removed, while requests race.
+#[test]
+fn multi_rule_log_default_reconfiguration_races_requests() {
+    let small = LogConfig::new(Rate::per_hour(15))
+        .and_then(|c| c.with_rule(Rate::per_minute(10)))
+        .unwrap();
+    let large = LogConfig::new(Rate::per_hour(40)).unwrap();
+    for round in 0..30 {
+        let carry = [Carry::Proportional, Carry::Additive, Carry::Reset][round % 3];
+        trial::<SlidingLog<ManualClock>>(small.clone(), large.clone(), carry, 60);
+        trial::<SlidingLog<ManualClock>>(large.clone(), small.clone(), carry, 60);
+    }
+}
+
 #[test]
 fn fixed_window_default_reconfiguration_races_requests() {
     let small = WindowConfig::new(Rate::per_hour(15)).unwrap();
