@@ -9,6 +9,16 @@
 //! key, decision for decision with the direct log on a clock that does not go
 //! backwards (property tests in `tests/keyed.rs`).
 //!
+//! A [`LogConfig`] may hold several rules `(N_i, T_i)`, enforced from the
+//! same ring (`N = max N_i` slots): a request is admitted iff, for every
+//! rule, the entry `N_i − n + 1` back has left `T_i`; the retry-after is the
+//! longest of the waits; the snapshot is the binding rule's (fewest left);
+//! the unit, re-basing, freshness and carry-over follow the longest window.
+//! Rule `i` reads only the newest `N_i` entries, and the entry an admission
+//! overwrites (`N` back) is no newer than any rule's, so it had left every
+//! window (`tests/keyed_rules.rs` checks all of it against a reference
+//! model; `docs/keyed.md` has the tables).
+//!
 //! # State
 //!
 //! Per key, under the key's own mutex (one key's traffic is rarely contended;
@@ -21,10 +31,10 @@
 //! | `clock` | the latest decision time that admitted, in ns; no decision is made before it |
 //! | `base` | the unit the offsets count from |
 //! | `first_busy` | the first logged permit possibly still in the window (where an admission's report resumes its search) |
-//! | `ring` | `N` offsets: `0` = empty, else the stamp `base + offset − 1` (units) |
+//! | `ring` | `N` offsets (`N` the largest count of the rules): `0` = empty, else the stamp `base + offset − 1` (units) |
 //!
-//! Stamps are in units of `2^k` ns, the smallest `k` for which a window is at
-//! most `2^31` units: 1 ns for windows up to 2.1 s (exact to the nanosecond),
+//! Stamps are in units of `2^k` ns, the smallest `k` for which the (longest)
+//! window is at most `2^31` units: 1 ns for windows up to 2.1 s (exact to the nanosecond),
 //! 32 ns for a minute, 65.5 µs for a day. A stamp is rounded *up* to its
 //! unit, so a permit leaves the window no earlier than it really does: the
 //! bound holds exactly at every window length, and a decision can be stricter
