@@ -413,11 +413,37 @@ impl Log {
             .map_or(0, |s| s + window)
     }
 
-    /// The entry rule `rule` must see gone before `n` more permits: the one
-    /// `N_i − n + 1` back from the newest (always one of the ring's last
-    /// `slots >= N_i` tickets).
-    fn pivot(&self, rule: &Rule, n: u64) -> Option<u64> {
-        (self.tickets + n - 1).checked_sub(u64::from(rule.limit))
+    /// When the entry `back` permits before the newest (`1` = the newest)
+    /// leaves a window of `window` ns; 0 if there
+    /// is no such entry or it is empty. `head` is `slot(tickets)`, computed
+    /// once per decision: this is on every rule's path, and a division per
+    /// rule and per search step was most of the cost of a multi-rule
+    /// decision.
+    fn back_free_at(&self, config: &LogConfig, head: usize, back: u64, window: u64) -> u64 {
+        if back > self.tickets {
+            return 0;
+        }
+        let len = self.ring.len();
+        if back > len as u64 {
+            // Only when a request decides under a configuration two back
+            // (the one-bit tag's documented relaxation, `reconfig.rs`) whose
+            // rule is longer than this ring: the slot then holds a newer
+            // entry, which leaves no earlier (the direct modulo, as before).
+            return self.free_at(config, Some(self.tickets - back), window);
+        }
+        // `head < len` and `1 <= back <= len`: one wrap at most.
+        let mut i = head + len - back as usize;
+        if i >= len {
+            i -= len;
+        }
+        self.stamp(config, i).map_or(0, |s| s + window)
+    }
+
+    /// How far back from the newest the entry is that rule `rule` must see
+    /// gone before `n` more permits: `N_i − n + 1` (within the ring's last
+    /// `slots >= N_i` entries).
+    fn pivot(rule: &Rule, n: u64) -> u64 {
+        u64::from(rule.limit) + 1 - n
     }
 
     fn slot(&self, ticket: u64) -> usize {
@@ -437,11 +463,13 @@ impl Log {
             return Ok(());
         }
         let at = self.time(now);
+        let head = self.slot(self.tickets);
         let mut until = 0;
         for rule in config.rules.iter() {
             // Stamps do not decrease along the tickets, so if this entry has
             // left the rule's window, all older ones have.
-            let free_at = self.free_at(config, self.pivot(rule, u64::from(n)), rule.window);
+            let free_at =
+                self.back_free_at(config, head, Self::pivot(rule, u64::from(n)), rule.window);
             if free_at > at {
                 until = until.max(free_at);
             }
@@ -509,18 +537,20 @@ impl Log {
             return Snapshot::from_ns(config.capacity, config.capacity, 0);
         }
         let at = self.time(now);
+        let head = self.slot(self.tickets);
         let mut binding: Option<(u64, u32, u64)> = None;
         for rule in config.rules.iter() {
             let (mut lo, mut hi) = (0u64, u64::from(rule.limit));
             while lo < hi {
                 let mid = lo + (hi - lo) / 2;
-                if self.free_at(config, self.pivot(rule, mid + 1), rule.window) <= at {
+                let back = Self::pivot(rule, mid + 1);
+                if self.back_free_at(config, head, back, rule.window) <= at {
                     lo = mid + 1;
                 } else {
                     hi = mid;
                 }
             }
-            let newest = self.free_at(config, self.tickets.checked_sub(1), rule.window);
+            let newest = self.back_free_at(config, head, 1, rule.window);
             let until = newest.saturating_sub(now);
             if binding.is_none_or(|(least, _, wait)| lo < least || (lo == least && until > wait)) {
                 binding = Some((lo, rule.limit, until));
