@@ -21,7 +21,9 @@
 //!
 //! Groups `keyed_log/<spread>/<threads>t` do the same with 100 k keys for
 //! `tollgate_log` (`Keyed<u64, SlidingLog>`: a per-key lock around a ring of
-//! 32-bit stamps), `tollgate_bucket` and `governor`, on the allow path too.
+//! 32-bit stamps), `tollgate_log_2_rules` (the same ring under two rules, 64
+//! per 2 µs and 32 per 500 ns: every check reads both), `tollgate_bucket` and
+//! `governor`, on the allow path too.
 //!
 //! Before the timed groups, the binary prints the bytes allocated per key with
 //! a million `u64` keys for each kind and for governor, counted by this
@@ -194,10 +196,17 @@ fn log_throughput(c: &mut Criterion) {
     let log = Arc::new(Keyed::<u64, SlidingLog>::new(
         LogConfig::new(rate).expect("valid"),
     ));
+    // Two rules on the same 64-slot ring: every check reads both.
+    let two_rules = LogConfig::new(rate)
+        .and_then(|c| c.with_rule(Rate::new(32, Duration::from_nanos(500))))
+        .expect("valid");
+    let log_2_rules = Arc::new(Keyed::<u64, SlidingLog>::new(two_rules));
     let bucket = Arc::new(tollgate_keyed());
     let governor = Arc::new(governor_keyed());
     for key in keys.iter() {
-        assert!(log.check(key) && bucket.check(key) && governor.check(key));
+        assert!(
+            log.check(key) && log_2_rules.check(key) && bucket.check(key) && governor.check(key)
+        );
     }
     for (spread, hot) in [("hot", true), ("spread", false)] {
         for threads in THREADS {
@@ -205,6 +214,9 @@ fn log_throughput(c: &mut Criterion) {
                 common::threads_group(c, &format!("keyed_log/{spread}/{threads}t"), threads);
             group.bench_function("tollgate_log", |b| {
                 b.iter_custom(|iters| run(&log, &keys, hot, threads, iters))
+            });
+            group.bench_function("tollgate_log_2_rules", |b| {
+                b.iter_custom(|iters| run(&log_2_rules, &keys, hot, threads, iters))
             });
             group.bench_function("tollgate_bucket", |b| {
                 b.iter_custom(|iters| run(&bucket, &keys, hot, threads, iters))

@@ -2,9 +2,11 @@
 //! a third-party API that silently drops calls over 30 a minute per user):
 //! a keyed sliding log, four threads of callers, simulated time, and the
 //! rule raised from 30 to 60 a minute halfway through without losing the
-//! log. Afterwards the admissions are replayed and the most admitted for
-//! one user in any 60-second window is printed, for windows under the old
-//! rule, across the change and under the new one.
+//! log. A second rule, 5 a second, is enforced from the same log throughout
+//! (several rules on one log). Afterwards the admissions are replayed and the
+//! most admitted for one user in any 60-second window is printed, for
+//! windows under the old rule, across the change and under the new one, and
+//! in any 1-second window.
 //!
 //! ```text
 //! cargo run --release --example per_user_exact
@@ -31,8 +33,13 @@ const REQUESTS_PER_ROUND: u64 = 20; // per thread: ~16 per user per second
 
 fn main() {
     let clock = ManualClock::new();
+    let rules = |per_minute| {
+        LogConfig::new(Rate::per_minute(per_minute))
+            .and_then(|c| c.with_rule(Rate::per_second(5)))
+            .expect("valid")
+    };
     let per_user = Arc::new(Keyed::<u64, SlidingLog<ManualClock>>::with_clock(
-        LogConfig::new(Rate::per_minute(30)).expect("valid"),
+        rules(30),
         clock.clone(),
     ));
     let admitted: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
@@ -69,11 +76,8 @@ fn main() {
         start.wait();
         if round == CHANGE_AT {
             // While the callers run: every user's log is carried over, the
-            // stamps of the last minute kept.
-            per_user.reconfigure(
-                LogConfig::new(Rate::per_minute(60)).expect("valid"),
-                Carry::Additive,
-            );
+            // stamps of the last minute kept; the 5-a-second rule stays.
+            per_user.reconfigure(rules(60), Carry::Additive);
         }
         end.wait();
     }
@@ -90,6 +94,7 @@ fn main() {
     // For each user, the most admitted in any window [t, t + 60 s), by where
     // the window lies: before the change, across it, after it.
     let mut worst = [0usize; 3];
+    let mut worst_second = 0;
     let mut total = 0;
     println!("user  admitted  max/60s before (30)  across  after (60)");
     let mut users: Vec<_> = by_user.into_iter().collect();
@@ -108,6 +113,8 @@ fn main() {
                 2
             };
             max[class] = max[class].max(inside);
+            let in_second = stamps[i..].partition_point(|&s| s < t + 1_000_000_000);
+            worst_second = worst_second.max(in_second);
         }
         if user < 5 {
             println!(
@@ -125,15 +132,17 @@ fn main() {
     println!(" ...");
     println!(
         "all {USERS} users, {total} admitted in 4 min: max per user in any 60 s window: \
-         {} before the change (rule 30), {} across it, {} after it (rule 60)",
+         {} before the change (rule 30), {} across it, {} after it (rule 60); \
+         in any 1 s window: {worst_second} (rule 5)",
         worst[0], worst[1], worst[2]
     );
+    assert!(worst_second <= 5, "over 5 a second");
     assert!(worst[0] <= 30, "over 30 a minute under the 30 rule");
     assert!(worst[1] <= 60 && worst[2] <= 60, "over 60 a minute");
     // Exact, not just safe: demand was far above the limits.
     assert_eq!(
-        (worst[0], worst[2]),
-        (30, 60),
+        (worst[0], worst[2], worst_second),
+        (30, 60, 5),
         "the limits were not reached"
     );
 }

@@ -550,6 +550,19 @@ fn log_configs() -> Vec<LogConfig> {
     ]
 }
 
+/// Capacities 2 to 6; the longest windows 70 to 300 ms.
+fn rule_sets() -> Vec<LogConfig> {
+    let ms = Duration::from_millis;
+    let with =
+        |config: LogConfig, limit, period| config.with_rule(Rate::new(limit, period)).unwrap();
+    vec![
+        with(with(log(3, ms(10)), 8, ms(100)), 12, ms(300)),
+        with(log(3, ms(10)), 8, ms(100)),
+        with(log(2, ms(5)), 9, ms(70)),
+        with(log(6, ms(100)), 4, ms(300)),
+    ]
+}
+
 fn window_configs() -> Vec<WindowConfig> {
     vec![window(5, 100), window(2, 30), window(9, 70)]
 }
@@ -594,6 +607,14 @@ proptest! {
     #[test]
     fn sliding_log_eviction_changes_no_decision(ops in ops(300_000_000, 3)) {
         eviction_changes_nothing::<Log>(&log_configs(), &ops);
+    }
+
+    /// Several rules on one log, with overrides and rule changes. A full
+    /// snapshot (of the binding rule) does not mean fresh: a longer rule
+    /// may still hold entries.
+    #[test]
+    fn multi_rule_log_eviction_changes_no_decision(ops in ops(300_000_000, 4)) {
+        evictions_agree::<Log>(&rule_sets(), &ops, false);
     }
 
     #[test]

@@ -28,9 +28,8 @@ const KEYS: u32 = 4;
 fn trial<L>(old: L::Config, new: L::Config, carry: Carry, attempts: u32)
 where
     L: tollgate::keyed::Keyable<Clock = ManualClock> + 'static,
-    L::Config: Copy,
 {
-    let keyed = Arc::new(Keyed::<u32, L>::with_clock(old, ManualClock::new()));
+    let keyed = Arc::new(Keyed::<u32, L>::with_clock(old.clone(), ManualClock::new()));
     let start = Arc::new(Barrier::new(THREADS + 1));
     let workers: Vec<_> = (0..THREADS)
         .map(|t| {
@@ -49,7 +48,7 @@ where
         })
         .collect();
     let reconfigurer = {
-        let (keyed, start) = (Arc::clone(&keyed), Arc::clone(&start));
+        let (keyed, start, new) = (Arc::clone(&keyed), Arc::clone(&start), new.clone());
         std::thread::spawn(move || {
             start.wait();
             keyed.reconfigure(new, carry);
@@ -66,9 +65,9 @@ where
         let k = admitted[key as usize];
         let actual = keyed.snapshot(&key);
         let explained = (0..=k).any(|j| {
-            let seq = Tunable::<L>::with_clock(old, ManualClock::new());
+            let seq = Tunable::<L>::with_clock(old.clone(), ManualClock::new());
             let ok = (0..j).all(|_| seq.try_acquire().is_ok());
-            seq.reconfigure(new, carry);
+            seq.reconfigure(new.clone(), carry);
             ok && (j..k).all(|_| seq.try_acquire().is_ok()) && seq.snapshot() == actual
         });
         assert!(
@@ -126,8 +125,23 @@ fn sliding_log_default_reconfiguration_races_requests() {
     let large = LogConfig::new(Rate::per_hour(40)).unwrap();
     for round in 0..30 {
         let carry = [Carry::Proportional, Carry::Additive, Carry::Reset][round % 3];
-        trial::<SlidingLog<ManualClock>>(small, large, carry, 60);
-        trial::<SlidingLog<ManualClock>>(large, small, carry, 60);
+        trial::<SlidingLog<ManualClock>>(small.clone(), large.clone(), carry, 60);
+        trial::<SlidingLog<ManualClock>>(large.clone(), small.clone(), carry, 60);
+    }
+}
+
+/// Several rules on one log: the hour's rule changed and a minute's rule
+/// added, then removed, while requests race.
+#[test]
+fn multi_rule_log_default_reconfiguration_races_requests() {
+    let small = LogConfig::new(Rate::per_hour(15))
+        .and_then(|c| c.with_rule(Rate::per_minute(10)))
+        .unwrap();
+    let large = LogConfig::new(Rate::per_hour(40)).unwrap();
+    for round in 0..30 {
+        let carry = [Carry::Proportional, Carry::Additive, Carry::Reset][round % 3];
+        trial::<SlidingLog<ManualClock>>(small.clone(), large.clone(), carry, 60);
+        trial::<SlidingLog<ManualClock>>(large.clone(), small.clone(), carry, 60);
     }
 }
 

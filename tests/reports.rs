@@ -184,7 +184,7 @@ proptest! {
         let warm_plain = Keyed::<u8, WarmUp<ManualClock>>::with_clock(warm, plain_clock.clone());
         let warm_reporting = Keyed::<u8, WarmUp<ManualClock>>::with_clock(warm, reporting_clock.clone());
         let log = LogConfig::new(Rate::new(10, Duration::from_millis(300))).unwrap();
-        let log_plain = Keyed::<u8, SlidingLog<ManualClock>>::with_clock(log, plain_clock.clone());
+        let log_plain = Keyed::<u8, SlidingLog<ManualClock>>::with_clock(log.clone(), plain_clock.clone());
         let log_reporting = Keyed::<u8, SlidingLog<ManualClock>>::with_clock(log, reporting_clock.clone());
         let mut now = 0;
         for &(dt, n, key) in &steps {

@@ -38,15 +38,15 @@ fn bucket(capacity: u32) -> BucketConfig {
 }
 
 /// One operation of a model.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Op<G> {
     Acquire(u32),
     Reconfigure(G, Carry),
 }
 
 /// Every interleaving of the threads' operation lists (each kept in order).
-fn interleavings<T: Copy>(threads: &[Vec<T>]) -> Vec<Vec<(usize, T)>> {
-    fn go<T: Copy>(
+fn interleavings<T: Clone>(threads: &[Vec<T>]) -> Vec<Vec<(usize, T)>> {
+    fn go<T: Clone>(
         threads: &[Vec<T>],
         next: &mut Vec<usize>,
         prefix: &mut Vec<(usize, T)>,
@@ -62,7 +62,7 @@ fn interleavings<T: Copy>(threads: &[Vec<T>]) -> Vec<Vec<(usize, T)>> {
         }
         for t in 0..threads.len() {
             if next[t] < threads[t].len() {
-                prefix.push((t, threads[t][next[t]]));
+                prefix.push((t, threads[t][next[t]].clone()));
                 next[t] += 1;
                 go(threads, next, prefix, out);
                 next[t] -= 1;
@@ -81,12 +81,16 @@ fn interleavings<T: Copy>(threads: &[Vec<T>]) -> Vec<Vec<(usize, T)>> {
 }
 
 /// Runs `threads`' operations on `make()` concurrently, one loom thread per
-/// list, then checks the outcome against every sequential order.
-fn linearizable<L, G>(make: impl Fn(ManualClock) -> L, threads: Vec<Vec<Op<G>>>)
+/// list, then checks the outcome against every sequential order; returns each
+/// thread's results (`None` for a reconfiguration).
+fn linearizable<L, G>(
+    make: impl Fn(ManualClock) -> L,
+    threads: Vec<Vec<Op<G>>>,
+) -> Vec<Vec<Option<Result<(), Denied>>>>
 where
     L: RateLimiter + Send + Sync + 'static,
     L: Reconfigure<G>,
-    G: Copy + Send + Sync + std::fmt::Debug + 'static,
+    G: Clone + Send + Sync + std::fmt::Debug + 'static,
 {
     let limiter = Arc::new(make(ManualClock::new()));
     let handles: Vec<_> = threads
@@ -116,7 +120,7 @@ where
     let matches = interleavings(&threads).into_iter().any(|order| {
         let sequential = make(ManualClock::new());
         let mut next = vec![0; threads.len()];
-        let agrees = order.iter().all(|&(t, op)| {
+        let agrees = order.into_iter().all(|(t, op)| {
             let expected = &results[t][next[t]];
             next[t] += 1;
             match op {
@@ -133,6 +137,7 @@ where
         matches,
         "no sequential order explains results {results:?} and final {snapshot:?} of {threads:?}"
     );
+    results
 }
 
 /// `Tunable::reconfigure` for any kind, so the checker is generic.
@@ -320,6 +325,120 @@ fn sliding_log_reset_races_acquires() {
             ],
         );
     });
+}
+
+/// The rules of the multi-rule models: 1 per 100 ns and `long` per 1000 ns,
+/// on one log.
+fn rules(long: u32) -> LogConfig {
+    LogConfig::new(Rate::new(1, Duration::from_nanos(100)))
+        .and_then(|c| c.with_rule(Rate::new(long, Duration::from_nanos(1_000))))
+        .expect("valid")
+}
+
+/// A multi-rule log with one permit taken at 0 and the clock moved to 100:
+/// the short rule has 1 left, the long rule `long − 1`.
+fn used_log(config: LogConfig, clock: ManualClock) -> Tunable<SlidingLog<ManualClock>> {
+    let log = Tunable::with_clock(config, clock.clone());
+    log.try_acquire().expect("an empty log admits");
+    clock.advance(Duration::from_nanos(100));
+    log
+}
+
+/// Every rule's bound on a model's admissions, all decided at 100 after one
+/// at 0: at most 1 at 100 (1 per 100 ns, in every set the models use) and
+/// at most `long` in the 1000 ns window (the laxest long rule in force).
+fn assert_rule_bounds(results: &[Vec<Option<Result<(), Denied>>>], long: u32) {
+    let admitted = results
+        .iter()
+        .flatten()
+        .filter(|r| **r == Some(Ok(())))
+        .count() as u32;
+    assert!(
+        admitted <= 1,
+        "rule bound violated: 1 per 100 ns, {admitted} admitted at 100"
+    );
+    let in_window = 1 + admitted;
+    assert!(
+        in_window <= long,
+        "rule bound violated: {long} per 1000 ns, {in_window} admitted in [0, 100]"
+    );
+}
+
+/// Several rules on one log (the per-key ring under its loom mutex): the
+/// long rule raised from 3 to 4 per 1000 ns while three acquires race it.
+/// The history is carried exactly once; every rule's bound holds and the
+/// outcome is linearizable (retry-afters and final snapshot included).
+#[test]
+fn multi_rule_log_change_races_acquires() {
+    explore("reconfigure: multi-rule log, a rule changed", 3, || {
+        let results = linearizable(
+            |clock| used_log(rules(3), clock),
+            vec![
+                vec![Op::Acquire(1), Op::Acquire(1)],
+                vec![Op::Acquire(1)],
+                vec![Op::Reconfigure(rules(4), Carry::Proportional)],
+            ],
+        );
+        assert_rule_bounds(&results, 4);
+    });
+}
+
+/// The short rule removed while two acquires race it: once it is gone the
+/// long rule (3 per 1000 ns, 1 used) admits both; before, only one.
+#[test]
+fn multi_rule_log_removal_races_acquires() {
+    let short_removed = rules(3)
+        .without_rule(Duration::from_nanos(100))
+        .expect("two rules");
+    explore(
+        "reconfigure: multi-rule log, a rule removed",
+        3,
+        move || {
+            let results = linearizable(
+                |clock| used_log(rules(3), clock),
+                vec![
+                    vec![Op::Acquire(1)],
+                    vec![Op::Acquire(1)],
+                    vec![Op::Reconfigure(short_removed.clone(), Carry::Additive)],
+                ],
+            );
+            let admitted = results
+                .iter()
+                .flatten()
+                .filter(|r| **r == Some(Ok(())))
+                .count();
+            assert!(
+                admitted <= 2,
+                "rule bound violated: 3 per 1000 ns, 1 + {admitted} admitted"
+            );
+        },
+    );
+}
+
+/// Known-bad: a log that checks only the largest rule (3, then 4 per
+/// 1000 ns, as a single rule) in the first model. Even in order, it admits
+/// two at 100 against the 1 per 100 ns rule, and the model's bound check
+/// catches it.
+#[test]
+#[should_panic(expected = "rule bound violated: 1 per 100 ns")]
+fn known_bad_largest_rule_only_is_caught() {
+    let largest =
+        |long| LogConfig::new(Rate::new(long, Duration::from_nanos(1_000))).expect("valid");
+    explore(
+        "reconfigure: known-bad multi-rule log (largest rule only)",
+        3,
+        move || {
+            let results = linearizable(
+                |clock| used_log(largest(3), clock),
+                vec![
+                    vec![Op::Acquire(1), Op::Acquire(1)],
+                    vec![Op::Acquire(1)],
+                    vec![Op::Reconfigure(largest(4), Carry::Proportional)],
+                ],
+            );
+            assert_rule_bounds(&results, 4);
+        },
+    );
 }
 
 /// Combined limits: two threads race on a pair where the second part is the

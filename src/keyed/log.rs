@@ -9,6 +9,16 @@
 //! key, decision for decision with the direct log on a clock that does not go
 //! backwards (property tests in `tests/keyed.rs`).
 //!
+//! A [`LogConfig`] may hold several rules `(N_i, T_i)`, enforced from the
+//! same ring (`N = max N_i` slots): a request is admitted iff, for every
+//! rule, the entry `N_i − n + 1` back has left `T_i`; the retry-after is the
+//! longest of the waits; the snapshot is the binding rule's (fewest left);
+//! the unit, re-basing, freshness and carry-over follow the longest window.
+//! Rule `i` reads only the newest `N_i` entries, and the entry an admission
+//! overwrites (`N` back) is no newer than any rule's, so it had left every
+//! window (`tests/keyed_rules.rs` checks all of it against a reference
+//! model; `docs/keyed.md` has the tables).
+//!
 //! # State
 //!
 //! Per key, under the key's own mutex (one key's traffic is rarely contended;
@@ -21,10 +31,10 @@
 //! | `clock` | the latest decision time that admitted, in ns; no decision is made before it |
 //! | `base` | the unit the offsets count from |
 //! | `first_busy` | the first logged permit possibly still in the window (where an admission's report resumes its search) |
-//! | `ring` | `N` offsets: `0` = empty, else the stamp `base + offset − 1` (units) |
+//! | `ring` | `N` offsets (`N` the largest count of the rules): `0` = empty, else the stamp `base + offset − 1` (units) |
 //!
-//! Stamps are in units of `2^k` ns, the smallest `k` for which a window is at
-//! most `2^31` units: 1 ns for windows up to 2.1 s (exact to the nanosecond),
+//! Stamps are in units of `2^k` ns, the smallest `k` for which the (longest)
+//! window is at most `2^31` units: 1 ns for windows up to 2.1 s (exact to the nanosecond),
 //! 32 ns for a minute, 65.5 µs for a day. A stamp is rounded *up* to its
 //! unit, so a permit leaves the window no earlier than it really does: the
 //! bound holds exactly at every window length, and a decision can be stricter
@@ -47,6 +57,7 @@
 //! [`SlidingLog`]: crate::SlidingLog
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::kind::{Carry, Keyable, Refusal, View, sealed::Sealed};
@@ -60,13 +71,24 @@ use crate::sliding_log::SlidingLog;
 /// fit in 32 bits with room to spare before a re-base.
 const WINDOW_UNITS: u64 = 1 << 31;
 
-/// The configuration of a keyed or tunable [`SlidingLog`]: at most `N`
-/// permits in any window of length `T`, per key, validated once.
+/// One rule of a [`LogConfig`]: at most `limit` permits in any window of
+/// `window` ns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Rule {
+    rate: Rate,
+    limit: u32,
+    window: u64,
+}
+
+/// The configuration of a keyed or tunable [`SlidingLog`]: one rule — at
+/// most `N` permits in any window of length `T`, per key — or a set of
+/// rules enforced at once from one log (`5` a second, `30` a minute and
+/// `1,000` a day), validated once.
 ///
-/// Per key: a ring of `N` 32-bit stamps (`4·N` bytes, allocated on the key's
-/// first admission and freed when the key is evicted) plus a 64-byte header
-/// in the map's entry (about 96 bytes per key with the key and the table:
-/// 215.7 bytes at N = 30, measured).
+/// Per key: a ring of `N` 32-bit stamps, `N` the largest count of the set
+/// (`4·N` bytes, allocated on the key's first admission and freed when the
+/// key is evicted) plus a 64-byte header in the map's entry (about 96 bytes
+/// per key with the key and the table: 215.7 bytes at N = 30, measured).
 ///
 /// ```
 /// use std::time::Duration;
@@ -83,18 +105,69 @@ const WINDOW_UNITS: u64 = 1 << 31;
 /// assert_eq!(per_user.try_acquire("alice"), Err(Denied::RetryAfter(Duration::from_secs(1))));
 /// assert!(per_user.try_acquire("bob").is_ok());
 /// ```
-#[derive(Clone, Copy)]
+///
+/// # Several rules on one log
+///
+/// [`with_rule`](LogConfig::with_rule) adds a rule (or changes the rule of
+/// the same window), [`without_rule`](LogConfig::without_rule) removes one.
+/// A request for `n` is admitted only if every rule admits it; its
+/// retry-after is the longest of the rules' waits; `n` above the smallest
+/// rule's count is [`Denied::ExceedsCapacity`] with that count as the
+/// capacity. Every rule holds exactly: at most `N_i` permits in any window
+/// `[t, t + T_i)`. Reconfiguring a `Keyed` or `Tunable` to another set keeps
+/// the recorded history (see [`Carry`]), so rules can be added, removed or
+/// changed at runtime.
+///
+/// Stamps are in the unit the *longest* window needs
+/// ([`resolution`](LogConfig::resolution)), rounded up, so a shorter rule
+/// can decide up to one unit stricter than alone (65.5 µs with a day's rule)
+/// and never looser. A snapshot reports the binding rule: the one with the
+/// fewest permits left (on a tie, the one that takes longer to be full).
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::keyed::{Carry, Keyed, LogConfig};
+/// use tollgate::{Denied, ManualClock, Rate, SlidingLog};
+///
+/// let clock = ManualClock::new();
+/// let rules = LogConfig::new(Rate::per_second(5))?.with_rule(Rate::per_minute(8))?;
+/// let per_user = Keyed::<String, SlidingLog<ManualClock>>::with_clock(rules.clone(), clock.clone());
+/// assert_eq!(
+///     per_user.try_acquire_n("alice", 6),
+///     Err(Denied::ExceedsCapacity { requested: 6, capacity: 5 }),
+/// );
+/// per_user.try_acquire_n("alice", 5)?;
+/// clock.advance(Duration::from_secs(1));
+/// per_user.try_acquire_n("alice", 3)?; // 8 this minute
+/// // The second rule binds: the first of the 8 leaves the minute in 59 s.
+/// assert_eq!(per_user.try_acquire("alice"), Err(Denied::RetryAfter(Duration::from_secs(59))));
+///
+/// // A runtime change keeps the history: 10 a minute leaves room for 2.
+/// per_user.reconfigure(rules.with_rule(Rate::per_minute(10))?, Carry::Proportional);
+/// per_user.try_acquire_n("alice", 2)?;
+/// assert!(per_user.try_acquire("alice").is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// [`Denied::ExceedsCapacity`]: crate::Denied::ExceedsCapacity
+/// [`Carry`]: super::Carry
+#[derive(Clone)]
 pub struct LogConfig {
-    rate: Rate,
-    limit: u32,
-    window: u64,
+    /// Sorted by window, one per window.
+    rules: Arc<[Rule]>,
+    /// The ring's length: the largest count.
+    slots: u32,
+    /// The largest request: the smallest count.
+    capacity: u32,
+    /// The longest window, ns.
+    longest: u64,
     /// Units are `2^shift` ns.
     shift: u32,
 }
 
 impl LogConfig {
-    /// `rate.permits()` per window of `rate.period()`, with the errors of
-    /// [`SlidingLog::new`].
+    /// One rule: `rate.permits()` per window of `rate.period()`, with the
+    /// errors of [`SlidingLog::new`].
     ///
     /// ```
     /// use tollgate::keyed::LogConfig;
@@ -103,42 +176,148 @@ impl LogConfig {
     /// assert_eq!(LogConfig::new(Rate::per_second(0)).unwrap_err(), ConfigError::ZeroRate);
     /// ```
     pub fn new(rate: Rate) -> Result<Self, ConfigError> {
+        Ok(Self::from_rules(vec![Self::rule(rate)?]))
+    }
+
+    /// This set with `rate` added as a rule — or, if a rule has the same
+    /// window, in its place (two counts over one window would leave the larger
+    /// one nothing to do). The errors are [`new`](LogConfig::new)'s.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::keyed::LogConfig;
+    /// use tollgate::{ConfigError, Rate};
+    ///
+    /// let day = Duration::from_secs(86_400);
+    /// let rules = LogConfig::new(Rate::per_second(5))?
+    ///     .with_rule(Rate::per_minute(30))?
+    ///     .with_rule(Rate::new(1_000, day))?;
+    /// assert_eq!(rules.rules().count(), 3);
+    /// assert_eq!(rules.limit(), 5); // the most one request can take
+    /// assert_eq!(rules.slots(), 1_000); // the ring's length
+    /// assert_eq!(rules.window(), day);
+    ///
+    /// // Same window: the rule is changed, not added.
+    /// let changed = rules.with_rule(Rate::per_minute(60))?;
+    /// assert_eq!(changed.rules().nth(1), Some(Rate::per_minute(60)));
+    /// assert_eq!(rules.with_rule(Rate::per_minute(0)).unwrap_err(), ConfigError::ZeroRate);
+    /// # Ok::<(), ConfigError>(())
+    /// ```
+    pub fn with_rule(&self, rate: Rate) -> Result<Self, ConfigError> {
+        let rule = Self::rule(rate)?;
+        let mut rules: Vec<Rule> = self
+            .rules
+            .iter()
+            .filter(|r| r.window != rule.window)
+            .copied()
+            .collect();
+        rules.push(rule);
+        Ok(Self::from_rules(rules))
+    }
+
+    /// This set without the rule whose window is `window`; `None` if no rule
+    /// has that window, or if it is the only rule (a log needs one).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::keyed::LogConfig;
+    /// use tollgate::Rate;
+    ///
+    /// let rules = LogConfig::new(Rate::per_second(5))?.with_rule(Rate::per_minute(30))?;
+    /// let minute = rules.without_rule(Duration::from_secs(1)).unwrap();
+    /// assert_eq!(minute, LogConfig::new(Rate::per_minute(30))?);
+    /// assert!(rules.without_rule(Duration::from_secs(3_600)).is_none());
+    /// assert!(minute.without_rule(Duration::from_secs(60)).is_none());
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn without_rule(&self, window: Duration) -> Option<Self> {
+        let rules: Vec<Rule> = self
+            .rules
+            .iter()
+            .filter(|r| Duration::from_nanos(r.window) != window)
+            .copied()
+            .collect();
+        (rules.len() < self.rules.len() && !rules.is_empty()).then(|| Self::from_rules(rules))
+    }
+
+    /// The rules, shortest window first.
+    ///
+    /// ```
+    /// # use tollgate::{keyed::LogConfig, Rate};
+    /// let rules = LogConfig::new(Rate::per_minute(30))?.with_rule(Rate::per_second(5))?;
+    /// let rates: Vec<Rate> = rules.rules().collect();
+    /// assert_eq!(rates, [Rate::per_second(5), Rate::per_minute(30)]);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn rules(&self) -> impl ExactSizeIterator<Item = Rate> + '_ {
+        self.rules.iter().map(|r| r.rate)
+    }
+
+    fn rule(rate: Rate) -> Result<Rule, ConfigError> {
         let (limit, window) = rate.validate()?;
-        let mut shift = 0;
-        while window.div_ceil(1 << shift) > WINDOW_UNITS {
-            shift += 1;
-        }
-        Ok(LogConfig {
+        Ok(Rule {
             rate,
             limit,
             window,
-            shift,
         })
     }
 
-    /// Permits per window.
+    /// `rules` is not empty and has one rule per window.
+    fn from_rules(mut rules: Vec<Rule>) -> Self {
+        rules.sort_by_key(|r| r.window);
+        let longest = rules.iter().map(|r| r.window).max().unwrap_or(1);
+        let mut shift = 0;
+        while longest.div_ceil(1 << shift) > WINDOW_UNITS {
+            shift += 1;
+        }
+        LogConfig {
+            slots: rules.iter().map(|r| r.limit).max().unwrap_or(1),
+            capacity: rules.iter().map(|r| r.limit).min().unwrap_or(1),
+            rules: rules.into(),
+            longest,
+            shift,
+        }
+    }
+
+    /// Permits per window with one rule; with several, the smallest count:
+    /// the most one request can be granted (a larger request is
+    /// [`ExceedsCapacity`](crate::Denied::ExceedsCapacity)).
     ///
     /// ```
     /// # use tollgate::{keyed::LogConfig, Rate};
     /// assert_eq!(LogConfig::new(Rate::per_minute(30)).unwrap().limit(), 30);
     /// ```
     pub fn limit(&self) -> u32 {
-        self.limit
+        self.capacity
     }
 
-    /// The window's length.
+    /// Stamps kept per key: the largest count of the rules (the ring's
+    /// length, `4·slots` bytes per key).
+    ///
+    /// ```
+    /// # use tollgate::{keyed::LogConfig, Rate};
+    /// let rules = LogConfig::new(Rate::per_second(5))?.with_rule(Rate::per_hour(100))?;
+    /// assert_eq!(rules.slots(), 100);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn slots(&self) -> u32 {
+        self.slots
+    }
+
+    /// The window's length; with several rules, the longest.
     ///
     /// ```
     /// # use tollgate::{keyed::LogConfig, Rate};
     /// assert_eq!(LogConfig::new(Rate::per_minute(30)).unwrap().window().as_secs(), 60);
     /// ```
     pub fn window(&self) -> Duration {
-        Duration::from_nanos(self.window)
+        Duration::from_nanos(self.longest)
     }
 
     /// The unit stamps are kept in (rounded up): 1 ns for windows up to
     /// 2^31 ns (2.1 s), then the smallest power of two of nanoseconds that
-    /// makes a window at most 2^31 units.
+    /// makes the longest window at most 2^31 units. Every rule of a set
+    /// shares it.
     ///
     /// ```
     /// use std::time::Duration;
@@ -147,6 +326,8 @@ impl LogConfig {
     /// assert_eq!(LogConfig::new(Rate::per_minute(30)).unwrap().resolution(), Duration::from_nanos(32));
     /// let day = Rate::new(1_000, Duration::from_secs(86_400));
     /// assert_eq!(LogConfig::new(day).unwrap().resolution(), Duration::from_nanos(65_536));
+    /// let both = LogConfig::new(Rate::per_second(10)).unwrap().with_rule(day).unwrap();
+    /// assert_eq!(both.resolution(), Duration::from_nanos(65_536));
     /// ```
     pub fn resolution(&self) -> Duration {
         Duration::from_nanos(1 << self.shift)
@@ -164,7 +345,7 @@ impl LogConfig {
 
 impl PartialEq for LogConfig {
     fn eq(&self, other: &Self) -> bool {
-        self.rate == other.rate
+        self.rules == other.rules
     }
 }
 
@@ -172,9 +353,20 @@ impl Eq for LogConfig {}
 
 impl fmt::Debug for LogConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        struct Rules<'a>(&'a [Rule]);
+        impl fmt::Debug for Rules<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_list()
+                    .entries(
+                        self.0
+                            .iter()
+                            .map(|r| (r.limit, Duration::from_nanos(r.window))),
+                    )
+                    .finish()
+            }
+        }
         f.debug_struct("LogConfig")
-            .field("limit", &self.limit)
-            .field("window", &self.window())
+            .field("rules", &Rules(&self.rules))
             .finish()
     }
 }
@@ -213,9 +405,45 @@ impl Log {
         }
     }
 
-    /// When slot `i` leaves the window (0 for an empty slot).
-    fn free_at(&self, config: &LogConfig, i: usize) -> u64 {
-        self.stamp(config, i).map_or(0, |s| s + config.window)
+    /// When the entry of `ticket` leaves a window of `window` ns (0 for no
+    /// ticket — before the first — or an empty slot).
+    fn free_at(&self, config: &LogConfig, ticket: Option<u64>, window: u64) -> u64 {
+        ticket
+            .and_then(|t| self.stamp(config, self.slot(t)))
+            .map_or(0, |s| s + window)
+    }
+
+    /// When the entry `back` permits before the newest (`1` = the newest)
+    /// leaves a window of `window` ns; 0 if there
+    /// is no such entry or it is empty. `head` is `slot(tickets)`, computed
+    /// once per decision: this is on every rule's path, and a division per
+    /// rule and per search step was most of the cost of a multi-rule
+    /// decision.
+    fn back_free_at(&self, config: &LogConfig, head: usize, back: u64, window: u64) -> u64 {
+        if back > self.tickets {
+            return 0;
+        }
+        let len = self.ring.len();
+        if back > len as u64 {
+            // Only when a request decides under a configuration two back
+            // (the one-bit tag's documented relaxation, `reconfig.rs`) whose
+            // rule is longer than this ring: the slot then holds a newer
+            // entry, which leaves no earlier (the direct modulo, as before).
+            return self.free_at(config, Some(self.tickets - back), window);
+        }
+        // `head < len` and `1 <= back <= len`: one wrap at most.
+        let mut i = head + len - back as usize;
+        if i >= len {
+            i -= len;
+        }
+        self.stamp(config, i).map_or(0, |s| s + window)
+    }
+
+    /// How far back from the newest the entry is that rule `rule` must see
+    /// gone before `n` more permits: `N_i − n + 1` (within the ring's last
+    /// `slots >= N_i` entries).
+    fn pivot(rule: &Rule, n: u64) -> u64 {
+        u64::from(rule.limit) + 1 - n
     }
 
     fn slot(&self, ticket: u64) -> usize {
@@ -227,32 +455,46 @@ impl Log {
         now.max(self.clock)
     }
 
-    /// `Ok(())` if `n` permits are free at `now`, else the denial.
+    /// `Ok(())` if every rule has `n` permits free at `now`, else the denial
+    /// with the longest wait: each rule admits once its own wait is over and
+    /// keeps admitting as time passes, so after the longest all do.
     fn check(&self, config: &LogConfig, now: u64, n: u32) -> Result<(), Denied> {
         if self.ring.is_empty() {
             return Ok(());
         }
         let at = self.time(now);
-        // The newest of the `n` entries the request replaces: the ring is
-        // oldest-first from the head, so if it has left, all have.
-        let free_at = self.free_at(config, self.slot(self.tickets + u64::from(n) - 1));
-        if free_at <= at {
+        let head = self.slot(self.tickets);
+        let mut until = 0;
+        for rule in config.rules.iter() {
+            // Stamps do not decrease along the tickets, so if this entry has
+            // left the rule's window, all older ones have.
+            let free_at =
+                self.back_free_at(config, head, Self::pivot(rule, u64::from(n)), rule.window);
+            if free_at > at {
+                until = until.max(free_at);
+            }
+        }
+        if until == 0 {
             Ok(())
         } else {
-            // `free_at > at >= now`; the same request at the reading plus
-            // this wait finds the entry gone, if nothing else was admitted.
-            Err(Denied::RetryAfter(Duration::from_nanos(free_at - now)))
+            // `until > at >= now`; the same request at the reading plus
+            // this wait finds every rule's entry gone, if nothing else was
+            // admitted.
+            Err(Denied::RetryAfter(Duration::from_nanos(until - now)))
         }
     }
 
     /// Logs `n` permits at `now`, after a successful [`check`](Log::check).
+    ///
+    /// The entries overwritten (`slots` back) are no newer than any rule's
+    /// pivot (`N_i <= slots`), so they had left every rule's window.
     fn admit(&mut self, config: &LogConfig, now: u64, n: u32) {
         if self.ring.is_empty() {
-            self.ring = vec![0; config.limit as usize].into_boxed_slice();
+            self.ring = vec![0; config.slots as usize].into_boxed_slice();
         }
         let at = self.time(now);
-        // Rounded up: a permit leaves the window no earlier than it should.
-        // Monotone, as decision times are.
+        // Rounded up: a permit leaves every window no earlier than it
+        // should. Monotone, as decision times are.
         let stamp = config.units(at);
         if stamp - self.base + 1 > u64::from(u32::MAX) {
             self.rebase(config, stamp);
@@ -266,11 +508,12 @@ impl Log {
         self.clock = at;
     }
 
-    /// Moves the base to the window's start before `stamp` (units): entries at
-    /// or before it are free at every decision from now on (decisions are made
-    /// at `stamp` or later) and become empty; the rest are re-encoded.
+    /// Moves the base to the longest window's start before `stamp` (units):
+    /// entries at or before it are free for every rule at every decision from
+    /// now on (decisions are made at `stamp` or later) and become empty; the
+    /// rest are re-encoded.
     fn rebase(&mut self, config: &LogConfig, stamp: u64) {
-        let window = config.units(config.window);
+        let window = config.units(config.longest);
         let base = stamp.saturating_sub(window + 1);
         for offset in self.ring.iter_mut().filter(|o| **o != 0) {
             let units = self.base + u64::from(*offset) - 1;
@@ -284,88 +527,107 @@ impl Log {
         self.base = base;
     }
 
-    /// Available permits (the free run from the head) and the time until
-    /// every entry has left, at `now`. The free entries are a prefix of the
-    /// ring from the head (it is oldest-first, empty slots first), so a
-    /// binary search finds the run.
+    /// The binding rule's figures at `now`: each rule's available permits
+    /// (the largest `n` its pivot admits, by binary search: free entries are
+    /// the oldest) and time until its newest entry leaves; the rule with the
+    /// fewest available (on a tie, the longer wait) is reported. Its
+    /// `available` is the largest request every rule admits.
     fn snapshot(&self, config: &LogConfig, now: u64) -> Snapshot {
         if self.ring.is_empty() {
-            return Snapshot::from_ns(config.limit, config.limit, 0);
+            return Snapshot::from_ns(config.capacity, config.capacity, 0);
         }
         let at = self.time(now);
-        let (mut lo, mut hi) = (0u64, u64::from(config.limit));
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if self.free_at(config, self.slot(self.tickets + mid)) <= at {
-                lo = mid + 1;
-            } else {
-                hi = mid;
+        let head = self.slot(self.tickets);
+        let mut binding: Option<(u64, u32, u64)> = None;
+        for rule in config.rules.iter() {
+            let (mut lo, mut hi) = (0u64, u64::from(rule.limit));
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                let back = Self::pivot(rule, mid + 1);
+                if self.back_free_at(config, head, back, rule.window) <= at {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            let newest = self.back_free_at(config, head, 1, rule.window);
+            let until = newest.saturating_sub(now);
+            if binding.is_none_or(|(least, _, wait)| lo < least || (lo == least && until > wait)) {
+                binding = Some((lo, rule.limit, until));
             }
         }
-        let newest = self.free_at(
-            config,
-            self.slot(self.tickets + u64::from(config.limit) - 1),
-        );
-        Snapshot::from_ns(lo as u32, config.limit, newest.saturating_sub(now))
+        let (available, limit, until) = binding.unwrap_or((0, 0, 0));
+        Snapshot::from_ns(available as u32, limit, until)
     }
 
-    /// The snapshot an admission at `now` left, in amortised O(1): the
-    /// free run from the head ends at the first entry still in the window,
-    /// and that only moves forward (decision times do not go back, and a
-    /// refund only empties entries before it), so the search resumes where
-    /// the previous one stopped.
+    /// The snapshot an admission at `now` left. With one rule, amortised
+    /// O(1): the free run from the head ends at the first entry still in the
+    /// window, and that only moves forward (decision times do not go back,
+    /// and a refund only empties entries before it), so the search resumes
+    /// where the previous one stopped. With several, [`snapshot`]'s
+    /// search per rule (`O(rules · log N)`).
+    ///
+    /// [`snapshot`]: Log::snapshot
     fn report(&mut self, config: &LogConfig, now: u64) -> Snapshot {
+        let [rule] = &*config.rules else {
+            return self.snapshot(config, now);
+        };
         let at = self.time(now);
         let len = self.ring.len() as u64;
         let oldest = self.tickets.saturating_sub(len);
         let mut busy = self.first_busy.clamp(oldest, self.tickets);
-        while busy < self.tickets && self.free_at(config, self.slot(busy)) <= at {
+        while busy < self.tickets && self.free_at(config, Some(busy), rule.window) <= at {
             busy += 1;
         }
         self.first_busy = busy;
         // Tickets before `oldest` are slots never written in this ring: free.
         let available = busy - oldest + (len - (self.tickets - oldest));
-        let newest = self.free_at(config, self.slot(self.tickets + len - 1));
-        Snapshot::from_ns(available as u32, config.limit, newest.saturating_sub(now))
+        let newest = self.free_at(config, self.tickets.checked_sub(1), rule.window);
+        Snapshot::from_ns(available as u32, rule.limit, newest.saturating_sub(now))
     }
 
     /// Exactly a new log's decisions from `now` on: every entry has left the
-    /// window (the newest is stamped at most `clock` rounded up to the unit)
-    /// and no decision can be pinned to a later time by `clock`.
+    /// longest window (the newest is stamped at most `clock` rounded up to
+    /// the unit) and no decision can be pinned to a later time by `clock`.
     fn is_fresh(&self, config: &LogConfig, now: u64) -> bool {
-        self.ring.is_empty() || config.ns(config.units(self.clock)) + config.window <= now
+        self.ring.is_empty() || config.ns(config.units(self.clock)) + config.longest <= now
     }
 
     /// This log, written under `from`, carried over to `to` at `now`.
     ///
     /// The log keeps its history: `Proportional` and `Additive` both keep
-    /// the stamps still inside the window in force *and* inside the new one
-    /// (the newest `N'` of them), re-encoded in the new unit (rounded up);
-    /// `Reset` empties it. Stamps already outside the old window are dropped
-    /// even if the new window is longer: a key whose log held only those was
-    /// fresh, may have been evicted, and must decide the same either way.
+    /// the stamps still inside the longest window in force *and* inside the
+    /// new longest window (the newest `slots'` of them), re-encoded in the
+    /// new unit (rounded up); `Reset` empties it. Stamps already outside the
+    /// old longest window are dropped even if the new one is longer: a key
+    /// whose log held only those was fresh, may have been evicted, and must
+    /// decide the same either way. A set of rules changed to another keeps
+    /// one history, which every new rule reads.
     fn carried(&self, from: &LogConfig, to: &LogConfig, now: u64, carry: Carry) -> Log {
         let mut log = Log::empty(self.tag);
         if carry == Carry::Reset || self.ring.is_empty() {
             return log;
         }
         let at = self.time(now);
-        let window = from.window.min(to.window);
+        let window = from.longest.min(to.longest);
         let len = self.ring.len() as u64;
         let kept: Vec<u64> = (self.tickets..self.tickets + len)
             .filter_map(|t| self.stamp(from, self.slot(t)))
             .filter(|&s| s + window > at)
             .collect();
-        let kept = &kept[kept.len().saturating_sub(to.limit as usize)..];
+        let kept = &kept[kept.len().saturating_sub(to.slots as usize)..];
         if kept.is_empty() {
             return log;
         }
-        log.ring = vec![0; to.limit as usize].into_boxed_slice();
+        log.ring = vec![0; to.slots as usize].into_boxed_slice();
         log.clock = self.clock;
-        log.base = to.units(at).saturating_sub(to.units(to.window) + 1);
+        log.base = to.units(at).saturating_sub(to.units(to.longest) + 1);
         // Oldest first from slot 0; the head is just after the newest.
         for (i, &stamp) in kept.iter().enumerate() {
-            let units = to.units(stamp).max(log.base + 1);
+            // Offset 1 is a stamp at the base itself (0 is empty), so a
+            // stamp at 0 with the base saturated at 0 keeps its value: moving
+            // it a unit later would be safe but stricter than the log it was.
+            let units = to.units(stamp).max(log.base);
             log.ring[i] = (units - log.base + 1) as u32;
         }
         log.tickets = kept.len() as u64;
@@ -457,7 +719,7 @@ impl<C: Clock> Keyable for SlidingLog<C> {
     type Receipt = LogReceipt;
 
     fn capacity(config: &LogConfig) -> u32 {
-        config.limit
+        config.capacity
     }
 
     fn fresh(tag: u64) -> LogCell {
@@ -471,7 +733,7 @@ impl<C: Clock> Keyable for SlidingLog<C> {
         n: u32,
     ) -> Result<LogReceipt, Refusal> {
         let config = view.current;
-        check_request(n, config.limit)?;
+        check_request(n, config.capacity)?;
         let mut log = state.lock();
         if let Some(carried) = resolve(view, &log, now)? {
             *log = carried;
@@ -491,7 +753,7 @@ impl<C: Clock> Keyable for SlidingLog<C> {
 
     fn peek(view: &View<'_, LogConfig>, state: &LogCell, now: u64, n: u32) -> Result<(), Refusal> {
         let config = view.current;
-        check_request(n, config.limit)?;
+        check_request(n, config.capacity)?;
         let log = state.lock();
         match resolve(view, &log, now)? {
             Some(carried) => carried.check(config, now, n)?,
