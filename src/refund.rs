@@ -24,7 +24,7 @@
 //! either stacked on ours (then removing our permits from it would be exact)
 //! or found the bucket full and absorbed ours (then removing them hands the
 //! later request's permits out again), and one word cannot tell the two apart
-//! — issue 17 found the second in a loom model. Every admission moves the
+//! — a loom model with a stale reading found the second. Every admission moves the
 //! word strictly forward and every successful refund restores the exact value
 //! its admission replaced, so the word equals what ours wrote iff every change
 //! since has been undone.

@@ -46,7 +46,7 @@
 //!   wrote; if another admission has moved it since, the permits stay taken.
 //!   (Taking `n` intervals off a moved TAT is exact if the later admissions
 //!   stacked on ours, but over-admits if one found the bucket full and
-//!   absorbed it — issue 17: a request decided at a stale 1127 ns refunded a
+//!   absorbed it — for example: a request decided at a stale 1127 ns refunded a
 //!   permit that a request at 3534 ns held, and a third was admitted at 3534,
 //!   2 against a capacity of 1. One word cannot tell the two apart; see
 //!   `token_bucket/refund.rs`.)

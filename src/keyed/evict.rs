@@ -27,7 +27,7 @@
 //!   was evicted or kept, so a backwards clock finds time standing still at
 //!   the same floor for every key either way. (It used to be the time of the
 //!   latest eviction: evicting one key then changed the decisions of others
-//!   after a backwards step — issue 17: key 2 got `RetryAfter(50)` then `Ok`
+//!   after a backwards step — for example: key 2 got `RetryAfter(50)` then `Ok`
 //!   with key 1 evicted, `RetryAfter(150)` and `RetryAfter(50)` without — and
 //!   a retry-after measured from the floor rather than the reading was short.)
 //! * All keys share the keyed limiter's time origin, so a fixed window's
@@ -75,7 +75,7 @@
 //! entry) while it decides, as an insert of that key does while it copies, so
 //! no overflow admission of a key can fall between the copy and the key's
 //! first request on its own state. (Before, a key could take its bound through
-//! the overflow and again on a fresh state — issue 17: capacity 2, 1 per
+//! the overflow and again on a fresh state — for example: capacity 2, 1 per
 //! 10 ns, one key allowed: 4 permits in `[0, 10]` against 3.) The price: while
 //! the cap is being hit, new and returning keys can be stricter than their own
 //! history requires; once the overflow has refilled, new keys start exactly
@@ -340,7 +340,7 @@ where
     /// Why: a key may have been decided by the overflow state (at the cap)
     /// before it got a state of its own, and nothing remembers which keys
     /// were. Starting it fresh would let it take its whole bound again on top
-    /// of what it took through the overflow (issue 17: capacity 2, 1 per
+    /// of what it took through the overflow (for example: capacity 2, 1 per
     /// 10 ns, one key allowed: a second key took 2 through the overflow at 0
     /// and, once the first was evicted at 10, 2 more on a fresh bucket: 4 in
     /// `[0, 10]` against 3). The overflow state holds every such key's

@@ -29,7 +29,7 @@
 //! reading, and a reading can be older than a start already granted (a stale
 //! reading, or a clock that stepped back). Without the floor such a request
 //! was started before requests booked ahead of it, and the spacing below,
-//! counted in start order, broke (issue 17: 5 permits started in a span where
+//! counted in start order, broke (for example: 5 permits started in a span where
 //! burst 3 allowed 4). With it, starts never go backwards; fresh readings
 //! never see it (it is at most the reading of the booking that set it, or
 //! below that booking's `end − burst·interval`).

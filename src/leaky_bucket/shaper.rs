@@ -22,7 +22,7 @@ use crate::wide::WideCell;
 /// is *older* (stale: read before a racing request's, or a clock that stepped
 /// back) would be granted an earlier start than a request booked before it,
 /// and the spacing promise, which counts permits from one start to the next in
-/// start order, breaks (issue 17: 5 per 5001 ns, burst 3, a request read at
+/// start order, breaks (for example: 5 per 5001 ns, burst 3, a request read at
 /// 152324, another was booked at 153325, then the first was granted 5 permits
 /// starting at 152324 — 5 in [152324, 153325) against 3 + 1). With the latest
 /// start kept beside the end, every start is at least the one before it, so
