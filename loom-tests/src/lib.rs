@@ -279,9 +279,35 @@ mod models {
     /// the check can only be more permissive than linearizability, never stricter:
     /// a failure is a real violation.
     pub fn linearize<S: Spec>(spec: &S, threads: &[Vec<Op>]) -> Option<Vec<(usize, usize)>> {
+        linearize_ordered(spec, threads, None)
+    }
+
+    /// As [`linearize`], with `tail` (a history recorded on the model's own
+    /// thread after every other thread was joined) placed after all of
+    /// `threads`' ops: the order the join imposes. Appending the tail as one
+    /// more thread instead would let the search place tail ops before the
+    /// threads' and accept histories no real order produces.
+    pub fn linearize_then<S: Spec>(
+        spec: &S,
+        threads: &[Vec<Op>],
+        tail: &[Op],
+    ) -> Option<Vec<(usize, usize)>> {
+        let mut all = threads.to_vec();
+        all.push(tail.to_vec());
+        linearize_ordered(spec, &all, Some(threads.len()))
+    }
+
+    /// The search behind [`linearize`] and [`linearize_then`]: thread `last`,
+    /// if any, may take a step only once every other thread has finished.
+    fn linearize_ordered<S: Spec>(
+        spec: &S,
+        threads: &[Vec<Op>],
+        last: Option<usize>,
+    ) -> Option<Vec<(usize, usize)>> {
         fn search<S: Spec>(
             spec: &S,
             threads: &[Vec<Op>],
+            last: Option<usize>,
             next: &mut Vec<usize>,
             state: S::State,
             order: &mut Vec<(usize, usize)>,
@@ -293,7 +319,18 @@ mod models {
             if dead.contains(&(next.clone(), state)) {
                 return false;
             }
+            // Whether every thread but `last` has finished: only then may
+            // `last` move.
+            let others_done = last.is_none_or(|l| {
+                next.iter()
+                    .zip(threads)
+                    .enumerate()
+                    .all(|(u, (&i, ops))| u == l || i == ops.len())
+            });
             for t in 0..threads.len() {
+                if last == Some(t) && !others_done {
+                    continue;
+                }
                 let Some(op) = threads[t].get(next[t]) else {
                     continue;
                 };
@@ -304,7 +341,7 @@ mod models {
                 };
                 order.push((t, next[t]));
                 next[t] += 1;
-                if search(spec, threads, next, after, order, dead) {
+                if search(spec, threads, last, next, after, order, dead) {
                     return true;
                 }
                 next[t] -= 1;
@@ -320,6 +357,7 @@ mod models {
         search(
             spec,
             threads,
+            last,
             &mut next,
             spec.initial(),
             &mut order,
@@ -389,6 +427,27 @@ mod models {
             "fixed window invariant violated: every order of the admissions consistent with \
              each thread's program order puts more than {limit} permits in some \
              {window} ns window; histories: {threads:#?}"
+        );
+    }
+
+    /// As [`assert_window_bound`], with `tail` — the requests made on the
+    /// model's own thread after joining the others (`single_threaded_tail`) —
+    /// ordered after every thread's admissions, as the join orders them.
+    pub fn assert_window_bound_then(limit: u32, window: u64, threads: &[Vec<Op>], tail: &[Op]) {
+        let admitted = |ops: &[Op]| -> Vec<Op> {
+            ops.iter().filter(|op| op.result.is_ok()).copied().collect()
+        };
+        let threads_admitted: Vec<Vec<Op>> = threads.iter().map(|ops| admitted(ops)).collect();
+        assert!(
+            linearize_then(
+                &WindowSpec { limit, window },
+                &threads_admitted,
+                &admitted(tail)
+            )
+            .is_some(),
+            "fixed window invariant violated: every order of the admissions consistent with \
+             each thread's program order, the tail after them all, puts more than {limit} \
+             permits in some {window} ns window; histories: {threads:#?}; tail: {tail:#?}"
         );
     }
 

@@ -16,8 +16,8 @@ use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::thread;
 use tollgate::{Clock, Denied, FixedWindow, ManualClock, Rate, RateLimiter};
 use tollgate_loom_tests::{
-    Op, RecordingClock, WindowSpec, assert_linearizable, assert_window_bound, explore, record,
-    single_threaded_tail,
+    Op, RecordingClock, WindowSpec, assert_linearizable, assert_window_bound,
+    assert_window_bound_then, explore, record, single_threaded_tail,
 };
 
 /// The window's length in nanoseconds.
@@ -44,7 +44,7 @@ fn verify(
     window: &FixedWindow<RecordingClock>,
     clock: &ManualClock,
     limit: u32,
-    mut threads: Vec<Vec<Op>>,
+    threads: Vec<Vec<Op>>,
 ) {
     assert_window_bound(limit, WINDOW, &threads);
     assert_linearizable(
@@ -54,8 +54,8 @@ fn verify(
         },
         &threads,
     );
-    threads.push(single_threaded_tail(clock, limit, || window.try_acquire()));
-    assert_window_bound(limit, WINDOW, &threads);
+    let tail = single_threaded_tail(clock, limit, || window.try_acquire());
+    assert_window_bound_then(limit, WINDOW, &threads, &tail);
 }
 
 /// Requests that can never be admitted, made while other threads race: they
@@ -296,4 +296,26 @@ fn known_bad_reset_by_store_window_is_caught() {
             assert_window_bound(LIMIT, WINDOW, &threads);
         },
     );
+}
+
+/// The tail is ordered after the joined threads. Limit 1: a thread admitted at
+/// 15 (window 1); then, on the model's thread, a reading of 5 admitted. The
+/// window already stored is 1, so that admission counts there too: two in
+/// window 1, a violation. Appended as one more thread, the search could place
+/// the tail's admission first (window 0, then window 1) and pass it; the tail
+/// check must not.
+#[test]
+fn a_tail_admission_is_ordered_after_the_threads() {
+    let admitted = |at| Op {
+        n: 1,
+        at: Some(at),
+        result: Ok(()),
+    };
+    let threads = vec![vec![admitted(15)]];
+    let tail = vec![admitted(5)];
+    let mut as_a_thread = threads.clone();
+    as_a_thread.push(tail.clone());
+    assert_window_bound(1, 10, &as_a_thread); // the weaker check passes it
+    let caught = std::panic::catch_unwind(|| assert_window_bound_then(1, 10, &threads, &tail));
+    assert!(caught.is_err(), "the tail check must reject the history");
 }

@@ -28,7 +28,8 @@ use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::thread;
 use tollgate::{Clock, Denied, LeasedFixedWindow, ManualClock, Rate, RateLimiter};
 use tollgate_loom_tests::{
-    Op, RecordingClock, assert_window_bound, explore, record, single_threaded_tail,
+    Op, RecordingClock, assert_window_bound, assert_window_bound_then, explore, record,
+    single_threaded_tail,
 };
 
 /// The window's length in nanoseconds.
@@ -67,82 +68,7 @@ fn verify(window: &Window, clock: &ManualClock, limit: u32, threads: Vec<Vec<Op>
         "a permit stayed stranded: {threads:#?}"
     );
     tail.push(full);
-    assert_bound_with_tail(limit, &threads, &tail);
-}
-
-/// The window bound over the threads' admissions followed by the tail's, in
-/// real-time order: the tail ran after every thread was joined, so it comes
-/// after all of them (`assert_window_bound` alone, which orders ops only by
-/// program order, could let a thread's admission count as a stale reading
-/// charged to a window only the tail reached). The tail's readings are the
-/// latest, so it is charged to its own windows; some order of the threads'
-/// admissions, consistent with each thread's program order, charging each to
-/// the later of its reading's window and those before it, must leave room
-/// for the tail in every window.
-fn assert_bound_with_tail(limit: u32, threads: &[Vec<Op>], tail: &[Op]) {
-    let admitted: Vec<Vec<(u64, u32)>> = threads
-        .iter()
-        .map(|ops| {
-            ops.iter()
-                .filter(|op| op.result.is_ok())
-                .map(|op| (op.at.expect("an admission read the clock") / WINDOW, op.n))
-                .collect()
-        })
-        .collect();
-    let tail: Vec<(u64, u32)> = tail
-        .iter()
-        .filter(|op| op.result.is_ok())
-        .map(|op| (op.at.expect("an admission read the clock") / WINDOW, op.n))
-        .collect();
-    // Charges per window so far (window, count), in a running-maximum order.
-    fn fits(
-        limit: u32,
-        threads: &[Vec<(u64, u32)>],
-        next: &mut Vec<usize>,
-        state: (u64, u32),
-        tail: &[(u64, u32)],
-    ) -> bool {
-        let charge = |(index, count): (u64, u32), (w, n): (u64, u32)| {
-            let (index, count) = if w > index { (w, 0) } else { (index, count) };
-            (count + n <= limit).then_some((index, count + n))
-        };
-        if next.iter().zip(threads).all(|(&i, ops)| i == ops.len()) {
-            let mut state = state;
-            for &op in tail {
-                match charge(state, op) {
-                    Some(after) => state = after,
-                    None => return false,
-                }
-            }
-            return true;
-        }
-        for t in 0..threads.len() {
-            let Some(&op) = threads[t].get(next[t]) else {
-                continue;
-            };
-            if let Some(after) = charge(state, op) {
-                next[t] += 1;
-                let found = fits(limit, threads, next, after, tail);
-                next[t] -= 1;
-                if found {
-                    return true;
-                }
-            }
-        }
-        false
-    }
-    assert!(
-        fits(
-            limit,
-            &admitted,
-            &mut vec![0; admitted.len()],
-            (0, 0),
-            &tail
-        ),
-        "fixed window invariant violated: no order of the admissions consistent with each \
-         thread's program order, followed by the tail, keeps every {WINDOW} ns window at \
-         {limit}; threads: {threads:#?}, tail: {tail:#?}"
-    );
+    assert_window_bound_then(limit, WINDOW, &threads, &tail);
 }
 
 /// Two stripes: stripe 1 leases a batch near the end of window 0 and spends
