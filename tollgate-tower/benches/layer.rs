@@ -7,7 +7,7 @@
 //! shows diluted in HTTP's own cost.
 //!
 //! ```text
-//! flock /work/bench.lock cargo bench -p tollgate-tower --bench layer -- --warm-up-time 1 --measurement-time 2
+//! cargo bench -p tollgate-tower --bench layer -- --warm-up-time 1 --measurement-time 2
 //! ```
 
 use std::convert::Infallible;

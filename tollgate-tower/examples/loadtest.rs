@@ -4,7 +4,7 @@
 //! numbers are ratios within a run).
 //!
 //! ```text
-//! flock /work/bench.lock cargo run --release -p tollgate-tower --example loadtest -- --seconds 3 --rounds 3
+//! cargo run --release -p tollgate-tower --example loadtest -- --seconds 3 --rounds 3
 //! ```
 //!
 //! Each round runs every variant once, in rotating order, for `--seconds`
