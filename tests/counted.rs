@@ -1,6 +1,5 @@
-//! `Counted`: exact counts under contention, refunds counted when an `AllOf`
-//! hands permits back, and (with the `tracing` feature) one event per
-//! decision at the documented levels.
+//! `Counted`: exact counts under contention, and refunds counted when an
+//! `AllOf` hands permits back. Its `tracing` events: `tests/counted_tracing.rs`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -70,67 +69,4 @@ fn every_decision_path_is_counted() {
     assert_eq!(window.snapshot().available, 8);
     let l = log.counts();
     assert_eq!((l.admitted, l.denied, l.refunded), (1, 2, 0));
-}
-
-#[cfg(feature = "tracing")]
-mod with_tracing {
-    use super::*;
-    use std::sync::{Arc, Mutex};
-    use tracing::span::{Attributes, Id, Record};
-    use tracing::{Event, Level, Metadata, Subscriber};
-
-    /// Records the level and message of every event.
-    #[derive(Default, Clone)]
-    struct Recorder(Arc<Mutex<Vec<(Level, String)>>>);
-
-    struct Message<'a>(&'a mut String);
-
-    impl tracing::field::Visit for Message<'_> {
-        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-            self.0.push_str(&format!("{}={:?} ", field.name(), value));
-        }
-    }
-
-    impl Subscriber for Recorder {
-        fn enabled(&self, _: &Metadata<'_>) -> bool {
-            true
-        }
-        fn new_span(&self, _: &Attributes<'_>) -> Id {
-            Id::from_u64(1)
-        }
-        fn record(&self, _: &Id, _: &Record<'_>) {}
-        fn record_follows_from(&self, _: &Id, _: &Id) {}
-        fn event(&self, event: &Event<'_>) {
-            let mut text = String::new();
-            event.record(&mut Message(&mut text));
-            self.0
-                .lock()
-                .unwrap()
-                .push((*event.metadata().level(), text));
-        }
-        fn enter(&self, _: &Id) {}
-        fn exit(&self, _: &Id) {}
-    }
-
-    #[test]
-    fn one_event_per_decision_denials_at_info() {
-        let recorder = Recorder::default();
-        let counted = Counted::new(
-            "login",
-            SlidingLog::with_clock(Rate::per_hour(1), ManualClock::new()).unwrap(),
-        );
-        tracing::subscriber::with_default(recorder.clone(), || {
-            counted.try_acquire().unwrap();
-            assert!(counted.try_acquire().is_err());
-        });
-        let events = recorder.0.lock().unwrap().clone();
-        assert_eq!(events.len(), 2, "{events:?}");
-        assert_eq!(events[0].0, Level::DEBUG);
-        assert!(events[0].1.contains("admitted") && events[0].1.contains("limiter=\"login\""));
-        assert_eq!(events[1].0, Level::INFO);
-        assert!(
-            events[1].1.contains("denied") && events[1].1.contains("retry_after=Some("),
-            "{events:?}"
-        );
-    }
 }
