@@ -8,13 +8,12 @@
 mod support;
 
 use std::sync::Arc;
-use std::sync::mpsc;
 use std::time::Duration;
 
 use proptest::prelude::*;
 use support::{
-    Admission, ReferenceFixedWindow, Step, assert_agree, check_fixed_window, lockstep, mixed,
-    round_times,
+    Admission, ReferenceFixedWindow, Step, Workers, assert_agree, check_fixed_window, lockstep,
+    mixed, round_times,
 };
 use tollgate::{Denied, LeasedFixedWindow, LockingFixedWindow, ManualClock, Rate, RateLimiter};
 
@@ -54,52 +53,6 @@ fn times(ops: &[Op]) -> Vec<Option<u64>> {
             }
         })
         .collect()
-}
-
-/// Worker threads that run requests on a limiter one at a time, in the order
-/// the test sends them: a deterministic interleaving of several threads, so
-/// of several stripes.
-struct Workers {
-    senders: Vec<mpsc::Sender<u32>>,
-    replies: mpsc::Receiver<Result<(), Denied>>,
-    handles: Vec<std::thread::JoinHandle<()>>,
-}
-
-impl Workers {
-    fn new<L: RateLimiter + Send + Sync + 'static>(limiter: Arc<L>, threads: usize) -> Self {
-        let (reply, replies) = mpsc::channel();
-        let mut senders = Vec::new();
-        let mut handles = Vec::new();
-        for _ in 0..threads {
-            let (send, receive) = mpsc::channel::<u32>();
-            let (limiter, reply) = (limiter.clone(), reply.clone());
-            handles.push(std::thread::spawn(move || {
-                for n in receive {
-                    reply.send(limiter.try_acquire_n(n)).unwrap();
-                }
-            }));
-            senders.push(send);
-        }
-        Workers {
-            senders,
-            replies,
-            handles,
-        }
-    }
-
-    fn acquire(&self, thread: usize, n: u32) -> Result<(), Denied> {
-        self.senders[thread].send(n).unwrap();
-        self.replies.recv().unwrap()
-    }
-}
-
-impl Drop for Workers {
-    fn drop(&mut self) {
-        self.senders.clear();
-        for handle in self.handles.drain(..) {
-            let _ = handle.join();
-        }
-    }
 }
 
 proptest! {

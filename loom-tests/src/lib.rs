@@ -66,6 +66,56 @@ mod models {
         }
     }
 
+    /// The stripes of a known-bad leased limiter: two bare permit counts with
+    /// no time bound, so a permit leased at one reading is spent at any later
+    /// one. The leased token bucket's and leased fixed window's known-bad
+    /// models keep their spares here; the models must catch both.
+    #[derive(Debug)]
+    pub struct UntimedStripes([loom::sync::atomic::AtomicU64; 2]);
+
+    impl Default for UntimedStripes {
+        fn default() -> Self {
+            UntimedStripes([
+                loom::sync::atomic::AtomicU64::new(0),
+                loom::sync::atomic::AtomicU64::new(0),
+            ])
+        }
+    }
+
+    impl UntimedStripes {
+        /// The calling thread's stripe: spawned threads 1 and 2 get stripes 1
+        /// and 0.
+        fn mine(&self) -> &loom::sync::atomic::AtomicU64 {
+            let id = format!("{:?}", loom::thread::current().id());
+            &self.0[usize::from(id.ends_with('1'))]
+        }
+
+        /// Takes `n` permits from the caller's stripe if it holds that many,
+        /// whenever they were leased.
+        pub fn spend(&self, n: u64) -> bool {
+            let stripe = self.mine();
+            let mut left = stripe.load(loom::sync::atomic::Ordering::SeqCst);
+            while left >= n {
+                match stripe.compare_exchange(
+                    left,
+                    left - n,
+                    loom::sync::atomic::Ordering::SeqCst,
+                    loom::sync::atomic::Ordering::SeqCst,
+                ) {
+                    Ok(_) => return true,
+                    Err(actual) => left = actual,
+                }
+            }
+            false
+        }
+
+        /// Puts `spare` leased permits on the caller's stripe.
+        pub fn keep(&self, spare: u64) {
+            self.mine()
+                .fetch_add(spare, loom::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
     /// One request as a model saw it.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub struct Op {

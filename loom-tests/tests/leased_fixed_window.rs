@@ -28,8 +28,8 @@ use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::thread;
 use tollgate::{Clock, Denied, LeasedFixedWindow, ManualClock, Rate, RateLimiter};
 use tollgate_loom_tests::{
-    Op, RecordingClock, assert_window_bound, assert_window_bound_then, explore, record,
-    single_threaded_tail,
+    Op, RecordingClock, UntimedStripes, assert_window_bound, assert_window_bound_then, explore,
+    record, single_threaded_tail,
 };
 
 /// The window's length in nanoseconds.
@@ -304,7 +304,7 @@ fn known_bad_batch_spent_in_a_later_window_is_caught() {
             clock.set(WINDOW - 1);
             let window = Arc::new(UntimedBatches {
                 word: AtomicU64::new(0),
-                stripes: [AtomicU64::new(0), AtomicU64::new(0)],
+                stripes: UntimedStripes::default(),
                 limit: u64::from(LIMIT),
                 clock: RecordingClock::new(clock.clone()),
             });
@@ -329,7 +329,7 @@ fn known_bad_batch_spent_in_a_later_window_is_caught() {
 /// the word (`index << 32 | count`) and keeps the spare.
 struct UntimedBatches {
     word: AtomicU64,
-    stripes: [AtomicU64; 2],
+    stripes: UntimedStripes,
     limit: u64,
     clock: RecordingClock,
 }
@@ -338,15 +338,8 @@ impl UntimedBatches {
     fn try_acquire_n(&self, n: u32) -> Result<(), Denied> {
         let now = self.clock.now();
         let n = u64::from(n);
-        // Spawned threads 1 and 2: stripes 1 and 0.
-        let id = format!("{:?}", thread::current().id());
-        let stripe = &self.stripes[usize::from(id.ends_with('1'))];
-        let mut left = stripe.load(Ordering::SeqCst);
-        while left >= n {
-            match stripe.compare_exchange(left, left - n, Ordering::SeqCst, Ordering::SeqCst) {
-                Ok(_) => return Ok(()),
-                Err(actual) => left = actual,
-            }
+        if self.stripes.spend(n) {
+            return Ok(());
         }
         let mut word = self.word.load(Ordering::SeqCst);
         loop {
@@ -368,7 +361,7 @@ impl UntimedBatches {
                 Ordering::SeqCst,
             ) {
                 Ok(_) => {
-                    stripe.fetch_add(spare, Ordering::SeqCst);
+                    self.stripes.keep(spare);
                     return Ok(());
                 }
                 Err(actual) => word = actual,

@@ -24,7 +24,7 @@ use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::thread;
 use tollgate::{Clock, Denied, LeasedTokenBucket, ManualClock, Rate, RateLimiter};
 use tollgate_loom_tests::{
-    Op, RecordingClock, assert_bucket_bound, explore, record, single_threaded_tail,
+    Op, RecordingClock, UntimedStripes, assert_bucket_bound, explore, record, single_threaded_tail,
 };
 
 /// Nanoseconds per permit.
@@ -281,7 +281,7 @@ fn known_bad_untimed_lease_is_caught() {
             let clock = ManualClock::new();
             let bucket = Arc::new(UntimedLeases {
                 tat: AtomicU64::new(0),
-                stripes: [AtomicU64::new(0), AtomicU64::new(0)],
+                stripes: UntimedStripes::default(),
                 capacity: CAPACITY,
                 clock: RecordingClock::new(clock.clone()),
             });
@@ -306,7 +306,7 @@ fn known_bad_untimed_lease_is_caught() {
 /// grants, spend `n` and keep the rest.
 struct UntimedLeases {
     tat: AtomicU64,
-    stripes: [AtomicU64; 2],
+    stripes: UntimedStripes,
     capacity: u32,
     clock: RecordingClock,
 }
@@ -315,15 +315,8 @@ impl UntimedLeases {
     fn try_acquire_n(&self, n: u32) -> Result<(), Denied> {
         let now = self.clock.now();
         let n = u64::from(n);
-        // Spawned threads 1 and 2: stripes 1 and 0.
-        let id = format!("{:?}", thread::current().id());
-        let stripe = &self.stripes[usize::from(id.ends_with('1'))];
-        let mut left = stripe.load(Ordering::SeqCst);
-        while left >= n {
-            match stripe.compare_exchange(left, left - n, Ordering::SeqCst, Ordering::SeqCst) {
-                Ok(_) => return Ok(()),
-                Err(actual) => left = actual,
-            }
+        if self.stripes.spend(n) {
+            return Ok(());
         }
         let limit = now + u64::from(self.capacity) * INTERVAL;
         let mut tat = self.tat.load(Ordering::SeqCst);
@@ -340,7 +333,7 @@ impl UntimedLeases {
                 Ordering::SeqCst,
             ) {
                 Ok(_) => {
-                    stripe.fetch_add(slots - n, Ordering::SeqCst);
+                    self.stripes.keep(slots - n);
                     return Ok(());
                 }
                 Err(actual) => tat = actual,

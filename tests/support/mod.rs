@@ -5,7 +5,7 @@
 #![allow(dead_code)] // each test binary uses a different part
 
 use std::collections::HashMap;
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::{Arc, Barrier, Mutex, mpsc};
 use std::time::Duration;
 
 use tollgate::{Denied, ManualClock, RateLimiter};
@@ -648,4 +648,50 @@ pub fn one(_: usize, _: usize) -> u32 {
 /// and the attempt.
 pub fn mixed<const MAX: usize>(thread: usize, attempt: usize) -> u32 {
     1 + ((thread * 31 + attempt * 17) % MAX) as u32
+}
+
+/// Worker threads that run requests on a limiter one at a time, in the order
+/// the test sends them: a deterministic interleaving of several threads, so
+/// of several stripes.
+pub struct Workers {
+    senders: Vec<mpsc::Sender<u32>>,
+    replies: mpsc::Receiver<Result<(), Denied>>,
+    handles: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Workers {
+    pub fn new<L: RateLimiter + Send + Sync + 'static>(limiter: Arc<L>, threads: usize) -> Self {
+        let (reply, replies) = mpsc::channel();
+        let mut senders = Vec::new();
+        let mut handles = Vec::new();
+        for _ in 0..threads {
+            let (send, receive) = mpsc::channel::<u32>();
+            let (limiter, reply) = (limiter.clone(), reply.clone());
+            handles.push(std::thread::spawn(move || {
+                for n in receive {
+                    reply.send(limiter.try_acquire_n(n)).unwrap();
+                }
+            }));
+            senders.push(send);
+        }
+        Workers {
+            senders,
+            replies,
+            handles,
+        }
+    }
+
+    pub fn acquire(&self, thread: usize, n: u32) -> Result<(), Denied> {
+        self.senders[thread].send(n).unwrap();
+        self.replies.recv().unwrap()
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        self.senders.clear();
+        for handle in self.handles.drain(..) {
+            let _ = handle.join();
+        }
+    }
 }
