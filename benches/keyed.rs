@@ -1,23 +1,30 @@
 //! tollgate's keyed limiter against governor's dashmap-keyed limiter, in one
 //! run, at 1, 2 and 4 threads, and the bytes each keeps per key.
 //!
-//! Groups are named `keyed/<spread>/<threads>t`:
+//! Groups `keyed_<spread>/<workload>/<threads>t`:
 //!
-//! - **hot**: every thread checks the same key (one dashmap shard, one word:
-//!   the contended case);
-//! - **spread**: a million keys are inserted before timing; thread `t` walks
-//!   them (scattered over the hash space) from its own offset (the
-//!   cache-missing case).
+//! - spread **hot**: every thread checks the same key (one dashmap shard, one
+//!   word: the contended case); **spread**: a million keys are inserted before
+//!   timing; thread `t` walks them (scattered over the hash space) from its
+//!   own offset (the cache-missing case);
+//! - workload **allow**: a burst of `u32::MAX` refilled at 1/s, an hour's
+//!   worth spent per key by the prefill, so every check admits and writes and
+//!   no key is fresh (evictable) again for an hour; **deny**: one permit per
+//!   hour, spent by the prefill, so every check is denied. The harness
+//!   asserts every answer, and that the map kept every key.
 //!
-//! Every check admits and so writes the key's word (the allow path): both
-//! limiters get a burst of `u32::MAX` refilled at one permit per second, so no
-//! run can reach a denial, and no key is ever full (fresh) again, so no key is
-//! evicted and the map stays at a million keys; the harness asserts every
-//! check was admitted. Functions: `tollgate` (`Keyed<u64, TokenBucket>`) and
-//! `governor` (`RateLimiter::dashmap`), both on their default TSC clocks and
-//! std's `RandomState` hasher. One criterion iteration is one check on each
-//! thread, timed from the first thread's start to the last one's end, so
-//! elements/s is total checks per second.
+//! Functions: `tollgate` (`Keyed<u64, TokenBucket>`, its default
+//! `KeyHasher`), `tollgate_siphash` (the same on std's `RandomState`: the
+//! hasher's share) and `governor` (`RateLimiter::dashmap`, std's
+//! `RandomState`), all on their default TSC clocks.
+//!
+//! Groups `keyed_flood/allow/<threads>t`: every check brings a key never seen
+//! before, to limiters already holding a million keys in use (tollgate at its
+//! cap; governor has none and grows).
+//!
+//! One criterion iteration is one check on each thread, timed from the first
+//! thread's start to the last one's end, so elements/s is total checks per
+//! second.
 //!
 //! Groups `keyed_log/<spread>/<threads>t` do the same with 100 k keys for
 //! `tollgate_log` (`Keyed<u64, SlidingLog>`: a per-key lock around a ring of
@@ -30,9 +37,11 @@
 //! binary's global allocator.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
 use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::atomic::{AtomicIsize, AtomicU64, Ordering};
 use std::time::Duration;
 
 use criterion::Criterion;
@@ -42,7 +51,7 @@ use tollgate::keyed::{
 };
 use tollgate::{
     FixedWindow, LeakyBucket, LockingFixedWindow, LockingTokenBucket, LockingWarmUp, ManualClock,
-    Rate, Shaper, SlidingLog, TokenBucket, WarmUp,
+    MonotonicClock, Rate, Shaper, SlidingLog, TokenBucket, WarmUp,
 };
 
 mod common;
@@ -98,15 +107,22 @@ fn keys() -> Arc<Vec<u64>> {
 /// One keyed check, `true` if admitted.
 trait Check: Send + Sync + 'static {
     fn check(&self, key: &u64) -> bool;
+    /// Asks for `n` permits at once, `true` if admitted.
+    fn spend(&self, key: &u64, n: u32) -> bool;
 }
 
-impl<L: Keyable + 'static> Check for Keyed<u64, L>
+impl<L: Keyable + 'static, S> Check for Keyed<u64, L, S>
 where
     L::Clock: Send + Sync,
+    S: BuildHasher + Clone + Send + Sync + 'static,
 {
     #[inline]
     fn check(&self, key: &u64) -> bool {
         self.try_acquire(key).is_ok()
+    }
+
+    fn spend(&self, key: &u64, n: u32) -> bool {
+        self.try_acquire_n(key, n).is_ok()
     }
 }
 
@@ -117,23 +133,87 @@ impl Check for GovernorKeyed {
     fn check(&self, key: &u64) -> bool {
         self.check_key(key).is_ok()
     }
+
+    fn spend(&self, key: &u64, n: u32) -> bool {
+        let n = NonZeroU32::new(n).expect("non-zero");
+        matches!(self.check_key_n(key, n), Ok(Ok(())))
+    }
 }
 
-fn tollgate_keyed() -> Keyed<u64, TokenBucket> {
-    Keyed::new(BucketConfig::new(u32::MAX, Rate::per_second(1)).expect("valid"))
+/// What every check of a group answers.
+#[derive(Clone, Copy, PartialEq)]
+enum Workload {
+    /// A burst of `u32::MAX` at one permit per second: every check admits
+    /// and writes its key's word.
+    Allow,
+    /// One permit per hour, spent by the prefill: every check is denied.
+    Deny,
 }
 
-fn governor_keyed() -> GovernorKeyed {
-    governor::RateLimiter::dashmap(Quota::per_second(NonZeroU32::MIN).allow_burst(NonZeroU32::MAX))
+impl Workload {
+    fn name(self) -> &'static str {
+        match self {
+            Workload::Allow => "allow",
+            Workload::Deny => "deny",
+        }
+    }
+
+    /// (burst, refill rate). A burst of `u32::MAX` takes the per-second
+    /// rate: an hourly one would overflow capacity × time per permit.
+    fn quota(self) -> (u32, Rate) {
+        match self {
+            Workload::Allow => (u32::MAX, Rate::per_second(1)),
+            Workload::Deny => (1, Rate::per_hour(1)),
+        }
+    }
+
+    /// What the prefill spends per key: an hour of refill, so no key is full
+    /// (fresh, evictable) again during setup or timing, however slow the
+    /// machine; the map keeps every key.
+    fn prefill(self) -> u32 {
+        match self {
+            Workload::Allow => 3_600,
+            Workload::Deny => 1,
+        }
+    }
+}
+
+fn bucket_config(workload: Workload) -> BucketConfig {
+    let (burst, rate) = workload.quota();
+    BucketConfig::new(burst, rate).expect("valid")
+}
+
+fn tollgate_keyed(workload: Workload) -> Keyed<u64, TokenBucket> {
+    Keyed::new(bucket_config(workload))
+}
+
+/// The same limiter on std's SipHash `RandomState`: the map's share of the
+/// difference without the hasher's.
+fn tollgate_keyed_siphash(workload: Workload) -> Keyed<u64, TokenBucket, RandomState> {
+    Keyed::with_clock_and_hasher(
+        bucket_config(workload),
+        MonotonicClock::new(),
+        RandomState::new(),
+    )
+}
+
+fn governor_keyed(workload: Workload) -> GovernorKeyed {
+    // The same quota as `Workload::quota`.
+    let quota = match workload {
+        Workload::Allow => Quota::per_second(NonZeroU32::MIN).allow_burst(NonZeroU32::MAX),
+        Workload::Deny => Quota::per_hour(NonZeroU32::MIN),
+    };
+    governor::RateLimiter::dashmap(quota)
 }
 
 /// `iters` checks on each of `threads` threads, thread `t` from its own offset
 /// into `keys` (or all on the hot key); returns the wall time. Asserts that
-/// every check was admitted.
+/// every check got the workload's answer.
 fn run<L: Check>(
     limiter: &Arc<L>,
     keys: &Arc<Vec<u64>>,
     hot: bool,
+    workload: Workload,
     threads: usize,
     iters: u64,
 ) -> Duration {
@@ -150,35 +230,108 @@ fn run<L: Check>(
                 };
                 admitted += u64::from(limiter.check(key));
             }
-            assert_eq!(admitted, iters, "a check was denied");
             admitted
         }
     });
+    let expected = match workload {
+        Workload::Allow => iters * threads as u64,
+        Workload::Deny => 0,
+    };
+    assert_eq!(run.count, expected, "a check got the other answer");
     run.wall
 }
 
+/// Inserts every key, spending the workload's prefill (see
+/// [`Workload::prefill`]).
+fn prefill<L: Check>(limiter: &L, keys: &[u64], workload: Workload) {
+    for key in keys {
+        assert!(
+            limiter.spend(key, workload.prefill()),
+            "a fresh key was denied"
+        );
+    }
+}
+
+/// Groups `keyed_<spread>/<workload>/<threads>t`.
 fn throughput(c: &mut Criterion) {
     let keys = keys();
-    let tollgate = Arc::new(tollgate_keyed());
-    let governor = Arc::new(governor_keyed());
-    for key in keys.iter() {
-        assert!(tollgate.check(key) && governor.check(key));
-    }
-    assert_eq!(tollgate.len(), KEYS);
-    for (spread, hot) in [("hot", true), ("spread", false)] {
-        for threads in THREADS {
-            let mut group =
-                common::threads_group(c, &format!("keyed/{spread}/{threads}t"), threads);
-            group.bench_function("tollgate", |b| {
-                b.iter_custom(|iters| run(&tollgate, &keys, hot, threads, iters))
-            });
-            group.bench_function("governor", |b| {
-                b.iter_custom(|iters| run(&governor, &keys, hot, threads, iters))
-            });
-            group.finish();
+    for workload in [Workload::Allow, Workload::Deny] {
+        let tollgate = Arc::new(tollgate_keyed(workload));
+        let siphash = Arc::new(tollgate_keyed_siphash(workload));
+        let governor = Arc::new(governor_keyed(workload));
+        prefill(&*tollgate, &keys, workload);
+        prefill(&*siphash, &keys, workload);
+        prefill(&*governor, &keys, workload);
+        for (spread, hot) in [("hot", true), ("spread", false)] {
+            for threads in THREADS {
+                let name = format!("keyed_{spread}/{}/{threads}t", workload.name());
+                let mut group = common::threads_group(c, &name, threads);
+                group.bench_function("tollgate", |b| {
+                    b.iter_custom(|iters| run(&tollgate, &keys, hot, workload, threads, iters))
+                });
+                group.bench_function("tollgate_siphash", |b| {
+                    b.iter_custom(|iters| run(&siphash, &keys, hot, workload, threads, iters))
+                });
+                group.bench_function("governor", |b| {
+                    b.iter_custom(|iters| run(&governor, &keys, hot, workload, threads, iters))
+                });
+                group.finish();
+            }
         }
+        assert_eq!(tollgate.len(), KEYS, "no key may be evicted");
+        assert_eq!(siphash.len(), KEYS, "no key may be evicted");
     }
-    assert_eq!(tollgate.len(), KEYS, "no key may be evicted while timing");
+}
+
+/// Groups `keyed_flood/allow/<threads>t`: every check brings a key never
+/// seen before, to a limiter already holding `KEYS` keys that are all in use.
+/// tollgate is at its cap (`max_keys` = `KEYS`): each new key sweeps part of
+/// its shard for room, finds none, and is decided by the shared overflow
+/// state, so memory stays put. governor has no cap: it inserts every key,
+/// and its map grows by every check timed (and is dropped after the group).
+fn flood(c: &mut Criterion) {
+    let keys = keys();
+    for threads in THREADS {
+        let tollgate = Arc::new(tollgate_keyed(Workload::Allow).with_max_keys(KEYS));
+        let governor = Arc::new(governor_keyed(Workload::Allow));
+        prefill(&*tollgate, &keys, Workload::Allow);
+        prefill(&*governor, &keys, Workload::Allow);
+        // Every check of the group, over all its samples, takes the next
+        // number: no key repeats.
+        let next = Arc::new(AtomicU64::new(KEYS as u64));
+        let mut group = common::threads_group(c, &format!("keyed_flood/allow/{threads}t"), threads);
+        group.bench_function("tollgate", |b| {
+            b.iter_custom(|iters| flood_run(&tollgate, &next, threads, iters))
+        });
+        group.bench_function("governor", |b| {
+            b.iter_custom(|iters| flood_run(&governor, &next, threads, iters))
+        });
+        group.finish();
+        assert_eq!(tollgate.len(), KEYS, "the cap holds under the flood");
+    }
+}
+
+fn flood_run<L: Check>(
+    limiter: &Arc<L>,
+    next: &Arc<AtomicU64>,
+    threads: usize,
+    iters: u64,
+) -> Duration {
+    let run = common::run_threads(threads, false, |_| {
+        let limiter = Arc::clone(limiter);
+        let first = next.fetch_add(iters, Ordering::Relaxed);
+        move || {
+            (first..first + iters)
+                .map(|i| u64::from(limiter.check(&key(i))))
+                .sum()
+        }
+    });
+    assert_eq!(
+        run.count,
+        iters * threads as u64,
+        "a flood check was denied"
+    );
+    run.wall
 }
 
 /// Keys of the sliding-log groups: fewer than `KEYS`, as every log key
@@ -201,8 +354,8 @@ fn log_throughput(c: &mut Criterion) {
         .and_then(|c| c.with_rule(Rate::new(32, Duration::from_nanos(500))))
         .expect("valid");
     let log_2_rules = Arc::new(Keyed::<u64, SlidingLog>::new(two_rules));
-    let bucket = Arc::new(tollgate_keyed());
-    let governor = Arc::new(governor_keyed());
+    let bucket = Arc::new(tollgate_keyed(Workload::Allow));
+    let governor = Arc::new(governor_keyed(Workload::Allow));
     for key in keys.iter() {
         assert!(
             log.check(key) && log_2_rules.check(key) && bucket.check(key) && governor.check(key)
@@ -213,16 +366,18 @@ fn log_throughput(c: &mut Criterion) {
             let mut group =
                 common::threads_group(c, &format!("keyed_log/{spread}/{threads}t"), threads);
             group.bench_function("tollgate_log", |b| {
-                b.iter_custom(|iters| run(&log, &keys, hot, threads, iters))
+                b.iter_custom(|iters| run(&log, &keys, hot, Workload::Allow, threads, iters))
             });
             group.bench_function("tollgate_log_2_rules", |b| {
-                b.iter_custom(|iters| run(&log_2_rules, &keys, hot, threads, iters))
+                b.iter_custom(|iters| {
+                    run(&log_2_rules, &keys, hot, Workload::Allow, threads, iters)
+                })
             });
             group.bench_function("tollgate_bucket", |b| {
-                b.iter_custom(|iters| run(&bucket, &keys, hot, threads, iters))
+                b.iter_custom(|iters| run(&bucket, &keys, hot, Workload::Allow, threads, iters))
             });
             group.bench_function("governor", |b| {
-                b.iter_custom(|iters| run(&governor, &keys, hot, threads, iters))
+                b.iter_custom(|iters| run(&governor, &keys, hot, Workload::Allow, threads, iters))
             });
             group.finish();
         }
@@ -316,10 +471,8 @@ fn memory() {
 fn main() {
     memory();
     let mut c = common::config().configure_from_args();
-    // The log groups first: their setup is small, while the million-key
-    // setup of `throughput` asserts that no key was evicted while inserting,
-    // which a loaded machine taking over a second to insert can break.
     log_throughput(&mut c);
     throughput(&mut c);
+    flood(&mut c);
     c.final_summary();
 }

@@ -164,6 +164,7 @@ impl<L: Keyable> Answer<L> for Reported {
 }
 
 /// A retry-after decided at `now`, measured from `reading`.
+#[inline]
 fn later(denied: Denied, reading: u64, now: u64) -> Denied {
     match denied {
         Denied::RetryAfter(wait) if now > reading => {

@@ -93,6 +93,7 @@ mod answer;
 pub mod combined;
 pub mod evict;
 pub mod for_key;
+mod hasher;
 mod kind;
 mod kinds;
 mod log;
@@ -103,7 +104,6 @@ mod two_word;
 mod waiting;
 
 use std::borrow::Borrow;
-use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 
@@ -111,6 +111,7 @@ use crossbeam_utils::CachePadded;
 use dashmap::DashMap;
 
 pub use for_key::{ForKey, KeyedReceipt};
+pub use hasher::{KeyHash, KeyHasher};
 pub use kind::{Carry, Keyable};
 #[doc(hidden)]
 pub use kind::{Refusal, View};
@@ -173,7 +174,8 @@ pub const FLOOR_STEP: u64 = 1 << 16;
 /// meter, the [`Shaper`](crate::Shaper), [`WarmUp`](crate::WarmUp), the exact
 /// [`SlidingLog`](crate::SlidingLog), a locking twin, or a pair of kinds for
 /// combined limits — and fixes the clock type. `S` is the map's hasher
-/// (std's `RandomState` by default, resistant to hash flooding).
+/// ([`KeyHasher`] by default: aHash with per-map random seeds, resistant to
+/// hash flooding).
 ///
 /// ```
 /// use tollgate::keyed::{Keyed, WindowConfig};
@@ -184,7 +186,7 @@ pub const FLOOR_STEP: u64 = 1 << 16;
 /// assert!(per_ip.try_acquire(&ip).is_ok());
 /// assert_eq!(per_ip.snapshot(&ip).available, 59);
 /// ```
-pub struct Keyed<K, L: Keyable, S = RandomState> {
+pub struct Keyed<K, L: Keyable, S = KeyHasher> {
     map: DashMap<K, L::State, S>,
     /// The default configuration. Requests on the map read it under a shard
     /// lock without pinning; see `reconfig` for why that is safe.
@@ -238,7 +240,7 @@ where
     /// assert!(per_key.try_acquire(&7).is_ok());
     /// ```
     pub fn with_clock(config: L::Config, clock: L::Clock) -> Self {
-        Self::with_clock_and_hasher(config, clock, RandomState::new())
+        Self::with_clock_and_hasher(config, clock, KeyHasher::new())
     }
 }
 

@@ -378,7 +378,7 @@ impl<K, L: RateLimiter + Send + Sync + ?Sized + 'static> Policy<K> for Limit<L> 
 /// let per_ip = Keyed::<IpAddr, TokenBucket>::new(BucketConfig::new(20, Rate::per_second(10)).unwrap());
 /// let _ = PerKey::new("per-ip", per_ip).unwrap();
 /// ```
-pub struct PerKey<K, L: Keyable, S = std::collections::hash_map::RandomState> {
+pub struct PerKey<K, L: Keyable, S = tollgate::keyed::KeyHasher> {
     name: PolicyName,
     limiter: Arc<Keyed<K, L, S>>,
     max_wait: Duration,

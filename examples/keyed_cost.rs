@@ -1,0 +1,119 @@
+//! The work one keyed check does, counted in instructions rather than timed:
+//! tollgate's `Keyed<u64, TokenBucket>` (default hasher, and std's SipHash),
+//! governor's dashmap-keyed limiter.
+//!
+//! Timings of the keyed benches (`cargo bench --bench keyed`) move with
+//! whatever else the machine runs; an instruction count under valgrind does
+//! not, so this is the number to compare on a shared machine:
+//!
+//! ```text
+//! cargo build --release --example keyed_cost
+//! for n in 1000000 3000000; do
+//!   valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+//!     target/release/examples/keyed_cost tollgate allow 1 $n
+//! done
+//! ```
+//!
+//! The difference of the two totals divided by 2,000,000 is the cost of one
+//! check (setup, clock calibration and the prefill cancel out).
+//!
+//! Arguments: `tollgate | siphash | governor`, `allow | deny`, the number of
+//! keys (1 = one hot key), the number of checks. Keys are prefilled first
+//! (allow: a burst of `u32::MAX` refilled at 1/s, an hour of it spent per
+//! key; deny: one permit per hour, spent), then the checks walk the keys in
+//! order; the program asserts that every check got the workload's answer.
+
+use std::collections::hash_map::RandomState;
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::process::ExitCode;
+
+use governor::Quota;
+use tollgate::keyed::{BucketConfig, Keyed};
+use tollgate::{MonotonicClock, Rate, TokenBucket};
+
+/// splitmix64: distinct, scattered keys (as `benches/keyed.rs`).
+fn key(i: u64) -> u64 {
+    let mut z = i
+        .wrapping_add(0x9E37_79B9_7F4A_7C15)
+        .wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 30)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+type Check = Box<dyn Fn(&u64, u32) -> bool>;
+
+fn contender(name: &str, deny: bool) -> Option<Check> {
+    let (burst, rate) = if deny {
+        (1, Rate::per_hour(1))
+    } else {
+        (u32::MAX, Rate::per_second(1))
+    };
+    let config = BucketConfig::new(burst, rate).ok()?;
+    Some(match name {
+        "tollgate" => {
+            let keyed = Keyed::<u64, TokenBucket>::new(config);
+            Box::new(move |k, n| keyed.try_acquire_n(k, n).is_ok())
+        }
+        "siphash" => {
+            let keyed = Keyed::<u64, TokenBucket, RandomState>::with_clock_and_hasher(
+                config,
+                MonotonicClock::new(),
+                RandomState::new(),
+            );
+            Box::new(move |k, n| keyed.try_acquire_n(k, n).is_ok())
+        }
+        "governor" => {
+            let quota = if deny {
+                Quota::per_hour(NonZeroU32::MIN)
+            } else {
+                Quota::per_second(NonZeroU32::MIN).allow_burst(NonZeroU32::MAX)
+            };
+            let keyed = governor::RateLimiter::dashmap(quota);
+            Box::new(move |k, n| {
+                NonZeroU32::new(n).is_some_and(|n| matches!(keyed.check_key_n(k, n), Ok(Ok(()))))
+            })
+        }
+        _ => return None,
+    })
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let usage = "usage: keyed_cost tollgate|siphash|governor allow|deny KEYS CHECKS";
+    let [who, workload, keys, checks] = args.as_slice() else {
+        eprintln!("{usage}");
+        return ExitCode::FAILURE;
+    };
+    let deny = match workload.as_str() {
+        "allow" => false,
+        "deny" => true,
+        _ => {
+            eprintln!("{usage}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (Ok(keys), Ok(checks)) = (keys.parse::<u64>(), checks.parse::<u64>()) else {
+        eprintln!("{usage}");
+        return ExitCode::FAILURE;
+    };
+    let Some(check) = contender(who, deny).filter(|_| keys > 0) else {
+        eprintln!("{usage}");
+        return ExitCode::FAILURE;
+    };
+    let keys: Vec<u64> = (0..keys).map(key).collect();
+    let prefill = if deny { 1 } else { 3_600 };
+    for k in &keys {
+        assert!(check(k, prefill), "a fresh key was denied");
+    }
+    let mut admitted = 0u64;
+    for i in 0..checks as usize {
+        admitted += u64::from(check(black_box(&keys[i % keys.len()]), 1));
+    }
+    assert_eq!(
+        admitted,
+        if deny { 0 } else { checks },
+        "a check got the other answer"
+    );
+    ExitCode::SUCCESS
+}
