@@ -120,6 +120,20 @@ class Figures(unittest.TestCase):
         self.assertNotEqual(check.returncode, 0)
         self.assertIn("out of date", check.stderr)
 
+    def test_disturbed_points_are_hollow(self):
+        rec = record()
+        for r in rec["results"]:
+            if r["threads"]:
+                # 4 threads on 2 CPUs wait 50% by themselves; 1 and 2 should not wait.
+                r["on_cpu"], r["waiting_percent"] = 0.9, (60.0 if r["threads"] == 1 else 40.0)
+        self.write("a.json", rec)
+        svg = self.build()["test-model-9-2cpu-limiters.svg"]
+        ones = sum(1 for r in rec["results"] if r["threads"] == 1)
+        twos = sum(1 for r in rec["results"] if r["threads"] == 2)
+        self.assertIn(f"Hollow markers ({ones + twos} of {ones * 3}):", svg)
+        rec["results"][0]["waiting_percent"] = 140
+        self.assert_fails(rec, "not a percentage")
+
     def test_generic_groups(self):
         # Group names the generator has never seen: path parts become rows and columns.
         results = [row(f"keyed_hot/{w}/{t}t", f, t, m * t)
