@@ -136,13 +136,13 @@ class Figures(unittest.TestCase):
 
     def test_generic_groups(self):
         # Group names the generator has never seen: path parts become rows and columns.
-        results = [row(f"keyed_hot/{w}/{t}t", f, t, m * t)
+        results = [row(f"mystery_hot/{w}/{t}t", f, t, m * t)
                    for w in ("allow", "deny") for t in (1, 2, 4)
                    for f, m in (("tollgate", 20.0), ("governor", 15.0), ("brand_new", 18.0))]
         self.write("k.json", record("keyed_kinds", results))
         svg = self.build()["test-model-9-2cpu-keyed_kinds.svg"]
-        self.assertIn("keyed hot — allow", svg)
-        self.assertIn("keyed hot — deny", svg)
+        self.assertIn("mystery hot — allow", svg)
+        self.assertIn("mystery hot — deny", svg)
         self.assertIn("brand_new", svg)
         self.assertIn("M checks/s<", svg)  # a narrow range: linear axis
         self.assertEqual(svg.count("<polyline"), 6)
