@@ -36,8 +36,22 @@ fn nanos(ns: u64) -> Duration {
 
 type Bucket = LeasedTokenBucket<RecordingClock>;
 
-/// A full bucket with `stripes` stripes on a manual clock at 0.
+/// A full bucket with `stripes` stripes on a manual clock at 0, every request
+/// through the stripes (as under contention: the lease protocol is what these
+/// models are about; `direct_and_striped_requests_race` models the switch).
 fn bucket(capacity: u32, stripes: usize) -> (Arc<Bucket>, ManualClock) {
+    let (bucket, clock) = new_bucket(capacity, stripes);
+    (Arc::new(bucket.always_striped()), clock)
+}
+
+/// As `bucket`, but as it ships: requests go straight to the word until a
+/// thread loses a race for it.
+fn adaptive_bucket(capacity: u32, stripes: usize) -> (Arc<Bucket>, ManualClock) {
+    let (bucket, clock) = new_bucket(capacity, stripes);
+    (Arc::new(bucket), clock)
+}
+
+fn new_bucket(capacity: u32, stripes: usize) -> (Bucket, ManualClock) {
     let clock = ManualClock::new();
     let bucket = LeasedTokenBucket::with_stripes(
         capacity,
@@ -47,7 +61,7 @@ fn bucket(capacity: u32, stripes: usize) -> (Arc<Bucket>, ManualClock) {
     )
     .expect("a valid configuration");
     assert_eq!(bucket.stripes(), stripes);
-    (Arc::new(bucket), clock)
+    (bucket, clock)
 }
 
 /// The checks every model makes once its threads are joined (see the module docs).
@@ -92,6 +106,35 @@ fn spends_race_with_leases_and_the_clock() {
             let (b, c) = (bucket.clone(), clock.clone());
             let other = thread::spawn(move || {
                 let first = record(12, || b.try_acquire_n(12));
+                c.advance(nanos(INTERVAL + 5));
+                vec![first, record(2, || b.try_acquire_n(2))]
+            });
+
+            let threads = vec![spender.join().unwrap(), other.join().unwrap()];
+            verify(&bucket, &clock, CAPACITY, threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// The bucket as it ships: both threads start on the word's direct path. A
+/// thread whose CAS on the word loses to the other's switches to the stripes
+/// and leases, so direct admissions race with leases, spends and the clock.
+#[test]
+fn direct_and_striped_requests_race() {
+    let explored = explore(
+        "leased_token_bucket::direct_and_striped_requests_race",
+        3,
+        || {
+            const CAPACITY: u32 = 16;
+            let (bucket, clock) = adaptive_bucket(CAPACITY, 2);
+
+            let b = bucket.clone();
+            let spender =
+                thread::spawn(move || (0..3).map(|_| record(1, || b.try_acquire())).collect());
+            let (b, c) = (bucket.clone(), clock.clone());
+            let other = thread::spawn(move || {
+                let first = record(11, || b.try_acquire_n(11));
                 c.advance(nanos(INTERVAL + 5));
                 vec![first, record(2, || b.try_acquire_n(2))]
             });
@@ -249,7 +292,8 @@ fn a_used_up_run_leaves_the_stripe_empty() {
                     RecordingClock::new(clock.clone()),
                     2,
                 )
-                .expect("a valid configuration"),
+                .expect("a valid configuration")
+                .always_striped(),
             );
 
             let b = bucket.clone();

@@ -30,10 +30,12 @@
 //! | word (`AtomicU64`, own cache line) | 0–63 | the TAT: every slot before it has been leased, spent or forgotten; every slot from it on is free. Below `2^63`, as the plain bucket's. |
 //! | stripe `k` (`AtomicU64`, own cache line) | 63 | set: the stripe holds nothing (at birth, and once a lease is used up) |
 //! | | 0–62 | `next`: the first slot start of the stripe's lease. The lease ends at `end(next)`, the first multiple of `2^b` above `next` — `b` fixed at construction (`2^b ≤ capacity·I / (2·stripes)`) — so one word says where the lease starts *and* ends. |
+//! | contended-until (`AtomicU64`, own cache line) | 0–63 | readings below it go to the stripes, later ones straight to the word; raised to `s + CONTENDED_FOR` by a lost CAS on the word. A hint: no decision depends on it. |
 //!
 //! | operation | reads | writes |
 //! |---|---|---|
-//! | spend from own stripe (fast path) | stripe | `next := max(next, s) + n·I` by CAS (empty if that is `end(next)`) |
+//! | direct admission (uncontended: `s` ≥ contended-until) | contended-until, word | `TAT := max(TAT, s) + n·I` by one CAS, iff `≤ s + τ + I`; a would-be denial or a lost CAS goes on to the stripes |
+//! | spend from own stripe (contended fast path) | stripe | `next := max(next, s) + n·I` by CAS (empty if that is `end(next)`) |
 //! | lease (slow path) | stripe, word | stripe emptied by swap (if it held a lease); word `TAT → v` or `→ end(v)` by CAS, `v = max(base, s) + n·I`, `base` = the old lease's `next` if the word still ends at it (the old lease given back), else the TAT; the spare `[v, end(v))` is leased when it holds a slot and is at most `(s + capacity·I − v) / (2·stripes)` long, and goes into the stripe if it is still empty, else back to the word |
 //! | deny | stripe, word | the old lease given back to the word, or put back in the stripe |
 //! | snapshot | word, every stripe | nothing |
@@ -67,14 +69,24 @@ use crate::word::WordMachine;
 /// A stripe that holds nothing: bit 63, which no slot start has.
 const EMPTY: u64 = 1 << 63;
 
+/// How long (ns of the limiter's timeline, about 1 ms) requests keep to the
+/// stripes after a compare-and-swap on the word was lost to another thread.
+/// A time, not a count of attempts, so it means the same on every CPU: once
+/// it has passed, the next request probes the word directly again, and a
+/// probe that loses costs one failed CAS (well under a microsecond) per
+/// window per thread — under 0.1% of the window whatever the hardware.
+const CONTENDED_FOR: u64 = 1 << 20;
+
 /// A lock-free token bucket whose permits are leased to per-core stripes: the
 /// same guarantee as [`TokenBucket`](crate::TokenBucket) (at most
 /// `capacity + rate·(b − a)` permits in any `[a, b]` of decision times), with
 /// most checks writing only the calling thread's own cache line.
 ///
-/// Choose it for one limiter shared by many threads on many cores; on one
-/// thread it costs more than [`TokenBucket`](crate::TokenBucket)
-/// (docs/benchmarks.md). Permits leased to one thread's stripe are not
+/// Choose it for one limiter shared by many threads on many cores. While no
+/// other thread contends for the shared word, requests go straight to it, as
+/// in [`TokenBucket`](crate::TokenBucket) (one more load of a line nobody
+/// writes); a compare-and-swap lost to another thread sends requests to the
+/// stripes for about a millisecond of the limiter's clock (docs/algorithms.md). Permits leased to one thread's stripe are not
 /// available to another until they are spent or expire, so under contention it
 /// can deny a request the plain bucket would admit (under-admission, bounded
 /// and measured in docs/algorithms.md); it never admits more. With one thread,
@@ -109,6 +121,10 @@ pub struct LeasedTokenBucket<C = MonotonicClock> {
     /// `b`: leases end at multiples of `2^b` ns.
     shift: u32,
     word: CachePadded<AtomicU64>,
+    /// Readings below this go to the stripes; from it on, straight to the
+    /// word. Raised to `s + CONTENDED_FOR` when a CAS on the word is lost; a
+    /// hint of which path is cheaper, never a part of a decision.
+    contended_until: CachePadded<AtomicU64>,
     stripes: Box<[CachePadded<AtomicU64>]>,
     /// `stripes.len() - 1`; the length is a power of two.
     mask: usize,
@@ -174,6 +190,8 @@ impl<C: Clock> LeasedTokenBucket<C> {
             gcra,
             // A TAT of zero: full at birth. Every stripe empty.
             word: CachePadded::new(AtomicU64::new(0)),
+            // Uncontended at birth: the first requests go to the word.
+            contended_until: CachePadded::new(AtomicU64::new(0)),
             stripes: (0..stripes)
                 .map(|_| CachePadded::new(AtomicU64::new(EMPTY)))
                 .collect(),
@@ -206,6 +224,24 @@ impl<C: Clock> LeasedTokenBucket<C> {
         self.stripes.len()
     }
 
+    /// Sends every request through the stripes, as if every thread had just
+    /// lost a race for the word: for tests and models of the lease protocol,
+    /// which one thread alone would otherwise never reach.
+    ///
+    /// ```
+    /// use tollgate::{LeasedTokenBucket, ManualClock, RateLimiter, Rate};
+    /// let bucket = LeasedTokenBucket::with_clock(10, Rate::per_second(10), ManualClock::new())
+    ///     .unwrap()
+    ///     .always_striped();
+    /// assert!(bucket.try_acquire().is_ok());
+    /// ```
+    #[doc(hidden)]
+    pub fn always_striped(self) -> Self {
+        // Relaxed: nothing else is shared yet.
+        self.contended_until.store(u64::MAX, Ordering::Relaxed);
+        self
+    }
+
     /// The clock this limiter reads.
     ///
     /// ```
@@ -226,10 +262,71 @@ impl<C: Clock> LeasedTokenBucket<C> {
         ((next >> self.shift) + 1) << self.shift
     }
 
-    /// Admits `n` (in `1..=capacity`) at reading `now`: from the calling
+    /// Admits `n` (in `1..=capacity`) at reading `now`: straight from the
+    /// word while no other thread contends for it, else from the calling
     /// thread's stripe when its lease has room, else through the word.
     #[inline]
     fn acquire_at(&self, now: u64, n: u32) -> Result<(), Denied> {
+        // Relaxed: which path to take is a guess about cost; both paths are
+        // exact on their own, whatever this load returns.
+        if now >= self.contended_until.load(Ordering::Relaxed) {
+            if let Some(admitted) = self.acquire_direct(now, n) {
+                return admitted;
+            }
+        }
+        self.acquire_striped(now, n)
+    }
+
+    /// The plain bucket's step on the word, tried once: `None` if the word
+    /// cannot admit (the stripes decide, so that a lease of the caller's own
+    /// stripe still serves it) or another thread's CAS came first (the
+    /// stripes decide, and keep deciding for [`CONTENDED_FOR`]).
+    ///
+    /// A direct admission takes the slots `[max(TAT, s), max(TAT, s) + n·I)`
+    /// from the word, the lease step without a spare run: slots before the
+    /// TAT are leased, spent or forgotten and never taken twice, so leases
+    /// held by stripes are untouched and the bound is the one proven for the
+    /// slow path (docs/algorithms.md).
+    #[inline]
+    fn acquire_direct(&self, now: u64, n: u32) -> Option<Result<(), Denied>> {
+        let cost = u64::from(n) * self.interval;
+        // Relaxed: a decision on a stale TAT is checked by the CAS below.
+        let tat = self.word.load(Ordering::Relaxed);
+        let spent = tat.max(now) + cost;
+        if spent > now + self.tolerance {
+            return None;
+        }
+        // Relaxed both ways: decided on the very TAT it replaces, publishing
+        // nothing else. Strong: a spurious failure would report contention
+        // that is not there.
+        match self
+            .word
+            .compare_exchange(tat, spent, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            Ok(_) => Some(Ok(())),
+            Err(_) => {
+                self.mark_contended(now);
+                None
+            }
+        }
+    }
+
+    /// Keeps requests on the stripes until `now + CONTENDED_FOR`.
+    #[cold]
+    fn mark_contended(&self, now: u64) {
+        let until = now + CONTENDED_FOR;
+        // Relaxed: a hint (see `contended_until`). Racing raises may lower it
+        // a little; never below a reading of this window, and never from the
+        // `u64::MAX` of `always_striped`, which no raise exceeds.
+        if self.contended_until.load(Ordering::Relaxed) < until {
+            self.contended_until.store(until, Ordering::Relaxed);
+        }
+    }
+
+    /// Admits `n` (in `1..=capacity`) at reading `now`: from the calling
+    /// thread's stripe when its lease has room, else through the word.
+    #[inline]
+    fn acquire_striped(&self, now: u64, n: u32) -> Result<(), Denied> {
         let own = thread_hint() & self.mask;
         let stripe = &self.stripes[own];
         // `n ≤ capacity`, so `cost ≤ tolerance ≤ 2^62`; `now ≤ 2^62 − 1` and
@@ -340,7 +437,12 @@ impl<C: Clock> LeasedTokenBucket<C> {
                     }
                     return Ok(());
                 }
-                Err(actual) => tat = actual,
+                Err(actual) => {
+                    if actual != tat {
+                        self.mark_contended(now);
+                    }
+                    tat = actual;
+                }
             }
         }
     }
