@@ -34,7 +34,8 @@
 //!
 //! | operation | reads | writes |
 //! |---|---|---|
-//! | direct admission (uncontended: `s` ≥ contended-until) | contended-until, word | `TAT := max(TAT, s) + n·I` by one CAS, iff `≤ s + τ + I`; a would-be denial or a lost CAS goes on to the stripes |
+//! | direct admission (uncontended: `s` ≥ contended-until) | contended-until, word | `TAT := max(TAT, s) + n·I` by one CAS, iff `≤ s + τ + I`; a lost CAS goes on to the stripes |
+//! | direct denial | contended-until, word, own stripe | nothing, if the own stripe is empty (else the stripes decide) |
 //! | spend from own stripe (contended fast path) | stripe | `next := max(next, s) + n·I` by CAS (empty if that is `end(next)`) |
 //! | lease (slow path) | stripe, word | stripe emptied by swap (if it held a lease); word `TAT → v` or `→ end(v)` by CAS, `v = max(base, s) + n·I`, `base` = the old lease's `next` if the word still ends at it (the old lease given back), else the TAT; the spare `[v, end(v))` is leased when it holds a slot and is at most `(s + capacity·I − v) / (2·stripes)` long, and goes into the stripe if it is still empty, else back to the word |
 //! | deny | stripe, word | the old lease given back to the word, or put back in the stripe |
@@ -278,9 +279,9 @@ impl<C: Clock> LeasedTokenBucket<C> {
     }
 
     /// The plain bucket's step on the word, tried once: `None` if the word
-    /// cannot admit (the stripes decide, so that a lease of the caller's own
-    /// stripe still serves it) or another thread's CAS came first (the
-    /// stripes decide, and keep deciding for [`CONTENDED_FOR`]).
+    /// cannot admit while the caller's own stripe holds a lease (the stripes
+    /// decide, so that the lease still serves it) or another thread's CAS came
+    /// first (the stripes decide, and keep deciding for [`CONTENDED_FOR`]).
     ///
     /// A direct admission takes the slots `[max(TAT, s), max(TAT, s) + n·I)`
     /// from the word, the lease step without a spare run: slots before the
@@ -293,8 +294,16 @@ impl<C: Clock> LeasedTokenBucket<C> {
         // Relaxed: a decision on a stale TAT is checked by the CAS below.
         let tat = self.word.load(Ordering::Relaxed);
         let spent = tat.max(now) + cost;
-        if spent > now + self.tolerance {
-            return None;
+        let limit = now + self.tolerance;
+        if spent > limit {
+            // Relaxed: whether the stripe held a lease at some point during
+            // the request; if it did not, the stripes' path would decide on
+            // this same word to the same denial (its empty-stripe branch).
+            let own = &self.stripes[thread_hint() & self.mask];
+            if own.load(Ordering::Relaxed) & EMPTY == 0 {
+                return None;
+            }
+            return Some(Err(Denied::RetryAfter(Duration::from_nanos(spent - limit))));
         }
         // Relaxed both ways: decided on the very TAT it replaces, publishing
         // nothing else. Strong: a spurious failure would report contention
