@@ -99,6 +99,7 @@ mod log;
 mod machine;
 pub mod quota;
 pub mod reconfig;
+mod sliding;
 mod two_word;
 mod waiting;
 
@@ -121,6 +122,9 @@ pub use log::LogConfig;
 #[doc(hidden)]
 pub use log::{LogCell, LogReceipt};
 pub use reconfig::Tunable;
+pub use sliding::SlidingWindowConfig;
+#[doc(hidden)]
+pub use sliding::{WindowCell, WindowReceipt};
 pub use two_word::{ShaperConfig, WarmUpConfig};
 
 use crate::clock::MonotonicClock;
