@@ -413,7 +413,11 @@ fn keyed_window_agrees(rate: Rate, subs: u32, steps: &[(u8, u32, u64)]) {
         let k = usize::from(key);
         let expected = twins[k].try_acquire_n_with_snapshot(n);
         if step % 2 == 0 {
-            assert_eq!(keyed.try_acquire_n_with_snapshot(&key, n), expected, "step {step}");
+            assert_eq!(
+                keyed.try_acquire_n_with_snapshot(&key, n),
+                expected,
+                "step {step}"
+            );
         } else {
             let denied = expected.as_ref().map(|_| ()).map_err(|r| r.denied);
             assert_eq!(keyed.try_acquire_n(&key, n), denied, "step {step}");
