@@ -9,21 +9,23 @@
 //!   them (scattered over the hash space) from its own offset (the
 //!   cache-missing case).
 //!
-//! Every check admits and so writes the key's word (the allow path): both
-//! limiters get a burst of `u32::MAX` refilled at one permit per second, so no
-//! run can reach a denial, and no key is ever full (fresh) again, so no key is
-//! evicted and the map stays at a million keys; the harness asserts every
-//! check was admitted. Functions: `tollgate` (`Keyed<u64, TokenBucket>`) and
+//! Every check admits and so writes the key's word (the allow path). On the
+//! hot key both limiters get a burst of `u32::MAX` refilled at one permit
+//! per second, so no run can reach a denial. Over the million keys, a burst
+//! of 2^20 refilled at one permit an hour: a key checked once owes an hour,
+//! so none is full (fresh) again within a run, no insert sweeps one away and
+//! the map stays at a million keys. (Both used to share the first limiter: a
+//! key checked once was fresh a second later, so a setup that took more than
+//! a second to insert the million keys — a loaded machine — had its inserts
+//! sweep the first keys away, and the "no eviction" assertion failed, or the
+//! spread groups re-inserted evicted keys while timing.) The harness asserts
+//! every check was admitted and every key still resident. Functions: `tollgate` (`Keyed<u64, TokenBucket>`) and
 //! `governor` (`RateLimiter::dashmap`), both on their default TSC clocks and
 //! std's `RandomState` hasher. One criterion iteration is one check on each
 //! thread, timed from the first thread's start to the last one's end, so
 //! elements/s is total checks per second.
 //!
-//! Groups `keyed_log/<spread>/<threads>t` do the same with 100 k keys for
-//! `tollgate_log` (`Keyed<u64, SlidingLog>`: a per-key lock around a ring of
-//! 32-bit stamps), `tollgate_log_2_rules` (the same ring under two rules, 64
-//! per 2 µs and 32 per 500 ns: every check reads both), `tollgate_bucket` and
-//! `governor`, on the allow path too.
+//! The keyed sliding log and sliding window are in `benches/keyed_kinds.rs`.
 //!
 //! Before the timed groups, the binary prints the bytes allocated per key with
 //! a million `u64` keys for each kind and for governor, counted by this
@@ -38,11 +40,11 @@ use std::time::Duration;
 use criterion::Criterion;
 use governor::Quota;
 use tollgate::keyed::{
-    BucketConfig, Keyable, Keyed, LogConfig, MeterConfig, ShaperConfig, WarmUpConfig, WindowConfig,
+    BucketConfig, Keyable, Keyed, MeterConfig, ShaperConfig, WarmUpConfig, WindowConfig,
 };
 use tollgate::{
     FixedWindow, LeakyBucket, LockingFixedWindow, LockingTokenBucket, LockingWarmUp, ManualClock,
-    Rate, Shaper, SlidingLog, TokenBucket, WarmUp,
+    Rate, Shaper, TokenBucket, WarmUp,
 };
 
 mod common;
@@ -119,13 +121,24 @@ impl Check for GovernorKeyed {
     }
 }
 
-fn tollgate_keyed() -> Keyed<u64, TokenBucket> {
-    Keyed::new(BucketConfig::new(u32::MAX, Rate::per_second(1)).expect("valid"))
+/// A keyed token bucket of `burst` refilled one permit per `period`.
+fn tollgate_keyed(burst: u32, period: Duration) -> Keyed<u64, TokenBucket> {
+    Keyed::new(BucketConfig::new(burst, Rate::new(1, period)).expect("valid"))
 }
 
-fn governor_keyed() -> GovernorKeyed {
-    governor::RateLimiter::dashmap(Quota::per_second(NonZeroU32::MIN).allow_burst(NonZeroU32::MAX))
+fn governor_keyed(burst: u32, period: Duration) -> GovernorKeyed {
+    let quota = Quota::with_period(period)
+        .expect("a non-zero period")
+        .allow_burst(NonZeroU32::new(burst).expect("non-zero"));
+    governor::RateLimiter::dashmap(quota)
 }
+
+/// The hot key's limits: the largest burst, which a 2^62 ns timeline allows
+/// at one permit a second.
+const HOT: (u32, Duration) = (u32::MAX, Duration::from_secs(1));
+
+/// The million keys' limits: no key is fresh again within an hour of a check.
+const SPREAD: (u32, Duration) = (1 << 20, Duration::from_secs(3_600));
 
 /// `iters` checks on each of `threads` threads, thread `t` from its own offset
 /// into `keys` (or all on the hot key); returns the wall time. Asserts that
@@ -159,74 +172,38 @@ fn run<L: Check>(
 
 fn throughput(c: &mut Criterion) {
     let keys = keys();
-    let tollgate = Arc::new(tollgate_keyed());
-    let governor = Arc::new(governor_keyed());
+    let hot_pair = (
+        Arc::new(tollgate_keyed(HOT.0, HOT.1)),
+        Arc::new(governor_keyed(HOT.0, HOT.1)),
+    );
+    let spread_pair = (
+        Arc::new(tollgate_keyed(SPREAD.0, SPREAD.1)),
+        Arc::new(governor_keyed(SPREAD.0, SPREAD.1)),
+    );
     for key in keys.iter() {
-        assert!(tollgate.check(key) && governor.check(key));
+        assert!(spread_pair.0.check(key) && spread_pair.1.check(key));
     }
-    assert_eq!(tollgate.len(), KEYS);
+    // Every key owes an hour: none was fresh when an insert swept its bucket.
+    assert_eq!(spread_pair.0.len(), KEYS);
     for (spread, hot) in [("hot", true), ("spread", false)] {
+        let (tollgate, governor) = if hot { &hot_pair } else { &spread_pair };
         for threads in THREADS {
             let mut group =
                 common::threads_group(c, &format!("keyed/{spread}/{threads}t"), threads);
             group.bench_function("tollgate", |b| {
-                b.iter_custom(|iters| run(&tollgate, &keys, hot, threads, iters))
+                b.iter_custom(|iters| run(tollgate, &keys, hot, threads, iters))
             });
             group.bench_function("governor", |b| {
-                b.iter_custom(|iters| run(&governor, &keys, hot, threads, iters))
+                b.iter_custom(|iters| run(governor, &keys, hot, threads, iters))
             });
             group.finish();
         }
     }
-    assert_eq!(tollgate.len(), KEYS, "no key may be evicted while timing");
-}
-
-/// Keys of the sliding-log groups: fewer than `KEYS`, as every log key
-/// holds a ring.
-const LOG_KEYS: usize = 100_000;
-
-/// The keyed sliding log (a per-key lock around a ring of 32-bit stamps)
-/// beside the keyed token bucket and governor, on the allow path: 64
-/// permits per 2 µs per key (32 M/s, more than any key gets here, so every
-/// check is admitted and writes; a 256-byte ring per key, 25.6 MB over the
-/// 100 k keys), hot key and 100 k keys.
-fn log_throughput(c: &mut Criterion) {
-    let keys: Arc<Vec<u64>> = Arc::new((0..LOG_KEYS as u64).map(key).collect());
-    let rate = Rate::new(64, Duration::from_micros(2));
-    let log = Arc::new(Keyed::<u64, SlidingLog>::new(
-        LogConfig::new(rate).expect("valid"),
-    ));
-    // Two rules on the same 64-slot ring: every check reads both.
-    let two_rules = LogConfig::new(rate)
-        .and_then(|c| c.with_rule(Rate::new(32, Duration::from_nanos(500))))
-        .expect("valid");
-    let log_2_rules = Arc::new(Keyed::<u64, SlidingLog>::new(two_rules));
-    let bucket = Arc::new(tollgate_keyed());
-    let governor = Arc::new(governor_keyed());
-    for key in keys.iter() {
-        assert!(
-            log.check(key) && log_2_rules.check(key) && bucket.check(key) && governor.check(key)
-        );
-    }
-    for (spread, hot) in [("hot", true), ("spread", false)] {
-        for threads in THREADS {
-            let mut group =
-                common::threads_group(c, &format!("keyed_log/{spread}/{threads}t"), threads);
-            group.bench_function("tollgate_log", |b| {
-                b.iter_custom(|iters| run(&log, &keys, hot, threads, iters))
-            });
-            group.bench_function("tollgate_log_2_rules", |b| {
-                b.iter_custom(|iters| run(&log_2_rules, &keys, hot, threads, iters))
-            });
-            group.bench_function("tollgate_bucket", |b| {
-                b.iter_custom(|iters| run(&bucket, &keys, hot, threads, iters))
-            });
-            group.bench_function("governor", |b| {
-                b.iter_custom(|iters| run(&governor, &keys, hot, threads, iters))
-            });
-            group.finish();
-        }
-    }
+    assert_eq!(
+        spread_pair.0.len(),
+        KEYS,
+        "no key may be evicted while timing"
+    );
 }
 
 /// Bytes allocated per key with `KEYS` keys, each admitted once.
@@ -316,10 +293,6 @@ fn memory() {
 fn main() {
     memory();
     let mut c = common::config().configure_from_args();
-    // The log groups first: their setup is small, while the million-key
-    // setup of `throughput` asserts that no key was evicted while inserting,
-    // which a loaded machine taking over a second to insert can break.
-    log_throughput(&mut c);
     throughput(&mut c);
     c.final_summary();
 }

@@ -4,7 +4,9 @@
 //!
 //! Groups are named `keyed_kinds/<spread>/<threads>t`:
 //!
-//! - **hot**: every thread checks the same key (one shard, one per-key lock
+//! - **hot**: every thread checks the same key (`tollgate_log_2_rules`: the
+//!   same 64-slot ring under a second rule, 32 per 500 ns; every check reads
+//!   both) (one shard, one per-key lock
 //!   for the log and the window: the contended case). The direct
 //!   `SlidingWindow` (striped, default stripes) and its locking twin run
 //!   beside them under the same limit, with no key: what a per-key window
@@ -208,6 +210,11 @@ fn hot(c: &mut Criterion) {
     let log = Arc::new(Keyed::<u64, SlidingLog>::new(
         LogConfig::new(log_rate).expect("valid"),
     ));
+    // Two rules on the same 64-slot ring: every check reads both.
+    let two_rules = LogConfig::new(log_rate)
+        .and_then(|c| c.with_rule(Rate::new(32, Duration::from_nanos(500))))
+        .expect("valid");
+    let log_2_rules = Arc::new(Keyed::<u64, SlidingLog>::new(two_rules));
     let window = Arc::new(Keyed::<u64, SlidingWindow>::new(
         SlidingWindowConfig::with_sub_windows(window_rate, 10).expect("valid"),
     ));
@@ -228,6 +235,14 @@ fn hot(c: &mut Criterion) {
     for threads in THREADS {
         let mut group = common::threads_group(c, &format!("keyed_kinds/hot/{threads}t"), threads);
         bench(&mut group, "tollgate_log", &log, &keys, true, threads);
+        bench(
+            &mut group,
+            "tollgate_log_2_rules",
+            &log_2_rules,
+            &keys,
+            true,
+            threads,
+        );
         bench(&mut group, "tollgate_window", &window, &keys, true, threads);
         bench(&mut group, "tollgate_bucket", &bucket, &keys, true, threads);
         bench(&mut group, "governor", &governor, &keys, true, threads);
