@@ -35,7 +35,8 @@
 //! shared by all keys and a per-key state: for the token bucket, the fixed
 //! window and the leaky bucket meter, the same single `AtomicU64` as the
 //! direct limiter (for the shaper and warm-up, their 128-bit word; for the
-//! sliding log, a compact ring of 32-bit stamps, see [`LogConfig`]), unpadded,
+//! sliding log, a compact ring of 32-bit stamps, see [`LogConfig`]; for the
+//! sliding window, `S` counts, see [`SlidingWindowConfig`]), unpadded,
 //! in the
 //! map's value. All keys share one clock origin (the keyed limiter's), so a
 //! key's state is directly comparable with a fresh one. Bytes per key are the
