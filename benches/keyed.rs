@@ -26,11 +26,7 @@
 //! thread's start to the last one's end, so elements/s is total checks per
 //! second.
 //!
-//! Groups `keyed_log/<spread>/<threads>t` do the same with 100 k keys for
-//! `tollgate_log` (`Keyed<u64, SlidingLog>`: a per-key lock around a ring of
-//! 32-bit stamps), `tollgate_log_2_rules` (the same ring under two rules, 64
-//! per 2 µs and 32 per 500 ns: every check reads both), `tollgate_bucket` and
-//! `governor`, on the allow path too.
+//! The keyed sliding log and sliding window are in `benches/keyed_kinds.rs`.
 //!
 //! Before the timed groups, the binary prints the bytes allocated per key with
 //! a million `u64` keys for each kind and for governor, counted by this
@@ -47,11 +43,11 @@ use std::time::Duration;
 use criterion::Criterion;
 use governor::Quota;
 use tollgate::keyed::{
-    BucketConfig, Keyable, Keyed, LogConfig, MeterConfig, ShaperConfig, WarmUpConfig, WindowConfig,
+    BucketConfig, Keyable, Keyed, MeterConfig, ShaperConfig, WarmUpConfig, WindowConfig,
 };
 use tollgate::{
     FixedWindow, LeakyBucket, LockingFixedWindow, LockingTokenBucket, LockingWarmUp, ManualClock,
-    MonotonicClock, Rate, Shaper, SlidingLog, TokenBucket, WarmUp,
+    MonotonicClock, Rate, Shaper, TokenBucket, WarmUp,
 };
 
 mod common;
@@ -334,56 +330,6 @@ fn flood_run<L: Check>(
     run.wall
 }
 
-/// Keys of the sliding-log groups: fewer than `KEYS`, as every log key
-/// holds a ring.
-const LOG_KEYS: usize = 100_000;
-
-/// The keyed sliding log (a per-key lock around a ring of 32-bit stamps)
-/// beside the keyed token bucket and governor, on the allow path: 64
-/// permits per 2 µs per key (32 M/s, more than any key gets here, so every
-/// check is admitted and writes; a 256-byte ring per key, 25.6 MB over the
-/// 100 k keys), hot key and 100 k keys.
-fn log_throughput(c: &mut Criterion) {
-    let keys: Arc<Vec<u64>> = Arc::new((0..LOG_KEYS as u64).map(key).collect());
-    let rate = Rate::new(64, Duration::from_micros(2));
-    let log = Arc::new(Keyed::<u64, SlidingLog>::new(
-        LogConfig::new(rate).expect("valid"),
-    ));
-    // Two rules on the same 64-slot ring: every check reads both.
-    let two_rules = LogConfig::new(rate)
-        .and_then(|c| c.with_rule(Rate::new(32, Duration::from_nanos(500))))
-        .expect("valid");
-    let log_2_rules = Arc::new(Keyed::<u64, SlidingLog>::new(two_rules));
-    let bucket = Arc::new(tollgate_keyed(Workload::Allow));
-    let governor = Arc::new(governor_keyed(Workload::Allow));
-    for key in keys.iter() {
-        assert!(
-            log.check(key) && log_2_rules.check(key) && bucket.check(key) && governor.check(key)
-        );
-    }
-    for (spread, hot) in [("hot", true), ("spread", false)] {
-        for threads in THREADS {
-            let mut group =
-                common::threads_group(c, &format!("keyed_log/{spread}/{threads}t"), threads);
-            group.bench_function("tollgate_log", |b| {
-                b.iter_custom(|iters| run(&log, &keys, hot, Workload::Allow, threads, iters))
-            });
-            group.bench_function("tollgate_log_2_rules", |b| {
-                b.iter_custom(|iters| {
-                    run(&log_2_rules, &keys, hot, Workload::Allow, threads, iters)
-                })
-            });
-            group.bench_function("tollgate_bucket", |b| {
-                b.iter_custom(|iters| run(&bucket, &keys, hot, Workload::Allow, threads, iters))
-            });
-            group.bench_function("governor", |b| {
-                b.iter_custom(|iters| run(&governor, &keys, hot, Workload::Allow, threads, iters))
-            });
-            group.finish();
-        }
-    }
-}
-
 /// Bytes allocated per key with `KEYS` keys, each admitted once.
 fn bytes_per_key<L: Check>(make: impl FnOnce() -> L) -> f64 {
     let before = ALLOCATED.load(Ordering::Relaxed);
@@ -471,7 +417,6 @@ fn memory() {
 fn main() {
     memory();
     let mut c = common::config().configure_from_args();
-    log_throughput(&mut c);
     throughput(&mut c);
     flood(&mut c);
     c.final_summary();

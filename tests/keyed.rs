@@ -10,15 +10,17 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use support::{Admission, Start, check_leaky_bucket, check_shaper, check_token_bucket};
+use support::{
+    Admission, Start, check_leaky_bucket, check_shaper, check_sliding_window, check_token_bucket,
+};
 use tollgate::keyed::{
-    BucketConfig, Carry, FLOOR_STEP, Keyable, Keyed, LogConfig, MeterConfig, ShaperConfig, Tunable,
-    WarmUpConfig, WindowConfig,
+    BucketConfig, Carry, FLOOR_STEP, Keyable, Keyed, LogConfig, MeterConfig, ShaperConfig,
+    SlidingWindowConfig, Tunable, WarmUpConfig, WindowConfig,
 };
 use tollgate::{
     Denied, FixedWindow, LeakyBucket, LockingFixedWindow, LockingLeakyBucket, LockingShaper,
-    LockingTokenBucket, LockingWarmUp, ManualClock, Rate, RateLimiter, Shaper, SlidingLog,
-    TokenBucket, WarmUp,
+    LockingSlidingWindow, LockingTokenBucket, LockingWarmUp, ManualClock, Rate, RateLimiter,
+    Shaper, SlidingLog, SlidingWindow, TokenBucket, WarmUp,
 };
 
 type Bucket = TokenBucket<ManualClock>;
@@ -27,6 +29,12 @@ type Meter = LeakyBucket<ManualClock>;
 type Queue = Shaper<ManualClock>;
 type Warm = WarmUp<ManualClock>;
 type Log = SlidingLog<ManualClock>;
+type Sliding = SlidingWindow<ManualClock>;
+
+fn sliding(limit: u32, period_ms: u64, subs: u32) -> SlidingWindowConfig {
+    SlidingWindowConfig::with_sub_windows(Rate::new(limit, Duration::from_millis(period_ms)), subs)
+        .unwrap()
+}
 
 fn bucket(capacity: u32, permits: u32, period_ms: u64) -> BucketConfig {
     BucketConfig::new(
@@ -370,6 +378,85 @@ proptest! {
     }
 }
 
+/// Steps of a single-threaded run on a keyed sliding window: (key, n, advance
+/// in ns); `n` up to one past the limit, and 0.
+fn window_steps(limit: u32, max_advance: u64) -> impl Strategy<Value = Vec<(u8, u32, u64)>> {
+    proptest::collection::vec(
+        (
+            0u8..3,
+            0..=limit + 1,
+            prop_oneof![0..max_advance / 20, 0..max_advance],
+        ),
+        1..400,
+    )
+}
+
+/// Runs `steps` on a keyed sliding window and one `LockingSlidingWindow`
+/// per key (the direct window's twin, built at the keyed limiter's origin),
+/// checking that every decision, retry-after, snapshot and reported
+/// snapshot agree, and that every key keeps the window's bound.
+fn keyed_window_agrees(rate: Rate, subs: u32, steps: &[(u8, u32, u64)]) {
+    let clock = ManualClock::new();
+    let config = SlidingWindowConfig::with_sub_windows(rate, subs).unwrap();
+    let keyed = Keyed::<u8, Sliding>::with_clock(config, clock.clone());
+    let twins: Vec<LockingSlidingWindow<ManualClock>> = (0..3)
+        .map(|_| {
+            LockingSlidingWindow::builder(rate)
+                .sub_windows(subs)
+                .clock(clock.clone())
+                .build_locking()
+                .unwrap()
+        })
+        .collect();
+    let mut admitted: HashMap<u8, Vec<Admission>> = HashMap::new();
+    for (step, &(key, n, advance)) in steps.iter().enumerate() {
+        let k = usize::from(key);
+        let expected = twins[k].try_acquire_n_with_snapshot(n);
+        if step % 2 == 0 {
+            assert_eq!(
+                keyed.try_acquire_n_with_snapshot(&key, n),
+                expected,
+                "step {step}"
+            );
+        } else {
+            let denied = expected.as_ref().map(|_| ()).map_err(|r| r.denied);
+            assert_eq!(keyed.try_acquire_n(&key, n), denied, "step {step}");
+        }
+        if expected.is_ok() {
+            let at = tollgate::Clock::now(&clock);
+            admitted.entry(key).or_default().push(Admission { at, n });
+        }
+        assert_eq!(keyed.snapshot(&key), twins[k].snapshot(), "step {step}");
+        clock.advance(Duration::from_nanos(advance));
+    }
+    let sub = config.sub_window().as_nanos() as u64;
+    for admissions in admitted.values() {
+        check_sliding_window(admissions, rate.permits(), sub, subs);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Small windows, the sub-window count from 1 (a fixed window) to 7,
+    /// periods that do not divide evenly.
+    #[test]
+    fn a_keyed_sliding_window_decides_as_the_twin(
+        limit in 1u32..=8,
+        subs in 1u32..=7,
+        period in 50_000_000u64..400_000_000,
+        steps in window_steps(8, 400_000_000),
+    ) {
+        keyed_window_agrees(Rate::new(limit, Duration::from_nanos(period)), subs, &steps);
+    }
+
+    /// A minute in ten sub-windows, advances up to 20 s.
+    #[test]
+    fn a_keyed_minute_window_decides_as_the_twin(steps in window_steps(30, 20_000_000_000)) {
+        keyed_window_agrees(Rate::per_minute(30), 10, &steps);
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Eviction never changes a decision.
 
@@ -563,6 +650,11 @@ fn rule_sets() -> Vec<LogConfig> {
     ]
 }
 
+/// Limits 3 to 9, one to seven sub-windows, periods 30 to 100 ms.
+fn sliding_configs() -> Vec<SlidingWindowConfig> {
+    vec![sliding(5, 100, 4), sliding(3, 30, 1), sliding(9, 70, 7)]
+}
+
 fn window_configs() -> Vec<WindowConfig> {
     vec![window(5, 100), window(2, 30), window(9, 70)]
 }
@@ -615,6 +707,21 @@ proptest! {
     #[test]
     fn multi_rule_log_eviction_changes_no_decision(ops in ops(300_000_000, 4)) {
         evictions_agree::<Log>(&rule_sets(), &ops, false);
+    }
+
+    /// A full snapshot is a fresh window: nothing in the window ending with
+    /// the present sub-window (and no newer one opened).
+    #[test]
+    fn sliding_window_eviction_changes_no_decision(ops in ops(300_000_000, 3)) {
+        eviction_changes_nothing::<Sliding>(&sliding_configs(), &ops);
+    }
+
+    /// A pair with a sliding window: its refunds, and its carry-overs beside a
+    /// bucket's.
+    #[test]
+    fn combined_with_a_sliding_window_eviction_changes_no_decision(ops in ops(300_000_000, 3)) {
+        let configs: Vec<_> = sliding_configs().into_iter().zip(bucket_configs()).collect();
+        eviction_changes_nothing::<(Sliding, Bucket)>(&configs, &ops);
     }
 
     #[test]
@@ -1265,4 +1372,92 @@ fn every_key_keeps_its_bound_at_the_cap_under_threads() {
     // The sliding log, 3 per ms: exactly, in every window of 1 ms.
     let exact = |admissions: &[Admission]| check_log(admissions, 3, 1_000_000);
     run_checked::<Log>(log(3, Duration::from_millis(1)), exact);
+    // The sliding window, 3 in any 4 consecutive sub-windows of 250 µs.
+    let windowed = |admissions: &[Admission]| check_sliding_window(admissions, 3, 250_000, 4);
+    run_checked::<Sliding>(sliding(3, 1, 4), windowed);
+}
+
+/// The keyed sliding window's bound on admissions from threads, in lock-step
+/// rounds (the clock stands still in a round, every admission is recorded at
+/// its round's time): four threads on three keys, requests of 1 to 3,
+/// irregular steps across sub-windows. Per key, at most `N` in any `S`
+/// consecutive sub-windows.
+#[test]
+fn a_keyed_sliding_window_keeps_its_bound_under_threads() {
+    const THREADS: usize = 4;
+    let clock = ManualClock::new();
+    let config = sliding(12, 1, 6);
+    let sub = config.sub_window().as_nanos() as u64;
+    let keyed = std::sync::Arc::new(Keyed::<u8, Sliding>::with_clock(config, clock.clone()));
+    let times = support::round_times(600, sub);
+    let round_times = times.clone();
+    let k = std::sync::Arc::clone(&keyed);
+    let rounds = support::lockstep(&clock, THREADS, &times, move |thread, round| {
+        let now = round_times[round];
+        let mut admitted = Vec::new();
+        for key in 0..3u8 {
+            for attempt in 0..8 {
+                let n = 1 + ((thread * 5 + attempt + usize::from(key)) % 3) as u32;
+                match k.try_acquire_n(&key, n) {
+                    Ok(()) => admitted.push((key, Admission { at: now, n })),
+                    Err(_) => break,
+                }
+            }
+        }
+        admitted
+    });
+    let mut per_key: HashMap<u8, Vec<Admission>> = HashMap::new();
+    for (key, admission) in rounds.into_iter().flatten() {
+        per_key.entry(key).or_default().push(admission);
+    }
+    assert_eq!(per_key.len(), 3);
+    let mut total = 0;
+    for admissions in per_key.values() {
+        check_sliding_window(admissions, 12, sub, 6);
+        total += admissions.iter().map(|a| u64::from(a.n)).sum::<u64>();
+    }
+    assert!(total > 0);
+}
+
+/// The keyed sliding window's carry-over: each sub-window's count stays in
+/// the new sub-window holding its last instant, scaled (proportional) or as
+/// is (additive); reset empties the window.
+#[test]
+fn carry_strategies_for_the_sliding_window() {
+    let run = |to: SlidingWindowConfig, carry: Carry| {
+        let clock = ManualClock::new();
+        // 4 per 100 ms in 4 sub-windows of 25 ms: 1 at 0 ms, 2 at 30 ms.
+        let keyed = Keyed::<u8, Sliding>::with_clock(sliding(4, 100, 4), clock.clone());
+        keyed.try_acquire(&1).unwrap();
+        clock.set(30_000_000);
+        keyed.try_acquire_n(&1, 2).unwrap();
+        clock.set(40_000_000);
+        keyed.reconfigure(to, carry);
+        (keyed, clock)
+    };
+    // The same configuration keeps the counts: 1 left until the first
+    // sub-window leaves the window at 100 ms.
+    let (keyed, clock) = run(sliding(4, 100, 4), Carry::Proportional);
+    assert_eq!(keyed.snapshot(&1).available, 1);
+    assert_eq!(
+        keyed.try_acquire_n(&1, 2),
+        Err(Denied::RetryAfter(Duration::from_millis(60)))
+    );
+    clock.set(100_000_000);
+    assert!(keyed.try_acquire_n(&1, 2).is_ok());
+    // Doubled limit, proportional: 6 of 8 in use, 2 left.
+    let (keyed, _) = run(sliding(8, 100, 4), Carry::Proportional);
+    assert_eq!(keyed.snapshot(&1).available, 2);
+    // Doubled limit, additive: 3 in use, 5 left.
+    let (keyed, _) = run(sliding(8, 100, 4), Carry::Additive);
+    assert_eq!(keyed.snapshot(&1).available, 5);
+    // Two sub-windows of 50 ms: both counts land in the first (0..50 ms).
+    let (keyed, clock) = run(sliding(4, 100, 2), Carry::Additive);
+    assert_eq!(keyed.snapshot(&1).available, 1);
+    clock.set(100_000_000);
+    assert_eq!(keyed.snapshot(&1).available, 4);
+    // Reset: a new window.
+    let (keyed, _) = run(sliding(4, 100, 4), Carry::Reset);
+    assert_eq!(keyed.snapshot(&1).available, 4);
+    assert_eq!(keyed.sweep(), 1);
 }

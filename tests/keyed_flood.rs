@@ -239,3 +239,51 @@ fn a_keyed_sliding_log_costs_four_bytes_per_slot_and_a_constant() {
         drop(keyed);
     }
 }
+
+/// The flood of the first test on a keyed sliding log (30 a minute: a
+/// 120-byte ring per key) and a keyed sliding window (30 a minute in ten
+/// sub-windows: 40 bytes of counts per key), time frozen so that no key is
+/// ever fresh: the cap holds exactly, every key past it is decided by the
+/// overflow state, and the peak stays within the measured per-key cost
+/// (`docs/keyed.md`) times the cap.
+#[test]
+fn a_flood_of_busy_keys_on_a_sliding_log_or_window_is_held_at_the_cap() {
+    use tollgate::keyed::{Keyable, LogConfig, SlidingWindowConfig};
+    use tollgate::{SlidingLog, SlidingWindow};
+    fn flood<L: Keyable<Clock = ManualClock>>(name: &str, config: L::Config, per_key: isize) {
+        const CAP: usize = 100_000;
+        const FLOOD: u64 = 3_000_000;
+        let before = allocated();
+        let keyed = Keyed::<u64, L>::with_clock(config, ManualClock::new()).with_max_keys(CAP);
+        let mut peak = 0;
+        for i in 0..FLOOD {
+            let _ = keyed.try_acquire(&key(i));
+            if i % 65_536 == 0 {
+                assert!(keyed.len() <= CAP);
+                peak = peak.max(allocated() - before);
+            }
+        }
+        peak = peak.max(allocated() - before);
+        assert_eq!(keyed.len(), CAP);
+        assert_eq!(keyed.overflowed(), FLOOD - CAP as u64);
+        let bound = CAP as isize * per_key + 64 * 1024;
+        eprintln!(
+            "{name} flood: {FLOOD} keys, {} resident, peak {peak} bytes ({:.1} per resident key), bound {bound}",
+            keyed.len(),
+            peak as f64 / CAP as f64
+        );
+        assert!(peak <= bound, "{name}: peak {peak} bytes > {bound}");
+        drop(keyed);
+        assert!(
+            allocated() - before < 64 * 1024,
+            "{name}: the limiter gives its memory back"
+        );
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let log = LogConfig::new(Rate::per_minute(30)).unwrap();
+    // The ring (4·N) and the 160-byte constant of the test above.
+    flood::<SlidingLog<ManualClock>>("sliding log, N = 30", log, 4 * 30 + 160);
+    let window = SlidingWindowConfig::new(Rate::per_minute(30)).unwrap();
+    // 40 bytes of counts, a 48-byte header beside an 8-byte key, the table.
+    flood::<SlidingWindow<ManualClock>>("sliding window, S = 10", window, 4 * 10 + 160);
+}

@@ -18,11 +18,12 @@ use std::time::Duration;
 use loom::sync::Arc;
 use loom::thread;
 use tollgate::keyed::{
-    BucketConfig, Carry, LogConfig, MeterConfig, ShaperConfig, Tunable, WarmUpConfig, WindowConfig,
+    BucketConfig, Carry, LogConfig, MeterConfig, ShaperConfig, SlidingWindowConfig, Tunable,
+    WarmUpConfig, WindowConfig,
 };
 use tollgate::{
-    Denied, FixedWindow, LeakyBucket, ManualClock, Rate, RateLimiter, Shaper, SlidingLog, Snapshot,
-    TokenBucket, WarmUp,
+    Denied, FixedWindow, LeakyBucket, ManualClock, Rate, RateLimiter, Shaper, SlidingLog,
+    SlidingWindow, Snapshot, TokenBucket, WarmUp,
 };
 use tollgate_loom_tests::explore;
 
@@ -322,6 +323,45 @@ fn sliding_log_reset_races_acquires() {
             vec![
                 vec![Op::Acquire(1), Op::Acquire(1), Op::Acquire(1)],
                 vec![Op::Reconfigure(log(2), Carry::Reset)],
+            ],
+        );
+    });
+}
+
+/// The keyed sliding window's per-key counts (under their loom mutex): 3 in
+/// any 2 sub-windows shrunk to 2 while acquires take 1 and 2; the counts are
+/// carried (additive: as they are, capped) exactly once.
+#[test]
+fn sliding_window_reconfiguration_races_acquires() {
+    let window = |limit| {
+        SlidingWindowConfig::with_sub_windows(Rate::new(limit, Duration::from_nanos(100)), 2)
+            .expect("valid")
+    };
+    explore("reconfigure: keyed sliding window", 3, move || {
+        linearizable(
+            |clock| Tunable::<SlidingWindow<ManualClock>>::with_clock(window(3), clock),
+            vec![
+                vec![Op::Acquire(1), Op::Acquire(2)],
+                vec![Op::Reconfigure(window(2), Carry::Additive)],
+            ],
+        );
+    });
+}
+
+/// `Reset` raced by three single acquires on a window of 2: the counts are
+/// emptied exactly once.
+#[test]
+fn sliding_window_reset_races_acquires() {
+    let window = |limit| {
+        SlidingWindowConfig::with_sub_windows(Rate::new(limit, Duration::from_nanos(100)), 2)
+            .expect("valid")
+    };
+    explore("reconfigure: keyed sliding window, reset", 3, move || {
+        linearizable(
+            |clock| Tunable::<SlidingWindow<ManualClock>>::with_clock(window(2), clock),
+            vec![
+                vec![Op::Acquire(1), Op::Acquire(1), Op::Acquire(1)],
+                vec![Op::Reconfigure(window(2), Carry::Reset)],
             ],
         );
     });

@@ -150,7 +150,9 @@ pub(crate) mod sealed {
 /// [`FixedWindow`], the [`LeakyBucket`] meter, the [`Shaper`] and [`WarmUp`]
 /// (one `u128` per key, admitting what can start at once), the
 /// [`SlidingLog`] (a ring of 32-bit stamps per key, under a per-key lock),
-/// their locking twins, and tuples of them
+/// the [`SlidingWindow`] (`S` counts per key, under a per-key lock, without
+/// the direct window's stripes), the one- and two-word kinds' locking twins,
+/// and tuples of them
 /// (`(TokenBucket, TokenBucket)` is "both limits must admit", see
 /// [`combined`](super::combined)).
 ///
@@ -163,6 +165,7 @@ pub(crate) mod sealed {
 /// [`Shaper`]: crate::Shaper
 /// [`WarmUp`]: crate::WarmUp
 /// [`SlidingLog`]: crate::SlidingLog
+/// [`SlidingWindow`]: crate::SlidingWindow
 pub trait Keyable: sealed::Sealed + Sized {
     /// The validated configuration shared by every key (e.g.
     /// [`BucketConfig`](super::BucketConfig)).

@@ -35,7 +35,8 @@
 //! shared by all keys and a per-key state: for the token bucket, the fixed
 //! window and the leaky bucket meter, the same single `AtomicU64` as the
 //! direct limiter (for the shaper and warm-up, their 128-bit word; for the
-//! sliding log, a compact ring of 32-bit stamps, see [`LogConfig`]), unpadded,
+//! sliding log, a compact ring of 32-bit stamps, see [`LogConfig`]; for the
+//! sliding window, `S` counts, see [`SlidingWindowConfig`]), unpadded,
 //! in the
 //! map's value. All keys share one clock origin (the keyed limiter's), so a
 //! key's state is directly comparable with a fresh one. Bytes per key are the
@@ -100,6 +101,7 @@ mod log;
 mod machine;
 pub mod quota;
 pub mod reconfig;
+mod sliding;
 mod two_word;
 mod waiting;
 
@@ -122,6 +124,9 @@ pub use log::LogConfig;
 #[doc(hidden)]
 pub use log::{LogCell, LogReceipt};
 pub use reconfig::Tunable;
+pub use sliding::SlidingWindowConfig;
+#[doc(hidden)]
+pub use sliding::{WindowCell, WindowReceipt};
 pub use two_word::{ShaperConfig, WarmUpConfig};
 
 use crate::clock::MonotonicClock;

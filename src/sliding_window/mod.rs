@@ -123,7 +123,7 @@
 
 mod approx;
 mod locking;
-mod ring;
+pub(crate) mod ring;
 mod striped;
 
 use std::time::Duration;

@@ -1,0 +1,192 @@
+#![cfg(loom)]
+//! loom models of the keyed sliding window's per-key state (`Keyable` for
+//! `SlidingWindow`: `S` counts under the key's lock, a loom mutex here),
+//! driven through `tollgate::keyed::Tunable`, which runs the same per-state
+//! code (tag, carry-over, decision) as every key of a `Keyed` map.
+//!
+//! A state is created empty (no counts allocated): the first admission
+//! allocates them. The models race that creation, and sub-window rollovers,
+//! against other acquires, record every request with its exact decision time
+//! and check the window's promise afterwards — at most `N` permits in any `S`
+//! consecutive sub-windows — then, single-threaded, that the window is
+//! neither stuck nor loose and its retry-after exact. The map around the
+//! states (dashmap: creation under a shard's write lock, eviction under the
+//! same lock, so never beside an acquire on the key) is not loom-aware; its
+//! protocol is checked by the threaded tests in `tests/keyed.rs`.
+//!
+//! A per-key window that checks the room under the lock and counts the
+//! admission under a second lock must be caught over-admitting: that proves
+//! the checks can fail.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use loom::sync::{Arc, Mutex};
+use loom::thread;
+use tollgate::keyed::{SlidingWindowConfig, Tunable};
+use tollgate::{Clock, Denied, ManualClock, Rate, RateLimiter, SlidingWindow};
+use tollgate_loom_tests::{Op, RecordingClock, explore, record, single_threaded_tail};
+
+/// Sub-window length in nanoseconds.
+const SUB: u64 = 10;
+
+type Window = Tunable<SlidingWindow<RecordingClock>>;
+
+/// `limit` permits in any `subs` sub-windows of `SUB` ns, on a manual clock
+/// at 0, and a handle to move that clock.
+fn window(limit: u32, subs: u32) -> (Arc<Window>, ManualClock) {
+    let clock = ManualClock::new();
+    let rate = Rate::new(limit, Duration::from_nanos(SUB * u64::from(subs)));
+    let config = SlidingWindowConfig::with_sub_windows(rate, subs).expect("a valid configuration");
+    assert_eq!(config.sub_window(), Duration::from_nanos(SUB));
+    let window = Tunable::with_clock(config, RecordingClock::new(clock.clone()));
+    (Arc::new(window), clock)
+}
+
+/// The sliding window's invariant on exact decision times.
+fn assert_sliding_bound(limit: u32, subs: u32, threads: &[Vec<Op>]) {
+    let mut per_sub = BTreeMap::<u64, u64>::new();
+    for op in threads.iter().flatten() {
+        if op.result.is_ok() {
+            let at = op.at.expect("an admission read the clock");
+            *per_sub.entry(at / SUB).or_default() += u64::from(op.n);
+        }
+    }
+    for &q in per_sub.keys() {
+        let first = (q + 1).saturating_sub(u64::from(subs));
+        let sum: u64 = per_sub.range(first..=q).map(|(_, n)| n).sum();
+        assert!(
+            sum <= u64::from(limit),
+            "keyed sliding window invariant violated: {sum} permits admitted in sub-windows \
+             {first}..={q} ({subs} sub-windows of {SUB} ns, limit {limit}); histories: {threads:#?}"
+        );
+    }
+}
+
+/// Anything the models can run: the shipped window and the known-bad one.
+trait Acquire: Send + Sync + 'static {
+    fn acquire(&self, n: u32) -> Result<(), Denied>;
+}
+
+impl Acquire for Window {
+    fn acquire(&self, n: u32) -> Result<(), Denied> {
+        self.try_acquire_n(n)
+    }
+}
+
+/// The race every model below runs on `make`'s limiter (2 in any 2
+/// sub-windows): one thread takes 1 then 1 on the fresh state (its first
+/// admission allocates the counts); the other takes 1, moves the clock into
+/// sub-window 1 and takes 2. Then the bound, the single-threaded tail and the
+/// bound over everything.
+fn creation_races_a_rollover<W: Acquire>(make: impl Fn() -> (Arc<W>, ManualClock)) {
+    let (limiter, clock) = make();
+    let l = Arc::clone(&limiter);
+    let first = thread::spawn(move || vec![record(1, || l.acquire(1)), record(1, || l.acquire(1))]);
+    let l = Arc::clone(&limiter);
+    let c = clock.clone();
+    let second = thread::spawn(move || {
+        let op = record(1, || l.acquire(1));
+        c.set(SUB);
+        vec![op, record(2, || l.acquire(2))]
+    });
+    let mut threads = vec![first.join().unwrap(), second.join().unwrap()];
+    assert_sliding_bound(2, 2, &threads);
+    threads.push(single_threaded_tail(&clock, 2, || limiter.acquire(1)));
+    assert_sliding_bound(2, 2, &threads);
+}
+
+/// A state's creation (its first admission allocates the counts) racing
+/// another acquire, while the clock crosses into the next sub-window.
+#[test]
+fn creation_races_acquires_across_a_rollover() {
+    explore(
+        "keyed_window::creation_races_acquires_across_a_rollover",
+        3,
+        || {
+            creation_races_a_rollover(|| window(2, 2));
+        },
+    );
+}
+
+/// Three threads on one key, 3 in any 3 sub-windows: two take 2 and 1 while
+/// the third moves the clock twice (sub-windows open past counted ones) and
+/// takes 1 in each.
+#[test]
+fn three_threads_share_a_key_while_sub_windows_open() {
+    explore(
+        "keyed_window::three_threads_share_a_key_while_sub_windows_open",
+        2,
+        || {
+            let (limiter, clock) = window(3, 3);
+            let l = Arc::clone(&limiter);
+            let a = thread::spawn(move || vec![record(2, || l.try_acquire_n(2))]);
+            let l = Arc::clone(&limiter);
+            let b = thread::spawn(move || vec![record(1, || l.try_acquire_n(1))]);
+            let l = Arc::clone(&limiter);
+            let c = clock.clone();
+            let mover = thread::spawn(move || {
+                c.set(SUB);
+                let first = record(1, || l.try_acquire_n(1));
+                c.set(3 * SUB);
+                vec![first, record(1, || l.try_acquire_n(1))]
+            });
+            let mut threads = vec![a.join().unwrap(), b.join().unwrap(), mover.join().unwrap()];
+            assert_sliding_bound(3, 3, &threads);
+            threads.push(single_threaded_tail(&clock, 3, || limiter.try_acquire_n(1)));
+            assert_sliding_bound(3, 3, &threads);
+        },
+    );
+}
+
+/// Known bad: per-key counts whose room is checked under the lock and whose
+/// admission is counted under a second lock. Two acquires both see room for
+/// the last permit.
+struct CheckThenCount {
+    /// (newest sub-window, its count, the previous one's count).
+    counts: Mutex<(u64, u32, u32)>,
+    limit: u32,
+    clock: RecordingClock,
+}
+
+impl Acquire for CheckThenCount {
+    fn acquire(&self, n: u32) -> Result<(), Denied> {
+        let now = self.clock.now();
+        let j = now / SUB;
+        let room = {
+            let mut c = self.counts.lock().unwrap();
+            if j > c.0 {
+                *c = (j, 0, if j == c.0 + 1 { c.1 } else { 0 });
+            }
+            self.limit - (c.1 + c.2).min(self.limit)
+        };
+        if room < n {
+            return Err(Denied::RetryAfter(Duration::from_nanos(
+                (j + 1) * SUB - now,
+            )));
+        }
+        let mut c = self.counts.lock().unwrap();
+        c.1 += n;
+        Ok(())
+    }
+}
+
+#[test]
+#[should_panic(expected = "keyed sliding window invariant violated")]
+fn known_bad_check_then_count_is_caught() {
+    explore(
+        "keyed_window::known_bad_check_then_count_is_caught",
+        3,
+        || {
+            creation_races_a_rollover(|| {
+                let clock = ManualClock::new();
+                let bad = CheckThenCount {
+                    counts: Mutex::new((0, 0, 0)),
+                    limit: 2,
+                    clock: RecordingClock::new(clock.clone()),
+                };
+                (Arc::new(bad), clock)
+            });
+        },
+    );
+}
