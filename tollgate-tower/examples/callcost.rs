@@ -127,7 +127,8 @@ fn main() {
             .map_or(default.to_owned(), Clone::clone)
     };
     let requests: u64 = arg("--requests", "10000").parse().expect("a count");
-    let service = app(&arg("--layer", "tollgate"), &arg("--limits", "allow"));
+    // As `into_make_service` does: the routes are built once, not per request.
+    let service = app(&arg("--layer", "tollgate"), &arg("--limits", "allow")).with_state(());
     let (ok, denied) = drive(service, requests);
     println!("{ok} admitted, {denied} refused");
 }
