@@ -225,6 +225,71 @@ async fn read_response(stream: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) ->
     std::str::from_utf8(&buf[9..12]).unwrap().parse().unwrap()
 }
 
+/// One client connection from `local`: requests one after another until
+/// `end` or `limit` requests; the 200s, the 429s and the latencies of those
+/// sent after `start`.
+async fn connection(
+    addr: SocketAddr,
+    local: IpAddr,
+    start: Instant,
+    end: Instant,
+    limit: u64,
+) -> (u64, u64, Vec<u32>) {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::new(local, 0)).unwrap();
+    let mut stream = socket.connect(addr).await.unwrap();
+    stream.set_nodelay(true).unwrap();
+    let request = b"GET / HTTP/1.1\r\nhost: bench\r\n\r\n";
+    let mut buf = Vec::with_capacity(4096);
+    let (mut ok, mut denied, mut latencies) = (0u64, 0u64, Vec::new());
+    for _ in 0..limit {
+        let sent = Instant::now();
+        if sent >= end {
+            break;
+        }
+        stream.write_all(request).await.unwrap();
+        let status = read_response(&mut stream, &mut buf).await;
+        if sent >= start {
+            latencies.push(sent.elapsed().as_micros().min(u128::from(u32::MAX)) as u32);
+            match status {
+                200 => ok += 1,
+                429 => denied += 1,
+                other => panic!("unexpected status {other}"),
+            }
+        }
+    }
+    (ok, denied, latencies)
+}
+
+/// `--drive PORT --requests N`: exactly `N` requests to a server started
+/// with `--serve` (for counting the server's instructions per request under
+/// callgrind: see docs/tower.md).
+fn drive(port: u16, requests: u64, connections: u64) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let now = Instant::now();
+    let end = now + Duration::from_secs(3600);
+    let (mut ok, mut denied) = (0, 0);
+    runtime.block_on(async {
+        let clients: Vec<_> = (0..connections)
+            .map(|c| {
+                let local = IpAddr::from([127, 0, 0, 1 + (c % 4) as u8]);
+                let share = requests / connections + u64::from(c < requests % connections);
+                tokio::spawn(connection(addr, local, now, end, share))
+            })
+            .collect();
+        for client in clients {
+            let (o, d, _) = client.await.unwrap();
+            ok += o;
+            denied += d;
+        }
+    });
+    println!("{ok} 200, {denied} 429");
+}
+
 async fn phase(server: &Server, connections: usize, seconds: f64) -> Phase {
     let warm_up = Duration::from_millis(300);
     let start = Instant::now() + warm_up;
@@ -233,32 +298,7 @@ async fn phase(server: &Server, connections: usize, seconds: f64) -> Phase {
     let mut clients = Vec::new();
     for c in 0..connections {
         let local = IpAddr::from([127, 0, 0, 1 + (c % 4) as u8]);
-        clients.push(tokio::spawn(async move {
-            let socket = TcpSocket::new_v4().unwrap();
-            socket.bind(SocketAddr::new(local, 0)).unwrap();
-            let mut stream = socket.connect(addr).await.unwrap();
-            stream.set_nodelay(true).unwrap();
-            let request = b"GET / HTTP/1.1\r\nhost: bench\r\n\r\n";
-            let mut buf = Vec::with_capacity(4096);
-            let (mut ok, mut denied, mut latencies) = (0u64, 0u64, Vec::new());
-            loop {
-                let sent = Instant::now();
-                if sent >= end {
-                    break;
-                }
-                stream.write_all(request).await.unwrap();
-                let status = read_response(&mut stream, &mut buf).await;
-                if sent >= start {
-                    latencies.push(sent.elapsed().as_micros().min(u128::from(u32::MAX)) as u32);
-                    match status {
-                        200 => ok += 1,
-                        429 => denied += 1,
-                        other => panic!("unexpected status {other}"),
-                    }
-                }
-            }
-            (ok, denied, latencies)
-        }));
+        clients.push(tokio::spawn(connection(addr, local, start, end, u64::MAX)));
     }
     tokio::time::sleep_until(start.into()).await;
     let cpu_start = server.cpu_ns();
@@ -339,6 +379,12 @@ fn main() {
             &variant,
             &flag("--limits").unwrap_or_else(|| "allow".into()),
         );
+        return;
+    }
+    if let Some(port) = flag("--drive") {
+        let requests = number("--requests", 10_000.0) as u64;
+        let connections = number("--connections", 16.0) as u64;
+        drive(port.parse().expect("a port"), requests, connections);
         return;
     }
     let seconds = number("--seconds", 1.0);
