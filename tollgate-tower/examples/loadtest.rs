@@ -196,6 +196,9 @@ impl Phase {
     }
 }
 
+/// A figure of one phase.
+type Measure = fn(&Phase) -> f64;
+
 /// Reads one HTTP/1.1 response from `stream` into `buf`; its status.
 async fn read_response(stream: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> u16 {
     buf.clear();
@@ -465,7 +468,7 @@ fn main() {
         );
         println!("| measure | ratio | median | IQR | min–max |");
         println!("|---|---|---:|---:|---:|");
-        let measures: [(&str, fn(&Phase) -> f64); 2] = [
+        let measures: [(&str, Measure); 2] = [
             ("requests/s", Phase::rps),
             ("server CPU/request", Phase::cpu_us_per_request),
         ];
