@@ -1,30 +1,47 @@
-//! Loopback load test: requests/s and latency of one axum service with no
-//! limiter, behind tollgate-tower, and behind `tower_governor`, in one
-//! process and one run (servers and load generator share the machine; the
-//! numbers are ratios within a run).
+//! Loopback load test: requests/s, latency and server CPU per request of one
+//! axum service (`GET /` → `"ok"`) with no limiter, behind tollgate-tower,
+//! and behind `tower_governor`, in **paired, interleaved rounds**.
 //!
 //! ```text
-//! cargo run --release -p tollgate-tower --example loadtest -- --seconds 3 --rounds 3
+//! cargo run --release -p tollgate-tower --example loadtest -- --rounds 30 --seconds 1
 //! ```
 //!
-//! Each round runs every variant once, in rotating order, for `--seconds`
-//! after a short warm-up; the table reports the median round of each. The
-//! load is `--connections` keep-alive HTTP/1.1 connections (hyper client),
-//! spread over four client addresses (127.0.0.1–4, so per-IP limiters see
-//! four keys), each sending its next request as soon as the last answer is
-//! read. Two limit settings: **allow** (every request admitted: the cost of
-//! deciding and writing the quota headers) and **deny** (one permit per key
-//! per hour: nearly every request answered 429 by the layer).
+//! Each variant is a server process of its own (this program with
+//! `--serve`, a single-threaded tokio runtime), pinned with `taskset` to one
+//! core (`--server-cpu`, default 0); the load generator is this process,
+//! pinned to another (`--client-cpu`, default 1), so the two do not take
+//! turns on one core and the server is the bottleneck (the table shows its
+//! CPU use). The load is `--connections` keep-alive HTTP/1.1 connections
+//! from four client addresses (127.0.0.1–4, so per-IP limiters see four
+//! keys), each sending its next request as soon as the last answer is read,
+//! by a minimal client (a fixed request, the answer read to its
+//! `content-length`) that costs less than the server it drives.
+//!
+//! A round runs every variant once for `--seconds` after a short warm-up,
+//! in one of the six orders of the three (cycled), and yields the ratio of
+//! each layer's requests/s to the bare service's **in the same round**: load
+//! from elsewhere on the machine drifts slowly against a round of a few
+//! seconds, so it mostly cancels in the ratio, where it did not between the
+//! medians of separate runs. The table gives the median ratio over the
+//! rounds with its interquartile range and extremes, and the server's CPU
+//! time per request (from `/proc/<pid>/schedstat`, which does not count
+//! time the server waited for a core).
+//!
+//! Two limit settings (`--limits allow|deny|both`, default both): **allow**
+//! (10 M/s, burst 10^6 per key: every request admitted — the cost of deciding
+//! and writing the quota fields) and **deny** (one permit per key per hour:
+//! nearly every request answered 429 by the layer). Both layers write quota
+//! headers (`tower_governor` with `use_headers()`).
 
+use std::io::{BufRead, BufReader, Write as _};
 use std::net::{IpAddr, SocketAddr};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::routing::get;
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket};
 use tollgate::keyed::{BucketConfig, Keyed};
 use tollgate::{Rate, TokenBucket};
@@ -32,34 +49,36 @@ use tollgate_tower::{PeerIp, PerKey, ThrottleLayer};
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Variant {
-    None,
-    Tollgate,
-    Governor,
-}
+const VARIANTS: [&str; 3] = ["none", "tollgate-tower", "tower_governor"];
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Limits {
-    Allow,
-    Deny,
-}
+/// The six orders of the three variants: cycling through them puts each
+/// variant in each position equally often, so a trend within a round (a
+/// build starting elsewhere) favours none of them.
+const ORDERS: [[usize; 3]; 6] = [
+    [0, 1, 2],
+    [1, 2, 0],
+    [2, 0, 1],
+    [0, 2, 1],
+    [2, 1, 0],
+    [1, 0, 2],
+];
 
-fn app(variant: Variant, limits: Limits) -> Router {
+fn app(variant: &str, limits: &str) -> Router {
     let router = Router::new().route("/", get(|| async { "ok" }));
     // Allow: 10 M/s with a burst of 1 M per key, never exhausted here.
     // Deny: one permit per key per hour.
     let (burst, rate, governor_period) = match limits {
-        Limits::Allow => (
+        "allow" => (
             1_000_000,
             Rate::per_second(10_000_000),
             Duration::from_nanos(100),
         ),
-        Limits::Deny => (1, Rate::per_hour(1), Duration::from_secs(3600)),
+        "deny" => (1, Rate::per_hour(1), Duration::from_secs(3600)),
+        other => panic!("limits allow|deny, not {other}"),
     };
     match variant {
-        Variant::None => router,
-        Variant::Tollgate => {
+        "none" => router,
+        "tollgate-tower" => {
             let per_ip = Keyed::<IpAddr, TokenBucket>::new(BucketConfig::new(burst, rate).unwrap());
             router.layer(
                 ThrottleLayer::builder(PeerIp)
@@ -67,7 +86,7 @@ fn app(variant: Variant, limits: Limits) -> Router {
                     .build(),
             )
         }
-        Variant::Governor => {
+        "tower_governor" => {
             // Quota headers on, as tollgate-tower always writes them.
             let config = GovernorConfigBuilder::default()
                 .period(governor_period)
@@ -77,69 +96,226 @@ fn app(variant: Variant, limits: Limits) -> Router {
                 .unwrap();
             router.layer(GovernorLayer::new(Arc::new(config)))
         }
+        other => panic!("unknown variant {other}"),
     }
 }
 
-struct Run {
-    requests: u64,
+/// The server side: serves `variant` on a free loopback port, prints the
+/// port, and exits when its standard input closes (the driver ended, however
+/// it ended), so no server outlives a run.
+fn serve(variant: &str, limits: &str) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        println!("{}", listener.local_addr().unwrap().port());
+        std::io::stdout().flush().unwrap();
+        std::thread::spawn(|| {
+            let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
+            std::process::exit(0);
+        });
+        let service = app(variant, limits).into_make_service_with_connect_info::<SocketAddr>();
+        axum::serve(listener, service).await.unwrap();
+    });
+}
+
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+    // Held open: the server exits when it closes.
+    _stdout: BufReader<ChildStdout>,
+}
+
+impl Server {
+    fn start(variant: &str, limits: &str, cpu: Option<usize>) -> Server {
+        let exe = std::env::current_exe().unwrap();
+        let mut command = match cpu {
+            Some(cpu) => {
+                let mut c = Command::new("taskset");
+                c.arg("-c").arg(cpu.to_string()).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
+        let mut child = command
+            .args(["--serve", variant, "--limits", limits])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the server (is taskset installed? else --no-pin)");
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        let port: u16 = line.trim().parse().expect("the server's port");
+        Server {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            _stdout: stdout,
+        }
+    }
+
+    fn cpu_ns(&self) -> u64 {
+        cpu_ns(&format!("/proc/{}/schedstat", self.child.id()))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Nanoseconds a thread has run on a CPU (its `schedstat`): a
+/// single-threaded runtime's work is all on its main thread.
+fn cpu_ns(schedstat: &str) -> u64 {
+    std::fs::read_to_string(schedstat)
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+struct Phase {
     ok: u64,
     denied: u64,
     latencies_us: Vec<u32>,
-    elapsed: Duration,
+    seconds: f64,
+    cpu_ns: u64,
+    client_cpu_ns: u64,
 }
 
-async fn run(variant: Variant, limits: Limits, connections: usize, seconds: f64) -> Run {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let service = app(variant, limits).into_make_service_with_connect_info::<SocketAddr>();
-    let server = tokio::spawn(async move { axum::serve(listener, service).await });
+impl Phase {
+    fn rps(&self) -> f64 {
+        (self.ok + self.denied) as f64 / self.seconds
+    }
 
-    let warm_up = Duration::from_millis(500);
+    fn cpu_us_per_request(&self) -> f64 {
+        self.cpu_ns as f64 / 1e3 / (self.ok + self.denied) as f64
+    }
+}
+
+/// A figure of one phase.
+type Measure = fn(&Phase) -> f64;
+
+/// Reads one HTTP/1.1 response from `stream` into `buf`; its status.
+async fn read_response(stream: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> u16 {
+    buf.clear();
+    let mut chunk = [0u8; 4096];
+    let total = loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = std::str::from_utf8(&buf[..end]).expect("an ASCII head");
+            let length = head
+                .split("\r\n")
+                .find_map(|line| {
+                    let (name, value) = line.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse::<usize>().ok())?
+                })
+                .expect("a content-length");
+            break end + 4 + length;
+        }
+        let n = stream.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "the server closed the connection");
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    while buf.len() < total {
+        let n = stream.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "the server closed the connection");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    std::str::from_utf8(&buf[9..12]).unwrap().parse().unwrap()
+}
+
+/// One client connection from `local`: requests one after another until
+/// `end` or `limit` requests; the 200s, the 429s and the latencies of those
+/// sent after `start`.
+async fn connection(
+    addr: SocketAddr,
+    local: IpAddr,
+    start: Instant,
+    end: Instant,
+    limit: u64,
+) -> (u64, u64, Vec<u32>) {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::new(local, 0)).unwrap();
+    let mut stream = socket.connect(addr).await.unwrap();
+    stream.set_nodelay(true).unwrap();
+    let request = b"GET / HTTP/1.1\r\nhost: bench\r\n\r\n";
+    let mut buf = Vec::with_capacity(4096);
+    let (mut ok, mut denied, mut latencies) = (0u64, 0u64, Vec::new());
+    for _ in 0..limit {
+        let sent = Instant::now();
+        if sent >= end {
+            break;
+        }
+        stream.write_all(request).await.unwrap();
+        let status = read_response(&mut stream, &mut buf).await;
+        if sent >= start {
+            latencies.push(sent.elapsed().as_micros().min(u128::from(u32::MAX)) as u32);
+            match status {
+                200 => ok += 1,
+                429 => denied += 1,
+                other => panic!("unexpected status {other}"),
+            }
+        }
+    }
+    (ok, denied, latencies)
+}
+
+/// `--drive PORT --requests N`: exactly `N` requests to a server started
+/// with `--serve` (for counting the server's instructions per request under
+/// callgrind: see docs/tower.md).
+fn drive(port: u16, requests: u64, connections: u64) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let now = Instant::now();
+    let end = now + Duration::from_secs(3600);
+    let (mut ok, mut denied) = (0, 0);
+    runtime.block_on(async {
+        let clients: Vec<_> = (0..connections)
+            .map(|c| {
+                let local = IpAddr::from([127, 0, 0, 1 + (c % 4) as u8]);
+                let share = requests / connections + u64::from(c < requests % connections);
+                tokio::spawn(connection(addr, local, now, end, share))
+            })
+            .collect();
+        for client in clients {
+            let (o, d, _) = client.await.unwrap();
+            ok += o;
+            denied += d;
+        }
+    });
+    println!("{ok} 200, {denied} 429");
+}
+
+async fn phase(server: &Server, connections: usize, seconds: f64) -> Phase {
+    let warm_up = Duration::from_millis(300);
     let start = Instant::now() + warm_up;
     let end = start + Duration::from_secs_f64(seconds);
+    let addr = server.addr;
     let mut clients = Vec::new();
     for c in 0..connections {
-        let local: IpAddr = format!("127.0.0.{}", 1 + c % 4).parse().unwrap();
-        clients.push(tokio::spawn(async move {
-            let socket = TcpSocket::new_v4().unwrap();
-            socket.bind(SocketAddr::new(local, 0)).unwrap();
-            let stream = socket.connect(addr).await.unwrap();
-            stream.set_nodelay(true).unwrap();
-            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-                .await
-                .unwrap();
-            tokio::spawn(conn);
-            let (mut ok, mut denied, mut latencies) = (0u64, 0u64, Vec::new());
-            loop {
-                let sent = Instant::now();
-                if sent >= end {
-                    break;
-                }
-                let request = http::Request::get("/")
-                    .header("host", "bench")
-                    .body(Empty::<Bytes>::new())
-                    .unwrap();
-                let response = sender.send_request(request).await.unwrap();
-                let status = response.status();
-                response.into_body().collect().await.unwrap();
-                if sent >= start {
-                    latencies.push(sent.elapsed().as_micros().min(u128::from(u32::MAX)) as u32);
-                    match status.as_u16() {
-                        200 => ok += 1,
-                        429 => denied += 1,
-                        other => panic!("unexpected status {other}"),
-                    }
-                }
-            }
-            (ok, denied, latencies)
-        }));
+        let local = IpAddr::from([127, 0, 0, 1 + (c % 4) as u8]);
+        clients.push(tokio::spawn(connection(addr, local, start, end, u64::MAX)));
     }
-    let mut total = Run {
-        requests: 0,
+    tokio::time::sleep_until(start.into()).await;
+    let cpu_start = server.cpu_ns();
+    let client_start = cpu_ns("/proc/thread-self/schedstat");
+    tokio::time::sleep_until(end.into()).await;
+    let cpu_end = server.cpu_ns();
+    let client_end = cpu_ns("/proc/thread-self/schedstat");
+    let mut total = Phase {
         ok: 0,
         denied: 0,
         latencies_us: Vec::new(),
-        elapsed: Duration::from_secs_f64(seconds),
+        seconds,
+        cpu_ns: cpu_end.saturating_sub(cpu_start),
+        client_cpu_ns: client_end.saturating_sub(client_start),
     };
     for client in clients {
         let (ok, denied, latencies) = client.await.unwrap();
@@ -147,72 +323,176 @@ async fn run(variant: Variant, limits: Limits, connections: usize, seconds: f64)
         total.denied += denied;
         total.latencies_us.extend(latencies);
     }
-    total.requests = total.ok + total.denied;
     total.latencies_us.sort_unstable();
-    server.abort();
     total
 }
 
-fn percentile(sorted: &[u32], p: f64) -> u32 {
-    if sorted.is_empty() {
-        return 0;
-    }
+/// The `p`-quantile of `sorted` (nearest rank).
+fn quantile<T: Copy>(sorted: &[T], p: f64) -> T {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn sorted(mut values: Vec<f64>) -> Vec<f64> {
+    values.sort_by(f64::total_cmp);
+    values
+}
+
+fn pin_self(cpu: usize) {
+    let status = Command::new("taskset")
+        .args([
+            "-a",
+            "-p",
+            "-c",
+            &cpu.to_string(),
+            &std::process::id().to_string(),
+        ])
+        .stdout(Stdio::null())
+        .status()
+        .expect("taskset (or run with --no-pin)");
+    assert!(status.success(), "taskset failed");
+}
+
+fn first_line(path: &str, prefix: &str) -> String {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .map_or_else(String::new, |l| {
+            l.split_once(':').map_or(l, |(_, v)| v).trim().to_owned()
+        })
+}
+
+fn loadavg() -> String {
+    let s = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    s.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let flag = |name: &str, default: f64| {
+    let flag = |name: &str| {
         args.iter()
             .position(|a| a == name)
             .and_then(|i| args.get(i + 1))
-            .map_or(default, |v| v.parse().expect("a number"))
+            .cloned()
     };
-    let seconds = flag("--seconds", 2.0);
-    let rounds = flag("--rounds", 3.0) as usize;
-    let connections = flag("--connections", 16.0) as usize;
-    let threads = flag("--threads", 2.0) as usize;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
+    let number =
+        |name: &str, default: f64| flag(name).map_or(default, |v| v.parse().expect("a number"));
+    if let Some(variant) = flag("--serve") {
+        serve(
+            &variant,
+            &flag("--limits").unwrap_or_else(|| "allow".into()),
+        );
+        return;
+    }
+    if let Some(port) = flag("--drive") {
+        let requests = number("--requests", 10_000.0) as u64;
+        let connections = number("--connections", 16.0) as u64;
+        drive(port.parse().expect("a port"), requests, connections);
+        return;
+    }
+    let seconds = number("--seconds", 1.0);
+    let rounds = number("--rounds", 30.0) as usize;
+    let connections = number("--connections", 16.0) as usize;
+    let pin = !args.iter().any(|a| a == "--no-pin");
+    let server_cpu = number("--server-cpu", 0.0) as usize;
+    let client_cpu = number("--client-cpu", 1.0) as usize;
+    let limits: Vec<String> = match flag("--limits").as_deref() {
+        None | Some("both") => vec!["allow".into(), "deny".into()],
+        Some(one) => vec![one.into()],
+    };
+    if pin {
+        pin_self(client_cpu);
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let variants = [Variant::None, Variant::Tollgate, Variant::Governor];
+    // Counted from /proc/cpuinfo: after pinning, this process sees one.
+    let cpus = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("processor"))
+        .count();
     println!(
-        "loopback, {connections} keep-alive connections from 4 addresses, {threads} runtime threads, \
-         {rounds} rounds of {seconds} s per variant (median round shown)\n"
+        "loopback; {} ({} CPUs); load average {} at start",
+        first_line("/proc/cpuinfo", "model name"),
+        cpus,
+        loadavg()
     );
-    println!("| limits | layer | requests/s | vs none | p50 µs | p99 µs | 200 | 429 |");
-    println!("|---|---|---:|---:|---:|---:|---:|---:|");
-    for limits in [Limits::Allow, Limits::Deny] {
-        let mut results: Vec<Vec<Run>> = variants.iter().map(|_| Vec::new()).collect();
+    println!(
+        "{connections} keep-alive connections from 4 addresses; {rounds} rounds of {seconds} s per \
+         variant; {}\n",
+        if pin {
+            format!("server pinned to CPU {server_cpu}, load generator to CPU {client_cpu}")
+        } else {
+            "not pinned".to_owned()
+        }
+    );
+    for limits in &limits {
+        let servers: Vec<Server> = VARIANTS
+            .iter()
+            .map(|v| Server::start(v, limits, pin.then_some(server_cpu)))
+            .collect();
+        let mut phases: Vec<Vec<Phase>> = VARIANTS.iter().map(|_| Vec::new()).collect();
         for round in 0..rounds {
-            for i in 0..variants.len() {
-                let v = (i + round) % variants.len();
-                let r = runtime.block_on(run(variants[v], limits, connections, seconds));
-                results[v].push(r);
+            for &v in &ORDERS[round % ORDERS.len()] {
+                let p = runtime.block_on(phase(&servers[v], connections, seconds));
+                phases[v].push(p);
             }
         }
-        let mut medians = Vec::new();
-        for runs in &mut results {
-            runs.sort_by(|a, b| {
-                let ra = a.requests as f64 / a.elapsed.as_secs_f64();
-                let rb = b.requests as f64 / b.elapsed.as_secs_f64();
-                ra.total_cmp(&rb)
-            });
-            medians.push(runs.swap_remove(runs.len() / 2));
-        }
-        let base = medians[0].requests as f64 / medians[0].elapsed.as_secs_f64();
-        for (variant, m) in variants.iter().zip(&medians) {
-            let rps = m.requests as f64 / m.elapsed.as_secs_f64();
+        drop(servers);
+        println!("**{limits}**, per variant (median over rounds):\n");
+        println!(
+            "| layer | requests/s | p50 µs | p99 µs | server CPU µs/request | server CPU use | load generator CPU use | 200 | 429 |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for (v, runs) in phases.iter().enumerate() {
+            let med =
+                |f: &dyn Fn(&Phase) -> f64| quantile(&sorted(runs.iter().map(f).collect()), 0.5);
             println!(
-                "| {limits:?} | {variant:?} | {rps:.0} | {:+.1}% | {} | {} | {} | {} |",
-                (rps / base - 1.0) * 100.0,
-                percentile(&m.latencies_us, 0.5),
-                percentile(&m.latencies_us, 0.99),
-                m.ok,
-                m.denied
+                "| {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0}% | {:.0}% | {:.0} | {:.0} |",
+                VARIANTS[v],
+                med(&|p| p.rps()),
+                med(&|p| f64::from(quantile(&p.latencies_us, 0.5))),
+                med(&|p| f64::from(quantile(&p.latencies_us, 0.99))),
+                med(&|p| p.cpu_us_per_request()),
+                med(&|p| p.cpu_ns as f64 / 1e9 / p.seconds * 100.0),
+                med(&|p| p.client_cpu_ns as f64 / 1e9 / p.seconds * 100.0),
+                med(&|p| p.ok as f64),
+                med(&|p| p.denied as f64),
             );
         }
+        println!(
+            "\n**{limits}**, paired ratios within a round ({rounds} rounds): requests/s, and \
+             the server's CPU time per request (above 0: the layer costs more):\n"
+        );
+        println!("| measure | ratio | median | IQR | min–max |");
+        println!("|---|---|---:|---:|---:|");
+        let measures: [(&str, Measure); 2] = [
+            ("requests/s", Phase::rps),
+            ("server CPU/request", Phase::cpu_us_per_request),
+        ];
+        for (measure, f) in measures {
+            for (a, b) in [(1, 0), (2, 0), (1, 2)] {
+                let ratios = sorted(
+                    (0..rounds)
+                        .map(|r| f(&phases[a][r]) / f(&phases[b][r]))
+                        .collect(),
+                );
+                let pct = |x: f64| format!("{:+.1}%", (x - 1.0) * 100.0);
+                println!(
+                    "| {measure} | {} / {} | {} | {} to {} | {} to {} |",
+                    VARIANTS[a],
+                    VARIANTS[b],
+                    pct(quantile(&ratios, 0.5)),
+                    pct(quantile(&ratios, 0.25)),
+                    pct(quantile(&ratios, 0.75)),
+                    pct(ratios[0]),
+                    pct(ratios[ratios.len() - 1]),
+                );
+            }
+        }
+        println!();
     }
+    println!("load average {} at the end", loadavg());
 }

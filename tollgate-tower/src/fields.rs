@@ -29,9 +29,10 @@ pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-poli
 /// ```
 pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 
-/// Whole seconds, rounded up: a wait of 1 ns is 1 s, never 0.
+/// Whole seconds, rounded up: a wait of 1 ns is 1 s, never 0. Saturates:
+/// `Duration::MAX` has a fraction on top of `u64::MAX` seconds.
 pub(crate) fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
 }
 
 /// The `Retry-After` value for an exact retry-after: whole seconds rounded
@@ -44,6 +45,7 @@ pub(crate) fn ceil_secs(d: Duration) -> u64 {
 /// assert_eq!(retry_after_secs(Duration::from_nanos(1)), 1);
 /// assert_eq!(retry_after_secs(Duration::from_secs(2)), 2);
 /// assert_eq!(retry_after_secs(Duration::from_millis(2001)), 3);
+/// assert_eq!(retry_after_secs(Duration::MAX), u64::MAX);
 /// ```
 pub fn retry_after_secs(retry_after: Duration) -> u64 {
     ceil_secs(retry_after)
@@ -68,13 +70,73 @@ fn field_value(text: String) -> HeaderValue {
         .unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
+/// The longest `RateLimit` member: a 64-byte name, its quotes, `;r=` and a
+/// `u32`, `;t=` and a `u64`.
+const STATE_MEMBER_MAX: usize = 64 + 2 + 3 + 10 + 3 + 20;
+
+/// A `RateLimit` member written on the stack: the value then costs one
+/// allocation of its exact size, where formatting into a `String` cost the
+/// `String`, the `Bytes` header around it, and `fmt`'s machinery.
+struct StateMember {
+    buf: [u8; STATE_MEMBER_MAX],
+    len: usize,
+}
+
+impl StateMember {
+    fn new(name: &PolicyName, available: u32, until_full_secs: u64) -> Self {
+        let mut member = StateMember {
+            buf: [0; STATE_MEMBER_MAX],
+            len: 0,
+        };
+        member.push(b"\"");
+        member.push(name.as_str().as_bytes());
+        member.push(b"\";r=");
+        member.push_decimal(u64::from(available));
+        member.push(b";t=");
+        member.push_decimal(until_full_secs);
+        member
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        // `PolicyName` bounds the name to 64 bytes, so this never truncates.
+        let n = bytes.len().min(STATE_MEMBER_MAX - self.len);
+        self.buf[self.len..self.len + n].copy_from_slice(&bytes[..n]);
+        self.len += n;
+    }
+
+    fn push_decimal(&mut self, value: u64) {
+        self.push(itoa::Buffer::new().format(value).as_bytes());
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+/// `before, member`, or `member` alone.
+fn join(before: Option<HeaderValue>, member: &[u8]) -> Option<HeaderValue> {
+    let value = match before {
+        None => HeaderValue::from_bytes(member),
+        Some(before) => {
+            let mut joined = Vec::with_capacity(before.len() + 2 + member.len());
+            joined.extend_from_slice(before.as_bytes());
+            joined.extend_from_slice(b", ");
+            joined.extend_from_slice(member);
+            HeaderValue::from_maybe_shared(Bytes::from(joined))
+        }
+    };
+    // The crate wrote every byte: checked names, digits and punctuation.
+    value.ok()
+}
+
 /// The two fields being built for one response, one member per policy that
-/// decided. One policy (the common case) costs one small allocation: its
-/// `RateLimit-Policy` member is cached by its [`PolicyName`].
+/// decided. One policy (the common case) costs one small allocation, for the
+/// `RateLimit` value: its `RateLimit-Policy` member is cached by its
+/// [`PolicyName`].
 #[derive(Debug, Default)]
 pub(crate) struct Fields {
     policy: Option<HeaderValue>,
-    state: String,
+    state: Option<HeaderValue>,
 }
 
 impl Fields {
@@ -83,35 +145,19 @@ impl Fields {
     pub(crate) fn push(&mut self, name: &PolicyName, snapshot: Option<&Snapshot>) {
         let Some(snapshot) = snapshot else { return };
         let member = name.policy_member(snapshot.capacity);
-        self.policy = Some(match self.policy.take() {
-            None => member,
-            Some(before) => {
-                let mut joined = Vec::with_capacity(before.len() + 2 + member.len());
-                joined.extend_from_slice(before.as_bytes());
-                joined.extend_from_slice(b", ");
-                joined.extend_from_slice(member.as_bytes());
-                HeaderValue::from_maybe_shared(Bytes::from(joined)).unwrap_or(before)
-            }
-        });
-        if self.state.is_empty() {
-            self.state.reserve(name.as_str().len() + 24);
-        } else {
-            self.state.push_str(", ");
-        }
-        let _ = write!(
-            self.state,
-            "\"{}\";r={};t={}",
-            name.as_str(),
-            snapshot.available,
-            ceil_secs(snapshot.until_full)
-        );
+        self.policy = match self.policy.take() {
+            None => Some(member),
+            before => join(before, member.as_bytes()),
+        };
+        let state = StateMember::new(name, snapshot.available, ceil_secs(snapshot.until_full));
+        self.state = join(self.state.take(), state.as_bytes());
     }
 
     /// Sets both fields on `headers` (replacing any the inner service set).
     pub(crate) fn apply(self, headers: &mut HeaderMap) {
-        if let Some(policy) = self.policy {
+        if let (Some(policy), Some(state)) = (self.policy, self.state) {
             headers.insert(RATELIMIT_POLICY, policy);
-            headers.insert(RATELIMIT, field_value(self.state));
+            headers.insert(RATELIMIT, state);
         }
     }
 }
@@ -159,5 +205,19 @@ mod tests {
             fields.apply(&mut headers);
             assert_eq!(headers[RATELIMIT_POLICY], expected);
         }
+    }
+
+    #[test]
+    fn the_longest_member_fits() {
+        let long = "n".repeat(64);
+        let name = PolicyName::new(&long).unwrap();
+        let mut fields = Fields::default();
+        let snapshot = Snapshot::new(u32::MAX, u32::MAX, Duration::MAX);
+        fields.push(&name, Some(&snapshot));
+        let mut headers = HeaderMap::new();
+        fields.apply(&mut headers);
+        let expected = format!("\"{long}\";r={};t={}", u32::MAX, ceil_secs(Duration::MAX));
+        assert_eq!(expected.len(), STATE_MEMBER_MAX);
+        assert_eq!(headers[RATELIMIT], expected.as_str());
     }
 }
