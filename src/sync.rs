@@ -24,3 +24,31 @@ pub(crate) use portable_atomic::AtomicU128;
 // crossbeam-epoch's `Atomic` under std, a loom `AtomicPtr` in the loom stand-ins.
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::AtomicPtr;
+
+// Per-key states that are locked rather than swapped (the keyed sliding log
+// and sliding window): parking_lot's mutex under std, loom's under loom, one
+// `lock()` that cannot fail in both, so the models see every lock.
+#[cfg(loom)]
+pub(crate) use loom_mutex::{Mutex, MutexGuard};
+#[cfg(not(loom))]
+pub(crate) use parking_lot::{Mutex, MutexGuard};
+
+#[cfg(loom)]
+mod loom_mutex {
+    /// loom's mutex behind parking_lot's signature: `lock` returns the guard.
+    pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
+
+    pub(crate) type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
+
+    impl<T> Mutex<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Mutex(loom::sync::Mutex::new(value))
+        }
+
+        /// A panic while the lock is held ends the model anyway, so a poisoned
+        /// lock is never seen by a caller that could handle it.
+        pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+            self.0.lock().expect("no panics while a lock is held")
+        }
+    }
+}

@@ -66,6 +66,7 @@ use crate::error::{ConfigError, Denied};
 use crate::limiter::{Snapshot, check_request};
 use crate::rate::Rate;
 use crate::sliding_log::SlidingLog;
+use crate::sync::{Mutex, MutexGuard};
 
 /// Windows of at most this many units: the offsets of a window's stamps then
 /// fit in 32 bits with room to spare before a re-base.
@@ -655,26 +656,15 @@ impl Log {
 /// models see every lock).
 #[doc(hidden)]
 #[allow(unreachable_pub)] // sealed: public only as `Keyable::State`
-pub struct LogCell(Lock<Log>);
-
-#[cfg(not(loom))]
-type Lock<T> = parking_lot::Mutex<T>;
-#[cfg(loom)]
-type Lock<T> = loom::sync::Mutex<T>;
+pub struct LogCell(Mutex<Log>);
 
 impl LogCell {
     fn new(log: Log) -> Self {
-        LogCell(Lock::new(log))
+        LogCell(Mutex::new(log))
     }
 
-    #[cfg(not(loom))]
-    fn lock(&self) -> parking_lot::MutexGuard<'_, Log> {
+    fn lock(&self) -> MutexGuard<'_, Log> {
         self.0.lock()
-    }
-
-    #[cfg(loom)]
-    fn lock(&self) -> loom::sync::MutexGuard<'_, Log> {
-        self.0.lock().expect("no panics while a log is locked")
     }
 }
 

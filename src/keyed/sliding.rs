@@ -46,6 +46,7 @@ use crate::limiter::{Snapshot, check_request};
 use crate::rate::Rate;
 use crate::sliding_window::SlidingWindow;
 use crate::sliding_window::ring::Geometry;
+use crate::sync::{Mutex, MutexGuard};
 
 /// The configuration of a keyed or tunable [`SlidingWindow`]: at most `N`
 /// permits in any `S` consecutive aligned sub-windows that cut the period
@@ -387,26 +388,15 @@ impl Win {
 /// the models see every lock).
 #[doc(hidden)]
 #[allow(unreachable_pub)] // sealed: public only as `Keyable::State`
-pub struct WindowCell(Lock<Win>);
-
-#[cfg(not(loom))]
-type Lock<T> = parking_lot::Mutex<T>;
-#[cfg(loom)]
-type Lock<T> = loom::sync::Mutex<T>;
+pub struct WindowCell(Mutex<Win>);
 
 impl WindowCell {
     fn new(win: Win) -> Self {
-        WindowCell(Lock::new(win))
+        WindowCell(Mutex::new(win))
     }
 
-    #[cfg(not(loom))]
-    fn lock(&self) -> parking_lot::MutexGuard<'_, Win> {
+    fn lock(&self) -> MutexGuard<'_, Win> {
         self.0.lock()
-    }
-
-    #[cfg(loom)]
-    fn lock(&self) -> loom::sync::MutexGuard<'_, Win> {
-        self.0.lock().expect("no panics while a window is locked")
     }
 }
 
