@@ -10,9 +10,9 @@
 //! and check the window's promise afterwards — at most `N` permits in any `S`
 //! consecutive sub-windows — then, single-threaded, that the window is
 //! neither stuck nor loose and its retry-after exact. The map around the
-//! states (dashmap: creation under a shard's write lock, eviction under the
-//! same lock, so never beside an acquire on the key) is not loom-aware; its
-//! protocol is checked by the threaded tests in `tests/keyed.rs`.
+//! states (creation under a shard's write lock, eviction under the same
+//! lock, so never beside an acquire on the key) is the same for every kind
+//! and modelled in `keyed_eviction.rs`, on the map's loom stand-in.
 //!
 //! A per-key window that checks the room under the lock and counts the
 //! admission under a second lock must be caught over-admitting: that proves

@@ -84,8 +84,8 @@
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 
+use super::map::Entry;
 use crossbeam_utils::CachePadded;
-use dashmap::mapref::entry::Entry;
 
 use super::Keyed;
 use super::answer::{Answer, ask};
@@ -165,7 +165,11 @@ impl Sweeper {
     }
 
     pub(crate) fn release(&self, keys: u64) {
-        self.len.fetch_sub(keys, Ordering::Relaxed);
+        // A sweep that evicted nothing writes nothing (also keeps loom 0.7
+        // from tripping over an RMW that reads a store of equal order).
+        if keys > 0 {
+            self.len.fetch_sub(keys, Ordering::Relaxed);
+        }
     }
 }
 
@@ -202,12 +206,14 @@ macro_rules! evict_fresh {
             }
         }
         $keyed.sweeper.release(evicted as u64);
-        // Relaxed: a statistic.
-        $keyed
-            .sweeper
-            .counters
-            .evicted
-            .fetch_add(evicted as u64, Ordering::Relaxed);
+        if evicted > 0 {
+            // Relaxed: a statistic.
+            $keyed
+                .sweeper
+                .counters
+                .evicted
+                .fetch_add(evicted as u64, Ordering::Relaxed);
+        }
         evicted
     }};
 }

@@ -99,6 +99,7 @@ mod kind;
 mod kinds;
 mod log;
 mod machine;
+mod map;
 pub mod quota;
 pub mod reconfig;
 mod sliding;
@@ -110,7 +111,6 @@ use std::fmt;
 use std::hash::{BuildHasher, Hash};
 
 use crossbeam_utils::CachePadded;
-use dashmap::DashMap;
 
 pub use for_key::{ForKey, KeyedReceipt};
 pub use hasher::{KeyHash, KeyHasher};
@@ -136,8 +136,20 @@ use crate::sync::{AtomicU64, Ordering};
 use crate::timeline::Timeline;
 use answer::{Answer, Plain, Reported, ask, later_snapshot};
 use evict::Sweeper;
+use map::Map;
 use quota::Overrides;
 use reconfig::{Record, Shared, pin, read};
+
+/// Loom builds only: makes every keyed lookup let go of its shard's read lock
+/// before deciding on the state it found — the known-bad protocol the
+/// eviction models must catch (an eviction can then erase a state a request
+/// is admitting on), for the calling OS thread (a loom model runs on it).
+/// Never compiled into a normal build.
+#[cfg(loom)]
+#[doc(hidden)]
+pub fn known_bad_unlocked_lookups(on: bool) {
+    map::UNLOCKED_LOOKUPS.with(|unlocked| unlocked.set(on));
+}
 
 /// The default [`Keyed::max_keys`]: 2^20 keys (about 35 MB with `u64` keys and
 /// token buckets).
@@ -192,7 +204,7 @@ pub const FLOOR_STEP: u64 = 1 << 16;
 /// assert_eq!(per_ip.snapshot(&ip).available, 59);
 /// ```
 pub struct Keyed<K, L: Keyable, S = KeyHasher> {
-    map: DashMap<K, L::State, S>,
+    map: Map<K, L::State, S>,
     /// The default configuration. Requests on the map read it under a shard
     /// lock without pinning; see `reconfig` for why that is safe.
     default: Shared<Record<L::Config>>,
@@ -269,7 +281,7 @@ where
     /// assert!(per_key.try_acquire(&7).is_ok());
     /// ```
     pub fn with_clock_and_hasher(config: L::Config, clock: L::Clock, hasher: S) -> Self {
-        let map = DashMap::with_hasher(hasher.clone());
+        let map = Map::with_hasher(hasher.clone());
         let shards = map.shards().len();
         Keyed {
             map,

@@ -1,0 +1,146 @@
+#![cfg(loom)]
+//! loom models of a `Keyed` map's eviction racing requests on the key it
+//! evicts: the shipped keyed code, over the map's loom stand-in (the same
+//! calls as dashmap's, behind `loom::sync::RwLock`s, `src/keyed/map.rs`), so
+//! the shard locks that keep an eviction from erasing a state a request is
+//! deciding on are explored like every atomic.
+//!
+//! The promise: eviction never changes a decision. In particular the state
+//! evicted must never be one with an admission the fresh state that replaces
+//! it would not know of — which shows as over-admission: the key's own
+//! admissions, over the original and the recreated state, break the token
+//! bucket's bound.
+//!
+//! A lookup that lets go of the shard's lock before deciding (the known-bad
+//! protocol, switched on in the loom build only) must be caught: that proves
+//! the check can fail.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::BuildHasherDefault;
+use std::time::Duration;
+
+use loom::sync::Arc;
+use loom::thread;
+use tollgate::keyed::{BucketConfig, FLOOR_STEP, Keyed, known_bad_unlocked_lookups};
+use tollgate::{ManualClock, Rate, TokenBucket};
+use tollgate_loom_tests::{Op, RecordingClock, assert_bucket_bound, explore, record};
+
+/// The refill interval, past the floor step: a reading one interval later
+/// moves the keyed limiter's time floor up to it, so eviction judges
+/// freshness there.
+const INTERVAL: u64 = 2 * FLOOR_STEP;
+
+/// A fixed hasher: loom replays each execution, so the keys' shards must not
+/// change from one to the next (the default hasher is seeded at random).
+type Fixed = BuildHasherDefault<DefaultHasher>;
+
+type PerKey = Keyed<u64, TokenBucket<RecordingClock>, Fixed>;
+
+/// One permit per `INTERVAL` per key, at most one key kept: a second key
+/// makes room by evicting the first if it is fresh at the floor.
+fn per_key() -> (Arc<PerKey>, ManualClock) {
+    let clock = ManualClock::new();
+    let config = BucketConfig::new(1, Rate::new(1, Duration::from_nanos(INTERVAL)))
+        .expect("a valid configuration");
+    let keyed =
+        Keyed::with_clock_and_hasher(config, RecordingClock::new(clock.clone()), Fixed::default())
+            .with_max_keys(1);
+    (Arc::new(keyed), clock)
+}
+
+/// Key 1 asks at 0; its thread moves the clock to `INTERVAL` (key 1 is full
+/// again: fresh, evictable, from the moment the floor gets there) and asks
+/// twice more — the first may be decided on the old state or a new one, the
+/// second must then be denied (one permit per interval). Meanwhile key 2
+/// arrives at the cap and evicts key 1 if it finds it fresh, racing key 1's
+/// requests. Then key 1's admissions must keep the bucket's bound.
+fn race() {
+    let (keyed, clock) = per_key();
+
+    let (k, c) = (keyed.clone(), clock.clone());
+    let first = thread::spawn(move || {
+        let mut ops = vec![record(1, || k.try_acquire(&1))];
+        c.advance(Duration::from_nanos(INTERVAL));
+        ops.push(record(1, || k.try_acquire(&1)));
+        ops.push(record(1, || k.try_acquire(&1)));
+        ops
+    });
+    let k = keyed.clone();
+    let second = thread::spawn(move || vec![record(1, || k.try_acquire(&2))]);
+
+    let key_1: Vec<Op> = first.join().expect("no panic");
+    let key_2: Vec<Op> = second.join().expect("no panic");
+    // No "a fresh key is admitted" check: at the cap a new key may start
+    // from the overflow state, as indebted as it (stricter, never looser).
+    assert_bucket_bound(1, INTERVAL, &[key_1]);
+    assert_bucket_bound(1, INTERVAL, &[key_2]);
+}
+
+#[test]
+fn eviction_races_requests_on_the_key_it_evicts() {
+    let explored = explore(
+        "keyed_eviction::eviction_races_requests_on_the_key_it_evicts",
+        3,
+        race,
+    );
+    assert!(explored > 1);
+}
+
+/// The same race with lookups that drop the shard's lock before deciding: an
+/// eviction can erase the state key 1's second request admits on, the third
+/// finds a fresh one and is admitted too — two permits at `INTERVAL`.
+#[test]
+#[should_panic(expected = "token bucket invariant violated")]
+fn known_bad_unlocked_lookup_is_caught() {
+    known_bad_unlocked_lookups(true);
+    explore(
+        "keyed_eviction::known_bad_unlocked_lookup_is_caught",
+        2,
+        race,
+    );
+}
+
+/// Two threads ask for a key no state exists for yet: one creates it under
+/// the shard's write lock while the other finds it, or waits on that lock and
+/// finds it then. Two permits a key, the clock frozen: exactly two of the three
+/// requests are admitted, whatever the order.
+#[test]
+fn creation_races_an_acquire_on_the_same_key() {
+    let explored = explore(
+        "keyed_eviction::creation_races_an_acquire_on_the_same_key",
+        3,
+        || {
+            let clock = ManualClock::new();
+            let config = BucketConfig::new(2, Rate::new(1, Duration::from_nanos(INTERVAL)))
+                .expect("a valid configuration");
+            let keyed = Arc::new(
+                Keyed::<u64, TokenBucket<RecordingClock>, Fixed>::with_clock_and_hasher(
+                    config,
+                    RecordingClock::new(clock),
+                    Fixed::default(),
+                ),
+            );
+            let k = keyed.clone();
+            let first = thread::spawn(move || {
+                vec![
+                    record(1, || k.try_acquire(&1)),
+                    record(1, || k.try_acquire(&1)),
+                ]
+            });
+            let k = keyed.clone();
+            let second = thread::spawn(move || vec![record(1, || k.try_acquire(&1))]);
+            let threads = vec![
+                first.join().expect("no panic"),
+                second.join().expect("no panic"),
+            ];
+            let admitted = threads
+                .iter()
+                .flatten()
+                .filter(|op| op.result.is_ok())
+                .count();
+            assert_eq!(admitted, 2, "two permits, three requests: {threads:#?}");
+            assert_eq!(keyed.len(), 1);
+        },
+    );
+    assert!(explored > 1);
+}
