@@ -1,5 +1,5 @@
 //! Per-key limiters: one limit per user, IP, API key or tenant, in a
-//! [`DashMap`], with memory that stays bounded by itself,
+//! [`DashMap`](dashmap::DashMap), with memory that stays bounded by itself,
 //! per-key quotas, combined limits and lock-free runtime reconfiguration.
 //!
 //! ```
