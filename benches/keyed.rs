@@ -32,19 +32,15 @@
 //! a million `u64` keys for each kind and for governor, counted by this
 //! binary's global allocator.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::hash_map::RandomState;
-use std::hash::BuildHasher;
 use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicIsize, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use criterion::Criterion;
 use governor::Quota;
-use tollgate::keyed::{
-    BucketConfig, Keyable, Keyed, MeterConfig, ShaperConfig, WarmUpConfig, WindowConfig,
-};
+use tollgate::keyed::{BucketConfig, Keyed, MeterConfig, ShaperConfig, WarmUpConfig, WindowConfig};
 use tollgate::{
     FixedWindow, LeakyBucket, LockingFixedWindow, LockingTokenBucket, LockingWarmUp, ManualClock,
     MonotonicClock, Rate, Shaper, TokenBucket, WarmUp,
@@ -52,88 +48,15 @@ use tollgate::{
 
 mod common;
 use common::THREADS;
+use common::keyed::{Check, Counting, GovernorKeyed, allocated, key};
 
 const KEYS: usize = 1_000_000;
-
-/// Counts the bytes the process holds, for the bytes-per-key table.
-struct Counting;
-
-static ALLOCATED: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATED.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        ALLOCATED.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATED.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-/// splitmix64: the keys, distinct and scattered.
-fn key(i: u64) -> u64 {
-    let mut z = i
-        .wrapping_add(0x9E37_79B9_7F4A_7C15)
-        .wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 30)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 fn keys() -> Arc<Vec<u64>> {
     Arc::new((0..KEYS as u64).map(key).collect())
-}
-
-/// One keyed check, `true` if admitted.
-trait Check: Send + Sync + 'static {
-    fn check(&self, key: &u64) -> bool;
-    /// Asks for `n` permits at once, `true` if admitted.
-    fn spend(&self, key: &u64, n: u32) -> bool;
-}
-
-impl<L: Keyable + 'static, S> Check for Keyed<u64, L, S>
-where
-    L::Clock: Send + Sync,
-    S: BuildHasher + Clone + Send + Sync + 'static,
-{
-    #[inline]
-    fn check(&self, key: &u64) -> bool {
-        self.try_acquire(key).is_ok()
-    }
-
-    fn spend(&self, key: &u64, n: u32) -> bool {
-        self.try_acquire_n(key, n).is_ok()
-    }
-}
-
-type GovernorKeyed = governor::DefaultKeyedRateLimiter<u64>;
-
-impl Check for GovernorKeyed {
-    #[inline]
-    fn check(&self, key: &u64) -> bool {
-        self.check_key(key).is_ok()
-    }
-
-    fn spend(&self, key: &u64, n: u32) -> bool {
-        let n = NonZeroU32::new(n).expect("non-zero");
-        matches!(self.check_key_n(key, n), Ok(Ok(())))
-    }
 }
 
 /// What every check of a group answers.
@@ -332,12 +255,12 @@ fn flood_run<L: Check>(
 
 /// Bytes allocated per key with `KEYS` keys, each admitted once.
 fn bytes_per_key<L: Check>(make: impl FnOnce() -> L) -> f64 {
-    let before = ALLOCATED.load(Ordering::Relaxed);
+    let before = allocated();
     let limiter = make();
     for i in 0..KEYS as u64 {
         assert!(limiter.check(&key(i)));
     }
-    let bytes = ALLOCATED.load(Ordering::Relaxed) - before;
+    let bytes = allocated() - before;
     drop(limiter);
     bytes as f64 / KEYS as f64
 }

@@ -41,90 +41,28 @@
 //! global allocator: `cargo bench --bench keyed_kinds -- no_such_bench`
 //! prints the table alone.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use criterion::Criterion;
 use governor::Quota;
-use tollgate::keyed::{BucketConfig, Keyable, Keyed, LogConfig, SlidingWindowConfig};
+use tollgate::keyed::{BucketConfig, Keyed, LogConfig, SlidingWindowConfig};
 use tollgate::{
     LockingSlidingWindow, ManualClock, Rate, RateLimiter, SlidingLog, SlidingWindow, TokenBucket,
 };
 
 mod common;
+use common::keyed::{Check, Counting, GovernorKeyed, allocated, key};
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
 
 const KEYS: usize = 1_000_000;
 
 /// Thread counts: the machine has 2 cores.
 const THREADS: [usize; 2] = [1, 2];
-
-/// Counts the bytes the process holds, for the bytes-per-key table.
-struct Counting;
-
-static ALLOCATED: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATED.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        ALLOCATED.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATED.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
-
-/// splitmix64: the keys, distinct and scattered.
-fn key(i: u64) -> u64 {
-    let mut z = i
-        .wrapping_add(0x9E37_79B9_7F4A_7C15)
-        .wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 30)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// One keyed check, `true` if admitted.
-trait Check: Send + Sync + 'static {
-    fn check(&self, key: &u64) -> bool;
-}
-
-impl<L: Keyable + 'static> Check for Keyed<u64, L>
-where
-    L::Clock: Send + Sync,
-{
-    #[inline]
-    fn check(&self, key: &u64) -> bool {
-        self.try_acquire(key).is_ok()
-    }
-}
-
-type GovernorKeyed = governor::DefaultKeyedRateLimiter<u64>;
-
-impl Check for GovernorKeyed {
-    #[inline]
-    fn check(&self, key: &u64) -> bool {
-        self.check_key(key).is_ok()
-    }
-}
 
 /// A direct limiter, for the hot-key groups: the key is ignored.
 struct Direct<L>(L);
@@ -133,6 +71,10 @@ impl<L: RateLimiter + Send + Sync + 'static> Check for Direct<L> {
     #[inline]
     fn check(&self, _key: &u64) -> bool {
         self.0.try_acquire().is_ok()
+    }
+
+    fn spend(&self, _key: &u64, n: u32) -> bool {
+        self.0.try_acquire_n(n).is_ok()
     }
 }
 
@@ -317,12 +259,12 @@ fn spread(c: &mut Criterion) {
 
 /// Bytes allocated per key with `KEYS` keys, each admitted once.
 fn bytes_per_key<L: Check>(make: impl FnOnce() -> L) -> f64 {
-    let before = ALLOCATED.load(Ordering::Relaxed);
+    let before = allocated();
     let limiter = make();
     for i in 0..KEYS as u64 {
         assert!(limiter.check(&key(i)));
     }
-    let bytes = ALLOCATED.load(Ordering::Relaxed) - before;
+    let bytes = allocated() - before;
     drop(limiter);
     bytes as f64 / KEYS as f64
 }

@@ -28,6 +28,8 @@
 // Every bench includes the whole module and uses only part of it.
 #![allow(dead_code)]
 
+pub mod keyed;
+
 use std::hint::black_box;
 use std::sync::{Arc, Barrier, OnceLock};
 use std::thread;

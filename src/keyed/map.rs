@@ -181,11 +181,14 @@ mod stand_in {
                 let entry: &(K, SharedValue<V>) = guard.slots[index].as_ref().expect("found");
                 let value: *const V = &entry.1.0;
                 drop(guard);
-                return Some(Ref { guard: None, value });
+                return Some(Ref {
+                    _guard: None,
+                    value,
+                });
             }
             let value: *const V = &guard.slots[index].as_ref().expect("found").1.0;
             Some(Ref {
-                guard: Some(guard),
+                _guard: Some(guard),
                 value,
             })
         }
@@ -225,7 +228,8 @@ mod stand_in {
     /// A read-locked value, as dashmap's `Ref` (the lock is held while it
     /// lives, but for the known-bad unlocked lookups).
     pub(crate) struct Ref<'a, K, V> {
-        guard: Option<RwLockReadGuard<'a, Table<K, V>>>,
+        /// Held, not read: the shard stays read-locked while the value is.
+        _guard: Option<RwLockReadGuard<'a, Table<K, V>>>,
         /// Into a boxed entry, which stays allocated while the map lives.
         value: *const V,
     }
@@ -234,7 +238,6 @@ mod stand_in {
         type Target = V;
 
         fn deref(&self) -> &V {
-            let _ = &self.guard;
             // SAFETY: entries are boxed and never freed before the map (see
             // `Table::erased`), and the map outlives `'a`.
             unsafe { &*self.value }
