@@ -52,3 +52,146 @@ mod loom_mutex {
         }
     }
 }
+
+// The keyed map's shards (`keyed::map`): flags, counters and reader slots.
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicUsize};
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicUsize};
+
+// The keyed map's underlying shard locks, as the per-key mutex above:
+// parking_lot's under std, loom's under loom, infallible in both.
+#[cfg(loom)]
+pub(crate) use loom_rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+#[cfg(not(loom))]
+pub(crate) use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+#[cfg(loom)]
+mod loom_rwlock {
+    /// loom's reader-writer lock behind parking_lot's signature.
+    pub(crate) struct RwLock<T>(loom::sync::RwLock<T>);
+
+    pub(crate) type RwLockReadGuard<'a, T> = loom::sync::RwLockReadGuard<'a, T>;
+    pub(crate) type RwLockWriteGuard<'a, T> = loom::sync::RwLockWriteGuard<'a, T>;
+
+    impl<T> RwLock<T> {
+        pub(crate) fn new(value: T) -> Self {
+            RwLock(loom::sync::RwLock::new(value))
+        }
+
+        /// As `Mutex::lock`: a panic under the lock ends the model anyway.
+        pub(crate) fn read(&self) -> RwLockReadGuard<'_, T> {
+            self.0.read().expect("no panics while a lock is held")
+        }
+
+        pub(crate) fn write(&self) -> RwLockWriteGuard<'_, T> {
+            self.0.write().expect("no panics while a lock is held")
+        }
+    }
+}
+
+// Data read under a lock the code builds itself (the keyed map's tables):
+// loom's cell, which reports a read and a write not ordered by the models'
+// atomics, or a plain `UnsafeCell` with the same calls.
+#[cfg(loom)]
+pub(crate) use loom::cell::{ConstPtr, MutPtr, UnsafeCell};
+#[cfg(not(loom))]
+pub(crate) use plain_cell::{ConstPtr, MutPtr, UnsafeCell};
+
+#[cfg(not(loom))]
+mod plain_cell {
+    /// `core::cell::UnsafeCell` behind loom's signature.
+    pub(crate) struct UnsafeCell<T>(core::cell::UnsafeCell<T>);
+
+    /// A pointer for reading, as loom's (which tracks the read while it lives).
+    pub(crate) struct ConstPtr<T>(*const T);
+
+    /// A pointer for writing, as loom's.
+    pub(crate) struct MutPtr<T>(*mut T);
+
+    impl<T> UnsafeCell<T> {
+        pub(crate) const fn new(value: T) -> Self {
+            UnsafeCell(core::cell::UnsafeCell::new(value))
+        }
+
+        #[inline(always)]
+        pub(crate) fn get(&self) -> ConstPtr<T> {
+            ConstPtr(self.0.get())
+        }
+
+        #[inline(always)]
+        pub(crate) fn get_mut(&self) -> MutPtr<T> {
+            MutPtr(self.0.get())
+        }
+    }
+
+    impl<T> ConstPtr<T> {
+        /// # Safety
+        /// No write to the value while the reference lives.
+        #[inline(always)]
+        pub(crate) unsafe fn deref(&self) -> &T {
+            // SAFETY: the caller's contract.
+            unsafe { &*self.0 }
+        }
+    }
+
+    impl<T> MutPtr<T> {
+        /// # Safety
+        /// No other access to the value while the reference lives.
+        #[allow(clippy::mut_from_ref)]
+        #[inline(always)]
+        pub(crate) unsafe fn deref(&self) -> &mut T {
+            // SAFETY: the caller's contract.
+            unsafe { &mut *self.0 }
+        }
+    }
+}
+
+/// This thread's index, handed out in order of first use: the keyed map
+/// gives each thread its own line of reader slots by it.
+#[inline]
+pub(crate) fn reader_line() -> usize {
+    #[cfg(not(loom))]
+    {
+        use std::cell::Cell;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        std::thread_local! {
+            static LINE: Cell<usize> = const { Cell::new(usize::MAX) };
+        }
+        LINE.with(|line| {
+            let index = line.get();
+            if index != usize::MAX {
+                return index;
+            }
+            // Relaxed: only makes indices distinct.
+            let index = NEXT.fetch_add(1, Ordering::Relaxed);
+            line.set(index);
+            index
+        })
+    }
+    #[cfg(loom)]
+    {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        // A counter per model execution (loom resets its statics), outside
+        // loom's view: the same schedule hands out the same indices.
+        loom::lazy_static! {
+            static ref NEXT: AtomicUsize = AtomicUsize::new(0);
+        }
+        loom::thread_local! {
+            static LINE: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+        }
+        LINE.with(|line| *line)
+    }
+}
+
+/// One step of a wait for another thread (a writer waiting for a reader to
+/// leave its slot): a yield, which lets a preempted reader run; loom's yield
+/// under loom, so the models can run the reader.
+#[inline]
+pub(crate) fn spin_wait() {
+    #[cfg(not(loom))]
+    std::thread::yield_now();
+    #[cfg(loom)]
+    loom::thread::yield_now();
+}

@@ -1,9 +1,11 @@
 #![cfg(loom)]
 //! loom models of a `Keyed` map's eviction racing requests on the key it
-//! evicts: the shipped keyed code, over the map's loom stand-in (the same
-//! calls as dashmap's, behind `loom::sync::RwLock`s, `src/keyed/map.rs`), so
-//! the shard locks that keep an eviction from erasing a state a request is
-//! deciding on are explored like every atomic.
+//! evicts: the shipped keyed code over the shipped map (`src/keyed/map.rs`),
+//! whose shard locks — a loom reader-writer lock with tollgate's biased read
+//! side, and the tables in loom cells — are explored like every atomic. The
+//! bias starts set and, under loom, comes back after one read through the
+//! lock, so the models run biased readers, readers through the lock and
+//! writers clearing the bias against each other.
 //!
 //! The promise: eviction never changes a decision. In particular the state
 //! evicted must never be one with an admission the fresh state that replaces
@@ -11,9 +13,12 @@
 //! admissions, over the original and the recreated state, break the token
 //! bucket's bound.
 //!
-//! A lookup that lets go of the shard's lock before deciding (the known-bad
-//! protocol, switched on in the loom build only) must be caught: that proves
-//! the check can fail.
+//! Three known-bad protocols, switched on in the loom build only, must be
+//! caught, which proves the checks can fail: a lookup that lets go of the
+//! shard before deciding, a biased reader that does not check the bias again
+//! after claiming its slot, and a writer that clears the bias without waiting
+//! for the readers in their slots. loom catches each as a table read
+//! concurrent with a write (its cell tracking), before any decision is made.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::BuildHasherDefault;
@@ -21,7 +26,10 @@ use std::time::Duration;
 
 use loom::sync::Arc;
 use loom::thread;
-use tollgate::keyed::{BucketConfig, FLOOR_STEP, Keyed, known_bad_unlocked_lookups};
+use tollgate::keyed::{
+    BucketConfig, FLOOR_STEP, Keyed, known_bad_unchecked_bias, known_bad_unlocked_lookups,
+    known_bad_unwaited_readers,
+};
 use tollgate::{ManualClock, Rate, TokenBucket};
 use tollgate_loom_tests::{Op, RecordingClock, assert_bucket_bound, explore, record};
 
@@ -87,15 +95,42 @@ fn eviction_races_requests_on_the_key_it_evicts() {
 }
 
 /// The same race with lookups that drop the shard's lock before deciding: an
-/// eviction can erase the state key 1's second request admits on, the third
-/// finds a fresh one and is admitted too — two permits at `INTERVAL`.
+/// eviction (or an insert) can change the table while key 1's request reads
+/// the state it found.
 #[test]
-#[should_panic(expected = "token bucket invariant violated")]
+#[should_panic(expected = "Causality violation")]
 fn known_bad_unlocked_lookup_is_caught() {
     known_bad_unlocked_lookups(true);
     explore(
         "keyed_eviction::known_bad_unlocked_lookup_is_caught",
         2,
+        race,
+    );
+}
+
+/// The same race with biased readers that do not check the bias again after
+/// claiming their slot: a reader that read the bias set, then claimed its
+/// slot after a writer's scan passed it, reads while the writer writes.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn known_bad_unchecked_bias_is_caught() {
+    known_bad_unchecked_bias(true);
+    explore(
+        "keyed_eviction::known_bad_unchecked_bias_is_caught",
+        3,
+        race,
+    );
+}
+
+/// The same race with writers that clear the bias and do not wait for the
+/// biased readers already in their slots.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn known_bad_unwaited_readers_is_caught() {
+    known_bad_unwaited_readers(true);
+    explore(
+        "keyed_eviction::known_bad_unwaited_readers_is_caught",
+        3,
         race,
     );
 }

@@ -173,10 +173,10 @@ impl Sweeper {
     }
 }
 
-/// Removes the fresh states among `$indices` (each below the table's bucket
-/// count) of `$table`, a shard's raw table under its write lock held by the
-/// caller; evaluates to how many it removed. A macro because dashmap does not
-/// name the table's type (hashbrown's `RawTable`).
+/// Removes the fresh states among `$indices` (bucket positions) of `$table`,
+/// a shard's table under its write lock held by the caller; evaluates to how
+/// many it removed. A macro so that the keyed limiter's fields and the guard
+/// are borrowed separately.
 macro_rules! evict_fresh {
     ($keyed:ident, $table:ident, $indices:expr) => {{
         // Judged at the floor, the earliest time any later decision can use
@@ -192,17 +192,12 @@ macro_rules! evict_fresh {
         let view = record.view(&still_current);
         let mut evicted = 0usize;
         for index in $indices {
-            // SAFETY: `index < buckets()` (the caller's contract); a bucket is
-            // read only if full; `$table` is the write guard, so no other thread
-            // reads or writes the table, and nothing holds a reference into it.
-            unsafe {
-                if $table.is_bucket_full(index)
-                    && L::is_fresh(&view, $table.bucket(index).as_ref().1.get(), now) == Some(true)
-                {
-                    let bucket = $table.bucket(index);
-                    $table.erase(bucket);
-                    evicted += 1;
-                }
+            let fresh = $table
+                .value_at(index)
+                .is_some_and(|state| L::is_fresh(&view, state, now) == Some(true));
+            if fresh {
+                $table.remove_at(index);
+                evicted += 1;
             }
         }
         $keyed.sweeper.release(evicted as u64);
@@ -376,7 +371,7 @@ where
     /// Examines up to `budget` buckets of shard `shard` from its cursor and
     /// removes the fresh states; returns how many it removed and examined.
     fn sweep_step(&self, shard: usize, budget: usize) -> (usize, usize) {
-        let mut table = self.map.shards()[shard].write();
+        let mut table = self.map.write(shard);
         // Relaxed: only spreads sweeps over the table; any value is correct.
         let start =
             self.sweeper.cursors[shard].fetch_add(budget as u64, Ordering::Relaxed) as usize;
@@ -394,7 +389,7 @@ where
     /// then the others in rotation, `ROOM` buckets at most; returns how many
     /// it evicted.
     fn make_room(&self, own: usize) -> usize {
-        let shards = self.map.shards().len();
+        let shards = self.map.shard_count();
         // Relaxed: spreads searches over the shards; any value is correct.
         let next = self.sweeper.counters.room.fetch_add(1, Ordering::Relaxed) as usize;
         let mut budget = ROOM;
@@ -439,8 +434,8 @@ where
         // Relaxed: see `Keyed::read_clock`.
         self.floor.fetch_max(self.timeline.now(), Ordering::Relaxed);
         let mut evicted = 0;
-        for shard in self.map.shards() {
-            let mut table = shard.write();
+        for shard in 0..self.map.shard_count() {
+            let mut table = self.map.write(shard);
             let buckets = table.buckets();
             evicted += evict_fresh!(self, table, 0..buckets);
         }

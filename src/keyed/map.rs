@@ -1,281 +1,508 @@
-//! The keyed limiter's map: dashmap, or under `--cfg loom` a stand-in whose
-//! shard locks are loom's, so the models see every lock a lookup, an insert
-//! and an eviction take.
+//! The keyed limiter's map: shards of hashbrown tables, each under a
+//! reader-biased lock, so that looking up an existing key writes no memory
+//! that another core reads.
 //!
-//! The keyed layer relies on the shard locks for more than memory safety: an
-//! eviction judges a state fresh and erases it under its shard's write lock,
-//! and a request decides on a state under the same shard's read lock, so an
-//! eviction never erases a state that a request is admitting on (see
-//! `evict`). dashmap's locks are its own atomics, invisible to loom; the
-//! stand-in offers the same few calls (`get`, `entry`, `remove`, `shards`
-//! and the raw table's bucket walk) over `loom::sync::RwLock`s, so that
-//! protocol is model-checked with the rest of the keyed code.
+//! # Why not a plain reader-writer lock
+//!
+//! A reader-writer lock's read side is a read-modify-write on the lock's
+//! word. Every core that looks up a key of that shard writes the same cache
+//! line, so two cores on one hot key (or on a million keys over a handful of
+//! shards) pass the line back and forth on every lookup: that, not the hash
+//! or the probe, was most of a keyed check's cost at 2 threads (dashmap,
+//! which tollgate used before, and governor's keyed limiter both pay it).
+//!
+//! # The biased shard lock
+//!
+//! The shard lock here is a reader-writer lock with a second, *biased* read
+//! side (after Dice and Kogan's BRAVO, "Biased Locking for Reader-Writer
+//! Locks", USENIX ATC 2019). Each map has a small table of *reader slots*,
+//! one cache line per thread group; a thread's line is fixed at its first
+//! lookup, and the slot within the line is the shard's index modulo 8. A
+//! reader announces itself by a compare-and-swap of its slot from 0 to
+//! `shard + 1` — a write to a line that, with at most as many threads as
+//! lines, no other core writes — and then checks that the shard is still
+//! biased. A writer takes the underlying lock, clears the bias, and waits
+//! until no slot names its shard. The underlying lock (parking_lot's) serves
+//! readers while the bias is off, and writers always.
+//!
+//! | state of shard `s` | a reader | a writer |
+//! |---|---|---|
+//! | biased, no writer | CAS own slot 0 → `s+1`, bias still set: reads; stores 0 when done | takes the lock, clears the bias, waits for every slot ≠ `s+1` |
+//! | biased, slot taken (another thread of the line, another shard) | takes the read lock | as above |
+//! | bias cleared | takes the read lock; the `REBIAS_AFTER`-th such read since the last write sets the bias again | takes the lock; nothing to wait for |
+//!
+//! A reader that announced itself and then finds the bias cleared undoes its
+//! slot and takes the read lock (the writer may be waiting for that slot).
+//!
+//! **Why it excludes.** The reader's slot CAS and its bias load, and the
+//! writer's bias swap and its slot loads, are `SeqCst`: in their single total
+//! order, either the reader's bias load comes first — then its slot CAS came
+//! before the writer's swap, and the writer's slot load sees `s + 1` and
+//! waits — or the writer's swap comes first, and the reader sees the bias
+//! cleared (only a reader holding the read lock sets it again, which no
+//! reader can do while the writer holds the lock). This is the store-load
+//! pattern that needs sequential consistency: with acquire/release alone both
+//! could read the other's old value. The loom models run the keyed code on
+//! this map; `known_bad_unchecked_bias` (loom builds only) skips the reader's
+//! second bias check and is caught.
+//!
+//! **Why a fast reader sees the last write.** The bias is set (with
+//! `Release`) only by a reader holding the read lock, which the last writer
+//! released; a fast reader's `SeqCst` (so acquiring) bias load reads that
+//! store. A writer's slot load acquires the reader's `Release` store of 0, so
+//! the reader's reads come before the writer's writes.
+//!
+//! **When the bias comes back.** A write costs a scan of one slot per line
+//! (16 lines on a 2-core machine) when it clears the bias. To keep that cost
+//! small against the lookups it speeds up, a shard is rebiased only after
+//! `REBIAS_AFTER` reads through the lock since its last write — four per
+//! line, so a revocation's scan is at most a quarter of the slow reads that
+//! paid for it. A flood of new keys keeps its shards unbiased and costs what
+//! a plain reader-writer lock costs; a steady set of keys reads without any
+//! shared write.
+//!
+//! Everything the keyed layer builds on its shard locks — an eviction never
+//! erases a state a request is deciding on, the floor argument of
+//! `Keyed::decision_time`, and reconfiguration's "every shard visited" — holds
+//! as it did: this is a reader-writer lock, with a cheaper read side.
 
-#[cfg(not(loom))]
-pub(crate) use dashmap::DashMap as Map;
-#[cfg(not(loom))]
-pub(crate) use dashmap::mapref::entry::Entry;
+use std::borrow::Borrow;
+use std::hash::{BuildHasher, Hash};
 
-#[cfg(loom)]
-pub(crate) use stand_in::{Entry, Map, UNLOCKED_LOOKUPS};
+use crossbeam_utils::CachePadded;
+use hashbrown::HashTable;
 
-#[cfg(loom)]
-mod stand_in {
-    use std::borrow::Borrow;
-    use std::hash::{BuildHasher, Hash};
-    use std::ops::Deref;
+use crate::sync::{
+    AtomicBool, AtomicUsize, ConstPtr, MutPtr, Ordering, RwLock, RwLockReadGuard, RwLockWriteGuard,
+    UnsafeCell, reader_line, spin_wait,
+};
 
-    use loom::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+/// Reader slots per line: a cache line of `usize`s. A shard's slot is its
+/// index modulo this.
+const SLOTS_PER_LINE: usize = 8;
 
-    /// Two shards: enough for a model to put keys in the same shard or in
-    /// different ones.
-    const SHARDS: usize = 2;
+/// Lines of reader slots: four per core (a thread keeps its line, so with at
+/// most this many threads no two share one), at least 16. Under loom, two:
+/// the models run three threads, so two of them share a line.
+fn lines() -> usize {
+    #[cfg(loom)]
+    {
+        2
+    }
+    #[cfg(not(loom))]
+    {
+        let cores = std::thread::available_parallelism().map_or(4, usize::from);
+        (cores * 4).next_power_of_two().max(16)
+    }
+}
 
-    /// dashmap's value wrapper, kept so the keyed code reads `.1.get()` in
-    /// both builds.
-    pub(crate) struct SharedValue<V>(V);
+/// Shards: as dashmap's default, four per core, a power of two (at least
+/// 2). Under loom, two: enough for a model to put keys in the same shard or
+/// in different ones.
+fn shard_count() -> usize {
+    #[cfg(loom)]
+    {
+        2
+    }
+    #[cfg(not(loom))]
+    {
+        let cores = std::thread::available_parallelism().map_or(4, usize::from);
+        (cores * 4).next_power_of_two().max(2)
+    }
+}
 
-    impl<V> SharedValue<V> {
-        pub(crate) fn get(&self) -> &V {
-            &self.0
+/// Reads through the lock, since a shard's last write, before it is biased
+/// again: four per line of slots (see the module docs). Under loom, one, so
+/// that a model sees the bias cleared and set again within a few steps.
+fn rebias_after(lines: usize) -> usize {
+    if cfg!(loom) { 1 } else { 4 * lines }
+}
+
+/// One shard: its table, the underlying lock, and the bias.
+struct Shard<K, V> {
+    /// Set: readers may read without the lock, announcing themselves in their
+    /// reader slot. Cleared by writers, set again by a reader holding the
+    /// read lock.
+    biased: AtomicBool,
+    /// Reads through the lock since the last write.
+    slow_reads: AtomicUsize,
+    lock: RwLock<()>,
+    table: UnsafeCell<HashTable<(K, V)>>,
+}
+
+/// A map of per-key states, sharded, each shard a hashbrown table under a
+/// biased reader-writer lock (see the module docs).
+pub(crate) struct Map<K, V, S> {
+    shards: Box<[CachePadded<Shard<K, V>>]>,
+    /// One line of reader slots per thread group.
+    readers: Box<[CachePadded<[AtomicUsize; SLOTS_PER_LINE]>]>,
+    rebias_after: usize,
+    /// `64 - log2(shards)`: a shard is chosen by the hash's bits below the
+    /// top 7, which hashbrown keeps for its control bytes.
+    shift: u32,
+    hasher: S,
+}
+
+// SAFETY: the tables are only reached through the shard locks (see `Map::read`
+// and `Map::write`), so sharing the map shares `K` and `V` across threads as
+// a `RwLock<HashTable<(K, V)>>` would.
+unsafe impl<K: Send + Sync, V: Send + Sync, S: Sync> Sync for Map<K, V, S> {}
+// SAFETY: as above; sending the map sends its keys and values.
+unsafe impl<K: Send, V: Send, S: Send> Send for Map<K, V, S> {}
+
+impl<K: Eq + Hash, V, S: BuildHasher> Map<K, V, S> {
+    /// An empty map hashing with `hasher`.
+    pub(crate) fn with_hasher(hasher: S) -> Self {
+        let shards = shard_count();
+        let lines = lines();
+        Map {
+            shards: (0..shards)
+                .map(|_| {
+                    CachePadded::new(Shard {
+                        biased: AtomicBool::new(true),
+                        slow_reads: AtomicUsize::new(0),
+                        lock: RwLock::new(()),
+                        table: UnsafeCell::new(HashTable::new()),
+                    })
+                })
+                .collect(),
+            readers: (0..lines)
+                .map(|_| CachePadded::new(std::array::from_fn(|_| AtomicUsize::new(0))))
+                .collect(),
+            rebias_after: rebias_after(lines),
+            shift: 64 - shards.trailing_zeros(),
+            hasher,
         }
     }
 
-    /// One shard's table: a power-of-two number of buckets, as hashbrown's
-    /// (the sweep masks its cursor with `buckets - 1`), searched linearly.
-    /// An entry, boxed so that its address never moves.
-    type Slot<K, V> = Box<(K, SharedValue<V>)>;
-
-    pub(crate) struct Table<K, V> {
-        slots: Vec<Option<Slot<K, V>>>,
-        /// Erased entries, kept until the table drops: an entry is boxed and
-        /// never freed while the map lives, so the known-bad unlocked lookup
-        /// (below) reads a stale state instead of freed memory, and the
-        /// models catch it by its over-admission.
-        erased: Vec<Slot<K, V>>,
+    /// How many shards the map has.
+    pub(crate) fn shard_count(&self) -> usize {
+        self.shards.len()
     }
 
-    /// A bucket, as hashbrown's: a position, read through the table.
-    pub(crate) struct Bucket<K, V> {
-        slot: *const (K, SharedValue<V>),
-        index: usize,
+    fn shard_of(&self, hash: u64) -> usize {
+        ((hash << 7) >> self.shift) as usize
     }
 
-    impl<K, V> Bucket<K, V> {
-        /// # Safety
-        /// The bucket is full and the table is neither changed nor dropped
-        /// while the reference lives (hashbrown's contract).
-        pub(crate) unsafe fn as_ref<'a>(&self) -> &'a (K, SharedValue<V>) {
-            // SAFETY: the caller's contract.
-            unsafe { &*self.slot }
-        }
+    /// The shard `key` lives in.
+    pub(crate) fn determine_map<Q>(&self, key: &Q) -> usize
+    where
+        K: Borrow<Q>,
+        Q: Hash + ?Sized,
+    {
+        self.shard_of(self.hasher.hash_one(key))
     }
 
-    impl<K: Eq, V> Table<K, V> {
-        fn new() -> Self {
-            Table {
-                slots: (0..4).map(|_| None).collect(),
-                erased: Vec::new(),
+    /// Read access to shard `index`: through the caller's reader slot while
+    /// the shard is biased, through the read lock otherwise.
+    #[inline]
+    fn read(&self, index: usize) -> ReadHold<'_> {
+        let shard = &self.shards[index];
+        // Relaxed: a hint; the `SeqCst` load below decides.
+        if shard.biased.load(Ordering::Relaxed) {
+            let line = &self.readers[reader_line() & (self.readers.len() - 1)];
+            let slot = &line[index % SLOTS_PER_LINE];
+            // SeqCst, with the bias load after it: the store-load pair that
+            // excludes writers (module docs). A slot held by another thread
+            // of this line, for any shard, sends us through the lock.
+            if slot
+                .compare_exchange(0, index + 1, Ordering::SeqCst, Ordering::Relaxed)
+                .is_ok()
+            {
+                loom_seq_cst_fence();
+                if unchecked_bias() || shard.biased.load(Ordering::SeqCst) {
+                    return ReadHold::Slot(SlotHold(slot));
+                }
+                // A writer is clearing the bias (and may be waiting for this
+                // slot). Release: pairs with its acquiring slot loads.
+                slot.store(0, Ordering::Release);
             }
         }
-
-        pub(crate) fn buckets(&self) -> usize {
-            self.slots.len()
-        }
-
-        /// # Safety
-        /// `index < buckets()` (hashbrown's contract; checked here anyway).
-        pub(crate) unsafe fn is_bucket_full(&self, index: usize) -> bool {
-            self.slots[index].is_some()
-        }
-
-        /// # Safety
-        /// `index < buckets()` and the bucket is full.
-        pub(crate) unsafe fn bucket(&self, index: usize) -> Bucket<K, V> {
-            let slot: &(K, SharedValue<V>) = self.slots[index].as_ref().expect("a full bucket");
-            Bucket { slot, index }
-        }
-
-        /// # Safety
-        /// `bucket` is full and came from this table.
-        pub(crate) unsafe fn erase(&mut self, bucket: Bucket<K, V>) {
-            if let Some(entry) = self.slots[bucket.index].take() {
-                self.erased.push(entry);
-            }
-        }
-
-        fn find<Q>(&self, key: &Q) -> Option<usize>
-        where
-            K: Borrow<Q>,
-            Q: Eq + ?Sized,
+        let guard = shard.lock.read();
+        // Relaxed: the count only paces rebiasing.
+        if !shard.biased.load(Ordering::Relaxed)
+            && shard.slow_reads.fetch_add(1, Ordering::Relaxed) + 1 == self.rebias_after
         {
-            self.slots
-                .iter()
-                .position(|slot| slot.as_ref().is_some_and(|entry| entry.0.borrow() == key))
+            // Release: a fast reader that acquires this sees every write made
+            // before we took the read lock (module docs). Set while holding
+            // the read lock, so no writer is between its swap and its scan.
+            shard.biased.store(true, Ordering::Release);
         }
+        ReadHold::Lock(guard)
+    }
 
-        fn insert(&mut self, key: K, value: V) -> usize {
-            let entry = Box::new((key, SharedValue(value)));
-            if let Some(free) = self.slots.iter().position(Option::is_none) {
-                self.slots[free] = Some(entry);
-                return free;
+    /// Exclusive access to shard `index`: the write lock, and no biased
+    /// reader left in it.
+    pub(crate) fn write(&self, index: usize) -> WriteGuard<'_, K, V, S> {
+        let shard = &self.shards[index];
+        let guard = shard.lock.write();
+        // SeqCst: the store half of the exclusion (module docs); a swap so
+        // that only a writer that cleared the bias pays for the scan (one
+        // that found it cleared follows a writer that scanned, and no reader
+        // could set it since without the read lock).
+        if shard.biased.swap(false, Ordering::SeqCst) && !unwaited_readers() {
+            loom_seq_cst_fence();
+            for line in self.readers.iter() {
+                let slot = &line[index % SLOTS_PER_LINE];
+                // SeqCst: the load half of the exclusion; it also acquires
+                // the reader's `Release` store of 0, ordering its reads
+                // before our writes.
+                while slot.load(Ordering::SeqCst) == index + 1 {
+                    spin_wait();
+                }
             }
-            let at = self.slots.len();
-            self.slots.resize_with(2 * at, || None);
-            self.slots[at] = Some(entry);
-            at
+        }
+        // Relaxed: ordered by the write lock, like every slow read's count.
+        shard.slow_reads.store(0, Ordering::Relaxed);
+        WriteGuard {
+            table: shard.table.get_mut(),
+            hasher: &self.hasher,
+            _guard: guard,
         }
     }
 
-    /// A shard: its table under a loom lock, locked as dashmap's (`write()`
-    /// returns the guard itself).
-    pub(crate) struct Shard<K, V>(RwLock<Table<K, V>>);
-
-    impl<K, V> Shard<K, V> {
-        pub(crate) fn write(&self) -> RwLockWriteGuard<'_, Table<K, V>> {
-            self.0.write().expect("no panics while a shard is locked")
-        }
-
-        fn read(&self) -> RwLockReadGuard<'_, Table<K, V>> {
-            self.0.read().expect("no panics while a shard is locked")
-        }
-    }
-
-    pub(crate) struct Map<K, V, S> {
-        shards: Box<[Shard<K, V>]>,
-        hasher: S,
-    }
-
-    impl<K: Eq + Hash, V, S: BuildHasher> Map<K, V, S> {
-        pub(crate) fn with_hasher(hasher: S) -> Self {
-            Map {
-                shards: (0..SHARDS)
-                    .map(|_| Shard(RwLock::new(Table::new())))
-                    .collect(),
-                hasher,
-            }
-        }
-
-        pub(crate) fn shards(&self) -> &[Shard<K, V>] {
-            &self.shards
-        }
-
-        pub(crate) fn determine_map<Q>(&self, key: &Q) -> usize
-        where
-            K: Borrow<Q>,
-            Q: Hash + ?Sized,
-        {
-            (self.hasher.hash_one(key) as usize) % SHARDS
-        }
-
-        pub(crate) fn get<Q>(&self, key: &Q) -> Option<Ref<'_, K, V>>
-        where
-            K: Borrow<Q>,
-            Q: Hash + Eq + ?Sized,
-        {
-            let guard = self.shards[self.determine_map(key)].read();
-            let index = guard.find(key)?;
-            if UNLOCKED_LOOKUPS.with(std::cell::Cell::get) {
-                // The known-bad protocol: the lock is dropped before the caller
-                // decides on the state, so an eviction can erase it meanwhile.
-                let entry: &(K, SharedValue<V>) = guard.slots[index].as_ref().expect("found");
-                let value: *const V = &entry.1.0;
-                drop(guard);
-                return Some(Ref {
-                    _guard: None,
-                    value,
-                });
-            }
-            let value: *const V = &guard.slots[index].as_ref().expect("found").1.0;
-            Some(Ref {
-                _guard: Some(guard),
+    /// The value for `key`, read-held while the returned reference lives.
+    #[inline]
+    pub(crate) fn get<Q>(&self, key: &Q) -> Option<Ref<'_, K, V>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        let index = self.shard_of(hash);
+        let hold = self.read(index);
+        let table = self.shards[index].table.get();
+        // SAFETY: read-held (`hold`), so no writer changes the table while
+        // `table` lives; both are moved into the `Ref`, dropped in order.
+        let (_, value) = unsafe { table.deref() }.find(hash, |(k, _)| k.borrow() == key)?;
+        let value: *const V = value;
+        #[cfg(loom)]
+        if UNLOCKED_LOOKUPS.with(std::cell::Cell::get) {
+            // The known-bad protocol: the hold is let go before the caller
+            // decides on the state. loom's cell tracking sees the table read
+            // while a writer may change it.
+            drop(hold);
+            return Some(Ref {
                 value,
-            })
+                _table: table,
+                _hold: None,
+            });
         }
-
-        pub(crate) fn entry(&self, key: K) -> Entry<'_, K, V> {
-            let guard = self.shards[self.determine_map(&key)].write();
-            match guard.find(&key) {
-                Some(index) => Entry::Occupied(OccupiedEntry { guard, index }),
-                None => Entry::Vacant(VacantEntry { guard, key }),
-            }
-        }
-
-        pub(crate) fn remove<Q>(&self, key: &Q) -> Option<(K, V)>
-        where
-            K: Borrow<Q>,
-            Q: Hash + Eq + ?Sized,
-        {
-            let mut guard = self.shards[self.determine_map(key)].write();
-            let index = guard.find(key)?;
-            let entry = guard.slots[index].take()?;
-            let (k, v) = *entry;
-            Some((k, v.0))
-        }
-
-        pub(crate) fn shrink_to_fit(&self) {}
+        Some(Ref {
+            value,
+            _table: table,
+            _hold: Some(hold),
+        })
     }
 
-    std::thread_local! {
-        /// Test-only: lookups that let go of the shard's read lock before
-        /// the caller decides (the known-bad protocol the eviction models must
-        /// catch). Outside loom's view, and per OS thread: loom runs a
-        /// model's threads on the test's own thread, so one test's setting
-        /// reaches all of its model and no other test.
-        pub(crate) static UNLOCKED_LOOKUPS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    }
-
-    /// A read-locked value, as dashmap's `Ref` (the lock is held while it
-    /// lives, but for the known-bad unlocked lookups).
-    pub(crate) struct Ref<'a, K, V> {
-        /// Held, not read: the shard stays read-locked while the value is.
-        _guard: Option<RwLockReadGuard<'a, Table<K, V>>>,
-        /// Into a boxed entry, which stays allocated while the map lives.
-        value: *const V,
-    }
-
-    impl<K, V> Deref for Ref<'_, K, V> {
-        type Target = V;
-
-        fn deref(&self) -> &V {
-            // SAFETY: entries are boxed and never freed before the map (see
-            // `Table::erased`), and the map outlives `'a`.
-            unsafe { &*self.value }
+    /// The key's entry, under the shard's write lock.
+    pub(crate) fn entry(&self, key: K) -> Entry<'_, K, V, S> {
+        let hash = self.hasher.hash_one(&key);
+        let guard = self.write(self.shard_of(hash));
+        match guard.find(hash, &key) {
+            Some(index) => Entry::Occupied(OccupiedEntry { guard, index }),
+            None => Entry::Vacant(VacantEntry { guard, key, hash }),
         }
     }
 
-    /// As dashmap's `Entry`: the shard's write lock, held until dropped.
-    pub(crate) enum Entry<'a, K, V> {
-        Occupied(OccupiedEntry<'a, K, V>),
-        Vacant(VacantEntry<'a, K, V>),
+    /// Removes `key`, returning its value.
+    pub(crate) fn remove<Q>(&self, key: &Q) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        let mut guard = self.write(self.shard_of(hash));
+        let index = guard.find(hash, key)?;
+        guard.remove_at(index)
     }
 
-    pub(crate) struct OccupiedEntry<'a, K, V> {
-        guard: RwLockWriteGuard<'a, Table<K, V>>,
-        index: usize,
-    }
-
-    impl<K, V> OccupiedEntry<'_, K, V> {
-        pub(crate) fn get(&self) -> &V {
-            &self.guard.slots[self.index]
-                .as_ref()
-                .expect("held under the lock")
-                .1
-                .0
+    /// Gives every table's unused memory back.
+    pub(crate) fn shrink_to_fit(&self) {
+        for index in 0..self.shards.len() {
+            self.write(index).shrink_to_fit();
         }
     }
+}
 
-    pub(crate) struct VacantEntry<'a, K, V> {
-        guard: RwLockWriteGuard<'a, Table<K, V>>,
-        key: K,
+#[cfg(loom)]
+std::thread_local! {
+    /// Test-only: lookups that let go of the shard before the caller decides
+    /// (the known-bad protocol the eviction models must catch). Outside
+    /// loom's view, and per OS thread: loom runs a model's threads on the
+    /// test's own thread, so one test's setting reaches all of its model and
+    /// no other test.
+    pub(crate) static UNLOCKED_LOOKUPS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Test-only: biased readers that skip the second bias check.
+    pub(crate) static UNCHECKED_BIAS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Test-only: writers that clear the bias without waiting for readers.
+    pub(crate) static UNWAITED_READERS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// loom regards `SeqCst` loads, stores and read-modify-writes as `AcqRel`
+/// (its README, "Unsupported features"), which does not give the
+/// exclusion's store-load pairs their order; `fence(SeqCst)` it does model.
+/// So under loom each pair gets a `SeqCst` fence between its store and its
+/// load, which in C11 orders the pair as the `SeqCst` accesses alone do in
+/// the normal build. Without the fences the models fail at once: they show
+/// that acquire/release is not enough, not that `SeqCst` accesses are.
+#[inline(always)]
+fn loom_seq_cst_fence() {
+    #[cfg(loom)]
+    loom::sync::atomic::fence(Ordering::SeqCst);
+}
+
+#[inline(always)]
+fn unchecked_bias() -> bool {
+    #[cfg(loom)]
+    {
+        UNCHECKED_BIAS.with(std::cell::Cell::get)
+    }
+    #[cfg(not(loom))]
+    {
+        false
+    }
+}
+
+#[inline(always)]
+fn unwaited_readers() -> bool {
+    #[cfg(loom)]
+    {
+        UNWAITED_READERS.with(std::cell::Cell::get)
+    }
+    #[cfg(not(loom))]
+    {
+        false
+    }
+}
+
+/// A reader's claim on its slot; gives it back when dropped.
+struct SlotHold<'a>(&'a AtomicUsize);
+
+impl Drop for SlotHold<'_> {
+    fn drop(&mut self) {
+        // Release: orders the reader's reads before the writer that acquires
+        // this value (module docs).
+        self.0.store(0, Ordering::Release);
+    }
+}
+
+/// Read access to a shard: a reader slot or the read lock.
+enum ReadHold<'a> {
+    Slot(#[allow(dead_code)] SlotHold<'a>),
+    Lock(#[allow(dead_code)] RwLockReadGuard<'a, ()>),
+}
+
+/// A read-held value. Fields drop in order: the table pointer (which loom
+/// tracks as a read) before the hold.
+pub(crate) struct Ref<'a, K, V> {
+    value: *const V,
+    _table: ConstPtr<HashTable<(K, V)>>,
+    _hold: Option<ReadHold<'a>>,
+}
+
+impl<K, V> std::ops::Deref for Ref<'_, K, V> {
+    type Target = V;
+
+    #[inline]
+    fn deref(&self) -> &V {
+        // SAFETY: found in the table, which no writer changes while the hold
+        // lives (but for loom's known-bad unlocked lookups, which loom's cell
+        // tracking reports).
+        unsafe { &*self.value }
+    }
+}
+
+/// A shard's table under its write lock, with no biased reader in it. Fields
+/// drop in order: the table pointer before the lock.
+pub(crate) struct WriteGuard<'a, K, V, S> {
+    table: MutPtr<HashTable<(K, V)>>,
+    hasher: &'a S,
+    _guard: RwLockWriteGuard<'a, ()>,
+}
+
+impl<K: Eq + Hash, V, S: BuildHasher> WriteGuard<'_, K, V, S> {
+    fn table(&self) -> &HashTable<(K, V)> {
+        // SAFETY: write-held, so no other thread reads or writes the table.
+        unsafe { self.table.deref() }
     }
 
-    impl<'a, K: Eq, V> VacantEntry<'a, K, V> {
-        /// Inserts the value; the returned guard keeps the lock, as
-        /// dashmap's `RefMut`.
-        pub(crate) fn insert(mut self, value: V) -> RwLockWriteGuard<'a, Table<K, V>> {
-            self.guard.insert(self.key, value);
-            self.guard
-        }
+    fn table_mut(&mut self) -> &mut HashTable<(K, V)> {
+        // SAFETY: as above, and `&mut self` makes this the only reference.
+        unsafe { self.table.deref() }
+    }
+
+    fn find<Q>(&self, hash: u64, key: &Q) -> Option<usize>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        self.table()
+            .find_bucket_index(hash, |(k, _)| k.borrow() == key)
+    }
+
+    /// The table's bucket count, a power of two: the eviction sweep's
+    /// positions are below it.
+    pub(crate) fn buckets(&self) -> usize {
+        self.table().num_buckets()
+    }
+
+    /// The value in bucket `index`, if the bucket is full (`None` past the
+    /// table's end, too).
+    pub(crate) fn value_at(&self, index: usize) -> Option<&V> {
+        self.table().get_bucket(index).map(|(_, value)| value)
+    }
+
+    /// Empties bucket `index`, returning its value if it was full.
+    pub(crate) fn remove_at(&mut self, index: usize) -> Option<V> {
+        let entry = self.table_mut().get_bucket_entry(index).ok()?;
+        Some(entry.remove().0.1)
+    }
+
+    fn insert(&mut self, hash: u64, key: K, value: V) {
+        let hasher = self.hasher;
+        self.table_mut()
+            .insert_unique(hash, (key, value), |(k, _)| hasher.hash_one(k));
+    }
+
+    fn shrink_to_fit(&mut self) {
+        let hasher = self.hasher;
+        self.table_mut().shrink_to_fit(|(k, _)| hasher.hash_one(k));
+    }
+}
+
+/// A key's place in its shard, under the shard's write lock.
+pub(crate) enum Entry<'a, K, V, S> {
+    Occupied(OccupiedEntry<'a, K, V, S>),
+    Vacant(VacantEntry<'a, K, V, S>),
+}
+
+/// A key that has a value.
+pub(crate) struct OccupiedEntry<'a, K, V, S> {
+    guard: WriteGuard<'a, K, V, S>,
+    index: usize,
+}
+
+impl<K: Eq + Hash, V, S: BuildHasher> OccupiedEntry<'_, K, V, S> {
+    /// The key's value.
+    pub(crate) fn get(&self) -> &V {
+        self.guard
+            .value_at(self.index)
+            .expect("found under the write lock, which is still held")
+    }
+}
+
+/// A key without a value.
+pub(crate) struct VacantEntry<'a, K, V, S> {
+    guard: WriteGuard<'a, K, V, S>,
+    key: K,
+    hash: u64,
+}
+
+impl<'a, K: Eq + Hash, V, S: BuildHasher> VacantEntry<'a, K, V, S> {
+    /// Inserts the value; the returned guard keeps the write lock.
+    pub(crate) fn insert(mut self, value: V) -> WriteGuard<'a, K, V, S> {
+        self.guard.insert(self.hash, self.key, value);
+        self.guard
     }
 }

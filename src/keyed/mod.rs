@@ -151,6 +151,26 @@ pub fn known_bad_unlocked_lookups(on: bool) {
     map::UNLOCKED_LOOKUPS.with(|unlocked| unlocked.set(on));
 }
 
+/// Loom builds only: biased readers of the keyed map skip the second bias
+/// check after claiming their slot, so a writer that cleared the bias in
+/// between does not see them — a known-bad biased lock the models must catch
+/// (for the calling OS thread). Never compiled into a normal build.
+#[cfg(loom)]
+#[doc(hidden)]
+pub fn known_bad_unchecked_bias(on: bool) {
+    map::UNCHECKED_BIAS.with(|unchecked| unchecked.set(on));
+}
+
+/// Loom builds only: writers of the keyed map clear the bias without waiting
+/// for the readers in their slots — the other known-bad biased lock the
+/// models must catch (for the calling OS thread). Never compiled into a
+/// normal build.
+#[cfg(loom)]
+#[doc(hidden)]
+pub fn known_bad_unwaited_readers(on: bool) {
+    map::UNWAITED_READERS.with(|unwaited| unwaited.set(on));
+}
+
 /// The default [`Keyed::max_keys`]: 2^20 keys (about 35 MB with `u64` keys and
 /// token buckets).
 pub const DEFAULT_MAX_KEYS: usize = 1 << 20;
@@ -282,7 +302,7 @@ where
     /// ```
     pub fn with_clock_and_hasher(config: L::Config, clock: L::Clock, hasher: S) -> Self {
         let map = Map::with_hasher(hasher.clone());
-        let shards = map.shards().len();
+        let shards = map.shard_count();
         Keyed {
             map,
             default: Shared::new(Record::first(config)),
@@ -626,19 +646,15 @@ where
     fn settle_all(&self, record: &Record<L::Config>) {
         let still_current = || self.default.is_current(record);
         let view = record.view(&still_current);
-        for shard in self.map.shards() {
-            let table = shard.write();
+        for shard in 0..self.map.shard_count() {
+            let table = self.map.write(shard);
             if !still_current() {
                 return;
             }
             let now = self.now();
-            // SAFETY: indices below `buckets()`, full buckets only, under the
-            // write lock, and nothing is erased.
-            unsafe {
-                for index in 0..table.buckets() {
-                    if table.is_bucket_full(index) {
-                        L::settle(&view, table.bucket(index).as_ref().1.get(), now);
-                    }
+            for index in 0..table.buckets() {
+                if let Some(state) = table.value_at(index) {
+                    L::settle(&view, state, now);
                 }
             }
         }
