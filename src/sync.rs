@@ -147,44 +147,6 @@ mod plain_cell {
     }
 }
 
-/// This thread's index, handed out in order of first use: the keyed map
-/// gives each thread its own line of reader slots by it.
-#[inline]
-pub(crate) fn reader_line() -> usize {
-    #[cfg(not(loom))]
-    {
-        use std::cell::Cell;
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        std::thread_local! {
-            static LINE: Cell<usize> = const { Cell::new(usize::MAX) };
-        }
-        LINE.with(|line| {
-            let index = line.get();
-            if index != usize::MAX {
-                return index;
-            }
-            // Relaxed: only makes indices distinct.
-            let index = NEXT.fetch_add(1, Ordering::Relaxed);
-            line.set(index);
-            index
-        })
-    }
-    #[cfg(loom)]
-    {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        // A counter per model execution (loom resets its statics), outside
-        // loom's view: the same schedule hands out the same indices.
-        loom::lazy_static! {
-            static ref NEXT: AtomicUsize = AtomicUsize::new(0);
-        }
-        loom::thread_local! {
-            static LINE: usize = NEXT.fetch_add(1, Ordering::Relaxed);
-        }
-        LINE.with(|line| *line)
-    }
-}
-
 /// One step of a wait for another thread (a writer waiting for a reader to
 /// leave its slot): a yield, which lets a preempted reader run; loom's yield
 /// under loom, so the models can run the reader.

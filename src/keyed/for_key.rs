@@ -157,7 +157,7 @@ where
             // Evicted: its permits no longer count.
             return;
         };
-        // SAFETY: `state` holds a read lock on its shard until it drops.
+        // SAFETY: `state` holds its shard for reading (a reader slot or the read lock) until it drops.
         unsafe {
             read(&self.keyed.default, |view| {
                 if view.current as *const L::Config as usize == ticket.config {

@@ -16,8 +16,9 @@
 //! The shard lock here is a reader-writer lock with a second, *biased* read
 //! side (after Dice and Kogan's BRAVO, "Biased Locking for Reader-Writer
 //! Locks", USENIX ATC 2019). Each map has a small table of *reader slots*,
-//! one cache line per thread group; a thread's line is fixed at its first
-//! lookup, and the slot within the line is the shard's index modulo 8. A
+//! one cache line per thread group; a thread's line is its stripe hint
+//! (`stripe::thread_hint`, the one the striped limiters use, fixed for the
+//! thread's life), and the slot within the line is the shard's index modulo 8. A
 //! reader announces itself by a compare-and-swap of its slot from 0 to
 //! `shard + 1` — a write to a line that, with at most as many threads as
 //! lines, no other core writes — and then checks that the shard is still
@@ -29,7 +30,7 @@
 //! |---|---|---|
 //! | biased, no writer | CAS own slot 0 → `s+1`, bias still set: reads; stores 0 when done | takes the lock, clears the bias, waits for every slot ≠ `s+1` |
 //! | biased, slot taken (another thread of the line, another shard) | takes the read lock | as above |
-//! | bias cleared | takes the read lock; the `REBIAS_AFTER`-th such read since the last write sets the bias again | takes the lock; nothing to wait for |
+//! | bias cleared | takes the read lock; the `rebias_after`-th such read since the last write sets the bias again | takes the lock; nothing to wait for |
 //!
 //! A reader that announced itself and then finds the bias cleared undoes its
 //! slot and takes the read lock (the writer may be waiting for that slot).
@@ -42,9 +43,21 @@
 //! cleared (only a reader holding the read lock sets it again, which no
 //! reader can do while the writer holds the lock). This is the store-load
 //! pattern that needs sequential consistency: with acquire/release alone both
-//! could read the other's old value. The loom models run the keyed code on
-//! this map; `known_bad_unchecked_bias` (loom builds only) skips the reader's
-//! second bias check and is caught.
+//! could read the other's old value.
+//!
+//! **What loom checks.** The models (`loom-tests/tests/keyed_eviction.rs` and
+//! every keyed model) run the keyed code on this map, with loom's
+//! reader-writer lock underneath and the tables in loom cells, which report a
+//! table read concurrent with a write. loom regards `SeqCst` accesses as
+//! `AcqRel` (its README, "Unsupported features"), so under loom each
+//! store-load pair also has a `fence(SeqCst)`, which it does model (see
+//! `loom_seq_cst_fence`); without those fences the models fail at the first
+//! interleaving, which shows that acquire/release is not enough. Two
+//! known-bad locks, switched on in loom builds only, are caught: readers that
+//! skip the second bias check (`known_bad_unchecked_bias`) and writers that do
+//! not wait for the readers in their slots (`known_bad_unwaited_readers`).
+//! That the accesses' own `SeqCst` suffices without the fence is the C11
+//! rule for `SeqCst` operations, which loom cannot show.
 //!
 //! **Why a fast reader sees the last write.** The bias is set (with
 //! `Release`) only by a reader holding the read lock, which the last writer
@@ -55,7 +68,7 @@
 //! **When the bias comes back.** A write costs a scan of one slot per line
 //! (16 lines on a 2-core machine) when it clears the bias. To keep that cost
 //! small against the lookups it speeds up, a shard is rebiased only after
-//! `REBIAS_AFTER` reads through the lock since its last write — four per
+//! `rebias_after` reads through the lock since its last write — four per
 //! line, so a revocation's scan is at most a quarter of the slow reads that
 //! paid for it. A flood of new keys keeps its shards unbiased and costs what
 //! a plain reader-writer lock costs; a steady set of keys reads without any
@@ -72,9 +85,10 @@ use std::hash::{BuildHasher, Hash};
 use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 
+use crate::stripe::thread_hint;
 use crate::sync::{
     AtomicBool, AtomicUsize, ConstPtr, MutPtr, Ordering, RwLock, RwLockReadGuard, RwLockWriteGuard,
-    UnsafeCell, reader_line, spin_wait,
+    UnsafeCell, spin_wait,
 };
 
 /// Reader slots per line: a cache line of `usize`s. A shard's slot is its
@@ -83,7 +97,7 @@ const SLOTS_PER_LINE: usize = 8;
 
 /// Lines of reader slots: four per core (a thread keeps its line, so with at
 /// most this many threads no two share one), at least 16. Under loom, two:
-/// the models run three threads, so two of them share a line.
+/// a model's two spawned threads (loom's threads 1 and 2) get one each.
 fn lines() -> usize {
     #[cfg(loom)]
     {
@@ -200,7 +214,7 @@ impl<K: Eq + Hash, V, S: BuildHasher> Map<K, V, S> {
         let shard = &self.shards[index];
         // Relaxed: a hint; the `SeqCst` load below decides.
         if shard.biased.load(Ordering::Relaxed) {
-            let line = &self.readers[reader_line() & (self.readers.len() - 1)];
+            let line = &self.readers[thread_hint() & (self.readers.len() - 1)];
             let slot = &line[index % SLOTS_PER_LINE];
             // SeqCst, with the bias load after it: the store-load pair that
             // excludes writers (module docs). A slot held by another thread

@@ -1,6 +1,7 @@
-//! Per-key limiters: one limit per user, IP, API key or tenant, in a
-//! [`DashMap`](dashmap::DashMap), with memory that stays bounded by itself,
-//! per-key quotas, combined limits and lock-free runtime reconfiguration.
+//! Per-key limiters: one limit per user, IP, API key or tenant, in a sharded
+//! map whose lookups write no shared memory, with memory that stays bounded
+//! by itself, per-key quotas, combined limits and lock-free runtime
+//! reconfiguration.
 //!
 //! ```
 //! use std::time::Duration;
@@ -43,9 +44,13 @@
 //! key, 8 bytes and the hash table's overhead — as in governor's keyed limiter,
 //! which stores the same word.
 //!
-//! **Fast path.** An existing key costs one `DashMap::get` (a shard read lock),
-//! a clock read and a CAS: no allocation, no epoch pin. A key's state is created
-//! on its first request, under the shard's write lock.
+//! **Fast path.** An existing key costs one lookup, a clock read and a CAS:
+//! no allocation, no epoch pin. The map's shards are hashbrown tables under a
+//! reader-biased lock: a lookup claims a slot on its thread's own cache line
+//! rather than writing the shard's lock word, which every thread reading that
+//! shard would share (see `map` for the lock, its state table and its loom
+//! models). A key's state is created on its first request, under the shard's
+//! write lock.
 //!
 //! **A time floor.** The keyed limiter never decides at a time below its
 //! *floor*: a request whose clock reading is older (a stale reading, or a
@@ -485,7 +490,7 @@ where
         }
         if let Some(state) = self.map.get(key) {
             let now = self.decision_time(reading);
-            // SAFETY: `state` holds a read lock on its shard until it drops.
+            // SAFETY: `state` holds its shard for reading (a reader slot or the read lock) until it drops.
             let result =
                 unsafe { read(&self.default, |view| ask(answer, view, &state, now, n).ok()) };
             return answer.measured_from(reading, now, result);
@@ -519,7 +524,7 @@ where
         }
         if let Some(state) = self.map.get(key) {
             let now = self.decision_time(reading);
-            // SAFETY: `state` holds a read lock on its shard until it drops.
+            // SAFETY: `state` holds its shard for reading (a reader slot or the read lock) until it drops.
             let snap = unsafe { read(&self.default, |view| L::snapshot(view, &state, now)) };
             return later_snapshot(snap, reading, now);
         }
