@@ -3,10 +3,12 @@
 //!
 //! Groups `keyed_<spread>/<workload>/<threads>t`:
 //!
-//! - spread **hot**: every thread checks the same key (one dashmap shard, one
-//!   word: the contended case); **spread**: a million keys are inserted before
-//!   timing; thread `t` walks them (scattered over the hash space) from its
-//!   own offset (the cache-missing case);
+//! - spread **hot**: every thread checks the same key (one shard, one word:
+//!   the contended case; governor's threads also share the lock word of its
+//!   dashmap shard, tollgate's each claim a reader slot on a line of their
+//!   own while the shard is biased); **spread**: a million keys are inserted
+//!   before timing; thread `t` walks them (scattered over the hash space)
+//!   from its own offset (the cache-missing case);
 //! - workload **allow**: a burst of `u32::MAX` refilled at 1/s, an hour's
 //!   worth spent per key by the prefill, so every check admits and writes and
 //!   no key is fresh (evictable) again for an hour; **deny**: one permit per

@@ -2,8 +2,10 @@
 //! run under Miri (`cargo +nightly miri test --test keyed_miri`): the epoch
 //! protected configuration records (pin, compare-and-swap, deferred
 //! destruction, drop) of `Tunable`, overrides and the keyed default; the
-//! records read under a shard lock; and the eviction sweep's raw-table
-//! accesses (`is_bucket_full`, `bucket`, `erase`). A `ManualClock` throughout:
+//! records read while a shard is held for reading; and the keyed map's
+//! `unsafe` (its tables in cells, read by biased readers through their slots
+//! or under the read lock, written under the write lock by inserts and the
+//! eviction sweep). A `ManualClock` throughout:
 //! the TSC clock's CPUID does not run under Miri. Under plain `cargo test` the
 //! same tests run as quick smoke tests.
 

@@ -1,10 +1,13 @@
 //! Runtime reconfiguration under real threads: requests race a change of the
-//! default quota of a keyed limiter. loom cannot run dashmap, so this is where
-//! the keyed default's protocol (records read under a shard lock, every key
-//! carried over under the shard's write lock) meets real contention. Time
-//! stands still in each trial, so every outcome is exact arithmetic: each key's
-//! history must be "some requests under the old quota, one carry-over, the
-//! rest under the new one", and the key's final state must say so.
+//! default quota of a keyed limiter. No loom model runs `Keyed::reconfigure`
+//! yet (the keyed map runs under loom, so one could), so this is where the
+//! keyed default's protocol (records read while a request holds its shard for
+//! reading, in a reader slot or under the read lock; every key carried over
+//! under the shard's write lock, which waits for the slots) meets real
+//! contention. Time stands still in each trial, so every outcome is exact
+//! arithmetic: each key's history must be "some requests under the old quota,
+//! one carry-over, the rest under the new one", and the key's final state must
+//! say so.
 
 use std::sync::{Arc, Barrier};
 

@@ -12,7 +12,7 @@
 //! neither stuck nor loose and its retry-after exact. The map around the
 //! states (creation under a shard's write lock, eviction under the same
 //! lock, so never beside an acquire on the key) is the same for every kind
-//! and modelled in `keyed_eviction.rs`, on the map's loom stand-in.
+//! and modelled in `keyed_eviction.rs`; these models run on the same map.
 //!
 //! A per-key window that checks the room under the lock and counts the
 //! admission under a second lock must be caught over-admitting: that proves
