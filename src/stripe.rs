@@ -25,8 +25,10 @@ pub(crate) fn default_stripes() -> usize {
     })
 }
 
-/// A number for the calling thread, fixed for its life, that spreads threads
-/// over stripes round-robin.
+/// A number for the calling thread that spreads threads over stripes: the
+/// CPU it first asked on (as a rank among the CPUs the process may use), or
+/// round-robin where the OS cannot say; kept until the thread loses a race on
+/// its stripe ([`refresh_thread_hint`]).
 ///
 /// The counter is `std`'s, not the sync facade's, on purpose: it is not limiter
 /// state (any hint, even the same for every thread, leaves the limiter exact),
@@ -36,23 +38,99 @@ pub(crate) fn default_stripes() -> usize {
 #[cfg(not(loom))]
 #[inline]
 pub(crate) fn thread_hint() -> usize {
-    use std::cell::Cell;
-    use std::sync::atomic::AtomicUsize;
-
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static HINT: Cell<usize> = const { Cell::new(usize::MAX) };
-    }
     HINT.with(|hint| {
         let mine = hint.get();
         if mine != usize::MAX {
             return mine;
         }
-        // Relaxed: only distinctness matters, which any ordering gives an RMW.
-        let mine = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % (usize::MAX / 2);
+        let mine = current_cpu().unwrap_or_else(round_robin);
         hint.set(mine);
         mine
     })
+}
+
+/// Called by a thread that lost a compare-and-swap on its own stripe to
+/// another thread: it takes the stripe of the CPU it runs on now.
+///
+/// Why: with more threads than stripes (or a thread that migrated), a
+/// per-thread number can put two threads that run at the same time on
+/// different cores on one stripe, for as long as they live — at 4 threads on
+/// 2 cores, a third of the time. A thread's CPU is the number that keeps
+/// cores apart, but asking for it on every check costs more than the check
+/// (a few ns where a spend is one CAS). A lost race is the sign that the
+/// cached number is wrong, so the thread asks then, and only then: no
+/// counts, spins or thresholds, so nothing here depends on the CPU model.
+#[cfg(not(loom))]
+#[cold]
+pub(crate) fn refresh_thread_hint() {
+    if let Some(cpu) = current_cpu() {
+        HINT.with(|hint| hint.set(cpu));
+    }
+}
+
+/// Under loom the hint stays the thread's number: a refresh would make it
+/// depend on the OS, not on the explored schedule.
+#[cfg(loom)]
+pub(crate) fn refresh_thread_hint() {}
+
+#[cfg(not(loom))]
+std::thread_local! {
+    static HINT: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+}
+
+/// The next number of a process-wide count, for threads whose CPU is unknown.
+#[cfg(not(loom))]
+fn round_robin() -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    // Relaxed: only distinctness matters, which any ordering gives an RMW.
+    NEXT.fetch_add(1, Ordering::Relaxed) % (usize::MAX / 2)
+}
+
+/// The CPU the calling thread runs on, as its rank among the CPUs the process
+/// may run on when it first asked: a process confined to CPUs 8 and 10 gets 0
+/// and 1, which mask to different stripes, where the raw numbers would share
+/// one. A CPU outside that set (the affinity changed since) answers with its
+/// own number.
+#[cfg(all(target_os = "linux", not(loom)))]
+fn current_cpu() -> Option<usize> {
+    use std::sync::OnceLock;
+    /// `CPU_SETSIZE` ranks; `u16::MAX` for a CPU the process may not use.
+    static RANKS: OnceLock<Box<[u16]>> = OnceLock::new();
+
+    // SAFETY: no preconditions. glibc (2.35+) answers from the thread's rseq
+    // area without a system call, older ones through the vDSO.
+    let cpu = usize::try_from(unsafe { libc::sched_getcpu() }).ok()?;
+    let ranks = RANKS.get_or_init(|| {
+        // SAFETY: `cpu_set_t` is a plain bit array; all zeros is empty.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `set` is a valid, writable `cpu_set_t` of the size passed.
+        let known =
+            unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) }
+                == 0;
+        let mut next = 0u16;
+        (0..libc::CPU_SETSIZE as usize)
+            .map(|cpu| {
+                // SAFETY: `cpu < CPU_SETSIZE`, the set's size in bits.
+                if known && unsafe { libc::CPU_ISSET(cpu, &set) } {
+                    next += 1;
+                    next - 1
+                } else {
+                    u16::MAX
+                }
+            })
+            .collect()
+    });
+    match ranks.get(cpu) {
+        Some(&rank) if rank != u16::MAX => Some(usize::from(rank)),
+        _ => Some(cpu),
+    }
+}
+
+/// Elsewhere the OS is not asked: threads are numbered round-robin.
+#[cfg(all(not(target_os = "linux"), not(loom)))]
+fn current_cpu() -> Option<usize> {
+    None
 }
 
 #[cfg(loom)]
@@ -63,4 +141,30 @@ pub(crate) fn thread_hint() -> usize {
     id.bytes()
         .filter(u8::is_ascii_digit)
         .fold(0, |acc, d| acc * 10 + usize::from(d - b'0'))
+}
+
+#[cfg(all(test, target_os = "linux", not(loom)))]
+mod tests {
+    use super::*;
+
+    /// The hint is a rank among the CPUs this process may run on (not the
+    /// CPU's own number), before and after a refresh, on whichever CPU this
+    /// runs.
+    #[test]
+    fn hints_are_ranks_below_the_cpus_the_process_may_use() {
+        // SAFETY: as in `current_cpu`.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: as in `current_cpu`.
+        let status =
+            unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+        assert_eq!(status, 0);
+        // SAFETY: `set` was filled by `sched_getaffinity`.
+        let cpus = usize::try_from(unsafe { libc::CPU_COUNT(&set) }).expect("a count");
+        for _ in 0..100 {
+            let rank = current_cpu().expect("Linux names the CPU");
+            assert!(rank < cpus, "rank {rank} of {cpus} CPUs");
+            refresh_thread_hint();
+            assert!(thread_hint() < cpus);
+        }
+    }
 }

@@ -51,7 +51,7 @@ use crate::clock::{Clock, MonotonicClock};
 use crate::error::{ConfigError, Denied};
 use crate::limiter::{RateLimiter, Rejection, Snapshot, check_request, report};
 use crate::rate::Rate;
-use crate::stripe::{MAX_STRIPES, default_stripes, thread_hint};
+use crate::stripe::{MAX_STRIPES, default_stripes, refresh_thread_hint, thread_hint};
 use crate::sync::{AtomicU64, Ordering};
 use crate::timeline::Timeline;
 use crate::word::WordMachine;
@@ -215,7 +215,11 @@ impl<C: Clock> LeasedFixedWindow<C> {
                 Ordering::Relaxed,
             ) {
                 Ok(_) => return Ok(()),
-                Err(actual) => batch = actual,
+                Err(actual) => {
+                    // Another thread spends this stripe: move to our CPU's.
+                    refresh_thread_hint();
+                    batch = actual;
+                }
             }
         }
     }

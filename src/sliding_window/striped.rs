@@ -8,7 +8,7 @@ use crossbeam_utils::CachePadded;
 use super::ring::Geometry;
 use crate::error::Denied;
 use crate::limiter::Snapshot;
-use crate::stripe::{MAX_STRIPES, thread_hint};
+use crate::stripe::{MAX_STRIPES, refresh_thread_hint, thread_hint};
 use crate::sync::{AtomicU64, Ordering};
 
 /// The striped, leased sliding window state.
@@ -105,7 +105,11 @@ impl Striped {
                 Ordering::Relaxed,
             ) {
                 Ok(_) => return Ok(()),
-                Err(actual) => word = actual,
+                Err(actual) => {
+                    // Another thread spends this stripe: move to our CPU's.
+                    refresh_thread_hint();
+                    word = actual;
+                }
             }
         }
     }
