@@ -17,8 +17,8 @@
 //! side (after Dice and Kogan's BRAVO, "Biased Locking for Reader-Writer
 //! Locks", USENIX ATC 2019). Each map has a small table of *reader slots*,
 //! one cache line per thread group; a thread's line is its stripe hint
-//! (`stripe::thread_hint`, the one the striped limiters use, fixed for the
-//! thread's life), and the slot within the line is the shard's index modulo 8. A
+//! (`stripe::thread_hint`, the one the striped limiters use: the rank of the
+//! CPU it ran on when it first asked), and the slot within the line is the shard's index modulo 8. A
 //! reader announces itself by a compare-and-swap of its slot from 0 to
 //! `shard + 1` — a write to a line that, with at most as many threads as
 //! lines, no other core writes — and then checks that the shard is still
@@ -95,8 +95,8 @@ use crate::sync::{
 /// index modulo this.
 const SLOTS_PER_LINE: usize = 8;
 
-/// Lines of reader slots: four per core (a thread keeps its line, so with at
-/// most this many threads no two share one), at least 16. Under loom, two:
+/// Lines of reader slots: four per core (threads' hints are their CPUs'
+/// ranks, so threads on different cores use different lines), at least 16. Under loom, two:
 /// a model's two spawned threads (loom's threads 1 and 2) get one each.
 fn lines() -> usize {
     #[cfg(loom)]
