@@ -228,8 +228,9 @@ impl<K: Eq + Hash, V, S: BuildHasher> Map<K, V, S> {
                     return ReadHold::Slot(SlotHold(slot));
                 }
                 // A writer is clearing the bias (and may be waiting for this
-                // slot). Release: pairs with its acquiring slot loads.
-                slot.store(0, Ordering::Release);
+                // slot). Relaxed: nothing was read from the table, so there is
+                // nothing to order before the writer's writes.
+                slot.store(0, Ordering::Relaxed);
             }
         }
         let guard = shard.lock.read();
