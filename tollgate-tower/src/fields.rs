@@ -59,74 +59,44 @@ pub(crate) fn policy_member(name: &PolicyName, capacity: u32) -> HeaderValue {
     if let Some(w) = name.window_secs() {
         let _ = write!(member, ";w={w}");
     }
-    field_value(member)
+    crate_value(member.into_bytes())
 }
 
-/// A field value from text the crate wrote: names are checked to letters,
-/// digits and `-_.:/`, the rest is digits and punctuation, so it is always
-/// valid; taken without a copy.
-fn field_value(text: String) -> HeaderValue {
-    HeaderValue::from_maybe_shared(Bytes::from(text))
+/// A `RateLimit` member, `"name";r=<available>;t=<secs>`, in a buffer of
+/// its exact size: one allocation, which the value then owns without a
+/// copy (a stack buffer copied by `HeaderValue::from_bytes` cost zeroing the
+/// buffer, bounds checks on every write, and a second copy).
+fn state_member(name: &PolicyName, available: u32, until_full_secs: u64) -> HeaderValue {
+    let name = name.as_str().as_bytes();
+    let mut r = itoa::Buffer::new();
+    let r = r.format(available).as_bytes();
+    let mut t = itoa::Buffer::new();
+    let t = t.format(until_full_secs).as_bytes();
+    let mut member = Vec::with_capacity(name.len() + r.len() + t.len() + 8);
+    member.push(b'"');
+    member.extend_from_slice(name);
+    member.extend_from_slice(b"\";r=");
+    member.extend_from_slice(r);
+    member.extend_from_slice(b";t=");
+    member.extend_from_slice(t);
+    crate_value(member)
+}
+
+/// A field value from bytes the crate wrote (checked names, digits and
+/// punctuation, so always valid); a buffer whose length is its capacity
+/// becomes a `Bytes` without a copy.
+fn crate_value(bytes: Vec<u8>) -> HeaderValue {
+    HeaderValue::from_maybe_shared(Bytes::from(bytes))
         .unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
-/// The longest `RateLimit` member: a 64-byte name, its quotes, `;r=` and a
-/// `u32`, `;t=` and a `u64`.
-const STATE_MEMBER_MAX: usize = 64 + 2 + 3 + 10 + 3 + 20;
-
-/// A `RateLimit` member written on the stack: the value then costs one
-/// allocation of its exact size, where formatting into a `String` cost the
-/// `String`, the `Bytes` header around it, and `fmt`'s machinery.
-struct StateMember {
-    buf: [u8; STATE_MEMBER_MAX],
-    len: usize,
-}
-
-impl StateMember {
-    fn new(name: &PolicyName, available: u32, until_full_secs: u64) -> Self {
-        let mut member = StateMember {
-            buf: [0; STATE_MEMBER_MAX],
-            len: 0,
-        };
-        member.push(b"\"");
-        member.push(name.as_str().as_bytes());
-        member.push(b"\";r=");
-        member.push_decimal(u64::from(available));
-        member.push(b";t=");
-        member.push_decimal(until_full_secs);
-        member
-    }
-
-    fn push(&mut self, bytes: &[u8]) {
-        // `PolicyName` bounds the name to 64 bytes, so this never truncates.
-        let n = bytes.len().min(STATE_MEMBER_MAX - self.len);
-        self.buf[self.len..self.len + n].copy_from_slice(&bytes[..n]);
-        self.len += n;
-    }
-
-    fn push_decimal(&mut self, value: u64) {
-        self.push(itoa::Buffer::new().format(value).as_bytes());
-    }
-
-    fn as_bytes(&self) -> &[u8] {
-        &self.buf[..self.len]
-    }
-}
-
-/// `before, member`, or `member` alone.
-fn join(before: Option<HeaderValue>, member: &[u8]) -> Option<HeaderValue> {
-    let value = match before {
-        None => HeaderValue::from_bytes(member),
-        Some(before) => {
-            let mut joined = Vec::with_capacity(before.len() + 2 + member.len());
-            joined.extend_from_slice(before.as_bytes());
-            joined.extend_from_slice(b", ");
-            joined.extend_from_slice(member);
-            HeaderValue::from_maybe_shared(Bytes::from(joined))
-        }
-    };
-    // The crate wrote every byte: checked names, digits and punctuation.
-    value.ok()
+/// `before, member`: the field of several policies.
+fn join(before: HeaderValue, member: &[u8]) -> HeaderValue {
+    let mut joined = Vec::with_capacity(before.len() + 2 + member.len());
+    joined.extend_from_slice(before.as_bytes());
+    joined.extend_from_slice(b", ");
+    joined.extend_from_slice(member);
+    crate_value(joined)
 }
 
 /// The two fields being built for one response, one member per policy that
@@ -145,12 +115,15 @@ impl Fields {
     pub(crate) fn push(&mut self, name: &PolicyName, snapshot: Option<&Snapshot>) {
         let Some(snapshot) = snapshot else { return };
         let member = name.policy_member(snapshot.capacity);
-        self.policy = match self.policy.take() {
-            None => Some(member),
-            before => join(before, member.as_bytes()),
-        };
-        let state = StateMember::new(name, snapshot.available, ceil_secs(snapshot.until_full));
-        self.state = join(self.state.take(), state.as_bytes());
+        self.policy = Some(match self.policy.take() {
+            None => member,
+            Some(before) => join(before, member.as_bytes()),
+        });
+        let state = state_member(name, snapshot.available, ceil_secs(snapshot.until_full));
+        self.state = Some(match self.state.take() {
+            None => state,
+            Some(before) => join(before, state.as_bytes()),
+        });
     }
 
     /// Sets both fields on `headers` (replacing any the inner service set).
@@ -217,7 +190,6 @@ mod tests {
         let mut headers = HeaderMap::new();
         fields.apply(&mut headers);
         let expected = format!("\"{long}\";r={};t={}", u32::MAX, ceil_secs(Duration::MAX));
-        assert_eq!(expected.len(), STATE_MEMBER_MAX);
         assert_eq!(headers[RATELIMIT], expected.as_str());
     }
 }
