@@ -51,6 +51,15 @@ pub fn retry_after_secs(retry_after: Duration) -> u64 {
     ceil_secs(retry_after)
 }
 
+/// The `Retry-After` value of an exact retry-after, in one allocation of
+/// its exact size (`HeaderValue::from(u64)` made two: a spare-capacity
+/// buffer, then a shared header for it).
+pub(crate) fn retry_after_value(retry_after: Duration) -> HeaderValue {
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(retry_after_secs(retry_after)).as_bytes();
+    crate_value(digits.to_vec())
+}
+
 /// A `RateLimit-Policy` member: `"name";q=<capacity>[;w=<window>]`.
 pub(crate) fn policy_member(name: &PolicyName, capacity: u32) -> HeaderValue {
     let mut member = String::with_capacity(name.as_str().len() + 24);

@@ -11,13 +11,13 @@ use std::task::{Context, Poll, ready};
 use bytes::Bytes;
 use http::header::RETRY_AFTER;
 use http::request::Parts;
-use http::{HeaderValue, Method, Request, Response};
+use http::{Method, Request, Response};
 use pin_project_lite::pin_project;
 use tollgate::Denied;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::fields::{Fields, retry_after_secs};
+use crate::fields::{Fields, retry_after_value};
 use crate::key::KeyExtractor;
 use crate::policy::{Decision, Outcome, OutcomeFuture, Policy};
 use crate::response::{Refusal, problem_response};
@@ -245,7 +245,7 @@ impl<E: KeyExtractor> Shared<E> {
             response
                 .headers_mut()
                 .entry(RETRY_AFTER)
-                .or_insert_with(|| HeaderValue::from(retry_after_secs(*retry_after)));
+                .or_insert_with(|| retry_after_value(*retry_after));
         }
         fields.apply(response.headers_mut());
         response.map(B::from)
