@@ -114,7 +114,7 @@ unsafe fn crate_value(bytes: Vec<u8>) -> HeaderValue {
 }
 
 /// `before, member`: the field of several policies.
-fn join(before: HeaderValue, member: &[u8]) -> HeaderValue {
+fn join(before: &HeaderValue, member: &[u8]) -> HeaderValue {
     let mut joined = Vec::with_capacity(before.len() + 2 + member.len());
     joined.extend_from_slice(before.as_bytes());
     joined.extend_from_slice(b", ");
@@ -139,20 +139,28 @@ impl Fields {
     pub(crate) fn push(&mut self, name: &PolicyName, snapshot: Option<&Snapshot>) {
         let Some(snapshot) = snapshot else { return };
         let member = name.policy_member(snapshot.capacity);
-        self.policy = Some(match self.policy.take() {
-            None => member,
-            Some(before) => join(before, member.as_bytes()),
-        });
         let state = state_member(name, snapshot.available, ceil_secs(snapshot.until_full));
-        self.state = Some(match self.state.take() {
-            None => state,
-            Some(before) => join(before, state.as_bytes()),
-        });
+        // Matched in place (both are set together): taking the values out
+        // and putting them back cost copies of both on every response.
+        match (&mut self.policy, &mut self.state) {
+            (Some(policies), Some(states)) => {
+                *policies = join(policies, member.as_bytes());
+                *states = join(states, state.as_bytes());
+            }
+            _ => {
+                self.policy = Some(member);
+                self.state = Some(state);
+            }
+        }
     }
 
     /// Sets both fields on `headers` (replacing any the inner service set).
     pub(crate) fn apply(self, headers: &mut HeaderMap) {
-        if let (Some(policy), Some(state)) = (self.policy, self.state) {
+        if let Fields {
+            policy: Some(policy),
+            state: Some(state),
+        } = self
+        {
             headers.insert(RATELIMIT_POLICY, policy);
             headers.insert(RATELIMIT, state);
         }
