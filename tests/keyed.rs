@@ -14,8 +14,8 @@ use support::{
     Admission, Start, check_leaky_bucket, check_shaper, check_sliding_window, check_token_bucket,
 };
 use tollgate::keyed::{
-    BucketConfig, Carry, FLOOR_STEP, Keyable, Keyed, LogConfig, MeterConfig, ShaperConfig,
-    SlidingWindowConfig, Tunable, WarmUpConfig, WindowConfig,
+    BucketConfig, Carry, FLOOR_STEP, IDLE_BEFORE_EVICTION, Keyable, Keyed, LogConfig, MeterConfig,
+    ShaperConfig, SlidingWindowConfig, Tunable, WarmUpConfig, WindowConfig,
 };
 use tollgate::{
     Denied, FixedWindow, LeakyBucket, LockingFixedWindow, LockingLeakyBucket, LockingShaper,
@@ -843,16 +843,18 @@ fn the_cap_is_exact_and_overflow_shares_the_default_quota() {
 fn inserts_sweep_stale_keys_without_being_asked() {
     let clock = ManualClock::new();
     let keyed = Keyed::<u64, Bucket>::with_clock(bucket(1, 1, 1), clock.clone());
-    // Every key is fresh again 1 ms after its request; 1 ms passes per 100 keys.
+    // Every key is fresh again 1 ms after its request, and idle (evictable
+    // by an insert's sweep) `IDLE_BEFORE_EVICTION` later; a hundredth of
+    // that passes per 100 keys, so about 10,000 keys are not yet idle.
     for key in 0..200_000u64 {
         assert!(keyed.try_acquire(&key).is_ok());
         if key % 100 == 99 {
-            clock.advance(Duration::from_millis(1));
+            clock.advance(Duration::from_nanos(IDLE_BEFORE_EVICTION / 100));
         }
     }
-    // Only the last few hundred are live; the sweep keeps the rest out.
-    assert!(keyed.len() < 2_000, "{} keys resident", keyed.len());
-    assert!(keyed.evicted() > 198_000);
+    // The sweep keeps the idle ones out.
+    assert!(keyed.len() < 20_000, "{} keys resident", keyed.len());
+    assert!(keyed.evicted() > 180_000);
     assert_eq!(keyed.overflowed(), 0);
 }
 

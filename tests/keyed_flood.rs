@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tollgate::keyed::{BucketConfig, Keyed, WindowConfig};
+use tollgate::keyed::{BucketConfig, IDLE_BEFORE_EVICTION, Keyed, WindowConfig};
 use tollgate::{FixedWindow, ManualClock, Rate, TokenBucket};
 
 /// Counts the bytes currently allocated by the whole process.
@@ -113,9 +113,11 @@ fn a_flood_of_short_lived_keys_is_swept_as_it_goes() {
     let mut peak = 0;
     for i in 0..FLOOD {
         assert!(keyed.try_acquire(&key(i)).is_ok());
-        // 1,000 new keys per millisecond: about 1,000 live at any time.
+        // A quarter of `IDLE_BEFORE_EVICTION` per 1,000 new keys: about
+        // 4,000 keys not yet idle at any time (the window itself closes
+        // 1 ms after each key's request), the rest evictable by inserts.
         if i % 1_000 == 999 {
-            clock.advance(Duration::from_millis(1));
+            clock.advance(Duration::from_nanos(IDLE_BEFORE_EVICTION / 4));
         }
         if i % 8_192 == 0 {
             peak_len = peak_len.max(keyed.len());

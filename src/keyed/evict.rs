@@ -38,14 +38,23 @@
 //!
 //! Each shard of the map has a cursor. Every insert of a new key, after
 //! releasing the shard's lock, takes it again for writing and examines the
-//! next `STEP` (8) buckets of that shard's table from the cursor, removing fresh
-//! states. The cost per insert is O(1) (a few control bytes and words), no
-//! request ever scans the map, and the sweep keeps pace with churn: a shard of
-//! `B` buckets is fully swept every `B / STEP` inserts into it, and with the
-//! table at most ~87.5 % full and never more than twice the keys it holds
-//! (hashbrown grows by doubling) that is every `< 2 × keys / STEP`
-//! inserts — the map holds at most about `live / (1 − 2/STEP)` keys, where
-//! `live` is the number of keys not yet fresh.
+//! next `STEP` (8) buckets of that shard's table from the cursor, removing
+//! *idle* states: fresh at the floor and already fresh
+//! [`IDLE_BEFORE_EVICTION`] (about a second) before it. The cost per insert
+//! is O(1) (a few control bytes and words), no request ever scans the map,
+//! and the sweep keeps pace with churn: a shard of `B` buckets is fully swept
+//! every `B / STEP` inserts into it, and with the table at most ~87.5 % full
+//! and never more than twice the keys it holds (hashbrown grows by doubling)
+//! that is every `< 2 × keys / STEP` inserts — the map holds at most about
+//! `live / (1 − 2/STEP)` keys, where `live` is the number of keys not yet
+//! idle.
+//!
+//! Why idle and not merely fresh: a key whose limit is far above its use is
+//! fresh a moment after each request, and sweeping such keys turned a busy
+//! map's requests into inserts — each swept key came back with its next
+//! request and swept more (see [`IDLE_BEFORE_EVICTION`]). [`Keyed::sweep`]
+//! and the search for room at the cap (below, after a first search for idle
+//! keys) still take every fresh key.
 //!
 //! Lookups of existing keys never sweep. A map that stops receiving new keys
 //! keeps its stale keys (it is not growing either); [`Keyed::sweep`] removes
@@ -96,6 +105,44 @@ use crate::sync::{AtomicU64, Ordering};
 
 /// Buckets examined after every insert.
 pub(crate) const STEP: usize = 8;
+
+/// How long a key must have been fresh before an insert's sweep evicts it:
+/// 2^30 ns, about a second. Inserts sweep only *idle* keys — fresh at the
+/// floor and already fresh this long before it — while [`Keyed::sweep`] and
+/// the search for room at the cap take every fresh key.
+///
+/// Why: a key whose limit is far above its use is fresh again a moment after
+/// each request (a bucket of 10^6 at 10^7/s is full 100 ns after a request),
+/// so judged at the floor alone every active key of a generous limit is
+/// evictable. Each insert swept up to 8 of them away, each came back with its
+/// next request as an insert that swept 8 more: on a busy map nearly every
+/// request became an insert. Evicting only keys idle for a second breaks that
+/// chain — a key requested at least once a second is never swept, a key that
+/// comes back after a longer pause pays one insert — and changes no decision:
+/// it only narrows what an insert removes, and a key is still removed only if
+/// it is fresh at the floor.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::keyed::{BucketConfig, Keyed, IDLE_BEFORE_EVICTION};
+/// use tollgate::{ManualClock, Rate, TokenBucket};
+///
+/// let clock = ManualClock::new();
+/// let cfg = BucketConfig::new(1_000, Rate::per_second(1_000_000)).unwrap();
+/// let per_key = Keyed::<u32, TokenBucket<ManualClock>>::with_clock(cfg, clock.clone());
+/// per_key.try_acquire(&1).unwrap();
+/// clock.advance(Duration::from_millis(1)); // key 1 is full again: fresh, but not idle
+/// for key in 2..100 {
+///     per_key.try_acquire(&key).unwrap();
+/// }
+/// assert_eq!(per_key.evicted(), 0);
+/// clock.advance(Duration::from_nanos(IDLE_BEFORE_EVICTION));
+/// for key in 100..2_000 {
+///     per_key.try_acquire(&key).unwrap(); // each insert sweeps a few buckets
+/// }
+/// assert!(per_key.evicted() > 0); // keys idle for a second went
+/// ```
+pub const IDLE_BEFORE_EVICTION: u64 = 1 << 30;
 
 /// Buckets examined, at most, to make room for a new key at the cap.
 pub(crate) const ROOM: usize = 128;
@@ -178,7 +225,7 @@ impl Sweeper {
 /// many it removed. A macro so that the keyed limiter's fields and the guard
 /// are borrowed separately.
 macro_rules! evict_fresh {
-    ($keyed:ident, $table:ident, $indices:expr) => {{
+    ($keyed:ident, $table:ident, $indices:expr, $idle:expr) => {{
         // Judged at the floor, the earliest time any later decision can use
         // (see `Keyed::decision_time`), not at a clock reading: a state fresh
         // at the floor decides as a new one at every time a request can still
@@ -186,15 +233,19 @@ macro_rules! evict_fresh {
         // shard's write lock, which orders it before the floor load of any
         // request that finds the key gone.
         let now = $keyed.floor.load(Ordering::Relaxed);
+        // Idle: fresh already `$idle` before the floor (see
+        // `IDLE_BEFORE_EVICTION`); an earlier time only narrows what goes.
+        let idle_since = now.saturating_sub($idle);
         // SAFETY: the caller holds the shard's write lock.
         let record = unsafe { $keyed.default.load_unprotected() };
         let still_current = || $keyed.default.is_current(record);
         let view = record.view(&still_current);
         let mut evicted = 0usize;
         for index in $indices {
-            let fresh = $table
-                .value_at(index)
-                .is_some_and(|state| L::is_fresh(&view, state, now) == Some(true));
+            let fresh = $table.value_at(index).is_some_and(|state| {
+                L::is_fresh(&view, state, now) == Some(true)
+                    && (idle_since == now || L::is_fresh(&view, state, idle_since) == Some(true))
+            });
             if fresh {
                 $table.remove_at(index);
                 evicted += 1;
@@ -301,7 +352,7 @@ where
                         continue;
                     }
                 };
-                self.sweep_step(shard, STEP);
+                self.sweep_step(shard, STEP, IDLE_BEFORE_EVICTION);
                 return answer.measured_from(reading, now, outcome);
             }
             // At the cap, and the key is not in. Look for room without the
@@ -309,8 +360,18 @@ where
             // racing insert can take the room we made.
             if room_searches < 2 {
                 drop(entry);
-                room_searches = if self.make_room(shard) > 0 {
+                // The first search takes only idle keys (as an insert's
+                // sweep does), the second any fresh one.
+                let idle = if room_searches == 0 {
+                    IDLE_BEFORE_EVICTION
+                } else {
+                    0
+                };
+                room_searches = if self.make_room(shard, idle) > 0 {
                     room_searches + 1
+                } else if idle > 0 {
+                    // Nothing idle: next time round, any fresh key.
+                    1
                 } else {
                     // Nothing fresh: next time round, the overflow state.
                     2
@@ -370,7 +431,7 @@ where
 
     /// Examines up to `budget` buckets of shard `shard` from its cursor and
     /// removes the fresh states; returns how many it removed and examined.
-    fn sweep_step(&self, shard: usize, budget: usize) -> (usize, usize) {
+    fn sweep_step(&self, shard: usize, budget: usize, idle: u64) -> (usize, usize) {
         let mut table = self.map.write(shard);
         // Relaxed: only spreads sweeps over the table; any value is correct.
         let start =
@@ -380,7 +441,8 @@ where
         let evicted = evict_fresh!(
             self,
             table,
-            (0..examined).map(|i| (start + i) & (buckets - 1))
+            (0..examined).map(|i| (start + i) & (buckets - 1)),
+            idle
         );
         (evicted, examined)
     }
@@ -388,7 +450,7 @@ where
     /// Looks for fresh keys to evict at the cap: the key's own shard first,
     /// then the others in rotation, `ROOM` buckets at most; returns how many
     /// it evicted.
-    fn make_room(&self, own: usize) -> usize {
+    fn make_room(&self, own: usize, idle: u64) -> usize {
         let shards = self.map.shard_count();
         // Relaxed: spreads searches over the shards; any value is correct.
         let next = self.sweeper.counters.room.fetch_add(1, Ordering::Relaxed) as usize;
@@ -401,7 +463,7 @@ where
             } else {
                 (own + 1 + (next + i - 1) % (shards - 1)) % shards
             };
-            let (evicted, examined) = self.sweep_step(shard, budget);
+            let (evicted, examined) = self.sweep_step(shard, budget, idle);
             budget -= examined;
             if evicted > 0 || budget == 0 {
                 return evicted;
@@ -437,7 +499,7 @@ where
         for shard in 0..self.map.shard_count() {
             let mut table = self.map.write(shard);
             let buckets = table.buckets();
-            evicted += evict_fresh!(self, table, 0..buckets);
+            evicted += evict_fresh!(self, table, 0..buckets, 0);
         }
         evicted
     }

@@ -69,10 +69,12 @@
 //! dropped and recreated on demand with no observable difference: every
 //! decision and retry-after is the same whether the key was evicted or kept.
 //! Every insert sweeps a few buckets of its shard's table (an incremental
-//! cursor, under the shard's write lock) and drops the fresh states it finds:
-//! the work is O(1) per insert, nothing runs in the background, and keys that
-//! stop being used disappear as new ones arrive (within a floor step of
-//! refilling). See [`evict`] for the details and the cap.
+//! cursor, under the shard's write lock) and drops the *idle* states it
+//! finds — fresh, and fresh already [`IDLE_BEFORE_EVICTION`] (about a second)
+//! earlier: the work is O(1) per insert, nothing runs in the background,
+//! keys that stop being used disappear as new ones arrive, and a key in use
+//! at least once a second is never swept, however generous its limit. See
+//! [`evict`] for the details and the cap.
 //!
 //! **A hard cap.** At most [`max_keys`](Keyed::max_keys) keys (2^20 by default)
 //! are kept. A new key arriving at the cap first tries to make room by sweeping
@@ -117,6 +119,7 @@ use std::hash::{BuildHasher, Hash};
 
 use crossbeam_utils::CachePadded;
 
+pub use evict::IDLE_BEFORE_EVICTION;
 pub use for_key::{ForKey, KeyedReceipt};
 pub use hasher::{KeyHash, KeyHasher};
 pub use kind::{Carry, Keyable};
