@@ -222,8 +222,8 @@ impl Sweeper {
 
 /// Removes the fresh states among `$indices` (bucket positions) of `$table`,
 /// a shard's table under its write lock held by the caller; evaluates to how
-/// many it removed. A macro so that the keyed limiter's fields and the guard
-/// are borrowed separately.
+/// many it removed and how many it kept that were fresh but not idle. A macro
+/// so that the keyed limiter's fields and the guard are borrowed separately.
 macro_rules! evict_fresh {
     ($keyed:ident, $table:ident, $indices:expr, $idle:expr) => {{
         // Judged at the floor, the earliest time any later decision can use
@@ -241,14 +241,19 @@ macro_rules! evict_fresh {
         let still_current = || $keyed.default.is_current(record);
         let view = record.view(&still_current);
         let mut evicted = 0usize;
+        let mut kept_fresh = 0usize;
         for index in $indices {
-            let fresh = $table.value_at(index).is_some_and(|state| {
-                L::is_fresh(&view, state, now) == Some(true)
-                    && (idle_since == now || L::is_fresh(&view, state, idle_since) == Some(true))
-            });
-            if fresh {
+            let Some(state) = $table.value_at(index) else {
+                continue;
+            };
+            if L::is_fresh(&view, state, now) != Some(true) {
+                continue;
+            }
+            if idle_since == now || L::is_fresh(&view, state, idle_since) == Some(true) {
                 $table.remove_at(index);
                 evicted += 1;
+            } else {
+                kept_fresh += 1;
             }
         }
         $keyed.sweeper.release(evicted as u64);
@@ -260,7 +265,7 @@ macro_rules! evict_fresh {
                 .evicted
                 .fetch_add(evicted as u64, Ordering::Relaxed);
         }
-        evicted
+        (evicted, kept_fresh)
     }};
 }
 
@@ -367,10 +372,12 @@ where
                 } else {
                     0
                 };
-                room_searches = if self.make_room(shard, idle) > 0 {
+                let (evicted, saw_fresh) = self.make_room(shard, idle);
+                room_searches = if evicted > 0 {
                     room_searches + 1
-                } else if idle > 0 {
-                    // Nothing idle: next time round, any fresh key.
+                } else if saw_fresh {
+                    // Nothing idle, but fresh keys: next time round, any fresh
+                    // key (a search that saw none would find none again).
                     1
                 } else {
                     // Nothing fresh: next time round, the overflow state.
@@ -430,31 +437,34 @@ where
     }
 
     /// Examines up to `budget` buckets of shard `shard` from its cursor and
-    /// removes the fresh states; returns how many it removed and examined.
-    fn sweep_step(&self, shard: usize, budget: usize, idle: u64) -> (usize, usize) {
+    /// removes the states idle for `idle` (fresh ones if 0); returns how many
+    /// it removed, how many it examined, and how many fresh ones it kept.
+    fn sweep_step(&self, shard: usize, budget: usize, idle: u64) -> (usize, usize, usize) {
         let mut table = self.map.write(shard);
         // Relaxed: only spreads sweeps over the table; any value is correct.
         let start =
             self.sweeper.cursors[shard].fetch_add(budget as u64, Ordering::Relaxed) as usize;
         let buckets = table.buckets();
         let examined = budget.min(buckets);
-        let evicted = evict_fresh!(
+        let (evicted, kept_fresh) = evict_fresh!(
             self,
             table,
             (0..examined).map(|i| (start + i) & (buckets - 1)),
             idle
         );
-        (evicted, examined)
+        (evicted, examined, kept_fresh)
     }
 
-    /// Looks for fresh keys to evict at the cap: the key's own shard first,
-    /// then the others in rotation, `ROOM` buckets at most; returns how many
-    /// it evicted.
-    fn make_room(&self, own: usize, idle: u64) -> usize {
+    /// Looks for keys to evict at the cap (idle for `idle`, or fresh if 0):
+    /// the key's own shard first, then the others in rotation, `ROOM` buckets
+    /// at most; returns how many it evicted, and whether it passed over fresh
+    /// keys that were not idle.
+    fn make_room(&self, own: usize, idle: u64) -> (usize, bool) {
         let shards = self.map.shard_count();
         // Relaxed: spreads searches over the shards; any value is correct.
         let next = self.sweeper.counters.room.fetch_add(1, Ordering::Relaxed) as usize;
         let mut budget = ROOM;
+        let mut saw_fresh = false;
         for i in 0..shards {
             // The key's own shard, then every other shard once, starting at
             // one that moves from search to search.
@@ -463,13 +473,14 @@ where
             } else {
                 (own + 1 + (next + i - 1) % (shards - 1)) % shards
             };
-            let (evicted, examined) = self.sweep_step(shard, budget, idle);
+            let (evicted, examined, kept_fresh) = self.sweep_step(shard, budget, idle);
             budget -= examined;
+            saw_fresh |= kept_fresh > 0;
             if evicted > 0 || budget == 0 {
-                return evicted;
+                return (evicted, saw_fresh);
             }
         }
-        0
+        (0, saw_fresh)
     }
 
     /// Removes every fresh key now, visiting the whole map (O(keys), one shard
@@ -499,7 +510,7 @@ where
         for shard in 0..self.map.shard_count() {
             let mut table = self.map.write(shard);
             let buckets = table.buckets();
-            evicted += evict_fresh!(self, table, 0..buckets, 0);
+            evicted += evict_fresh!(self, table, 0..buckets, 0).0;
         }
         evicted
     }
