@@ -56,6 +56,18 @@ fn per_key() -> (Arc<PerKey>, ManualClock) {
     (Arc::new(keyed), clock)
 }
 
+/// `capacity` permits per key, one per `INTERVAL`, no key cap, on a clock
+/// that stays at 0.
+fn frozen(capacity: u32) -> Arc<PerKey> {
+    let config = BucketConfig::new(capacity, Rate::new(1, Duration::from_nanos(INTERVAL)))
+        .expect("a valid configuration");
+    Arc::new(Keyed::with_clock_and_hasher(
+        config,
+        RecordingClock::new(ManualClock::new()),
+        Fixed::default(),
+    ))
+}
+
 /// Key 1 asks at 0; its thread moves the clock to `INTERVAL` (key 1 is full
 /// again: fresh, evictable, from the moment the floor gets there) and asks
 /// twice more — the first may be decided on the old state or a new one, the
@@ -145,16 +157,7 @@ fn creation_races_an_acquire_on_the_same_key() {
         "keyed_eviction::creation_races_an_acquire_on_the_same_key",
         3,
         || {
-            let clock = ManualClock::new();
-            let config = BucketConfig::new(2, Rate::new(1, Duration::from_nanos(INTERVAL)))
-                .expect("a valid configuration");
-            let keyed = Arc::new(
-                Keyed::<u64, TokenBucket<RecordingClock>, Fixed>::with_clock_and_hasher(
-                    config,
-                    RecordingClock::new(clock),
-                    Fixed::default(),
-                ),
-            );
+            let keyed = frozen(2);
             let k = keyed.clone();
             let first = thread::spawn(move || {
                 vec![
@@ -194,16 +197,7 @@ fn readers_sharing_a_slot_and_a_sweep() {
         "keyed_eviction::readers_sharing_a_slot_and_a_sweep",
         2,
         || {
-            let clock = ManualClock::new();
-            let config = BucketConfig::new(4, Rate::new(1, Duration::from_nanos(INTERVAL)))
-                .expect("a valid configuration");
-            let keyed = Arc::new(
-                Keyed::<u64, TokenBucket<RecordingClock>, Fixed>::with_clock_and_hasher(
-                    config,
-                    RecordingClock::new(clock),
-                    Fixed::default(),
-                ),
-            );
+            let keyed = frozen(4);
             // The insert clears the shard's bias; the second request reads
             // through the lock, which (after one such read, under loom) sets
             // it again: the readers below start biased.
