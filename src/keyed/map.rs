@@ -85,7 +85,7 @@ use std::hash::{BuildHasher, Hash};
 use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 
-use crate::stripe::thread_hint;
+use crate::stripe::{refresh_thread_hint, thread_hint};
 use crate::sync::{
     AtomicBool, AtomicUsize, ConstPtr, MutPtr, Ordering, RwLock, RwLockReadGuard, RwLockWriteGuard,
     UnsafeCell, spin_wait,
@@ -219,10 +219,17 @@ impl<K: Eq + Hash, V, S: BuildHasher> Map<K, V, S> {
             // SeqCst, with the bias load after it: the store-load pair that
             // excludes writers (module docs). A slot held by another thread
             // of this line, for any shard, sends us through the lock.
-            if slot
+            let claimed = slot
                 .compare_exchange(0, index + 1, Ordering::SeqCst, Ordering::Relaxed)
-                .is_ok()
-            {
+                .is_ok();
+            if !claimed {
+                // Another thread of this line holds the slot: most likely one
+                // on another CPU whose hint is stale, or ours is (threads start
+                // on their parent's CPU). Take the CPU we run on now as our
+                // line, so the next lookup claims a slot of its own.
+                refresh_thread_hint();
+            }
+            if claimed {
                 loom_seq_cst_fence();
                 if unchecked_bias() || shard.biased.load(Ordering::SeqCst) {
                     return ReadHold::Slot(SlotHold(slot));
