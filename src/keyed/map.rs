@@ -18,7 +18,8 @@
 //! Locks", USENIX ATC 2019). Each map has a small table of *reader slots*,
 //! one cache line per thread group; a thread's line is its stripe hint
 //! (`stripe::thread_hint`, the one the striped limiters use: the rank of the
-//! CPU it ran on when it first asked), and the slot within the line is the shard's index modulo 8. A
+//! CPU it ran on when it first asked, or when it last found its slot taken),
+//! and the slot within the line is the shard's index modulo 8. A
 //! reader announces itself by a compare-and-swap of its slot from 0 to
 //! `shard + 1` — a write to a line that, with at most as many threads as
 //! lines, no other core writes — and then checks that the shard is still
