@@ -21,8 +21,8 @@
 //! CPU it ran on when it first asked, or when it last found its slot taken),
 //! and the slot within the line is the shard's index modulo 8. A
 //! reader announces itself by a compare-and-swap of its slot from 0 to
-//! `shard + 1` — a write to a line that, with at most as many threads as
-//! lines, no other core writes — and then checks that the shard is still
+//! `shard + 1` — a write to a line that threads on other cores do not write
+//! (their hints differ) — and then checks that the shard is still
 //! biased. A writer takes the underlying lock, clears the bias, and waits
 //! until no slot names its shard. The underlying lock (parking_lot's) serves
 //! readers while the bias is off, and writers always.
@@ -106,7 +106,9 @@ fn lines() -> usize {
     }
     #[cfg(not(loom))]
     {
-        let cores = std::thread::available_parallelism().map_or(4, usize::from);
+        // The parallelism the striped limiters use, asked of the OS once per
+        // process (`available_parallelism` reads cgroup files each call).
+        let cores = crate::stripe::default_stripes();
         (cores * 4).next_power_of_two().max(16)
     }
 }
@@ -121,7 +123,9 @@ fn shard_count() -> usize {
     }
     #[cfg(not(loom))]
     {
-        let cores = std::thread::available_parallelism().map_or(4, usize::from);
+        // The parallelism the striped limiters use, asked of the OS once per
+        // process (`available_parallelism` reads cgroup files each call).
+        let cores = crate::stripe::default_stripes();
         (cores * 4).next_power_of_two().max(2)
     }
 }
