@@ -47,7 +47,7 @@ impl StateCell for AtomicCell {
         // Relaxed: the decision below only needs *a* value of the word; the CAS
         // then checks that it is still *the* value, in the word's modification order.
         let mut current = self.0.load(Ordering::Relaxed);
-        let backoff = crossbeam_utils::Backoff::new();
+        let mut backoff = crate::backoff::Backoff::new();
         loop {
             let next = decide(current)?;
             // Weak CAS: a spurious failure just costs one more (pure) decision.
@@ -60,14 +60,15 @@ impl StateCell for AtomicCell {
                 Ok(_) => return Ok(()),
                 Err(actual) => {
                     current = actual;
-                    // Lost a race: pause a few (exponentially more, at most 64)
-                    // spin hints before deciding again, as crossbeam's
-                    // `ArrayQueue` does. The winner's next update then finds the
-                    // line still in its own cache instead of both cores trading
-                    // it on every attempt; at 2 threads this more than doubles
-                    // the allow path's throughput (docs/benchmarks.md). Bounded:
-                    // it never blocks, and a thread that never loses never waits.
-                    backoff.spin();
+                    // Lost a race: step aside for a moment (64 ns, doubling
+                    // per loss, at most about a microsecond: time, not a count
+                    // of spin hints, so the same on every CPU; see `backoff`)
+                    // before deciding again. The winner's next update then
+                    // finds the line still in its own cache instead of both
+                    // cores trading it on every attempt (docs/benchmarks.md).
+                    // Bounded: it never blocks, and a thread that never loses
+                    // never waits.
+                    backoff.wait();
                 }
             }
         }

@@ -90,6 +90,7 @@
 #![warn(rust_2018_idioms, unreachable_pub)]
 
 pub mod all_of;
+mod backoff;
 mod cell;
 pub mod clock;
 pub mod counted;

@@ -46,7 +46,7 @@ impl WideCell for AtomicWide {
         // Relaxed: the decision needs a value of the word; the CAS checks it is
         // still the current one.
         let mut current = self.0.load(Ordering::Relaxed);
-        let backoff = crossbeam_utils::Backoff::new();
+        let mut backoff = crate::backoff::Backoff::new();
         loop {
             let next = decide(current)?;
             // Weak: a spurious failure costs one more pure decision. Relaxed on
@@ -59,11 +59,12 @@ impl WideCell for AtomicWide {
                 Ok(_) => return Ok(()),
                 Err(actual) => {
                     current = actual;
-                    // Lost a race: pause a few (exponentially more) spin hints
-                    // before retrying, so the winner can finish its next booking
-                    // with the line still in its cache instead of both threads
-                    // bouncing it on every attempt. Bounded: never blocks.
-                    backoff.spin();
+                    // Lost a race: as `AtomicCell::update`, step aside for a
+                    // bounded time (`backoff`) before retrying, so the winner
+                    // can finish its next booking with the line still in its
+                    // cache instead of both threads bouncing it on every
+                    // attempt. Never blocks.
+                    backoff.wait();
                 }
             }
         }

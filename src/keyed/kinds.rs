@@ -386,7 +386,7 @@ impl WordCell for AtomicWord {
     #[inline]
     fn update<E>(&self, mut f: impl FnMut(u64) -> Result<u64, E>) -> Result<u64, E> {
         let mut current = self.load();
-        let backoff = crossbeam_utils::Backoff::new();
+        let mut backoff = crate::backoff::Backoff::new();
         loop {
             let next = f(current)?;
             // AcqRel: Release publishes a carry-over with its record; Acquire
@@ -400,7 +400,7 @@ impl WordCell for AtomicWord {
                     current = actual;
                     // As `AtomicCell::update`: a lost race waits a little, so
                     // the winner's next update finds the line still its own.
-                    backoff.spin();
+                    backoff.wait();
                 }
             }
         }
@@ -458,7 +458,7 @@ impl WordCell for AtomicWideWord {
     #[inline]
     fn update<E>(&self, mut f: impl FnMut(u128) -> Result<u128, E>) -> Result<u128, E> {
         let mut current = self.load();
-        let backoff = crossbeam_utils::Backoff::new();
+        let mut backoff = crate::backoff::Backoff::new();
         loop {
             let next = f(current)?;
             // AcqRel / Acquire, as `AtomicWord::update`.
@@ -469,7 +469,7 @@ impl WordCell for AtomicWideWord {
                 Ok(_) => return Ok(next),
                 Err(actual) => {
                     current = actual;
-                    backoff.spin();
+                    backoff.wait();
                 }
             }
         }

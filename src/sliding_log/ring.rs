@@ -1,6 +1,8 @@
 //! The lock-free ring: a head word of tickets and one entry word per slot.
 
-use crossbeam_utils::{Backoff, CachePadded};
+use crossbeam_utils::CachePadded;
+
+use crate::backoff::Backoff;
 
 use super::epoch::Pause;
 use super::log::{
@@ -127,13 +129,13 @@ impl AtomicRing {
         let geometry = self.geometry.with_count_denied(matches!(mode, Mode::Log));
         // Lost races back off a little: a retry re-reads two contended lines (the
         // head and the slot's), and retrying at once mostly loses again.
-        let backoff = Backoff::new();
+        let mut backoff = Backoff::new();
         loop {
             let head = self.head()?;
             let view = View { ring: self, head };
             let (next, stamp, denied) = match geometry.decide(&view, head, now, n) {
                 Verdict::Moved => {
-                    backoff.spin();
+                    backoff.wait();
                     continue;
                 }
                 Verdict::Admit { next, stamp } => (next, stamp, None),
@@ -174,7 +176,7 @@ impl AtomicRing {
                     Some(retry_ns) => Outcome::Logged { retry_ns },
                 });
             }
-            backoff.spin();
+            backoff.wait();
         }
     }
 

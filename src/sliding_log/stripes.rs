@@ -1,7 +1,7 @@
 //! The log's permits split over rings, one per stripe: a thread admits from its
 //! own ring, and looks at the others only when its own cannot serve it.
 
-use crossbeam_utils::Backoff;
+use crate::backoff::Backoff;
 
 use super::log::{Geometry, Inheritance, Moved, retry_after};
 use super::ring::{AtomicRing, Claim, Mode, Outcome, Sealed};
@@ -114,7 +114,7 @@ impl Rings {
     /// The request the home ring could not serve alone: admitted if the rings
     /// together have `n` entries that left the window, at the front of each.
     fn across(&self, now: u64, n: u32, home: usize) -> Result<Result<(), Denied>, Sealed> {
-        let backoff = Backoff::new();
+        let mut backoff = Backoff::new();
         'survey: loop {
             let mut heads: PerRing<u64> = [0; MAX_RINGS];
             for (head, ring) in heads.iter_mut().zip(self.rings.iter()) {
@@ -142,7 +142,7 @@ impl Rings {
                             break;
                         }
                         Err(Moved) => {
-                            backoff.spin();
+                            backoff.wait();
                             continue 'survey;
                         }
                     }
@@ -152,7 +152,7 @@ impl Rings {
                 match self.claim_all(now, &free, home)? {
                     true => return Ok(Ok(())),
                     false => {
-                        backoff.spin();
+                        backoff.wait();
                         continue 'survey;
                     }
                 }
@@ -167,7 +167,7 @@ impl Rings {
                 match self.nth_free_at(&heads, n, now, &mut oldest) {
                     Ok(at) => free_at = at,
                     Err(Moved) => {
-                        backoff.spin();
+                        backoff.wait();
                         continue 'survey;
                     }
                 }
