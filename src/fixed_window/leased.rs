@@ -34,6 +34,7 @@
 //! |---|---|---|
 //! | spend from own stripe (fast path) | stripe | `lease − n` by CAS, iff `now` is in window `epoch` and `lease ≥ n` |
 //! | lease (slow path) | stripe, word | the stripe's lease taken out by `fetch_and` (only if it held one); word `(i, c) → (j, c' + n + spare)` by CAS, `j` = the later of `i` and the reading's window, `c'` = `c` less the taken lease if it was `j`'s (given back), else `0` in a new window; the spare goes into the stripe (merged with a batch of `j`, replacing an older one), or back to the word if the stripe has moved past `j` |
+//! | direct denial (own stripe empty) | stripe, word | nothing, if window `j` of the word and `now` has no room for `n`; retry-after = end of window `j` − `now` |
 //! | deny | stripe, word | the taken lease given back to the word (`c → c − lease`) if the word is still at its window; retry-after = end of window `j` − `now` |
 //! | snapshot | word, every stripe | nothing; the plain window's snapshot at `c − Σ` leases of window `i` |
 //!
@@ -63,9 +64,9 @@ use crate::word::WordMachine;
 ///
 /// Choose it for one window shared by many threads on many cores, where most
 /// checks admit. Each check does more than [`FixedWindow`](crate::FixedWindow)'s
-/// (a stripe load and a window test before its CAS), and a denial takes the
-/// slow path, so where most checks are denied the plain window is cheaper
-/// (docs/benchmarks.md). Permits leased to one thread's stripe are not
+/// (a stripe load and a window test before its CAS; a denial on an empty
+/// stripe also reads the window's word, and writes nothing, as the plain
+/// window's does), docs/benchmarks.md. Permits leased to one thread's stripe are not
 /// available to another until the window ends, so under contention it can
 /// deny a request the plain window would admit (under-admission, bounded and
 /// measured in docs/algorithms.md); it never admits more. With one thread, or
@@ -203,6 +204,15 @@ impl<C: Clock> LeasedFixedWindow<C> {
             // spend it. `now − start` wraps to a huge value when `now` is
             // before the start; `epoch` is at most `END / W`, so no overflow.
             if now.wrapping_sub(epoch * self.window) >= self.window || lease < n {
+                // An empty stripe has nothing to give back, so the slow path
+                // would decide on the word alone: a full window denies here,
+                // reading the word and writing nothing (a flood of denials
+                // costs what it does on the plain window).
+                if lease == 0 {
+                    if let Some(denied) = self.deny_direct(now, n) {
+                        return Err(denied);
+                    }
+                }
                 return self.acquire_slow(now, n, own, lease > 0);
             }
             // The count is the low bits: subtracting `n ≤ lease` keeps the
@@ -222,6 +232,19 @@ impl<C: Clock> LeasedFixedWindow<C> {
                 }
             }
         }
+    }
+
+    /// The denial the slow path would make for a stripe that holds nothing,
+    /// if the word's window is full for `n` at `now`; `None` if it has room
+    /// (or a new window opens), which the slow path then leases.
+    #[inline]
+    fn deny_direct(&self, now: u64, n: u64) -> Option<Denied> {
+        // Relaxed: a denial on any value the word held during the request is
+        // one the slow path could have made on that value (its first load); a
+        // denial writes nothing, so nothing is published or checked.
+        let state = self.word.load(Ordering::Relaxed);
+        let (j, count) = self.counter.counted(state, now);
+        (count + n > self.counter.limit()).then(|| self.counter.denial(j, now))
     }
 
     /// The stripe cannot serve the request: take its batch out, give it back
