@@ -6,7 +6,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::header::RETRY_AFTER;
@@ -610,11 +610,15 @@ where
         let this = self.project();
         match this.kind.project() {
             KindProj::Inner { future } => {
-                let mut response = ready!(future.poll(cx))?;
-                if let Some(fields) = this.fields.take() {
-                    fields.apply(response.headers_mut());
+                // The fields are added where the inner service's response
+                // lies: moving it out and back cost two copies of it.
+                let mut poll = future.poll(cx);
+                if let Poll::Ready(Ok(response)) = &mut poll {
+                    if let Some(fields) = this.fields.take() {
+                        fields.apply(response.headers_mut());
+                    }
                 }
-                Poll::Ready(Ok(response))
+                poll
             }
             KindProj::Answered { response } => Poll::Ready(Ok(response
                 .take()
