@@ -32,6 +32,11 @@
 //! and writing the quota fields) and **deny** (one permit per key per hour:
 //! nearly every request answered 429 by the layer). Both layers write quota
 //! headers (`tower_governor` with `use_headers()`).
+//!
+//! `--placement outer|router` (default `outer`): both layers in front of the
+//! whole router, or inside it with axum's `Router::layer`; every variant of
+//! a run uses the same one (the bare service is the router either way).
+//! `--serve` and `--drive` take it too (`scripts/tower-instructions`).
 
 use std::io::{BufRead, BufReader, Write as _};
 use std::net::{IpAddr, SocketAddr};
