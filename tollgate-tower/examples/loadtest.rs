@@ -36,7 +36,8 @@
 //! `--placement outer|router` (default `outer`): both layers in front of the
 //! whole router, or inside it with axum's `Router::layer`; every variant of
 //! a run uses the same one (the bare service is the router either way).
-//! `--serve` and `--drive` take it too (`scripts/tower-instructions`).
+//! `--serve` takes it too (`scripts/tower-instructions` passes it through);
+//! `--drive`, the client, is the same for every placement.
 
 use std::io::{BufRead, BufReader, Write as _};
 use std::net::{IpAddr, SocketAddr};
