@@ -3,7 +3,9 @@
 //! machine's load, unlike time): `--requests N` requests, each with its peer
 //! address, through the load test's axum service (`GET /` → `"ok"`) with no
 //! layer, tollgate-tower or `tower_governor`, the response future polled once
-//! (it is ready: the handler and every policy here answer at once). The same
+//! (it is ready: the handler and every policy here answer at once), the layer
+//! in front of the whole router (`--placement outer`, the default) or added
+//! with axum's `Router::layer` (`--placement router`). The same
 //! limits as the load test (`allow`: never reached; `deny`: one permit per
 //! key per hour). Only the counted requests are collected; divide the total
 //! by `N`:
@@ -11,7 +13,7 @@
 //! ```text
 //! cargo build --release -p tollgate-tower --example callcost
 //! valgrind --tool=callgrind --collect-atstart=no --toggle-collect='callcost::measured*' \
-//!   target/release/examples/callcost --layer tollgate --limits allow --requests 10000
+//!   target/release/examples/callcost --layer tollgate --limits allow --placement outer --requests 10000
 //! ```
 
 use std::future::Future;
@@ -26,19 +28,19 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::routing::get;
+use governor::middleware::StateInformationMiddleware;
 use http::{Request, Response};
 use tollgate::keyed::{BucketConfig, Keyed};
 use tollgate::{Rate, TokenBucket};
 use tollgate_tower::{PeerIp, PerKey, ThrottleLayer};
-use tower::Service;
+use tower::{Layer, Service};
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
+use tower_governor::key_extractor::PeerIpKeyExtractor;
 
-/// The load test's service, with the layer where the load test puts it
-/// (`Router::layer`), so that every variant pays the same routing.
-fn app(layer: &str, limits: &str) -> Router {
-    let router = Router::new().route("/", get(|| async { "ok" }));
-    let (burst, rate, period) = match limits {
+/// `(burst, rate, tower_governor's period)` of `limits`, as the load test's.
+fn limits_of(limits: &str) -> (u32, Rate, Duration) {
+    match limits {
         "allow" => (
             1_000_000,
             Rate::per_second(10_000_000),
@@ -46,27 +48,57 @@ fn app(layer: &str, limits: &str) -> Router {
         ),
         "deny" => (1, Rate::per_hour(1), Duration::from_secs(3600)),
         other => panic!("--limits allow|deny, not {other}"),
-    };
-    match layer {
-        "none" => router,
-        "tollgate" => {
-            let per_ip = Keyed::<IpAddr, TokenBucket>::new(BucketConfig::new(burst, rate).unwrap());
-            router.layer(
-                ThrottleLayer::builder(PeerIp)
-                    .policy(PerKey::new("per-ip", per_ip).unwrap())
-                    .build(),
-            )
-        }
-        "governor" => {
-            let config = GovernorConfigBuilder::default()
-                .period(period)
-                .burst_size(burst)
-                .use_headers()
-                .finish()
-                .unwrap();
-            router.layer(GovernorLayer::new(Arc::new(config)))
-        }
-        other => panic!("--layer none|tollgate|governor, not {other}"),
+    }
+}
+
+fn tollgate_layer(limits: &str) -> ThrottleLayer<PeerIp> {
+    let (burst, rate, _) = limits_of(limits);
+    let per_ip = Keyed::<IpAddr, TokenBucket>::new(BucketConfig::new(burst, rate).unwrap());
+    ThrottleLayer::builder(PeerIp)
+        .policy(PerKey::new("per-ip", per_ip).unwrap())
+        .build()
+}
+
+fn governor_layer(
+    limits: &str,
+) -> GovernorLayer<PeerIpKeyExtractor, StateInformationMiddleware, Body> {
+    let (burst, _, period) = limits_of(limits);
+    let config = GovernorConfigBuilder::default()
+        .period(period)
+        .burst_size(burst)
+        .use_headers()
+        .finish()
+        .unwrap();
+    GovernorLayer::new(Arc::new(config))
+}
+
+/// The load test's service with the layer where the load test puts it
+/// (`--placement outer`: in front of the whole router; `router`: axum's
+/// `Router::layer`), counted over `requests` requests. The routes are
+/// built once first (`with_state`), as `into_make_service` does.
+fn run(layer: &str, limits: &str, placement: &str, requests: u64) -> (u64, u64) {
+    let router = Router::new().route("/", get(|| async { "ok" }));
+    match (layer, placement) {
+        ("none", _) => drive(router.with_state::<()>(()), requests),
+        ("tollgate", "outer") => drive(
+            tollgate_layer(limits).layer(router.with_state::<()>(())),
+            requests,
+        ),
+        ("tollgate", "router") => drive(
+            router.layer(tollgate_layer(limits)).with_state::<()>(()),
+            requests,
+        ),
+        ("governor", "outer") => drive(
+            governor_layer(limits).layer(router.with_state::<()>(())),
+            requests,
+        ),
+        ("governor", "router") => drive(
+            router.layer(governor_layer(limits)).with_state::<()>(()),
+            requests,
+        ),
+        (layer, placement) => panic!(
+            "--layer none|tollgate|governor and --placement outer|router, not {layer} and {placement}"
+        ),
     }
 }
 
@@ -127,8 +159,11 @@ fn main() {
             .map_or(default.to_owned(), Clone::clone)
     };
     let requests: u64 = arg("--requests", "10000").parse().expect("a count");
-    // As `into_make_service` does: the routes are built once, not per request.
-    let service = app(&arg("--layer", "tollgate"), &arg("--limits", "allow")).with_state(());
-    let (ok, denied) = drive(service, requests);
+    let (ok, denied) = run(
+        &arg("--layer", "tollgate"),
+        &arg("--limits", "allow"),
+        &arg("--placement", "outer"),
+        requests,
+    );
     println!("{ok} admitted, {denied} refused");
 }

@@ -32,6 +32,12 @@
 //! and writing the quota fields) and **deny** (one permit per key per hour:
 //! nearly every request answered 429 by the layer). Both layers write quota
 //! headers (`tower_governor` with `use_headers()`).
+//!
+//! `--placement outer|router` (default `outer`): both layers in front of the
+//! whole router, or inside it with axum's `Router::layer`; every variant of
+//! a run uses the same one (the bare service is the router either way).
+//! `--serve` takes it too (`scripts/tower-instructions` passes it through);
+//! `--drive`, the client, is the same for every placement.
 
 use std::io::{BufRead, BufReader, Write as _};
 use std::net::{IpAddr, SocketAddr};
@@ -39,15 +45,20 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::convert::Infallible;
+
 use axum::Router;
 use axum::routing::get;
+use governor::middleware::StateInformationMiddleware;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket};
 use tollgate::keyed::{BucketConfig, Keyed};
 use tollgate::{Rate, TokenBucket};
 use tollgate_tower::{PeerIp, PerKey, ThrottleLayer};
+use tower::{Layer, Service};
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
+use tower_governor::key_extractor::PeerIpKeyExtractor;
 
 const VARIANTS: [&str; 3] = ["none", "tollgate-tower", "tower_governor"];
 
@@ -63,11 +74,26 @@ const ORDERS: [[usize; 3]; 6] = [
     [1, 0, 2],
 ];
 
-fn app(variant: &str, limits: &str) -> Router {
-    let router = Router::new().route("/", get(|| async { "ok" }));
-    // Allow: 10 M/s with a burst of 1 M per key, never exhausted here.
-    // Deny: one permit per key per hour.
-    let (burst, rate, governor_period) = match limits {
+/// Where the layer sits (`--placement`): `outer`, in front of the whole
+/// router (`layer.layer(router)`: tollgate-tower matches its own routes, so
+/// this is its natural place), or `router`, axum's `Router::layer` (which
+/// wraps every route, and costs a boxed clone of the route and a second
+/// route future per request). Every variant of a run uses the same one; the
+/// bare service is the router itself either way.
+const PLACEMENTS: [&str; 2] = ["outer", "router"];
+
+/// The placement of a run when `--placement` is not given.
+const DEFAULT_PLACEMENT: &str = "outer";
+
+fn router() -> Router {
+    Router::new().route("/", get(|| async { "ok" }))
+}
+
+/// `(burst, rate, tower_governor's period)` of `limits`. Allow: 10 M/s with
+/// a burst of 1 M per key, never exhausted here. Deny: one permit per key
+/// per hour.
+fn limits_of(limits: &str) -> (u32, Rate, Duration) {
+    match limits {
         "allow" => (
             1_000_000,
             Rate::per_second(10_000_000),
@@ -75,35 +101,91 @@ fn app(variant: &str, limits: &str) -> Router {
         ),
         "deny" => (1, Rate::per_hour(1), Duration::from_secs(3600)),
         other => panic!("limits allow|deny, not {other}"),
-    };
-    match variant {
-        "none" => router,
-        "tollgate-tower" => {
-            let per_ip = Keyed::<IpAddr, TokenBucket>::new(BucketConfig::new(burst, rate).unwrap());
-            router.layer(
-                ThrottleLayer::builder(PeerIp)
-                    .policy(PerKey::new("per-ip", per_ip).unwrap())
-                    .build(),
+    }
+}
+
+fn tollgate_layer(limits: &str) -> ThrottleLayer<PeerIp> {
+    let (burst, rate, _) = limits_of(limits);
+    let per_ip = Keyed::<IpAddr, TokenBucket>::new(BucketConfig::new(burst, rate).unwrap());
+    ThrottleLayer::builder(PeerIp)
+        .policy(PerKey::new("per-ip", per_ip).unwrap())
+        .build()
+}
+
+fn governor_layer(
+    limits: &str,
+) -> GovernorLayer<PeerIpKeyExtractor, StateInformationMiddleware, axum::body::Body> {
+    let (burst, _, period) = limits_of(limits);
+    // Quota headers on, as tollgate-tower always writes them.
+    let config = GovernorConfigBuilder::default()
+        .period(period)
+        .burst_size(burst)
+        .use_headers()
+        .finish()
+        .unwrap();
+    GovernorLayer::new(Arc::new(config))
+}
+
+/// Serves `app` on `listener`, with the peer's address in each request's
+/// extensions (axum's `ConnectInfo`, which both layers' key extractors read;
+/// the make-service adds it before `app` sees the request, wherever the
+/// layer sits).
+async fn run<S>(listener: TcpListener, app: S)
+where
+    S: Service<axum::extract::Request, Response = axum::response::Response, Error = Infallible>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send,
+{
+    let service = axum::ServiceExt::into_make_service_with_connect_info::<SocketAddr>(app);
+    axum::serve(listener, service).await.unwrap();
+}
+
+/// Serves `variant` under `limits` with the layer at `placement`.
+async fn serve_app(listener: TcpListener, variant: &str, limits: &str, placement: &str) {
+    let router = router();
+    match (variant, placement) {
+        // As `Router::into_make_service_with_connect_info` does, whichever
+        // the placement: the routes are built once, not per request.
+        ("none", _) => run(listener, router.with_state::<()>(())).await,
+        ("tollgate-tower", "outer") => {
+            run(
+                listener,
+                tollgate_layer(limits).layer(router.with_state::<()>(())),
             )
+            .await
         }
-        "tower_governor" => {
-            // Quota headers on, as tollgate-tower always writes them.
-            let config = GovernorConfigBuilder::default()
-                .period(governor_period)
-                .burst_size(burst)
-                .use_headers()
-                .finish()
-                .unwrap();
-            router.layer(GovernorLayer::new(Arc::new(config)))
+        ("tollgate-tower", "router") => {
+            run(
+                listener,
+                router.layer(tollgate_layer(limits)).with_state::<()>(()),
+            )
+            .await
         }
-        other => panic!("unknown variant {other}"),
+        ("tower_governor", "outer") => {
+            run(
+                listener,
+                governor_layer(limits).layer(router.with_state::<()>(())),
+            )
+            .await
+        }
+        ("tower_governor", "router") => {
+            run(
+                listener,
+                router.layer(governor_layer(limits)).with_state::<()>(()),
+            )
+            .await
+        }
+        (variant, placement) => panic!("variant {variant}, placement {placement}: unknown"),
     }
 }
 
 /// The server side: serves `variant` on a free loopback port, prints the
 /// port, and exits when its standard input closes (the driver ended, however
 /// it ended), so no server outlives a run.
-fn serve(variant: &str, limits: &str) {
+fn serve(variant: &str, limits: &str, placement: &str) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -116,8 +198,7 @@ fn serve(variant: &str, limits: &str) {
             let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
             std::process::exit(0);
         });
-        let service = app(variant, limits).into_make_service_with_connect_info::<SocketAddr>();
-        axum::serve(listener, service).await.unwrap();
+        serve_app(listener, variant, limits, placement).await;
     });
 }
 
@@ -129,7 +210,7 @@ struct Server {
 }
 
 impl Server {
-    fn start(variant: &str, limits: &str, cpu: Option<usize>) -> Server {
+    fn start(variant: &str, limits: &str, placement: &str, cpu: Option<usize>) -> Server {
         let exe = std::env::current_exe().unwrap();
         let mut command = match cpu {
             Some(cpu) => {
@@ -140,7 +221,14 @@ impl Server {
             None => Command::new(exe),
         };
         let mut child = command
-            .args(["--serve", variant, "--limits", limits])
+            .args([
+                "--serve",
+                variant,
+                "--limits",
+                limits,
+                "--placement",
+                placement,
+            ])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -377,10 +465,16 @@ fn main() {
     };
     let number =
         |name: &str, default: f64| flag(name).map_or(default, |v| v.parse().expect("a number"));
+    let placement = flag("--placement").unwrap_or_else(|| DEFAULT_PLACEMENT.into());
+    assert!(
+        PLACEMENTS.contains(&placement.as_str()),
+        "--placement outer|router, not {placement}"
+    );
     if let Some(variant) = flag("--serve") {
         serve(
             &variant,
             &flag("--limits").unwrap_or_else(|| "allow".into()),
+            &placement,
         );
         return;
     }
@@ -421,7 +515,7 @@ fn main() {
     );
     println!(
         "{connections} keep-alive connections from 4 addresses; {rounds} rounds of {seconds} s per \
-         variant; {}\n",
+         variant; layers placed {placement}; {}\n",
         if pin {
             format!("server pinned to CPU {server_cpu}, load generator to CPU {client_cpu}")
         } else {
@@ -431,7 +525,7 @@ fn main() {
     for limits in &limits {
         let servers: Vec<Server> = VARIANTS
             .iter()
-            .map(|v| Server::start(v, limits, pin.then_some(server_cpu)))
+            .map(|v| Server::start(v, limits, &placement, pin.then_some(server_cpu)))
             .collect();
         let mut phases: Vec<Vec<Phase>> = VARIANTS.iter().map(|_| Vec::new()).collect();
         for round in 0..rounds {

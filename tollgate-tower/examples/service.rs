@@ -18,15 +18,20 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
+use axum::extract::Request;
 use axum::routing::{get, post};
+use axum::{Router, ServiceExt};
 use http::Method;
 use tokio::net::TcpListener;
 use tollgate::keyed::{BucketConfig, Keyed};
 use tollgate::{AllOf, Rate, SlidingLog, TokenBucket};
-use tollgate_tower::{AllOfLimit, PeerIp, PerKey, PolicyName, Route, ThrottleLayer};
+use tollgate_tower::{AllOfLimit, PeerIp, PerKey, PolicyName, Route, Throttle, ThrottleLayer};
+use tower::Layer;
 
-fn app() -> Result<Router, Box<dyn std::error::Error>> {
+/// The service: the layer in front of the whole router (it matches its own
+/// routes), the router's routes built once (`with_state`, as
+/// `Router::into_make_service` would do).
+fn app() -> Result<Throttle<Router, PeerIp>, Box<dyn std::error::Error>> {
     // Every request: 20 at once per IP, then 10 a second.
     let per_ip = Arc::new(Keyed::<IpAddr, TokenBucket>::new(BucketConfig::new(
         20,
@@ -68,11 +73,11 @@ fn app() -> Result<Router, Box<dyn std::error::Error>> {
             PerKey::shared(name("per-ip", 2)?, ip_c)?,
         )
         .build();
-    Ok(Router::new()
+    let router = Router::new()
         .route("/", get(|| async { "hello\n" }))
         .route("/search", get(|| async { "results\n" }))
-        .route("/login", post(|| async { "welcome\n" }))
-        .layer(layer))
+        .route("/login", post(|| async { "welcome\n" }));
+    Ok(layer.layer(router.with_state::<()>(())))
 }
 
 #[tokio::main]
@@ -94,7 +99,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
         let server = axum::serve(
             listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
+            ServiceExt::<Request>::into_make_service_with_connect_info::<SocketAddr>(app),
         );
         let _ = tokio::time::timeout(Duration::from_secs(seconds), server).await;
         return Ok(());
@@ -106,7 +111,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tokio::spawn(async move {
         axum::serve(
             listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
+            ServiceExt::<Request>::into_make_service_with_connect_info::<SocketAddr>(app),
         )
         .await
     });

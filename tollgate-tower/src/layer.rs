@@ -6,7 +6,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::header::RETRY_AFTER;
@@ -432,9 +432,9 @@ where
         // on its way out (320 and 400 bytes for axum's route).
         match self.shared.verdict(&parts) {
             Verdict::Pass(fields) => ResponseFuture {
+                fields: Some(fields),
                 kind: Kind::Inner {
                     future: self.inner.call(Request::from_parts(parts, body)),
-                    fields: Some(fields),
                 },
             },
             Verdict::Answer(response) => ResponseFuture::answered(response),
@@ -563,6 +563,8 @@ pin_project! {
     /// the inner service. Dropping it (the client went away) drops a pending
     /// decision, which cancels a [`Shaped`](crate::Shaped) wait.
     pub struct ResponseFuture<F, B, E> {
+        // The fields to add to the inner service's response.
+        fields: Option<Fields>,
         #[pin]
         kind: Kind<F, B, E>,
     }
@@ -572,7 +574,7 @@ pin_project! {
     #[project = KindProj]
     enum Kind<F, B, E> {
         // Admitted: the inner service's response, fields to add.
-        Inner { #[pin] future: F, fields: Option<Fields> },
+        Inner { #[pin] future: F },
         // Refused by the layer.
         Answered { response: Option<Response<B>> },
         // A policy decides asynchronously.
@@ -583,6 +585,7 @@ pin_project! {
 impl<F, B, E> ResponseFuture<F, B, E> {
     fn answered(response: Response<B>) -> Self {
         ResponseFuture {
+            fields: None,
             kind: Kind::Answered {
                 response: Some(response),
             },
@@ -591,6 +594,7 @@ impl<F, B, E> ResponseFuture<F, B, E> {
 
     fn deferred(future: BoxResponse<B, E>) -> Self {
         ResponseFuture {
+            fields: None,
             kind: Kind::Deferred { future },
         }
     }
@@ -603,13 +607,18 @@ where
     type Output = Result<Response<B>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().kind.project() {
-            KindProj::Inner { future, fields } => {
-                let mut response = ready!(future.poll(cx))?;
-                if let Some(fields) = fields.take() {
-                    fields.apply(response.headers_mut());
+        let this = self.project();
+        match this.kind.project() {
+            KindProj::Inner { future } => {
+                // The fields are added where the inner service's response
+                // lies: moving it out and back cost two copies of it.
+                let mut poll = future.poll(cx);
+                if let Poll::Ready(Ok(response)) = &mut poll {
+                    if let Some(fields) = this.fields.take() {
+                        fields.apply(response.headers_mut());
+                    }
                 }
-                Poll::Ready(Ok(response))
+                poll
             }
             KindProj::Answered { response } => Poll::Ready(Ok(response
                 .take()

@@ -39,10 +39,39 @@
 //!     .route(Route::prefix("/search"), Limit::new("search", search)?)
 //!     .policy(PerKey::new(PolicyName::new("per-ip")?.window(Duration::from_secs(2)), per_ip)?)
 //!     .build();
-//! // axum: Router::new().route(...).layer(layer), served with
-//! // into_make_service_with_connect_info::<SocketAddr>().
 //! # let _ = layer;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! With axum, put the layer **in front of the whole router** (it matches its
+//! own routes), the router's routes built once with `with_state` as
+//! `Router::into_make_service` would, and serve it with the peer's address
+//! (`ConnectInfo`, which [`PeerIp`] reads). `Router::layer(layer)` works
+//! too, but axum then wraps every route and pays a boxed clone of the route
+//! and a second route future per request. This is the README's quick start:
+//!
+//! ```no_run
+//! # async fn serve() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::net::{IpAddr, SocketAddr};
+//! use std::time::Duration;
+//! use axum::extract::Request;
+//! use axum::{Router, ServiceExt, routing::get};
+//! use tollgate::keyed::{BucketConfig, Keyed};
+//! use tollgate::{Rate, TokenBucket};
+//! use tollgate_tower::{PeerIp, PerKey, PolicyName, ThrottleLayer};
+//! use tower::Layer;
+//!
+//! let per_ip = Keyed::<IpAddr, TokenBucket>::new(BucketConfig::new(20, Rate::per_second(10))?);
+//! let layer = ThrottleLayer::builder(PeerIp)
+//!     .policy(PerKey::new(PolicyName::new("per-ip")?.window(Duration::from_secs(2)), per_ip)?)
+//!     .build();
+//! let router = Router::new().route("/", get(|| async { "hello" }));
+//! // In front of the whole router; `with_state` builds its routes once.
+//! let app = layer.layer(router.with_state::<()>(()));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//! axum::serve(listener, ServiceExt::<Request>::into_make_service_with_connect_info::<SocketAddr>(app)).await?;
+//! # Ok(())
+//! # }
 //! ```
 //!
 //! # Features

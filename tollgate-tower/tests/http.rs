@@ -342,6 +342,99 @@ async fn route_groups_and_everyone_all_must_admit() {
     assert_eq!(denied.headers()["retry-after"], "1200");
 }
 
+/// The layer in front of the whole router (`layer.layer(router)`, the
+/// placement the docs recommend): the make-service's `ConnectInfo` reaches
+/// `PeerIp` there too, route groups match the request's own path, and a
+/// refusal never reaches the router.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_layer_in_front_of_the_router_keys_by_peer_and_matches_routes() {
+    use tower::Layer as _;
+
+    let clock = ManualClock::new();
+    let logins = per_ip(1, Rate::per_hour(1), &clock);
+    let everyone = per_ip(3, Rate::per_hour(3), &clock);
+    let layer = ThrottleLayer::builder(PeerIp)
+        .route(
+            Route::exact("/login").method(http::Method::POST),
+            PerKey::shared("login", Arc::clone(&logins)).unwrap(),
+        )
+        .policy(PerKey::shared("per-ip", Arc::clone(&everyone)).unwrap())
+        .build();
+    let reached = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&reached);
+    let router = app().route(
+        "/counted",
+        get(move || {
+            counter.fetch_add(1, Ordering::Relaxed);
+            async { "counted" }
+        }),
+    );
+    let app = layer.layer(router.with_state::<()>(()));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let service =
+            axum::ServiceExt::<axum::extract::Request>::into_make_service_with_connect_info::<
+                SocketAddr,
+            >(app);
+        axum::serve(listener, service).await.unwrap();
+    });
+
+    let a = client_from("127.0.0.2");
+    let login = a.post(format!("http://{addr}/login")).send().await.unwrap();
+    assert_eq!(login.status(), StatusCode::OK);
+    assert_eq!(
+        login.headers()["ratelimit"],
+        "\"login\";r=0;t=3600, \"per-ip\";r=2;t=1200"
+    );
+    assert_eq!(
+        a.post(format!("http://{addr}/login"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // A path the router does not know is still counted: the layer decides
+    // before routing (the router answers it 404, with the fields).
+    let unknown = a
+        .get(format!("http://{addr}/nowhere"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+    assert_eq!(unknown.headers()["ratelimit"], "\"per-ip\";r=1;t=2400");
+    assert_eq!(
+        a.get(format!("http://{addr}/counted"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    // The key is the peer's: 127.0.0.2 is spent, 127.0.0.3 is not; the
+    // refused request never reached the handler.
+    let refused = a
+        .get(format!("http://{addr}/counted"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.headers()["retry-after"], "1200");
+    let b = client_from("127.0.0.3");
+    let other = b
+        .get(format!("http://{addr}/counted"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), StatusCode::OK);
+    assert_eq!(other.headers()["ratelimit"], "\"per-ip\";r=2;t=1200");
+    assert_eq!(reached.load(Ordering::Relaxed), 2);
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    assert_eq!(everyone.snapshot(&ip("127.0.0.2")).available, 0);
+    assert_eq!(everyone.snapshot(&ip("127.0.0.3")).available, 2);
+}
+
 #[tokio::test]
 async fn async_policies_decide_later_and_can_be_unavailable() {
     let asked = Arc::new(AtomicUsize::new(0));
