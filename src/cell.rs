@@ -60,7 +60,7 @@ impl StateCell for AtomicCell {
                 Ok(_) => return Ok(()),
                 Err(actual) => {
                     current = actual;
-                    // Lost a race: step aside for a moment (64 ns, doubling
+                    // Lost a race: step aside for a moment (32 ns, doubling
                     // per loss, at most about a microsecond: time, not a count
                     // of spin hints, so the same on every CPU; see `backoff`)
                     // before deciding again. The winner's next update then
