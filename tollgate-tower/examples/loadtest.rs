@@ -42,23 +42,16 @@
 use std::io::{BufRead, BufReader, Write as _};
 use std::net::{IpAddr, SocketAddr};
 use std::process::{Child, ChildStdout, Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use std::convert::Infallible;
 
-use axum::Router;
-use axum::routing::get;
-use governor::middleware::StateInformationMiddleware;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket};
-use tollgate::keyed::{BucketConfig, Keyed};
-use tollgate::{Rate, TokenBucket};
-use tollgate_tower::{PeerIp, PerKey, ThrottleLayer};
 use tower::{Layer, Service};
-use tower_governor::GovernorLayer;
-use tower_governor::governor::GovernorConfigBuilder;
-use tower_governor::key_extractor::PeerIpKeyExtractor;
+
+mod load_service;
+use load_service::{governor_layer, router, tollgate_layer};
 
 const VARIANTS: [&str; 3] = ["none", "tollgate-tower", "tower_governor"];
 
@@ -84,47 +77,6 @@ const PLACEMENTS: [&str; 2] = ["outer", "router"];
 
 /// The placement of a run when `--placement` is not given.
 const DEFAULT_PLACEMENT: &str = "outer";
-
-fn router() -> Router {
-    Router::new().route("/", get(|| async { "ok" }))
-}
-
-/// `(burst, rate, tower_governor's period)` of `limits`. Allow: 10 M/s with
-/// a burst of 1 M per key, never exhausted here. Deny: one permit per key
-/// per hour.
-fn limits_of(limits: &str) -> (u32, Rate, Duration) {
-    match limits {
-        "allow" => (
-            1_000_000,
-            Rate::per_second(10_000_000),
-            Duration::from_nanos(100),
-        ),
-        "deny" => (1, Rate::per_hour(1), Duration::from_secs(3600)),
-        other => panic!("limits allow|deny, not {other}"),
-    }
-}
-
-fn tollgate_layer(limits: &str) -> ThrottleLayer<PeerIp> {
-    let (burst, rate, _) = limits_of(limits);
-    let per_ip = Keyed::<IpAddr, TokenBucket>::new(BucketConfig::new(burst, rate).unwrap());
-    ThrottleLayer::builder(PeerIp)
-        .policy(PerKey::new("per-ip", per_ip).unwrap())
-        .build()
-}
-
-fn governor_layer(
-    limits: &str,
-) -> GovernorLayer<PeerIpKeyExtractor, StateInformationMiddleware, axum::body::Body> {
-    let (burst, _, period) = limits_of(limits);
-    // Quota headers on, as tollgate-tower always writes them.
-    let config = GovernorConfigBuilder::default()
-        .period(period)
-        .burst_size(burst)
-        .use_headers()
-        .finish()
-        .unwrap();
-    GovernorLayer::new(Arc::new(config))
-}
 
 /// Serves `app` on `listener`, with the peer's address in each request's
 /// extensions (axum's `ConnectInfo`, which both layers' key extractors read;
