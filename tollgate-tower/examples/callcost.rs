@@ -2,7 +2,9 @@
 //! `valgrind --tool=callgrind` (instruction counts do not move with the
 //! machine's load, unlike time): `--requests N` requests, each with its peer
 //! address, through the load test's axum service (`GET /` → `"ok"`) with no
-//! layer, tollgate-tower or `tower_governor`, the response future polled once
+//! layer (`--layer none`), tollgate-tower (`tollgate`), `tower_governor`
+//! (`governor`) or a part of tollgate-tower's cost (`no-policy`,
+//! `unreported`, `constant`: `load_service::breakdown_layer`), the response future polled once
 //! (it is ready: the handler and every policy here answer at once), the layer
 //! in front of the whole router (`--placement outer`, the default) or added
 //! with axum's `Router::layer` (`--placement router`). The same
@@ -15,13 +17,18 @@
 //! valgrind --tool=callgrind --collect-atstart=no --toggle-collect='callcost::measured*' \
 //!   target/release/examples/callcost --layer tollgate --limits allow --placement outer --requests 10000
 //! ```
+//!
+//! `--pollute` empties the caches before each request, as the kernel's TCP
+//! stack does in the load test, and counts each request alone
+//! (`measured_one`): `scripts/tower-footprint` runs it under callgrind's
+//! cache simulation for the lines of code and data a request touches.
 
 use axum::body::Body;
 use http::{Request, Response};
 use tower::{Layer, Service};
 
 mod load_service;
-use load_service::{governor_layer, once, router, tollgate_layer};
+use load_service::{breakdown_layer, governor_layer, once, router, tollgate_layer};
 
 /// The load test's service with the layer where the load test puts it
 /// (`--placement outer`: in front of the whole router; `router`: axum's
@@ -47,8 +54,18 @@ fn run(layer: &str, limits: &str, placement: &str, requests: u64) -> (u64, u64) 
             router.layer(governor_layer(limits)).with_state::<()>(()),
             requests,
         ),
+        (part, "outer") => drive(
+            breakdown_layer(part, limits).layer(router.with_state::<()>(())),
+            requests,
+        ),
+        (part, "router") => drive(
+            router
+                .layer(breakdown_layer(part, limits))
+                .with_state::<()>(()),
+            requests,
+        ),
         (layer, placement) => panic!(
-            "--layer none|tollgate|governor and --placement outer|router, not {layer} and {placement}"
+            "--layer none|tollgate|governor|no-policy|unreported|constant and --placement outer|router, not {layer} and {placement}"
         ),
     }
 }
@@ -67,6 +84,61 @@ where
         .sum()
 }
 
+/// With `--pollute`: each request alone is counted (`measured_one`), after
+/// [`pollute`] has evicted what the last one left in the caches.
+#[inline(never)]
+fn measured_polluted<S>(service: &mut S, requests: u64) -> u64
+where
+    S: Service<Request<Body>, Response = Response<Body>>,
+    S::Error: std::fmt::Debug,
+{
+    let mut data = vec![0u8; POLLUTION_BYTES];
+    (0..requests)
+        .map(|i| {
+            pollute(&mut data, i);
+            measured_one(service, i)
+        })
+        .sum()
+}
+
+#[inline(never)]
+fn measured_one<S>(service: &mut S, i: u64) -> u64
+where
+    S: Service<Request<Body>, Response = Response<Body>>,
+    S::Error: std::fmt::Debug,
+{
+    u64::from(once(service, i) == 200)
+}
+
+/// Twice the largest cache `scripts/tower-footprint` simulates (a 512 KiB L2).
+const POLLUTION_BYTES: usize = 1 << 20;
+
+/// What the kernel does to a server's caches between two of its requests
+/// (its TCP stack is three quarters of a request's time in the load test),
+/// as a cache simulator can see it: a write to every line of
+/// [`POLLUTION_BYTES`] of data, and a run through 48 KiB of code (more than
+/// any first-level instruction cache), so the next request finds neither
+/// its code nor its data where the last one left them.
+#[inline(never)]
+fn pollute(data: &mut [u8], i: u64) {
+    for line in data.chunks_mut(64) {
+        line[0] = line[0].wrapping_add(i as u8);
+    }
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: no-operations only.
+    unsafe {
+        std::arch::asm!(
+            ".rept 12288",
+            "nop",
+            "nop",
+            "nop",
+            "nop",
+            ".endr",
+            options(nomem, nostack)
+        );
+    }
+}
+
 fn drive<S>(mut service: S, requests: u64) -> (u64, u64)
 where
     S: Service<Request<Body>, Response = Response<Body>>,
@@ -75,7 +147,11 @@ where
     for i in 0..8 {
         once(&mut service, i);
     }
-    let ok = measured(&mut service, requests);
+    let ok = if std::env::args().any(|a| a == "--pollute") {
+        measured_polluted(&mut service, requests)
+    } else {
+        measured(&mut service, requests)
+    };
     (ok, requests - ok)
 }
 

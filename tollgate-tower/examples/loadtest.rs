@@ -7,7 +7,10 @@
 //! ```
 //!
 //! Each variant is a server process of its own (this program with
-//! `--serve`, a single-threaded tokio runtime), pinned with `taskset` to one
+//! `--serve`, a single-threaded tokio runtime), started afresh every round
+//! (a process keeps where the kernel put its code and data for its life,
+//! which moved one variant's requests/s by a point or two for a whole run),
+//! pinned with `taskset` to one
 //! core (`--server-cpu`, default 0); the load generator is this process,
 //! pinned to another (`--client-cpu`, default 1), so the two do not take
 //! turns on one core and the server is the bottleneck (the table shows its
@@ -17,8 +20,18 @@
 //! by a minimal client (a fixed request, the answer read to its
 //! `content-length`) that costs less than the server it drives.
 //!
+//! `--variants a,b,...` chooses what runs (default
+//! `none,tollgate-tower,tower_governor`; the first is the baseline of every
+//! ratio). `--breakdown` runs tollgate-tower beside the parts of its cost, on
+//! the allow limits: `tollgate-no-policy` (the key and the plumbing: `PeerIp`,
+//! no policy, no fields), `tollgate-unreported` (plus the keyed decision,
+//! reported without state, so no fields) and `tollgate-constant` (the key,
+//! the plumbing and both fields, from a constant state: no limiter). See
+//! `load_service::breakdown_layer`.
+//!
 //! A round runs every variant once for `--seconds` after a short warm-up,
-//! in one of the six orders of the three (cycled), and yields the ratio of
+//! in one of the rotations of the variants' order or of its reverse (cycled:
+//! for three variants, all six orders), and yields the ratio of
 //! each layer's requests/s to the bare service's **in the same round**: load
 //! from elsewhere on the machine drifts slowly against a round of a few
 //! seconds, so it mostly cancels in the ratio, where it did not between the
@@ -51,21 +64,30 @@ use tokio::net::{TcpListener, TcpSocket};
 use tower::{Layer, Service};
 
 mod load_service;
-use load_service::{governor_layer, router, tollgate_layer};
+use load_service::{breakdown_layer, governor_layer, router, tollgate_layer};
 
-const VARIANTS: [&str; 3] = ["none", "tollgate-tower", "tower_governor"];
+/// The variants of a run when `--variants` is not given: the bare service
+/// (the baseline every ratio is taken against: the first variant listed),
+/// and the two layers.
+const DEFAULT_VARIANTS: &str = "none,tollgate-tower,tower_governor";
 
-/// The six orders of the three variants: cycling through them puts each
-/// variant in each position equally often, so a trend within a round (a
-/// build starting elsewhere) favours none of them.
-const ORDERS: [[usize; 3]; 6] = [
-    [0, 1, 2],
-    [1, 2, 0],
-    [2, 0, 1],
-    [0, 2, 1],
-    [2, 1, 0],
-    [1, 0, 2],
-];
+/// `--breakdown`: tollgate-tower and the parts of its cost
+/// (`load_service::breakdown_layer`), on the allow limits.
+const BREAKDOWN_VARIANTS: &str =
+    "none,tollgate-tower,tollgate-no-policy,tollgate-unreported,tollgate-constant";
+
+/// Orders of `n` variants for successive rounds: the `n` rotations of
+/// `0..n` and of its reverse. Cycling through them puts each variant in each
+/// position equally often (for three variants they are all six orders), so
+/// a trend within a round (a build starting elsewhere) favours none of them.
+fn orders(n: usize) -> Vec<Vec<usize>> {
+    let forward: Vec<usize> = (0..n).collect();
+    let backward: Vec<usize> = (0..n).rev().collect();
+    [forward, backward]
+        .iter()
+        .flat_map(|base| (0..n).map(move |shift| (0..n).map(|i| base[(i + shift) % n]).collect()))
+        .collect()
+}
 
 /// Where the layer sits (`--placement`): `outer`, in front of the whole
 /// router (`layer.layer(router)`: tollgate-tower matches its own routes, so
@@ -127,6 +149,24 @@ async fn serve_app(listener: TcpListener, variant: &str, limits: &str, placement
             run(
                 listener,
                 router.layer(governor_layer(limits)).with_state::<()>(()),
+            )
+            .await
+        }
+        (part, "outer") if part.starts_with("tollgate-") => {
+            let part = &part["tollgate-".len()..];
+            run(
+                listener,
+                breakdown_layer(part, limits).layer(router.with_state::<()>(())),
+            )
+            .await
+        }
+        (part, "router") if part.starts_with("tollgate-") => {
+            let part = &part["tollgate-".len()..];
+            run(
+                listener,
+                router
+                    .layer(breakdown_layer(part, limits))
+                    .with_state::<()>(()),
             )
             .await
         }
@@ -442,7 +482,24 @@ fn main() {
     let pin = !args.iter().any(|a| a == "--no-pin");
     let server_cpu = number("--server-cpu", 0.0) as usize;
     let client_cpu = number("--client-cpu", 1.0) as usize;
+    let breakdown = args.iter().any(|a| a == "--breakdown");
+    let variants_arg = flag("--variants").unwrap_or_else(|| {
+        (if breakdown {
+            BREAKDOWN_VARIANTS
+        } else {
+            DEFAULT_VARIANTS
+        })
+        .to_owned()
+    });
+    let variants: Vec<&str> = variants_arg.split(',').collect();
+    assert!(
+        variants.len() >= 2,
+        "--variants: a baseline and at least one more"
+    );
+    let orders = orders(variants.len());
     let limits: Vec<String> = match flag("--limits").as_deref() {
+        // The breakdown's parts are the allow path's.
+        None if breakdown => vec!["allow".into()],
         None | Some("both") => vec!["allow".into(), "deny".into()],
         Some(one) => vec![one.into()],
     };
@@ -467,7 +524,8 @@ fn main() {
     );
     println!(
         "{connections} keep-alive connections from 4 addresses; {rounds} rounds of {seconds} s per \
-         variant; layers placed {placement}; {}\n",
+         variant, fresh server processes every round; variants {}; layers placed {placement}; {}\n",
+        variants.join(", "),
         if pin {
             format!("server pinned to CPU {server_cpu}, load generator to CPU {client_cpu}")
         } else {
@@ -475,18 +533,21 @@ fn main() {
         }
     );
     for limits in &limits {
-        let servers: Vec<Server> = VARIANTS
-            .iter()
-            .map(|v| Server::start(v, limits, &placement, pin.then_some(server_cpu)))
-            .collect();
-        let mut phases: Vec<Vec<Phase>> = VARIANTS.iter().map(|_| Vec::new()).collect();
+        let mut phases: Vec<Vec<Phase>> = variants.iter().map(|_| Vec::new()).collect();
         for round in 0..rounds {
-            for &v in &ORDERS[round % ORDERS.len()] {
+            // Fresh server processes every round: where the kernel put a
+            // process's code and data stays put for its life and moved one
+            // variant's requests/s by a point or two for a whole run; new
+            // processes draw it anew each round, and the median evens it out.
+            let servers: Vec<Server> = variants
+                .iter()
+                .map(|v| Server::start(v, limits, &placement, pin.then_some(server_cpu)))
+                .collect();
+            for &v in &orders[round % orders.len()] {
                 let p = runtime.block_on(phase(&servers[v], connections, seconds));
                 phases[v].push(p);
             }
         }
-        drop(servers);
         println!("**{limits}**, per variant (median over rounds):\n");
         println!(
             "| layer | requests/s | p50 µs | p99 µs | server CPU µs/request | server CPU use | load generator CPU use | 200 | 429 |"
@@ -497,7 +558,7 @@ fn main() {
                 |f: &dyn Fn(&Phase) -> f64| quantile(&sorted(runs.iter().map(f).collect()), 0.5);
             println!(
                 "| {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0}% | {:.0}% | {:.0} | {:.0} |",
-                VARIANTS[v],
+                variants[v],
                 med(&|p| p.rps()),
                 med(&|p| f64::from(quantile(&p.latencies_us, 0.5))),
                 med(&|p| f64::from(quantile(&p.latencies_us, 0.99))),
@@ -519,7 +580,14 @@ fn main() {
             ("server CPU/request", Phase::cpu_us_per_request),
         ];
         for (measure, f) in measures {
-            for (a, b) in [(1, 0), (2, 0), (1, 2)] {
+            let position = |name: &str| variants.iter().position(|v| *v == name);
+            let mut pairs: Vec<(usize, usize)> = (1..variants.len()).map(|v| (v, 0)).collect();
+            if let (Some(a), Some(b)) = (position("tollgate-tower"), position("tower_governor")) {
+                if b != 0 {
+                    pairs.push((a, b));
+                }
+            }
+            for &(a, b) in &pairs {
                 let ratios = sorted(
                     (0..rounds)
                         .map(|r| f(&phases[a][r]) / f(&phases[b][r]))
@@ -528,8 +596,8 @@ fn main() {
                 let pct = |x: f64| format!("{:+.1}%", (x - 1.0) * 100.0);
                 println!(
                     "| {measure} | {} / {} | {} | {} to {} | {} to {} |",
-                    VARIANTS[a],
-                    VARIANTS[b],
+                    variants[a],
+                    variants[b],
                     pct(quantile(&ratios, 0.5)),
                     pct(quantile(&ratios, 0.25)),
                     pct(quantile(&ratios, 0.75)),

@@ -432,7 +432,7 @@ where
         // on its way out (320 and 400 bytes for axum's route).
         match self.shared.verdict(&parts) {
             Verdict::Pass(fields) => ResponseFuture {
-                fields: Some(fields),
+                fields,
                 kind: Kind::Inner {
                     future: self.inner.call(Request::from_parts(parts, body)),
                 },
@@ -563,8 +563,9 @@ pin_project! {
     /// the inner service. Dropping it (the client went away) drops a pending
     /// decision, which cancels a [`Shaped`](crate::Shaped) wait.
     pub struct ResponseFuture<F, B, E> {
-        // The fields to add to the inner service's response.
-        fields: Option<Fields>,
+        // The fields to add to the inner service's response (none: nothing
+        // to add).
+        fields: Fields,
         #[pin]
         kind: Kind<F, B, E>,
     }
@@ -585,7 +586,7 @@ pin_project! {
 impl<F, B, E> ResponseFuture<F, B, E> {
     fn answered(response: Response<B>) -> Self {
         ResponseFuture {
-            fields: None,
+            fields: Fields::default(),
             kind: Kind::Answered {
                 response: Some(response),
             },
@@ -594,7 +595,7 @@ impl<F, B, E> ResponseFuture<F, B, E> {
 
     fn deferred(future: BoxResponse<B, E>) -> Self {
         ResponseFuture {
-            fields: None,
+            fields: Fields::default(),
             kind: Kind::Deferred { future },
         }
     }
@@ -614,9 +615,7 @@ where
                 // lies: moving it out and back cost two copies of it.
                 let mut poll = future.poll(cx);
                 if let Poll::Ready(Ok(response)) = &mut poll {
-                    if let Some(fields) = this.fields.take() {
-                        fields.apply(response.headers_mut());
-                    }
+                    std::mem::take(this.fields).apply(response.headers_mut());
                 }
                 poll
             }

@@ -19,8 +19,8 @@ use axum::routing::get;
 use governor::middleware::StateInformationMiddleware;
 use http::{Request, Response};
 use tollgate::keyed::{BucketConfig, Keyed};
-use tollgate::{Rate, TokenBucket};
-use tollgate_tower::{PeerIp, PerKey, ThrottleLayer};
+use tollgate::{Denied, Rate, RateLimiter, Rejection, Snapshot, TokenBucket};
+use tollgate_tower::{Decision, Limit, Outcome, PeerIp, PerKey, Policy, PolicyName, ThrottleLayer};
 use tower::Service;
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
@@ -53,6 +53,97 @@ pub fn tollgate_layer(limits: &str) -> ThrottleLayer<PeerIp> {
     ThrottleLayer::builder(PeerIp)
         .policy(PerKey::new("per-ip", per_ip).unwrap())
         .build()
+}
+
+/// The parts of [`tollgate_layer`]'s cost, each a layer of its own (for
+/// `loadtest --breakdown` and `callcost --layer`):
+///
+/// - `no-policy`: the key and the plumbing — `PeerIp` extracted, no policy
+///   asked, no fields;
+/// - `unreported`: plus the decision — the same keyed bucket, asked through
+///   a policy that reports no state, so no fields are written;
+/// - `constant`: the key, the plumbing and the fields, without a limiter — a
+///   policy whose "limiter" returns a fixed state of the same size as the
+///   real one's.
+///
+/// `tollgate_layer` is all three: key, decision and fields.
+pub fn breakdown_layer(part: &str, limits: &str) -> ThrottleLayer<PeerIp> {
+    let (burst, rate, _) = limits_of(limits);
+    let builder = ThrottleLayer::builder(PeerIp);
+    match part {
+        "no-policy" => builder.build(),
+        "unreported" => builder
+            .policy(Unreported {
+                name: PolicyName::new("per-ip").unwrap(),
+                keyed: Keyed::new(BucketConfig::new(burst, rate).unwrap()),
+            })
+            .build(),
+        "constant" => builder
+            .policy(Limit::new("per-ip", Constant { capacity: burst }).unwrap())
+            .build(),
+        other => panic!("breakdown part no-policy|unreported|constant, not {other}"),
+    }
+}
+
+/// A per-IP bucket asked without its state: the decision's cost, no fields.
+struct Unreported {
+    name: PolicyName,
+    keyed: Keyed<IpAddr, TokenBucket>,
+}
+
+impl Policy<IpAddr> for Unreported {
+    fn name(&self) -> &PolicyName {
+        &self.name
+    }
+
+    fn decide(&self, key: &IpAddr, n: u32) -> Decision {
+        Decision::Now(match self.keyed.try_acquire_n(key, n) {
+            Ok(()) => Outcome::Admitted(None),
+            Err(denied) => Outcome::Denied {
+                denied,
+                snapshot: None,
+            },
+        })
+    }
+}
+
+/// Admits everything and reports a full bucket less one (as many digits as
+/// the real bucket's reports), or with `capacity` 1 (the deny limits)
+/// refuses everything for an hour: the fields' cost without a limiter's.
+struct Constant {
+    capacity: u32,
+}
+
+impl Constant {
+    fn decide(&self) -> Result<Snapshot, Rejection> {
+        let wait = Duration::from_secs(3600);
+        if self.capacity > 1 {
+            Ok(Snapshot::new(
+                self.capacity - 1,
+                self.capacity,
+                Duration::from_nanos(100),
+            ))
+        } else {
+            Err(Rejection::new(
+                Denied::RetryAfter(wait),
+                Snapshot::new(0, 1, wait),
+            ))
+        }
+    }
+}
+
+impl RateLimiter for Constant {
+    fn try_acquire_n(&self, _: u32) -> Result<(), Denied> {
+        self.decide().map(drop).map_err(|r| r.denied)
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        self.decide().unwrap_or_else(|r| r.snapshot)
+    }
+
+    fn try_acquire_n_with_snapshot(&self, _: u32) -> Result<Snapshot, Rejection> {
+        self.decide()
+    }
 }
 
 /// `tower_governor`: GCRA per peer IP, quota headers on, as tollgate-tower
