@@ -123,6 +123,20 @@ fn join(before: &HeaderValue, member: &[u8]) -> HeaderValue {
     unsafe { crate_value(joined) }
 }
 
+/// A second policy's members after the first's: out of line and cold, so
+/// the one-policy response's code stays in fewer cache lines.
+#[cold]
+#[inline(never)]
+fn join_both(
+    policies: &mut HeaderValue,
+    states: &mut HeaderValue,
+    member: HeaderValue,
+    state: HeaderValue,
+) {
+    *policies = join(policies, member.as_bytes());
+    *states = join(states, state.as_bytes());
+}
+
 /// The two fields being built for one response, one member per policy that
 /// decided. One policy (the common case) costs one small allocation, for the
 /// `RateLimit` value: its `RateLimit-Policy` member is cached by its
@@ -143,10 +157,7 @@ impl Fields {
         // Matched in place (both are set together): taking the values out
         // and putting them back cost copies of both on every response.
         match (&mut self.policy, &mut self.state) {
-            (Some(policies), Some(states)) => {
-                *policies = join(policies, member.as_bytes());
-                *states = join(states, state.as_bytes());
-            }
+            (Some(policies), Some(states)) => join_both(policies, states, member, state),
             _ => {
                 self.policy = Some(member);
                 self.state = Some(state);
