@@ -222,6 +222,32 @@ impl<L: RateLimiter> RateLimiter for Counted<L> {
         }
         outcome
     }
+
+    /// Counts the decision, and an admission that `keep` turns down as
+    /// [`Counts::refunded`]: asked back, whatever the inner limiter can give
+    /// (a limiter that is not [`Refundable`] keeps the permits).
+    #[inline]
+    fn try_acquire_n_then(
+        &self,
+        n: u32,
+        keep: &mut dyn FnMut(Result<Snapshot, Rejection>) -> bool,
+    ) -> bool {
+        self.limiter.try_acquire_n_then(n, &mut |answer| {
+            let admitted = answer.is_ok();
+            match &answer {
+                Ok(_) => self.count_admitted(n),
+                Err(rejection) => self.count_denied(n, &rejection.denied),
+            }
+            let kept = keep(answer);
+            if admitted && !kept {
+                // Relaxed: as in `count_admitted`.
+                self.stripe()
+                    .refunded
+                    .fetch_add(u64::from(n), Ordering::Relaxed);
+            }
+            kept
+        })
+    }
 }
 
 /// The receipt of a [`Counted`] limiter's refundable admission: the

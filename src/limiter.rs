@@ -128,6 +128,45 @@ pub trait RateLimiter {
     /// assert_eq!(denied.snapshot.available, 6);
     /// ```
     fn try_acquire_n_with_snapshot(&self, n: u32) -> Result<Snapshot, Rejection>;
+
+    /// Asks for `n` permits as
+    /// [`try_acquire_n_with_snapshot`](RateLimiter::try_acquire_n_with_snapshot)
+    /// does, hands the answer to `keep`, and — when it was an admission and
+    /// `keep` returns `false` — gives the permits back as far as that is safe.
+    /// Returns whether the permits stand: admitted and kept.
+    ///
+    /// This is how something that asks several limiters in turn (an HTTP
+    /// layer's policies, say) makes a request refused by a later one cost
+    /// nothing here: `keep` asks the others and says whether they all
+    /// admitted. A [`Refundable`](crate::Refundable) limiter (the token
+    /// buckets, fixed windows, leaky buckets, their twins, a key of a
+    /// [`Keyed`](crate::Keyed) limiter) refunds by its own rule — exact unless
+    /// another request was admitted in between, never more than "as if it had
+    /// not happened" ([`refund`](crate::refund)); any other limiter keeps the
+    /// permits (the default), so put those last. Nothing is held while
+    /// `keep` runs but the decision's receipt on this call's stack.
+    ///
+    /// ```
+    /// use tollgate::{ManualClock, Rate, RateLimiter, SlidingLog, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let bucket = TokenBucket::with_clock(5, Rate::per_hour(5), clock.clone()).unwrap();
+    /// let log = SlidingLog::with_clock(Rate::per_hour(1), clock).unwrap();
+    /// // Both must admit: the bucket's admission stands only if the log admits.
+    /// let both = |n| bucket.try_acquire_n_then(n, &mut |answer| answer.is_ok() && log.try_acquire_n(n).is_ok());
+    /// assert!(both(1));
+    /// assert!(!both(1)); // the log refuses: the bucket gets its permit back
+    /// assert_eq!(bucket.snapshot().available, 4);
+    /// ```
+    fn try_acquire_n_then(
+        &self,
+        n: u32,
+        keep: &mut dyn FnMut(Result<Snapshot, Rejection>) -> bool,
+    ) -> bool {
+        let decided = self.try_acquire_n_with_snapshot(n);
+        let admitted = decided.is_ok();
+        keep(decided) && admitted
+    }
 }
 
 /// A reference decides as the limiter it points to, so a limiter can be
@@ -145,6 +184,15 @@ impl<L: RateLimiter + ?Sized> RateLimiter for &L {
     #[inline]
     fn try_acquire_n_with_snapshot(&self, n: u32) -> Result<Snapshot, Rejection> {
         (**self).try_acquire_n_with_snapshot(n)
+    }
+
+    #[inline]
+    fn try_acquire_n_then(
+        &self,
+        n: u32,
+        keep: &mut dyn FnMut(Result<Snapshot, Rejection>) -> bool,
+    ) -> bool {
+        (**self).try_acquire_n_then(n, keep)
     }
 }
 

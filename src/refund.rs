@@ -212,3 +212,28 @@ impl<L: Refundable> Refundable for &L {
         (**self).refund(receipt)
     }
 }
+
+/// [`RateLimiter::try_acquire_n_then`] for a [`Refundable`] limiter: the
+/// admission's receipt stays on this stack while `keep` runs, and goes back
+/// by the limiter's own refund rule if `keep` says no.
+#[inline]
+pub(crate) fn decide_then<L: Refundable + ?Sized>(
+    limiter: &L,
+    n: u32,
+    keep: &mut dyn FnMut(Result<Snapshot, Rejection>) -> bool,
+) -> bool {
+    match limiter.try_acquire_n_refundable(n) {
+        Ok(admitted) => {
+            if keep(Ok(admitted.snapshot)) {
+                true
+            } else {
+                limiter.refund(admitted.receipt);
+                false
+            }
+        }
+        Err(rejection) => {
+            keep(Err(rejection));
+            false
+        }
+    }
+}

@@ -207,6 +207,17 @@ macro_rules! word_limiter {
             ) -> Result<$crate::limiter::Snapshot, $crate::limiter::Rejection> {
                 self.inner.try_acquire_n_with_snapshot(n)
             }
+
+            #[inline]
+            fn try_acquire_n_then(
+                &self,
+                n: u32,
+                keep: &mut dyn FnMut(
+                    Result<$crate::limiter::Snapshot, $crate::limiter::Rejection>,
+                ) -> bool,
+            ) -> bool {
+                $crate::refund::decide_then(self, n, keep)
+            }
         }
 
         impl<C: $crate::clock::Clock> $crate::refund::Refundable for $name<C> {

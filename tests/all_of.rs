@@ -137,6 +137,63 @@ prop_compose! {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
+    /// `RateLimiter::try_acquire_n_then` chains the same conjunction as a
+    /// continuation per member (what an HTTP layer's policies do): admitted
+    /// iff every member admits, and a member turned down by a later one is
+    /// refunded exactly, single-threaded — through `&dyn RateLimiter`, a
+    /// `Counted` wrapper and a key of a keyed limiter alike. The log, last,
+    /// is asked plainly.
+    #[test]
+    fn chained_decisions_agree_with_a_sequential_reference(
+        bucket_cap in 1u32..6,
+        window_limit in 1u32..6,
+        key_cap in 1u32..6,
+        log_limit in 1u32..6,
+        ops in prop::collection::vec(op(), 1..80),
+    ) {
+        let clock = ManualClock::new();
+        let bucket = Bucket::with_clock(bucket_cap, Rate::new(1, Duration::from_nanos(30)), clock.clone()).unwrap();
+        let window = tollgate::Counted::new("window", Window::with_clock(Rate::new(window_limit, Duration::from_nanos(100)), clock.clone()).unwrap());
+        let keyed = Keyed::<u8, Bucket>::with_clock(
+            BucketConfig::new(key_cap, Rate::new(1, Duration::from_nanos(50))).unwrap(), clock.clone());
+        let log = Log::with_clock(Rate::new(log_limit, Duration::from_nanos(200)), clock.clone()).unwrap();
+        let mut reference = Reference {
+            bucket: ReferenceTokenBucket::new(bucket_cap, 1, 30),
+            window: ReferenceFixedWindow::new(window_limit, 100),
+            window_limit,
+            keys: HashMap::new(),
+            key_config: (key_cap, 1, 50),
+            log: ReferenceLog { limit: log_limit, window: 200, log: VecDeque::new() },
+        };
+        let mut now = 0;
+        let mut refunds = 0;
+        for (advance, key, n, _) in ops {
+            now += advance * 10;
+            clock.set(now);
+            let want = if n == 0 { Err((0, Denied::ZeroPermits)) } else { reference.try_acquire_n(now, key, n) };
+            let dyn_bucket: &dyn RateLimiter = &bucket;
+            let mut window_turned_down = false;
+            let passed = dyn_bucket.try_acquire_n_then(n, &mut |a| {
+                a.is_ok() && window.try_acquire_n_then(n, &mut |b| {
+                    let kept = b.is_ok() && keyed.try_acquire_n_then(&key, n, &mut |c| {
+                        c.is_ok() && log.try_acquire_n(n).is_ok()
+                    });
+                    window_turned_down = b.is_ok() && !kept;
+                    kept
+                })
+            });
+            prop_assert_eq!(passed, want.is_ok(), "at {} for {} on key {}", now, n, key);
+            refunds += u64::from(window_turned_down) * u64::from(n);
+            prop_assert_eq!(bucket.snapshot().available, reference.bucket.snapshot(now).0);
+            prop_assert_eq!(window.snapshot().available, reference.window.snapshot(now).0);
+            prop_assert_eq!(window.counts().refunded, refunds);
+            for (k, r) in reference.keys.iter_mut() {
+                prop_assert_eq!(keyed.snapshot(k).available, r.snapshot(now).0, "key {}", k);
+            }
+            prop_assert_eq!(log.snapshot().available, reference.log.available(now));
+        }
+    }
+
     /// Single-threaded, `AllOf` is the conjunction of its members, decision
     /// for decision, and every refund is exact.
     #[test]

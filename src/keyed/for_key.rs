@@ -84,6 +84,35 @@ where
     {
         ForKey { keyed: self, key }
     }
+
+    /// Asks for `n` permits for `key` and lets `keep` decide whether an
+    /// admission stands, as [`RateLimiter::try_acquire_n_then`]: turned
+    /// down, the permits go back by the key's refund rule (see [`ForKey`]'s
+    /// module docs for when a keyed refund gives nothing back). Returns
+    /// whether the permits stand.
+    ///
+    /// ```
+    /// use tollgate::keyed::{BucketConfig, Keyed};
+    /// use tollgate::{Rate, TokenBucket};
+    ///
+    /// let per_ip = Keyed::<u32, TokenBucket>::new(BucketConfig::new(5, Rate::per_hour(5)).unwrap());
+    /// assert!(!per_ip.try_acquire_n_then(&7, 2, &mut |_| false)); // turned down: refunded
+    /// assert_eq!(per_ip.snapshot(&7).available, 5);
+    /// assert!(per_ip.try_acquire_n_then(&7, 2, &mut |answer| answer.is_ok()));
+    /// assert_eq!(per_ip.snapshot(&7).available, 3);
+    /// ```
+    pub fn try_acquire_n_then<Q>(
+        &self,
+        key: &Q,
+        n: u32,
+        keep: &mut dyn FnMut(Result<Snapshot, Rejection>) -> bool,
+    ) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        crate::refund::decide_then(&self.for_key(key), n, keep)
+    }
 }
 
 impl<K, L, S, Q> RateLimiter for ForKey<'_, K, L, S, Q>
@@ -105,6 +134,15 @@ where
     #[inline]
     fn try_acquire_n_with_snapshot(&self, n: u32) -> Result<Snapshot, Rejection> {
         self.keyed.try_acquire_n_with_snapshot(self.key, n)
+    }
+
+    /// Refunds by the key's rule (the module docs) when `keep` says no.
+    fn try_acquire_n_then(
+        &self,
+        n: u32,
+        keep: &mut dyn FnMut(Result<Snapshot, Rejection>) -> bool,
+    ) -> bool {
+        crate::refund::decide_then(self, n, keep)
     }
 }
 

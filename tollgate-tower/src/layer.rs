@@ -102,13 +102,34 @@ impl Route {
 /// Builds a [`ThrottleLayer`]; start with [`ThrottleLayer::builder`].
 ///
 /// A request is decided by the policies of the **first route group that
-/// matches it** (in the order the groups were first named), then by the
-/// policies for **every request**, each group in the order its policies were
-/// added. All must admit. The first denial answers the request; the policies
-/// asked before it have spent their permits (put the narrowest, strictest
-/// policies first so that a denial costs the fewest). For all-or-nothing
-/// across in-process limiters — refunds included — make them one
-/// [`AllOfLimit`](crate::AllOfLimit) (the core's [`AllOf`](tollgate::AllOf)).
+/// matches it** (in the order the groups were first named) together with the
+/// policies for **every request**. All must admit, and they are
+/// **all-or-nothing, whatever the order they were added in**:
+///
+/// 1. A request costing more than some policy's [capacity](Policy::capacity)
+///    is refused (`403`) before any policy is asked: it spends nothing.
+/// 2. The policies are asked narrowest first — by [`Scope`]: per-key limits,
+///    then this process's shared limits, then limits shared with other
+///    processes (Redis, leases); within a scope, in the order they were
+///    added. The first refusal answers the request, and the policies after
+///    it are not asked: a client refused by its own per-key limit never
+///    spends a shared one.
+/// 3. When a later policy refuses, every in-process policy that admitted the
+///    request at once gives its permits back
+///    ([`Policy::decide_then`]), by the core's refund rule: exact unless
+///    another request was admitted by the same limiter in between, and never
+///    more than "as if the request had not happened" (so a raced refund can
+///    leave permits taken until they refill: under-admission, never
+///    over-admission). A limiter that cannot give permits back safely (a
+///    sliding log or window, a leased limiter) keeps them, so add it after
+///    refundable ones of its scope.
+/// 4. What cannot be given back: an admission that was awaited (a
+///    [`Shaped`](crate::Shaped) or [`PerKey::wait_up_to`](crate::PerKey::wait_up_to)
+///    wait, a remote decision) and every admission before it stand even if a
+///    policy asked after them refuses. Remote policies are asked last for
+///    that reason.
+///
+/// [`Scope`]: crate::Scope
 pub struct ThrottleBuilder<E: KeyExtractor> {
     extractor: E,
     every: Policies<E::Key>,
@@ -206,8 +227,22 @@ impl<E: KeyExtractor> ThrottleBuilder<E> {
     /// let _layer = ThrottleLayer::builder(PeerIp).build();
     /// ```
     pub fn build(self) -> ThrottleLayer<E> {
+        let order = |group: &[Arc<dyn Policy<E::Key>>]| {
+            let mut policies: Policies<E::Key> =
+                group.iter().chain(self.every.iter()).cloned().collect();
+            // Stable: within a scope, the order they were added in.
+            policies.sort_by_key(|policy| policy.scope());
+            policies
+        };
+        let ordered = self
+            .routes
+            .iter()
+            .map(|(_, group)| order(group))
+            .chain(std::iter::once(order(&[])))
+            .collect();
         ThrottleLayer {
             shared: Arc::new(Shared {
+                ordered,
                 extractor: self.extractor,
                 every: self.every,
                 routes: self.routes,
@@ -222,21 +257,18 @@ struct Shared<E: KeyExtractor> {
     extractor: E,
     every: Policies<E::Key>,
     routes: Vec<(Route, Policies<E::Key>)>,
+    /// For each route group, then for requests of no group: the policies
+    /// deciding them, in the order they are asked (by scope, then as added).
+    ordered: Vec<Policies<E::Key>>,
     cost: Option<CostFn>,
     on_refusal: RefusalHook,
 }
 
 impl<E: KeyExtractor> Shared<E> {
-    /// The policies deciding a request: its route group's, then everyone's.
-    fn policies<'a>(
-        &'a self,
-        group: Option<usize>,
-    ) -> impl Iterator<Item = &'a Arc<dyn Policy<E::Key>>> + 'a {
-        group
-            .map(|g| self.routes[g].1.as_slice())
-            .unwrap_or(&[])
-            .iter()
-            .chain(self.every.iter())
+    /// The policies deciding a request of route group `group` (`None`: no
+    /// group), in the order they are asked.
+    fn policies(&self, group: Option<usize>) -> &[Arc<dyn Policy<E::Key>>] {
+        &self.ordered[group.unwrap_or(self.routes.len())]
     }
 
     // Cold: refusals are built away from the admitted path's code.
@@ -505,30 +537,117 @@ impl<E: KeyExtractor> Shared<E> {
         };
         let n = self.cost.as_ref().map_or(1, |cost| cost(parts));
         let mut fields = Fields::default();
-        if n > 0 {
-            let group = self.routes.iter().position(|(r, _)| r.matches(parts));
-            for (index, policy) in self.policies(group).enumerate() {
-                match policy.decide(&key, n) {
-                    Decision::Now(outcome) => {
-                        if let Err(response) = judge(self, &**policy, outcome, &mut fields) {
-                            return Verdict::Answer(response);
-                        }
-                    }
-                    Decision::Later(first) => {
-                        return Verdict::Later(Later {
-                            key,
-                            n,
-                            group,
-                            index,
-                            first,
-                            fields,
-                        });
-                    }
-                }
+        if n == 0 {
+            return Verdict::Pass(fields);
+        }
+        let group = self.routes.iter().position(|(r, _)| r.matches(parts));
+        let policies = self.policies(group);
+        if n > 1 {
+            if let Err(response) = self.fits(policies, &key, n) {
+                return Verdict::Answer(response);
             }
         }
-        Verdict::Pass(fields)
+        match self.chain(policies, 0, &key, n, &mut fields) {
+            Step::Pass => Verdict::Pass(fields),
+            Step::Answer(response) => Verdict::Answer(response),
+            Step::Later { index, future } => Verdict::Later(Later {
+                key,
+                n,
+                group,
+                index,
+                first: future,
+                fields,
+            }),
+        }
     }
+
+    /// Refuses a request costing more than some policy's capacity, before
+    /// any other policy is asked. The policy that can never hold it is then
+    /// asked alone, for its report: a request above capacity is a denial
+    /// that changes nothing, in every tollgate limiter.
+    #[cold]
+    #[inline(never)]
+    fn fits<B: From<Bytes>>(
+        &self,
+        policies: &[Arc<dyn Policy<E::Key>>],
+        key: &E::Key,
+        n: u32,
+    ) -> Result<(), Response<B>> {
+        for policy in policies {
+            let Some(capacity) = policy.capacity(key).filter(|&capacity| n > capacity) else {
+                continue;
+            };
+            let mut fields = Fields::default();
+            if let Decision::Now(outcome) = policy.decide(key, n) {
+                judge(self, &**policy, outcome, &mut fields)?;
+            }
+            // Decided later (a remote policy: the future is dropped unpolled,
+            // so nothing was asked), or a policy whose decision disagrees
+            // with its own capacity: the refusal without its report.
+            let refusal = Refusal::NeverFits {
+                policy: policy.name().as_str(),
+                denied: Denied::ExceedsCapacity {
+                    requested: n,
+                    capacity,
+                },
+            };
+            return Err(self.respond(&refusal, fields));
+        }
+        Ok(())
+    }
+
+    /// Asks `policies[index..]` in turn. Every policy but the last decides
+    /// through [`Policy::decide_then`], with the rest of the chain as its
+    /// continuation: a refusal further on comes back to it as `false`, and
+    /// it refunds while its receipt is still on this stack. Stops at the
+    /// first refusal or the first decision that completes later.
+    fn chain<B: From<Bytes>>(
+        &self,
+        policies: &[Arc<dyn Policy<E::Key>>],
+        index: usize,
+        key: &E::Key,
+        n: u32,
+        fields: &mut Fields,
+    ) -> Step<B> {
+        let Some(policy) = policies.get(index) else {
+            return Step::Pass;
+        };
+        let mut step = Step::Pass;
+        let take = |decision: Decision, fields: &mut Fields| match decision {
+            Decision::Now(outcome) => match judge(self, &**policy, outcome, fields) {
+                Ok(()) => None,
+                Err(response) => Some(Step::Answer(response)),
+            },
+            Decision::Later(future) => Some(Step::Later { index, future }),
+        };
+        if index + 1 == policies.len() {
+            // The last asks nothing after it: nothing to give back.
+            if let Some(last) = take(policy.decide(key, n), fields) {
+                step = last;
+            }
+        } else {
+            policy.decide_then(key, n, &mut |decision| {
+                step = match take(decision, fields) {
+                    None => self.chain(policies, index + 1, key, n, fields),
+                    Some(stop) => stop,
+                };
+                // Kept unless refused further on; a decision that completes
+                // later keeps what was admitted before it.
+                !matches!(step, Step::Answer(_))
+            });
+        }
+        step
+    }
+}
+
+/// Where a chain of decisions stopped.
+enum Step<B> {
+    /// Every policy admitted.
+    Pass,
+    /// Refused: the response.
+    Answer(Response<B>),
+    /// Policy `index` decides asynchronously.
+    Later { index: usize, future: OutcomeFuture },
 }
 
 impl<S, E> Throttle<S, E>
@@ -561,18 +680,22 @@ where
             mut fields,
         } = later;
         ResponseFuture::deferred(Box::pin(async move {
-            let policies: Vec<_> = shared.policies(group).skip(index).cloned().collect();
-            let mut pending = Some(first);
-            for policy in &policies {
-                let outcome = match pending.take() {
-                    Some(first) => first.await,
-                    None => match policy.decide(&key, n) {
-                        Decision::Now(outcome) => outcome,
-                        Decision::Later(later) => later.await,
-                    },
-                };
-                if let Err(response) = judge(&shared, &**policy, outcome, &mut fields) {
+            let policies = shared.policies(group);
+            let (mut index, mut pending) = (index, first);
+            loop {
+                let outcome = pending.await;
+                if let Err(response) = judge(&shared, &*policies[index], outcome, &mut fields) {
                     return Ok(response);
+                }
+                // The policies after an awaited one decide as a chain of
+                // their own: refunds among them, none back to it.
+                match shared.chain(policies, index + 1, &key, n, &mut fields) {
+                    Step::Pass => break,
+                    Step::Answer(response) => return Ok(response),
+                    Step::Later {
+                        index: next,
+                        future,
+                    } => (index, pending) = (next, future),
                 }
             }
             let mut response = inner.call(request).await?;

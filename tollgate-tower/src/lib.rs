@@ -100,7 +100,7 @@ pub use key::{Global, HeaderKey, KeyError, KeyExtractor, KeyFn, PeerIp};
 pub use layer::{ResponseFuture, Route, Throttle, ThrottleBuilder, ThrottleLayer};
 pub use policy::{
     AllOfLimit, AsyncLimit, Decision, IntoPolicyName, InvalidName, Limit, Outcome, OutcomeFuture,
-    PerKey, Policy, PolicyName,
+    PerKey, Policy, PolicyName, Scope,
 };
 #[cfg(feature = "redis")]
 pub use redis::{LeasedLimit, RedisLimit};

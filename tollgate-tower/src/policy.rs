@@ -107,10 +107,35 @@ impl fmt::Debug for Decision {
     }
 }
 
+/// Where a policy's limit lives, which orders how the layer asks a
+/// request's policies: [`Key`](Scope::Key) first, then
+/// [`Process`](Scope::Process), then [`Shared`](Scope::Shared), each scope in
+/// the order its policies were added. A narrow limit thus refuses before a
+/// wider one is charged, and a cheap local decision before a remote one.
+///
+/// ```
+/// use tollgate_tower::Scope;
+/// assert!(Scope::Key < Scope::Process && Scope::Process < Scope::Shared);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Scope {
+    /// One limit per key, in this process ([`PerKey`]).
+    Key,
+    /// One limit for every request that reaches it, in this process
+    /// ([`Limit`], [`AllOfLimit`], [`Shaped`](crate::Shaped)).
+    Process,
+    /// A limit shared with other processes: Redis, leases of a global
+    /// budget, any [`AsyncLimit`].
+    Shared,
+}
+
 /// One named limit, asked about each request's key (of type `K`).
 ///
-/// Implemented by [`Limit`], [`PerKey`], [`AsyncLimit`] and
+/// Implemented by [`Limit`], [`PerKey`], [`AsyncLimit`], [`AllOfLimit`] and
 /// [`Shaped`](crate::Shaped); implement it for anything else that decides.
+/// Only [`name`](Policy::name) and [`decide`](Policy::decide) are required;
+/// the rest tell the layer how to keep a request's policies all-or-nothing
+/// (see [`ThrottleBuilder`](crate::ThrottleBuilder)).
 ///
 /// ```
 /// use tollgate::{Rate, TokenBucket};
@@ -135,6 +160,32 @@ pub trait Policy<K>: Send + Sync + 'static {
 
     /// Decides `n` permits for `key`.
     fn decide(&self, key: &K, n: u32) -> Decision;
+
+    /// Where the limit lives (default [`Scope::Process`]): the layer asks
+    /// narrower scopes first.
+    fn scope(&self) -> Scope {
+        Scope::Process
+    }
+
+    /// The most permits `key` can ever be granted at once, if the policy
+    /// knows (default: it does not). The layer refuses a request costing
+    /// more with `403` before asking any policy, so such a request spends
+    /// nothing anywhere. Asked only for requests costing more than one
+    /// permit.
+    fn capacity(&self, key: &K) -> Option<u32> {
+        let _ = key;
+        None
+    }
+
+    /// Decides as [`decide`](Policy::decide) and hands the decision to
+    /// `rest`, which asks the request's remaining policies and returns
+    /// whether the request passed; if it returns `false` after this policy
+    /// admitted at once, the policy gives the permits back as far as that is
+    /// safe ([`RateLimiter::try_acquire_n_then`]). The default gives nothing
+    /// back.
+    fn decide_then(&self, key: &K, n: u32, rest: &mut dyn FnMut(Decision) -> bool) {
+        rest(self.decide(key, n));
+    }
 }
 
 /// A policy's name and the window it advertises: the `"name";w=…` of the
@@ -363,6 +414,15 @@ impl<K, L: RateLimiter + Send + Sync + ?Sized + 'static> Policy<K> for Limit<L> 
     fn decide(&self, _: &K, n: u32) -> Decision {
         Decision::Now(self.limiter.try_acquire_n_with_snapshot(n).into())
     }
+
+    fn capacity(&self, _: &K) -> Option<u32> {
+        Some(self.limiter.snapshot().capacity)
+    }
+
+    fn decide_then(&self, _: &K, n: u32, rest: &mut dyn FnMut(Decision) -> bool) {
+        self.limiter
+            .try_acquire_n_then(n, &mut |answer| rest(Decision::Now(answer.into())));
+    }
 }
 
 /// A [`Keyed`] limiter as a policy: each key its own limit, decided and
@@ -472,7 +532,34 @@ where
 
     #[inline]
     fn decide(&self, key: &K, n: u32) -> Decision {
-        let decided = self.limiter.try_acquire_n_with_snapshot(key, n);
+        self.decision(key, n, self.limiter.try_acquire_n_with_snapshot(key, n))
+    }
+
+    fn scope(&self) -> Scope {
+        Scope::Key
+    }
+
+    fn capacity(&self, key: &K) -> Option<u32> {
+        Some(self.limiter.snapshot(key).capacity)
+    }
+
+    fn decide_then(&self, key: &K, n: u32, rest: &mut dyn FnMut(Decision) -> bool) {
+        self.limiter
+            .try_acquire_n_then(key, n, &mut |answer| rest(self.decision(key, n, answer)));
+    }
+}
+
+impl<K, L, S> PerKey<K, L, S>
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+    L: Keyable + 'static,
+    S: BuildHasher + Clone + Send + Sync + 'static,
+    Keyed<K, L, S>: Send + Sync,
+{
+    /// The decision for an answer of the key's limiter: a wait if the
+    /// denial's retry-after is within `max_wait`.
+    #[inline]
+    fn decision(&self, key: &K, n: u32, decided: Result<Snapshot, Rejection>) -> Decision {
         match decided {
             Err(rejection)
                 if matches!(rejection.denied, Denied::RetryAfter(wait) if wait <= self.max_wait)
@@ -548,6 +635,12 @@ where
 
     fn decide(&self, key: &K, n: u32) -> Decision {
         Decision::Later(Box::pin((self.decide)(key, n)))
+    }
+
+    /// An async check is taken to be remote: asked after every in-process
+    /// policy.
+    fn scope(&self) -> Scope {
+        Scope::Shared
     }
 }
 

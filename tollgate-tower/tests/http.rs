@@ -24,29 +24,10 @@ use tollgate_tower::{
     PolicyName, Route, Shaped, ThrottleLayer,
 };
 
+mod support;
+use support::{client_from, serve};
+
 type PerIp = Keyed<IpAddr, TokenBucket<ManualClock>>;
-
-/// Serves `app` on a free loopback port with peer addresses; returns the address.
-async fn serve(app: Router) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-        .unwrap();
-    });
-    addr
-}
-
-fn client_from(ip: &str) -> reqwest::Client {
-    reqwest::Client::builder()
-        .local_address(ip.parse::<IpAddr>().unwrap())
-        .build()
-        .unwrap()
-}
 
 fn app() -> Router {
     Router::new()
