@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
-use redis::{Script, Value};
+use redis::{ErrorKind, Script, ServerErrorKind, Value};
 
 use crate::error::Error;
 use crate::limiter::Limiter;
@@ -96,7 +96,11 @@ enum Connection {
 ///
 /// Cheap to clone: clones share one multiplexed connection. A single node's
 /// connection reconnects in the background after a failure; the decision that
-/// met the failure gets the error ([`Error::Redis`] or [`Error::Timeout`]).
+/// met the failure gets the error, which says whether the script may have run
+/// ([`Error::may_have_run`]): [`Error::Timeout`] for every expired deadline,
+/// [`Error::Interrupted`] for a connection lost after the request may have
+/// been sent, [`Error::Redis`] when it provably took nothing (a refused
+/// connection, `LOADING`, ...).
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -158,7 +162,10 @@ impl Client {
     pub async fn connect_with(url: &str, options: Options) -> Result<Client, Error> {
         let client = redis::Client::open(url)?;
         let config = redis::aio::ConnectionManagerConfig::new()
-            .set_response_timeout(Some(options.timeout))
+            // The decision's own deadline bounds every call: a second one in
+            // redis-rs, equal or shorter, would win the race and report an
+            // expired deadline as an I/O error.
+            .set_response_timeout(None)
             .set_connection_timeout(Some(options.connect_timeout))
             // Reconnection runs in the background; a decision never waits on it
             // for longer than its own timeout.
@@ -200,7 +207,10 @@ impl Client {
     pub async fn connect_cluster_with(nodes: &[&str], options: Options) -> Result<Client, Error> {
         let client = redis::cluster::ClusterClientBuilder::new(nodes.to_vec())
             .connection_timeout(options.connect_timeout)
-            .response_timeout(options.timeout)
+            // Above the decision's deadline, which must expire first (see
+            // `connect_with`); the cluster client needs one of its own for
+            // the topology requests it makes by itself.
+            .response_timeout(library_deadline(options.timeout))
             .retries(2)
             .build()?;
         let connection = tokio::time::timeout(
@@ -331,10 +341,7 @@ impl Client {
                 }
             }
         };
-        let reply = tokio::time::timeout(self.options.timeout, reply)
-            .await
-            .map_err(|_| Error::Timeout(self.options.timeout))??;
-        outcome(reply, &redis_key)
+        outcome(self.deadline(reply).await?, &redis_key)
     }
 
     /// Runs `script` on one key with integer arguments, under the timeout:
@@ -359,9 +366,76 @@ impl Client {
                 }
             }
         };
-        tokio::time::timeout(self.options.timeout, reply)
-            .await
-            .map_err(|_| Error::Timeout(self.options.timeout))?
-            .map_err(Error::from)
+        self.deadline(reply).await
+    }
+
+    /// Runs one call under the decision timeout and says, on failure, whether
+    /// the script may have run.
+    async fn deadline(
+        &self,
+        call: impl Future<Output = redis::RedisResult<Value>>,
+    ) -> Result<Value, Error> {
+        let timeout = self.options.timeout;
+        match tokio::time::timeout(timeout, call).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(err)) => Err(classify(
+                err,
+                timeout,
+                matches!(self.connection, Connection::Cluster(_)),
+            )),
+            Err(_) => Err(Error::Timeout(timeout)),
+        }
+    }
+}
+
+/// redis-rs's own response deadline: comfortably after the decision's.
+fn library_deadline(timeout: Duration) -> Duration {
+    timeout
+        .saturating_mul(2)
+        .max(timeout.saturating_add(Duration::from_secs(1)))
+}
+
+/// A failed call's error: [`Error::Timeout`] for every expired deadline,
+/// [`Error::Redis`] only when the error proves that no permit was taken,
+/// [`Error::Interrupted`] otherwise. A cluster client resends a request after
+/// some failures (a dropped connection, `TRYAGAIN`, ...), so its final error
+/// need not be its first attempt's: only a configuration error proves
+/// anything there.
+fn classify(err: redis::RedisError, timeout: Duration, resends: bool) -> Error {
+    if err.is_timeout() {
+        return Error::Timeout(timeout);
+    }
+    let refused = if resends {
+        err.kind() == ErrorKind::InvalidClientConfig
+    } else {
+        refused_before_writing(&err)
+    };
+    if refused {
+        Error::Redis(err)
+    } else {
+        Error::Interrupted(err)
+    }
+}
+
+/// Errors that leave no doubt that the script took nothing: the request never
+/// left (a refused connection, a client-side error), or the server refused
+/// it before the script could write. An `OOM` or `READONLY` reply comes at a
+/// script's first write at the latest, and every script here checks
+/// everything before its first write and then only writes.
+fn refused_before_writing(err: &redis::RedisError) -> bool {
+    if err.is_connection_refusal() {
+        return true;
+    }
+    match err.kind() {
+        ErrorKind::InvalidClientConfig | ErrorKind::Client | ErrorKind::AuthenticationFailed => {
+            true
+        }
+        ErrorKind::Server(
+            ServerErrorKind::BusyLoading
+            | ServerErrorKind::NoScript
+            | ServerErrorKind::ReadOnly
+            | ServerErrorKind::MasterDown,
+        ) => true,
+        _ => matches!(err.code(), Some("BUSY" | "OOM" | "NOAUTH")),
     }
 }

@@ -88,6 +88,31 @@ impl std::error::Error for ConfigError {}
 /// had, and what to do then (fail open, fail closed, fall back to a local
 /// limiter) is the caller's policy.
 ///
+/// # Whether the request was charged
+///
+/// A failed call may still have admitted the request on the server: the
+/// script ran and took the permits, and the reply was lost.
+/// [`may_have_run`](Error::may_have_run) says which failures leave that open
+/// (`true`: the request may have been charged) and which prove it was not
+/// (`false`: no permit was taken for this call).
+///
+/// | variant | `may_have_run()` | what happened |
+/// |---|---|---|
+/// | [`Denied`](Error::Denied) | `false` | the script decided and wrote nothing, or no call was made |
+/// | [`Timeout`](Error::Timeout) | **`true`** | the deadline passed: the request may have reached the server, and the script may have run |
+/// | [`Interrupted`](Error::Interrupted) | **`true`** | the connection failed after the request may have been sent (dropped, reset, closed mid-call), or a cluster client resent it |
+/// | [`Redis`](Error::Redis) | `false` | refused before any permit was taken: connection refused, server `LOADING`, `BUSY`, `NOSCRIPT`, `OOM` or `READONLY` (refused before the script's first write), an invalid URL or configuration |
+/// | [`WrongType`](Error::WrongType) | `false` | the script found another Redis type and wrote nothing |
+/// | [`UnknownState`](Error::UnknownState) | `false` | the script found state it did not write, or damaged fields, and wrote nothing |
+/// | [`UnexpectedReply`](Error::UnexpectedReply) | **`true`** | a reply came that the scripts never give: what the server did is unknown |
+/// | [`Unavailable`](Error::Unavailable) | `false` | the leased limiter refused locally, without a call |
+/// | [`BlockingInAsync`](Error::BlockingInAsync) | `false` | nothing was sent |
+///
+/// Every expired deadline is [`Error::Timeout`]: the client's own, and
+/// redis-rs's (a connection attempt that timed out included, which reports
+/// `true` though it sent nothing, since the two cannot be told apart).
+/// Errors from `connect` never ran anything, whatever this says.
+///
 /// ```
 /// use std::time::Duration;
 /// use tollgate::Denied;
@@ -96,7 +121,11 @@ impl std::error::Error for ConfigError {}
 /// let denied = Error::Denied(Denied::RetryAfter(Duration::from_millis(20)));
 /// assert_eq!(denied.retry_after(), Some(Duration::from_millis(20)));
 /// assert!(denied.is_denied());
-/// assert!(!Error::Timeout(Duration::from_millis(50)).is_denied());
+/// assert!(!denied.may_have_run());
+///
+/// let timeout = Error::Timeout(Duration::from_millis(50));
+/// assert!(!timeout.is_denied());
+/// assert!(timeout.may_have_run());
 /// ```
 #[derive(Debug)]
 #[non_exhaustive]
@@ -106,11 +135,23 @@ pub enum Error {
     /// ([`Denied::ExceedsCapacity`], [`Denied::ZeroPermits`], decided without
     /// a round trip).
     Denied(Denied),
-    /// No reply within the client's timeout: the server may or may not have run
-    /// the script.
+    /// No reply within the client's timeout (or a redis-rs timeout): the
+    /// server may or may not have run the script, and so may have admitted
+    /// the request. [`may_have_run`](Error::may_have_run): `true`.
     Timeout(Duration),
-    /// The connection or the server failed (refused, dropped, `LOADING`, ...).
+    /// The request was refused before the script took any permit: the
+    /// connection was refused, the server answered `LOADING`, `BUSY`,
+    /// `NOSCRIPT`, `OOM` or `READONLY` (the last two before the script's first
+    /// write), or the URL or configuration is invalid.
+    /// [`may_have_run`](Error::may_have_run): `false`.
     Redis(redis::RedisError),
+    /// The call failed after the request may have reached the server: the
+    /// connection dropped, was reset or closed mid-call, the server replied
+    /// with an error no script of this crate raises before writing, or a
+    /// cluster client resent the request after an earlier attempt failed. The
+    /// script may have run and admitted the request.
+    /// [`may_have_run`](Error::may_have_run): `true`.
+    Interrupted(redis::RedisError),
     /// The key holds another Redis type than the limiter's.
     WrongType {
         /// The Redis key.
@@ -119,8 +160,11 @@ pub enum Error {
         detail: String,
     },
     /// The key holds state this version of the scripts did not write (another
-    /// program's, or an older format): it is left untouched, never
-    /// reinterpreted.
+    /// program's, or an older format), or a tagged key whose fields are out of
+    /// what the scripts write (not a non-negative integer, a count above any
+    /// limit, a time after the key's own expiry, a sliding log member that is
+    /// not a ticket): it is left untouched, never reinterpreted, and `detail`
+    /// names the field or member.
     UnknownState {
         /// The Redis key.
         key: String,
@@ -163,6 +207,36 @@ impl Error {
         matches!(self, Error::Denied(_))
     }
 
+    /// Whether the server may have run the script and admitted the request
+    /// though the caller got no [`Admission`](crate::Admission): `true` for
+    /// [`Timeout`](Error::Timeout), [`Interrupted`](Error::Interrupted) and
+    /// [`UnexpectedReply`](Error::UnexpectedReply); `false` when no permit was
+    /// taken for this call. The [table above](Error) lists every variant.
+    ///
+    /// A caller that counts its own spending, or refunds a client, should
+    /// count a `true` as possibly spent.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::Denied;
+    /// use tollgate_redis::Error;
+    ///
+    /// assert!(Error::Timeout(Duration::from_millis(50)).may_have_run());
+    /// assert!(!Error::Denied(Denied::ZeroPermits).may_have_run());
+    /// assert!(!Error::Unavailable.may_have_run());
+    /// ```
+    pub fn may_have_run(&self) -> bool {
+        match self {
+            Error::Timeout(_) | Error::Interrupted(_) | Error::UnexpectedReply(_) => true,
+            Error::Denied(_)
+            | Error::Redis(_)
+            | Error::WrongType { .. }
+            | Error::UnknownState { .. }
+            | Error::Unavailable
+            | Error::BlockingInAsync => false,
+        }
+    }
+
     /// The wait before retrying, if the limiter denied and waiting can help.
     ///
     /// ```
@@ -179,8 +253,15 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Denied(denied) => denied.fmt(f),
-            Error::Timeout(after) => write!(f, "no reply from Redis within {after:?}"),
+            Error::Timeout(after) => write!(
+                f,
+                "no reply from Redis within {after:?} (the script may have run)"
+            ),
             Error::Redis(err) => write!(f, "redis: {err}"),
+            Error::Interrupted(err) => write!(
+                f,
+                "redis: {err} (the request may have reached the server: the script may have run)"
+            ),
             Error::WrongType { key, detail } => {
                 write!(f, "key {key:?} holds the wrong Redis type: {detail}")
             }
@@ -203,7 +284,7 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::Denied(denied) => Some(denied),
-            Error::Redis(err) => Some(err),
+            Error::Redis(err) | Error::Interrupted(err) => Some(err),
             _ => None,
         }
     }

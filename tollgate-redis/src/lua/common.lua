@@ -34,20 +34,79 @@ local function expire_at(key, at)
   end
 end
 
+-- What the scripts can have written, so what a field may hold. A count never
+-- exceeds a limit, and limits are u32s; a time or a window index stays below
+-- 2^52 (a time below 2^51 plus a span up to 2^51). Anything else is damage.
+local MAX_COUNT = 4294967295
+local MAX_TIME = 4503599627370496
+local FIELD_MAX = {c = MAX_COUNT, p = MAX_COUNT}
+
+-- A TTL is whole milliseconds from a moment near this script's TIME reading
+-- (its start, or the reading itself): a second of slack covers both.
+local EXPIRY_SLACK = 1000000
+
+-- A stored value as the scripts write it: decimal digits only, so a sign, a
+-- point, an exponent, 'nan' and 'inf' are all refused, and at most `max`.
+-- Returns the number, or nil and why not.
+local function parse_uint(s, max)
+  if type(s) ~= 'string' then
+    return nil, 'is missing'
+  end
+  if #s > 16 or not string.find(s, '^%d+$') then
+    if #s > 40 then
+      s = string.sub(s, 1, 40) .. '...'
+    end
+    return nil, string.format('is %q, not a non-negative integer', s)
+  end
+  local v = tonumber(s)
+  if v > max then
+    return nil, 'is ' .. s .. ', above ' .. int(max)
+  end
+  return v
+end
+
+-- The latest time (us) a tagged key's state can refer to: each script sets the
+-- expiry together with the state, at or after the last moment the state
+-- matters, so a time beyond it was not written by these scripts. Nil and the
+-- error reply when the key has no expiry (every key these scripts write has
+-- one).
+local function horizon(key)
+  local ttl = redis.call('PTTL', key)
+  if ttl < 0 then
+    return nil, {-2, 'the key has no expiry; every key these scripts write has one'}
+  end
+  return now + ttl * 1000 + EXPIRY_SLACK
+end
+
 -- Reads a limiter's hash: its format tag in field 'v', then `fields`. Returns
--- the values (all false for a new key), or nil and the error reply: -1 when the
--- key holds another type, -2 when it is a hash this script did not write.
+-- the values (all false for a new key), with `horizon` set for a tagged key,
+-- or nil and the error reply: -1 when the key holds another type, -2 when it
+-- is a hash this script did not write or a field is out of what the scripts
+-- write (the reply names the field). Every check comes before any write, so
+-- a damaged key is reported and left untouched. A 'tat' (a time) must lie
+-- within the key's expiry; window indices are checked by the script that
+-- knows the window.
 local function read_state(key, version, fields)
   local reply = redis.pcall('HMGET', key, 'v', unpack(fields))
   if type(reply) == 'table' and reply.err then
     return nil, {-1, reply.err}
   end
   if reply[1] == version then
+    local latest, err = horizon(key)
+    if not latest then
+      return nil, err
+    end
+    reply.horizon = latest
     for i = 2, #reply do
-      if not tonumber(reply[i]) then
-        return nil, {-2, 'field ' .. fields[i - 1] .. ' is not an integer'}
+      local name = fields[i - 1]
+      local value, why = parse_uint(reply[i], FIELD_MAX[name] or MAX_TIME)
+      if not value then
+        return nil, {-2, 'field ' .. name .. ' ' .. why}
       end
-      reply[i] = tonumber(reply[i])
+      if name == 'tat' and value > latest then
+        return nil, {-2, 'field tat is ' .. int(value) .. ' us, after the key expires'}
+      end
+      reply[i] = value
     end
     return reply
   end

@@ -9,6 +9,12 @@ local state, err = read_state(key, 'fw1', {'w', 'c'})
 if not state then
   return err
 end
+-- A window ending after the key's expiry was not written with this window
+-- length: trusting it would count against a window that never closes.
+if state[1] and (state[2] + 1) * window > state.horizon then
+  return {-2, 'field w is window ' .. int(state[2]) .. ' of ' .. int(window) ..
+    ' us, which ends after the key expires (damaged, or another window length)'}
+end
 local index, count
 if state[1] and now < (state[2] + 1) * window then
   -- The stored window, or a reading older than it (a server clock that stepped

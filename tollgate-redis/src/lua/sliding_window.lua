@@ -11,6 +11,12 @@ local state, err = read_state(key, 'sw1', {'k', 'c', 'p'})
 if not state then
   return err
 end
+-- Window k's state matters until window k + 2 starts, when the key expires:
+-- a later end was not written with this window length.
+if state[1] and (state[2] + 2) * t > state.horizon then
+  return {-2, 'field k is window ' .. int(state[2]) .. ' of ' .. int(t) ..
+    ' us, whose state outlives the key (damaged, or another window length)'}
+end
 -- k: the newest window; c: its count; p: the count of window k - 1.
 local k, c, p
 local stale = false
