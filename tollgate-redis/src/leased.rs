@@ -9,12 +9,29 @@
 //!   The permits every process spends never exceed what was debited, so all
 //!   processes together stay within the bucket's promise by lease time: at
 //!   most `capacity + (b − a)/interval` permits leased in any `[a, b]`.
-//! * **Never waits.** A background tokio task takes the next lease when the
-//!   local pool falls to its low-water mark (half the last lease), so
-//!   decisions only ever read and write local atomics.
+//! * **Local decisions.** A background tokio task takes the next lease when
+//!   the local pool falls to its low-water mark (half the last lease), so
+//!   [`LeasedLimiter::try_acquire_n`] only ever reads and writes local
+//!   atomics.
+//! * **A cold pool is one round trip, not a refusal.** A pool that is empty
+//!   or expired (after an idle spell) would refuse a request although the
+//!   global budget has room. [`LeasedLimiter::try_acquire_n_waiting`]
+//!   (async) and [`LeasedLimiter::try_acquire_n_blocking`] (a blocking
+//!   thread) wait instead for the next lease call, at most the client's
+//!   timeout ([`Options::timeout`](crate::Options::timeout)); requests that
+//!   find the pool cold at the same time share that one call, and the lease
+//!   is sized to cover them all.
+//! * **Rate-limited by the budget it refills.** When a lease call finds the
+//!   budget exhausted — or a grant empties it — the limiter knows when the
+//!   next permit is due (the script's retry-after) and makes no call before
+//!   then, however many requests it refuses meanwhile: with the budget
+//!   exhausted a process makes about one lease call per retry-after.
+//!   Requests refused meanwhile, waiting ones included, get that retry-after
+//!   (plus one emission interval per further permit) at once.
 //! * **Adaptive sizes.** Each lease asks for the permits the process spent in
 //!   the last [`LeaseOptions::horizon`], clamped to
-//!   `[1, LeaseOptions::max_lease]`. When fewer than
+//!   `[1, LeaseOptions::max_lease]`, or for what the requests waiting on it
+//!   ask, if more (at most the capacity). When fewer than
 //!   the low-water mark of [`LeaseOptions::tail`] is left globally, the script
 //!   grants at most `ceil(left / share)`, spreading the tail over processes.
 //! * **Bounded lifetime, return.** A pool expires [`LeaseOptions::lifetime`]
@@ -38,15 +55,23 @@
 //! let local = tollgate::TokenBucket::new(2_500, Rate::per_second(12_500))?;
 //! let options = LeaseOptions::new().policy(Policy::Local(Box::new(local)));
 //! let mut limiter = LeasedLimiter::start(client, global, "api", options);
+//! // Local atomics only; refused while the pool is cold.
 //! if limiter.try_acquire().is_ok() {
+//!     // serve
+//! }
+//! // The same, but a cold pool waits for one lease call instead of refusing.
+//! if limiter.try_acquire_n_waiting(1).await.is_ok() {
 //!     // serve
 //! }
 //! limiter.shutdown().await; // hands unused permits back
 //! # Ok(()) }
 //! ```
 
+use std::future::Future;
+use std::pin::{Pin, pin};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use redis::{Script, Value};
@@ -307,6 +332,14 @@ pub struct LeaseStats {
     pub degraded_decisions: u64,
     /// Calls made to Redis (leases, returns, probes), failed ones included.
     pub redis_calls: u64,
+    /// Of those, lease calls (granted, refused or failed).
+    pub lease_calls: u64,
+    /// Lease calls that found the budget exhausted (no permit granted).
+    pub exhausted_leases: u64,
+    /// Requests that found the pool cold and waited for a lease call
+    /// ([`LeasedLimiter::try_acquire_n_waiting`],
+    /// [`LeasedLimiter::try_acquire_n_blocking`]).
+    pub waits: u64,
 }
 
 /// The decision path's state, shared with the background task.
@@ -320,13 +353,136 @@ struct Shared {
     stopping: AtomicBool,
     /// 0: idle, 1: a refill is wanted.
     wanted: AtomicU8,
+    /// Nanoseconds since `epoch` before which the budget has no permit, as
+    /// the last lease call said (0 or past: not known to be exhausted).
+    exhausted_until: AtomicU64,
+    /// Lease calls completed, shifted left by 2, and the last one's outcome
+    /// in the low bits (`GRANTED`, `EXHAUSTED`, `FAILED`, `STOPPED`).
+    attempt: AtomicU64,
+    /// Permits asked for by the requests waiting for a lease.
+    waiting: AtomicU64,
+    /// The most lease calls completed that a waiting request saw without
+    /// finding its permits: the task calls again while this is at least its
+    /// own count.
+    asked: AtomicU64,
+    waits: AtomicU64,
     degraded_decisions: AtomicU64,
     capacity: u32,
     interval_us: u64,
+    /// How long a request waits for a lease: the client's timeout.
+    wait_limit: Duration,
     policy: Policy,
     epoch: Instant,
+    /// The refill task's wake-up.
     wake: Notify,
+    /// Wakes the waiting requests after each lease call.
+    done: Notify,
+    /// The runtime the refill task runs on, for the waiters' timers.
+    runtime: tokio::runtime::Handle,
     book: Mutex<Book>,
+}
+
+const GRANTED: u64 = 0;
+const EXHAUSTED: u64 = 1;
+const FAILED: u64 = 2;
+const STOPPED: u64 = 3;
+
+impl Shared {
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Takes `n` permits from a fresh pool, all or none.
+    fn take(&self, n: u32, now: u64) -> bool {
+        // Relaxed: the deadline is a bound the refill task also enforces by
+        // emptying the pool; a stale value only moves a spend by the time the
+        // store takes to become visible, and never creates a permit.
+        if now >= self.deadline.load(Ordering::Relaxed) {
+            return false;
+        }
+        let n64 = u64::from(n);
+        // Relaxed is enough for the pool: it is one counter whose every
+        // change is a read-modify-write, so no decrement is lost and none
+        // goes below zero; nothing else is published through it.
+        let Ok(before) = self
+            .pool
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| p.checked_sub(n64))
+        else {
+            return false;
+        };
+        // Relaxed: a threshold; a stale one moves a refill by one decision.
+        if before - n64 <= self.low_water.load(Ordering::Relaxed) {
+            self.want_refill();
+        }
+        // Relaxed: a statistic, read for the lease size only.
+        self.spent.fetch_add(n64, Ordering::Relaxed);
+        true
+    }
+
+    fn want_refill(&self) {
+        // Relaxed: the swap only dedups wake-ups; Notify orders the rest.
+        if self.wanted.swap(1, Ordering::Relaxed) == 0 {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Whether waiting for a lease call can help: Redis is reachable, the
+    /// budget is not known to be exhausted, the task still runs.
+    fn can_wait(&self, now: u64) -> bool {
+        // Relaxed: each flag is advisory; a stale one costs at most one
+        // lease call's wait or one answer that a waiter would have got a
+        // moment later anyway.
+        !self.degraded.load(Ordering::Relaxed)
+            && !self.stopping.load(Ordering::Relaxed)
+            && self.exhausted_until.load(Ordering::Relaxed) <= now
+    }
+
+    /// The answer when the pool cannot cover `n`: the policy while degraded;
+    /// otherwise a denial, with the script's retry-after while the budget is
+    /// known to be exhausted, else one emission interval per permit (a hint).
+    fn fallback(&self, n: u32, now: u64) -> Result<(), Error> {
+        // Relaxed: the mode is advisory; either answer is a valid decision.
+        if self.degraded.load(Ordering::Relaxed) {
+            // Relaxed: a statistic.
+            self.degraded_decisions.fetch_add(1, Ordering::Relaxed);
+            return match &self.policy {
+                Policy::Closed => Err(Error::Unavailable),
+                Policy::Open => Ok(()),
+                Policy::Local(local) => local.try_acquire_n(n).map_err(Error::Denied),
+            };
+        }
+        let n64 = u64::from(n);
+        // Relaxed: a stale value gives the hint instead of the exact wait.
+        let until = self.exhausted_until.load(Ordering::Relaxed);
+        let wait = if until > now {
+            // The first permit is due at `until`, each further one an
+            // emission interval later: what the token bucket's script says.
+            // A script's wait for one permit is at most one interval; the
+            // cap keeps it so when `now` was read before a newer `until`.
+            Duration::from_nanos(until - now)
+                .min(Duration::from_micros(self.interval_us))
+                .saturating_add(Duration::from_micros(
+                    self.interval_us.saturating_mul(n64 - 1),
+                ))
+        } else {
+            Duration::from_micros(self.interval_us.saturating_mul(n64))
+        };
+        Err(Error::Denied(Denied::RetryAfter(wait)))
+    }
+
+    /// `ZeroPermits` and `ExceedsCapacity`, decided without the pool.
+    fn check(&self, n: u32) -> Result<(), Error> {
+        if n == 0 {
+            return Err(Error::Denied(Denied::ZeroPermits));
+        }
+        if n > self.capacity {
+            return Err(Error::Denied(Denied::ExceedsCapacity {
+                requested: n,
+                capacity: self.capacity,
+            }));
+        }
+        Ok(())
+    }
 }
 
 /// The background task's records (never touched by decisions).
@@ -358,6 +514,7 @@ impl LeasedLimiter {
     /// Starts leasing from `bucket`'s state for `key` (the same Redis key a
     /// [`Client::try_acquire`] on `bucket` uses, so both kinds of client
     /// share one limit). Spawns the refill task: call inside a tokio runtime.
+    /// The first lease is taken at once.
     ///
     /// ```no_run
     /// # async fn demo(client: tollgate_redis::Client) -> Result<(), Box<dyn std::error::Error>> {
@@ -383,12 +540,20 @@ impl LeasedLimiter {
             degraded: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             wanted: AtomicU8::new(1),
+            exhausted_until: AtomicU64::new(0),
+            attempt: AtomicU64::new(GRANTED),
+            waiting: AtomicU64::new(0),
+            asked: AtomicU64::new(0),
+            waits: AtomicU64::new(0),
             degraded_decisions: AtomicU64::new(0),
             capacity,
             interval_us,
+            wait_limit: client.options().get_timeout(),
             policy: options.policy,
             epoch: Instant::now(),
             wake: Notify::new(),
+            done: Notify::new(),
+            runtime: tokio::runtime::Handle::current(),
             book: Mutex::new(Book::default()),
         });
         let redis_key = bucket.redis_key(key);
@@ -433,10 +598,17 @@ impl LeasedLimiter {
     }
 
     /// `n` permits from the local pool, all or none, without waiting: a few
-    /// atomic operations, never a Redis call. When the pool cannot cover `n`:
-    /// in [`Mode::Leased`], [`Error::Denied`] (`RetryAfter` one emission
-    /// interval per permit, a hint: a refill is on its way); in
-    /// [`Mode::Degraded`], the [`Policy`].
+    /// atomic operations, never a Redis call. When the pool cannot cover `n`
+    /// (empty, or expired after an idle spell) the refill task is woken, and:
+    /// in [`Mode::Leased`], [`Error::Denied`] — `RetryAfter` the script's
+    /// wait while the budget is known to be exhausted (plus one emission
+    /// interval per further permit), else one emission interval per permit,
+    /// a hint: a refill is on its way; in [`Mode::Degraded`], the [`Policy`].
+    ///
+    /// A cold pool refuses here even while the global budget has room: use
+    /// [`LeasedLimiter::try_acquire_n_waiting`] (async) or
+    /// [`LeasedLimiter::try_acquire_n_blocking`] to wait for the lease
+    /// instead.
     ///
     /// ```no_run
     /// # fn demo(limiter: &tollgate_redis::LeasedLimiter) {
@@ -449,58 +621,141 @@ impl LeasedLimiter {
     /// ```
     pub fn try_acquire_n(&self, n: u32) -> Result<(), Error> {
         let shared = &*self.shared;
-        if n == 0 {
-            return Err(Error::Denied(Denied::ZeroPermits));
-        }
-        if n > shared.capacity {
-            return Err(Error::Denied(Denied::ExceedsCapacity {
-                requested: n,
-                capacity: shared.capacity,
-            }));
-        }
-        let now = shared.epoch.elapsed().as_nanos() as u64;
-        // Relaxed: the deadline is a bound the refill task also enforces by
-        // emptying the pool; a stale value only moves a spend by the time the
-        // store takes to become visible, and never creates a permit.
-        let fresh = now < shared.deadline.load(Ordering::Relaxed);
-        let n64 = u64::from(n);
-        // Relaxed is enough for the pool: it is one counter whose every
-        // change is a read-modify-write, so no decrement is lost and none
-        // goes below zero; nothing else is published through it.
-        let taken = fresh
-            && shared
-                .pool
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| p.checked_sub(n64))
-                .map(|before| {
-                    if before - n64 <= shared.low_water.load(Ordering::Relaxed) {
-                        self.want_refill();
-                    }
-                })
-                .is_ok();
-        if taken {
-            // Relaxed: a statistic, read for the lease size only.
-            shared.spent.fetch_add(n64, Ordering::Relaxed);
+        shared.check(n)?;
+        let now = shared.now();
+        if shared.take(n, now) {
             return Ok(());
         }
-        self.want_refill();
-        // Relaxed: the mode is advisory; either answer is a valid decision.
-        if shared.degraded.load(Ordering::Relaxed) {
-            shared.degraded_decisions.fetch_add(1, Ordering::Relaxed);
-            return match &shared.policy {
-                Policy::Closed => Err(Error::Unavailable),
-                Policy::Open => Ok(()),
-                Policy::Local(local) => local.try_acquire_n(n).map_err(Error::Denied),
-            };
-        }
-        Err(Error::Denied(Denied::RetryAfter(Duration::from_micros(
-            shared.interval_us.saturating_mul(n64),
-        ))))
+        shared.want_refill();
+        shared.fallback(n, now)
     }
 
-    fn want_refill(&self) {
-        // Relaxed: the swap only dedups wake-ups; Notify orders the rest.
-        if self.shared.wanted.swap(1, Ordering::Relaxed) == 0 {
-            self.shared.wake.notify_one();
+    /// `n` permits, all or none, decided at once when it can be and
+    /// otherwise handed back as a future that waits for one lease call.
+    ///
+    /// [`Attempt::Decided`] with what [`LeasedLimiter::try_acquire_n`] would
+    /// answer when the pool covers `n`, when `n` can never pass, when
+    /// degraded (the [`Policy`]), when the budget is known to be exhausted
+    /// (a denial with the script's retry-after, and no call), or after
+    /// [`LeasedLimiter::shutdown`]. Otherwise the pool is cold while the
+    /// budget may have room: [`Attempt::Waiting`], whose [`LeaseWait`]
+    /// resolves after the next lease call as
+    /// [`LeasedLimiter::try_acquire_n_waiting`] describes. The lease call
+    /// starts at once, whether or not the future is polled; dropping the
+    /// future withdraws the request.
+    ///
+    /// This lets a caller that decides synchronously in the common case (an
+    /// HTTP layer) allocate a future only on the cold path.
+    ///
+    /// ```no_run
+    /// # async fn demo(limiter: &tollgate_redis::LeasedLimiter) {
+    /// use tollgate_redis::leased::Attempt;
+    /// let decision = match limiter.try_acquire_n_or_wait(1) {
+    ///     Attempt::Decided(decision) => decision,
+    ///     Attempt::Waiting(wait) => wait.await,
+    /// };
+    /// if decision.is_ok() { /* serve */ }
+    /// # }
+    /// ```
+    pub fn try_acquire_n_or_wait(&self, n: u32) -> Attempt {
+        let shared = &*self.shared;
+        if let Err(never) = shared.check(n) {
+            return Attempt::Decided(Err(never));
+        }
+        let now = shared.now();
+        if shared.take(n, now) {
+            return Attempt::Decided(Ok(()));
+        }
+        if !shared.can_wait(now) {
+            shared.want_refill();
+            return Attempt::Decided(shared.fallback(n, now));
+        }
+        Attempt::Waiting(LeaseWait::new(Registration::new(self.shared.clone(), n)))
+    }
+
+    /// `n` permits, all or none; a cold pool waits for one lease call
+    /// instead of refusing.
+    ///
+    /// When the pool covers `n`, this is [`LeasedLimiter::try_acquire_n`]
+    /// and returns without yielding. When the pool is empty or expired and
+    /// the budget may have room (Redis reachable, no lease call has found the
+    /// budget exhausted with a retry-after still in the future), it wakes the
+    /// refill task and waits for its next lease call — one call shared by
+    /// every request waiting at the time, sized to cover them all (up to the
+    /// capacity) — then takes its permits from the refilled pool. The
+    /// permits it gets were debited in Redis like any others: waiting never
+    /// admits more than was leased. The answer:
+    ///
+    /// * the permits, if the lease left enough in the pool;
+    /// * if the lease call found the budget exhausted (or another process
+    ///   spent it first): [`Error::Denied`] with the script's retry-after,
+    ///   plus one emission interval per further permit;
+    /// * if the call failed or timed out: what
+    ///   [`LeasedLimiter::try_acquire_n`] answers then (the [`Policy`] once
+    ///   the breaker is open, until then a denial with the hint);
+    /// * if other waiters took the lease's permits first, it waits for the
+    ///   next call.
+    ///
+    /// It waits at most the client's timeout
+    /// ([`Options::timeout`](crate::Options::timeout)) in all, then answers
+    /// as [`LeasedLimiter::try_acquire_n`] would. While the budget is known
+    /// to be exhausted, while degraded and after shutdown it answers at once
+    /// without a call. Cancel-safe: dropping the future withdraws the
+    /// request and takes nothing.
+    ///
+    /// Needs the runtime the limiter was started on to be running (the
+    /// refill task makes the call).
+    ///
+    /// ```no_run
+    /// # async fn demo(limiter: &tollgate_redis::LeasedLimiter) {
+    /// match limiter.try_acquire_n_waiting(2).await {
+    ///     Ok(()) => println!("serve"),
+    ///     Err(e) if e.is_denied() => println!("429"),
+    ///     Err(e) => println!("unavailable: {e}"),
+    /// }
+    /// # }
+    /// ```
+    pub async fn try_acquire_n_waiting(&self, n: u32) -> Result<(), Error> {
+        match self.try_acquire_n_or_wait(n) {
+            Attempt::Decided(decision) => decision,
+            Attempt::Waiting(wait) => wait.await,
+        }
+    }
+
+    /// [`LeasedLimiter::try_acquire_n_waiting`] for synchronous code: the
+    /// same decisions, blocking the calling thread for at most the client's
+    /// timeout while a cold pool is refilled.
+    ///
+    /// Call it from a thread that is not running async tasks (a plain
+    /// thread, or inside [`tokio::task::spawn_blocking`]). On a tokio worker
+    /// thread it blocks that thread's tasks until it returns; on a
+    /// current-thread runtime's own thread the refill task cannot run at
+    /// all, so every cold call waits out the full timeout and then answers
+    /// as [`LeasedLimiter::try_acquire_n`] would. It never panics.
+    ///
+    /// ```no_run
+    /// # fn demo(limiter: std::sync::Arc<tollgate_redis::LeasedLimiter>) {
+    /// std::thread::spawn(move || {
+    ///     if limiter.try_acquire_n_blocking(1).is_ok() { /* serve */ }
+    /// });
+    /// # }
+    /// ```
+    pub fn try_acquire_n_blocking(&self, n: u32) -> Result<(), Error> {
+        let shared = &*self.shared;
+        shared.check(n)?;
+        let now = shared.now();
+        if shared.take(n, now) {
+            return Ok(());
+        }
+        if !shared.can_wait(now) {
+            shared.want_refill();
+            return shared.fallback(n, now);
+        }
+        let registration = Registration::new(self.shared.clone(), n);
+        let deadline = Instant::now() + shared.wait_limit;
+        match block_on_until(registration.wait(), deadline) {
+            Some(decision) => decision,
+            None => shared.fallback(n, shared.now()),
         }
     }
 
@@ -550,6 +805,7 @@ impl LeasedLimiter {
         // Relaxed: counters read for a report.
         stats.spent = self.shared.spent.load(Ordering::Relaxed);
         stats.degraded_decisions = self.shared.degraded_decisions.load(Ordering::Relaxed);
+        stats.waits = self.shared.waits.load(Ordering::Relaxed);
         stats
     }
 
@@ -594,6 +850,183 @@ impl LeasedLimiter {
         // the flag after every wake.
         self.shared.stopping.store(true, Ordering::Relaxed);
         self.shared.wake.notify_one();
+        // Waiters re-read `stopping` after every wake-up and answer at once.
+        self.shared.done.notify_waiters();
+    }
+}
+
+/// What [`LeasedLimiter::try_acquire_n_or_wait`] found.
+#[must_use = "a waiting attempt decides nothing until it is awaited"]
+pub enum Attempt {
+    /// Decided without waiting.
+    Decided(Result<(), Error>),
+    /// The pool is cold and the budget may have room: the decision after
+    /// the next lease call.
+    Waiting(LeaseWait),
+}
+
+impl std::fmt::Debug for Attempt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Attempt::Decided(decision) => f.debug_tuple("Decided").field(decision).finish(),
+            Attempt::Waiting(_) => f.write_str("Waiting(..)"),
+        }
+    }
+}
+
+/// A request waiting for a lease call: resolves as
+/// [`LeasedLimiter::try_acquire_n_waiting`] describes, within the client's
+/// timeout. `Send` and `'static`; dropping it withdraws the request.
+#[must_use = "futures do nothing unless polled; dropping it withdraws the request"]
+pub struct LeaseWait {
+    inner: Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>,
+}
+
+impl std::fmt::Debug for LeaseWait {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LeaseWait(..)")
+    }
+}
+
+impl LeaseWait {
+    fn new(registration: Registration) -> LeaseWait {
+        let shared = registration.shared.clone();
+        // The timer starts now, not at the first poll; entering the runtime
+        // lets it be made on any thread.
+        let sleep = {
+            let _runtime = shared.runtime.enter();
+            tokio::time::sleep(shared.wait_limit)
+        };
+        LeaseWait {
+            inner: Box::pin(async move {
+                let mut sleep = pin!(sleep);
+                let mut wait = pin!(registration.wait());
+                std::future::poll_fn(|cx| {
+                    if let Poll::Ready(decision) = wait.as_mut().poll(cx) {
+                        return Poll::Ready(decision);
+                    }
+                    if sleep.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(
+                            registration
+                                .shared
+                                .fallback(registration.n, registration.shared.now()),
+                        );
+                    }
+                    Poll::Pending
+                })
+                .await
+            }),
+        }
+    }
+}
+
+impl Future for LeaseWait {
+    type Output = Result<(), Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.inner.as_mut().poll(cx)
+    }
+}
+
+/// A request counted among the waiters until dropped.
+struct Registration {
+    shared: Arc<Shared>,
+    n: u32,
+    /// The lease calls completed when the request began waiting.
+    seen: u64,
+}
+
+impl Registration {
+    fn new(shared: Arc<Shared>, n: u32) -> Registration {
+        // Acquire: pairs with the task's Release store, as in `wait`.
+        let seen = shared.attempt.load(Ordering::Acquire) >> 2;
+        // Relaxed: the sum only sizes the next lease; a call already in
+        // flight is not resized, and the next one reads it after Notify.
+        shared.waiting.fetch_add(u64::from(n), Ordering::Relaxed);
+        // Relaxed: a statistic.
+        shared.waits.fetch_add(1, Ordering::Relaxed);
+        let registration = Registration { shared, n, seen };
+        registration.ask(seen);
+        registration
+    }
+
+    /// Asks the task for a lease call after the `seen`th.
+    fn ask(&self, seen: u64) {
+        // Relaxed: Notify's wake-up orders this store before the task's next
+        // look at `asked` (the task reads it after every wake-up).
+        self.shared.asked.fetch_max(seen, Ordering::Relaxed);
+        self.shared.wake.notify_one();
+    }
+
+    /// Waits for lease calls until the pool covers `n` or a call says that
+    /// waiting cannot help.
+    async fn wait(&self) -> Result<(), Error> {
+        let shared = &*self.shared;
+        let mut seen = self.seen;
+        loop {
+            // Made before the checks, so a lease completing between the
+            // checks and the await still wakes this waiter.
+            let mut done = pin!(shared.done.notified());
+            done.as_mut().enable();
+            // Acquire: pairs with the task's Release store after it filled
+            // the pool, so the take below sees a completed lease's permits
+            // (or what later spenders left of them).
+            let word = shared.attempt.load(Ordering::Acquire);
+            let now = shared.now();
+            if shared.take(self.n, now) {
+                return Ok(());
+            }
+            if word >> 2 != seen {
+                seen = word >> 2;
+                if word & 3 != GRANTED {
+                    return shared.fallback(self.n, now);
+                }
+                if shared.can_wait(now) {
+                    // Granted, but spent by others first: one more call.
+                    self.ask(seen);
+                }
+            }
+            if !shared.can_wait(now) {
+                return shared.fallback(self.n, now);
+            }
+            done.await;
+        }
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        // Relaxed: see Registration::new.
+        self.shared
+            .waiting
+            .fetch_sub(u64::from(self.n), Ordering::Relaxed);
+    }
+}
+
+/// Polls `future` on this thread, parking between wake-ups, until it is
+/// ready or `deadline` passes (`None`).
+fn block_on_until<F: Future>(future: F, deadline: Instant) -> Option<F::Output> {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut future = pin!(future);
+    loop {
+        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+            return Some(output);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return None;
+        }
+        std::thread::park_timeout(deadline - now);
     }
 }
 
@@ -627,48 +1060,89 @@ struct Refill {
 
 enum Leased {
     Granted,
-    Exhausted(Duration),
+    Exhausted,
     Failed,
 }
 
 impl Refill {
     async fn run(mut self) {
         loop {
+            // Relaxed: stop() notifies after the store; the flag is re-read
+            // after every wake-up.
             if self.shared.stopping.load(Ordering::Relaxed) {
                 break;
+            }
+            if Instant::now() >= self.deadline_instant() {
+                self.give_back().await;
             }
             let now = Instant::now();
             let deadline = self.deadline_instant();
             let expired = now >= deadline;
-            if expired {
-                self.give_back().await;
-            }
-            // Relaxed: see want_refill.
-            let wanted = self.shared.wanted.swap(0, Ordering::Relaxed) == 1;
-            // An expired pool is refilled only on demand: an idle process
-            // holds no lease.
-            let low = !expired
-                && self.shared.pool.load(Ordering::Relaxed)
-                    <= self.shared.low_water.load(Ordering::Relaxed);
             // Nothing to expire: sleep until asked.
             let mut sleep_for = if expired {
                 Duration::from_millis(50)
             } else {
-                deadline.saturating_duration_since(Instant::now())
+                deadline.saturating_duration_since(now)
             };
-            if (wanted || low) && self.breaker.allows(Instant::now()) {
-                match self.lease().await {
-                    Leased::Granted => continue,
-                    Leased::Exhausted(wait) => sleep_for = wait.max(Duration::from_micros(100)),
-                    Leased::Failed => sleep_for = Duration::from_millis(10),
+            let exhausted = self.exhausted_instant();
+            if now < exhausted {
+                // No permit before then: no call either, however many
+                // requests are refused meanwhile. `wanted` stays as they
+                // left it, so they do not wake this task again.
+                sleep_for = sleep_for.min(exhausted - now);
+            } else if self.breaker.allows(now) {
+                // Relaxed: see want_refill and Registration::ask; only this
+                // task writes `attempt`.
+                let wanted = self.shared.wanted.swap(0, Ordering::Relaxed) == 1
+                    || self.shared.asked.load(Ordering::Relaxed)
+                        >= self.shared.attempt.load(Ordering::Relaxed) >> 2;
+                // An expired pool is refilled only on demand: an idle process
+                // holds no lease.
+                let low = !expired
+                    && self.shared.pool.load(Ordering::Relaxed)
+                        <= self.shared.low_water.load(Ordering::Relaxed);
+                if wanted || low {
+                    match self.lease().await {
+                        Leased::Granted => {
+                            // Refusals during the call saw the old pool; a
+                            // pool still low after this grant asks again.
+                            // Relaxed: see want_refill.
+                            self.shared.wanted.store(0, Ordering::Relaxed);
+                            continue;
+                        }
+                        // The gate above holds the next call back.
+                        Leased::Exhausted => continue,
+                        // Requests arriving meanwhile end the sleep at once.
+                        Leased::Failed => sleep_for = Duration::from_millis(10),
+                    }
                 }
-                // Asked again while we were away: the sleep ends at once.
-                self.shared.wanted.store(1, Ordering::Relaxed);
             }
+            // While the breaker is open, `wanted` stays set: requests do not
+            // wake the task, which looks again within 50 ms.
             let sleep_for = sleep_for.clamp(Duration::from_micros(100), Duration::from_millis(50));
             let _ = tokio::time::timeout(sleep_for, self.shared.wake.notified()).await;
         }
         self.give_back().await;
+        self.publish(STOPPED);
+    }
+
+    /// When the budget's next permit is due, as the last lease call said.
+    fn exhausted_instant(&self) -> Instant {
+        // Relaxed: only this task writes it.
+        self.shared.epoch
+            + Duration::from_nanos(self.shared.exhausted_until.load(Ordering::Relaxed))
+    }
+
+    /// Ends a lease call: counts it and wakes its waiters.
+    fn publish(&self, outcome: u64) {
+        // Relaxed load: only this task writes the word. Release store: the
+        // pool, deadline and exhaustion written before it are visible to a
+        // waiter that reads the new word with Acquire.
+        let calls = self.shared.attempt.load(Ordering::Relaxed) >> 2;
+        self.shared
+            .attempt
+            .store((calls + 1) << 2 | outcome, Ordering::Release);
+        self.shared.done.notify_waiters();
     }
 
     fn deadline_instant(&self) -> Instant {
@@ -692,7 +1166,11 @@ impl Refill {
     }
 
     async fn lease(&mut self) -> Leased {
-        let want = self.size();
+        let measured = self.size();
+        // Relaxed: see Registration::new; a waiter counted late is served by
+        // this lease's leftovers or by the next call.
+        let waiting = self.shared.waiting.load(Ordering::Relaxed);
+        let want = measured.max(waiting.min(u64::from(self.shared.capacity)));
         let args = [
             want,
             self.shared.interval_us,
@@ -701,11 +1179,16 @@ impl Refill {
             self.share,
         ];
         let reply = self.client.eval(&LEASE, &self.redis_key, &args).await;
-        self.book().stats.redis_calls += 1;
+        {
+            let mut book = self.book();
+            book.stats.redis_calls += 1;
+            book.stats.lease_calls += 1;
+        }
         let items = match reply.and_then(ints) {
             Ok(items) => items,
             Err(_) => {
                 self.failed();
+                self.publish(FAILED);
                 return Leased::Failed;
             }
         };
@@ -715,32 +1198,67 @@ impl Refill {
                 let (time, granted, tat) = (*time as u64, *granted as u64, *tat as u64);
                 // The pool's new deadline first, then the permits: a spender
                 // that sees the permits with the old deadline only denies.
-                let deadline = self.shared.epoch.elapsed() + self.lifetime;
+                let received = self.shared.epoch.elapsed();
+                let deadline = received + self.lifetime;
                 self.shared
                     .deadline
                     .store(deadline.as_nanos() as u64, Ordering::Relaxed);
-                self.shared.low_water.store(want / 2, Ordering::Relaxed);
-                // Relaxed: see try_acquire_n; the permits were debited in
+                self.shared.low_water.store(measured / 2, Ordering::Relaxed);
+                // Relaxed: see Shared::take; the permits were debited in
                 // Redis before this line runs.
                 self.shared.pool.fetch_add(granted, Ordering::Relaxed);
+                // A grant that took the last permit leaves the budget as
+                // exhausted as a refusal would: the next permit is due when
+                // the script would say, `tat + interval − tolerance`, counted
+                // from the reply's arrival (a little late, never early).
+                let due = (tat + self.shared.interval_us).saturating_sub(self.tolerance);
+                let wait = Duration::from_micros(due.saturating_sub(time));
+                self.exhausted_for(received, wait);
                 let record = self.record;
-                let mut book = self.book();
-                book.stats.leases += 1;
-                book.stats.leased += granted;
-                let index = book.leases.len();
-                if record {
-                    book.leases.push(LeaseRecord {
-                        time_us: time,
-                        granted,
-                        returned: 0,
-                    });
+                {
+                    let mut book = self.book();
+                    book.stats.leases += 1;
+                    book.stats.leased += granted;
+                    let index = book.leases.len();
+                    if record {
+                        book.leases.push(LeaseRecord {
+                            time_us: time,
+                            granted,
+                            returned: 0,
+                        });
+                    }
+                    book.last = Some((tat, index, granted));
                 }
-                book.last = Some((tat, index, granted));
+                self.publish(GRANTED);
                 Leased::Granted
             }
-            [0, _, _, wait] => Leased::Exhausted(Duration::from_micros(*wait as u64)),
-            _ => Leased::Failed,
+            [0, _, _, wait] => {
+                let received = self.shared.epoch.elapsed();
+                // At least 1 µs, so that a refusal always gates the next call.
+                let wait = Duration::from_micros((*wait as u64).max(1));
+                self.exhausted_for(received, wait);
+                self.book().stats.exhausted_leases += 1;
+                self.publish(EXHAUSTED);
+                Leased::Exhausted
+            }
+            _ => {
+                self.publish(FAILED);
+                Leased::Failed
+            }
         }
+    }
+
+    /// Records that the budget has no permit for `wait` after `received`
+    /// (nothing, for a zero wait).
+    fn exhausted_for(&self, received: Duration, wait: Duration) {
+        let until = if wait.is_zero() {
+            0
+        } else {
+            received.saturating_add(wait).as_nanos() as u64
+        };
+        // Relaxed: published to waiters by the Release in `publish`; the
+        // synchronous path reads it as a hint.
+        self.shared.exhausted_until.store(until, Ordering::Relaxed);
     }
 
     /// Empties the pool and returns what it held.
@@ -762,6 +1280,12 @@ impl Refill {
                 match reply.and_then(ints).as_deref() {
                     Ok([1, _, returned, _]) => {
                         let returned = *returned as u64;
+                        if returned > 0 {
+                            // The permits are back in the budget: a grant's
+                            // "exhausted until" no longer holds.
+                            // Relaxed: see exhausted_for.
+                            self.shared.exhausted_until.store(0, Ordering::Relaxed);
+                        }
                         let mut book = self.book();
                         if let Some(lease) = book.leases.get_mut(index) {
                             lease.returned = returned;

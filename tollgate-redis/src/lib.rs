@@ -80,7 +80,9 @@ pub mod token_bucket;
 pub use client::{Client, Options};
 pub use error::{ConfigError, Error};
 pub use fixed_window::FixedWindow;
-pub use leased::{LeaseOptions, LeaseRecord, LeaseStats, LeasedLimiter, Mode, Policy};
+pub use leased::{
+    Attempt, LeaseOptions, LeaseRecord, LeaseStats, LeaseWait, LeasedLimiter, Mode, Policy,
+};
 pub use limiter::{Limiter, Plan};
 pub use script::Admission;
 pub use sliding_log::SlidingLog;

@@ -1,0 +1,339 @@
+//! The leased limiter's refills on a real server: a cold pool waits for one
+//! lease call shared by every waiter instead of refusing, and with the budget
+//! exhausted the refill task calls Redis about once per retry-after the
+//! script returns, however many requests it refuses meanwhile.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tollgate::{Denied, Rate};
+use tollgate_redis::{
+    Attempt, Client, Error, LeaseOptions, LeaseStats, LeasedLimiter, Options, TokenBucket,
+};
+
+use support::RedisServer;
+
+/// Script calls the server has run: `EVALSHA`, and `EVAL` after a reload.
+fn script_calls(server: &RedisServer) -> u64 {
+    server.calls("evalsha") + server.calls("eval")
+}
+
+async fn client(server: &RedisServer) -> Client {
+    // A generous timeout: these tests count calls, and a loaded machine must
+    // not turn a slow reply into a failure.
+    let options = Options::new().timeout(Duration::from_secs(2));
+    Client::connect_with(&server.url(), options).await.unwrap()
+}
+
+/// Polls `limiter` until `done` holds (or 20 s: then the test fails).
+async fn until(limiter: &LeasedLimiter, done: impl Fn(&LeaseStats) -> bool) -> LeaseStats {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let stats = limiter.stats();
+        if done(&stats) {
+            return stats;
+        }
+        assert!(Instant::now() < deadline, "never reached: {stats:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn retry_after(result: &Result<(), Error>) -> Duration {
+    match result {
+        Err(Error::Denied(Denied::RetryAfter(wait))) => *wait,
+        other => panic!("expected a retry-after, got {other:?}"),
+    }
+}
+
+/// A 10/s bucket with a burst of 2, hammered for 5 s by two threads deciding
+/// synchronously, one thread blocking on cold pools and two tasks waiting on
+/// them: every script call the server runs is counted. Each call either finds
+/// the budget exhausted and returns a wait, or grants at least one permit
+/// (and the grant that takes the last permit says when the next is due);
+/// either way no call follows before that wait is over. The bound: two calls
+/// per emission interval (the longest wait the script returns) over the
+/// window, plus the burst and a constant for the calls in flight at its ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exhausted_budget_is_called_once_per_retry_after() {
+    let server = RedisServer::start();
+    let bucket = TokenBucket::new(2, Rate::per_second(10)).unwrap();
+    let interval = bucket.emission_interval();
+    let limiter = Arc::new(LeasedLimiter::start(
+        client(&server).await,
+        bucket,
+        "exhausted",
+        LeaseOptions::new(),
+    ));
+    let stop = Arc::new(AtomicBool::new(false));
+    let admitted = Arc::new(AtomicU64::new(0));
+    let longest_wait = Arc::new(AtomicU64::new(0));
+    let tally = |result: Result<(), Error>, admitted: &AtomicU64, longest: &AtomicU64| match result
+    {
+        Ok(()) => {
+            admitted.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(Error::Denied(Denied::RetryAfter(wait))) => {
+            longest.fetch_max(wait.as_nanos() as u64, Ordering::Relaxed);
+        }
+        Err(other) => panic!("{other}"),
+    };
+    let mut threads = Vec::new();
+    for blocking in [false, false, true] {
+        let (limiter, stop, admitted, longest) = (
+            limiter.clone(),
+            stop.clone(),
+            admitted.clone(),
+            longest_wait.clone(),
+        );
+        threads.push(std::thread::spawn(move || {
+            let mut decisions = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let result = if blocking {
+                    limiter.try_acquire_n_blocking(1)
+                } else {
+                    limiter.try_acquire()
+                };
+                tally(result, &admitted, &longest);
+                decisions += 1;
+            }
+            decisions
+        }));
+    }
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let (limiter, stop, admitted, longest) = (
+            limiter.clone(),
+            stop.clone(),
+            admitted.clone(),
+            longest_wait.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut decisions = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                tally(limiter.try_acquire_n_waiting(1).await, &admitted, &longest);
+                decisions += 1;
+                // Leave the workers to the refill task now and then.
+                tokio::task::yield_now().await;
+            }
+            decisions
+        }));
+    }
+    // The burst goes at once; the window starts with the budget exhausted.
+    until(&limiter, |s| s.exhausted_leases > 0 || s.spent >= 3).await;
+    let (calls_before, stats_before, window) =
+        (script_calls(&server), limiter.stats(), Instant::now());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (calls_after, stats_after, window) =
+        (script_calls(&server), limiter.stats(), window.elapsed());
+    stop.store(true, Ordering::Relaxed);
+    let mut decisions = 0;
+    for thread in threads {
+        decisions += thread.join().unwrap();
+    }
+    for task in tasks {
+        decisions += task.await.unwrap();
+    }
+    let calls = calls_after - calls_before;
+    let lease_calls = stats_after.lease_calls - stats_before.lease_calls;
+    let waits = window.as_nanos().div_ceil(interval.as_nanos()) as u64;
+    let bound = 2 * waits + 2 + 4;
+    let mut limiter = Arc::into_inner(limiter).unwrap();
+    let stats = limiter.shutdown().await;
+    println!(
+        "exhausted budget (10/s, burst 2), 2 sync threads + 1 blocking thread + 2 waiting \
+         tasks for {window:?}: {decisions} decisions, {calls} script calls \
+         ({lease_calls} lease calls, {} found the budget exhausted; bound {bound}), \
+         {} permits admitted, {} waited for a lease, longest retry-after {:?}",
+        stats_after.exhausted_leases - stats_before.exhausted_leases,
+        stats.spent,
+        stats.waits,
+        Duration::from_nanos(longest_wait.load(Ordering::Relaxed)),
+    );
+    assert!(
+        calls <= bound,
+        "{calls} script calls in {window:?}, bound {bound}"
+    );
+    assert!(lease_calls <= calls);
+    // The refusals carried a wait no longer than the script's (one interval
+    // for one permit), and nothing was spent that was not leased.
+    assert!(Duration::from_nanos(longest_wait.load(Ordering::Relaxed)) <= interval);
+    assert_eq!(stats.spent, admitted.load(Ordering::Relaxed));
+    assert!(stats.spent <= stats.leased);
+}
+
+/// After 3 s idle the pool has expired (lifetime 1 s) and the budget is
+/// unused: the first requests find the pool cold, wait, and are admitted, and
+/// the eight that wait together share one lease call (the lease is sized to
+/// cover them: the measured size, halved by the idle spell, is 32).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_pool_waits_for_one_lease_shared_by_its_waiters() {
+    let server = RedisServer::start();
+    let bucket = TokenBucket::new(1_000, Rate::per_second(1_000)).unwrap();
+    let limiter = Arc::new(LeasedLimiter::start(
+        client(&server).await,
+        bucket,
+        "cold",
+        LeaseOptions::new()
+            .initial_lease(64)
+            .lifetime(Duration::from_secs(1)),
+    ));
+    until(&limiter, |s| s.leases == 1).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Expired and emptied (given back, or forfeited if the budget's key
+    // expired first: a full bucket either way): the next request would be
+    // refused by the local pool alone.
+    let before = limiter.stats();
+    assert_eq!(before.returned + before.forfeited, 64, "{before:?}");
+    let mut waits = Vec::new();
+    for i in 0..8 {
+        match limiter.try_acquire_n_or_wait(1) {
+            Attempt::Waiting(wait) => waits.push(tokio::spawn(wait)),
+            // A later request may find the lease already in.
+            Attempt::Decided(decision) => {
+                assert!(i > 0, "the first request after idle must wait");
+                assert!(decision.is_ok(), "{decision:?}");
+            }
+        }
+    }
+    let waiters = waits.len() as u64;
+    for wait in waits {
+        let decision = wait.await.unwrap();
+        assert!(decision.is_ok(), "a cold request was refused: {decision:?}");
+    }
+    let after = limiter.stats();
+    assert_eq!(after.lease_calls - before.lease_calls, 1);
+    assert_eq!(after.leases - before.leases, 1);
+    assert_eq!(after.waits - before.waits, waiters);
+    assert_eq!(after.spent, 8);
+    Arc::into_inner(limiter).unwrap().shutdown().await;
+}
+
+/// The budget drained behind the limiter's back: the first cold request
+/// waits for one lease call, which finds the budget exhausted, and gets the
+/// script's retry-after; every cold request after it, async, blocking or
+/// synchronous, gets a retry-after at once without a call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_request_on_an_exhausted_budget_gets_the_retry_after_without_calls() {
+    let server = RedisServer::start();
+    // 10 s a permit: the retry-after stays in the future for the whole test.
+    let bucket = TokenBucket::new(3, Rate::per_minute(6)).unwrap();
+    let interval = bucket.emission_interval();
+    let client = client(&server).await;
+    let limiter = Arc::new(LeasedLimiter::start(
+        client.clone(),
+        bucket.clone(),
+        "drained",
+        LeaseOptions::new()
+            .initial_lease(1)
+            .lifetime(Duration::from_millis(200)),
+    ));
+    // The first lease (1 of 3) expires and goes back exactly.
+    until(&limiter, |s| s.leases == 1 && s.returned == 1).await;
+    client.try_acquire_n(&bucket, "drained", 3).await.unwrap();
+    let before = limiter.stats();
+
+    let first = limiter.try_acquire_n_waiting(1).await;
+    let wait = retry_after(&first);
+    let after_first = limiter.stats();
+    assert_eq!(after_first.lease_calls - before.lease_calls, 1);
+    assert_eq!(after_first.exhausted_leases - before.exhausted_leases, 1);
+    assert_eq!(after_first.waits - before.waits, 1);
+    // The script's wait, counted from the reply: no shorter than what the
+    // script says a moment later (1 ms for the two clocks), and at most
+    // one emission interval.
+    let later = retry_after(&client.try_acquire(&bucket, "drained").await.map(drop));
+    assert!(
+        wait + Duration::from_millis(1) >= later,
+        "{wait:?} < {later:?}"
+    );
+    assert!(wait <= interval, "{wait:?}");
+
+    let calls = script_calls(&server);
+    assert!(matches!(
+        limiter.try_acquire_n_or_wait(1),
+        Attempt::Decided(Err(Error::Denied(Denied::RetryAfter(_))))
+    ));
+    for n in 1..=3 {
+        let waited = retry_after(&limiter.try_acquire_n_waiting(n).await);
+        // The first permit when the script said, each further one an
+        // interval later.
+        assert!(waited <= wait + interval * (n - 1), "{waited:?}");
+        assert!(waited > interval * (n - 1), "{waited:?}");
+        retry_after(&limiter.try_acquire_n(n));
+        let blocking = limiter.clone();
+        retry_after(
+            &tokio::task::spawn_blocking(move || blocking.try_acquire_n_blocking(n))
+                .await
+                .unwrap(),
+        );
+    }
+    assert_eq!(script_calls(&server), calls);
+    let end = limiter.stats();
+    assert_eq!(end.lease_calls, after_first.lease_calls);
+    assert_eq!(end.waits, after_first.waits);
+    assert_eq!(end.spent, 0);
+    Arc::into_inner(limiter).unwrap().shutdown().await;
+}
+
+/// The latency of the first request after the pool expired, through the
+/// waiting path (async, and blocking on a plain thread), next to one
+/// per-decision script call on the same server. Measured, not asserted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_request_after_idle_latency() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let bucket = TokenBucket::new(1_000, Rate::per_second(1_000)).unwrap();
+    let lifetime = Duration::from_millis(500);
+    let limiter = Arc::new(LeasedLimiter::start(
+        client.clone(),
+        bucket.clone(),
+        "idle",
+        LeaseOptions::new().lifetime(lifetime),
+    ));
+    until(&limiter, |s| s.leases == 1).await;
+    let trials = 10;
+    let (mut waiting, mut blocking, mut direct) = (Vec::new(), Vec::new(), Vec::new());
+    for trial in 0..2 * trials {
+        tokio::time::sleep(lifetime + Duration::from_millis(300)).await;
+        let start = Instant::now();
+        let decision = if trial % 2 == 0 {
+            let decision = limiter.try_acquire_n_waiting(1).await;
+            waiting.push(start.elapsed());
+            decision
+        } else {
+            let limiter = limiter.clone();
+            let (decision, took) = std::thread::spawn(move || {
+                let start = Instant::now();
+                (limiter.try_acquire_n_blocking(1), start.elapsed())
+            })
+            .join()
+            .unwrap();
+            blocking.push(took);
+            decision
+        };
+        assert!(decision.is_ok(), "trial {trial}: {decision:?}");
+        let start = Instant::now();
+        client.try_acquire(&bucket, "direct").await.unwrap();
+        direct.push(start.elapsed());
+    }
+    let summary = |name: &str, samples: &mut Vec<Duration>| {
+        samples.sort();
+        format!(
+            "{name}: p50 {:?}, max {:?}",
+            samples[samples.len() / 2],
+            samples[samples.len() - 1]
+        )
+    };
+    println!(
+        "first request after idle ({trials} trials each, lifetime {lifetime:?}): {}; {}; \
+         one direct script call: {}",
+        summary("waiting (async)", &mut waiting),
+        summary("blocking (plain thread)", &mut blocking),
+        summary("direct", &mut direct),
+    );
+    let stats = Arc::into_inner(limiter).unwrap().shutdown().await;
+    assert_eq!(stats.waits, 2 * trials as u64);
+}
