@@ -179,3 +179,78 @@ fn leases_on_a_cluster_keep_each_keys_global_invariant() {
          {spent} permits admitted, 0 GCRA violations"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_or_killed_node_reports_that_the_script_may_have_run() {
+    let mut cluster = RedisCluster::start();
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let timeout = Duration::from_millis(50);
+    let client = Client::connect_cluster_with(&nodes, Options::new().timeout(timeout))
+        .await
+        .unwrap();
+    let bucket = TokenBucket::new(1_000, Rate::per_hour(1_000)).unwrap();
+    let key = "paused";
+    client.try_acquire(&bucket, key).await.unwrap();
+    let owner = cluster
+        .nodes
+        .iter()
+        .position(|node| node.port() == cluster.owner(&bucket.redis_key(key)).port())
+        .unwrap();
+
+    // The owner paused: a call that completes within the pause had no reply,
+    // and every expired deadline is a Timeout, never redis-rs's own.
+    let pause = Duration::from_secs(2);
+    let before = Instant::now();
+    let _: () = cluster.nodes[owner].cmd(&["CLIENT", "PAUSE", "2000", "ALL"]);
+    let mut during_pause = 0;
+    while before.elapsed() < pause - Duration::from_millis(300) {
+        let outcome = client.try_acquire(&bucket, key).await;
+        if before.elapsed() < pause {
+            during_pause += 1;
+            assert!(
+                matches!(outcome, Err(Error::Timeout(t)) if t == timeout),
+                "{outcome:?}"
+            );
+        }
+        if let Err(err) = outcome {
+            assert!(matches!(err, Error::Timeout(_)), "{err:?}");
+            assert!(err.may_have_run());
+        }
+    }
+    assert!(during_pause > 0);
+    tokio::time::sleep(pause.saturating_sub(before.elapsed())).await;
+
+    // The owner killed while a call waits there: whatever the cluster client
+    // does next (it may resend), the caller hears that the script may have
+    // run.
+    let long = Client::connect_cluster_with(&nodes, Options::new().timeout(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    long.try_acquire(&bucket, key).await.unwrap();
+    let _: () = cluster.nodes[owner].cmd(&["CLIENT", "PAUSE", "20000", "WRITE"]);
+    let call = {
+        let long = long.clone();
+        let bucket = bucket.clone();
+        tokio::spawn(async move { long.try_acquire(&bucket, key).await })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let clients: String = cluster.nodes[owner].cmd(&["CLIENT", "LIST"]);
+        if clients
+            .lines()
+            .any(|line| line.contains("cmd=evalsha") && line.contains("flags=b"))
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the call never reached the node");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cluster.nodes[owner].kill();
+    let err = call.await.unwrap().unwrap_err();
+    assert!(
+        matches!(err, Error::Interrupted(_) | Error::Timeout(_)),
+        "{err:?}"
+    );
+    assert!(err.may_have_run(), "{err:?}");
+}
