@@ -4,7 +4,8 @@
 //! lists whose members are a quoted policy name with integer parameters —
 //! `RateLimit-Policy: "per-ip";q=100;w=60` (quota, window in seconds) and
 //! `RateLimit: "per-ip";r=42;t=17` (remaining, seconds until the quota is
-//! whole again). The partition key `pk` is left out: it would echo the
+//! whole again: revision 10's `t`, the seconds until the quota resets —
+//! not the later revisions' seconds until more quota is made available). The partition key `pk` is left out: it would echo the
 //! client's key (an address, an API key) back in every response.
 
 use std::fmt::Write;

@@ -6,7 +6,7 @@
 //! ones, or a bounded wait — and answers:
 //!
 //! - admitted: the service's response, with `RateLimit-Policy` and
-//!   `RateLimit` fields (IETF draft-ietf-httpapi-ratelimit-headers-10) from
+//!   `RateLimit` fields (IETF draft-ietf-httpapi-ratelimit-headers, revision 10) from
 //!   the decision's own report — no second read of the limiter;
 //! - not now: `429 Too Many Requests` with `Retry-After` in whole seconds
 //!   rounded up from the exact retry-after (never `0` for a real wait), and
@@ -46,33 +46,35 @@
 //! With axum, put the layer **in front of the whole router** (it matches its
 //! own routes), the router's routes built once with `with_state` as
 //! `Router::into_make_service` would, and serve it with the peer's address
-//! (`ConnectInfo`, which [`PeerIp`] reads). `Router::layer(layer)` works
-//! too, but axum then wraps every route and pays a boxed clone of the route
-//! and a second route future per request. This is the README's quick start:
+//! (`ConnectInfo`, which [`PeerIp`] reads): [`ThrottleLayer::serve`] does all
+//! three. `Router::layer(layer)` works too, but axum then wraps every route
+//! and pays a boxed clone of the route and a second route future per
+//! request. This is the README's quick start:
 //!
 //! ```no_run
 //! # async fn serve() -> Result<(), Box<dyn std::error::Error>> {
-//! use std::net::{IpAddr, SocketAddr};
+//! use std::net::IpAddr;
 //! use std::time::Duration;
-//! use axum::extract::Request;
-//! use axum::{Router, ServiceExt, routing::get};
+//! use axum::{Router, routing::get};
 //! use tollgate::keyed::{BucketConfig, Keyed};
 //! use tollgate::{Rate, TokenBucket};
 //! use tollgate_tower::{PeerIp, PerKey, PolicyName, ThrottleLayer};
-//! use tower::Layer;
 //!
 //! let per_ip = Keyed::<IpAddr, TokenBucket>::new(BucketConfig::new(20, Rate::per_second(10))?);
 //! let layer = ThrottleLayer::builder(PeerIp)
 //!     .policy(PerKey::new(PolicyName::new("per-ip")?.window(Duration::from_secs(2)), per_ip)?)
 //!     .build();
 //! let router = Router::new().route("/", get(|| async { "hello" }));
-//! // In front of the whole router; `with_state` builds its routes once.
-//! let app = layer.layer(router.with_state::<()>(()));
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
-//! axum::serve(listener, ServiceExt::<Request>::into_make_service_with_connect_info::<SocketAddr>(app)).await?;
+//! // In front of the whole router, with peer addresses.
+//! axum::serve(listener, layer.serve(router)).await?;
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! Without axum (hyper, tonic), put it around any service with
+//! [`Layer::layer`] and insert the peer address yourself, or key by
+//! something else ([`HeaderKey`], [`ForwardedIp`], [`Global`]).
 //!
 //! # Features
 //!
@@ -92,6 +94,8 @@ mod policy;
 #[cfg(feature = "redis")]
 mod redis;
 mod response;
+#[cfg(feature = "axum")]
+mod serve;
 mod shaped;
 
 pub use fields::{RATELIMIT, RATELIMIT_POLICY, retry_after_secs};
@@ -106,3 +110,6 @@ pub use policy::{
 pub use redis::{LeasedLimit, RedisLimit};
 pub use response::{Refusal, problem_response};
 pub use shaped::Shaped;
+/// The `tower` trait that puts the layer around a service (`layer.layer(service)`),
+/// re-exported so that no `tower` dependency is needed for it.
+pub use tower_layer::Layer;

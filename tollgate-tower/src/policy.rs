@@ -648,8 +648,12 @@ where
 /// [`AllOf`] over direct limiters and keys of [`Keyed`] ones
 /// ([`Keyed::for_key`]), built per request by a closure from the request's
 /// key. A member that denies gets the members before it refunded (see
-/// [`tollgate::all_of`] for the exact guarantee), unlike separate policies in
-/// one layer, which are asked one after another and keep what they admitted.
+/// [`tollgate::all_of`] for the exact guarantee), as separate policies in
+/// one layer are too ([`ThrottleBuilder`](crate::ThrottleBuilder)); an
+/// `AllOfLimit` fixes the order its members are asked in and decides them as
+/// one policy, asked with this process's shared limits ([`Scope::Process`]);
+/// the layer cannot refund it, so it keeps its admission if a policy asked
+/// after it refuses.
 /// The fields report the binding member under its own name: on admission
 /// the member with the least left, on denial the one that denied.
 ///

@@ -121,10 +121,12 @@ pub fn problem_response(refusal: &Refusal<'_>) -> Response<Bytes> {
                 Text(
                     r#"{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Request cannot be satisfied as assigned quota has been exceeded","detail":"retry after "#,
                 ),
-                // Formatting a u128 costs twice a u64's.
-                Text(match u64::try_from(retry_after.as_millis()) {
+                // Whole milliseconds rounded up, as `Retry-After` rounds up
+                // to seconds: a real wait never reads 0. Formatting a u128
+                // costs twice a u64's.
+                Text(match u64::try_from(ceil_millis(*retry_after)) {
                     Ok(millis) => ms.format(millis),
-                    Err(_) => ms.format(retry_after.as_millis()),
+                    Err(_) => ms.format(ceil_millis(*retry_after)),
                 }),
                 Text(r#" ms","violated-policies":["#),
                 Json(policy),
@@ -242,6 +244,11 @@ fn push_json(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
 }
 
+/// `duration` in whole milliseconds, rounded up.
+fn ceil_millis(duration: std::time::Duration) -> u128 {
+    duration.as_nanos().div_ceil(1_000_000)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -256,10 +263,18 @@ mod tests {
         assert_eq!(
             body(&Refusal::TooManyRequests {
                 policy: "per-ip",
-                retry_after: Duration::from_micros(1_200_500)
+                retry_after: Duration::from_micros(1_200_000)
             }),
             r#"{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Request cannot be satisfied as assigned quota has been exceeded","detail":"retry after 1200 ms","violated-policies":["per-ip"],"status":429}"#
         );
+        // Rounded up, as `Retry-After` is: a sub-millisecond wait is 1 ms.
+        for (wait, ms) in [(1_200_500, "1201"), (300, "1"), (1, "1")] {
+            let text = body(&Refusal::TooManyRequests {
+                policy: "p",
+                retry_after: Duration::from_micros(wait),
+            });
+            assert!(text.contains(&format!("retry after {ms} ms")), "{text}");
+        }
         assert_eq!(
             body(&Refusal::NeverFits {
                 policy: "login",

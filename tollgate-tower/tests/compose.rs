@@ -282,3 +282,34 @@ async fn a_remote_policy_is_asked_only_after_every_local_one_admitted() {
     assert_eq!(calls.load(Ordering::Relaxed), 7);
     assert_eq!(log.snapshot().available, 93);
 }
+
+/// `ThrottleLayer::serve` puts the layer in front of a whole router with peer
+/// addresses, so `PeerIp` keys a real client by its address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_puts_the_layer_in_front_of_the_router_with_peer_addresses() {
+    let clock = ManualClock::new();
+    let per_ip = per_ip(1, &clock);
+    let layer = ThrottleLayer::builder(PeerIp)
+        .policy(PerKey::shared("per-ip", Arc::clone(&per_ip)).unwrap())
+        .build();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, layer.serve(app())).await.unwrap() });
+    let url = format!("http://{addr}/search");
+    for ip in ["127.0.0.8", "127.0.0.9"] {
+        let client = client_from(ip);
+        let first = client.get(&url).send().await.unwrap();
+        assert_eq!(first.status(), StatusCode::OK);
+        assert_eq!(first.text().await.unwrap(), "results");
+        assert_eq!(
+            client.get(&url).send().await.unwrap().status(),
+            StatusCode::TOO_MANY_REQUESTS
+        );
+    }
+    assert_eq!(
+        per_ip
+            .snapshot(&"127.0.0.8".parse::<IpAddr>().unwrap())
+            .available,
+        0
+    );
+}
