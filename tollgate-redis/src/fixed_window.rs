@@ -8,6 +8,12 @@
 //! against the stored window: a closed window never reopens. The key expires
 //! when its window ends. A denial waits exactly until the window ends.
 //!
+//! A key tagged `fw1` whose index or count is not a non-negative integer, a
+//! count above 2^32 − 1, a window that ends after the key's own expiry (the
+//! script sets both together), or a key without expiry, is
+//! [`Error::UnknownState`](crate::Error::UnknownState) naming the field, and is
+//! left untouched: damaged state never admits.
+//!
 //! Guarantee: at most `limit` per aligned window — and, like every fixed
 //! window, up to 2× `limit` in a span of one window that straddles a boundary.
 //!

@@ -35,6 +35,15 @@
 //! would: the two agree decision for decision, backwards steps included); the
 //! key expires `history` after its newest stamp.
 //!
+//! A sorted set whose first member is not the marker at `-inf`, whose newest
+//! member is not a 16-digit ticket stamped with a whole, non-negative time no
+//! later than the key's own expiry, that holds one of the tickets an admission
+//! would add, or that has no expiry, is
+//! [`Error::UnknownState`](crate::Error::UnknownState) naming the member; so is
+//! a denial whose deciding entry has a fractional stamp. Every check comes
+//! before the script's first write: damaged state is left untouched and never
+//! admits.
+//!
 //! ```no_run
 //! # async fn demo(client: tollgate_redis::Client) -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;

@@ -17,6 +17,12 @@
 //! The key expires two windows after its newest window starts, when it weighs
 //! nothing any more.
 //!
+//! A key tagged `sw1` whose index or counts are not non-negative integers, a
+//! count above 2^32 − 1, a newest window whose state outlives the key's own
+//! expiry (the script sets both together), or a key without expiry, is
+//! [`Error::UnknownState`](crate::Error::UnknownState) naming the field, and is
+//! left untouched: damaged state never admits.
+//!
 //! It is an estimate, not a sliding log: it assumes the previous window's
 //! permits were spread evenly, so it can admit more than `N` in some spans of
 //! `T` (see tollgate's `docs/sliding_window.md`). [`SlidingLog`](crate::SlidingLog)

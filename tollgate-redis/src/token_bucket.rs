@@ -8,6 +8,11 @@
 //! wait, `TAT + n·interval − now − capacity·interval`. The key expires at its
 //! TAT, when a missing key means the same thing (a full bucket).
 //!
+//! A key tagged `tb1` whose TAT is not a non-negative integer, or lies after
+//! the key's own expiry (the script sets both together), or that has no
+//! expiry, is [`Error::UnknownState`](crate::Error::UnknownState) naming the
+//! field, and is left untouched: damaged state never admits.
+//!
 //! Guarantee, by server decision time: at most `capacity + (b − a)/interval`
 //! permits in any interval `[a, b]`, across every client of the key.
 //!

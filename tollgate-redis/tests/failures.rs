@@ -596,3 +596,56 @@ async fn validation_leaves_keys_the_scripts_wrote_alone() {
         }
     }
 }
+
+/// The leased limiter's scripts read the token bucket's state through the
+/// same checks: run them directly on damaged keys.
+#[tokio::test]
+async fn the_lease_scripts_refuse_damaged_token_bucket_state() {
+    let server = RedisServer::start();
+    let lease = redis::Script::new(concat!(
+        include_str!("../src/lua/now_server.lua"),
+        include_str!("../src/lua/common.lua"),
+        include_str!("../src/lua/lease.lua")
+    ));
+    let give_back = redis::Script::new(concat!(
+        include_str!("../src/lua/now_server.lua"),
+        include_str!("../src/lua/common.lua"),
+        include_str!("../src/lua/lease_return.lua")
+    ));
+    let mut admin = server.admin();
+    let key = "tollgate:{global}:tb";
+    let interval = 1_000_000u64;
+    for bad in bad_values() {
+        write_hash(&server, key, &[("v", "tb1".into()), ("tat", bad.into())]);
+        let before = dump(&server, key);
+        let granted: Vec<redis::Value> = lease
+            .key(key)
+            .arg(10)
+            .arg(interval)
+            .arg(10 * interval)
+            .arg(5)
+            .arg(2)
+            .invoke(&mut admin)
+            .unwrap();
+        let returned: Vec<redis::Value> = give_back
+            .key(key)
+            .arg(1)
+            .arg(interval)
+            .arg(0)
+            .invoke(&mut admin)
+            .unwrap();
+        for reply in [granted, returned] {
+            assert_eq!(
+                reply.first(),
+                Some(&redis::Value::Int(-2)),
+                "{bad:?}: {reply:?}"
+            );
+            let detail = match &reply[1] {
+                redis::Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                other => panic!("{other:?}"),
+            };
+            assert!(detail.contains("field tat"), "{bad:?}: {detail}");
+        }
+        assert_eq!(dump(&server, key), before);
+    }
+}
