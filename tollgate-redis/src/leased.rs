@@ -20,14 +20,18 @@
 //!   thread) wait instead for the next lease call, at most the client's
 //!   timeout ([`Options::timeout`](crate::Options::timeout)); requests that
 //!   find the pool cold at the same time share that one call, and the lease
-//!   is sized to cover them all.
+//!   is sized to cover them all. If the call fails, they get the
+//!   [`Policy`]'s decision. The lifetime still bounds how long permits sit
+//!   in a pool.
 //! * **Rate-limited by the budget it refills.** When a lease call finds the
 //!   budget exhausted — or a grant empties it — the limiter knows when the
 //!   next permit is due (the script's retry-after) and makes no call before
 //!   then, however many requests it refuses meanwhile: with the budget
 //!   exhausted a process makes about one lease call per retry-after.
 //!   Requests refused meanwhile, waiting ones included, get that retry-after
-//!   (plus one emission interval per further permit) at once.
+//!   (plus one emission interval per further permit) at once. Permits that
+//!   another process gives back meanwhile are found at the next call, at most
+//!   one emission interval later (under-admission, never over-admission).
 //! * **Adaptive sizes.** Each lease asks for the permits the process spent in
 //!   the last [`LeaseOptions::horizon`], clamped to
 //!   `[1, LeaseOptions::max_lease]`, or for what the requests waiting on it
@@ -443,13 +447,7 @@ impl Shared {
     fn fallback(&self, n: u32, now: u64) -> Result<(), Error> {
         // Relaxed: the mode is advisory; either answer is a valid decision.
         if self.degraded.load(Ordering::Relaxed) {
-            // Relaxed: a statistic.
-            self.degraded_decisions.fetch_add(1, Ordering::Relaxed);
-            return match &self.policy {
-                Policy::Closed => Err(Error::Unavailable),
-                Policy::Open => Ok(()),
-                Policy::Local(local) => local.try_acquire_n(n).map_err(Error::Denied),
-            };
+            return self.by_policy(n);
         }
         let n64 = u64::from(n);
         // Relaxed: a stale value gives the hint instead of the exact wait.
@@ -468,6 +466,17 @@ impl Shared {
             Duration::from_micros(self.interval_us.saturating_mul(n64))
         };
         Err(Error::Denied(Denied::RetryAfter(wait)))
+    }
+
+    /// The [`Policy`]'s decision: Redis did not answer.
+    fn by_policy(&self, n: u32) -> Result<(), Error> {
+        // Relaxed: a statistic.
+        self.degraded_decisions.fetch_add(1, Ordering::Relaxed);
+        match &self.policy {
+            Policy::Closed => Err(Error::Unavailable),
+            Policy::Open => Ok(()),
+            Policy::Local(local) => local.try_acquire_n(n).map_err(Error::Denied),
+        }
     }
 
     /// `ZeroPermits` and `ExceedsCapacity`, decided without the pool.
@@ -690,18 +699,19 @@ impl LeasedLimiter {
     /// * if the lease call found the budget exhausted (or another process
     ///   spent it first): [`Error::Denied`] with the script's retry-after,
     ///   plus one emission interval per further permit;
-    /// * if the call failed or timed out: what
-    ///   [`LeasedLimiter::try_acquire_n`] answers then (the [`Policy`] once
-    ///   the breaker is open, until then a denial with the hint);
+    /// * if the call failed or timed out: the [`Policy`]'s decision
+    ///   ([`Policy::Closed`]: [`Error::Unavailable`]), as while degraded —
+    ///   Redis did not answer;
     /// * if other waiters took the lease's permits first, it waits for the
     ///   next call.
     ///
     /// It waits at most the client's timeout
-    /// ([`Options::timeout`](crate::Options::timeout)) in all, then answers
-    /// as [`LeasedLimiter::try_acquire_n`] would. While the budget is known
-    /// to be exhausted, while degraded and after shutdown it answers at once
-    /// without a call. Cancel-safe: dropping the future withdraws the
-    /// request and takes nothing.
+    /// ([`Options::timeout`](crate::Options::timeout)) in all. If no lease
+    /// call completed by then, the [`Policy`] decides; otherwise (its
+    /// permits went to others) it answers as [`LeasedLimiter::try_acquire_n`]
+    /// would. While the budget is known to be exhausted, while degraded and
+    /// after shutdown it answers at once without a call. Cancel-safe:
+    /// dropping the future withdraws the request and takes nothing.
     ///
     /// Needs the runtime the limiter was started on to be running (the
     /// refill task makes the call).
@@ -728,10 +738,10 @@ impl LeasedLimiter {
     ///
     /// Call it from a thread that is not running async tasks (a plain
     /// thread, or inside [`tokio::task::spawn_blocking`]). On a tokio worker
-    /// thread it blocks that thread's tasks until it returns; on a
-    /// current-thread runtime's own thread the refill task cannot run at
-    /// all, so every cold call waits out the full timeout and then answers
-    /// as [`LeasedLimiter::try_acquire_n`] would. It never panics.
+    /// thread it blocks that thread's tasks until it returns; on the thread
+    /// that drives a current-thread runtime the refill task cannot run at
+    /// all, so every cold call waits out the full timeout and then gets the
+    /// [`Policy`]'s decision, as if Redis had not answered. It never panics.
     ///
     /// ```no_run
     /// # fn demo(limiter: std::sync::Arc<tollgate_redis::LeasedLimiter>) {
@@ -755,7 +765,7 @@ impl LeasedLimiter {
         let deadline = Instant::now() + shared.wait_limit;
         match block_on_until(registration.wait(), deadline) {
             Some(decision) => decision,
-            None => shared.fallback(n, shared.now()),
+            None => registration.timed_out(),
         }
     }
 
@@ -906,11 +916,7 @@ impl LeaseWait {
                         return Poll::Ready(decision);
                     }
                     if sleep.as_mut().poll(cx).is_ready() {
-                        return Poll::Ready(
-                            registration
-                                .shared
-                                .fallback(registration.n, registration.shared.now()),
-                        );
+                        return Poll::Ready(registration.timed_out());
                     }
                     Poll::Pending
                 })
@@ -978,8 +984,11 @@ impl Registration {
             }
             if word >> 2 != seen {
                 seen = word >> 2;
-                if word & 3 != GRANTED {
-                    return shared.fallback(self.n, now);
+                match word & 3 {
+                    GRANTED => {}
+                    // Redis did not answer the call this request waited for.
+                    FAILED => return shared.by_policy(self.n),
+                    _ => return shared.fallback(self.n, now),
                 }
                 if shared.can_wait(now) {
                     // Granted, but spent by others first: one more call.
@@ -990,6 +999,18 @@ impl Registration {
                 return shared.fallback(self.n, now);
             }
             done.await;
+        }
+    }
+
+    /// The answer when the wait ran out: the [`Policy`] if no lease call
+    /// completed meanwhile (Redis did not answer within the timeout),
+    /// otherwise what a request that does not wait gets.
+    fn timed_out(&self) -> Result<(), Error> {
+        // Acquire: as in `wait`.
+        if self.shared.attempt.load(Ordering::Acquire) >> 2 == self.seen {
+            self.shared.by_policy(self.n)
+        } else {
+            self.shared.fallback(self.n, self.shared.now())
         }
     }
 }

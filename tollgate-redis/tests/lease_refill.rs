@@ -278,6 +278,53 @@ async fn a_cold_request_on_an_exhausted_budget_gets_the_retry_after_without_call
     Arc::into_inner(limiter).unwrap().shutdown().await;
 }
 
+/// A frozen server (SIGSTOP): a cold request waits for the lease call, which
+/// times out, and gets the policy's decision (`Closed`: unavailable) — async
+/// and blocking — long before the breaker opens; after the server thaws,
+/// cold requests are admitted again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_request_during_an_outage_gets_the_policy() {
+    let server = RedisServer::start();
+    let options = Options::new()
+        .timeout(Duration::from_millis(100))
+        .connect_timeout(Duration::from_millis(100));
+    let client = Client::connect_with(&server.url(), options).await.unwrap();
+    let bucket = TokenBucket::new(1_000, Rate::per_second(1_000)).unwrap();
+    let limiter = Arc::new(LeasedLimiter::start(
+        client,
+        bucket,
+        "outage",
+        LeaseOptions::new()
+            .lifetime(Duration::from_millis(200))
+            .breaker(100, Duration::from_secs(1)),
+    ));
+    until(&limiter, |s| {
+        s.leases == 1 && s.returned + s.forfeited == s.leased
+    })
+    .await;
+    server.pause();
+    let waited = limiter.try_acquire_n_waiting(1).await;
+    let blocking = limiter.clone();
+    let blocked = tokio::task::spawn_blocking(move || blocking.try_acquire_n_blocking(1))
+        .await
+        .unwrap();
+    server.resume();
+    assert!(matches!(waited, Err(Error::Unavailable)), "{waited:?}");
+    assert!(matches!(blocked, Err(Error::Unavailable)), "{blocked:?}");
+    let stats = limiter.stats();
+    assert_eq!(stats.waits, 2);
+    assert_eq!(stats.spent, 0);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        if limiter.try_acquire_n_waiting(1).await.is_ok() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never admitted after the outage");
+    }
+    Arc::into_inner(limiter).unwrap().shutdown().await;
+}
+
 /// The latency of the first request after the pool expired, through the
 /// waiting path (async, and blocking on a plain thread), next to one
 /// per-decision script call on the same server. Measured, not asserted.
