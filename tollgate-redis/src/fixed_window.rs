@@ -34,7 +34,7 @@ use crate::error::ConfigError;
 use crate::keys::{DEFAULT_PREFIX, check_prefix, redis_key};
 use crate::limiter::{Limiter, Plan};
 use crate::micros::validate;
-use crate::script::limiter_script;
+use crate::script::{Admission, limiter_script};
 
 limiter_script!(SCRIPT, "fixed_window.lua");
 
@@ -109,6 +109,16 @@ impl Limiter for FixedWindow {
 
     fn redis_key(&self, key: &str) -> String {
         redis_key(&self.prefix, key, "fw")
+    }
+
+    /// Whole again when the admission's window ends.
+    fn report(&self, admission: &Admission) -> tollgate::Snapshot {
+        let until_end = self.window - admission.time_us % self.window;
+        tollgate::Snapshot::new(
+            admission.remaining,
+            self.limit,
+            Duration::from_micros(until_end),
+        )
     }
 
     fn plan(&self) -> Plan {

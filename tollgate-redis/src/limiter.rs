@@ -1,6 +1,6 @@
 //! What every Redis limiter shares: the trait the clients call through.
 
-use crate::script::LimiterScript;
+use crate::script::{Admission, LimiterScript};
 
 /// A limiter whose state lives in Redis: a configuration (validated once, at
 /// construction) plus the Lua script that decides.
@@ -39,6 +39,26 @@ pub trait Limiter: Send + Sync {
     /// assert_eq!(bucket.redis_key("user:42"), "tollgate:{user:42}:tb");
     /// ```
     fn redis_key(&self, key: &str) -> String;
+
+    /// The quota `admission` left, as a [`Snapshot`](tollgate::Snapshot)
+    /// (what a `RateLimit` header needs): the permits remaining, the
+    /// capacity, and the time until the quota is whole again if nothing else
+    /// is admitted — exact for the fixed window and the sliding log, for the
+    /// token bucket rounded up to whole permits, for the sliding window
+    /// counter at most its two windows. Never shorter than the truth, so a
+    /// client that waits it out finds the quota whole.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::Rate;
+    /// use tollgate_redis::{Admission, FixedWindow, Limiter};
+    ///
+    /// let window = FixedWindow::new(Rate::per_second(10)).unwrap();
+    /// let report = window.report(&Admission::new(2_300_000, 7)); // 2.3 s
+    /// assert_eq!((report.available, report.capacity), (7, 10));
+    /// assert_eq!(report.until_full, Duration::from_millis(700));
+    /// ```
+    fn report(&self, admission: &Admission) -> tollgate::Snapshot;
 
     /// The script and its arguments after `n`: the crate's own business.
     #[doc(hidden)]

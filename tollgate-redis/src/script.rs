@@ -78,6 +78,17 @@ pub struct Admission {
 }
 
 impl Admission {
+    /// An admission at `time_us` (µs since the Unix epoch) leaving
+    /// `remaining` permits: what a script reports, for tests and reports.
+    ///
+    /// ```
+    /// let admission = tollgate_redis::Admission::new(1_000_000, 3);
+    /// assert_eq!((admission.time_us, admission.remaining), (1_000_000, 3));
+    /// ```
+    pub fn new(time_us: u64, remaining: u32) -> Self {
+        Admission { time_us, remaining }
+    }
+
     /// [`time_us`](Self::time_us) as a `SystemTime`.
     ///
     /// ```

@@ -67,7 +67,7 @@ use crate::error::ConfigError;
 use crate::keys::{DEFAULT_PREFIX, check_prefix, redis_key};
 use crate::limiter::{Limiter, Plan};
 use crate::micros::{MAX_SPAN, ceil_micros, validate};
-use crate::script::limiter_script;
+use crate::script::{Admission, limiter_script};
 
 limiter_script!(SCRIPT, "sliding_log.lua");
 
@@ -194,6 +194,16 @@ impl Limiter for SlidingLog {
 
     fn redis_key(&self, key: &str) -> String {
         redis_key(&self.prefix, key, "sl")
+    }
+
+    /// Whole again when the admission's own entries leave the window: one
+    /// window after its stamp.
+    fn report(&self, admission: &Admission) -> tollgate::Snapshot {
+        tollgate::Snapshot::new(
+            admission.remaining,
+            self.limit,
+            Duration::from_micros(self.window),
+        )
     }
 
     fn plan(&self) -> Plan {

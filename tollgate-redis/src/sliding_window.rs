@@ -44,7 +44,7 @@ use crate::error::ConfigError;
 use crate::keys::{DEFAULT_PREFIX, check_prefix, redis_key};
 use crate::limiter::{Limiter, Plan};
 use crate::micros::{MAX_SPAN, validate};
-use crate::script::limiter_script;
+use crate::script::{Admission, limiter_script};
 
 limiter_script!(SCRIPT, "sliding_window.lua");
 
@@ -130,6 +130,17 @@ impl Limiter for SlidingWindow {
 
     fn redis_key(&self, key: &str) -> String {
         redis_key(&self.prefix, key, "sw")
+    }
+
+    /// Whole again once the admission's window and the next have passed:
+    /// the counter weighs the previous window into the current one.
+    fn report(&self, admission: &Admission) -> tollgate::Snapshot {
+        let until_end = self.window - admission.time_us % self.window;
+        tollgate::Snapshot::new(
+            admission.remaining,
+            self.limit,
+            Duration::from_micros(until_end.saturating_add(self.window)),
+        )
     }
 
     fn plan(&self) -> Plan {

@@ -40,7 +40,7 @@ use crate::error::ConfigError;
 use crate::keys::{DEFAULT_PREFIX, check_prefix, redis_key};
 use crate::limiter::{Limiter, Plan};
 use crate::micros::{MAX_SPAN, validate};
-use crate::script::limiter_script;
+use crate::script::{Admission, limiter_script};
 
 limiter_script!(SCRIPT, "token_bucket.lua");
 
@@ -136,6 +136,17 @@ impl Limiter for TokenBucket {
 
     fn redis_key(&self, key: &str) -> String {
         redis_key(&self.prefix, key, "tb")
+    }
+
+    /// Each missing permit refills in one interval: the bucket is whole
+    /// again at most `(capacity − remaining) · interval` after the admission.
+    fn report(&self, admission: &Admission) -> tollgate::Snapshot {
+        let missing = u64::from(self.capacity.saturating_sub(admission.remaining));
+        tollgate::Snapshot::new(
+            admission.remaining,
+            self.capacity,
+            Duration::from_micros(missing.saturating_mul(self.interval)),
+        )
     }
 
     fn plan(&self) -> Plan {

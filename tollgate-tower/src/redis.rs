@@ -4,9 +4,9 @@
 use std::fmt::Display;
 use std::sync::Arc;
 
-use tollgate_redis::{Client, Error, LeasedLimiter, Limiter};
+use tollgate_redis::{Attempt, Client, Error, LeasedLimiter, Limiter};
 
-use crate::policy::{Decision, IntoPolicyName, InvalidName, Outcome, Policy, PolicyName};
+use crate::policy::{Decision, IntoPolicyName, InvalidName, Outcome, Policy, PolicyName, Scope};
 
 /// A [`tollgate_redis`] limiter (token bucket, fixed window, sliding window,
 /// sliding log) as a policy: each request's key — printed with `Display`, so
@@ -17,8 +17,10 @@ use crate::policy::{Decision, IntoPolicyName, InvalidName, Outcome, Policy, Poli
 /// server that cannot be reached within the client's timeout is
 /// [`Outcome::Unavailable`] (`503`). For a policy that keeps deciding while
 /// Redis is gone, use a [`LeasedLimit`].
-/// The scripts report the permits remaining but not the time until full,
-/// so this policy adds no `RateLimit` members.
+/// An admission adds the policy's `RateLimit` members: the permits the
+/// script reports remaining, and the time until the quota is whole again
+/// from the limiter's configuration ([`Limiter::report`]: exact or an upper
+/// bound, never shorter). A denial adds none: its `Retry-After` is exact.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -65,12 +67,25 @@ impl<K: Display, L: Limiter + 'static> Policy<K> for RedisLimit<L> {
         &self.name
     }
 
+    /// One script call on the shared server: asked after every in-process
+    /// policy.
+    fn scope(&self) -> Scope {
+        Scope::Shared
+    }
+
+    fn capacity(&self, _: &K) -> Option<u32> {
+        Some(self.limiter.capacity())
+    }
+
     fn decide(&self, key: &K, n: u32) -> Decision {
         let client = self.client.clone();
         let limiter = Arc::clone(&self.limiter);
         let key = key.to_string();
         Decision::Later(Box::pin(async move {
-            outcome(client.try_acquire_n(&*limiter, &key, n).await.map(drop))
+            match client.try_acquire_n(&*limiter, &key, n).await {
+                Ok(admission) => Outcome::Admitted(Some(limiter.report(&admission))),
+                Err(err) => outcome(Err(err)),
+            }
         }))
     }
 }
@@ -91,8 +106,10 @@ fn outcome(decision: Result<(), Error>) -> Outcome {
 /// refills its lease in the background and follows its own degradation
 /// policy while Redis is gone). The limiter is for one Redis key, so the
 /// request's key is not used: put it in a route group or an every-request
-/// policy. Its denials carry the lease's retry-after hint; it reports no
-/// quota, so it adds no `RateLimit` members.
+/// policy. A request that finds the local lease cold (empty, or expired
+/// after an idle spell) while the budget may have room waits for one lease
+/// call instead of being refused. Its denials carry the script's
+/// retry-after.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -153,7 +170,21 @@ impl<K> Policy<K> for LeasedLimit {
         &self.name
     }
 
+    /// From the local lease when it covers `n` (decided at once); a cold
+    /// lease — empty, or expired after an idle spell — while the budget may
+    /// have room waits for one lease call
+    /// ([`LeasedLimiter::try_acquire_n_or_wait`]), bounded by the client's
+    /// timeout, instead of refusing.
     fn decide(&self, _: &K, n: u32) -> Decision {
-        Decision::Now(outcome(self.limiter.try_acquire_n(n)))
+        match self.limiter.try_acquire_n_or_wait(n) {
+            Attempt::Decided(decision) => Decision::Now(outcome(decision)),
+            Attempt::Waiting(wait) => Decision::Later(Box::pin(async move { outcome(wait.await) })),
+        }
+    }
+
+    /// A budget shared with other processes: asked after every in-process
+    /// policy.
+    fn scope(&self) -> Scope {
+        Scope::Shared
     }
 }

@@ -40,11 +40,26 @@ async fn a_redis_limit_throttles_and_a_dead_server_is_503() {
     });
     let url = format!("http://{addr}/");
     let mut statuses = Vec::new();
-    for _ in 0..5 {
+    for expected in [2, 1, 0] {
+        let admitted = reqwest::get(&url).await.unwrap();
+        assert_eq!(admitted.status(), StatusCode::OK);
+        // The script's remaining count and the time to the window's end.
+        assert_eq!(admitted.headers()["ratelimit-policy"], "\"shared\";q=3");
+        let field = admitted.headers()["ratelimit"].to_str().unwrap().to_owned();
+        let t: u64 = field
+            .strip_prefix(&format!("\"shared\";r={expected};t="))
+            .unwrap_or_else(|| panic!("{field}"))
+            .parse()
+            .unwrap();
+        assert!((1..=3600).contains(&t), "{field}");
+    }
+    for _ in 0..2 {
         statuses.push(reqwest::get(&url).await.unwrap().status());
     }
-    let ok = statuses.iter().filter(|s| **s == StatusCode::OK).count();
-    assert_eq!(ok, 3, "{statuses:?}");
+    assert!(
+        statuses.iter().all(|s| *s == StatusCode::TOO_MANY_REQUESTS),
+        "{statuses:?}"
+    );
     let denied = reqwest::get(&url).await.unwrap();
     assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
     let retry: u64 = denied.headers()["retry-after"]
@@ -102,4 +117,48 @@ async fn a_leased_limit_never_admits_more_than_the_global_budget() {
             StatusCode::TOO_MANY_REQUESTS
         );
     }
+}
+
+/// A quiet leased route: after more than the lease's lifetime idle, the local
+/// lease has expired, and the first request waits for one lease call instead
+/// of being refused — while the shared budget is unused, every such request
+/// is admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leased_route_admits_the_first_request_after_idle() {
+    use std::time::{Duration, Instant};
+    use tollgate_redis::{LeaseOptions, LeasedLimiter};
+    use tollgate_tower::{Global, LeasedLimit};
+
+    let redis = server::RedisServer::start();
+    let client = tollgate_redis::Client::connect(&redis.url()).await.unwrap();
+    let bucket = tollgate_redis::TokenBucket::new(1_000, Rate::per_second(1_000)).unwrap();
+    let options = LeaseOptions::new().lifetime(Duration::from_secs(1));
+    let leased = LeasedLimiter::start(client, bucket, "search", options);
+    let layer = ThrottleLayer::builder(Global)
+        .route(
+            tollgate_tower::Route::exact("/search"),
+            LeasedLimit::new("search", leased).unwrap(),
+        )
+        .build();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let router = Router::new().route("/search", get(|| async { "results" }));
+    tokio::spawn(async move { axum::serve(listener, layer.serve(router)).await.unwrap() });
+    let url = format!("http://{addr}/search");
+    let http = reqwest::Client::new();
+    let mut first_after_idle = Vec::new();
+    for round in 0..2 {
+        // Idle for three lease lifetimes: whatever was leased has expired.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let started = Instant::now();
+        let response = http.get(&url).send().await.unwrap();
+        first_after_idle.push(started.elapsed());
+        assert_eq!(
+            response.status(),
+            StatusCode::OK,
+            "round {round}: {:?}",
+            response.headers().get("retry-after")
+        );
+    }
+    eprintln!("first request after idle: {first_after_idle:?}");
 }
