@@ -1118,7 +1118,8 @@ impl Refill {
                     || self.shared.asked.load(Ordering::Relaxed)
                         >= self.shared.attempt.load(Ordering::Relaxed) >> 2;
                 // An expired pool is refilled only on demand: an idle process
-                // holds no lease.
+                // holds no lease. Relaxed: a threshold read; a stale value
+                // moves a refill by one loop.
                 let low = !expired
                     && self.shared.pool.load(Ordering::Relaxed)
                         <= self.shared.low_water.load(Ordering::Relaxed);
@@ -1224,6 +1225,8 @@ impl Refill {
                 self.shared
                     .deadline
                     .store(deadline.as_nanos() as u64, Ordering::Relaxed);
+                // Relaxed: a threshold (see Shared::take). From the measured
+                // size: a lease grown for waiters is spent at once.
                 self.shared.low_water.store(measured / 2, Ordering::Relaxed);
                 // Relaxed: see Shared::take; the permits were debited in
                 // Redis before this line runs.
