@@ -18,20 +18,22 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::Request;
+use axum::Router;
+use axum::extract::connect_info::IntoMakeServiceWithConnectInfo;
 use axum::routing::{get, post};
-use axum::{Router, ServiceExt};
 use http::Method;
 use tokio::net::TcpListener;
 use tollgate::keyed::{BucketConfig, Keyed};
 use tollgate::{AllOf, Rate, SlidingLog, TokenBucket};
 use tollgate_tower::{AllOfLimit, PeerIp, PerKey, PolicyName, Route, Throttle, ThrottleLayer};
-use tower::Layer;
 
 /// The service: the layer in front of the whole router (it matches its own
 /// routes), the router's routes built once (`with_state`, as
 /// `Router::into_make_service` would do).
-fn app() -> Result<Throttle<Router, PeerIp>, Box<dyn std::error::Error>> {
+fn app() -> Result<
+    IntoMakeServiceWithConnectInfo<Throttle<Router, PeerIp>, SocketAddr>,
+    Box<dyn std::error::Error>,
+> {
     // Every request: 20 at once per IP, then 10 a second.
     let per_ip = Arc::new(Keyed::<IpAddr, TokenBucket>::new(BucketConfig::new(
         20,
@@ -77,7 +79,7 @@ fn app() -> Result<Throttle<Router, PeerIp>, Box<dyn std::error::Error>> {
         .route("/", get(|| async { "hello\n" }))
         .route("/search", get(|| async { "results\n" }))
         .route("/login", post(|| async { "welcome\n" }));
-    Ok(layer.layer(router.with_state::<()>(())))
+    Ok(layer.serve(router))
 }
 
 #[tokio::main]
@@ -97,10 +99,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "serving on http://{} for {seconds} s",
             listener.local_addr()?
         );
-        let server = axum::serve(
-            listener,
-            ServiceExt::<Request>::into_make_service_with_connect_info::<SocketAddr>(app),
-        );
+        let server = axum::serve(listener, app);
         let _ = tokio::time::timeout(Duration::from_secs(seconds), server).await;
         return Ok(());
     }
@@ -108,13 +107,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let requests: usize = flag("--requests").map_or(Ok(40), |n| n.parse())?;
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            ServiceExt::<Request>::into_make_service_with_connect_info::<SocketAddr>(app),
-        )
-        .await
-    });
+    tokio::spawn(async move { axum::serve(listener, app).await });
     let client = reqwest::Client::new();
     let mut counts: BTreeMap<(&str, u16), usize> = BTreeMap::new();
     for i in 0..requests {

@@ -17,6 +17,13 @@
 //!   `400` for a missing header) — never a panic, never a silent pass;
 //! - a remote limiter that cannot decide: `503`.
 //!
+//! Several policies on one request are **all-or-nothing, whatever order they
+//! were added in**: asked narrowest first (per key, then this process, then
+//! shared with other processes), a request above any policy's capacity
+//! refused before any is asked, and the in-process admissions of a request a
+//! later policy refuses given back — the exact guarantee is on
+//! [`ThrottleBuilder`].
+//!
 //! The response of a refusal comes from a hook ([`ThrottleBuilder::on_refusal`];
 //! default [`problem_response`], an RFC 9457 problem document).
 //!
