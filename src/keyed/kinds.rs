@@ -803,7 +803,7 @@ mod tests {
         assert_eq!(empty_at & TAG, 0);
     }
 
-    /// Issue 17, item 1, step by step at the kind level (the interleaving
+    /// A refund at a stale reading, step by step at the kind level (the interleaving
     /// falls inside one combined `acquire`, so it is spelled out here on the
     /// parts; `loom-tests/tests/combined.rs` finds it through the public API).
     #[test]

@@ -56,9 +56,8 @@ use crate::sync::{Mutex, MutexGuard};
 /// (no stripes: one key's traffic is rarely contended), deciding exactly as
 /// the [`LockingSlidingWindow`](crate::LockingSlidingWindow) twin does: `4·S`
 /// bytes, allocated on the key's first admission, plus a 48-byte header in
-/// the map's entry (114.7 bytes per `u64` key at `S = 10` with the table at
-/// 100 k keys, 159.5 at a million, where the table's load differs; measured
-/// with a counting allocator, `docs/keyed.md`).
+/// the map's entry and the key and the table's share (measured per key in
+/// `docs/keyed.md`).
 ///
 /// ```
 /// use std::time::Duration;

@@ -16,11 +16,12 @@ impl Refund for Gcra {
     /// `n·I` off would hand the later admissions' permits out again. The word
     /// cannot tell the two apart, and the decision times cannot either: a
     /// stale reading (ours, or a clock that stepped back) can be older than a
-    /// later admission's. Issue 17: with parts (1, 1/100 ns) and (3, 1/100
-    /// ns), a request read 1127, was admitted by the first part and denied by
-    /// the second; meanwhile a request at 3534 found the first part full; the
-    /// old refund, `min(n·I, written − now)` at the stale 1127, gave its
-    /// permit away and a third request was admitted at 3534: 2 against a
+    /// later admission's. An example, on a keyed pair with parts (1, 1/100
+    /// ns) and (3, 1/100 ns): a request reads 1127, is admitted by the first
+    /// part and denied by the second; meanwhile a request at 3534 finds the
+    /// first part full. A refund of `min(n·I, written − now)` at the stale
+    /// 1127 would give that request's permit away, and a third request would
+    /// be admitted at 3534: 2 against a
     /// capacity of 1. Restoring only an unchanged word is exact ("as if never
     /// taken", the argument of `waiting::cancel_word`): every admission moves
     /// the TAT strictly forward and every successful refund restores the exact
