@@ -31,10 +31,13 @@ fn budget() -> TokenBucket {
     TokenBucket::new(CAPACITY, Rate::per_second(200_000)).unwrap()
 }
 
-/// The child: `decisions` decisions on THREADS threads, then its leases and
-/// counts to the output file: `lease <time> <granted> <returned>` lines, then
-/// `spent <n> decisions <n> leased <n> returned <n> forfeited <n> calls <n>
-/// nanos <n>` (the time its threads spent deciding).
+/// The child: `decisions` decisions on THREADS threads (with
+/// `TOLLGATE_LEASE_CHILD_WAIT_EVERY=k`, one in k of the first thread's waits
+/// for a lease when it finds the pool cold), then its
+/// leases and counts to the output file: `lease <time> <granted> <returned>`
+/// lines, then `spent <n> decisions <n> leased <n> returned <n> forfeited <n>
+/// calls <n> nanos <n> waits <n>` (the time its threads spent deciding, and
+/// the decisions that waited).
 #[test]
 fn child() {
     let (Ok(url), Ok(out), Ok(decisions)) = (
@@ -45,6 +48,10 @@ fn child() {
         return; // Not a child.
     };
     let decisions: u64 = decisions.parse().unwrap();
+    let wait_every: u64 = std::env::var("TOLLGATE_LEASE_CHILD_WAIT_EVERY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -72,12 +79,17 @@ fn child() {
             let (limiter, admitted) = (limiter.clone(), admitted.clone());
             scope.spawn(move || {
                 let mut seed = (std::process::id() as u64) << 8 | t as u64;
-                for _ in 0..decisions / THREADS as u64 {
+                for i in 0..decisions / THREADS as u64 {
                     seed = seed
                         .wrapping_mul(6364136223846793005)
                         .wrapping_add(1442695040888963407);
                     let n = (seed >> 40) as u32 % 3 + 1;
-                    match limiter.try_acquire_n(n) {
+                    let decision = if t == 0 && wait_every > 0 && i % wait_every == 0 {
+                        limiter.try_acquire_n_blocking(n)
+                    } else {
+                        limiter.try_acquire_n(n)
+                    };
+                    match decision {
                         Ok(()) => {
                             admitted.fetch_add(u64::from(n), Ordering::Relaxed);
                         }
@@ -98,14 +110,15 @@ fn child() {
     }
     writeln!(
         file,
-        "spent {} decisions {} leased {} returned {} forfeited {} calls {} nanos {}",
+        "spent {} decisions {} leased {} returned {} forfeited {} calls {} nanos {} waits {}",
         admitted.load(Ordering::Relaxed),
         decisions / THREADS as u64 * THREADS as u64,
         stats.leased,
         stats.returned,
         stats.forfeited,
         stats.redis_calls,
-        deciding.as_nanos()
+        deciding.as_nanos(),
+        stats.waits
     )
     .unwrap();
     file.flush().unwrap();
@@ -127,10 +140,25 @@ fn decisions() -> u64 {
 
 #[test]
 fn processes_sharing_leases_never_over_admit() {
+    processes_never_over_admit(0);
+}
+
+/// The same with one in 64 of each process's first thread's decisions
+/// waiting for a lease on a cold pool: what waiters get comes out of the
+/// same debited leases.
+#[test]
+fn processes_waiting_on_cold_leases_never_over_admit() {
+    processes_never_over_admit(64);
+}
+
+fn processes_never_over_admit(wait_every: u64) {
     let server = RedisServer::start();
     let total = decisions();
     let exe = std::env::current_exe().unwrap();
-    let dir = std::env::temp_dir().join(format!("tollgate-lease-mp-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "tollgate-lease-mp-{}-{wait_every}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let children: Vec<_> = (0..PROCESSES)
         .map(|p| {
@@ -138,6 +166,7 @@ fn processes_sharing_leases_never_over_admit() {
             let child = Command::new(&exe)
                 .args(["--exact", "child", "--nocapture", "--test-threads=1"])
                 .env("TOLLGATE_LEASE_CHILD_URL", server.url())
+                .env("TOLLGATE_LEASE_CHILD_WAIT_EVERY", wait_every.to_string())
                 .env("TOLLGATE_LEASE_CHILD_OUT", &out)
                 .env(
                     "TOLLGATE_LEASE_CHILD_DECISIONS",
@@ -150,8 +179,8 @@ fn processes_sharing_leases_never_over_admit() {
         })
         .collect();
     let mut debits = Vec::new();
-    let (mut spent, mut made, mut leased, mut returned, mut forfeited, mut calls) =
-        (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
+    let (mut spent, mut made, mut leased, mut returned, mut forfeited, mut calls, mut waits) =
+        (0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
     // Decisions per second: each process's own rate, summed (they run
     // side by side).
     let mut per_second = 0f64;
@@ -176,6 +205,7 @@ fn processes_sharing_leases_never_over_admit() {
                 forfeited += number(9);
                 calls += number(11);
                 per_second += number(3) as f64 * 1e9 / number(13).max(1) as f64;
+                waits += number(15);
             }
         }
     }
@@ -190,6 +220,7 @@ fn processes_sharing_leases_never_over_admit() {
          ({per_second:.0} decisions/s, each process's rate summed), \
          {spent} permits admitted, {} leases ({leased} permits, {returned} returned, \
          {forfeited} forfeited), {calls} Redis calls ({:.2} per 1,000 decisions), \
+         {waits} decisions waited for a lease, \
          allowance over the leases' span {allowance}, {violations} GCRA violations, \
          under-admission (debited, never spent) {} = {:.3}% of net debits",
         debits.len(),
