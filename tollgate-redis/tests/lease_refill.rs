@@ -58,15 +58,29 @@ fn retry_after(result: &Result<(), Error>) -> Duration {
 /// window, plus the burst and a constant for the calls in flight at its ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exhausted_budget_is_called_once_per_retry_after() {
+    exhausted_budget(1, 2, 1, 2).await;
+}
+
+/// The same bound per limiter for three limiters (three processes' worth)
+/// on one exhausted budget, each hammered by a thread and a waiting task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limiters_sharing_an_exhausted_budget_each_call_once_per_retry_after() {
+    exhausted_budget(3, 1, 0, 1).await;
+}
+
+async fn exhausted_budget(limiters: usize, sync_threads: usize, blocking: usize, tasks: usize) {
     let server = RedisServer::start();
     let bucket = TokenBucket::new(2, Rate::per_second(10)).unwrap();
     let interval = bucket.emission_interval();
-    let limiter = Arc::new(LeasedLimiter::start(
-        client(&server).await,
-        bucket,
-        "exhausted",
-        LeaseOptions::new(),
-    ));
+    let mut shared = Vec::new();
+    for _ in 0..limiters {
+        shared.push(Arc::new(LeasedLimiter::start(
+            client(&server).await,
+            bucket.clone(),
+            "exhausted",
+            LeaseOptions::new(),
+        )));
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let admitted = Arc::new(AtomicU64::new(0));
     let longest_wait = Arc::new(AtomicU64::new(0));
@@ -81,75 +95,91 @@ async fn an_exhausted_budget_is_called_once_per_retry_after() {
         Err(other) => panic!("{other}"),
     };
     let mut threads = Vec::new();
-    for blocking in [false, false, true] {
-        let (limiter, stop, admitted, longest) = (
-            limiter.clone(),
-            stop.clone(),
-            admitted.clone(),
-            longest_wait.clone(),
-        );
-        threads.push(std::thread::spawn(move || {
-            let mut decisions = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                let result = if blocking {
-                    limiter.try_acquire_n_blocking(1)
-                } else {
-                    limiter.try_acquire()
-                };
-                tally(result, &admitted, &longest);
-                decisions += 1;
-            }
-            decisions
-        }));
+    let mut spawned = Vec::new();
+    for limiter in &shared {
+        for blocks in (0..sync_threads + blocking).map(|i| i >= sync_threads) {
+            let (limiter, stop, admitted, longest) = (
+                limiter.clone(),
+                stop.clone(),
+                admitted.clone(),
+                longest_wait.clone(),
+            );
+            threads.push(std::thread::spawn(move || {
+                let mut decisions = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let result = if blocks {
+                        limiter.try_acquire_n_blocking(1)
+                    } else {
+                        limiter.try_acquire()
+                    };
+                    tally(result, &admitted, &longest);
+                    decisions += 1;
+                }
+                decisions
+            }));
+        }
+        for _ in 0..tasks {
+            let (limiter, stop, admitted, longest) = (
+                limiter.clone(),
+                stop.clone(),
+                admitted.clone(),
+                longest_wait.clone(),
+            );
+            spawned.push(tokio::spawn(async move {
+                let mut decisions = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    tally(limiter.try_acquire_n_waiting(1).await, &admitted, &longest);
+                    decisions += 1;
+                    // Leave the workers to the refill tasks now and then.
+                    tokio::task::yield_now().await;
+                }
+                decisions
+            }));
+        }
     }
-    let mut tasks = Vec::new();
-    for _ in 0..2 {
-        let (limiter, stop, admitted, longest) = (
-            limiter.clone(),
-            stop.clone(),
-            admitted.clone(),
-            longest_wait.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            let mut decisions = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                tally(limiter.try_acquire_n_waiting(1).await, &admitted, &longest);
-                decisions += 1;
-                // Leave the workers to the refill task now and then.
-                tokio::task::yield_now().await;
-            }
-            decisions
-        }));
-    }
+    let sum = |stats: &[LeaseStats], field: fn(&LeaseStats) -> u64| -> u64 {
+        stats.iter().map(field).sum()
+    };
+    let all_stats = |shared: &[Arc<LeasedLimiter>]| -> Vec<LeaseStats> {
+        shared.iter().map(|l| l.stats()).collect()
+    };
     // The burst goes at once; the window starts with the budget exhausted.
-    until(&limiter, |s| s.exhausted_leases > 0 || s.spent >= 3).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while sum(&all_stats(&shared), |s| s.spent) < 3 {
+        assert!(Instant::now() < deadline, "the budget was never spent");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let (calls_before, stats_before, window) =
-        (script_calls(&server), limiter.stats(), Instant::now());
+        (script_calls(&server), all_stats(&shared), Instant::now());
     tokio::time::sleep(Duration::from_secs(5)).await;
     let (calls_after, stats_after, window) =
-        (script_calls(&server), limiter.stats(), window.elapsed());
+        (script_calls(&server), all_stats(&shared), window.elapsed());
     stop.store(true, Ordering::Relaxed);
     let mut decisions = 0;
     for thread in threads {
         decisions += thread.join().unwrap();
     }
-    for task in tasks {
+    for task in spawned {
         decisions += task.await.unwrap();
     }
     let calls = calls_after - calls_before;
-    let lease_calls = stats_after.lease_calls - stats_before.lease_calls;
+    let lease_calls = sum(&stats_after, |s| s.lease_calls) - sum(&stats_before, |s| s.lease_calls);
+    let exhausted =
+        sum(&stats_after, |s| s.exhausted_leases) - sum(&stats_before, |s| s.exhausted_leases);
     let waits = window.as_nanos().div_ceil(interval.as_nanos()) as u64;
-    let bound = 2 * waits + 2 + 4;
-    let mut limiter = Arc::into_inner(limiter).unwrap();
-    let stats = limiter.shutdown().await;
+    let bound = limiters as u64 * (2 * waits + 4) + 2;
+    let mut stats = Vec::new();
+    for limiter in shared {
+        stats.push(Arc::into_inner(limiter).unwrap().shutdown().await);
+    }
     println!(
-        "exhausted budget (10/s, burst 2), 2 sync threads + 1 blocking thread + 2 waiting \
-         tasks for {window:?}: {decisions} decisions, {calls} script calls \
-         ({lease_calls} lease calls, {} found the budget exhausted; bound {bound}), \
-         {} permits admitted, {} waited for a lease, longest retry-after {:?}",
-        stats_after.exhausted_leases - stats_before.exhausted_leases,
-        stats.spent,
-        stats.waits,
+        "exhausted budget (10/s, burst 2), {limiters} limiter(s), each with {sync_threads} \
+         sync thread(s), {blocking} blocking thread(s) and {tasks} waiting task(s), for \
+         {window:?}: {decisions} decisions, {calls} script calls ({lease_calls} lease calls, \
+         {exhausted} found the budget exhausted; bound {bound}), {} permits admitted, {} waited \
+         for a lease, longest retry-after {:?}",
+        sum(&stats, |s| s.spent),
+        sum(&stats, |s| s.waits),
         Duration::from_nanos(longest_wait.load(Ordering::Relaxed)),
     );
     assert!(
@@ -160,8 +190,10 @@ async fn an_exhausted_budget_is_called_once_per_retry_after() {
     // The refusals carried a wait no longer than the script's (one interval
     // for one permit), and nothing was spent that was not leased.
     assert!(Duration::from_nanos(longest_wait.load(Ordering::Relaxed)) <= interval);
-    assert_eq!(stats.spent, admitted.load(Ordering::Relaxed));
-    assert!(stats.spent <= stats.leased);
+    assert_eq!(sum(&stats, |s| s.spent), admitted.load(Ordering::Relaxed));
+    for s in &stats {
+        assert!(s.spent <= s.leased);
+    }
 }
 
 /// After 3 s idle the pool has expired (lifetime 1 s) and the budget is
