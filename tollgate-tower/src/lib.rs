@@ -120,3 +120,9 @@ pub use shaped::Shaped;
 /// The `tower` trait that puts the layer around a service (`layer.layer(service)`),
 /// re-exported so that no `tower` dependency is needed for it.
 pub use tower_layer::Layer;
+
+// The README's examples, compiled and run as doctests. Its second example
+// needs the `redis` feature, as `--all-features` gives it.
+#[cfg(all(doctest, feature = "axum", feature = "redis"))]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
