@@ -501,6 +501,8 @@ struct Book {
     leases: Vec<LeaseRecord>,
     /// The last lease's TAT, index in `leases` and size, for an exact return.
     last: Option<(u64, usize, u64)>,
+    /// Why the last lease or return call failed, until one succeeds.
+    last_error: Option<String>,
 }
 
 /// A limiter that spends leases of a global Redis budget locally. See the
@@ -795,6 +797,58 @@ impl LeasedLimiter {
     pub fn pool(&self) -> u64 {
         // Relaxed: a report.
         self.shared.pool.load(Ordering::Relaxed)
+    }
+
+    /// The quota as this process sees it, for a `RateLimit` field: the
+    /// permits its pool holds now (what it can admit without a Redis call;
+    /// 0 once the pool has expired), the global capacity, and the time the
+    /// whole budget takes to refill from empty — an upper bound on the time
+    /// until full, as the global state is not read. Other processes' pools
+    /// and the budget left in Redis are not counted, so `available` is a
+    /// lower bound of what the cluster could still grant.
+    ///
+    /// ```no_run
+    /// # fn demo(limiter: &tollgate_redis::LeasedLimiter) {
+    /// let report = limiter.report();
+    /// println!("{} of {} held here", report.available, report.capacity);
+    /// # }
+    /// ```
+    pub fn report(&self) -> tollgate::Snapshot {
+        let shared = &*self.shared;
+        // Relaxed: a report (see `pool`).
+        let held = if shared.now() < shared.deadline.load(Ordering::Relaxed) {
+            shared.pool.load(Ordering::Relaxed)
+        } else {
+            0
+        };
+        tollgate::Snapshot::new(
+            u32::try_from(held).unwrap_or(u32::MAX).min(shared.capacity),
+            shared.capacity,
+            Duration::from_micros(u64::from(shared.capacity).saturating_mul(shared.interval_us)),
+        )
+    }
+
+    /// Why the last lease (or return) call failed, while no call has
+    /// succeeded since: a timeout, a refused connection, or a key the lease
+    /// script will not decide on — another Redis type, or damaged state
+    /// (`Error::UnknownState`, naming the key and the field). A damaged key
+    /// opens the breaker as an outage does, so the [`Policy`] decides until
+    /// the key is repaired or deleted; this says why.
+    ///
+    /// ```no_run
+    /// # fn demo(limiter: &tollgate_redis::LeasedLimiter) {
+    /// if let Some(why) = limiter.last_error() {
+    ///     eprintln!("leasing is failing: {why}");
+    /// }
+    /// # }
+    /// ```
+    pub fn last_error(&self) -> Option<String> {
+        self.shared
+            .book
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .last_error
+            .clone()
     }
 
     /// The counters so far.
@@ -1206,14 +1260,20 @@ impl Refill {
             book.stats.redis_calls += 1;
             book.stats.lease_calls += 1;
         }
-        let items = match reply.and_then(ints) {
+        let items = match reply.and_then(|reply| ints(reply, &self.redis_key)) {
             Ok(items) => items,
-            Err(_) => {
+            Err(err) => {
+                // A damaged or foreign key is no outage, but leasing from it
+                // cannot go on either: the breaker opens as for a failure
+                // (the policy decides meanwhile), and the error that names
+                // the key and the field stays readable in `last_error`.
+                self.book().last_error = Some(err.to_string());
                 self.failed();
                 self.publish(FAILED);
                 return Leased::Failed;
             }
         };
+        self.book().last_error = None;
         self.recovered();
         match items.as_slice() {
             [1, time, granted, tat] => {
@@ -1301,7 +1361,11 @@ impl Refill {
                 let args = [unused.min(granted), self.shared.interval_us, tat];
                 let reply = self.client.eval(&RETURN, &self.redis_key, &args).await;
                 self.book().stats.redis_calls += 1;
-                match reply.and_then(ints).as_deref() {
+                let reply = reply.and_then(|reply| ints(reply, &self.redis_key));
+                if let Err(err) = &reply {
+                    self.book().last_error = Some(err.to_string());
+                }
+                match reply.as_deref() {
                     Ok([1, _, returned, _]) => {
                         let returned = *returned as u64;
                         if returned > 0 {
@@ -1350,11 +1414,25 @@ impl Refill {
     }
 }
 
-/// A script's reply as integers.
-fn ints(reply: Value) -> Result<Vec<i64>, Error> {
+/// A script's reply as integers; the scripts' refusals of a key they did not
+/// write (`{-1|-2, message}`) as the errors that name it.
+fn ints(reply: Value, key: &str) -> Result<Vec<i64>, Error> {
     let Value::Array(items) = reply else {
         return Err(Error::UnexpectedReply(format!("{reply:?}")));
     };
+    if let [Value::Int(status @ (-1 | -2)), message] = items.as_slice() {
+        let detail = match message {
+            Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+            Value::SimpleString(text) => text.clone(),
+            other => format!("{other:?}"),
+        };
+        let key = key.to_owned();
+        return Err(if *status == -1 {
+            Error::WrongType { key, detail }
+        } else {
+            Error::UnknownState { key, detail }
+        });
+    }
     items
         .into_iter()
         .map(|item| match item {

@@ -432,3 +432,38 @@ async fn first_request_after_idle_latency() {
     let stats = Arc::into_inner(limiter).unwrap().shutdown().await;
     assert_eq!(stats.waits, 2 * trials as u64);
 }
+
+/// A lease key holding damaged state (a `tat` that is not a whole number):
+/// the lease script refuses it, nothing is admitted (the default policy,
+/// `Closed`, once the breaker opens), and `last_error` names the key and the
+/// field instead of leaving the refusals unexplained. Repaired (deleted), the
+/// key leases again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_lease_key_admits_nothing_and_says_why() {
+    let server = RedisServer::start();
+    let bucket = TokenBucket::new(5, Rate::per_hour(5)).unwrap();
+    let key = tollgate_redis::Limiter::redis_key(&bucket, "damaged");
+    let _: () = server.cmd(&["HSET", &key, "tat", "nan"]);
+    let _: () = server.cmd(&["PEXPIRE", &key, "3600000"]);
+    let options = LeaseOptions::new().breaker(1, Duration::from_millis(50));
+    let limiter = LeasedLimiter::start(client(&server).await, bucket, "damaged", options);
+    let mut admitted = 0;
+    for _ in 0..20 {
+        if limiter.try_acquire_n_waiting(1).await.is_ok() {
+            admitted += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(admitted, 0);
+    let why = limiter.last_error().expect("the failure is reported");
+    assert!(why.contains(&key) && why.contains("tat"), "{why}");
+    assert_eq!(limiter.stats().leased, 0);
+
+    let _: () = server.cmd(&["DEL", &key]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while limiter.try_acquire_n_waiting(1).await.is_err() {
+        assert!(Instant::now() < deadline, "{:?}", limiter.last_error());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(limiter.last_error(), None);
+}

@@ -109,7 +109,10 @@ fn outcome(decision: Result<(), Error>) -> Outcome {
 /// policy. A request that finds the local lease cold (empty, or expired
 /// after an idle spell) while the budget may have room waits for one lease
 /// call instead of being refused. Its denials carry the script's
-/// retry-after.
+/// retry-after. Its `RateLimit` member is the process's view
+/// ([`LeasedLimiter::report`]): the permits its lease holds (a lower bound of
+/// what the cluster could grant), the global capacity, and a full refill's
+/// time as an upper bound of the time until full.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -165,6 +168,25 @@ impl LeasedLimit {
     }
 }
 
+impl LeasedLimit {
+    fn outcome(&self, decision: Result<(), Error>) -> Outcome {
+        reported(outcome(decision), self.limiter.report())
+    }
+}
+
+/// An outcome with the leased limiter's report: the permits this process
+/// holds, the global capacity, a full refill's time.
+fn reported(outcome: Outcome, report: tollgate::Snapshot) -> Outcome {
+    match outcome {
+        Outcome::Admitted(_) => Outcome::Admitted(Some(report)),
+        Outcome::Denied { denied, .. } => Outcome::Denied {
+            denied,
+            snapshot: Some(report),
+        },
+        other => other,
+    }
+}
+
 impl<K> Policy<K> for LeasedLimit {
     fn name(&self) -> &PolicyName {
         &self.name
@@ -177,9 +199,18 @@ impl<K> Policy<K> for LeasedLimit {
     /// timeout, instead of refusing.
     fn decide(&self, _: &K, n: u32) -> Decision {
         match self.limiter.try_acquire_n_or_wait(n) {
-            Attempt::Decided(decision) => Decision::Now(outcome(decision)),
-            Attempt::Waiting(wait) => Decision::Later(Box::pin(async move { outcome(wait.await) })),
+            Attempt::Decided(decision) => Decision::Now(self.outcome(decision)),
+            Attempt::Waiting(wait) => {
+                let limiter = Arc::clone(&self.limiter);
+                Decision::Later(Box::pin(async move {
+                    reported(outcome(wait.await), limiter.report())
+                }))
+            }
         }
+    }
+
+    fn capacity(&self, _: &K) -> Option<u32> {
+        Some(self.limiter.report().capacity)
     }
 
     /// A budget shared with other processes: asked after every in-process

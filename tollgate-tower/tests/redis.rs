@@ -159,6 +159,26 @@ async fn a_leased_route_admits_the_first_request_after_idle() {
             "round {round}: {:?}",
             response.headers().get("retry-after")
         );
+        // The process's view of the shared budget: the global capacity, the
+        // permits its lease holds, a full refill's time (1 s).
+        assert_eq!(response.headers()["ratelimit-policy"], "\"search\";q=1000");
+        let field = response.headers()["ratelimit"].to_str().unwrap();
+        let r: u32 = field
+            .strip_prefix("\"search\";r=")
+            .and_then(|rest| rest.strip_suffix(";t=1"))
+            .unwrap_or_else(|| panic!("{field}"))
+            .parse()
+            .unwrap();
+        assert!(r < 1000, "{field}");
     }
     eprintln!("first request after idle: {first_after_idle:?}");
+
+    // Redis gone while the route is idle: the cold request's lease call
+    // fails, and the limiter's policy (`Closed`) answers — `503`, as a busy
+    // process whose breaker has opened answers, not a `429` that would
+    // invite a retry.
+    drop(redis);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let response = http.get(&url).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
 }
