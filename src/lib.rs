@@ -131,3 +131,24 @@ pub use sliding_window::{
 pub use token_bucket::{LeasedTokenBucket, LockingTokenBucket, TokenBucket};
 pub use waiting::{Reservation, Reserve, RetryAcquire};
 pub use warm_up::{LockingWarmUp, WarmUp};
+
+// The README and the guide's pages (docs/guide/), compiled and run as
+// doctests, so that an example that stops compiling fails `cargo test`. Only
+// under `doctest`: the packaged crate holds no docs/guide/.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
+#[cfg(doctest)]
+mod guide {
+    #[doc = include_str!("../docs/guide/choosing.md")]
+    struct Choosing;
+
+    #[doc = include_str!("../docs/guide/per-key.md")]
+    struct PerKey;
+
+    // Its async example needs `acquire_async`, as `--all-features` gives it.
+    #[cfg(feature = "tokio")]
+    #[doc = include_str!("../docs/guide/waiting.md")]
+    struct Waiting;
+}
