@@ -147,6 +147,9 @@ mod guide {
     #[doc = include_str!("../docs/guide/per-key.md")]
     struct PerKey;
 
+    #[doc = include_str!("../docs/guide/combining.md")]
+    struct Combining;
+
     // Its async example needs `acquire_async`, as `--all-features` gives it.
     #[cfg(feature = "tokio")]
     #[doc = include_str!("../docs/guide/waiting.md")]
