@@ -3,7 +3,7 @@
 //! around a service that answers at once, and the response future is polled
 //! once (it is ready: every policy here decides synchronously). Allow-heavy
 //! (limits never reached) and deny-heavy (every request refused), 1 thread:
-//! the per-request cost that the loopback load test (examples/loadtest.rs)
+//! the per-request cost that the loopback load test (benches/loadtest.rs)
 //! shows diluted in HTTP's own cost.
 //!
 //! ```text
@@ -19,7 +19,6 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use http::{Request, Response};
 use tower::{Layer, Service};
 
-#[path = "../examples/load_service/mod.rs"]
 mod load_service;
 use load_service::{governor_layer, once, tollgate_layer};
 

@@ -1,139 +1,153 @@
-//! A small axum service behind tollgate-tower: a per-IP token bucket on
-//! every request, an exact sliding log on `/search` (shared by all callers),
-//! and a per-IP login limit on `POST /login` (5 at once, then one every 12 s);
-//! each route's limits all-or-nothing (the core's `AllOf`).
+//! An axum service with three limits, behind tollgate-tower:
 //!
-//! ```text
-//! cargo run --release -p tollgate-tower --example service              # drives itself: 40 requests, prints what came back
-//! cargo run --release -p tollgate-tower --example service -- --requests 100
-//! cargo run --release -p tollgate-tower --example service -- --serve 127.0.0.1:3000 --duration 60
+//! - every request: 20 at once per client address, then 10 a second;
+//! - `POST /login`: 5 a minute per address, exactly (a sliding log: never a
+//!   6th login in any 60 s);
+//! - `GET /search`: 30 a second for all clients together.
+//!
+//! ```sh
+//! cargo run --release -p tollgate-tower --example service                # serve on 127.0.0.1:3000
+//! cargo run --release -p tollgate-tower --example service -- --self-test # drive it over loopback, check, exit
 //! ```
 //!
-//! With `--serve`, try `curl -i localhost:3000/` and `curl -i -X POST
-//! localhost:3000/login` six times; the server stops after `--duration`
-//! seconds (default 30).
+//! While it serves, try `curl -i -X POST localhost:3000/login` six times.
 
-use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::connect_info::IntoMakeServiceWithConnectInfo;
+use axum::http::Method;
 use axum::routing::{get, post};
-use http::Method;
 use tokio::net::TcpListener;
-use tollgate::keyed::{BucketConfig, Keyed};
-use tollgate::{AllOf, Rate, SlidingLog, TokenBucket};
-use tollgate_tower::{AllOfLimit, PeerIp, PerKey, PolicyName, Route, Throttle, ThrottleLayer};
+use tollgate::keyed::{BucketConfig, Keyed, LogConfig};
+use tollgate::{Rate, SlidingLog, TokenBucket};
+use tollgate_tower::{Limit, PeerIp, PerKey, PolicyName, Route, ThrottleLayer};
 
-/// The service: the layer in front of the whole router (it matches its own
-/// routes), the router's routes built once (`with_state`, as
-/// `Router::into_make_service` would do).
-fn app() -> Result<
-    IntoMakeServiceWithConnectInfo<Throttle<Router, PeerIp>, SocketAddr>,
-    Box<dyn std::error::Error>,
-> {
-    // Every request: 20 at once per IP, then 10 a second.
-    let per_ip = Arc::new(Keyed::<IpAddr, TokenBucket>::new(BucketConfig::new(
-        20,
-        Rate::per_second(10),
-    )?));
-    // Logins: 5 at once per IP, then one every 12 s (the bucket's bound: at
-    // most 5 + t/12 s in any span t; a fixed window would allow 10 across a
-    // boundary).
-    let logins = Arc::new(Keyed::<IpAddr, TokenBucket>::new(BucketConfig::new(
-        5,
-        Rate::per_minute(5),
-    )?));
-    // Search: 30 a second for everyone together, in any window of 1 s
-    // (exact: a sliding log, the last member of its AllOf as it cannot refund).
-    let search = Arc::new(SlidingLog::new(Rate::per_second(30))?);
+type Error = Box<dyn std::error::Error>;
 
-    // Each route group's limits are one AllOf: all admit or none keeps a
-    // permit (a login denied by the login limit gives its per-IP permit back).
-    let name = |n: &str, secs| {
-        Ok::<_, tollgate_tower::InvalidName>(PolicyName::new(n)?.window(Duration::from_secs(secs)))
+/// The per-address bucket, kept so that the self-test can look at it.
+type PerIp = Arc<Keyed<IpAddr, TokenBucket>>;
+
+/// The three limits. A request must pass its route's policies and every
+/// `.policy(...)`, all or nothing: a request one limit refuses gives back
+/// what the others took, whatever order they are declared in. (The
+/// self-test refills per hour instead of per second, so that nothing refills
+/// while it counts.)
+fn limits(self_test: bool) -> Result<(ThrottleLayer<PeerIp>, PerIp), Error> {
+    let per = |n| {
+        if self_test {
+            Rate::per_hour(n)
+        } else {
+            Rate::per_second(n)
+        }
     };
-    let (ip_a, ip_b, ip_c) = (Arc::clone(&per_ip), Arc::clone(&per_ip), per_ip);
-    let login = AllOfLimit::new(
-        [name("per-ip", 2)?, name("login", 60)?],
-        move |ip: &IpAddr, n| {
-            AllOf::new((ip_a.for_key(ip), logins.for_key(ip))).try_acquire_n_reporting(n)
-        },
-    )?;
-    let search = AllOfLimit::new(
-        [name("per-ip", 2)?, name("search", 1)?],
-        move |ip: &IpAddr, n| AllOf::new((ip_b.for_key(ip), &*search)).try_acquire_n_reporting(n),
-    )?;
+    let per_ip: PerIp = Arc::new(Keyed::new(BucketConfig::new(20, per(10))?));
+    let logins = Keyed::<IpAddr, SlidingLog>::new(LogConfig::new(Rate::per_minute(5))?);
+    let search = SlidingLog::new(if self_test {
+        Rate::per_hour(3)
+    } else {
+        per(30)
+    })?;
+
+    // A name with a window is advertised as `RateLimit-Policy: "login";q=5;w=60`.
+    let name =
+        |name, secs| Ok::<_, Error>(PolicyName::new(name)?.window(Duration::from_secs(secs)));
     let layer = ThrottleLayer::builder(PeerIp)
-        .route(Route::exact("/login").method(Method::POST), login)
-        .route(Route::prefix("/search"), search)
-        // Everything else: the per-IP bucket alone (the first matching group decides).
         .route(
-            Route::prefix("/"),
-            PerKey::shared(name("per-ip", 2)?, ip_c)?,
+            Route::exact("/login").method(Method::POST),
+            PerKey::new(name("login", 60)?, logins)?,
         )
+        .route(
+            Route::exact("/search"),
+            Limit::new(name("search", 1)?, search)?,
+        )
+        .policy(PerKey::shared(name("per-ip", 2)?, Arc::clone(&per_ip))?)
         .build();
-    let router = Router::new()
+    Ok((layer, per_ip))
+}
+
+fn router() -> Router {
+    Router::new()
         .route("/", get(|| async { "hello\n" }))
         .route("/search", get(|| async { "results\n" }))
-        .route("/login", post(|| async { "welcome\n" }));
-    Ok(layer.serve(router))
+        .route("/login", post(|| async { "welcome\n" }))
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let flag = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
-    let app = app()?;
-    if let Some(addr) = flag("--serve") {
-        let seconds: u64 = flag("--duration").map_or(Ok(30), |d| d.parse())?;
-        let listener = TcpListener::bind(&addr).await?;
-        println!(
-            "serving on http://{} for {seconds} s",
-            listener.local_addr()?
-        );
-        let server = axum::serve(listener, app);
-        let _ = tokio::time::timeout(Duration::from_secs(seconds), server).await;
-        return Ok(());
-    }
-
-    let requests: usize = flag("--requests").map_or(Ok(40), |n| n.parse())?;
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
+async fn main() -> Result<(), Error> {
+    let self_test = std::env::args().any(|arg| arg == "--self-test");
+    let (layer, per_ip) = limits(self_test)?;
+    let listener = TcpListener::bind(if self_test {
+        "127.0.0.1:0"
+    } else {
+        "127.0.0.1:3000"
+    })
+    .await?;
     let addr = listener.local_addr()?;
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    // The layer in front of the whole router, with each request's peer address.
+    let server = axum::serve(listener, layer.serve(router()));
+    if !self_test {
+        println!("serving on http://{addr}");
+        return Ok(server.await?);
+    }
+    tokio::spawn(async move { server.await });
+    check(addr, &per_ip).await
+}
+
+/// Sends `count` requests; returns their statuses and prints what came back.
+async fn send(
+    addr: SocketAddr,
+    method: Method,
+    path: &str,
+    count: usize,
+) -> Result<Vec<u16>, Error> {
     let client = reqwest::Client::new();
-    let mut counts: BTreeMap<(&str, u16), usize> = BTreeMap::new();
-    for i in 0..requests {
-        let (label, request) = match i % 4 {
-            0 => ("POST /login", client.post(format!("http://{addr}/login"))),
-            1 => ("GET /search", client.get(format!("http://{addr}/search"))),
-            _ => ("GET /", client.get(format!("http://{addr}/"))),
-        };
-        let response = request.send().await?;
-        let status = response.status().as_u16();
-        if !counts.contains_key(&(label, status)) {
-            println!("first {status} for {label}:");
-            for name in ["ratelimit-policy", "ratelimit", "retry-after"] {
-                if let Some(value) = response.headers().get(name) {
-                    println!("  {name}: {}", value.to_str()?);
-                }
-            }
-            if status != 200 {
-                println!("  body: {}", response.text().await?);
-            }
+    let mut statuses = Vec::new();
+    for _ in 0..count {
+        let response = client
+            .request(method.clone(), format!("http://{addr}{path}"))
+            .send()
+            .await?;
+        let header = |name| response.headers().get(name).map_or(Ok("-"), |v| v.to_str());
+        let (status, limit, retry) = (
+            response.status(),
+            header("ratelimit")?,
+            header("retry-after")?,
+        );
+        println!("{method} {path}: {status}  RateLimit: {limit}  Retry-After: {retry}");
+        // Every answer says where it stands; a refusal names the limit and when to retry.
+        assert!(response.headers().contains_key("ratelimit-policy"));
+        if status == 429 {
+            let secs: u64 = retry.parse()?;
+            assert!(secs >= 1, "Retry-After: {secs}");
         }
-        *counts.entry((label, status)).or_default() += 1;
+        statuses.push(status.as_u16());
     }
-    println!("\n{requests} requests from one address:");
-    for ((label, status), count) in counts {
-        println!("  {label:12} {status}: {count}");
-    }
+    Ok(statuses)
+}
+
+/// The self-test: real HTTP requests over loopback, from one address.
+async fn check(addr: SocketAddr, per_ip: &PerIp) -> Result<(), Error> {
+    // Five logins a minute: the 6th and 7th are refused.
+    let logins = send(addr, Method::POST, "/login", 7).await?;
+    assert_eq!(logins, [200, 200, 200, 200, 200, 429, 429]);
+    // Search (3 an hour here, for everyone): the 4th and 5th are refused.
+    let searches = send(addr, Method::GET, "/search", 5).await?;
+    assert_eq!(searches, [200, 200, 200, 429, 429]);
+    // The four refused requests took nothing from the per-address bucket:
+    // 20 − 5 logins − 3 searches.
+    let ip = addr.ip();
+    assert_eq!(per_ip.snapshot(&ip).available, 12);
+    // The per-address bucket's last 12, then a refusal on every route.
+    assert!(
+        send(addr, Method::GET, "/", 12)
+            .await?
+            .iter()
+            .all(|&s| s == 200)
+    );
+    assert_eq!(send(addr, Method::GET, "/", 1).await?, [429]);
+    assert_eq!(per_ip.snapshot(&ip).available, 0);
+    println!("self-test passed: each limit refused in turn, refused requests took nothing");
     Ok(())
 }

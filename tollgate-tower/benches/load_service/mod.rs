@@ -1,7 +1,8 @@
 //! The load test's service and its two layers, shared by the measures of
-//! the layer's cost: `examples/loadtest.rs` (over loopback), `examples/callcost.rs`
-//! (in-process, for callgrind) and `benches/layer.rs` (criterion, included with
-//! `#[path]`), so that all three measure the same limits, keys and requests.
+//! the layer's cost: `benches/loadtest.rs` (over loopback), `benches/callcost.rs`
+//! (in-process, for callgrind) and `benches/layer.rs` (criterion), each
+//! including it as `mod load_service;`, so that all three measure the same
+//! limits, keys and requests.
 //! Not every includer uses every item.
 #![allow(dead_code)]
 

@@ -10,12 +10,13 @@
 //! with axum's `Router::layer` (`--placement router`). The same
 //! limits as the load test (`allow`: never reached; `deny`: one permit per
 //! key per hour). Only the counted requests are collected; divide the total
-//! by `N`:
+//! by `N`. (A plain `cargo bench` runs it once with the defaults: 10,000
+//! requests through tollgate-tower, uncounted.)
 //!
 //! ```text
-//! cargo build --release -p tollgate-tower --example callcost
+//! exe=$(cargo bench --no-run -p tollgate-tower --bench callcost 2>&1 | grep -o 'target/release/deps/callcost-[0-9a-f]*')
 //! valgrind --tool=callgrind --collect-atstart=no --toggle-collect='callcost::measured*' \
-//!   target/release/examples/callcost --layer tollgate --limits allow --placement outer --requests 10000
+//!   $exe --layer tollgate --limits allow --placement outer --requests 10000
 //! ```
 //!
 //! `--pollute` empties the caches before each request, as the kernel's TCP

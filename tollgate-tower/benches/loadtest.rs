@@ -3,7 +3,7 @@
 //! and behind `tower_governor`, in **paired, interleaved rounds**.
 //!
 //! ```text
-//! cargo run --release -p tollgate-tower --example loadtest -- --rounds 30 --seconds 1
+//! cargo bench -p tollgate-tower --bench loadtest -- --rounds 30 --seconds 1
 //! ```
 //!
 //! Each variant is a server process of its own (this program with

@@ -3,11 +3,12 @@
 //! and back.
 //!
 //! ```sh
-//! cargo run --release -p tollgate-redis --example leased_processes
+//! cargo test -p tollgate-redis --release --test leased_processes
 //! ```
 //!
-//! Needs `redis-server` on `PATH` (`scripts/install-redis` installs it). The
-//! example starts its own on a free loopback port, with an append-only file
+//! A test with its own `main` (`harness = false`), run by `cargo test` with
+//! the others. Needs `redis-server` on `PATH` (`scripts/install-redis`
+//! installs it). The test starts its own on a free loopback port, with an append-only file
 //! fsynced on every write (`appendfsync always`), so the restarted server
 //! remembers every lease it acknowledged and one global invariant spans both
 //! of its lives. It then starts three copies of itself (`worker` argument);

@@ -2,7 +2,7 @@
 //! **paired, interleaved rounds**: a ratio per round, then the median.
 //!
 //! ```text
-//! cargo run --release --example keyed_paired -- [ROUNDS] [MILLISECONDS]
+//! cargo bench --bench keyed_paired -- [ROUNDS] [MILLISECONDS]
 //! ```
 //!
 //! Why: on a shared VM the million-key groups of `cargo bench --bench keyed`
@@ -120,8 +120,10 @@ fn quartiles(mut values: Vec<f64>) -> (f64, f64, f64) {
 }
 
 fn main() {
+    // `cargo bench` adds `--bench`: flags are skipped.
     let args: Vec<u64> = std::env::args()
         .skip(1)
+        .filter(|a| !a.starts_with("--"))
         .map(|a| a.parse().expect("ROUNDS and MILLISECONDS are numbers"))
         .collect();
     let rounds = args.first().copied().unwrap_or(21) as usize;
