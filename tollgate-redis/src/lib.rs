@@ -93,3 +93,9 @@ pub use token_bucket::TokenBucket;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+// The guide's page on this crate (docs/guide/distributed.md), compiled as
+// doctests in the repository; the packaged crate holds no docs/.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/distributed.md")]
+struct GuideDistributed;
