@@ -126,3 +126,10 @@ pub use tower_layer::Layer;
 #[cfg(all(doctest, feature = "axum", feature = "redis"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+// The guide's page on this crate (docs/guide/http.md), compiled and run as
+// doctests in the repository (its last example needs `redis`); the packaged
+// crate holds no docs/.
+#[cfg(all(doctest, feature = "axum", feature = "redis"))]
+#[doc = include_str!("../../docs/guide/http.md")]
+struct GuideHttp;
