@@ -150,6 +150,9 @@ mod guide {
     #[doc = include_str!("../docs/guide/combining.md")]
     struct Combining;
 
+    #[doc = include_str!("../docs/guide/verification.md")]
+    struct Verification;
+
     // Its async example needs `acquire_async`, as `--all-features` gives it.
     #[cfg(feature = "tokio")]
     #[doc = include_str!("../docs/guide/waiting.md")]
