@@ -35,7 +35,7 @@
 //!   clock that stepped back), the [`Shaper`](crate::Shaper) still keeps the
 //!   order, but a token bucket or meter reservation can start before an earlier
 //!   one that was granted spare capacity — their rate bound holds either way
-//!   (see `docs/waiting.md`).
+//!   (see `docs/guide/waiting.md`).
 //! - **The limit holds.** Starts obey the limiter's own invariant (for a token
 //!   bucket: at most `capacity + rate·(b − a)` permits start in any `[a, b]`);
 //!   the tests check it on every recorded start.

@@ -22,7 +22,7 @@
 //! whatever `N` is, so **a rule change keeps the log**: a larger or smaller `N`,
 //! a shorter `T`, or a longer one up to `history`, all decide on the same
 //! entries, exactly. It also holds only the permits of the last `history` (at
-//! most `N` per `T`), not a fixed `N` forever. `docs/distributed.md` measures
+//! most `N` per `T`), not a fixed `N` forever. `docs/benchmarks.md` measures
 //! both designs.
 //!
 //! # Keys and expiry
