@@ -5,7 +5,7 @@
 //! the word's cache line over from the other core, and a retry straight after
 //! a lost race mostly loses again (the winner is already updating). A loser
 //! that steps aside for a moment lets the winner run its next few updates
-//! with the line still in its own cache (docs/benchmarks.md, "Backing off").
+//! with the line still in its own cache.
 //!
 //! Why time: the usual loop (`crossbeam_utils::Backoff::spin`, 1, 2, 4 … 64
 //! `pause` instructions) waits as long as `pause` lasts, and that differs by

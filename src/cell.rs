@@ -65,7 +65,7 @@ impl StateCell for AtomicCell {
                     // of spin hints, so the same on every CPU; see `backoff`)
                     // before deciding again. The winner's next update then
                     // finds the line still in its own cache instead of both
-                    // cores trading it on every attempt (docs/benchmarks.md).
+                    // cores trading it on every attempt.
                     // Bounded: it never blocks, and a thread that never loses
                     // never waits.
                     backoff.wait();
