@@ -126,6 +126,19 @@ impl AtomicRing {
     /// unless an entry it would replace is still in flight.
     #[inline]
     pub(crate) fn claim(&self, now: u64, n: u32, mode: Mode) -> Result<Outcome, Sealed> {
+        self.claim_noting(now, n, mode, &mut false)
+    }
+
+    /// [`claim`](Self::claim), setting `lost` when another thread moved the
+    /// head first (a lost compare-and-swap, or entries that moved under the
+    /// decision): the sign that another thread shares this ring.
+    pub(crate) fn claim_noting(
+        &self,
+        now: u64,
+        n: u32,
+        mode: Mode,
+        lost: &mut bool,
+    ) -> Result<Outcome, Sealed> {
         let geometry = self.geometry.with_count_denied(matches!(mode, Mode::Log));
         // Lost races back off a little: a retry re-reads two contended lines (the
         // head and the slot's), and retrying at once mostly loses again.
@@ -135,6 +148,7 @@ impl AtomicRing {
             let view = View { ring: self, head };
             let (next, stamp, denied) = match geometry.decide(&view, head, now, n) {
                 Verdict::Moved => {
+                    *lost = true;
                     backoff.wait();
                     continue;
                 }
@@ -176,6 +190,7 @@ impl AtomicRing {
                     Some(retry_ns) => Outcome::Logged { retry_ns },
                 });
             }
+            *lost = true;
             backoff.wait();
         }
     }

@@ -7,7 +7,7 @@ use super::log::{Geometry, Inheritance, Moved, retry_after};
 use super::ring::{AtomicRing, Claim, Mode, Outcome, Sealed};
 use crate::error::Denied;
 use crate::limiter::Snapshot;
-use crate::stripe::thread_hint;
+use crate::stripe::{refresh_thread_hint, thread_hint};
 
 /// The most rings a log splits into: a request that its own ring cannot serve
 /// reads every ring, so more only lengthen that scan.
@@ -103,9 +103,22 @@ impl Rings {
         let ring = &self.rings[home];
         // The common case touches only the home ring's lines, which other
         // threads' home rings do not share.
-        if n <= ring.geometry().capacity()
-            && matches!(ring.claim(now, n, Mode::Admit)?, Outcome::Admitted(_))
-        {
+        let mut lost = false;
+        let admitted = n <= ring.geometry().capacity()
+            && matches!(
+                ring.claim_noting(now, n, Mode::Admit, &mut lost)?,
+                Outcome::Admitted(_)
+            );
+        if lost {
+            // Another thread shares this home ring — two threads whose first
+            // check ran on one CPU (a parent's, before the scheduler spread
+            // them), or one that migrated since — and every check would pull
+            // the ring's head line across cores for as long as both live. Take
+            // the ring of the CPU this thread runs on now, as the striped
+            // window and the leased bucket do.
+            refresh_thread_hint();
+        }
+        if admitted {
             return Ok(Ok(()));
         }
         self.across(now, n, home)
@@ -299,5 +312,96 @@ impl Rings {
             .map(|ring| ring.inheritance(shape.capacity()))
             .collect();
         Rings::inheriting(shape, stripes, Inheritance::merge(parts, shape.capacity()))
+    }
+}
+
+#[cfg(all(test, target_os = "linux", not(loom)))]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Barrier};
+    use std::time::{Duration, Instant};
+
+    use crate::stripe::thread_hint;
+    use crate::{Rate, RateLimiter, SlidingLog};
+
+    /// The CPUs this process may run on.
+    fn allowed_cpus() -> Vec<usize> {
+        // SAFETY: `cpu_set_t` is a plain bit array; all zeros is empty.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `set` is a valid, writable `cpu_set_t` of the size passed.
+        let status =
+            unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+        assert_eq!(status, 0);
+        (0..libc::CPU_SETSIZE as usize)
+            // SAFETY: `cpu < CPU_SETSIZE`, the set's size in bits.
+            .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+            .collect()
+    }
+
+    /// Moves the calling thread to `cpu` alone.
+    fn pin(cpu: usize) {
+        // SAFETY: as in `allowed_cpus`; `cpu` is below `CPU_SETSIZE`.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            let status = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+            assert_eq!(status, 0, "cannot pin to CPU {cpu}");
+        }
+    }
+
+    /// Two threads whose first check ran on one CPU share a home ring; moved
+    /// to two CPUs and checking at once, they lose races on that ring, and
+    /// the loser takes the ring of the CPU it runs on: they end on different
+    /// rings instead of trading one ring's head line for as long as they live.
+    #[test]
+    fn threads_that_first_checked_on_one_cpu_move_apart() {
+        let cpus = allowed_cpus();
+        assert!(
+            cpus.len() >= 2,
+            "this test needs two CPUs, the process may use {cpus:?}"
+        );
+        let rings = 2;
+        // One permit a nanosecond: far more than two threads can ask for, so
+        // every check is an admission on the home ring.
+        let log = Arc::new(
+            SlidingLog::new(Rate::new(100_000, Duration::from_micros(100)))
+                .unwrap()
+                .with_stripes(rings),
+        );
+        let homes = Arc::new([AtomicUsize::new(usize::MAX), AtomicUsize::new(usize::MAX)]);
+        let start = Arc::new(Barrier::new(2));
+        let threads: Vec<_> = (0..2)
+            .map(|i| {
+                let (log, homes, start, cpus) = (
+                    Arc::clone(&log),
+                    Arc::clone(&homes),
+                    Arc::clone(&start),
+                    cpus.clone(),
+                );
+                std::thread::spawn(move || {
+                    pin(cpus[0]);
+                    log.try_acquire().unwrap();
+                    let first = thread_hint() % rings;
+                    start.wait();
+                    pin(cpus[i]);
+                    let deadline = Instant::now() + Duration::from_secs(20);
+                    loop {
+                        for _ in 0..1_000 {
+                            log.try_acquire().unwrap();
+                        }
+                        // Relaxed: a report read after both threads stop.
+                        homes[i].store(thread_hint() % rings, Ordering::Relaxed);
+                        let other = homes[1 - i].load(Ordering::Relaxed);
+                        if other != usize::MAX && other != homes[i].load(Ordering::Relaxed) {
+                            break;
+                        }
+                        assert!(Instant::now() < deadline, "still on one ring");
+                    }
+                    first
+                })
+            })
+            .collect();
+        let first: Vec<usize> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        assert_eq!(first[0], first[1], "both first checked on CPU {}", cpus[0]);
     }
 }
