@@ -83,6 +83,7 @@ fn bucket(workload: Workload) -> TokenBucket {
             assert!(b.try_acquire().is_ok());
             b
         }
+        Workload::Limit => unreachable!("this bench runs the allow and deny workloads only"),
     }
 }
 
@@ -94,6 +95,7 @@ fn window(workload: Workload) -> FixedWindow {
             assert!(w.try_acquire().is_ok());
             w
         }
+        Workload::Limit => unreachable!("this bench runs the allow and deny workloads only"),
     }
 }
 

@@ -9,6 +9,12 @@
 //!   `u32::MAX`), and the harness asserts that every check was admitted.
 //! - **deny**: the limiter is exhausted before timing starts and refills once an
 //!   hour, so every check reads the word and denies without writing; asserted too.
+//! - **limit** (every limiter here): at the limit — one
+//!   permit per `P` ns with 1 ms of burst, `P` set so the rate is half of what
+//!   the plain token bucket checks allow-heavy at that thread count, measured
+//!   in the same process first (`common::limit_period`): the offered load is
+//!   about twice the rate, most checks admit while the bucket hovers at empty
+//!   and the threads race for the last permits. The share admitted is printed.
 //!
 //! Groups are named `<limiter>/<workload>/<threads>t` (`token_bucket/allow/2t`),
 //! functions after the implementation: `tollgate-atomic` (the lock-free limiter),
@@ -39,7 +45,7 @@ use tollgate::{
 mod common;
 use common::{
     Check, Parallelism, THREADS, Workload, allow_quota, deny_quota, governor_limiter,
-    governor_upkeep_clock, tollgate_cached_clock, tollgate_limiter,
+    governor_upkeep_clock, limit_quota, limit_rate, tollgate_cached_clock, tollgate_limiter,
 };
 
 /// One criterion group: a limiter, a workload, a thread count.
@@ -58,13 +64,22 @@ impl Case {
         let (workload, threads) = (self.workload, self.threads);
         let name = format!("{}/{}/{threads}t", self.limiter, workload.name());
         let mut parallelism = Parallelism::default();
+        let (mut admitted, mut checks) = (0u64, 0u64);
         common::bench_threads(c, &name, function, threads, |iters| {
             let run = common::run_checks(make(), threads, iters, true);
             workload.assert_admitted(run.count, iters * threads as u64);
+            admitted += run.count;
+            checks += iters * threads as u64;
             parallelism.add(&run);
             run.wall
         });
         parallelism.report(&format!("{name}/{function}"));
+        if workload == Workload::Limit && checks > 0 {
+            eprintln!(
+                "{name}/{function}: {:.3}% of {checks} checks admitted",
+                100.0 * admitted as f64 / checks.max(1) as f64
+            );
+        }
     }
 }
 
@@ -81,12 +96,13 @@ fn deny_rate() -> (u32, Rate) {
 }
 
 fn token_bucket(c: &mut Criterion) {
-    for workload in [Workload::Allow, Workload::Deny] {
-        let ((capacity, rate), quota) = match workload {
-            Workload::Allow => (allow_rate(), allow_quota()),
-            Workload::Deny => (deny_rate(), deny_quota()),
-        };
+    for workload in [Workload::Allow, Workload::Deny, Workload::Limit] {
         for threads in THREADS {
+            let ((capacity, rate), quota) = match workload {
+                Workload::Allow => (allow_rate(), allow_quota()),
+                Workload::Deny => (deny_rate(), deny_quota()),
+                Workload::Limit => (limit_rate(threads), limit_quota(threads)),
+            };
             let case = Case {
                 limiter: "token_bucket",
                 workload,
@@ -127,12 +143,13 @@ fn token_bucket(c: &mut Criterion) {
 /// Its twin and governor are the token bucket's rows of the same run
 /// (`scripts/bench-table` compares against them).
 fn leased_token_bucket(c: &mut Criterion) {
-    for workload in [Workload::Allow, Workload::Deny] {
-        let (capacity, rate) = match workload {
-            Workload::Allow => allow_rate(),
-            Workload::Deny => deny_rate(),
-        };
+    for workload in [Workload::Allow, Workload::Deny, Workload::Limit] {
         for threads in THREADS {
+            let (capacity, rate) = match workload {
+                Workload::Allow => allow_rate(),
+                Workload::Deny => deny_rate(),
+                Workload::Limit => limit_rate(threads),
+            };
             let case = Case {
                 limiter: "leased_token_bucket",
                 workload,
@@ -158,13 +175,21 @@ fn allow_window() -> Rate {
     Rate::new(u32::MAX, Duration::from_nanos(u64::from(u32::MAX)))
 }
 
+/// The at-the-limit window: the token bucket's at-the-limit rate as a count
+/// per 1 ms window.
+fn limit_window(threads: usize) -> Rate {
+    let (per_millisecond, _) = limit_rate(threads);
+    Rate::new(per_millisecond, Duration::from_millis(1))
+}
+
 fn fixed_window(c: &mut Criterion) {
-    for workload in [Workload::Allow, Workload::Deny] {
-        let rate = match workload {
-            Workload::Allow => allow_window(),
-            Workload::Deny => deny_rate().1,
-        };
+    for workload in [Workload::Allow, Workload::Deny, Workload::Limit] {
         for threads in THREADS {
+            let rate = match workload {
+                Workload::Allow => allow_window(),
+                Workload::Deny => deny_rate().1,
+                Workload::Limit => limit_window(threads),
+            };
             let case = Case {
                 limiter: "fixed_window",
                 workload,
@@ -198,12 +223,13 @@ fn fixed_window(c: &mut Criterion) {
 /// nearly every check is a spend from the thread's own stripe, as it would be
 /// for any window whose limit is large against one thread's share of it.
 fn leased_fixed_window(c: &mut Criterion) {
-    for workload in [Workload::Allow, Workload::Deny] {
-        let rate = match workload {
-            Workload::Allow => allow_window(),
-            Workload::Deny => deny_rate().1,
-        };
+    for workload in [Workload::Allow, Workload::Deny, Workload::Limit] {
         for threads in THREADS {
+            let rate = match workload {
+                Workload::Allow => allow_window(),
+                Workload::Deny => deny_rate().1,
+                Workload::Limit => limit_window(threads),
+            };
             let case = Case {
                 limiter: "leased_fixed_window",
                 workload,

@@ -86,6 +86,7 @@ fn prepared<L: RateLimiter>(make: impl Fn(u32, Rate) -> L, workload: Workload) -
             assert!(limiter.try_acquire().is_ok(), "first permit of the hour");
             limiter
         }
+        Workload::Limit => unreachable!("this bench runs the allow and deny workloads only"),
     }
 }
 
@@ -143,6 +144,9 @@ fn reports(c: &mut Criterion) {
                 let (cap, rate) = match workload {
                     Workload::Allow => (u32::MAX, Rate::new(1, Duration::from_nanos(1))),
                     Workload::Deny => (1, Rate::per_hour(1)),
+                    Workload::Limit => {
+                        unreachable!("this bench runs the allow and deny workloads only")
+                    }
                 };
                 let k = Keyed::<u64, TokenBucket>::new(BucketConfig::new(cap, rate).unwrap());
                 if workload == Workload::Deny {

@@ -1,5 +1,6 @@
 //! The sliding log against its locking twin, beside the token bucket, at 1, 2
-//! and 4 threads, for N = 100 and N = 10,000, allow-heavy and deny-heavy.
+//! and 4 threads, for N = 100 and N = 10,000, allow-heavy, deny-heavy and at
+//! the limit.
 //!
 //! - **allow**: N permits per N ns (one per nanosecond, the finest rate a limiter
 //!   accepts), so the entry a check replaces — written N admissions earlier — is
@@ -12,6 +13,10 @@
 //!   next to each allow result.
 //! - **deny**: N permits per hour, all taken before timing starts: every check
 //!   reads the head and the entry it would replace, and denies without writing.
+//! - **limit**: N permits per N·P ns, `P` twice the log's own time per check
+//!   allow-heavy at that thread count, measured first in the same process
+//!   (`common::limit_period_of`): the offered load is about twice the rate. The
+//!   token bucket beside it is at its own limit (`common::limit_rate`).
 //!
 //! Groups are named `sliding_log/<N>/<workload>/<threads>t`, functions
 //! `tollgate-atomic` (the default split: one ring per CPU),
@@ -53,7 +58,7 @@ fn bench<L: RateLimiter + Send + Sync + 'static>(
             // misconfigured rate that admits nothing must not pass for the
             // allow path.
             Workload::Allow => assert!(run.count > 0, "allow workload: nothing admitted"),
-            Workload::Deny => workload.assert_admitted(run.count, checks),
+            Workload::Deny | Workload::Limit => workload.assert_admitted(run.count, checks),
         }
         let mut tally = tally.borrow_mut();
         tally.0 += run.count;
@@ -63,7 +68,7 @@ fn bench<L: RateLimiter + Send + Sync + 'static>(
     });
     let (admitted, checks, parallelism) = tally.into_inner();
     parallelism.report(&format!("{group}/{function}"));
-    if workload == Workload::Allow && checks > 0 {
+    if workload != Workload::Deny && checks > 0 {
         println!(
             "{group}/{function}: {:.3}% of {checks} checks admitted",
             100.0 * admitted as f64 / checks as f64
@@ -71,10 +76,21 @@ fn bench<L: RateLimiter + Send + Sync + 'static>(
     }
 }
 
-fn rate(n: u32, workload: Workload) -> Rate {
+fn rate(n: u32, workload: Workload, threads: usize) -> Rate {
     match workload {
         Workload::Allow => Rate::new(n, Duration::from_nanos(u64::from(n))),
         Workload::Deny => Rate::per_hour(n),
+        // At the limit: N permits per N periods, the period twice the time
+        // this log takes per check allow-heavy at this thread count, so the
+        // offered load is about twice the rate.
+        Workload::Limit => {
+            let period = common::limit_period_of(
+                if n == 100 { "log 100" } else { "log 10000" },
+                threads,
+                || SlidingLog::new(rate(n, Workload::Allow, threads)).unwrap(),
+            );
+            Rate::new(n, period * n)
+        }
     }
 }
 
@@ -87,9 +103,9 @@ fn exhausted<L: RateLimiter>(limiter: L, n: u32, workload: Workload) -> L {
 
 fn sliding_log(c: &mut Criterion) {
     for n in SIZES {
-        for workload in [Workload::Allow, Workload::Deny] {
-            let rate = rate(n, workload);
+        for workload in [Workload::Allow, Workload::Deny, Workload::Limit] {
             for threads in common::THREADS {
+                let rate = rate(n, workload, threads);
                 let group = format!("sliding_log/{n}/{}/{threads}t", workload.name());
                 bench(c, &group, "tollgate-atomic", workload, threads, || {
                     exhausted(SlidingLog::new(rate).unwrap(), n, workload)
@@ -111,6 +127,7 @@ fn sliding_log(c: &mut Criterion) {
                         // One token an hour: none comes back during a sample
                         // (N per hour would return one every 0.36 s at N = 10,000).
                         Workload::Deny => (n, Rate::per_hour(1)),
+                        Workload::Limit => common::limit_rate(threads),
                     };
                     exhausted(TokenBucket::new(capacity, rate).unwrap(), n, workload)
                 });

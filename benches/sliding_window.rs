@@ -81,6 +81,7 @@ fn sliding_window(c: &mut Criterion) {
                 allow_quota(),
             ),
             Workload::Deny => (deny_rate(), (1, deny_rate()), deny_quota()),
+            Workload::Limit => unreachable!("this bench runs the allow and deny workloads only"),
         };
         for threads in THREADS {
             bench(c, workload, threads, "tollgate-sliding", || {

@@ -161,6 +161,10 @@ pub fn bench_threads(
 pub enum Workload {
     Allow,
     Deny,
+    /// At the limit: offered load about twice the rate ([`limit_rate`]), so
+    /// most checks admit while the bucket hovers at empty and every thread
+    /// races for the last permits.
+    Limit,
 }
 
 impl Workload {
@@ -169,6 +173,7 @@ impl Workload {
         match self {
             Workload::Allow => "allow",
             Workload::Deny => "deny",
+            Workload::Limit => "limit",
         }
     }
 
@@ -178,6 +183,12 @@ impl Workload {
         let expected = match self {
             Workload::Allow => checks,
             Workload::Deny => 0,
+            // Some, not all: a rate so high that nothing is denied, or so low
+            // that nothing passes, is not the regime this workload measures.
+            Workload::Limit => {
+                assert!(admitted > 0, "limit workload: nothing of {checks} admitted");
+                return;
+            }
         };
         assert_eq!(
             admitted, expected,
@@ -257,6 +268,59 @@ pub fn allow_quota() -> Quota {
     Quota::with_period(Duration::from_nanos(1))
         .expect("non-zero period")
         .allow_burst(std::num::NonZeroU32::MAX)
+}
+
+/// The at-the-limit rate for `threads` threads: one permit per `period`,
+/// `period` set so the rate is half of what the plain `TokenBucket` checks
+/// allow-heavy at that thread count on this machine, measured once per
+/// thread count in this process (about 0.1 s); and a burst of 1 ms of the
+/// rate. The offered load is then about twice the rate, whatever the CPU.
+pub fn limit_period(threads: usize) -> Duration {
+    limit_period_of("token bucket", threads, || {
+        tollgate::TokenBucket::new(u32::MAX, tollgate::Rate::new(1, Duration::from_nanos(1)))
+            .expect("a valid rate")
+    })
+}
+
+/// As [`limit_period`], for the limiter `make` builds allow-heavy (named
+/// `name`, which keys the measurement): half of what it checks allow-heavy
+/// at `threads` threads.
+pub fn limit_period_of<L: RateLimiter + Send + Sync + 'static>(
+    name: &'static str,
+    threads: usize,
+    make: impl FnOnce() -> L,
+) -> Duration {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+    static PERIODS: Mutex<BTreeMap<(&'static str, usize), Duration>> = Mutex::new(BTreeMap::new());
+    let mut periods = PERIODS.lock().unwrap_or_else(|e| e.into_inner());
+    *periods.entry((name, threads)).or_insert_with(|| {
+        let iters = 2_000_000;
+        let run = run_checks(Tollgate(make()), threads, iters, false);
+        let checks = iters as f64 * threads as f64;
+        let ns_per_check = run.wall.as_nanos() as f64 / checks;
+        let period = Duration::from_nanos((2.0 * ns_per_check).ceil().max(1.0) as u64);
+        eprintln!(
+            "limit rate at {threads}t: one permit per {period:?} (allow-heavy {name}: {:.1} M checks/s)",
+            1e3 / ns_per_check
+        );
+        period
+    })
+}
+
+/// [`limit_period`] as a tollgate capacity and rate.
+pub fn limit_rate(threads: usize) -> (u32, tollgate::Rate) {
+    let period = limit_period(threads);
+    let burst = (1_000_000 / period.as_nanos()).clamp(1, u128::from(u32::MAX)) as u32;
+    (burst, tollgate::Rate::new(1, period))
+}
+
+/// [`limit_period`] as a governor quota.
+pub fn limit_quota(threads: usize) -> Quota {
+    let (burst, _) = limit_rate(threads);
+    Quota::with_period(limit_period(threads))
+        .expect("non-zero period")
+        .allow_burst(std::num::NonZeroU32::new(burst).expect("at least 1"))
 }
 
 /// A deny-heavy quota: one permit an hour.

@@ -326,8 +326,11 @@ impl<C: Clock> LeasedTokenBucket<C> {
         let until = now + CONTENDED_FOR;
         // Relaxed: a hint (see `contended_until`). Racing raises may lower it
         // a little; never below a reading of this window, and never from the
-        // `u64::MAX` of `always_striped`, which no raise exceeds.
-        if self.contended_until.load(Ordering::Relaxed) < until {
+        // `u64::MAX` of `always_striped`, which no raise exceeds. Raised only
+        // once less than half the window is left: every check reads this
+        // line, and under steady contention a store per lost race would
+        // make the hint itself a line the cores trade.
+        if self.contended_until.load(Ordering::Relaxed) < until - CONTENDED_FOR / 2 {
             self.contended_until.store(until, Ordering::Relaxed);
         }
     }
@@ -394,6 +397,7 @@ impl<C: Clock> LeasedTokenBucket<C> {
         let limit = now + self.tolerance;
         // Relaxed: a decision on a stale TAT is checked by the CAS below.
         let mut tat = self.word.load(Ordering::Relaxed);
+        let mut backoff = crate::backoff::Backoff::new();
         loop {
             // The word ends exactly where our lease does: nothing was leased
             // after it, so its unspent part goes back (docs/algorithms.md).
@@ -453,6 +457,13 @@ impl<C: Clock> LeasedTokenBucket<C> {
                 Err(actual) => {
                     if actual != tat {
                         self.mark_contended(now);
+                        // Lost to another thread: step aside before deciding
+                        // again, as the plain bucket's cell does (see
+                        // `backoff`). Near the limit the stripes lease
+                        // nothing and every request comes here, so without
+                        // it the threads trade the word's line on every
+                        // attempt.
+                        backoff.wait();
                     }
                     tat = actual;
                 }
