@@ -84,6 +84,25 @@ struct Reference {
 }
 
 impl Reference {
+    /// The members' references at the rates `agrees_with_a_sequential_reference`
+    /// builds the limiters with (time in units of 10 ns).
+    fn new(bucket_cap: u32, window_limit: u32, key_cap: u32, log_limit: u32) -> Self {
+        Reference {
+            bucket: ReferenceTokenBucket::new(bucket_cap, 1, 30),
+            window: ReferenceFixedWindow::new(window_limit, 100),
+            window_limit,
+            keys: HashMap::new(),
+            key_config: (key_cap, 1, 50),
+            log: ReferenceLog {
+                limit: log_limit,
+                window: 200,
+                log: VecDeque::new(),
+            },
+        }
+    }
+}
+
+impl Reference {
     /// The conjunction, deciding on copies: applied only if every member admits.
     /// Returns the index of the member that decided a denial.
     fn try_acquire_n(&mut self, now: u64, key: u8, n: u32) -> Result<(), (usize, Denied)> {
@@ -157,14 +176,7 @@ proptest! {
         let keyed = Keyed::<u8, Bucket>::with_clock(
             BucketConfig::new(key_cap, Rate::new(1, Duration::from_nanos(50))).unwrap(), clock.clone());
         let log = Log::with_clock(Rate::new(log_limit, Duration::from_nanos(200)), clock.clone()).unwrap();
-        let mut reference = Reference {
-            bucket: ReferenceTokenBucket::new(bucket_cap, 1, 30),
-            window: ReferenceFixedWindow::new(window_limit, 100),
-            window_limit,
-            keys: HashMap::new(),
-            key_config: (key_cap, 1, 50),
-            log: ReferenceLog { limit: log_limit, window: 200, log: VecDeque::new() },
-        };
+        let mut reference = Reference::new(bucket_cap, window_limit, key_cap, log_limit);
         let mut now = 0;
         let mut refunds = 0;
         for (advance, key, n, _) in ops {
@@ -211,14 +223,7 @@ proptest! {
         let keyed = Keyed::<u8, Bucket>::with_clock(
             BucketConfig::new(key_cap, Rate::new(1, Duration::from_nanos(50))).unwrap(), clock.clone());
         let log = Log::with_clock(Rate::new(log_limit, Duration::from_nanos(200)), clock.clone()).unwrap();
-        let mut reference = Reference {
-            bucket: ReferenceTokenBucket::new(bucket_cap, 1, 30),
-            window: ReferenceFixedWindow::new(window_limit, 100),
-            window_limit,
-            keys: HashMap::new(),
-            key_config: (key_cap, 1, 50),
-            log: ReferenceLog { limit: log_limit, window: 200, log: VecDeque::new() },
-        };
+        let mut reference = Reference::new(bucket_cap, window_limit, key_cap, log_limit);
         let mut now = 0;
         for (advance, key, n, plain) in ops {
             now += advance * 10;

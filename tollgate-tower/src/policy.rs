@@ -517,6 +517,31 @@ where
         self.max_wait = max_wait;
         self
     }
+
+    /// The decision for an answer of the key's limiter: a wait if the
+    /// denial's retry-after is within `max_wait`.
+    #[inline]
+    fn decision(&self, key: &K, n: u32, decided: Result<Snapshot, Rejection>) -> Decision {
+        match decided {
+            Err(rejection)
+                if matches!(rejection.denied, Denied::RetryAfter(wait) if wait <= self.max_wait)
+                    && !self.max_wait.is_zero() =>
+            {
+                let limiter = Arc::clone(&self.limiter);
+                let key = key.clone();
+                let max_wait = self.max_wait;
+                Decision::Later(Box::pin(async move {
+                    let waited = limiter.acquire_timeout_async(&key, n, max_wait).await;
+                    let snapshot = Some(limiter.snapshot(&key));
+                    match waited {
+                        Ok(()) => Outcome::Admitted(snapshot),
+                        Err(denied) => Outcome::Denied { denied, snapshot },
+                    }
+                }))
+            }
+            decided => Decision::Now(decided.into()),
+        }
+    }
 }
 
 impl<K, L, S> Policy<K> for PerKey<K, L, S>
@@ -546,39 +571,6 @@ where
     fn decide_then(&self, key: &K, n: u32, rest: &mut dyn FnMut(Decision) -> bool) {
         self.limiter
             .try_acquire_n_then(key, n, &mut |answer| rest(self.decision(key, n, answer)));
-    }
-}
-
-impl<K, L, S> PerKey<K, L, S>
-where
-    K: Eq + Hash + Clone + Send + Sync + 'static,
-    L: Keyable + 'static,
-    S: BuildHasher + Clone + Send + Sync + 'static,
-    Keyed<K, L, S>: Send + Sync,
-{
-    /// The decision for an answer of the key's limiter: a wait if the
-    /// denial's retry-after is within `max_wait`.
-    #[inline]
-    fn decision(&self, key: &K, n: u32, decided: Result<Snapshot, Rejection>) -> Decision {
-        match decided {
-            Err(rejection)
-                if matches!(rejection.denied, Denied::RetryAfter(wait) if wait <= self.max_wait)
-                    && !self.max_wait.is_zero() =>
-            {
-                let limiter = Arc::clone(&self.limiter);
-                let key = key.clone();
-                let max_wait = self.max_wait;
-                Decision::Later(Box::pin(async move {
-                    let waited = limiter.acquire_timeout_async(&key, n, max_wait).await;
-                    let snapshot = Some(limiter.snapshot(&key));
-                    match waited {
-                        Ok(()) => Outcome::Admitted(snapshot),
-                        Err(denied) => Outcome::Denied { denied, snapshot },
-                    }
-                }))
-            }
-            decided => Decision::Now(decided.into()),
-        }
     }
 }
 

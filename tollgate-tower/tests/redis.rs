@@ -6,8 +6,8 @@
 #[path = "../../tollgate-redis/tests/support/server.rs"]
 #[allow(dead_code)]
 mod server;
+mod support;
 
-use std::net::SocketAddr;
 
 use axum::Router;
 use axum::routing::get;
@@ -25,19 +25,12 @@ async fn a_redis_limit_throttles_and_a_dead_server_is_503() {
     let layer = ThrottleLayer::builder(PeerIp)
         .policy(RedisLimit::new("shared", client, window).unwrap())
         .build();
-    let app = Router::new()
-        .route("/", get(|| async { "ok" }))
-        .layer(layer);
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-        .unwrap()
-    });
+    let addr = support::serve(
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer),
+    )
+    .await;
     let url = format!("http://{addr}/");
     let mut statuses = Vec::new();
     for expected in [2, 1, 0] {
