@@ -8,7 +8,6 @@
 mod server;
 mod support;
 
-
 use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
