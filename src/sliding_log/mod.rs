@@ -159,9 +159,10 @@
 //! # Memory
 //!
 //! Eight bytes per permit of the limit plus a constant of 256 bytes per ring
-//! (its cache-padded head and bookkeeping): [`SlidingLog::memory`] reports it
-//! (on x86-64 with one ring, 8·N + 376 bytes: 1,176 for N = 100, 80,376 for
-//! N = 10,000; with two, 8·N + 632). A request for `n` permits reads and writes
+//! (its cache-padded head and bookkeeping) and one more cache-padded word
+//! (when the rings' fronts free, for denials at the limit):
+//! [`SlidingLog::memory`] reports it (on x86-64 with one ring, 8·N + 568
+//! bytes: 1,368 for N = 100, 80,568 for N = 10,000; with two, 8·N + 824). A request for `n` permits reads and writes
 //! `n` entries; a snapshot reads all N.
 
 mod epoch;

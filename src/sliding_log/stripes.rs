@@ -1,6 +1,8 @@
 //! The log's permits split over rings, one per stripe: a thread admits from its
 //! own ring, and looks at the others only when its own cannot serve it.
 
+use crossbeam_utils::CachePadded;
+
 use crate::backoff::Backoff;
 
 use super::log::{Geometry, Inheritance, Moved, retry_after};
@@ -8,6 +10,7 @@ use super::ring::{AtomicRing, Claim, Mode, Outcome, Sealed};
 use crate::error::Denied;
 use crate::limiter::Snapshot;
 use crate::stripe::{refresh_thread_hint, thread_hint};
+use crate::sync::{AtomicU64, Ordering};
 
 /// The most rings a log splits into: a request that its own ring cannot serve
 /// reads every ring, so more only lengthen that scan.
@@ -30,6 +33,14 @@ pub(crate) struct Rings {
     rings: Box<[AtomicRing]>,
     /// `rings.len() − 1`: a thread's home ring is its hint masked.
     mask: usize,
+    /// No ring's front entry leaves the window before this time: the
+    /// earliest front the last denying survey read (for one permit). Fronts
+    /// only move later — an admission replaces a front with a newer stamp —
+    /// so a reading below it is denied without surveying every ring again.
+    /// The one exception is a spanning request's rollback, which frees its
+    /// entries at once: a denial on the strength of this value can then miss
+    /// a free entry until the time passes (under-admission, never over).
+    fronts_free_at: CachePadded<AtomicU64>,
 }
 
 impl Rings {
@@ -58,6 +69,7 @@ impl Rings {
             requested: stripes,
             rings,
             mask: count - 1,
+            fronts_free_at: CachePadded::new(AtomicU64::new(0)),
         }
     }
 
@@ -121,6 +133,20 @@ impl Rings {
         if admitted {
             return Ok(Ok(()));
         }
+        if n == 1 && !self.shape.count_denied() {
+            // Relaxed: a lower bound of when any front frees (see the field);
+            // a stale value is an older, lower bound and only sends the
+            // request on to the survey, which decides on the rings
+            // themselves. Nothing else is read on its strength.
+            let fronts_free_at = self.fronts_free_at.load(Ordering::Relaxed);
+            if now < fronts_free_at {
+                // Every ring's front is in the window at `now`: the survey
+                // would deny too, with this retry-after unless another
+                // thread has moved a front since (then later, as any raced
+                // retry-after).
+                return Ok(Err(retry_after(fronts_free_at - now)));
+            }
+        }
         self.across(now, n, home)
     }
 
@@ -176,6 +202,12 @@ impl Rings {
             // that is the earliest front the survey saw.
             let mut oldest: PerRing<u32> = [0; MAX_RINGS];
             let mut free_at = earliest;
+            if n == 1 && earliest != u64::MAX {
+                // Relaxed: see the field; `fetch_max`, as every survey's
+                // earliest front is a lower bound for all later times, and so
+                // is the largest of them.
+                self.fronts_free_at.fetch_max(earliest, Ordering::Relaxed);
+            }
             if n > 1 || self.shape.count_denied() {
                 match self.nth_free_at(&heads, n, now, &mut oldest) {
                     Ok(at) => free_at = at,
