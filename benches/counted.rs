@@ -1,7 +1,8 @@
 //! What counting costs (`Counted`) beside the bare limiter, and what an
 //! `AllOf` of two buckets costs beside asking both in turn: at 1 and 2
 //! threads, allow-heavy and deny-heavy (the workloads of `benches/limiters.rs`,
-//! same harness).
+//! same harness), and for `AllOf` at the limit too, where the second bucket
+//! denies what the first admitted and refunds run under contention.
 //!
 //! Groups are `counted/<limiter>/<workload>/<threads>t` with functions `bare`
 //! and `counted`, and `all_of/token_buckets/<workload>/<threads>t` with
@@ -131,9 +132,32 @@ fn counted(c: &mut Criterion) {
     }
 }
 
+/// `AllOf` at the limit: two token buckets, each at the at-the-limit rate
+/// (`common::limit_rate`), so the second often denies what the first
+/// admitted and the first is refunded — the refund path under contention.
+fn all_of_at_the_limit(c: &mut Criterion) {
+    let workload = Workload::Limit;
+    for threads in [1, 2] {
+        let name = format!("all_of/token_buckets/{}/{threads}t", workload.name());
+        let bucket = || {
+            let (capacity, rate) = common::limit_rate(threads);
+            TokenBucket::new(capacity, rate).unwrap()
+        };
+        bench(c, &name, workload, threads, "two-calls", || {
+            TwoCalls(bucket(), bucket())
+        });
+        bench(c, &name, workload, threads, "all_of", || {
+            BothOf(AllOf::new((bucket(), bucket())))
+        });
+        bench(c, &name, workload, threads, "all_of-plain", || {
+            BothOfPlain(AllOf::new((bucket(), bucket())))
+        });
+    }
+}
+
 criterion_group! {
     name = benches;
     config = common::config();
-    targets = counted
+    targets = counted, all_of_at_the_limit
 }
 criterion_main!(benches);
