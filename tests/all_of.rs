@@ -83,9 +83,41 @@ struct Reference {
     log: ReferenceLog,
 }
 
+/// The members the sequential-reference proptests drive, on one manual
+/// clock (time in units of 10 ns; every limit refills in tens to hundreds of
+/// ns), at the rates [`Reference::new`] models.
+fn members(
+    bucket_cap: u32,
+    window_limit: u32,
+    key_cap: u32,
+    log_limit: u32,
+) -> (ManualClock, Bucket, Window, Keyed<u8, Bucket>, Log) {
+    let clock = ManualClock::new();
+    let bucket = Bucket::with_clock(
+        bucket_cap,
+        Rate::new(1, Duration::from_nanos(30)),
+        clock.clone(),
+    )
+    .unwrap();
+    let window = Window::with_clock(
+        Rate::new(window_limit, Duration::from_nanos(100)),
+        clock.clone(),
+    )
+    .unwrap();
+    let keyed = Keyed::<u8, Bucket>::with_clock(
+        BucketConfig::new(key_cap, Rate::new(1, Duration::from_nanos(50))).unwrap(),
+        clock.clone(),
+    );
+    let log = Log::with_clock(
+        Rate::new(log_limit, Duration::from_nanos(200)),
+        clock.clone(),
+    )
+    .unwrap();
+    (clock, bucket, window, keyed, log)
+}
+
 impl Reference {
-    /// The members' references at the rates `agrees_with_a_sequential_reference`
-    /// builds the limiters with (time in units of 10 ns).
+    /// The references of the limiters [`members`] builds.
     fn new(bucket_cap: u32, window_limit: u32, key_cap: u32, log_limit: u32) -> Self {
         Reference {
             bucket: ReferenceTokenBucket::new(bucket_cap, 1, 30),
@@ -170,12 +202,8 @@ proptest! {
         log_limit in 1u32..6,
         ops in prop::collection::vec(op(), 1..80),
     ) {
-        let clock = ManualClock::new();
-        let bucket = Bucket::with_clock(bucket_cap, Rate::new(1, Duration::from_nanos(30)), clock.clone()).unwrap();
-        let window = tollgate::Counted::new("window", Window::with_clock(Rate::new(window_limit, Duration::from_nanos(100)), clock.clone()).unwrap());
-        let keyed = Keyed::<u8, Bucket>::with_clock(
-            BucketConfig::new(key_cap, Rate::new(1, Duration::from_nanos(50))).unwrap(), clock.clone());
-        let log = Log::with_clock(Rate::new(log_limit, Duration::from_nanos(200)), clock.clone()).unwrap();
+        let (clock, bucket, window, keyed, log) = members(bucket_cap, window_limit, key_cap, log_limit);
+        let window = tollgate::Counted::new("window", window);
         let mut reference = Reference::new(bucket_cap, window_limit, key_cap, log_limit);
         let mut now = 0;
         let mut refunds = 0;
@@ -217,12 +245,7 @@ proptest! {
         ops in prop::collection::vec(op(), 1..80),
     ) {
         // Time in units of 10 ns; every limit refills in tens to hundreds of ns.
-        let clock = ManualClock::new();
-        let bucket = Bucket::with_clock(bucket_cap, Rate::new(1, Duration::from_nanos(30)), clock.clone()).unwrap();
-        let window = Window::with_clock(Rate::new(window_limit, Duration::from_nanos(100)), clock.clone()).unwrap();
-        let keyed = Keyed::<u8, Bucket>::with_clock(
-            BucketConfig::new(key_cap, Rate::new(1, Duration::from_nanos(50))).unwrap(), clock.clone());
-        let log = Log::with_clock(Rate::new(log_limit, Duration::from_nanos(200)), clock.clone()).unwrap();
+        let (clock, bucket, window, keyed, log) = members(bucket_cap, window_limit, key_cap, log_limit);
         let mut reference = Reference::new(bucket_cap, window_limit, key_cap, log_limit);
         let mut now = 0;
         for (advance, key, n, plain) in ops {

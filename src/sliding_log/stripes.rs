@@ -202,7 +202,11 @@ impl Rings {
             // that is the earliest front the survey saw.
             let mut oldest: PerRing<u32> = [0; MAX_RINGS];
             let mut free_at = earliest;
-            if n == 1 && earliest != u64::MAX {
+            // Only a front read from its stamp is exact: an entry still in
+            // flight (its writer between claim and store) reads as freeing at
+            // `now + window`, an upper bound, and so do the ends of the time
+            // range. Anything below `now + window` is a stamp's own time.
+            if n == 1 && earliest < now.saturating_add(self.shape.window()) {
                 // Relaxed: see the field; `fetch_max`, as every survey's
                 // earliest front is a lower bound for all later times, and so
                 // is the largest of them.

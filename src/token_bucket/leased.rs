@@ -30,7 +30,7 @@
 //! | word (`AtomicU64`, own cache line) | 0–63 | the TAT: every slot before it has been leased, spent or forgotten; every slot from it on is free. Below `2^63`, as the plain bucket's. |
 //! | stripe `k` (`AtomicU64`, own cache line) | 63 | set: the stripe holds nothing (at birth, and once a lease is used up) |
 //! | | 0–62 | `next`: the first slot start of the stripe's lease. The lease ends at `end(next)`, the first multiple of `2^b` above `next` — `b` fixed at construction (`2^b ≤ capacity·I / (2·stripes)`) — so one word says where the lease starts *and* ends. |
-//! | contended-until (`AtomicU64`, own cache line) | 0–63 | readings below it go to the stripes, later ones straight to the word; raised to `s + CONTENDED_FOR` by a lost CAS on the word. A hint: no decision depends on it. |
+//! | contended-until (`AtomicU64`, own cache line) | 0–63 | readings below it go to the stripes, later ones straight to the word; raised to `s + CONTENDED_FOR` by a lost CAS on the word once less than half that window is left. A hint: no decision depends on it. |
 //!
 //! | operation | reads | writes |
 //! |---|---|---|

@@ -360,8 +360,10 @@ async fn a_cold_request_during_an_outage_gets_the_policy() {
 /// The latency of the first request after the pool expired, through the
 /// waiting path (async, and blocking on a plain thread), next to one
 /// per-decision script call after the same idle spell on the same server.
-/// Measured, not asserted.
+/// A measurement, not a check: run by hand with `--ignored --nocapture`
+/// (figures in docs/benchmarks.md).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run with --ignored --nocapture"]
 async fn first_request_after_idle_latency() {
     let server = RedisServer::start();
     let client = client(&server).await;
