@@ -38,7 +38,7 @@
 //! | direct denial | contended-until, word, own stripe | nothing, if the own stripe is empty (else the stripes decide) |
 //! | spend from own stripe (contended fast path) | stripe | `next := max(next, s) + n·I` by CAS (empty if that is `end(next)`) |
 //! | lease (slow path) | stripe, word | stripe emptied by swap (if it held a lease); word `TAT → v` or `→ end(v)` by CAS, `v = max(base, s) + n·I`, `base` = the old lease's `next` if the word still ends at it (the old lease given back), else the TAT; the spare `[v, end(v))` is leased when it holds a slot and is at most `(s + capacity·I − v) / (2·stripes)` long, and goes into the stripe if it is still empty, else back to the word |
-//! | deny | stripe, word | the old lease given back to the word, or put back in the stripe |
+//! | deny | stripe, word | the old lease given back to the word, or put back in the stripe while it still holds a slot (forgotten once time has passed it) |
 //! | snapshot | word, every stripe | nothing |
 //!
 //! Leases are at most `2^b` ns of the timeline, at most `capacity·I /
@@ -129,6 +129,8 @@ pub struct LeasedTokenBucket<C = MonotonicClock> {
     stripes: Box<[CachePadded<AtomicU64>]>,
     /// `stripes.len() - 1`; the length is a power of two.
     mask: usize,
+    /// `log2(2·stripes)`: a spare run is at most `room >> share_shift`.
+    share_shift: u32,
     timeline: Timeline<C>,
 }
 
@@ -197,6 +199,7 @@ impl<C: Clock> LeasedTokenBucket<C> {
                 .map(|_| CachePadded::new(AtomicU64::new(EMPTY)))
                 .collect(),
             mask: stripes - 1,
+            share_shift: (2 * stripes).ilog2(),
             timeline: Timeline::new(clock),
         })
     }
@@ -393,6 +396,10 @@ impl<C: Clock> LeasedTokenBucket<C> {
         };
         let holding = held & EMPTY == 0;
         let held_end = if holding { self.end_of(held) } else { 0 };
+        // Whether the lease still holds a slot for a later request: one that
+        // time has passed is forgotten rather than put back, or each request
+        // of its stripe would find it, fail on it and come here again.
+        let alive = holding && held.max(now) + self.interval <= held_end;
         let cost = u64::from(n) * self.interval;
         let limit = now + self.tolerance;
         // Relaxed: a decision on a stale TAT is checked by the CAS below.
@@ -422,7 +429,7 @@ impl<C: Clock> LeasedTokenBucket<C> {
                         }
                     }
                 }
-                if holding {
+                if alive {
                     self.keep(stripe, held);
                 }
                 return Err(denied);
@@ -431,7 +438,7 @@ impl<C: Clock> LeasedTokenBucket<C> {
             // most a `1/(2·stripes)` share of what the bucket may still grant
             // at this reading: leases stop as the bucket runs low.
             let end = self.end_of(spent);
-            let share = (limit - spent) / (2 * self.stripes.len() as u64);
+            let share = (limit - spent) >> self.share_shift;
             let lease = end - spent >= self.interval && end - spent <= share;
             let new_tat = if lease { end } else { spent };
             // Relaxed on success: the lease is decided on the very TAT it
@@ -444,7 +451,7 @@ impl<C: Clock> LeasedTokenBucket<C> {
                 Ordering::Relaxed,
             ) {
                 Ok(_) => {
-                    if holding && !giving_back {
+                    if alive && !giving_back {
                         // Leased after by someone else: it cannot go back to the
                         // word, but it can stay where it was.
                         self.keep(stripe, held);
