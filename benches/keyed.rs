@@ -12,8 +12,14 @@
 //! - workload **allow**: a burst of `u32::MAX` refilled at 1/s, an hour's
 //!   worth spent per key by the prefill, so every check admits and writes and
 //!   no key is fresh (evictable) again for an hour; **deny**: one permit per
-//!   hour, spent by the prefill, so every check is denied. The harness
-//!   asserts every answer, and that the map kept every key.
+//!   hour, spent by the prefill, so every check is denied; **limit**: each
+//!   key refilled at half the rate the allow-heavy checks reach it (one
+//!   permit per `P` ns, `P` twice the allow-heavy time between two checks of
+//!   one key at that thread count, measured first in the same process; a
+//!   burst of 1 ms of refill, at least one permit), emptied by the prefill,
+//!   so checks race for each permit as it comes and about half are admitted
+//!   (the share is printed). The harness asserts every allow and deny answer,
+//!   and that the map kept every key.
 //!
 //! Functions: `tollgate` (`Keyed<u64, TokenBucket>`, its default
 //! `KeyHasher`), `tollgate_siphash` (the same on std's `RandomState`: the
@@ -69,6 +75,9 @@ enum Workload {
     Allow,
     /// One permit per hour, spent by the prefill: every check is denied.
     Deny,
+    /// One permit per the given period per key, 1 ms of burst (at least
+    /// one), spent by the prefill: the offered load about twice the rate.
+    Limit(Duration),
 }
 
 impl Workload {
@@ -76,6 +85,7 @@ impl Workload {
         match self {
             Workload::Allow => "allow",
             Workload::Deny => "deny",
+            Workload::Limit(_) => "limit",
         }
     }
 
@@ -85,6 +95,7 @@ impl Workload {
         match self {
             Workload::Allow => (u32::MAX, Rate::per_second(1)),
             Workload::Deny => (1, Rate::per_hour(1)),
+            Workload::Limit(period) => (limit_burst(period), Rate::new(1, period)),
         }
     }
 
@@ -95,8 +106,15 @@ impl Workload {
         match self {
             Workload::Allow => 3_600,
             Workload::Deny => 1,
+            // Empty from the start: at the limit from the first check.
+            Workload::Limit(period) => limit_burst(period),
         }
     }
+}
+
+/// 1 ms of refill at one permit per `period`, at least one permit.
+fn limit_burst(period: Duration) -> u32 {
+    (1_000_000 / period.as_nanos().max(1)).clamp(1, u128::from(u32::MAX)) as u32
 }
 
 fn bucket_config(workload: Workload) -> BucketConfig {
@@ -123,13 +141,17 @@ fn governor_keyed(workload: Workload) -> GovernorKeyed {
     let quota = match workload {
         Workload::Allow => Quota::per_second(NonZeroU32::MIN).allow_burst(NonZeroU32::MAX),
         Workload::Deny => Quota::per_hour(NonZeroU32::MIN),
+        Workload::Limit(period) => Quota::with_period(period)
+            .expect("a non-zero period")
+            .allow_burst(NonZeroU32::new(limit_burst(period)).expect("at least one")),
     };
     governor::RateLimiter::dashmap(quota)
 }
 
 /// `iters` checks on each of `threads` threads, thread `t` from its own offset
-/// into `keys` (or all on the hot key); returns the wall time. Asserts that
-/// every check got the workload's answer.
+/// into `keys` (or all on the hot key); returns the wall time and the checks
+/// admitted. Asserts that every check got the workload's answer (allow and
+/// deny; at the limit, only that no more were admitted than checked).
 fn run<L: Check>(
     limiter: &Arc<L>,
     keys: &Arc<Vec<u64>>,
@@ -137,7 +159,7 @@ fn run<L: Check>(
     workload: Workload,
     threads: usize,
     iters: u64,
-) -> Duration {
+) -> (Duration, u64) {
     // Each run starts where the last one stopped, so that the samples walk
     // all the keys. Starting every run at the same offset made a sample touch
     // only its first `iters` keys — a working set that criterion sizes by
@@ -163,12 +185,65 @@ fn run<L: Check>(
             admitted
         }
     });
-    let expected = match workload {
-        Workload::Allow => iters * threads as u64,
-        Workload::Deny => 0,
-    };
-    assert_eq!(run.count, expected, "a check got the other answer");
-    run.wall
+    let checks = iters * threads as u64;
+    match workload {
+        Workload::Allow => assert_eq!(run.count, checks, "an allow-heavy check was denied"),
+        Workload::Deny => assert_eq!(run.count, 0, "a deny-heavy check was admitted"),
+        Workload::Limit(_) => assert!(run.count <= checks),
+    }
+    (run.wall, run.count)
+}
+
+/// The per-key period at which the checks of `threads` threads (all on the
+/// hot key, or spread over every key) offer about twice the rate: twice the
+/// allow-heavy time between two checks of one key, measured on `allow`.
+fn limit_period<L: Check>(
+    allow: &Arc<L>,
+    keys: &Arc<Vec<u64>>,
+    hot: bool,
+    threads: usize,
+) -> Duration {
+    let iters = 2_000_000 / threads as u64;
+    let (wall, _) = run(allow, keys, hot, Workload::Allow, threads, iters);
+    let ns_per_check = wall.as_nanos() as f64 / (iters * threads as u64) as f64;
+    let keys_walked = if hot { 1.0 } else { keys.len() as f64 };
+    let period = Duration::from_nanos((2.0 * ns_per_check * keys_walked).ceil().max(1.0) as u64);
+    eprintln!(
+        "keyed limit rate at {threads}t ({}): one permit per {period:?} per key (allow-heavy: {:.1} M checks/s)",
+        if hot { "hot" } else { "spread" },
+        1e3 / ns_per_check
+    );
+    period
+}
+
+/// Benchmarks `function` on `limiter` in group `name`, printing the share
+/// admitted at the limit.
+#[allow(clippy::too_many_arguments)]
+fn bench_keyed<L: Check>(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    name: &str,
+    function: &str,
+    limiter: &Arc<L>,
+    keys: &Arc<Vec<u64>>,
+    hot: bool,
+    workload: Workload,
+    threads: usize,
+) {
+    let (mut admitted, mut checks) = (0u64, 0u64);
+    group.bench_function(function, |b| {
+        b.iter_custom(|iters| {
+            let (wall, count) = run(limiter, keys, hot, workload, threads, iters);
+            admitted += count;
+            checks += iters * threads as u64;
+            wall
+        })
+    });
+    if matches!(workload, Workload::Limit(_)) && checks > 0 {
+        eprintln!(
+            "{name}/{function}: {:.3}% of {checks} checks admitted",
+            100.0 * admitted as f64 / checks as f64
+        );
+    }
 }
 
 /// Inserts every key, spending the workload's prefill (see
@@ -196,20 +271,67 @@ fn throughput(c: &mut Criterion) {
             for threads in THREADS {
                 let name = format!("keyed_{spread}/{}/{threads}t", workload.name());
                 let mut group = common::threads_group(c, &name, threads);
-                group.bench_function("tollgate", |b| {
-                    b.iter_custom(|iters| run(&tollgate, &keys, hot, workload, threads, iters))
-                });
-                group.bench_function("tollgate_siphash", |b| {
-                    b.iter_custom(|iters| run(&siphash, &keys, hot, workload, threads, iters))
-                });
-                group.bench_function("governor", |b| {
-                    b.iter_custom(|iters| run(&governor, &keys, hot, workload, threads, iters))
-                });
+                bench_keyed(
+                    &mut group, &name, "tollgate", &tollgate, &keys, hot, workload, threads,
+                );
+                bench_keyed(
+                    &mut group,
+                    &name,
+                    "tollgate_siphash",
+                    &siphash,
+                    &keys,
+                    hot,
+                    workload,
+                    threads,
+                );
+                bench_keyed(
+                    &mut group, &name, "governor", &governor, &keys, hot, workload, threads,
+                );
                 group.finish();
             }
         }
         assert_eq!(tollgate.len(), KEYS, "no key may be evicted");
         assert_eq!(siphash.len(), KEYS, "no key may be evicted");
+    }
+}
+
+/// Groups `keyed_<spread>/limit/<threads>t`: each (spread, thread count) at
+/// its own measured rate, so fresh limiters per group, emptied by the
+/// prefill.
+fn at_the_limit(c: &mut Criterion) {
+    let keys = keys();
+    let allow = Arc::new(tollgate_keyed(Workload::Allow));
+    prefill(&*allow, &keys, Workload::Allow);
+    for (spread, hot) in [("hot", true), ("spread", false)] {
+        for threads in THREADS {
+            let workload = Workload::Limit(limit_period(&allow, &keys, hot, threads));
+            let tollgate = Arc::new(tollgate_keyed(workload));
+            let siphash = Arc::new(tollgate_keyed_siphash(workload));
+            let governor = Arc::new(governor_keyed(workload));
+            prefill(&*tollgate, &keys, workload);
+            prefill(&*siphash, &keys, workload);
+            prefill(&*governor, &keys, workload);
+            let name = format!("keyed_{spread}/limit/{threads}t");
+            let mut group = common::threads_group(c, &name, threads);
+            bench_keyed(
+                &mut group, &name, "tollgate", &tollgate, &keys, hot, workload, threads,
+            );
+            bench_keyed(
+                &mut group,
+                &name,
+                "tollgate_siphash",
+                &siphash,
+                &keys,
+                hot,
+                workload,
+                threads,
+            );
+            bench_keyed(
+                &mut group, &name, "governor", &governor, &keys, hot, workload, threads,
+            );
+            group.finish();
+            assert_eq!(tollgate.len(), KEYS, "no key may be evicted");
+        }
     }
 }
 
@@ -352,6 +474,7 @@ fn main() {
     memory();
     let mut c = common::config().configure_from_args();
     throughput(&mut c);
+    at_the_limit(&mut c);
     flood(&mut c);
     c.final_summary();
 }
