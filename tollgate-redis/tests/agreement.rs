@@ -19,7 +19,7 @@ use tollgate::{
     ManualClock, Rate, RateLimiter,
 };
 use tollgate_redis::{
-    Error, FixedWindow, Limiter, SlidingLog, SlidingWindow, TokenBucket, blocking,
+    ApproxSlidingWindow, Error, FixedWindow, Limiter, SlidingLog, TokenBucket, blocking,
 };
 
 use support::RedisServer;
@@ -179,7 +179,7 @@ fn sliding_window_agrees_with_the_approximate_window() {
             let rate = Rate::new(permits, Duration::from_micros(period));
             let clock = ManualClock::new();
             let local = LockingApproxSlidingWindow::with_clock(rate, clock.clone()).unwrap();
-            let remote = SlidingWindow::new(rate).unwrap();
+            let remote = ApproxSlidingWindow::new(rate).unwrap();
             replay(&client, &remote, &local, &clock, start, &ops)
         })
         .unwrap();
