@@ -60,7 +60,9 @@
 //!
 //! * `test-time`: [`Client::try_acquire_n_at`], which runs each script with a
 //!   time the caller gives instead of `TIME`, so tests can replay one timeline
-//!   through Redis and through the in-process limiters. For tests only.
+//!   through Redis and through the in-process limiters; and
+//!   [`Client::lease_at`] and [`Client::return_lease_at`], the same for the
+//!   leased limiter's scripts. For tests only.
 
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]

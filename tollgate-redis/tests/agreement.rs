@@ -9,11 +9,9 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
 use tollgate::{
     Denied, LockingApproxSlidingWindow, LockingFixedWindow, LockingSlidingLog, LockingTokenBucket,
     ManualClock, Rate, RateLimiter,
@@ -23,6 +21,7 @@ use tollgate_redis::{
 };
 
 use support::RedisServer;
+use support::replay::{fresh_key, runner};
 
 /// One step of a timeline: move the clock by `step` µs (back if negative), then
 /// ask for `n` permits.
@@ -51,12 +50,6 @@ fn ops(period_us: u64, max_n: u32) -> impl Strategy<Value = Vec<Op>> {
         (step, 0..=max_n + 1).prop_map(|(step, n)| Op { step, n }),
         1..120,
     )
-}
-
-static CASE: AtomicU64 = AtomicU64::new(0);
-
-fn fresh_key(name: &str) -> String {
-    format!("{name}-{}", CASE.fetch_add(1, Ordering::Relaxed))
 }
 
 /// The in-process verdict as the scripts give it: retry-after rounded up to a
@@ -107,18 +100,6 @@ fn replay<L: Limiter, R: RateLimiter>(
         }
     }
     Ok(())
-}
-
-fn runner() -> TestRunner {
-    let cases = std::env::var("TOLLGATE_REDIS_AGREEMENT_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(96);
-    TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    })
 }
 
 fn server_and_client() -> (RedisServer, blocking::Client) {

@@ -17,17 +17,16 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
 use tokio::runtime::Runtime;
 use tollgate::{Denied, LockingTokenBucket, ManualClock, Rate, RateLimiter};
 use tollgate_redis::leased::{LeaseReply, ReturnReply};
 use tollgate_redis::{Client, Limiter, TokenBucket};
 
 use support::RedisServer;
+use support::replay::{fresh_key, runner};
 
 /// The two scripts' rules on the budget's state: its TAT (`None`: no key).
 #[derive(Debug, Clone, Copy)]
@@ -147,24 +146,6 @@ fn ops(capacity: u32, interval: u64) -> impl Strategy<Value = Vec<Op>> {
             unused_per_mille,
         });
     prop::collection::vec(prop_oneof![3 => lease, 1 => give_back], 1..80)
-}
-
-static CASE: AtomicU64 = AtomicU64::new(0);
-
-fn fresh_key() -> String {
-    format!("lease-{}", CASE.fetch_add(1, Ordering::Relaxed))
-}
-
-fn runner() -> TestRunner {
-    let cases = std::env::var("TOLLGATE_REDIS_AGREEMENT_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(96);
-    TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    })
 }
 
 /// A server, a runtime and a client on it.
@@ -294,7 +275,7 @@ fn replay(
     ops: &[Op],
 ) -> Result<(), TestCaseError> {
     let bucket = TokenBucket::new(capacity, Rate::new(1, Duration::from_micros(interval))).unwrap();
-    let key = fresh_key();
+    let key = fresh_key("lease");
     let mut budget = Budget::new(capacity, interval);
     let mut core = Core::new(capacity, interval);
     // Every lease granted: (granted, tat).
