@@ -28,15 +28,20 @@ pub enum ConfigError {
     ZeroPeriod,
     /// The burst capacity (token bucket) is zero.
     ZeroCapacity,
-    /// More than one permit per nanosecond: finer than the clock can resolve.
+    /// More than one permit per tick of the limiter's clock: finer than the
+    /// clock can resolve. A tick is a nanosecond for the in-process limiters
+    /// and a microsecond (the resolution of Redis `TIME`) for limits kept in
+    /// Redis by tollgate-redis.
     TooFine {
         /// Permits per period, as configured.
         permits: u32,
         /// The period, as configured.
         period: Duration,
     },
-    /// A value does not fit the limiter's 62-bit nanosecond time arithmetic
-    /// (about 146 years).
+    /// A value does not fit the limiter's exact time arithmetic: 2^62 ns
+    /// (about 146 years) for the in-process limiters, 2^51 µs (about 71
+    /// years) for limits kept in Redis, whose Lua numbers are exact only
+    /// below 2^53.
     Overflow {
         /// Which quantity overflowed.
         what: &'static str,
@@ -112,6 +117,35 @@ pub enum ConfigError {
         /// The maximum wait asked for.
         max_wait: Duration,
     },
+    /// A log that keeps one entry per permit cannot hold this many per
+    /// window: tollgate-redis's sliding log keeps one sorted-set member per
+    /// permit and allows at most `max`.
+    ///
+    /// ```
+    /// use tollgate::ConfigError;
+    ///
+    /// let err = ConfigError::LogTooLong { limit: 2_000_000, max: 1 << 20 };
+    /// assert_eq!(err.to_string(), "a sliding log of 2000000 entries is longer than 1048576");
+    /// ```
+    LogTooLong {
+        /// The limit asked for.
+        limit: u32,
+        /// The most entries the log keeps per window.
+        max: u32,
+    },
+    /// A key prefix contains `{` or `}`. Limiters that keep their state
+    /// under named keys (tollgate-redis) put the caller's key in a Redis
+    /// Cluster hash tag, which must be the first braces of the name.
+    ///
+    /// ```
+    /// use tollgate::ConfigError;
+    ///
+    /// assert_eq!(
+    ///     ConfigError::InvalidPrefix.to_string(),
+    ///     "a key prefix must not contain '{' or '}'"
+    /// );
+    /// ```
+    InvalidPrefix,
 }
 
 impl fmt::Display for ConfigError {
@@ -122,11 +156,13 @@ impl fmt::Display for ConfigError {
             ConfigError::ZeroCapacity => f.write_str("capacity must be at least 1 permit"),
             ConfigError::TooFine { permits, period } => write!(
                 f,
-                "{permits} permits per {period:?} is more than one permit per nanosecond"
+                "{permits} permits per {period:?} is more than one permit per tick of the \
+                 limiter's clock (1 ns in process, 1 µs in Redis)"
             ),
             ConfigError::Overflow { what } => write!(
                 f,
-                "{what} overflows the limiter's time range (2^62 ns, about 146 years)"
+                "{what} overflows the limiter's time range (2^62 ns, about 146 years, in \
+                 process; 2^51 µs, about 71 years, in Redis)"
             ),
             ConfigError::InvalidSubWindows { sub_windows, max } => write!(
                 f,
@@ -145,6 +181,10 @@ impl fmt::Display for ConfigError {
                 f,
                 "a maximum wait of {max_wait:?} is longer than 2^61 ns (about 73 years)"
             ),
+            ConfigError::LogTooLong { limit, max } => {
+                write!(f, "a sliding log of {limit} entries is longer than {max}")
+            }
+            ConfigError::InvalidPrefix => f.write_str("a key prefix must not contain '{' or '}'"),
         }
     }
 }

@@ -120,7 +120,7 @@ pub use error::{ConfigError, Denied};
 pub use fixed_window::{FixedWindow, LeasedFixedWindow, LockingFixedWindow};
 pub use keyed::Keyed;
 pub use leaky_bucket::{LeakyBucket, LockingLeakyBucket, LockingShaper, Shaper};
-pub use limiter::{RateLimiter, Rejection, Snapshot};
+pub use limiter::{RateLimiter, Rejection, Snapshot, check_request};
 pub use rate::{ParseRateError, ParseRateErrorKind, Rate};
 pub use refund::{Receipt, Receipted, Refundable};
 pub use sliding_log::{LockingSlidingLog, SlidingLog};

@@ -333,10 +333,22 @@ impl Snapshot {
     }
 }
 
-/// Checks `n` against the capacity: the part of every decision that does not
-/// depend on state.
+/// Checks a request for `n` permits against the capacity: the part of every
+/// decision that does not depend on state, which every limiter of this crate
+/// makes first. [`Denied::ZeroPermits`] for `n = 0`,
+/// [`Denied::ExceedsCapacity`] for `n` above `capacity`, `Ok` otherwise. For
+/// limiters written outside this crate (tollgate-redis's), so that they deny
+/// the same requests in the same way.
+///
+/// ```
+/// use tollgate::{Denied, check_request};
+///
+/// assert_eq!(check_request(3, 5), Ok(()));
+/// assert_eq!(check_request(0, 5), Err(Denied::ZeroPermits));
+/// assert_eq!(check_request(6, 5), Err(Denied::ExceedsCapacity { requested: 6, capacity: 5 }));
+/// ```
 #[inline]
-pub(crate) fn check_request(n: u32, capacity: u32) -> Result<(), Denied> {
+pub fn check_request(n: u32, capacity: u32) -> Result<(), Denied> {
     if n == 0 {
         Err(Denied::ZeroPermits)
     } else if n > capacity {

@@ -131,23 +131,58 @@ impl Rate {
     /// Checks the rate and returns `(permits, period in ns)`, both non-zero, with at
     /// most one permit per nanosecond and the period inside the time range.
     pub(crate) fn validate(&self) -> Result<(u32, u64), ConfigError> {
+        self.validate_in(Duration::from_nanos(1), MAX_TIME)
+    }
+
+    /// Checks the rate for a clock that counts whole `tick`s and keeps spans of
+    /// at most `max_ticks`, as every limiter does at construction, and returns
+    /// `(permits, period in ticks)`: both non-zero, the period rounded up to a
+    /// whole tick (so never a faster rate than asked), at most one permit per
+    /// tick. For limiters that keep time in a coarser unit than the
+    /// in-process nanosecond: tollgate-redis checks rates in microseconds,
+    /// the resolution of Redis `TIME`. A zero `tick` counts as one nanosecond.
+    ///
+    /// Errors, in this order: [`ConfigError::ZeroRate`],
+    /// [`ConfigError::ZeroPeriod`], [`ConfigError::Overflow`] (a period of
+    /// more than `max_ticks` ticks), [`ConfigError::TooFine`] (fewer ticks
+    /// than permits).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ConfigError, Rate};
+    ///
+    /// let micros = Duration::from_micros(1);
+    /// assert_eq!(Rate::per_minute(30).validate_in(micros, 1 << 51), Ok((30, 60_000_000)));
+    /// // 1001 ns rounds up to 2 µs.
+    /// assert_eq!(Rate::new(1, Duration::from_nanos(1_001)).validate_in(micros, 1 << 51), Ok((1, 2)));
+    /// assert!(matches!(
+    ///     Rate::new(2, micros).validate_in(micros, 1 << 51),
+    ///     Err(ConfigError::TooFine { permits: 2, .. })
+    /// ));
+    /// assert_eq!(
+    ///     Rate::new(1, Duration::MAX).validate_in(micros, 1 << 51),
+    ///     Err(ConfigError::Overflow { what: "the period" })
+    /// );
+    /// ```
+    pub fn validate_in(&self, tick: Duration, max_ticks: u64) -> Result<(u32, u64), ConfigError> {
         if self.permits == 0 {
             return Err(ConfigError::ZeroRate);
         }
         if self.period.is_zero() {
             return Err(ConfigError::ZeroPeriod);
         }
-        let period_ns = u64::try_from(self.period.as_nanos())
+        let tick_ns = tick.as_nanos().max(1);
+        let period = u64::try_from(self.period.as_nanos().div_ceil(tick_ns))
             .ok()
-            .filter(|&ns| ns <= MAX_TIME)
+            .filter(|&ticks| ticks <= max_ticks)
             .ok_or(ConfigError::Overflow { what: "the period" })?;
-        if period_ns < u64::from(self.permits) {
+        if period < u64::from(self.permits) {
             return Err(ConfigError::TooFine {
                 permits: self.permits,
                 period: self.period,
             });
         }
-        Ok((self.permits, period_ns))
+        Ok((self.permits, period))
     }
 }
 

@@ -59,7 +59,8 @@ fn more_than_one_permit_per_nanosecond() {
     assert_eq!(errors(1, rate), [Err(err); 4]);
     assert_eq!(
         err.to_string(),
-        "1001 permits per 1µs is more than one permit per nanosecond"
+        "1001 permits per 1µs is more than one permit per tick of the limiter's clock \
+         (1 ns in process, 1 µs in Redis)"
     );
     // Exactly one per nanosecond is fine.
     assert_eq!(
@@ -74,7 +75,8 @@ fn arithmetic_overflow() {
     assert_eq!(errors(1, Rate::new(1, Duration::MAX)), [Err(err); 4]);
     assert_eq!(
         err.to_string(),
-        "the period overflows the limiter's time range (2^62 ns, about 146 years)"
+        "the period overflows the limiter's time range (2^62 ns, about 146 years, in \
+         process; 2^51 µs, about 71 years, in Redis)"
     );
     // 4 billion permits at one per hour take 490,000 years to refill.
     let [atomic, twin, window, window_twin] = errors(u32::MAX, Rate::per_hour(1));

@@ -23,7 +23,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 use tollgate::{Rate, RateLimiter};
-use tollgate_redis::{Client, FixedWindow, Limiter, SlidingLog, SlidingWindow, TokenBucket};
+use tollgate_redis::{ApproxSlidingWindow, Client, FixedWindow, Limiter, SlidingLog, TokenBucket};
 
 use support::RedisServer;
 
@@ -172,9 +172,9 @@ fn designs(runtime: &tokio::runtime::Runtime, server: &RedisServer) -> Vec<(Stri
                 ours(Arc::new(FixedWindow::new(rate()).unwrap())),
             ),
             (
-                "SlidingWindow (counter)".to_owned(),
+                "ApproxSlidingWindow (counter)".to_owned(),
                 ours(Arc::new(
-                    SlidingWindow::new(Rate::per_second(1_000)).unwrap(),
+                    ApproxSlidingWindow::new(Rate::per_second(1_000)).unwrap(),
                 )),
             ),
             (

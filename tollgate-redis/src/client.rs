@@ -5,11 +5,12 @@ use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
-use redis::{ErrorKind, Script, ServerErrorKind, Value};
+use redis::{ErrorKind, ServerErrorKind, Value};
 
 use crate::error::Error;
 use crate::limiter::Limiter;
-use crate::script::{Admission, outcome};
+use crate::micros::MAX_SPAN;
+use crate::script::{Admission, LuaScript, outcome};
 
 /// How long a decision may take, and how long connecting may take.
 ///
@@ -274,8 +275,7 @@ impl Client {
         key: &str,
         n: u32,
     ) -> Result<Admission, Error> {
-        self.decide(limiter, key, n, limiter.plan().script.live(), None)
-            .await
+        self.decide(limiter, key, n, None).await
     }
 
     /// As [`Client::try_acquire_n`] at a time the caller gives, in µs since
@@ -289,72 +289,47 @@ impl Client {
         n: u32,
         now_us: u64,
     ) -> Result<Admission, Error> {
-        assert!(
-            now_us < crate::micros::MAX_SPAN,
-            "test times stay below 2^51 µs"
-        );
-        self.decide(
-            limiter,
-            key,
-            n,
-            limiter.plan().script.at_time(),
-            Some(now_us),
-        )
-        .await
+        self.decide(limiter, key, n, Some(now_us)).await
     }
 
+    /// Decides `n` permits for `key`: the core's request check, then one
+    /// call of the limiter's script.
     async fn decide<L: Limiter + ?Sized>(
         &self,
         limiter: &L,
         key: &str,
         n: u32,
-        script: &Script,
         now_us: Option<u64>,
     ) -> Result<Admission, Error> {
-        let capacity = limiter.capacity();
-        if n == 0 {
-            return Err(Error::Denied(tollgate::Denied::ZeroPermits));
-        }
-        if n > capacity {
-            return Err(Error::Denied(tollgate::Denied::ExceedsCapacity {
-                requested: n,
-                capacity,
-            }));
-        }
+        tollgate::check_request(n, limiter.capacity())?;
         let redis_key = limiter.redis_key(key);
         let plan = limiter.plan();
-        let mut invocation = script.key(&redis_key);
-        invocation.arg(n);
-        for arg in plan.args() {
+        let mut args = [u64::from(n); 4];
+        let config = plan.args();
+        args[1..=config.len()].copy_from_slice(config);
+        let reply = self
+            .eval(plan.script, &redis_key, &args[..=config.len()], now_us)
+            .await?;
+        outcome(reply, &redis_key)
+    }
+
+    /// Runs `script` on one key with integer arguments under the timeout, at
+    /// the server's time or (`now_us`, test builds) a replayed one: every
+    /// script's one way to Redis.
+    pub(crate) async fn eval(
+        &self,
+        script: &LuaScript,
+        key: &str,
+        args: &[u64],
+        now_us: Option<u64>,
+    ) -> Result<Value, Error> {
+        let mut invocation = script.at(now_us).key(key);
+        for arg in args {
             invocation.arg(*arg);
         }
         if let Some(now) = now_us {
+            assert!(now < MAX_SPAN, "test times stay below 2^51 µs");
             invocation.arg(now);
-        }
-        let reply = async {
-            match &self.connection {
-                Connection::Single(manager) => {
-                    invocation.invoke_async::<Value>(&mut manager.clone()).await
-                }
-                Connection::Cluster(cluster) => {
-                    invocation.invoke_async::<Value>(&mut cluster.clone()).await
-                }
-            }
-        };
-        outcome(self.deadline(reply).await?, &redis_key)
-    }
-
-    /// Runs `script` on one key with integer arguments, under the timeout:
-    /// the leased limiter's lease and return scripts.
-    pub(crate) async fn eval(
-        &self,
-        script: &Script,
-        key: &str,
-        args: &[u64],
-    ) -> Result<Value, Error> {
-        let mut invocation = script.key(key);
-        for arg in args {
-            invocation.arg(*arg);
         }
         let reply = async {
             match &self.connection {

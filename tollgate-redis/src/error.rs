@@ -1,85 +1,11 @@
-//! What can go wrong: a configuration the scripts cannot honour exactly, and a
-//! decision that could not be made.
+//! What can go wrong with a decision: a denial, or no decision at all. A
+//! configuration the scripts cannot honour is the core's
+//! [`ConfigError`](tollgate::ConfigError).
 
 use std::fmt;
 use std::time::Duration;
 
 use tollgate::Denied;
-
-/// Why a Redis limiter could not be built.
-///
-/// Redis keeps time in microseconds (`TIME`) and Lua keeps numbers in doubles,
-/// exact only below 2^53; every limiter checks its configuration once, at
-/// construction, so that no decision can lose precision.
-///
-/// ```
-/// use tollgate::Rate;
-/// use tollgate_redis::{ConfigError, TokenBucket};
-///
-/// let err = TokenBucket::new(0, Rate::per_second(10)).unwrap_err();
-/// assert_eq!(err, ConfigError::ZeroCapacity);
-/// assert_eq!(err.to_string(), "capacity must be at least 1 permit");
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// The rate admits zero permits per period.
-    ZeroRate,
-    /// The rate's period is zero.
-    ZeroPeriod,
-    /// The burst capacity (token bucket) is zero.
-    ZeroCapacity,
-    /// More than one permit per microsecond, the resolution of Redis `TIME`.
-    TooFine {
-        /// Permits per period, as configured.
-        permits: u32,
-        /// The period, as configured.
-        period: Duration,
-    },
-    /// A quantity does not fit the scripts' exact integer range: time spans up
-    /// to 2^51 µs (about 71 years), and for the sliding window counter, the
-    /// limit times the window up to 2^51.
-    TooLarge {
-        /// Which quantity is too large.
-        what: &'static str,
-    },
-    /// The sliding log keeps one entry per permit; it allows at most
-    /// [`MAX_LOG_LIMIT`](crate::sliding_log::MAX_LOG_LIMIT) per window.
-    LogTooLong {
-        /// The limit asked for.
-        limit: u32,
-    },
-    /// A key prefix must not contain `{` or `}`: the hash tag around the caller's
-    /// key must be the first one in the Redis key.
-    InvalidPrefix,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConfigError::ZeroRate => f.write_str("rate must admit at least 1 permit per period"),
-            ConfigError::ZeroPeriod => f.write_str("rate period must be longer than zero"),
-            ConfigError::ZeroCapacity => f.write_str("capacity must be at least 1 permit"),
-            ConfigError::TooFine { permits, period } => write!(
-                f,
-                "{permits} permits per {period:?} is more than one permit per microsecond \
-                 (the resolution of Redis TIME)"
-            ),
-            ConfigError::TooLarge { what } => write!(
-                f,
-                "{what} is above 2^51 (microseconds), the most the Lua scripts keep exact"
-            ),
-            ConfigError::LogTooLong { limit } => write!(
-                f,
-                "a sliding log of {limit} entries is longer than {}",
-                crate::sliding_log::MAX_LOG_LIMIT
-            ),
-            ConfigError::InvalidPrefix => f.write_str("a key prefix must not contain '{' or '}'"),
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}
 
 /// Why a decision did not admit the request.
 ///

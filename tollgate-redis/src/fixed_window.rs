@@ -28,15 +28,14 @@
 
 use std::time::Duration;
 
-use tollgate::Rate;
+use tollgate::{ConfigError, Rate};
 
-use crate::error::ConfigError;
 use crate::keys::{DEFAULT_PREFIX, check_prefix, redis_key};
 use crate::limiter::{Limiter, Plan};
 use crate::micros::validate;
-use crate::script::{Admission, limiter_script};
+use crate::script::{Admission, lua_script};
 
-limiter_script!(SCRIPT, "fixed_window.lua");
+lua_script!(SCRIPT, "fixed_window.lua");
 
 /// A fixed window shared through Redis: at most `rate.permits()` per aligned
 /// window of `rate.period()`, per caller key. See the [module docs](self).
@@ -59,12 +58,12 @@ impl FixedWindow {
     /// whole microsecond).
     ///
     /// Errors: [`ConfigError::ZeroRate`], [`ConfigError::ZeroPeriod`],
-    /// [`ConfigError::TooFine`], [`ConfigError::TooLarge`] (a window above
-    /// 2^51 µs).
+    /// [`ConfigError::TooFine`] (more than one permit per µs),
+    /// [`ConfigError::Overflow`] (a window above 2^51 µs).
     ///
     /// ```
-    /// use tollgate::Rate;
-    /// use tollgate_redis::{ConfigError, FixedWindow};
+    /// use tollgate::{ConfigError, Rate};
+    /// use tollgate_redis::FixedWindow;
     /// assert!(FixedWindow::new(Rate::per_hour(1000)).is_ok());
     /// assert_eq!(FixedWindow::new(Rate::per_hour(0)), Err(ConfigError::ZeroRate));
     /// ```

@@ -6,7 +6,7 @@
 //! suffix ends differently from every other's, so two caller keys can never
 //! name the same Redis key, braces in them or not.
 
-use crate::error::ConfigError;
+use tollgate::ConfigError;
 
 /// The prefix every limiter uses unless told otherwise.
 pub(crate) const DEFAULT_PREFIX: &str = "tollgate";

@@ -74,36 +74,22 @@
 use std::future::Future;
 use std::pin::{Pin, pin};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use redis::{Script, Value};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
-use tollgate::{Denied, RateLimiter};
+use tollgate::{Denied, RateLimiter, check_request};
 
 use crate::breaker::Breaker;
 use crate::client::Client;
 use crate::error::Error;
+use crate::lease_script::{self, Terms, give_back, lease};
+#[cfg(feature = "test-time")]
+pub use crate::lease_script::{LeaseReply, ReturnReply};
 use crate::limiter::Limiter;
 use crate::token_bucket::TokenBucket;
-
-static LEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("lua/now_server.lua"),
-        include_str!("lua/common.lua"),
-        include_str!("lua/lease.lua")
-    ))
-});
-
-static RETURN: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("lua/now_server.lua"),
-        include_str!("lua/common.lua"),
-        include_str!("lua/lease_return.lua")
-    ))
-});
 
 /// What a leased limiter does while Redis is unreachable (its breaker open).
 pub enum Policy {
@@ -478,20 +464,6 @@ impl Shared {
             Policy::Local(local) => local.try_acquire_n(n).map_err(Error::Denied),
         }
     }
-
-    /// `ZeroPermits` and `ExceedsCapacity`, decided without the pool.
-    fn check(&self, n: u32) -> Result<(), Error> {
-        if n == 0 {
-            return Err(Error::Denied(Denied::ZeroPermits));
-        }
-        if n > self.capacity {
-            return Err(Error::Denied(Denied::ExceedsCapacity {
-                requested: n,
-                capacity: self.capacity,
-            }));
-        }
-        Ok(())
-    }
 }
 
 /// The background task's records (never touched by decisions).
@@ -541,7 +513,7 @@ impl LeasedLimiter {
         key: &str,
         options: LeaseOptions,
     ) -> LeasedLimiter {
-        let interval_us = u64::try_from(bucket.emission_interval().as_micros()).unwrap_or(u64::MAX);
+        let [interval_us, tolerance_us] = bucket.terms();
         let capacity = bucket.capacity();
         let shared = Arc::new(Shared {
             pool: AtomicU64::new(0),
@@ -577,13 +549,16 @@ impl LeasedLimiter {
             shared: shared.clone(),
             client,
             redis_key,
-            tolerance: interval_us.saturating_mul(u64::from(capacity)),
+            terms: Terms {
+                interval_us,
+                tolerance_us,
+                low_water: u64::from(low_water_global),
+                share: u64::from(options.share),
+            },
             want: u64::from(options.initial_lease.min(options.max_lease)),
             max_lease: u64::from(options.max_lease),
             horizon: options.horizon,
             lifetime: options.lifetime,
-            low_water_global: u64::from(low_water_global),
-            share: u64::from(options.share),
             breaker: Breaker::new(options.breaker.0, options.breaker.1),
             record: options.record,
             on_mode: options.on_mode,
@@ -632,7 +607,7 @@ impl LeasedLimiter {
     /// ```
     pub fn try_acquire_n(&self, n: u32) -> Result<(), Error> {
         let shared = &*self.shared;
-        shared.check(n)?;
+        check_request(n, shared.capacity)?;
         let now = shared.now();
         if shared.take(n, now) {
             return Ok(());
@@ -670,8 +645,8 @@ impl LeasedLimiter {
     /// ```
     pub fn try_acquire_n_or_wait(&self, n: u32) -> Attempt {
         let shared = &*self.shared;
-        if let Err(never) = shared.check(n) {
-            return Attempt::Decided(Err(never));
+        if let Err(never) = check_request(n, shared.capacity) {
+            return Attempt::Decided(Err(Error::Denied(never)));
         }
         let now = shared.now();
         if shared.take(n, now) {
@@ -754,7 +729,7 @@ impl LeasedLimiter {
     /// ```
     pub fn try_acquire_n_blocking(&self, n: u32) -> Result<(), Error> {
         let shared = &*self.shared;
-        shared.check(n)?;
+        check_request(n, shared.capacity)?;
         let now = shared.now();
         if shared.take(n, now) {
             return Ok(());
@@ -1119,13 +1094,13 @@ struct Refill {
     shared: Arc<Shared>,
     client: Client,
     redis_key: String,
-    tolerance: u64,
+    /// The bucket's GCRA terms and the tail rule, as the lease script takes
+    /// them.
+    terms: Terms,
     want: u64,
     max_lease: u64,
     horizon: Duration,
     lifetime: Duration,
-    low_water_global: u64,
-    share: u64,
     breaker: Breaker,
     record: bool,
     on_mode: Option<Arc<dyn Fn(Mode) + Send + Sync>>,
@@ -1247,21 +1222,14 @@ impl Refill {
         // this lease's leftovers or by the next call.
         let waiting = self.shared.waiting.load(Ordering::Relaxed);
         let want = measured.max(waiting.min(u64::from(self.shared.capacity)));
-        let args = [
-            want,
-            self.shared.interval_us,
-            self.tolerance,
-            self.low_water_global,
-            self.share,
-        ];
-        let reply = self.client.eval(&LEASE, &self.redis_key, &args).await;
+        let reply = lease(&self.client, &self.redis_key, want, self.terms, None).await;
         {
             let mut book = self.book();
             book.stats.redis_calls += 1;
             book.stats.lease_calls += 1;
         }
-        let items = match reply.and_then(|reply| ints(reply, &self.redis_key)) {
-            Ok(items) => items,
+        let reply = match reply {
+            Ok(reply) => reply,
             Err(err) => {
                 // A damaged or foreign key is no outage, but leasing from it
                 // cannot go on either: the breaker opens as for a failure
@@ -1275,9 +1243,12 @@ impl Refill {
         };
         self.book().last_error = None;
         self.recovered();
-        match items.as_slice() {
-            [1, time, granted, tat] => {
-                let (time, granted, tat) = (*time as u64, *granted as u64, *tat as u64);
+        match reply {
+            lease_script::LeaseReply::Granted {
+                time_us: time,
+                granted,
+                tat,
+            } => {
                 // The pool's new deadline first, then the permits: a spender
                 // that sees the permits with the old deadline only denies.
                 let received = self.shared.epoch.elapsed();
@@ -1295,7 +1266,7 @@ impl Refill {
                 // exhausted as a refusal would: the next permit is due when
                 // the script would say, `tat + interval − tolerance`, counted
                 // from the reply's arrival (a little late, never early).
-                let due = (tat + self.shared.interval_us).saturating_sub(self.tolerance);
+                let due = (tat + self.terms.interval_us).saturating_sub(self.terms.tolerance_us);
                 let wait = Duration::from_micros(due.saturating_sub(time));
                 self.exhausted_for(received, wait);
                 let record = self.record;
@@ -1316,18 +1287,14 @@ impl Refill {
                 self.publish(GRANTED);
                 Leased::Granted
             }
-            [0, _, _, wait] => {
+            lease_script::LeaseReply::Exhausted { wait_us } => {
                 let received = self.shared.epoch.elapsed();
                 // At least 1 µs, so that a refusal always gates the next call.
-                let wait = Duration::from_micros((*wait as u64).max(1));
+                let wait = Duration::from_micros(wait_us.max(1));
                 self.exhausted_for(received, wait);
                 self.book().stats.exhausted_leases += 1;
                 self.publish(EXHAUSTED);
                 Leased::Exhausted
-            }
-            _ => {
-                self.publish(FAILED);
-                Leased::Failed
             }
         }
     }
@@ -1358,16 +1325,14 @@ impl Refill {
                 // The pool may hold permits carried over from older leases:
                 // only the last lease's debit can be undone, and only up to
                 // its size.
-                let args = [unused.min(granted), self.shared.interval_us, tat];
-                let reply = self.client.eval(&RETURN, &self.redis_key, &args).await;
+                let unused = unused.min(granted);
+                let interval = self.terms.interval_us;
+                let reply =
+                    give_back(&self.client, &self.redis_key, unused, interval, tat, None).await;
                 self.book().stats.redis_calls += 1;
-                let reply = reply.and_then(|reply| ints(reply, &self.redis_key));
-                if let Err(err) = &reply {
-                    self.book().last_error = Some(err.to_string());
-                }
-                match reply.as_deref() {
-                    Ok([1, _, returned, _]) => {
-                        let returned = *returned as u64;
+                match reply {
+                    Ok(reply) => {
+                        let returned = reply.returned;
                         if returned > 0 {
                             // The permits are back in the budget: a grant's
                             // "exhausted until" no longer holds.
@@ -1380,7 +1345,10 @@ impl Refill {
                         }
                         returned
                     }
-                    _ => 0,
+                    Err(err) => {
+                        self.book().last_error = Some(err.to_string());
+                        0
+                    }
                 }
             }
             _ => 0,
@@ -1412,32 +1380,4 @@ impl Refill {
             }
         }
     }
-}
-
-/// A script's reply as integers; the scripts' refusals of a key they did not
-/// write (`{-1|-2, message}`) as the errors that name it.
-fn ints(reply: Value, key: &str) -> Result<Vec<i64>, Error> {
-    let Value::Array(items) = reply else {
-        return Err(Error::UnexpectedReply(format!("{reply:?}")));
-    };
-    if let [Value::Int(status @ (-1 | -2)), message] = items.as_slice() {
-        let detail = match message {
-            Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-            Value::SimpleString(text) => text.clone(),
-            other => format!("{other:?}"),
-        };
-        let key = key.to_owned();
-        return Err(if *status == -1 {
-            Error::WrongType { key, detail }
-        } else {
-            Error::UnknownState { key, detail }
-        });
-    }
-    items
-        .into_iter()
-        .map(|item| match item {
-            Value::Int(v) => Ok(v),
-            other => Err(Error::UnexpectedReply(format!("{other:?}"))),
-        })
-        .collect()
 }

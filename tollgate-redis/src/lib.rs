@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | [`TokenBucket`] (GCRA) | at most `capacity + rate·(b − a)` in any `[a, b]` | a hash: the theoretical arrival time |
 //! | [`FixedWindow`] | at most `limit` per aligned window (up to 2× across a boundary) | a hash: window index, count |
-//! | [`SlidingWindow`] | the weighted two-window estimate (Cloudflare's) | a hash: window, count, previous count |
+//! | [`ApproxSlidingWindow`] | the weighted two-window estimate (Cloudflare's) | a hash: window, count, previous count |
 //! | [`SlidingLog`] | **exactly** at most N in any window of length T; rules change without losing the log | a sorted set: one member per permit |
 //!
 //! Every decision:
@@ -26,8 +26,10 @@
 //!   the script, `ExceedsCapacity` or `ZeroPermits` (decided without a round
 //!   trip);
 //! * uses integer arithmetic only, every value below 2^53, where Lua's doubles
-//!   are exact (constructors refuse configurations that could leave it, with a
-//!   [`ConfigError`]). Time is in microseconds, `TIME`'s resolution.
+//!   are exact (constructors refuse configurations that could leave it, with
+//!   tollgate's [`ConfigError`](tollgate::ConfigError), checked by the same
+//!   rules as the in-process limiters at a microsecond's resolution). Time is
+//!   in microseconds, `TIME`'s resolution.
 //!
 //! Redis failures are errors, never panics and never admissions:
 //! [`Error::Timeout`] (bounded: [`Options`]), [`Error::Redis`],
@@ -58,7 +60,9 @@
 //!
 //! * `test-time`: [`Client::try_acquire_n_at`], which runs each script with a
 //!   time the caller gives instead of `TIME`, so tests can replay one timeline
-//!   through Redis and through the in-process limiters. For tests only.
+//!   through Redis and through the in-process limiters; and
+//!   [`Client::lease_at`] and [`Client::return_lease_at`], the same for the
+//!   leased limiter's scripts. For tests only.
 
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]
@@ -69,6 +73,7 @@ mod client;
 mod error;
 pub mod fixed_window;
 mod keys;
+mod lease_script;
 pub mod leased;
 mod limiter;
 mod micros;
@@ -78,7 +83,7 @@ pub mod sliding_window;
 pub mod token_bucket;
 
 pub use client::{Client, Options};
-pub use error::{ConfigError, Error};
+pub use error::Error;
 pub use fixed_window::FixedWindow;
 pub use leased::{
     Attempt, LeaseOptions, LeaseRecord, LeaseStats, LeaseWait, LeasedLimiter, Mode, Policy,
@@ -86,8 +91,19 @@ pub use leased::{
 pub use limiter::{Limiter, Plan};
 pub use script::Admission;
 pub use sliding_log::SlidingLog;
+pub use sliding_window::ApproxSlidingWindow;
+#[allow(deprecated)]
 pub use sliding_window::SlidingWindow;
 pub use token_bucket::TokenBucket;
+
+/// The error every constructor returns: tollgate's own
+/// [`ConfigError`](tollgate::ConfigError), whose variants name the same
+/// limits for Redis (`TooFine` at a microsecond's resolution, `Overflow`
+/// above 2^51 µs, `LogTooLong`, `InvalidPrefix`).
+#[deprecated(
+    note = "use `tollgate::ConfigError`, which the constructors return; this alias will be removed in the next release"
+)]
+pub type ConfigError = tollgate::ConfigError;
 
 // The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

@@ -1,6 +1,6 @@
 //! What every Redis limiter shares: the trait the clients call through.
 
-use crate::script::{Admission, LimiterScript};
+use crate::script::{Admission, LuaScript};
 
 /// A limiter whose state lives in Redis: a configuration (validated once, at
 /// construction) plus the Lua script that decides.
@@ -69,13 +69,13 @@ pub trait Limiter: Send + Sync {
 #[doc(hidden)]
 #[derive(Clone, Copy)]
 pub struct Plan {
-    pub(crate) script: &'static LimiterScript,
+    pub(crate) script: &'static LuaScript,
     pub(crate) args: [u64; 3],
     pub(crate) arg_count: usize,
 }
 
 impl Plan {
-    pub(crate) fn new(script: &'static LimiterScript, args: &[u64]) -> Plan {
+    pub(crate) fn new(script: &'static LuaScript, args: &[u64]) -> Plan {
         let mut packed = [0; 3];
         packed[..args.len()].copy_from_slice(args);
         Plan {

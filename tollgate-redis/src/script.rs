@@ -1,6 +1,7 @@
-//! The limiters' Lua scripts: each built from one body, with the decision time
-//! read from Redis `TIME` (the only version production code can run) or, under
-//! the `test-time` feature, taken from the last argument.
+//! The Lua scripts, each built from one body with the decision time read from
+//! Redis `TIME` (the only version production code can run) or, under the
+//! `test-time` feature, taken from the last argument; and the one parser of
+//! their replies.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -10,17 +11,19 @@ use tollgate::Denied;
 
 use crate::error::Error;
 
-/// One limiter's script, compiled into the crate.
-pub(crate) struct LimiterScript {
+/// One script, compiled into the crate: the limiters' and the leased
+/// limiter's alike.
+pub(crate) struct LuaScript {
     pub(crate) live: LazyLock<Script>,
     #[cfg(feature = "test-time")]
     pub(crate) at_time: LazyLock<Script>,
 }
 
-/// Declares a limiter's script from its Lua body under `src/lua/`.
-macro_rules! limiter_script {
+/// Declares a script from its Lua body under `src/lua/`, after the shared
+/// helpers of `common.lua` and the line that reads the time.
+macro_rules! lua_script {
     ($name:ident, $file:literal) => {
-        pub(crate) static $name: $crate::script::LimiterScript = $crate::script::LimiterScript {
+        pub(crate) static $name: $crate::script::LuaScript = $crate::script::LuaScript {
             live: ::std::sync::LazyLock::new(|| {
                 ::redis::Script::new(concat!(
                     include_str!("lua/now_server.lua"),
@@ -39,18 +42,19 @@ macro_rules! limiter_script {
         };
     };
 }
-pub(crate) use limiter_script;
+pub(crate) use lua_script;
 
-impl LimiterScript {
-    /// The script that reads the server's clock.
-    pub(crate) fn live(&self) -> &Script {
+impl LuaScript {
+    /// The script that reads the server's clock (`None`), or the one that
+    /// takes the time as its last argument (`Some`, under `test-time`; no
+    /// other build makes a `Some`).
+    pub(crate) fn at(&self, now_us: Option<u64>) -> &Script {
+        #[cfg(feature = "test-time")]
+        if now_us.is_some() {
+            return &self.at_time;
+        }
+        debug_assert!(now_us.is_none(), "only test-time builds replay a time");
         &self.live
-    }
-
-    /// The script that takes the time as its last argument.
-    #[cfg(feature = "test-time")]
-    pub(crate) fn at_time(&self) -> &Script {
-        &self.at_time
     }
 }
 
@@ -101,9 +105,26 @@ impl Admission {
     }
 }
 
-/// Turns a script's reply, `{status, time, remaining, retry_us}` or `{-1|-2,
-/// message}`, into the caller's result.
-pub(crate) fn outcome(reply: Value, key: &str) -> Result<Admission, Error> {
+/// A script's reply, `{status, time, count, value}`: status 1, the work done
+/// at server time `time` (µs), with a `count` of permits (left, granted or
+/// returned) and a `value` in µs (a TAT for the lease scripts); status 0, a
+/// refusal whose last item is the wait in µs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reply {
+    Done {
+        time_us: u64,
+        count: u64,
+        value: u64,
+    },
+    Refused {
+        wait_us: u64,
+    },
+}
+
+/// Parses every script's reply: the two shapes of [`Reply`], or the scripts'
+/// refusals of a key they did not write, `{-1|-2, message}`, as the errors
+/// that name the key.
+pub(crate) fn reply(reply: Value, key: &str) -> Result<Reply, Error> {
     let Value::Array(items) = reply else {
         return Err(Error::UnexpectedReply(format!("{reply:?}")));
     };
@@ -123,15 +144,17 @@ pub(crate) fn outcome(reply: Value, key: &str) -> Result<Admission, Error> {
             u64::try_from(v).map_err(|_| Error::UnexpectedReply(format!("negative item {i}")))
         })
     };
-    let remaining = |i: usize| number(i).map(|v| u32::try_from(v).unwrap_or(u32::MAX));
     match int(0)? {
-        1 => Ok(Admission {
+        1 => Ok(Reply::Done {
             time_us: number(1)?,
-            remaining: remaining(2)?,
+            count: number(2)?,
+            value: number(3)?,
         }),
-        0 => Err(Error::Denied(Denied::RetryAfter(Duration::from_micros(
-            number(3)?,
-        )))),
+        // A refusal's count may be below zero (a server clock that stepped
+        // back): only the wait is read.
+        0 => Ok(Reply::Refused {
+            wait_us: number(3)?,
+        }),
         -1 => Err(Error::WrongType {
             key: key.to_owned(),
             detail: text(1),
@@ -141,5 +164,19 @@ pub(crate) fn outcome(reply: Value, key: &str) -> Result<Admission, Error> {
             detail: text(1),
         }),
         status => Err(Error::UnexpectedReply(format!("status {status}"))),
+    }
+}
+
+/// A limiter script's reply as the caller's result: an admission with the
+/// permits left, or the exact retry-after.
+pub(crate) fn outcome(value: Value, key: &str) -> Result<Admission, Error> {
+    match reply(value, key)? {
+        Reply::Done { time_us, count, .. } => Ok(Admission {
+            time_us,
+            remaining: u32::try_from(count).unwrap_or(u32::MAX),
+        }),
+        Reply::Refused { wait_us } => Err(Error::Denied(Denied::RetryAfter(
+            Duration::from_micros(wait_us),
+        ))),
     }
 }

@@ -61,15 +61,14 @@
 
 use std::time::Duration;
 
-use tollgate::Rate;
+use tollgate::{ConfigError, Rate};
 
-use crate::error::ConfigError;
 use crate::keys::{DEFAULT_PREFIX, check_prefix, redis_key};
 use crate::limiter::{Limiter, Plan};
-use crate::micros::{MAX_SPAN, ceil_micros, validate};
-use crate::script::{Admission, limiter_script};
+use crate::micros::{span, validate};
+use crate::script::{Admission, lua_script};
 
-limiter_script!(SCRIPT, "sliding_log.lua");
+lua_script!(SCRIPT, "sliding_log.lua");
 
 /// The most permits per window a sliding log keeps entries for: one sorted-set
 /// member each.
@@ -99,22 +98,27 @@ impl SlidingLog {
     /// a whole microsecond); entries are kept for one window.
     ///
     /// Errors: [`ConfigError::ZeroRate`], [`ConfigError::ZeroPeriod`],
-    /// [`ConfigError::TooFine`], [`ConfigError::TooLarge`] (a window above
-    /// 2^51 µs), [`ConfigError::LogTooLong`] (more than [`MAX_LOG_LIMIT`]).
+    /// [`ConfigError::TooFine`] (more than one permit per µs),
+    /// [`ConfigError::Overflow`] (a window above 2^51 µs),
+    /// [`ConfigError::LogTooLong`] (more than [`MAX_LOG_LIMIT`]).
     ///
     /// ```
-    /// use tollgate::Rate;
-    /// use tollgate_redis::{ConfigError, SlidingLog};
+    /// use tollgate::{ConfigError, Rate};
+    /// use tollgate_redis::SlidingLog;
+    /// use tollgate_redis::sliding_log::MAX_LOG_LIMIT;
     /// assert!(SlidingLog::new(Rate::per_second(100)).is_ok());
     /// assert_eq!(
     ///     SlidingLog::new(Rate::per_hour(2_000_000)),
-    ///     Err(ConfigError::LogTooLong { limit: 2_000_000 })
+    ///     Err(ConfigError::LogTooLong { limit: 2_000_000, max: MAX_LOG_LIMIT })
     /// );
     /// ```
     pub fn new(rate: Rate) -> Result<Self, ConfigError> {
         let (limit, window) = validate(rate)?;
         if limit > MAX_LOG_LIMIT {
-            return Err(ConfigError::LogTooLong { limit });
+            return Err(ConfigError::LogTooLong {
+                limit,
+                max: MAX_LOG_LIMIT,
+            });
         }
         Ok(SlidingLog {
             limit,
@@ -129,7 +133,7 @@ impl SlidingLog {
     /// permit in it. With the default (one window), a longer window sees only
     /// the permits of the last old window.
     ///
-    /// Errors: [`ConfigError::TooLarge`] (above 2^51 µs).
+    /// Errors: [`ConfigError::Overflow`] (above 2^51 µs).
     ///
     /// ```
     /// use std::time::Duration;
@@ -141,12 +145,7 @@ impl SlidingLog {
     /// assert_eq!(log.history(), Duration::from_secs(3600));
     /// ```
     pub fn with_history(mut self, history: Duration) -> Result<Self, ConfigError> {
-        let history =
-            ceil_micros(history)
-                .filter(|&us| us <= MAX_SPAN)
-                .ok_or(ConfigError::TooLarge {
-                    what: "the history",
-                })?;
+        let history = span(history, "the history")?;
         self.history = history.max(self.window);
         Ok(self)
     }

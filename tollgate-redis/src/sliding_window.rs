@@ -31,22 +31,21 @@
 //! ```no_run
 //! # async fn demo(client: tollgate_redis::Client) -> Result<(), Box<dyn std::error::Error>> {
 //! use tollgate::Rate;
-//! let window = tollgate_redis::SlidingWindow::new(Rate::per_minute(100))?;
+//! let window = tollgate_redis::ApproxSlidingWindow::new(Rate::per_minute(100))?;
 //! client.try_acquire(&window, "user:42").await?;
 //! # Ok(()) }
 //! ```
 
 use std::time::Duration;
 
-use tollgate::Rate;
+use tollgate::{ConfigError, Rate};
 
-use crate::error::ConfigError;
 use crate::keys::{DEFAULT_PREFIX, check_prefix, redis_key};
 use crate::limiter::{Limiter, Plan};
-use crate::micros::{MAX_SPAN, validate};
-use crate::script::{Admission, limiter_script};
+use crate::micros::{product, validate};
+use crate::script::{Admission, lua_script};
 
-limiter_script!(SCRIPT, "sliding_window.lua");
+lua_script!(SCRIPT, "sliding_window.lua");
 
 /// A weighted two-window counter shared through Redis: about
 /// `rate.permits()` per sliding `rate.period()`, per caller key. See the
@@ -54,44 +53,48 @@ limiter_script!(SCRIPT, "sliding_window.lua");
 ///
 /// ```
 /// use tollgate::Rate;
-/// let window = tollgate_redis::SlidingWindow::new(Rate::per_minute(100)).unwrap();
+/// let window = tollgate_redis::ApproxSlidingWindow::new(Rate::per_minute(100)).unwrap();
 /// assert_eq!(window.window().as_secs(), 60);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SlidingWindow {
+pub struct ApproxSlidingWindow {
     limit: u32,
     window: u64,
     prefix: String,
 }
 
-impl SlidingWindow {
+/// The former name of [`ApproxSlidingWindow`], which is the approximate
+/// window (tollgate's exact sliding window, with the core's name, is
+/// [`tollgate::SlidingWindow`]).
+#[deprecated(
+    note = "renamed `ApproxSlidingWindow`, the core's name for this estimate; this alias will be removed in the next release"
+)]
+pub type SlidingWindow = ApproxSlidingWindow;
+
+impl ApproxSlidingWindow {
     /// About `rate.permits()` per sliding `rate.period()` (rounded up to a whole
     /// microsecond).
     ///
     /// Errors: [`ConfigError::ZeroRate`], [`ConfigError::ZeroPeriod`],
-    /// [`ConfigError::TooFine`], [`ConfigError::TooLarge`] (the limit times the
+    /// [`ConfigError::TooFine`] (more than one permit per µs),
+    /// [`ConfigError::Overflow`] (the limit times the
     /// window in µs above 2^51: 100,000 per hour fits, `u32::MAX` per day
     /// does not).
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::Rate;
-    /// use tollgate_redis::{ConfigError, SlidingWindow};
-    /// assert!(SlidingWindow::new(Rate::per_hour(100_000)).is_ok());
+    /// use tollgate::{ConfigError, Rate};
+    /// use tollgate_redis::ApproxSlidingWindow;
+    /// assert!(ApproxSlidingWindow::new(Rate::per_hour(100_000)).is_ok());
     /// assert!(matches!(
-    ///     SlidingWindow::new(Rate::new(u32::MAX, Duration::from_secs(86_400))),
-    ///     Err(ConfigError::TooLarge { .. })
+    ///     ApproxSlidingWindow::new(Rate::new(u32::MAX, Duration::from_secs(86_400))),
+    ///     Err(ConfigError::Overflow { .. })
     /// ));
     /// ```
     pub fn new(rate: Rate) -> Result<Self, ConfigError> {
         let (limit, window) = validate(rate)?;
-        window
-            .checked_mul(u64::from(limit))
-            .filter(|&product| product <= MAX_SPAN)
-            .ok_or(ConfigError::TooLarge {
-                what: "the limit × the window",
-            })?;
-        Ok(SlidingWindow {
+        product(window, u64::from(limit), "the limit × the window")?;
+        Ok(ApproxSlidingWindow {
             limit,
             window,
             prefix: DEFAULT_PREFIX.to_owned(),
@@ -102,8 +105,8 @@ impl SlidingWindow {
     ///
     /// ```
     /// use tollgate::Rate;
-    /// use tollgate_redis::{Limiter, SlidingWindow};
-    /// let api = SlidingWindow::new(Rate::per_minute(60)).unwrap().with_prefix("api").unwrap();
+    /// use tollgate_redis::{ApproxSlidingWindow, Limiter};
+    /// let api = ApproxSlidingWindow::new(Rate::per_minute(60)).unwrap().with_prefix("api").unwrap();
     /// assert_eq!(api.redis_key("k"), "api:{k}:sw");
     /// ```
     pub fn with_prefix(mut self, prefix: &str) -> Result<Self, ConfigError> {
@@ -115,7 +118,7 @@ impl SlidingWindow {
     ///
     /// ```
     /// use tollgate::Rate;
-    /// let window = tollgate_redis::SlidingWindow::new(Rate::per_second(10)).unwrap();
+    /// let window = tollgate_redis::ApproxSlidingWindow::new(Rate::per_second(10)).unwrap();
     /// assert_eq!(window.window().as_secs(), 1);
     /// ```
     pub fn window(&self) -> Duration {
@@ -123,7 +126,7 @@ impl SlidingWindow {
     }
 }
 
-impl Limiter for SlidingWindow {
+impl Limiter for ApproxSlidingWindow {
     fn capacity(&self) -> u32 {
         self.limit
     }

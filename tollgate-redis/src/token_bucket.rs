@@ -34,15 +34,14 @@
 
 use std::time::Duration;
 
-use tollgate::Rate;
+use tollgate::{ConfigError, Rate};
 
-use crate::error::ConfigError;
 use crate::keys::{DEFAULT_PREFIX, check_prefix, redis_key};
 use crate::limiter::{Limiter, Plan};
-use crate::micros::{MAX_SPAN, validate};
-use crate::script::{Admission, limiter_script};
+use crate::micros::{product, validate};
+use crate::script::{Admission, lua_script};
 
-limiter_script!(SCRIPT, "token_bucket.lua");
+lua_script!(SCRIPT, "token_bucket.lua");
 
 /// A token bucket shared through Redis: bursts up to a capacity, refilled at a
 /// rate, per caller key. See the [module docs](self).
@@ -74,11 +73,11 @@ impl TokenBucket {
     /// faster than asked. Errors: [`ConfigError::ZeroCapacity`],
     /// [`ConfigError::ZeroRate`], [`ConfigError::ZeroPeriod`],
     /// [`ConfigError::TooFine`] (more than one permit per µs),
-    /// [`ConfigError::TooLarge`] (capacity × time per permit above 2^51 µs).
+    /// [`ConfigError::Overflow`] (capacity × time per permit above 2^51 µs).
     ///
     /// ```
-    /// use tollgate::Rate;
-    /// use tollgate_redis::{ConfigError, TokenBucket};
+    /// use tollgate::{ConfigError, Rate};
+    /// use tollgate_redis::TokenBucket;
     /// assert!(TokenBucket::new(30, Rate::per_minute(30)).is_ok());
     /// assert_eq!(TokenBucket::new(1, Rate::per_second(0)), Err(ConfigError::ZeroRate));
     /// ```
@@ -88,12 +87,7 @@ impl TokenBucket {
             return Err(ConfigError::ZeroCapacity);
         }
         let interval = period.div_ceil(u64::from(permits));
-        let tolerance = interval
-            .checked_mul(u64::from(capacity))
-            .filter(|&t| t <= MAX_SPAN)
-            .ok_or(ConfigError::TooLarge {
-                what: "capacity × time per permit",
-            })?;
+        let tolerance = product(interval, u64::from(capacity), "capacity × time per permit")?;
         Ok(TokenBucket {
             capacity,
             interval,
@@ -127,6 +121,12 @@ impl TokenBucket {
     pub fn emission_interval(&self) -> Duration {
         Duration::from_micros(self.interval)
     }
+
+    /// The GCRA terms every script on this state takes: the time per permit
+    /// and the tolerance (`capacity ×` it), in µs.
+    pub(crate) fn terms(&self) -> [u64; 2] {
+        [self.interval, self.tolerance]
+    }
 }
 
 impl Limiter for TokenBucket {
@@ -150,6 +150,6 @@ impl Limiter for TokenBucket {
     }
 
     fn plan(&self) -> Plan {
-        Plan::new(&SCRIPT, &[self.interval, self.tolerance])
+        Plan::new(&SCRIPT, &self.terms())
     }
 }

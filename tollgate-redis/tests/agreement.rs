@@ -9,20 +9,19 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
 use tollgate::{
     Denied, LockingApproxSlidingWindow, LockingFixedWindow, LockingSlidingLog, LockingTokenBucket,
     ManualClock, Rate, RateLimiter,
 };
 use tollgate_redis::{
-    Error, FixedWindow, Limiter, SlidingLog, SlidingWindow, TokenBucket, blocking,
+    ApproxSlidingWindow, Error, FixedWindow, Limiter, SlidingLog, TokenBucket, blocking,
 };
 
 use support::RedisServer;
+use support::replay::{fresh_key, runner};
 
 /// One step of a timeline: move the clock by `step` µs (back if negative), then
 /// ask for `n` permits.
@@ -51,12 +50,6 @@ fn ops(period_us: u64, max_n: u32) -> impl Strategy<Value = Vec<Op>> {
         (step, 0..=max_n + 1).prop_map(|(step, n)| Op { step, n }),
         1..120,
     )
-}
-
-static CASE: AtomicU64 = AtomicU64::new(0);
-
-fn fresh_key(name: &str) -> String {
-    format!("{name}-{}", CASE.fetch_add(1, Ordering::Relaxed))
 }
 
 /// The in-process verdict as the scripts give it: retry-after rounded up to a
@@ -107,18 +100,6 @@ fn replay<L: Limiter, R: RateLimiter>(
         }
     }
     Ok(())
-}
-
-fn runner() -> TestRunner {
-    let cases = std::env::var("TOLLGATE_REDIS_AGREEMENT_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(96);
-    TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    })
 }
 
 fn server_and_client() -> (RedisServer, blocking::Client) {
@@ -179,7 +160,7 @@ fn sliding_window_agrees_with_the_approximate_window() {
             let rate = Rate::new(permits, Duration::from_micros(period));
             let clock = ManualClock::new();
             let local = LockingApproxSlidingWindow::with_clock(rate, clock.clone()).unwrap();
-            let remote = SlidingWindow::new(rate).unwrap();
+            let remote = ApproxSlidingWindow::new(rate).unwrap();
             replay(&client, &remote, &local, &clock, start, &ops)
         })
         .unwrap();

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use tollgate::{Denied, Rate};
 use tollgate_redis::{
-    Client, Error, FixedWindow, LeaseOptions, LeasedLimiter, Limiter, Options, SlidingLog,
-    SlidingWindow, TokenBucket, blocking,
+    ApproxSlidingWindow, Client, Error, FixedWindow, LeaseOptions, LeasedLimiter, Limiter, Options,
+    SlidingLog, TokenBucket, blocking,
 };
 
 use support::{RedisCluster, gcra_violations};
@@ -23,7 +23,7 @@ fn limiters() -> Vec<Box<dyn Limiter>> {
     vec![
         Box::new(TokenBucket::new(3, hourly).unwrap()),
         Box::new(FixedWindow::new(hourly).unwrap()),
-        Box::new(SlidingWindow::new(hourly).unwrap()),
+        Box::new(ApproxSlidingWindow::new(hourly).unwrap()),
         Box::new(SlidingLog::new(hourly).unwrap()),
     ]
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use tollgate::Rate;
 use tollgate_redis::{
-    Client, Error, FixedWindow, Limiter, Options, SlidingLog, SlidingWindow, TokenBucket,
+    ApproxSlidingWindow, Client, Error, FixedWindow, Limiter, Options, SlidingLog, TokenBucket,
 };
 
 use support::RedisServer;
@@ -26,7 +26,7 @@ fn limiters(permits: u32) -> Vec<Arc<dyn Limiter>> {
     vec![
         Arc::new(TokenBucket::new(permits, hourly(permits)).unwrap()),
         Arc::new(FixedWindow::new(hourly(permits)).unwrap()),
-        Arc::new(SlidingWindow::new(hourly(permits)).unwrap()),
+        Arc::new(ApproxSlidingWindow::new(hourly(permits)).unwrap()),
         Arc::new(SlidingLog::new(hourly(permits)).unwrap()),
     ]
 }
@@ -425,7 +425,7 @@ async fn a_damaged_fixed_window_is_unknown_state_naming_the_field_and_admits_not
 async fn a_damaged_sliding_window_is_unknown_state_naming_the_field_and_admits_nothing() {
     let server = RedisServer::start();
     let client = connect(&server, Duration::from_secs(2)).await;
-    let window = SlidingWindow::new(hourly(3)).unwrap();
+    let window = ApproxSlidingWindow::new(hourly(3)).unwrap();
     let key = window.redis_key("sw");
     let hour_us = 3_600_000_000u64;
     let current = (server_now_us(&server) / hour_us).to_string();
@@ -598,54 +598,65 @@ async fn validation_leaves_keys_the_scripts_wrote_alone() {
 }
 
 /// The leased limiter's scripts read the token bucket's state through the
-/// same checks: run them directly on damaged keys.
+/// same checks: run them on damaged and foreign keys (at the server's time,
+/// through the scripts' test entry points). Every answer names the key and
+/// the field, and the key is left untouched.
 #[tokio::test]
 async fn the_lease_scripts_refuse_damaged_token_bucket_state() {
     let server = RedisServer::start();
-    let lease = redis::Script::new(concat!(
-        include_str!("../src/lua/now_server.lua"),
-        include_str!("../src/lua/common.lua"),
-        include_str!("../src/lua/lease.lua")
-    ));
-    let give_back = redis::Script::new(concat!(
-        include_str!("../src/lua/now_server.lua"),
-        include_str!("../src/lua/common.lua"),
-        include_str!("../src/lua/lease_return.lua")
-    ));
-    let mut admin = server.admin();
-    let key = "tollgate:{global}:tb";
-    let interval = 1_000_000u64;
-    for bad in bad_values() {
-        write_hash(&server, key, &[("v", "tb1".into()), ("tat", bad.into())]);
-        let before = dump(&server, key);
-        let granted: Vec<redis::Value> = lease
-            .key(key)
-            .arg(10)
-            .arg(interval)
-            .arg(10 * interval)
-            .arg(5)
-            .arg(2)
-            .invoke(&mut admin)
-            .unwrap();
-        let returned: Vec<redis::Value> = give_back
-            .key(key)
-            .arg(1)
-            .arg(interval)
-            .arg(0)
-            .invoke(&mut admin)
-            .unwrap();
-        for reply in [granted, returned] {
-            assert_eq!(
-                reply.first(),
-                Some(&redis::Value::Int(-2)),
-                "{bad:?}: {reply:?}"
-            );
-            let detail = match &reply[1] {
-                redis::Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-                other => panic!("{other:?}"),
-            };
-            assert!(detail.contains("field tat"), "{bad:?}: {detail}");
+    let client = connect(&server, Duration::from_secs(2)).await;
+    let bucket = TokenBucket::new(10, hourly(3_600)).unwrap();
+    let key = bucket.redis_key("global");
+    let refuse = |names: &'static str| {
+        let (server, client, bucket, key) = (&server, &client, &bucket, key.clone());
+        async move {
+            let before = dump(server, &key);
+            let now = server_now_us(server);
+            let granted = client.lease_at(bucket, "global", 10, (5, 2), now).await;
+            let returned = client.return_lease_at(bucket, "global", 1, 0, now).await;
+            for answer in [granted.map(drop), returned.map(drop)] {
+                match answer {
+                    Err(Error::UnknownState { key: k, detail })
+                    | Err(Error::WrongType { key: k, detail }) => {
+                        assert_eq!(k, key);
+                        assert!(detail.contains(names), "{before:?}: {detail}");
+                    }
+                    other => panic!("{before:?}: expected a refusal, got {other:?}"),
+                }
+            }
+            assert_eq!(dump(server, &key), before);
         }
-        assert_eq!(dump(&server, key), before);
+    };
+    for bad in bad_values() {
+        write_hash(&server, &key, &[("v", "tb1".into()), ("tat", bad.into())]);
+        refuse("field tat").await;
     }
+    // A TAT after the key's own expiry, a missing TAT, no expiry at all.
+    let years = server_now_us(&server) + 10 * 365 * 86_400_000_000;
+    write_hash(
+        &server,
+        &key,
+        &[("v", "tb1".into()), ("tat", years.to_string())],
+    );
+    refuse("after the key expires").await;
+    write_hash(&server, &key, &[("v", "tb1".into())]);
+    refuse("field tat is missing").await;
+    let now = server_now_us(&server);
+    write_hash(
+        &server,
+        &key,
+        &[("v", "tb1".into()), ("tat", now.to_string())],
+    );
+    let _: () = server.cmd(&["PERSIST", &key]);
+    refuse("no expiry").await;
+    // Another program's hash, and another Redis type.
+    write_hash(
+        &server,
+        &key,
+        &[("v", "xx9".into()), ("tat", now.to_string())],
+    );
+    refuse("expected format tb1").await;
+    let _: () = server.cmd(&["DEL", &key]);
+    let _: () = server.cmd(&["SET", &key, "plain"]);
+    refuse("WRONGTYPE").await;
 }

@@ -15,7 +15,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use tollgate::Rate;
-use tollgate_redis::{Client, Error, FixedWindow, Limiter, SlidingLog, SlidingWindow, TokenBucket};
+use tollgate_redis::{
+    ApproxSlidingWindow, Client, Error, FixedWindow, Limiter, SlidingLog, TokenBucket,
+};
 
 use support::RedisServer;
 
@@ -36,7 +38,7 @@ fn limiter(kind: &str) -> Box<dyn Limiter> {
             Box::new(FixedWindow::new(Rate::new(40, Duration::from_millis(7))).unwrap())
         }
         "sliding_window" => {
-            Box::new(SlidingWindow::new(Rate::new(40, Duration::from_millis(7))).unwrap())
+            Box::new(ApproxSlidingWindow::new(Rate::new(40, Duration::from_millis(7))).unwrap())
         }
         "sliding_log" => {
             Box::new(SlidingLog::new(Rate::new(25, Duration::from_millis(5))).unwrap())

@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use tollgate::Rate;
-use tollgate_redis::{Admission, FixedWindow, Limiter, SlidingLog, SlidingWindow, TokenBucket};
+use tollgate_redis::{
+    Admission, ApproxSlidingWindow, FixedWindow, Limiter, SlidingLog, TokenBucket,
+};
 
 #[test]
 fn the_token_bucket_refills_one_interval_per_missing_permit() {
@@ -32,7 +34,7 @@ fn the_windows_are_whole_when_their_window_ends() {
     );
 
     // The counter weighs the current window into the next one.
-    let sliding = SlidingWindow::new(Rate::per_minute(10)).unwrap();
+    let sliding = ApproxSlidingWindow::new(Rate::per_minute(10)).unwrap();
     assert_eq!(
         sliding.report(&Admission::new(61_500_000, 4)).until_full,
         Duration::from_millis(58_500 + 60_000)

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use tollgate::{Denied, Rate};
 use tollgate_redis::{
-    Client, Error, FixedWindow, Limiter, Options, SlidingLog, SlidingWindow, TokenBucket, blocking,
+    ApproxSlidingWindow, Client, Error, FixedWindow, Limiter, Options, SlidingLog, TokenBucket,
+    blocking,
 };
 
 use support::RedisServer;
@@ -23,7 +24,7 @@ fn limiters() -> Vec<Box<dyn Limiter>> {
     vec![
         Box::new(TokenBucket::new(3, hourly(3)).unwrap()),
         Box::new(FixedWindow::new(hourly(3)).unwrap()),
-        Box::new(SlidingWindow::new(hourly(3)).unwrap()),
+        Box::new(ApproxSlidingWindow::new(hourly(3)).unwrap()),
         Box::new(SlidingLog::new(hourly(3)).unwrap()),
     ]
 }
@@ -149,7 +150,7 @@ async fn every_written_key_gets_a_ttl_no_longer_than_its_state_matters() {
         (Box::new(FixedWindow::new(hourly(3)).unwrap()), hour_ms),
         // The window after the current one ends: at most two hours away.
         (
-            Box::new(SlidingWindow::new(hourly(3)).unwrap()),
+            Box::new(ApproxSlidingWindow::new(hourly(3)).unwrap()),
             2 * hour_ms,
         ),
         // The history after the newest stamp.
