@@ -60,7 +60,7 @@
 //! publishing (it has to visit every key anyway) before it retires the old
 //! record — the shard locks serve as the grace period.
 //!
-//! The pointer is the sync facade's epoch-protected [`Shared`]; under
+//! The pointer is the sync facade's epoch-protected `Shared`; under
 //! `--cfg loom` it is a loom `AtomicPtr` whose replaced values are kept until
 //! it drops: the models check the protocol above with every access visible to
 //! loom; reclamation is crossbeam-epoch's.
