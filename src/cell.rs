@@ -4,7 +4,7 @@
 use crossbeam_utils::CachePadded;
 
 use crate::error::Denied;
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Backoff, Mutex, Ordering};
 
 /// Where a one-word state lives. `update` runs a decision on the current state and
 /// stores the new state only if the decision admits; a denial writes nothing.
@@ -47,7 +47,7 @@ impl StateCell for AtomicCell {
         // Relaxed: the decision below only needs *a* value of the word; the CAS
         // then checks that it is still *the* value, in the word's modification order.
         let mut current = self.0.load(Ordering::Relaxed);
-        let mut backoff = crate::backoff::Backoff::new();
+        let mut backoff = Backoff::new();
         loop {
             let next = decide(current)?;
             // Weak CAS: a spurious failure just costs one more (pure) decision.
@@ -62,7 +62,7 @@ impl StateCell for AtomicCell {
                     current = actual;
                     // Lost a race: step aside for a moment (32 ns, doubling
                     // per loss, at most about a microsecond: time, not a count
-                    // of spin hints, so the same on every CPU; see `backoff`)
+                    // of spin hints, so the same on every CPU; see `sync::Backoff`)
                     // before deciding again. The winner's next update then
                     // finds the line still in its own cache instead of both
                     // cores trading it on every attempt.
@@ -75,13 +75,13 @@ impl StateCell for AtomicCell {
     }
 }
 
-/// The locking twin's cell: the same word under a `parking_lot` mutex.
+/// The locking twin's cell: the same word under a mutex (parking_lot's).
 #[derive(Debug)]
-pub(crate) struct LockedCell(CachePadded<parking_lot::Mutex<u64>>);
+pub(crate) struct LockedCell(CachePadded<Mutex<u64>>);
 
 impl StateCell for LockedCell {
     fn new(initial: u64) -> Self {
-        LockedCell(CachePadded::new(parking_lot::Mutex::new(initial)))
+        LockedCell(CachePadded::new(Mutex::new(initial)))
     }
 
     #[inline]

@@ -90,7 +90,6 @@
 #![warn(rust_2018_idioms, unreachable_pub)]
 
 pub mod all_of;
-mod backoff;
 mod cell;
 pub mod clock;
 pub mod counted;

@@ -5,7 +5,7 @@
 use crossbeam_utils::CachePadded;
 
 use crate::error::Denied;
-use crate::sync::{AtomicU128, Ordering};
+use crate::sync::{AtomicU128, Backoff, Mutex, Ordering};
 
 /// A two-word state (the warm-up's `next << 64 | bank`, the shaper's `end << 64
 /// | last start`), changed only as a whole. `update`
@@ -46,7 +46,7 @@ impl WideCell for AtomicWide {
         // Relaxed: the decision needs a value of the word; the CAS checks it is
         // still the current one.
         let mut current = self.0.load(Ordering::Relaxed);
-        let mut backoff = crate::backoff::Backoff::new();
+        let mut backoff = Backoff::new();
         loop {
             let next = decide(current)?;
             // Weak: a spurious failure costs one more pure decision. Relaxed on
@@ -60,7 +60,7 @@ impl WideCell for AtomicWide {
                 Err(actual) => {
                     current = actual;
                     // Lost a race: as `AtomicCell::update`, step aside for a
-                    // bounded time (`backoff`) before retrying, so the winner
+                    // bounded time (`Backoff::wait`) before retrying, so the winner
                     // can finish its next booking with the line still in its
                     // cache instead of both threads bouncing it on every
                     // attempt. Never blocks.
@@ -71,13 +71,13 @@ impl WideCell for AtomicWide {
     }
 }
 
-/// The locking twin's cell: the same 128 bits under a `parking_lot` mutex.
+/// The locking twin's cell: the same 128 bits under a mutex (parking_lot's).
 #[derive(Debug)]
-pub(crate) struct LockedWide(CachePadded<parking_lot::Mutex<u128>>);
+pub(crate) struct LockedWide(CachePadded<Mutex<u128>>);
 
 impl WideCell for LockedWide {
     fn new(initial: u128) -> Self {
-        LockedWide(CachePadded::new(parking_lot::Mutex::new(initial)))
+        LockedWide(CachePadded::new(Mutex::new(initial)))
     }
 
     #[inline]
@@ -90,48 +90,5 @@ impl WideCell for LockedWide {
         let mut state = self.0.lock();
         *state = decide(*state)?;
         Ok(())
-    }
-}
-
-/// loom has no 128-bit atomic. Under `--cfg loom` the two-word cell runs on this
-/// stand-in: a loom mutex around the value, so every load and every
-/// compare-and-swap is one loom-visible, linearizable step, and loom explores
-/// every order of them. (The real `cmpxchg16b` is linearizable the same way; what
-/// the models check is the CAS loop and the decisions built on it.)
-#[cfg(loom)]
-#[derive(Debug)]
-pub(crate) struct LoomAtomicU128(loom::sync::Mutex<u128>);
-
-#[cfg(loom)]
-impl LoomAtomicU128 {
-    pub(crate) fn new(value: u128) -> Self {
-        LoomAtomicU128(loom::sync::Mutex::new(value))
-    }
-
-    pub(crate) fn load(&self, _: Ordering) -> u128 {
-        *self.0.lock().unwrap()
-    }
-
-    /// A plain store: nothing in tollgate calls it; `scripts/mutate-loom`'s
-    /// blind-store mutant of the CAS loop does (a lost update must fail a model).
-    #[allow(dead_code)]
-    pub(crate) fn store(&self, value: u128, _: Ordering) {
-        *self.0.lock().unwrap() = value;
-    }
-
-    pub(crate) fn compare_exchange_weak(
-        &self,
-        current: u128,
-        new: u128,
-        _: Ordering,
-        _: Ordering,
-    ) -> Result<u128, u128> {
-        let mut value = self.0.lock().unwrap();
-        if *value == current {
-            *value = new;
-            Ok(current)
-        } else {
-            Err(*value)
-        }
     }
 }

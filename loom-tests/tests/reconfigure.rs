@@ -3,7 +3,8 @@
 //! protocol `Keyed` shares for its overrides and overflow state) and of
 //! combined limits' refunds, through tollgate's sync facade: the record
 //! pointer is a loom `AtomicPtr` under `--cfg loom` (crossbeam-epoch's stand-in,
-//! see `src/keyed/reconfig.rs`), the state words loom atomics.
+//! see `src/sync/epoch.rs`; the protocol is `src/keyed/reconfig.rs`'s), the
+//! state words loom atomics.
 //!
 //! Time stands still at 0 inside each model (a `ManualClock` built in the
 //! model), so every outcome is exact arithmetic. After joining, each model

@@ -2,7 +2,7 @@
 //! loom models of `tollgate::SlidingLog`: the ticket CAS, the lap-bit entries and
 //! the seal-and-inherit reconfiguration, the code that ships, model-checked
 //! through tollgate's sync facade (the ring pointer is a loom `AtomicPtr` in the
-//! epoch stand-in, see `src/sliding_log/epoch.rs`).
+//! epoch stand-in, see `src/sync/epoch.rs`).
 //!
 //! Every model records each request with its exact decision time (the one clock
 //! reading it took) and, after joining, asserts the log's promise on those

@@ -99,9 +99,9 @@ use crossbeam_utils::CachePadded;
 use super::Keyed;
 use super::answer::{Answer, ask};
 use super::kind::{Keyable, View};
-use super::reconfig::{pin, read};
+use super::reconfig::read;
 use crate::limiter::check_request;
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Ordering, pin};
 
 /// Buckets examined after every insert.
 pub(crate) const STEP: usize = 8;

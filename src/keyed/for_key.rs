@@ -35,10 +35,11 @@ use std::marker::PhantomData;
 use super::Keyed;
 use super::answer::{Answer, Reported, later_snapshot};
 use super::kind::{Keyable, Refusal, View};
-use super::reconfig::{Guard, pin, read};
+use super::reconfig::read;
 use crate::error::Denied;
 use crate::limiter::{RateLimiter, Rejection, Snapshot};
 use crate::refund::{Receipted, Refundable};
+use crate::sync::{Guard, pin};
 
 /// One key of a [`Keyed`] limiter: what [`Keyed::for_key`] returns.
 ///

@@ -24,7 +24,7 @@ use crate::leaky_bucket::meter::Meter;
 use crate::leaky_bucket::{LeakyBucket, LockingLeakyBucket};
 use crate::limiter::{Snapshot, check_request};
 use crate::rate::Rate;
-use crate::sync::{AtomicU64, AtomicU128, Ordering};
+use crate::sync::{AtomicU64, AtomicU128, Mutex, Ordering};
 use crate::token_bucket::machine::Gcra;
 use crate::token_bucket::{LockingTokenBucket, TokenBucket};
 use crate::word::{Refund, WordMachine};
@@ -386,7 +386,7 @@ impl WordCell for AtomicWord {
     #[inline]
     fn update<E>(&self, mut f: impl FnMut(u64) -> Result<u64, E>) -> Result<u64, E> {
         let mut current = self.load();
-        let mut backoff = crate::backoff::Backoff::new();
+        let mut backoff = crate::sync::Backoff::new();
         loop {
             let next = f(current)?;
             // AcqRel: Release publishes a carry-over with its record; Acquire
@@ -407,17 +407,17 @@ impl WordCell for AtomicWord {
     }
 }
 
-/// The twins' word: a `u64` under a `parking_lot` mutex (16 bytes).
+/// The twins' word: a `u64` under a mutex (parking_lot's; 16 bytes).
 #[doc(hidden)]
 #[derive(Debug)]
 #[allow(unreachable_pub)] // sealed: public only as `Keyable::State`
-pub struct LockedWord(parking_lot::Mutex<u64>);
+pub struct LockedWord(Mutex<u64>);
 
 impl WordCell for LockedWord {
     type Word = u64;
 
     fn new(word: u64) -> Self {
-        LockedWord(parking_lot::Mutex::new(word))
+        LockedWord(Mutex::new(word))
     }
 
     fn load(&self) -> u64 {
@@ -458,7 +458,7 @@ impl WordCell for AtomicWideWord {
     #[inline]
     fn update<E>(&self, mut f: impl FnMut(u128) -> Result<u128, E>) -> Result<u128, E> {
         let mut current = self.load();
-        let mut backoff = crate::backoff::Backoff::new();
+        let mut backoff = crate::sync::Backoff::new();
         loop {
             let next = f(current)?;
             // AcqRel / Acquire, as `AtomicWord::update`.
@@ -476,17 +476,17 @@ impl WordCell for AtomicWideWord {
     }
 }
 
-/// The two-word twins' state: a `u128` under a `parking_lot` mutex.
+/// The two-word twins' state: a `u128` under a mutex (parking_lot's).
 #[doc(hidden)]
 #[derive(Debug)]
 #[allow(unreachable_pub)] // sealed: public only as `Keyable::State`
-pub struct LockedWideWord(parking_lot::Mutex<u128>);
+pub struct LockedWideWord(Mutex<u128>);
 
 impl WordCell for LockedWideWord {
     type Word = u128;
 
     fn new(word: u128) -> Self {
-        LockedWideWord(parking_lot::Mutex::new(word))
+        LockedWideWord(Mutex::new(word))
     }
 
     fn load(&self) -> u128 {

@@ -57,6 +57,8 @@
 //! [`SlidingLog`]: crate::SlidingLog
 
 use std::fmt;
+// std's `Arc`, not the sync facade's: the rules are immutable once built
+// (nothing for loom to order), and loom's `Arc` cannot hold a slice.
 use std::sync::Arc;
 use std::time::Duration;
 

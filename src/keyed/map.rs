@@ -88,8 +88,8 @@ use hashbrown::HashTable;
 
 use crate::stripe::{refresh_thread_hint, thread_hint};
 use crate::sync::{
-    AtomicBool, AtomicUsize, ConstPtr, MutPtr, Ordering, RwLock, RwLockReadGuard, RwLockWriteGuard,
-    UnsafeCell, spin_wait,
+    AtomicBool, AtomicUsize, Backoff, ConstPtr, MutPtr, Ordering, RwLock, RwLockReadGuard,
+    RwLockWriteGuard, UnsafeCell, loom_seq_cst_fence,
 };
 
 /// Reader slots per line: a cache line of `usize`s. A shard's slot is its
@@ -269,13 +269,16 @@ impl<K: Eq + Hash, V, S: BuildHasher> Map<K, V, S> {
         // could set it since without the read lock).
         if shard.biased.swap(false, Ordering::SeqCst) && !unwaited_readers() {
             loom_seq_cst_fence();
+            // Waits for readers still in their slots: a pause lets a
+            // preempted reader run (and, under loom, the model run it).
+            let mut backoff = Backoff::new();
             for line in self.readers.iter() {
                 let slot = &line[index % SLOTS_PER_LINE];
                 // SeqCst: the load half of the exclusion; it also acquires
                 // the reader's `Release` store of 0, ordering its reads
                 // before our writes.
                 while slot.load(Ordering::SeqCst) == index + 1 {
-                    spin_wait();
+                    backoff.pause();
                 }
             }
         }
@@ -364,19 +367,6 @@ std::thread_local! {
     pub(crate) static UNCHECKED_BIAS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Test-only: writers that clear the bias without waiting for readers.
     pub(crate) static UNWAITED_READERS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// loom regards `SeqCst` loads, stores and read-modify-writes as `AcqRel`
-/// (its README, "Unsupported features"), which does not give the
-/// exclusion's store-load pairs their order; `fence(SeqCst)` it does model.
-/// So under loom each pair gets a `SeqCst` fence between its store and its
-/// load, which in C11 orders the pair as the `SeqCst` accesses alone do in
-/// the normal build. Without the fences the models fail at once: they show
-/// that acquire/release is not enough, not that `SeqCst` accesses are.
-#[inline(always)]
-fn loom_seq_cst_fence() {
-    #[cfg(loom)]
-    loom::sync::atomic::fence(Ordering::SeqCst);
 }
 
 #[inline(always)]

@@ -140,13 +140,13 @@ pub use two_word::{ShaperConfig, WarmUpConfig};
 use crate::clock::MonotonicClock;
 use crate::error::Denied;
 use crate::limiter::{Rejection, Snapshot};
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Ordering, Shared, pin};
 use crate::timeline::Timeline;
 use answer::{Answer, Plain, Reported, ask, later_snapshot};
 use evict::Sweeper;
 use map::Map;
 use quota::Overrides;
-use reconfig::{Record, Shared, pin, read};
+use reconfig::{Record, read};
 
 /// Loom builds only: makes every keyed lookup let go of its shard's read lock
 /// before deciding on the state it found — the known-bad protocol the

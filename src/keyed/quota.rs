@@ -27,9 +27,9 @@ use std::hash::{BuildHasher, Hash};
 use super::Keyed;
 use super::answer::Answer;
 use super::kind::{Carry, Keyable};
-use super::reconfig::{Shared, Slot, pin};
+use super::reconfig::Slot;
 use crate::limiter::Snapshot;
-use crate::sync::{Arc, AtomicU64, Ordering};
+use crate::sync::{Arc, AtomicU64, Guard, Ordering, Shared, pin};
 
 type Table<K, L, S> = HashMap<K, Arc<Slot<L>>, S>;
 
@@ -90,7 +90,7 @@ where
     /// Which override table is in force, as an address: a table replaced
     /// after `guard` was pinned is not freed, so its address is not reused,
     /// while the guard lives (`keyed::for_key` compares two of them).
-    pub(crate) fn table_id(&self, guard: &super::reconfig::Guard) -> usize {
+    pub(crate) fn table_id(&self, guard: &Guard) -> usize {
         self.table.load(guard) as *const Table<K, L, S> as usize
     }
 

@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
-use parking_lot::Mutex;
 
 use super::log::{Geometry, retry_after};
 use super::stripes::Rings;
@@ -12,6 +11,7 @@ use crate::error::{ConfigError, Denied};
 use crate::limiter::{RateLimiter, Rejection, Snapshot, check_request, report};
 use crate::rate::Rate;
 use crate::stripe::default_stripes;
+use crate::sync::Mutex;
 use crate::timeline::Timeline;
 
 /// The [`SlidingLog`](crate::SlidingLog)'s twin: the same rings of entry words,

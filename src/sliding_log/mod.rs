@@ -165,7 +165,6 @@
 //! bytes: 1,368 for N = 100, 80,568 for N = 10,000; with two, 8·N + 824). A request for `n` permits reads and writes
 //! `n` entries; a snapshot reads all N.
 
-mod epoch;
 mod locking;
 mod log;
 mod ring;
@@ -180,8 +179,8 @@ use crate::error::{ConfigError, Denied};
 use crate::limiter::{RateLimiter, Rejection, Snapshot, check_request, report};
 use crate::rate::Rate;
 use crate::stripe::default_stripes;
+use crate::sync::{Backoff, Shared};
 use crate::timeline::Timeline;
-use epoch::{Current, Pause};
 use log::Geometry;
 use stripes::Rings;
 
@@ -203,7 +202,7 @@ use stripes::Rings;
 /// ```
 #[derive(Debug)]
 pub struct SlidingLog<C = MonotonicClock> {
-    ring: Current,
+    ring: Shared<Rings>,
     timeline: Timeline<C>,
 }
 
@@ -238,7 +237,7 @@ impl<C: Clock> SlidingLog<C> {
     /// ```
     pub fn with_clock(rate: Rate, clock: C) -> Result<Self, ConfigError> {
         Ok(SlidingLog {
-            ring: Current::new(Rings::new(Geometry::new(rate)?, default_stripes())),
+            ring: Shared::new(Rings::new(Geometry::new(rate)?, default_stripes())),
             timeline: Timeline::new(clock),
         })
     }
@@ -308,17 +307,22 @@ impl<C: Clock> SlidingLog<C> {
     /// Seals the current rings and publishes their successor under the shape and
     /// stripe count `make` derives from the old rings.
     fn replace_rings(&self, make: impl Fn(&Rings) -> (Geometry, usize)) {
-        let mut pause = Pause::default();
+        let mut backoff = Backoff::new();
         // Only the thread that seals the rings replaces them; another
         // reconfiguration that got there first is waited for, then the next
         // rings are sealed.
-        while !self.ring.replace_with(|rings| {
-            rings.seal().then(|| {
-                let (shape, stripes) = make(rings);
-                rings.successor(shape, stripes)
+        // SAFETY: a successor is returned only by the thread whose `seal`
+        // sealed the rings, and rings are sealed once: no other replacement
+        // races this one.
+        while !unsafe {
+            self.ring.replace_with(|rings| {
+                rings.seal().then(|| {
+                    let (shape, stripes) = make(rings);
+                    rings.successor(shape, stripes)
+                })
             })
-        }) {
-            pause.pause();
+        } {
+            backoff.pause();
         }
     }
 
@@ -413,7 +417,7 @@ impl<C: Clock> RateLimiter for SlidingLog<C> {
         // request that meets a sealed ring reuses it on the next ring (a reading
         // can only grow staler, which only makes decisions stricter).
         let mut now = None;
-        let mut pause = Pause::default();
+        let mut backoff = Backoff::new();
         loop {
             let outcome = self.ring.with(|ring| {
                 check_request(n, ring.shape().capacity()).map_err(Ok)?;
@@ -424,7 +428,7 @@ impl<C: Clock> RateLimiter for SlidingLog<C> {
                 Ok(()) => return Ok(()),
                 Err(Ok(denied)) => return Err(denied),
                 // Sealed: a reconfiguration is publishing the next ring.
-                Err(Err(_sealed)) => pause.pause(),
+                Err(Err(_sealed)) => backoff.pause(),
             }
         }
     }
@@ -439,7 +443,7 @@ impl<C: Clock> RateLimiter for SlidingLog<C> {
     /// reads every entry: O(N).
     fn try_acquire_n_with_snapshot(&self, n: u32) -> Result<Snapshot, Rejection> {
         let mut now = None;
-        let mut pause = Pause::default();
+        let mut backoff = Backoff::new();
         loop {
             let outcome = self.ring.with(|ring| {
                 if let Err(denied) = check_request(n, ring.shape().capacity()) {
@@ -453,7 +457,7 @@ impl<C: Clock> RateLimiter for SlidingLog<C> {
             match outcome {
                 Ok(reported) => return reported,
                 // Sealed: as in `try_acquire_n`.
-                Err(_sealed) => pause.pause(),
+                Err(_sealed) => backoff.pause(),
             }
         }
     }

@@ -2,9 +2,8 @@
 
 use crossbeam_utils::CachePadded;
 
-use crate::backoff::Backoff;
+use crate::sync::{Backoff, Backoff as Pause};
 
-use super::epoch::Pause;
 use super::log::{
     EMPTY, Entries, Entry, Geometry, Inheritance, Moved, SEALED, Verdict, entry_word, lap_bit,
 };

@@ -3,7 +3,7 @@
 
 use crossbeam_utils::CachePadded;
 
-use crate::backoff::Backoff;
+use crate::sync::Backoff;
 
 use super::log::{Geometry, Inheritance, Moved, retry_after};
 use super::ring::{AtomicRing, Claim, Mode, Outcome, Sealed};

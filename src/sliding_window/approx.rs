@@ -8,13 +8,12 @@
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
-use parking_lot::Mutex;
 
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::{ConfigError, Denied};
 use crate::limiter::{RateLimiter, Rejection, Snapshot, check_request};
 use crate::rate::Rate;
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Mutex, Ordering};
 use crate::timeline::Timeline;
 
 /// The two-window counter's arithmetic, shared by the atomic limiter and its

@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
-use parking_lot::Mutex;
 
 use super::ring::Geometry;
 use super::{SlidingWindowBuilder, SubWindows};
@@ -11,6 +10,7 @@ use crate::clock::{Clock, MonotonicClock};
 use crate::error::{ConfigError, Denied};
 use crate::limiter::{RateLimiter, Rejection, Snapshot, check_request, report};
 use crate::rate::Rate;
+use crate::sync::Mutex;
 use crate::timeline::Timeline;
 
 /// The newest sub-window seen and a ring of `(index, admitted)` per sub-window,

@@ -404,7 +404,7 @@ impl<C: Clock> LeasedTokenBucket<C> {
         let limit = now + self.tolerance;
         // Relaxed: a decision on a stale TAT is checked by the CAS below.
         let mut tat = self.word.load(Ordering::Relaxed);
-        let mut backoff = crate::backoff::Backoff::new();
+        let mut backoff = crate::sync::Backoff::new();
         loop {
             // The word ends exactly where our lease does: nothing was leased
             // after it, so its unspent part goes back (docs/algorithms.md).

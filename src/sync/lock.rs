@@ -1,33 +1,12 @@
-//! The one place atomics come from.
-//!
-//! Every atomic in tollgate is imported through this module: `std`'s normally and
-//! loom's when the crate is built with `RUSTFLAGS="--cfg loom"`. The algorithms are
-//! therefore model-checked as written, not as a copy (the pattern of tokio's
-//! `src/loom/` and crossbeam's `primitive` modules).
-
-#[cfg(not(loom))]
-pub(crate) use std::sync::Arc;
-#[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
-
-#[cfg(loom)]
-pub(crate) use loom::sync::Arc;
-#[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
-// Warm-up's two-word state: cmpxchg16b through portable-atomic under std; loom
-// has no 128-bit atomic, so a loom-visible stand-in (see `wide`).
-#[cfg(loom)]
-pub(crate) use crate::wide::LoomAtomicU128 as AtomicU128;
-#[cfg(not(loom))]
-pub(crate) use portable_atomic::AtomicU128;
-// Pointers swapped by reconfiguration (the sliding log's ring, keyed records):
-// crossbeam-epoch's `Atomic` under std, a loom `AtomicPtr` in the loom stand-ins.
-#[cfg(loom)]
-pub(crate) use loom::sync::atomic::AtomicPtr;
+//! Locks: the per-key mutex, the keyed map's shard locks, the locking twins'
+//! mutex, and the cell for data read under a lock the code builds itself.
+//! parking_lot's (and `core`'s cell) under std, loom's under loom, each behind
+//! one signature, so the models see every lock.
 
 // Per-key states that are locked rather than swapped (the keyed sliding log
-// and sliding window): parking_lot's mutex under std, loom's under loom, one
-// `lock()` that cannot fail in both, so the models see every lock.
+// and sliding window) and the locking twins' states: parking_lot's mutex
+// under std, loom's under loom, one `lock()` that cannot fail in both, so the
+// models see every lock.
 #[cfg(loom)]
 pub(crate) use loom_mutex::{Mutex, MutexGuard};
 #[cfg(not(loom))]
@@ -36,6 +15,7 @@ pub(crate) use parking_lot::{Mutex, MutexGuard};
 #[cfg(loom)]
 mod loom_mutex {
     /// loom's mutex behind parking_lot's signature: `lock` returns the guard.
+    #[derive(Debug)]
     pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
 
     pub(crate) type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
@@ -53,12 +33,6 @@ mod loom_mutex {
     }
 }
 
-// The keyed map's shards (`keyed::map`): flags, counters and reader slots.
-#[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicUsize};
-#[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicUsize};
-
 // The keyed map's underlying shard locks, as the per-key mutex above:
 // parking_lot's under std, loom's under loom, infallible in both.
 #[cfg(loom)]
@@ -69,6 +43,7 @@ pub(crate) use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 #[cfg(loom)]
 mod loom_rwlock {
     /// loom's reader-writer lock behind parking_lot's signature.
+    #[derive(Debug)]
     pub(crate) struct RwLock<T>(loom::sync::RwLock<T>);
 
     pub(crate) type RwLockReadGuard<'a, T> = loom::sync::RwLockReadGuard<'a, T>;
@@ -145,15 +120,4 @@ mod plain_cell {
             unsafe { &mut *self.0 }
         }
     }
-}
-
-/// One step of a wait for another thread (a writer waiting for a reader to
-/// leave its slot): a yield, which lets a preempted reader run; loom's yield
-/// under loom, so the models can run the reader.
-#[inline]
-pub(crate) fn spin_wait() {
-    #[cfg(not(loom))]
-    std::thread::yield_now();
-    #[cfg(loom)]
-    loom::thread::yield_now();
 }

@@ -1,0 +1,79 @@
+//! The one door to the concurrency primitives: atomics (here), locks
+//! ([`lock`]), epoch-protected pointers ([`epoch`]), the 128-bit atomic and
+//! the ways a thread waits ([`wait`]).
+//!
+//! Every one of them in tollgate is imported through this module: `std`'s (or
+//! parking_lot's, crossbeam-epoch's, portable-atomic's) normally, loom's or a
+//! loom-visible stand-in when the crate is built with `RUSTFLAGS="--cfg loom"`.
+//! The algorithms are therefore model-checked as written, not as a copy (the
+//! pattern of tokio's `src/loom/` and crossbeam's `primitive` modules). The
+//! choice between the two is made here, whole module by whole module, and
+//! nowhere else: no file outside `src/sync/` says `cfg(loom)` to pick a
+//! primitive.
+//!
+//! `sync` stands on the ground floor: it imports nothing from the rest of the
+//! crate, so every other module may use it.
+//!
+//! Outside it, `std::sync` appears only where loom's types cannot serve and
+//! there is nothing for a model to order: process-wide `static`s (the stripe
+//! hint's round-robin counter, the cached clock's reading; loom's atomics
+//! cannot be `static`s) and the keyed log's immutable rule list (a `std` `Arc`
+//! of a slice, which loom's `Arc` cannot hold). The `cfg(loom)` left outside
+//! picks no primitive: loom-only test hooks and known-bad switches, model
+//! sizes (the keyed map's shard and line counts), the stripe hint (the model
+//! thread's number, deterministic across executions) and the sliding log's
+//! entry store, which is a swap under loom for a loom limitation that its
+//! comment (`stamp_entry`) explains.
+
+mod epoch;
+mod lock;
+mod wait;
+#[cfg(loom)]
+mod wide;
+
+pub(crate) use epoch::{Guard, Shared, pin};
+pub(crate) use lock::{
+    ConstPtr, MutPtr, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, UnsafeCell,
+};
+pub(crate) use wait::Backoff;
+
+#[cfg(not(loom))]
+pub(crate) use std::sync::Arc;
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+
+#[cfg(loom)]
+pub(crate) use loom::sync::Arc;
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+
+// Warm-up's and the shaper's two-word state: cmpxchg16b through
+// portable-atomic under std; loom has no 128-bit atomic, so a loom-visible
+// stand-in (see `wide`).
+#[cfg(not(loom))]
+pub(crate) use portable_atomic::AtomicU128;
+#[cfg(loom)]
+pub(crate) use wide::LoomAtomicU128 as AtomicU128;
+
+// The keyed map's shards (`keyed::map`): flags, counters and reader slots.
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicUsize};
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicUsize};
+
+/// A `SeqCst` fence in the loom build only, between the store and the load of
+/// a store-load pair whose accesses are each `SeqCst` (the keyed map's biased
+/// lock).
+///
+/// loom regards `SeqCst` loads, stores and read-modify-writes as `AcqRel`
+/// (its README, "Unsupported features"), which does not give the
+/// exclusion's store-load pairs their order; `fence(SeqCst)` it does model.
+/// So under loom each pair gets a `SeqCst` fence between its store and its
+/// load, which in C11 orders the pair as the `SeqCst` accesses alone do in
+/// the normal build. Without the fences the models fail at once: they show
+/// that acquire/release is not enough, not that `SeqCst` accesses are.
+#[inline(always)]
+pub(crate) fn loom_seq_cst_fence() {
+    #[cfg(loom)]
+    loom::sync::atomic::fence(Ordering::SeqCst);
+}
