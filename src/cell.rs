@@ -1,63 +1,213 @@
-//! The two homes of a one-word limiter state: an atomic updated by CAS, and the
-//! same word under a mutex (the locking twin).
+//! Where a limiter's state word lives: every direct limiter's, every locking
+//! twin's and every key's. One trait, [`StateCell`], and two homes: an atomic
+//! updated by the crate's one compare-and-swap loop ([`AtomicCell`]), and the
+//! same word under a mutex ([`LockedCell`], the locking twins'). Both are
+//! generic over the word's width ([`Word`]: one `u64`, or two words changed
+//! as a whole in one `u128`, the warm-up's and the shaper's), and the atomic
+//! one over the orderings its owner needs ([`Orders`]: [`Alone`] for a word
+//! that is the whole state, [`Published`] for a keyed word that carries a
+//! configuration record with it).
+//!
+//! Neither pads: a direct limiter is one per use and keeps its cell on its own
+//! cache line (`CachePadded` around the cell, where it holds it); keys are
+//! many, and a line per key would cost 128 bytes where the word needs 8.
+//!
+//! The types are `pub` in a private module only because the keyed kinds name
+//! them as their sealed `Keyable::State` (`keyed::AtomicWord` and its kin).
 
-use crossbeam_utils::CachePadded;
+use std::fmt;
+use std::marker::PhantomData;
 
-use crate::error::Denied;
-use crate::sync::{AtomicU64, Backoff, Mutex, Ordering};
+use crate::sync::{AtomicU64, AtomicU128, Backoff, Mutex, Ordering};
 
-/// Where a one-word state lives. `update` runs a decision on the current state and
-/// stores the new state only if the decision admits; a denial writes nothing.
-pub(crate) trait StateCell {
-    fn new(initial: u64) -> Self;
+/// Where a state word lives. `update` runs a decision on the current word and
+/// stores the new word only if the decision admits; a refusal writes nothing.
+pub(crate) trait StateCell: Send + Sync {
+    /// The word's width.
+    type Word: Word;
 
-    /// The current state, for decisions that do not write (snapshots).
-    fn load(&self) -> u64;
+    fn new(initial: Self::Word) -> Self;
 
-    /// Applies `decide` to the current state until a result is stored or `decide`
-    /// denies. `decide` may run several times (the atomic cell retries after a
-    /// lost race), so it must be a pure function of the state it is given.
-    fn update(&self, decide: impl FnMut(u64) -> Result<u64, Denied>) -> Result<(), Denied>;
+    /// The current word, for decisions that do not write (snapshots).
+    fn load(&self) -> Self::Word;
+
+    /// Applies `decide` to the current word until its result is stored or it
+    /// refuses; returns the word stored. `decide` may run several times (the
+    /// atomic cell retries after a lost race), so it must be a pure function
+    /// of the word it is given.
+    fn update<E>(
+        &self,
+        decide: impl FnMut(Self::Word) -> Result<Self::Word, E>,
+    ) -> Result<Self::Word, E>;
 }
 
-/// The lock-free cell: one `AtomicU64` on its own cache line, updated by a
-/// compare-and-swap loop.
-///
-/// Every ordering here is `Relaxed`, and that is enough: the word *is* the whole
-/// limiter state and no other memory is published through it. All reads and
-/// read-modify-writes of one atomic are totally ordered by its modification order,
-/// so each successful CAS is decided on the very value it replaces; that is all
-/// the invariants need (a permit is a right to proceed, not a handle on data).
+/// A state word's width: `u64`, or `u128` for two words changed only as a
+/// whole (the warm-up's `next << 64 | bank`, the shaper's `end << 64 | last
+/// start`). Sealed: implemented here, for those two.
+#[allow(unreachable_pub)] // sealed: public only as a bound of the cells
+pub trait Word: Copy + Eq + fmt::Debug + Send + Sync + 'static {
+    /// The atomic that holds the word (under loom, loom's, or for `u128` the
+    /// facade's stand-in).
+    #[doc(hidden)]
+    type Atomic: AtomicWord<Self>;
+}
+
+/// The four operations the cells use of a word's atomic, under the atomics'
+/// own names, so the one loop below is written once for every width.
+#[allow(unreachable_pub)] // sealed: public only as a bound of `Word`
+pub trait AtomicWord<W>: fmt::Debug + Send + Sync {
+    fn new(word: W) -> Self;
+    fn load(&self, order: Ordering) -> W;
+    /// Nothing in tollgate calls it: `scripts/mutate-loom`'s blind-store
+    /// mutant of the CAS loop does (a lost update must fail a model).
+    #[allow(dead_code)]
+    fn store(&self, word: W, order: Ordering);
+    fn compare_exchange_weak(
+        &self,
+        current: W,
+        new: W,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<W, W>;
+}
+
+/// `Word` for one width and `AtomicWord` for its atomic, each operation the
+/// atomic's own (an inherent method wins over the trait's of the same name).
+macro_rules! word {
+    ($word:ty, $atomic:ty) => {
+        impl Word for $word {
+            type Atomic = $atomic;
+        }
+
+        impl AtomicWord<$word> for $atomic {
+            #[inline]
+            fn new(word: $word) -> Self {
+                <$atomic>::new(word)
+            }
+
+            #[inline]
+            fn load(&self, order: Ordering) -> $word {
+                <$atomic>::load(self, order)
+            }
+
+            fn store(&self, word: $word, order: Ordering) {
+                <$atomic>::store(self, word, order)
+            }
+
+            #[inline]
+            fn compare_exchange_weak(
+                &self,
+                current: $word,
+                new: $word,
+                success: Ordering,
+                failure: Ordering,
+            ) -> Result<$word, $word> {
+                <$atomic>::compare_exchange_weak(self, current, new, success, failure)
+            }
+        }
+    };
+}
+
+word!(u64, AtomicU64);
+// `cmpxchg16b` on x86-64, `casp` on AArch64, through portable-atomic. Under
+// loom, a loom mutex (`sync::wide`): every load and CAS is one loom-visible,
+// linearizable step, so the models check this loop and the decisions on it.
+word!(u128, AtomicU128);
+
+/// The orderings of an [`AtomicCell`]: of the load a decision starts from (and
+/// a snapshot reads), and of the CAS's success and failure. A parameter of the
+/// cell type, so each owner states what its word publishes and the loop is
+/// still one.
+#[allow(unreachable_pub)] // sealed: public only as a bound of `AtomicCell`
+pub trait Orders: Send + Sync + 'static {
+    /// The first read of an update, and a snapshot's.
+    const LOAD: Ordering;
+    /// A CAS that stores the decision.
+    const SUCCESS: Ordering;
+    /// A CAS that lost a race: the word it read is decided on next.
+    const FAILURE: Ordering;
+}
+
+/// The direct limiters' orderings (token bucket, fixed window, leaky bucket
+/// meter, shaper, warm-up): every one `Relaxed`, and that is enough. The word
+/// *is* the whole limiter state and no other memory is published through it.
+/// All reads and read-modify-writes of one atomic are totally ordered by its
+/// modification order, so each successful CAS is decided on the very value it
+/// replaces; that is all the invariants need (a permit is a right to proceed,
+/// not a handle on data).
 #[derive(Debug)]
-pub(crate) struct AtomicCell(CachePadded<AtomicU64>);
+#[allow(unreachable_pub)] // sealed: public only as a parameter of `AtomicCell`
+pub struct Alone;
 
-impl StateCell for AtomicCell {
-    fn new(initial: u64) -> Self {
-        AtomicCell(CachePadded::new(AtomicU64::new(initial)))
+impl Orders for Alone {
+    // Relaxed: the decision only needs *a* value of the word (a snapshot, a
+    // point-in-time read of it); the CAS then checks that it is still *the*
+    // value, in the word's modification order.
+    const LOAD: Ordering = Ordering::Relaxed;
+    // Relaxed: the swap is the admission and publishes nothing else.
+    const SUCCESS: Ordering = Ordering::Relaxed;
+    // Relaxed: the fresh value is all the retry needs.
+    const FAILURE: Ordering = Ordering::Relaxed;
+}
+
+/// The keyed words' orderings (`keyed::kinds`, `keyed::two_word`): a word
+/// carried over to a newer configuration record (published `Release`, see
+/// `keyed::reconfig`) must be seen together with that record, so not the
+/// direct limiters' `Relaxed`. On x86 the same plain load and `lock cmpxchg`.
+///
+/// For the 128-bit keyed words (the keyed shaper's and warm-up's), the loom
+/// stand-in is a loom mutex, which synchronises more than these ask: their
+/// models check the loop, not these orderings; the 64-bit keyed words' models
+/// (`reconfigure`, `combined`) check these.
+#[derive(Debug)]
+#[allow(unreachable_pub)] // sealed: public only as a parameter of `AtomicCell`
+pub struct Published;
+
+impl Orders for Published {
+    // Acquire: a carried-over word is seen with the record it was carried to.
+    const LOAD: Ordering = Ordering::Acquire;
+    // AcqRel: Release publishes a carry-over with its record; Acquire as in
+    // `LOAD`.
+    const SUCCESS: Ordering = Ordering::AcqRel;
+    // Acquire, as `LOAD`: the word the lost race returns is decided on next.
+    const FAILURE: Ordering = Ordering::Acquire;
+}
+
+/// The lock-free cell: the word's atomic, updated by a compare-and-swap loop
+/// with the orderings `O`. Unpadded (see the module docs).
+#[doc(hidden)]
+#[derive(Debug)]
+#[allow(unreachable_pub)] // sealed: public only as `Keyable::State`
+pub struct AtomicCell<W: Word, O = Alone>(W::Atomic, PhantomData<fn() -> O>);
+
+impl<W: Word, O: Orders> StateCell for AtomicCell<W, O> {
+    type Word = W;
+
+    fn new(initial: W) -> Self {
+        AtomicCell(W::Atomic::new(initial), PhantomData)
     }
 
     #[inline]
-    fn load(&self) -> u64 {
-        // Relaxed: see the type's docs; a snapshot is a point-in-time read of one word.
-        self.0.load(Ordering::Relaxed)
+    fn load(&self) -> W {
+        // `O::LOAD`: see `Orders`.
+        self.0.load(O::LOAD)
     }
 
     #[inline]
-    fn update(&self, mut decide: impl FnMut(u64) -> Result<u64, Denied>) -> Result<(), Denied> {
-        // Relaxed: the decision below only needs *a* value of the word; the CAS
-        // then checks that it is still *the* value, in the word's modification order.
-        let mut current = self.0.load(Ordering::Relaxed);
+    fn update<E>(&self, mut decide: impl FnMut(W) -> Result<W, E>) -> Result<W, E> {
+        // `O::LOAD`: the decision starts from this value; the CAS checks it is
+        // still the current one.
+        let mut current = self.0.load(O::LOAD);
         let mut backoff = Backoff::new();
         loop {
             let next = decide(current)?;
             // Weak CAS: a spurious failure just costs one more (pure) decision.
-            // Relaxed on success: the swap is the admission and publishes nothing
-            // else. Relaxed on failure: the fresh value is all the retry needs.
+            // `O::SUCCESS` / `O::FAILURE`: see `Orders`.
             match self
                 .0
-                .compare_exchange_weak(current, next, Ordering::Relaxed, Ordering::Relaxed)
+                .compare_exchange_weak(current, next, O::SUCCESS, O::FAILURE)
             {
-                Ok(_) => return Ok(()),
+                Ok(_) => return Ok(next),
                 Err(actual) => {
                     current = actual;
                     // Lost a race: step aside for a moment (32 ns, doubling
@@ -75,24 +225,29 @@ impl StateCell for AtomicCell {
     }
 }
 
-/// The locking twin's cell: the same word under a mutex (parking_lot's).
+/// The locking twins' cell: the same word under a mutex (parking_lot's; 16
+/// bytes for a `u64`). Unpadded (see the module docs).
+#[doc(hidden)]
 #[derive(Debug)]
-pub(crate) struct LockedCell(CachePadded<Mutex<u64>>);
+#[allow(unreachable_pub)] // sealed: public only as `Keyable::State`
+pub struct LockedCell<W>(Mutex<W>);
 
-impl StateCell for LockedCell {
-    fn new(initial: u64) -> Self {
-        LockedCell(CachePadded::new(Mutex::new(initial)))
+impl<W: Word> StateCell for LockedCell<W> {
+    type Word = W;
+
+    fn new(initial: W) -> Self {
+        LockedCell(Mutex::new(initial))
     }
 
     #[inline]
-    fn load(&self) -> u64 {
+    fn load(&self) -> W {
         *self.0.lock()
     }
 
     #[inline]
-    fn update(&self, mut decide: impl FnMut(u64) -> Result<u64, Denied>) -> Result<(), Denied> {
-        let mut state = self.0.lock();
-        *state = decide(*state)?;
-        Ok(())
+    fn update<E>(&self, mut decide: impl FnMut(W) -> Result<W, E>) -> Result<W, E> {
+        let mut word = self.0.lock();
+        *word = decide(*word)?;
+        Ok(*word)
     }
 }

@@ -109,7 +109,6 @@ mod timeline;
 pub mod token_bucket;
 pub mod waiting;
 pub mod warm_up;
-mod wide;
 mod word;
 
 pub use all_of::{AllOf, Blocked, Tightest};

@@ -273,14 +273,16 @@ pub(crate) fn remembering<T: Copy>(
     }
 }
 
-/// The report of a decision: the snapshot of the state it left, beside its answer.
+/// The report of a decision: the snapshot of the state it left, beside its
+/// answer (whatever an admission returned, such as the word a cell stored, is
+/// not needed: the snapshot says it).
 #[inline]
-pub(crate) fn report(
-    outcome: Result<(), Denied>,
+pub(crate) fn report<T>(
+    outcome: Result<T, Denied>,
     snapshot: Snapshot,
 ) -> Result<Snapshot, Rejection> {
     match outcome {
-        Ok(()) => Ok(snapshot),
+        Ok(_) => Ok(snapshot),
         Err(denied) => Err(Rejection::new(denied, snapshot)),
     }
 }

@@ -1,5 +1,7 @@
 //! The driver shared by every limiter whose whole state is one 64-bit word.
 
+use crossbeam_utils::CachePadded;
+
 use crate::cell::StateCell;
 use crate::clock::Clock;
 use crate::error::Denied;
@@ -49,15 +51,17 @@ pub(crate) struct WordReceipt {
 #[derive(Debug)]
 pub(crate) struct WordLimiter<M, S, C> {
     machine: M,
-    state: S,
+    /// On its own cache line: the limiter is one per use, and its word is
+    /// what every request writes.
+    state: CachePadded<S>,
     timeline: Timeline<C>,
 }
 
-impl<M: WordMachine, S: StateCell, C: Clock> WordLimiter<M, S, C> {
+impl<M: WordMachine, S: StateCell<Word = u64>, C: Clock> WordLimiter<M, S, C> {
     pub(crate) fn new(machine: M, clock: C) -> Self {
         WordLimiter {
             machine,
-            state: S::new(M::INITIAL),
+            state: CachePadded::new(S::new(M::INITIAL)),
             timeline: Timeline::new(clock),
         }
     }
@@ -71,6 +75,7 @@ impl<M: WordMachine, S: StateCell, C: Clock> WordLimiter<M, S, C> {
         let now = self.timeline.now();
         self.state
             .update(|state| self.machine.decide(state, now, n))
+            .map(|_| ())
     }
 
     pub(crate) fn snapshot(&self) -> Snapshot {
@@ -112,7 +117,7 @@ impl<M: WordMachine, S: StateCell, C: Clock> WordLimiter<M, S, C> {
         }));
         let snapshot = self.machine.snapshot(seen, now);
         match outcome {
-            Ok(()) => Ok((
+            Ok(_) => Ok((
                 snapshot,
                 WordReceipt {
                     before,
@@ -134,7 +139,7 @@ impl<M: WordMachine, S: StateCell, C: Clock> WordLimiter<M, S, C> {
         self.state.update(|state| {
             before = state;
             written = self.machine.decide(state, now, n)?;
-            Ok(written)
+            Ok::<_, Denied>(written)
         })?;
         Ok(WordReceipt { before, written, n })
     }
@@ -263,7 +268,7 @@ pub(crate) use word_limiter;
 
 /// For limiters that drive the same word by other decisions than `try_acquire_n`
 /// (reservations, in `crate::waiting`): the limiter's time and its state cell.
-impl<M: WordMachine, S: StateCell, C: Clock> WordLimiter<M, S, C> {
+impl<M: WordMachine, S: StateCell<Word = u64>, C: Clock> WordLimiter<M, S, C> {
     #[inline]
     pub(crate) fn now(&self) -> u64 {
         self.timeline.now()

@@ -22,7 +22,7 @@ word_limiter!(
     /// ```
     LockingFixedWindow,
     WindowCounter,
-    LockedCell,
+    LockedCell<u64>,
     "Rate::per_second(10)"
 );
 

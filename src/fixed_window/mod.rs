@@ -90,7 +90,7 @@ word_limiter!(
     /// ```
     FixedWindow,
     WindowCounter,
-    AtomicCell,
+    AtomicCell<u64>,
     "Rate::per_second(10)"
 );
 

@@ -15,7 +15,8 @@ use std::fmt;
 use std::time::Duration;
 
 use super::kind::{Carry, Keyable, Refusal, TAG, View, sealed::Sealed};
-use super::machine::{self, Word};
+use super::machine;
+use crate::cell::{AtomicCell, LockedCell, Published, StateCell};
 use crate::clock::Clock;
 use crate::error::ConfigError;
 use crate::fixed_window::machine::WindowCounter;
@@ -24,7 +25,6 @@ use crate::leaky_bucket::meter::Meter;
 use crate::leaky_bucket::{LeakyBucket, LockingLeakyBucket};
 use crate::limiter::{Snapshot, check_request};
 use crate::rate::Rate;
-use crate::sync::{AtomicU64, AtomicU128, Mutex, Ordering};
 use crate::token_bucket::machine::Gcra;
 use crate::token_bucket::{LockingTokenBucket, TokenBucket};
 use crate::word::{Refund, WordMachine};
@@ -345,160 +345,31 @@ impl Carried for WindowCounter {
     }
 }
 
-/// Where a keyed word lives.
-pub(super) trait WordCell: Send + Sync {
-    type Word: Word;
-
-    fn new(word: Self::Word) -> Self;
-
-    fn load(&self) -> Self::Word;
-
-    /// Applies `f` until its result is stored or it refuses; returns the word
-    /// stored. `f` may run several times and must be pure.
-    fn update<E>(
-        &self,
-        f: impl FnMut(Self::Word) -> Result<Self::Word, E>,
-    ) -> Result<Self::Word, E>;
-}
-
-/// One `AtomicU64`, unpadded: keys are many, and one cache line per key would
-/// cost 128 bytes where the word needs 8.
+/// Where a keyed word lives: the crate's state cells (`crate::cell`),
+/// unpadded (keys are many, and a cache line per key would cost 128 bytes
+/// where the word needs 8), the atomic ones with the `Published` orderings:
+/// a word carried over to a newer configuration record must be seen together
+/// with that record (see `reconfig`).
 #[doc(hidden)]
-#[derive(Debug)]
 #[allow(unreachable_pub)] // sealed: public only as `Keyable::State`
-pub struct AtomicWord(AtomicU64);
-
-impl WordCell for AtomicWord {
-    type Word = u64;
-
-    fn new(word: u64) -> Self {
-        AtomicWord(AtomicU64::new(word))
-    }
-
-    #[inline]
-    fn load(&self) -> u64 {
-        // Acquire, not the fixed limiters' Relaxed: a word carried over to a
-        // newer configuration record (Release) must be seen together with that
-        // record (see `reconfig`). A plain load on x86.
-        self.0.load(Ordering::Acquire)
-    }
-
-    #[inline]
-    fn update<E>(&self, mut f: impl FnMut(u64) -> Result<u64, E>) -> Result<u64, E> {
-        let mut current = self.load();
-        let mut backoff = crate::sync::Backoff::new();
-        loop {
-            let next = f(current)?;
-            // AcqRel: Release publishes a carry-over with its record; Acquire
-            // as in `load`. The same `lock cmpxchg` as Relaxed on x86.
-            match self
-                .0
-                .compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => return Ok(next),
-                Err(actual) => {
-                    current = actual;
-                    // As `AtomicCell::update`: a lost race waits a little, so
-                    // the winner's next update finds the line still its own.
-                    backoff.wait();
-                }
-            }
-        }
-    }
-}
+pub type AtomicWord = AtomicCell<u64, Published>;
 
 /// The twins' word: a `u64` under a mutex (parking_lot's; 16 bytes).
 #[doc(hidden)]
-#[derive(Debug)]
 #[allow(unreachable_pub)] // sealed: public only as `Keyable::State`
-pub struct LockedWord(Mutex<u64>);
-
-impl WordCell for LockedWord {
-    type Word = u64;
-
-    fn new(word: u64) -> Self {
-        LockedWord(Mutex::new(word))
-    }
-
-    fn load(&self) -> u64 {
-        *self.0.lock()
-    }
-
-    fn update<E>(&self, mut f: impl FnMut(u64) -> Result<u64, E>) -> Result<u64, E> {
-        let mut word = self.0.lock();
-        *word = f(*word)?;
-        Ok(*word)
-    }
-}
+pub type LockedWord = LockedCell<u64>;
 
 /// A two-word state in one 128-bit atomic (`cmpxchg16b` through
-/// portable-atomic), unpadded: 16 bytes per key. The orderings are the one-word
-/// cell's, for the same reason (a carried-over state is published with its
-/// configuration record).
+/// portable-atomic): 16 bytes per key, with the one-word keyed cell's
+/// orderings, for the same reason.
 #[doc(hidden)]
-#[derive(Debug)]
 #[allow(unreachable_pub)] // sealed: public only as `Keyable::State`
-pub struct AtomicWideWord(AtomicU128);
-
-impl WordCell for AtomicWideWord {
-    type Word = u128;
-
-    fn new(word: u128) -> Self {
-        AtomicWideWord(AtomicU128::new(word))
-    }
-
-    #[inline]
-    fn load(&self) -> u128 {
-        // Acquire, as `AtomicWord::load`. (Under loom the stand-in is a loom
-        // mutex, which synchronises more than this asks: the models check the
-        // CAS loop, not this ordering; `AtomicWord`'s models do.)
-        self.0.load(Ordering::Acquire)
-    }
-
-    #[inline]
-    fn update<E>(&self, mut f: impl FnMut(u128) -> Result<u128, E>) -> Result<u128, E> {
-        let mut current = self.load();
-        let mut backoff = crate::sync::Backoff::new();
-        loop {
-            let next = f(current)?;
-            // AcqRel / Acquire, as `AtomicWord::update`.
-            match self
-                .0
-                .compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => return Ok(next),
-                Err(actual) => {
-                    current = actual;
-                    backoff.wait();
-                }
-            }
-        }
-    }
-}
+pub type AtomicWideWord = AtomicCell<u128, Published>;
 
 /// The two-word twins' state: a `u128` under a mutex (parking_lot's).
 #[doc(hidden)]
-#[derive(Debug)]
 #[allow(unreachable_pub)] // sealed: public only as `Keyable::State`
-pub struct LockedWideWord(Mutex<u128>);
-
-impl WordCell for LockedWideWord {
-    type Word = u128;
-
-    fn new(word: u128) -> Self {
-        LockedWideWord(Mutex::new(word))
-    }
-
-    fn load(&self) -> u128 {
-        *self.0.lock()
-    }
-
-    fn update<E>(&self, mut f: impl FnMut(u128) -> Result<u128, E>) -> Result<u128, E> {
-        let mut word = self.0.lock();
-        *word = f(*word)?;
-        Ok(*word)
-    }
-}
+pub type LockedWideWord = LockedCell<u128>;
 
 /// A configuration with a keyable machine inside.
 pub(super) trait WordConfig {
@@ -559,7 +430,7 @@ pub(super) fn resolve<G: WordConfig>(
 /// Admits `n` at `now`; the receipt is `(before, written)`: the tagged state
 /// the decision was made on (after any carry-over) and the tagged word stored.
 #[inline]
-pub(super) fn acquire<G: WordConfig, W: WordCell<Word = WordOf<G>>>(
+pub(super) fn acquire<G: WordConfig, W: StateCell<Word = WordOf<G>>>(
     view: &View<'_, G>,
     cell: &W,
     now: u64,
@@ -580,7 +451,7 @@ pub(super) fn acquire<G: WordConfig, W: WordCell<Word = WordOf<G>>>(
     Ok((before, written))
 }
 
-pub(super) fn peek<G: WordConfig, W: WordCell<Word = WordOf<G>>>(
+pub(super) fn peek<G: WordConfig, W: StateCell<Word = WordOf<G>>>(
     view: &View<'_, G>,
     cell: &W,
     now: u64,
@@ -594,7 +465,7 @@ pub(super) fn peek<G: WordConfig, W: WordCell<Word = WordOf<G>>>(
     Ok(())
 }
 
-pub(super) fn refund<G: WordConfig, W: WordCell<Word = WordOf<G>>>(
+pub(super) fn refund<G: WordConfig, W: StateCell<Word = WordOf<G>>>(
     view: &View<'_, G>,
     cell: &W,
     (before, written): (WordOf<G>, WordOf<G>),
@@ -615,7 +486,7 @@ pub(super) fn refund<G: WordConfig, W: WordCell<Word = WordOf<G>>>(
     });
 }
 
-pub(super) fn fork<G: WordConfig, W: WordCell<Word = WordOf<G>>>(
+pub(super) fn fork<G: WordConfig, W: StateCell<Word = WordOf<G>>>(
     view: &View<'_, G>,
     cell: &W,
     now: u64,
@@ -624,7 +495,7 @@ pub(super) fn fork<G: WordConfig, W: WordCell<Word = WordOf<G>>>(
     Some(W::new(state | WordOf::<G>::from(view.tag)))
 }
 
-pub(super) fn snapshot<G: WordConfig, W: WordCell<Word = WordOf<G>>>(
+pub(super) fn snapshot<G: WordConfig, W: StateCell<Word = WordOf<G>>>(
     view: &View<'_, G>,
     cell: &W,
     now: u64,
@@ -634,7 +505,7 @@ pub(super) fn snapshot<G: WordConfig, W: WordCell<Word = WordOf<G>>>(
     Some(view.current.machine().snapshot(state, now))
 }
 
-pub(super) fn is_fresh<G: WordConfig, W: WordCell<Word = WordOf<G>>>(
+pub(super) fn is_fresh<G: WordConfig, W: StateCell<Word = WordOf<G>>>(
     view: &View<'_, G>,
     cell: &W,
     now: u64,
@@ -644,7 +515,7 @@ pub(super) fn is_fresh<G: WordConfig, W: WordCell<Word = WordOf<G>>>(
     Some(view.current.machine().is_fresh(state, now))
 }
 
-pub(super) fn settle<G: WordConfig, W: WordCell<Word = WordOf<G>>>(
+pub(super) fn settle<G: WordConfig, W: StateCell<Word = WordOf<G>>>(
     view: &View<'_, G>,
     cell: &W,
     now: u64,
@@ -673,7 +544,7 @@ pub(super) fn admitted<G: WordConfig>(
 }
 
 /// Implements [`Keyable`] for a limiter type over a [`WordConfig`] and a
-/// [`WordCell`]: one line per keyable kind, whatever its word's width.
+/// [`StateCell`]: one line per keyable kind, whatever its word's width.
 macro_rules! word_kind {
     ($limiter:ident, $config:ty, $cell:ty, $word:ty) => {
         impl<C: Clock> Sealed for $limiter<C> {}
@@ -689,7 +560,7 @@ macro_rules! word_kind {
             }
 
             fn fresh(tag: u64) -> $cell {
-                <$cell as $crate::keyed::kinds::WordCell>::new(
+                <$cell as $crate::cell::StateCell>::new(
                     WordOf::<$config>::from(tag)
                         | <<$config as WordConfig>::Machine as $crate::keyed::machine::KeyMachine>::INITIAL,
                 )

@@ -25,7 +25,7 @@ word_limiter!(
     /// ```
     LockingLeakyBucket,
     Meter,
-    LockedCell,
+    LockedCell<u64>,
     "10, Rate::per_second(10)"
 );
 
@@ -83,5 +83,5 @@ shaper!(
     /// shaper.acquire(1).unwrap();
     /// ```
     LockingShaper,
-    crate::wide::LockedWide
+    LockedCell<u128>
 );

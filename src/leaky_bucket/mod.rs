@@ -126,7 +126,7 @@ word_limiter!(
     /// ```
     LeakyBucket,
     Meter,
-    AtomicCell,
+    AtomicCell<u64>,
     "10, Rate::per_second(10)"
 );
 
@@ -204,5 +204,5 @@ shaper!(
     /// }
     /// ```
     Shaper,
-    crate::wide::AtomicWide
+    AtomicCell<u128>
 );

@@ -2,6 +2,9 @@
 
 use std::time::Duration;
 
+use crossbeam_utils::CachePadded;
+
+use crate::cell::StateCell;
 use crate::clock::Clock;
 use crate::error::{ConfigError, Denied};
 use crate::limiter::{Rejection, Snapshot, check_request, remembering, report};
@@ -9,7 +12,6 @@ use crate::rate::Rate;
 use crate::timeline::{MAX_TIME, Timeline};
 use crate::waiting::MAX_WAIT;
 use crate::waiting::sealed::Ticket;
-use crate::wide::WideCell;
 
 /// The shaper's state: `end << 64 | last`. `end` is the schedule's end (the
 /// next free slot, a theoretical arrival time); `last` is the latest start
@@ -148,16 +150,16 @@ impl Queue {
 pub(crate) struct ShaperCore<S, C> {
     queue: Queue,
     /// The schedule's end and the latest start granted, ns since the origin
-    /// (see [`pack`]).
-    state: S,
+    /// (see [`pack`]); on its own cache line, as a one-word limiter's.
+    state: CachePadded<S>,
     timeline: Timeline<C>,
 }
 
-impl<S: WideCell, C: Clock> ShaperCore<S, C> {
+impl<S: StateCell<Word = u128>, C: Clock> ShaperCore<S, C> {
     pub(crate) fn new(queue: Queue, clock: C) -> Self {
         ShaperCore {
             queue,
-            state: S::new(0),
+            state: CachePadded::new(S::new(0)),
             timeline: Timeline::new(clock),
         }
     }
@@ -196,7 +198,7 @@ impl<S: WideCell, C: Clock> ShaperCore<S, C> {
                 after,
                 before: state,
             };
-            Ok(after)
+            Ok::<_, Denied>(after)
         })?;
         Ok(booked)
     }

@@ -3,13 +3,15 @@
 
 use super::Ordering;
 
-/// loom has no 128-bit atomic. Under `--cfg loom` the two-word cell runs on this
+/// loom has no 128-bit atomic. Under `--cfg loom` the two-word cells
+/// (`cell::AtomicCell<u128, _>`: warm-up's, the shaper's, their keys') run on this
 /// stand-in: a loom mutex around the value, so every load and every
 /// compare-and-swap is one loom-visible, linearizable step, and loom explores
 /// every order of them. (The real `cmpxchg16b` is linearizable the same way; what
 /// the models check is the CAS loop and the decisions built on it.)
 #[derive(Debug)]
-pub(crate) struct LoomAtomicU128(loom::sync::Mutex<u128>);
+#[allow(unreachable_pub)] // public only as `cell::Word::Atomic` of `u128`
+pub struct LoomAtomicU128(loom::sync::Mutex<u128>);
 
 impl LoomAtomicU128 {
     pub(crate) fn new(value: u128) -> Self {
@@ -21,8 +23,8 @@ impl LoomAtomicU128 {
     }
 
     /// A plain store: nothing in tollgate calls it; `scripts/mutate-loom`'s
-    /// blind-store mutant of the CAS loop does (a lost update must fail a model).
-    #[allow(dead_code)]
+    /// blind-store mutant of the CAS loop does (a lost update must fail a model),
+    /// through `cell::AtomicWord::store`.
     pub(crate) fn store(&self, value: u128, _: Ordering) {
         *self.0.lock().unwrap() = value;
     }

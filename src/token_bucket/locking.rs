@@ -27,7 +27,7 @@ word_limiter!(
     /// ```
     LockingTokenBucket,
     Gcra,
-    LockedCell,
+    LockedCell<u64>,
     "10, Rate::per_second(10)"
 );
 

@@ -99,7 +99,7 @@ word_limiter!(
     /// ```
     TokenBucket,
     Gcra,
-    AtomicCell,
+    AtomicCell<u64>,
     "10, Rate::per_second(10)"
 );
 

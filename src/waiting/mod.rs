@@ -103,7 +103,7 @@ pub(crate) use schedule::{MAX_WAIT, schedule, wait_bound};
 /// cell's update (so possibly more than once, on a lost race). A denial writes
 /// nothing.
 #[inline]
-pub(crate) fn reserve_word<S: StateCell>(
+pub(crate) fn reserve_word<S: StateCell<Word = u64>>(
     cell: &S,
     n: u32,
     mut decide: impl FnMut(u64) -> Result<(u64, u64), Denied>,
@@ -120,7 +120,7 @@ pub(crate) fn reserve_word<S: StateCell>(
         booked.start = start;
         booked.after = u128::from(new_end);
         booked.before = u128::from(end);
-        Ok(new_end)
+        Ok::<_, Denied>(new_end)
     })?;
     Ok(booked)
 }
@@ -175,7 +175,7 @@ pub(crate) use word_reserve;
 /// its booking replaced, so the values form a stack: the end equals a booking's
 /// end iff every booking made after it has been cancelled. Restoring is then
 /// exactly "as if it had never been made".
-pub(crate) fn cancel_word<S: StateCell>(cell: &S, ticket: &sealed::Ticket) -> bool {
+pub(crate) fn cancel_word<S: StateCell<Word = u64>>(cell: &S, ticket: &sealed::Ticket) -> bool {
     // Tickets of one-word limiters hold 64-bit values.
     let (after, before) = (ticket.after as u64, ticket.before as u64);
     cell.update(|end| {

@@ -75,13 +75,15 @@ pub(crate) mod curve;
 
 use std::time::Duration;
 
+use crossbeam_utils::CachePadded;
+
+use crate::cell::{AtomicCell, LockedCell, StateCell};
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::{ConfigError, Denied};
 use crate::limiter::{Rejection, Snapshot, check_request, remembering, report};
 use crate::rate::Rate;
 use crate::timeline::Timeline;
 use crate::waiting::sealed::{RawReserve, Ticket};
-use crate::wide::{AtomicWide, LockedWide, WideCell};
 use curve::Curve;
 
 /// Guava's default cold factor: a cold limiter hands out permits at a third of
@@ -94,14 +96,15 @@ pub use crate::limits::MAX_COLD_FACTOR;
 #[derive(Debug)]
 struct Core<S, C> {
     curve: Curve,
-    state: S,
+    /// On its own cache line, as a one-word limiter's.
+    state: CachePadded<S>,
     timeline: Timeline<C>,
 }
 
-impl<S: WideCell, C: Clock> Core<S, C> {
+impl<S: StateCell<Word = u128>, C: Clock> Core<S, C> {
     fn new(curve: Curve, clock: C) -> Self {
         Core {
-            state: S::new(curve.initial()),
+            state: CachePadded::new(S::new(curve.initial())),
             curve,
             timeline: Timeline::new(clock),
         }
@@ -127,7 +130,7 @@ impl<S: WideCell, C: Clock> Core<S, C> {
                 after,
                 before: state,
             };
-            Ok(after)
+            Ok::<_, Denied>(after)
         })?;
         Ok(booked)
     }
@@ -347,7 +350,7 @@ warm_up!(
     /// assert!(limiter.try_acquire().is_err()); // ...and costs the cold interval
     /// ```
     WarmUp,
-    AtomicWide
+    AtomicCell<u128>
 );
 
 warm_up!(
@@ -362,5 +365,5 @@ warm_up!(
     /// limiter.acquire(1).unwrap();
     /// ```
     LockingWarmUp,
-    LockedWide
+    LockedCell<u128>
 );
