@@ -43,7 +43,8 @@ pub(crate) trait StateCell: Send + Sync {
 
 /// A state word's width: `u64`, or `u128` for two words changed only as a
 /// whole (the warm-up's `next << 64 | bank`, the shaper's `end << 64 | last
-/// start`). Sealed: implemented here, for those two.
+/// start`). Implemented here for those two; the module is private, so
+/// nowhere else.
 #[allow(unreachable_pub)] // sealed: public only as a bound of the cells
 pub trait Word: Copy + Eq + fmt::Debug + Send + Sync + 'static {
     /// The atomic that holds the word (under loom, loom's, or for `u128` the
