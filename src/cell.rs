@@ -151,9 +151,9 @@ impl Orders for Alone {
     const FAILURE: Ordering = Ordering::Relaxed;
 }
 
-/// The keyed words' orderings (`keyed::kinds`, `keyed::two_word`): a word
+/// The keyed words' orderings (`kind::kinds`, `kind::two_word`): a word
 /// carried over to a newer configuration record (published `Release`, see
-/// `keyed::reconfig`) must be seen together with that record, so not the
+/// `kind::reconfig`) must be seen together with that record, so not the
 /// direct limiters' `Relaxed`. On x86 the same plain load and `lock cmpxchg`.
 ///
 /// For the 128-bit keyed words (the keyed shaper's and warm-up's), the loom

@@ -96,6 +96,7 @@ pub mod counted;
 mod error;
 pub mod fixed_window;
 pub mod keyed;
+mod kind;
 pub mod leaky_bucket;
 mod limiter;
 mod limits;

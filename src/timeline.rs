@@ -13,7 +13,7 @@ pub(crate) const MAX_TIME: u64 = 1 << 62;
 /// arrival time), and a fixed window's index, at most `END / window`, stays
 /// strictly below `2^(63 − b)` for a window of at least `2^(b−1)` ns. Bit 63 of
 /// every one-word state is therefore free at the end of time too: the keyed
-/// layer tags states with it (`keyed::kind::TAG`).
+/// layer tags states with it (`kind::TAG`).
 pub(crate) const END: u64 = MAX_TIME - 1;
 
 /// A clock plus the instant the limiter was built.

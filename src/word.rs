@@ -29,7 +29,7 @@ pub(crate) trait WordMachine {
 
 /// A one-word machine whose admissions can be given back: the rule shared by
 /// the direct limiters' [`Refundable`](crate::Refundable) impls and the keyed
-/// layer's refunds (`keyed::kinds`), written once per machine beside it.
+/// layer's refunds (`kind::kinds`), written once per machine beside it.
 pub(crate) trait Refund: WordMachine {
     /// `state` less the `n` permits of the admission that replaced `before`
     /// with `written`, if that can be done without giving away anyone else's

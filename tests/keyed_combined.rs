@@ -70,7 +70,7 @@ fn bucket_and_window_hold_under_contention() {
 /// when the first part is a fixed window, whose refunds are exact whatever
 /// races them. A token bucket first part keeps a denied request's permits
 /// when a racing admission moved its word before the refund (it cannot tell
-/// whether that admission stacked on them; see `keyed::kinds`): it must then
+/// whether that admission stacked on them; see `kind::kinds`): it must then
 /// show at most its capacity less what was admitted, and at least that less
 /// the permits of denied requests.
 #[test]

@@ -3,7 +3,7 @@
 //! protocol `Keyed` shares for its overrides and overflow state) and of
 //! combined limits' refunds, through tollgate's sync facade: the record
 //! pointer is a loom `AtomicPtr` under `--cfg loom` (crossbeam-epoch's stand-in,
-//! see `src/sync/epoch.rs`; the protocol is `src/keyed/reconfig.rs`'s), the
+//! see `src/sync/epoch.rs`; the protocol is `src/kind/reconfig.rs`'s), the
 //! state words loom atomics.
 //!
 //! Time stands still at 0 inside each model (a `ManualClock` built in the
@@ -191,7 +191,7 @@ fn grow_races_two_acquirers() {
 /// (An acquire that spans *both* reconfigurations can be decided under the
 /// configuration it started with: the one-bit tag cannot tell "current" from
 /// "two back". loom finds that interleaving; it is the documented relaxation
-/// in `src/keyed/reconfig.rs`, so no model asserts linearizability across it.)
+/// in `src/kind/reconfig.rs`, so no model asserts linearizability across it.)
 #[test]
 fn racing_reconfigurations_are_serialised() {
     explore("reconfigure: two reconfigurations race", 3, || {

@@ -97,9 +97,9 @@ use super::map::Entry;
 use crossbeam_utils::CachePadded;
 
 use super::Keyed;
-use super::answer::{Answer, ask};
-use super::kind::{Keyable, View};
-use super::reconfig::read;
+use crate::kind::answer::{Answer, ask};
+use crate::kind::reconfig::read;
+use crate::kind::{Keyable, View};
 use crate::limiter::check_request;
 use crate::sync::{AtomicU64, Ordering, pin};
 

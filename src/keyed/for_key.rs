@@ -33,10 +33,10 @@ use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
 
 use super::Keyed;
-use super::answer::{Answer, Reported, later_snapshot};
-use super::kind::{Keyable, Refusal, View};
-use super::reconfig::read;
 use crate::error::Denied;
+use crate::kind::answer::{Answer, Reported, later_snapshot};
+use crate::kind::reconfig::read;
+use crate::kind::{Keyable, Refusal, View};
 use crate::limiter::{RateLimiter, Rejection, Snapshot};
 use crate::refund::{Receipted, Refundable};
 use crate::sync::{Guard, pin};

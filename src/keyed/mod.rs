@@ -97,20 +97,11 @@
 //! [`Tunable`] direct limiter can be changed at runtime, lock-free, with a
 //! [`Carry`] strategy for the current state.
 
-mod answer;
-pub mod combined;
 pub mod evict;
 pub mod for_key;
 mod hasher;
-mod kind;
-mod kinds;
-mod log;
-mod machine;
 mod map;
 pub mod quota;
-pub mod reconfig;
-mod sliding;
-mod two_word;
 mod waiting;
 
 use std::borrow::Borrow;
@@ -122,31 +113,30 @@ use crossbeam_utils::CachePadded;
 pub use evict::IDLE_BEFORE_EVICTION;
 pub use for_key::{ForKey, KeyedReceipt};
 pub use hasher::{KeyHash, KeyHasher};
-pub use kind::{Carry, Keyable};
+// The kinds and their reconfiguration live in `crate::kind`; their public
+// paths are these.
 #[doc(hidden)]
-pub use kind::{Refusal, View};
+pub use crate::kind::{AtomicWideWord, AtomicWord, LockedWideWord, LockedWord};
+pub use crate::kind::{BucketConfig, MeterConfig, WindowConfig};
+pub use crate::kind::{Carry, Keyable};
 #[doc(hidden)]
-pub use kinds::{AtomicWideWord, AtomicWord, LockedWideWord, LockedWord};
-pub use kinds::{BucketConfig, MeterConfig, WindowConfig};
-pub use log::LogConfig;
+pub use crate::kind::{LogCell, LogReceipt, WindowCell, WindowReceipt};
+pub use crate::kind::{LogConfig, SlidingWindowConfig};
 #[doc(hidden)]
-pub use log::{LogCell, LogReceipt};
-pub use reconfig::Tunable;
-pub use sliding::SlidingWindowConfig;
-#[doc(hidden)]
-pub use sliding::{WindowCell, WindowReceipt};
-pub use two_word::{ShaperConfig, WarmUpConfig};
+pub use crate::kind::{Refusal, View};
+pub use crate::kind::{ShaperConfig, Tunable, WarmUpConfig};
+pub use crate::kind::{combined, reconfig};
 
 use crate::clock::MonotonicClock;
 use crate::error::Denied;
+use crate::kind::answer::{Answer, Plain, Reported, ask, later_snapshot};
+use crate::kind::reconfig::{Record, read};
 use crate::limiter::{Rejection, Snapshot};
 use crate::sync::{AtomicU64, Ordering, Shared, pin};
 use crate::timeline::Timeline;
-use answer::{Answer, Plain, Reported, ask, later_snapshot};
 use evict::Sweeper;
 use map::Map;
 use quota::Overrides;
-use reconfig::{Record, read};
 
 /// Loom builds only: makes every keyed lookup let go of its shard's read lock
 /// before deciding on the state it found — the known-bad protocol the

@@ -25,9 +25,9 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash};
 
 use super::Keyed;
-use super::answer::Answer;
-use super::kind::{Carry, Keyable};
-use super::reconfig::Slot;
+use crate::kind::answer::Answer;
+use crate::kind::reconfig::Slot;
+use crate::kind::{Carry, Keyable};
 use crate::limiter::Snapshot;
 use crate::sync::{Arc, AtomicU64, Guard, Ordering, Shared, pin};
 

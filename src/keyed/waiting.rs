@@ -10,8 +10,9 @@ use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
 
-use super::{ForKey, Keyable, Keyed, Tunable};
+use super::{ForKey, Keyed};
 use crate::error::Denied;
+use crate::kind::{Keyable, Tunable};
 use crate::waiting::RetryAcquire;
 
 impl<K, L, S, Q> RetryAcquire for ForKey<'_, K, L, S, Q>

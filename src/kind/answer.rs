@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use super::kind::{Keyable, Refusal, View};
+use super::{Keyable, Refusal, View};
 use crate::error::Denied;
 use crate::limiter::{Rejection, Snapshot};
 

@@ -6,7 +6,7 @@
 use std::fmt;
 use std::ops::{BitAnd, BitOr, Not};
 
-use super::kind::Carry;
+use super::Carry;
 use super::kinds::Carried;
 use crate::error::Denied;
 use crate::limiter::Snapshot;
@@ -37,7 +37,7 @@ impl Word for u128 {}
 /// The decision function of a keyable kind, over its state word: what the
 /// keyed layer needs to decide, report, evict, carry over and refund. One
 /// contract for every width: the one-word machines get it from [`Carried`]
-/// (below), the two-word ones implement it directly (`keyed::two_word`).
+/// (below), the two-word ones implement it directly (`kind::two_word`).
 pub(crate) trait KeyMachine {
     type Word: Word;
     /// The state of a key that has admitted nothing (untagged). The same for

@@ -32,7 +32,7 @@
 //!
 //! What a request may observe, exactly:
 //!
-//! * **Keys of a [`Keyed`](super::Keyed) map** are linearizable: a request
+//! * **Keys of a [`Keyed`](crate::keyed::Keyed) map** are linearizable: a request
 //!   holds its shard's read lock from loading the record to its CAS, and a
 //!   reconfiguration carries the keys over under each shard's write lock, so
 //!   every request happens wholly before or wholly after its key's carry-over,
@@ -54,7 +54,7 @@
 //!
 //! Records are freed through crossbeam-epoch: a request pins the epoch, and a
 //! replaced record is destroyed once every thread pinned before the replacement
-//! has unpinned. [`Keyed`](super::Keyed) avoids the pin on its hot path: it
+//! has unpinned. [`Keyed`](crate::keyed::Keyed) avoids the pin on its hot path: it
 //! reads its default record only while holding a lock on one of its map's
 //! shards, and its reconfiguration takes every shard's write lock after
 //! publishing (it has to visit every key anyway) before it retires the old
@@ -68,7 +68,7 @@
 use std::fmt;
 
 use super::answer::{Answer, Plain, Reported, ask};
-use super::kind::{Carry, Keyable, TAG, View};
+use super::{Carry, Keyable, TAG, View};
 use crate::clock::MonotonicClock;
 use crate::error::Denied;
 use crate::limiter::{RateLimiter, Rejection, Snapshot};
@@ -154,7 +154,7 @@ pub(crate) unsafe fn read<G: Clone, R>(
 }
 
 /// One reconfigurable state: a record and the state it governs. The body of
-/// [`Tunable`] and of each per-key override in [`Keyed`](super::Keyed).
+/// [`Tunable`] and of each per-key override in [`Keyed`](crate::keyed::Keyed).
 pub(crate) struct Slot<L: Keyable> {
     record: Shared<Record<L::Config>>,
     state: L::State,

@@ -6,16 +6,16 @@
 //! The decisions are the limiters' own decision functions
 //! ([`WordMachine::decide`]), so a keyed token bucket decides exactly as a
 //! [`TokenBucket`] built at the keyed limiter's construction would, on the
-//! same decision times (a [`Keyed`](super::Keyed) decides a reading below its
-//! time floor at the floor; see [`FLOOR_STEP`](super::FLOOR_STEP)).
+//! same decision times (a [`Keyed`](crate::keyed::Keyed) decides a reading below its
+//! time floor at the floor; see [`FLOOR_STEP`](crate::keyed::FLOOR_STEP)).
 //!
 //! [`TokenBucket`]: crate::TokenBucket
 
 use std::fmt;
 use std::time::Duration;
 
-use super::kind::{Carry, Keyable, Refusal, TAG, View, sealed::Sealed};
 use super::machine;
+use super::{Carry, Keyable, Refusal, TAG, View, sealed::Sealed};
 use crate::cell::{AtomicCell, LockedCell, Published, StateCell};
 use crate::clock::Clock;
 use crate::error::ConfigError;
@@ -556,13 +556,13 @@ macro_rules! word_kind {
             type Receipt = ($word, $word);
 
             fn capacity(config: &$config) -> u32 {
-                $crate::keyed::machine::KeyMachine::capacity(config.machine())
+                $crate::kind::machine::KeyMachine::capacity(config.machine())
             }
 
             fn fresh(tag: u64) -> $cell {
                 <$cell as $crate::cell::StateCell>::new(
                     WordOf::<$config>::from(tag)
-                        | <<$config as WordConfig>::Machine as $crate::keyed::machine::KeyMachine>::INITIAL,
+                        | <<$config as WordConfig>::Machine as $crate::kind::machine::KeyMachine>::INITIAL,
                 )
             }
 

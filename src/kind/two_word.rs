@@ -11,19 +11,19 @@
 //! Per key, these kinds decide as the direct limiters' [`RateLimiter`] calls
 //! do: a request is admitted only if it can start at once (the shaper and
 //! warm-up as meters). Per-key reservations (`reserve`/`acquire`, a start in
-//! the future) are not offered by [`Keyed`](super::Keyed) yet.
+//! the future) are not offered by [`Keyed`](crate::keyed::Keyed) yet.
 //!
 //! [`RateLimiter`]: crate::RateLimiter
 
 use std::fmt;
 use std::time::Duration;
 
-use super::kind::{Carry, Keyable, Refusal, View, sealed::Sealed};
 use super::kinds::{
     AtomicWideWord, LockedWideWord, WordConfig, WordOf, acquire, admitted, fork, is_fresh, peek,
     refund, scale_up, settle, snapshot, word_kind,
 };
 use super::machine::KeyMachine;
+use super::{Carry, Keyable, Refusal, View, sealed::Sealed};
 use crate::clock::Clock;
 use crate::error::{ConfigError, Denied};
 use crate::leaky_bucket::shaper::{Queue, pack, unpack};
@@ -416,7 +416,7 @@ word_kind!(LockingWarmUp, WarmUpConfig, LockedWideWord, u128);
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::keyed::kind::TAG;
+    use crate::kind::TAG;
     use crate::timeline::{END, MAX_TIME};
 
     /// The tag (bit 63 of the low word) is free only if no two-word state

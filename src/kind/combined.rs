@@ -4,10 +4,10 @@
 //! `(TokenBucket, TokenBucket)` configured with `(10 per second, 1,000 per
 //! hour)` is "10 per second *and* 1,000 per hour"; pairs nest, so
 //! `(A, (B, C))` is three limits. A pair works wherever a kind does: per key in
-//! [`Keyed`](super::Keyed) (8 bytes per limit per key), directly in
-//! [`Tunable`](super::Tunable), with per-key overrides, eviction (a key is
+//! [`Keyed`](crate::keyed::Keyed) (8 bytes per limit per key), directly in
+//! [`Tunable`](crate::keyed::Tunable), with per-key overrides, eviction (a key is
 //! fresh when both parts are) and reconfiguration (both parts are carried over
-//! with the same [`Carry`](super::Carry)).
+//! with the same [`Carry`](crate::keyed::Carry)).
 //!
 //! ```
 //! use std::time::Duration;
@@ -76,7 +76,7 @@
 //! loom model `loom-tests/tests/combined.rs` races a refund made at a stale
 //! reading against admissions at a later one.
 
-use super::kind::{Keyable, Refusal, View, sealed::Sealed};
+use super::{Keyable, Refusal, View, sealed::Sealed};
 use crate::error::Denied;
 use crate::limiter::{Snapshot, check_request};
 

@@ -38,8 +38,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::kind::{Carry, Keyable, Refusal, View, sealed::Sealed};
 use super::kinds::scale_up;
+use super::{Carry, Keyable, Refusal, View, sealed::Sealed};
 use crate::clock::Clock;
 use crate::error::{ConfigError, Denied};
 use crate::limiter::{Snapshot, check_request};

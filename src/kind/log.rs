@@ -62,7 +62,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::kind::{Carry, Keyable, Refusal, View, sealed::Sealed};
+use super::{Carry, Keyable, Refusal, View, sealed::Sealed};
 use crate::clock::Clock;
 use crate::error::{ConfigError, Denied};
 use crate::limiter::{Snapshot, check_request};
@@ -153,7 +153,7 @@ struct Rule {
 /// ```
 ///
 /// [`Denied::ExceedsCapacity`]: crate::Denied::ExceedsCapacity
-/// [`Carry`]: super::Carry
+/// [`Carry`]: crate::keyed::Carry
 #[derive(Clone)]
 pub struct LogConfig {
     /// Sorted by window, one per window.

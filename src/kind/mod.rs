@@ -1,13 +1,40 @@
-//! The contract between the keyed layer and a limiter kind: a shared, validated
-//! configuration and a small per-key state, with the operations the layer needs
-//! (decide, peek, refund, snapshot, "is this state fresh?", carry over a
-//! reconfiguration).
+//! Limiter kinds: how a limiter is decided on a small state under a shared
+//! configuration, and reconfigured at runtime. [`Keyed`](crate::keyed::Keyed)
+//! runs a kind per key, [`Tunable`](crate::keyed::Tunable) once, without keys;
+//! the keyed map itself (lookups, eviction, quotas, per-key handles) is
+//! `crate::keyed`, which re-exports this layer's public items.
+//!
+//! This file is the contract between the keyed layer and a limiter kind: a
+//! shared, validated configuration and a small per-key state, with the
+//! operations the layer needs (decide, peek, refund, snapshot, "is this state
+//! fresh?", carry over a reconfiguration). The kinds: `kinds` (the one-word
+//! limiters), `two_word` (the shaper and warm-up), `log` (the exact sliding
+//! log), `sliding` (the sliding window) and `combined` (pairs of kinds), over
+//! `machine` (the contract between a state word and a decision function);
+//! `reconfig` holds the reconfiguration protocol and `Tunable`, `answer` the
+//! two shapes of an answer.
+
+pub(crate) mod answer;
+pub mod combined;
+mod kinds;
+mod log;
+mod machine;
+pub mod reconfig;
+mod sliding;
+mod two_word;
 
 use std::fmt;
 
 use crate::clock::Clock;
 use crate::error::Denied;
 use crate::limiter::Snapshot;
+
+pub use kinds::{AtomicWideWord, AtomicWord, LockedWideWord, LockedWord};
+pub use kinds::{BucketConfig, MeterConfig, WindowConfig};
+pub use log::{LogCell, LogConfig, LogReceipt};
+pub use reconfig::Tunable;
+pub use sliding::{SlidingWindowConfig, WindowCell, WindowReceipt};
+pub use two_word::{ShaperConfig, WarmUpConfig};
 
 /// The tag bit of a state word: which of two consecutive configurations the
 /// rest of the word was last written under (see [`View`]). Every keyable
@@ -140,8 +167,8 @@ pub(crate) mod sealed {
     pub trait Sealed {}
 }
 
-/// A limiter kind that the keyed layer can run per key: [`Keyed`](super::Keyed)
-/// and [`Tunable`](super::Tunable) are generic over it.
+/// A limiter kind that the keyed layer can run per key: [`Keyed`](crate::keyed::Keyed)
+/// and [`Tunable`](crate::keyed::Tunable) are generic over it.
 ///
 /// It splits a limiter into a shared, validated [`Config`](Keyable::Config) and
 /// a small per-key state (one `AtomicU64` for the token bucket and the fixed
@@ -154,7 +181,7 @@ pub(crate) mod sealed {
 /// the direct window's stripes), the one- and two-word kinds' locking twins,
 /// and tuples of them
 /// (`(TokenBucket, TokenBucket)` is "both limits must admit", see
-/// [`combined`](super::combined)).
+/// [`combined`](crate::keyed::combined)).
 ///
 /// The trait is sealed; its hidden methods are the layer's contract with a kind,
 /// described in `docs/keyed.md` for whoever adds a kind to tollgate.
@@ -168,7 +195,7 @@ pub(crate) mod sealed {
 /// [`SlidingWindow`]: crate::SlidingWindow
 pub trait Keyable: sealed::Sealed + Sized {
     /// The validated configuration shared by every key (e.g.
-    /// [`BucketConfig`](super::BucketConfig)).
+    /// [`BucketConfig`](crate::keyed::BucketConfig)).
     type Config: Clone + fmt::Debug + PartialEq + Send + Sync + 'static;
     /// The clock the limiter reads.
     type Clock: Clock;
@@ -196,7 +223,7 @@ pub trait Keyable: sealed::Sealed + Sized {
     ) -> Result<Self::Receipt, Refusal>;
 
     /// The snapshot of the state an admission left, from the word it wrote:
-    /// what [`Keyed::try_acquire_n_with_snapshot`](super::Keyed::try_acquire_n_with_snapshot)
+    /// what [`Keyed::try_acquire_n_with_snapshot`](crate::keyed::Keyed::try_acquire_n_with_snapshot)
     /// reports.
     #[doc(hidden)]
     fn admitted(view: &View<'_, Self::Config>, receipt: Self::Receipt, now: u64) -> Snapshot;
@@ -213,7 +240,7 @@ pub trait Keyable: sealed::Sealed + Sized {
     /// Gives back permits admitted with `receipt`, as far as that is safe: the
     /// state afterwards never admits more than if the permits had never been
     /// taken, whatever was admitted in between and at whatever times (stale
-    /// ones included). See [`combined`](super::combined) for what each kind
+    /// ones included). See [`combined`](crate::keyed::combined) for what each kind
     /// returns.
     #[doc(hidden)]
     fn refund(view: &View<'_, Self::Config>, state: &Self::State, receipt: Self::Receipt, n: u32);
