@@ -14,7 +14,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::machine;
+use super::machine::{self, Carried};
 use super::{Carry, Keyable, Refusal, TAG, View, sealed::Sealed};
 use crate::cell::{AtomicCell, LockedCell, Published, StateCell};
 use crate::clock::Clock;
@@ -27,7 +27,7 @@ use crate::limiter::{Snapshot, check_request};
 use crate::rate::Rate;
 use crate::token_bucket::machine::Gcra;
 use crate::token_bucket::{LockingTokenBucket, TokenBucket};
-use crate::word::{Refund, WordMachine};
+use crate::word::WordMachine;
 
 /// The configuration of a keyed or tunable [`TokenBucket`]: a capacity and a
 /// refill rate, validated once.
@@ -250,14 +250,6 @@ impl fmt::Debug for WindowConfig {
             .field("window", &self.window())
             .finish()
     }
-}
-
-/// A one-word decision function the keyed layer can reconfigure and refund
-/// (its refund rule, [`Refund`], is the direct limiter's: see `word.rs`).
-pub(crate) trait Carried: Refund {
-    /// The state under `to` that carries `state` (under `from`) over at `now`.
-    /// Maps every fresh state to a fresh one, whatever `carry`.
-    fn carry(from: &Self, to: &Self, state: u64, now: u64, carry: Carry) -> u64;
 }
 
 /// `numerator / denominator` of `x`, rounded up, in 128 bits.

@@ -7,7 +7,6 @@ use std::fmt;
 use std::ops::{BitAnd, BitOr, Not};
 
 use super::Carry;
-use super::kinds::Carried;
 use crate::error::Denied;
 use crate::limiter::Snapshot;
 use crate::word::{Refund, WordMachine};
@@ -34,10 +33,19 @@ pub(crate) trait Word:
 impl Word for u64 {}
 impl Word for u128 {}
 
+/// A one-word decision function the keyed layer can reconfigure and refund
+/// (its refund rule, [`Refund`], is the direct limiter's: see `word.rs`).
+pub(crate) trait Carried: Refund {
+    /// The state under `to` that carries `state` (under `from`) over at `now`.
+    /// Maps every fresh state to a fresh one, whatever `carry`.
+    fn carry(from: &Self, to: &Self, state: u64, now: u64, carry: Carry) -> u64;
+}
+
 /// The decision function of a keyable kind, over its state word: what the
 /// keyed layer needs to decide, report, evict, carry over and refund. One
 /// contract for every width: the one-word machines get it from [`Carried`]
-/// (below), the two-word ones implement it directly (`kind::two_word`).
+/// (above; its impls are in `kinds`), the two-word ones implement it
+/// directly (`kind::two_word`).
 pub(crate) trait KeyMachine {
     type Word: Word;
     /// The state of a key that has admitted nothing (untagged). The same for
