@@ -105,13 +105,14 @@ mod response;
 mod serve;
 mod shaped;
 
-pub use fields::{RATELIMIT, RATELIMIT_POLICY, retry_after_secs};
+pub use fields::{
+    IntoPolicyName, InvalidName, PolicyName, RATELIMIT, RATELIMIT_POLICY, retry_after_secs,
+};
 pub use forwarded::{Cidr, ForwardedIp, ParseCidrError};
 pub use key::{Global, HeaderKey, KeyError, KeyExtractor, KeyFn, PeerIp};
 pub use layer::{ResponseFuture, Route, Throttle, ThrottleBuilder, ThrottleLayer};
 pub use policy::{
-    AllOfLimit, AsyncLimit, Decision, IntoPolicyName, InvalidName, Limit, Outcome, OutcomeFuture,
-    PerKey, Policy, PolicyName, Scope,
+    AllOfLimit, AsyncLimit, Decision, Limit, Outcome, OutcomeFuture, PerKey, Policy, Scope,
 };
 #[cfg(feature = "redis")]
 pub use redis::{LeasedLimit, RedisLimit};

@@ -8,14 +8,14 @@ use std::fmt;
 use std::future::Future;
 use std::hash::{BuildHasher, Hash};
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
-
-use http::HeaderValue;
 
 use tollgate::all_of::{Blocked, Tightest};
 use tollgate::keyed::Keyable;
 use tollgate::{Denied, Keyed, RateLimiter, Rejection, Snapshot};
+
+use crate::fields::{IntoPolicyName, InvalidName, PolicyName};
 
 /// One policy's answer for one request.
 ///
@@ -185,170 +185,6 @@ pub trait Policy<K>: Send + Sync + 'static {
     /// back.
     fn decide_then(&self, key: &K, n: u32, rest: &mut dyn FnMut(Decision) -> bool) {
         rest(self.decide(key, n));
-    }
-}
-
-/// A policy's name and the window it advertises: the `"name";w=…` of the
-/// `RateLimit-Policy` field. A name is 1 to 64 characters of letters, digits
-/// and `-_.:/`, so it is a valid Structured-Field string as it stands.
-///
-/// ```
-/// use std::time::Duration;
-/// use tollgate_tower::PolicyName;
-///
-/// let name = PolicyName::new("per-ip").unwrap().window(Duration::from_secs(60));
-/// assert_eq!(name.as_str(), "per-ip");
-/// assert_eq!(name.window_secs(), Some(60));
-/// assert!(PolicyName::new("bad name").is_err());
-/// ```
-#[derive(Clone)]
-pub struct PolicyName {
-    name: Arc<str>,
-    window: Option<u64>,
-    /// This policy's `RateLimit-Policy` member for the capacity it was first
-    /// written with: the member only changes when the capacity does, so the
-    /// common response reuses it instead of formatting it again.
-    member: Arc<OnceLock<(u32, HeaderValue)>>,
-}
-
-impl PartialEq for PolicyName {
-    fn eq(&self, other: &Self) -> bool {
-        self.name == other.name && self.window == other.window
-    }
-}
-
-impl Eq for PolicyName {}
-
-impl fmt::Debug for PolicyName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PolicyName")
-            .field("name", &self.name)
-            .field("window", &self.window)
-            .finish()
-    }
-}
-
-impl PolicyName {
-    /// Checks `name`.
-    ///
-    /// Errors: [`InvalidName`] for an empty, longer than 64, or otherwise
-    /// unusable name.
-    ///
-    /// ```
-    /// use tollgate_tower::PolicyName;
-    /// assert_eq!(PolicyName::new("login").unwrap().as_str(), "login");
-    /// assert!(PolicyName::new("").is_err());
-    /// ```
-    pub fn new(name: &str) -> Result<Self, InvalidName> {
-        let ok = !name.is_empty()
-            && name.len() <= 64
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_.:/".contains(&b));
-        if ok {
-            Ok(PolicyName {
-                name: name.into(),
-                window: None,
-                member: Arc::default(),
-            })
-        } else {
-            Err(InvalidName(name.to_owned()))
-        }
-    }
-
-    /// Advertises `window` (whole seconds, rounded up) as the policy's `w`:
-    /// the time over which its quota is granted (a fixed window's length, a
-    /// token bucket's time to refill from empty). Without it, `w` is left out,
-    /// as the draft allows.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate_tower::PolicyName;
-    /// let name = PolicyName::new("x").unwrap().window(Duration::from_millis(1500));
-    /// assert_eq!(name.window_secs(), Some(2));
-    /// ```
-    pub fn window(mut self, window: Duration) -> Self {
-        self.window = Some(crate::fields::ceil_secs(window));
-        self.member = Arc::default();
-        self
-    }
-
-    /// The name.
-    ///
-    /// ```
-    /// use tollgate_tower::PolicyName;
-    /// assert_eq!(PolicyName::new("a").unwrap().as_str(), "a");
-    /// ```
-    pub fn as_str(&self) -> &str {
-        &self.name
-    }
-
-    /// The advertised window in seconds, if any.
-    ///
-    /// ```
-    /// use tollgate_tower::PolicyName;
-    /// assert_eq!(PolicyName::new("a").unwrap().window_secs(), None);
-    /// ```
-    pub fn window_secs(&self) -> Option<u64> {
-        self.window
-    }
-
-    /// The `RateLimit-Policy` member for `capacity`, cached for the first
-    /// capacity seen.
-    pub(crate) fn policy_member(&self, capacity: u32) -> HeaderValue {
-        let format = || crate::fields::policy_member(self, capacity);
-        match self.member.get() {
-            Some((cached, value)) if *cached == capacity => value.clone(),
-            Some(_) => format(),
-            None => self.member.get_or_init(|| (capacity, format())).1.clone(),
-        }
-    }
-}
-
-/// A policy name that cannot be used; see [`PolicyName::new`].
-///
-/// ```
-/// use tollgate_tower::PolicyName;
-/// let err = PolicyName::new("a b").unwrap_err();
-/// assert_eq!(err.to_string(), "policy name \"a b\" must be 1 to 64 of A-Z a-z 0-9 - _ . : /");
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InvalidName(String);
-
-impl fmt::Display for InvalidName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "policy name {:?} must be 1 to 64 of A-Z a-z 0-9 - _ . : /",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for InvalidName {}
-
-/// Anything that names a policy: a `&str` (checked) or a [`PolicyName`].
-///
-/// ```
-/// use tollgate_tower::{IntoPolicyName, PolicyName};
-/// assert_eq!("a".into_policy_name().unwrap(), PolicyName::new("a").unwrap());
-/// ```
-pub trait IntoPolicyName {
-    /// The checked name.
-    ///
-    /// Errors: [`InvalidName`], see [`PolicyName::new`].
-    fn into_policy_name(self) -> Result<PolicyName, InvalidName>;
-}
-
-impl IntoPolicyName for &str {
-    fn into_policy_name(self) -> Result<PolicyName, InvalidName> {
-        PolicyName::new(self)
-    }
-}
-
-impl IntoPolicyName for PolicyName {
-    fn into_policy_name(self) -> Result<PolicyName, InvalidName> {
-        Ok(self)
     }
 }
 

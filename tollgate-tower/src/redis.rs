@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use tollgate_redis::{Attempt, Client, Error, LeasedLimiter, Limiter};
 
-use crate::policy::{Decision, IntoPolicyName, InvalidName, Outcome, Policy, PolicyName, Scope};
+use crate::fields::{IntoPolicyName, InvalidName, PolicyName};
+use crate::policy::{Decision, Outcome, Policy, Scope};
 
 /// A [`tollgate_redis`] limiter (token bucket, fixed window, sliding window,
 /// sliding log) as a policy: each request's key — printed with `Display`, so

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use tollgate::{RateLimiter, Reserve};
 
-use crate::policy::{Decision, IntoPolicyName, InvalidName, Outcome, Policy, PolicyName};
+use crate::fields::{IntoPolicyName, InvalidName, PolicyName};
+use crate::policy::{Decision, Outcome, Policy};
 
 /// A [`Reserve`] limiter ([`TokenBucket`](tollgate::TokenBucket),
 /// [`Shaper`](tollgate::Shaper), [`LeakyBucket`](tollgate::LeakyBucket),
