@@ -97,7 +97,7 @@ pub trait Refundable: RateLimiter {
     /// assert_eq!(bucket.snapshot().available, 2);
     /// ```
     #[inline]
-    fn try_acquire_n_receipt(&self, n: u32) -> Result<Self::Receipt<'_>, crate::Denied> {
+    fn try_acquire_n_receipt(&self, n: u32) -> Result<Self::Receipt<'_>, crate::error::Denied> {
         self.try_acquire_n_refundable(n)
             .map(|admitted| admitted.receipt)
             .map_err(|rejection| rejection.denied)
@@ -204,7 +204,7 @@ impl<L: Refundable> Refundable for &L {
     }
 
     #[inline]
-    fn try_acquire_n_receipt(&self, n: u32) -> Result<Self::Receipt<'_>, crate::Denied> {
+    fn try_acquire_n_receipt(&self, n: u32) -> Result<Self::Receipt<'_>, crate::error::Denied> {
         (**self).try_acquire_n_receipt(n)
     }
 

@@ -357,8 +357,10 @@ mod tests {
     use std::sync::{Arc, Barrier};
     use std::time::{Duration, Instant};
 
+    use crate::limiter::RateLimiter;
+    use crate::rate::Rate;
+    use crate::sliding_log::SlidingLog;
     use crate::stripe::thread_hint;
-    use crate::{Rate, RateLimiter, SlidingLog};
 
     /// The CPUs this process may run on.
     fn allowed_cpus() -> Vec<usize> {

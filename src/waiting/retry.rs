@@ -168,4 +168,4 @@ retry_acquire!(
     LockingFixedWindow
 );
 
-impl<T: crate::all_of::Members> RetryAcquire for crate::AllOf<T> {}
+impl<T: crate::all_of::Members> RetryAcquire for crate::all_of::AllOf<T> {}
