@@ -218,16 +218,12 @@ fn limit_period<L: Check>(
 
 /// Benchmarks `function` on `limiter` in group `name`, printing the share
 /// admitted at the limit.
-#[allow(clippy::too_many_arguments)]
 fn bench_keyed<L: Check>(
     group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
     name: &str,
     function: &str,
     limiter: &Arc<L>,
-    keys: &Arc<Vec<u64>>,
-    hot: bool,
-    workload: Workload,
-    threads: usize,
+    (keys, hot, workload, threads): (&Arc<Vec<u64>>, bool, Workload, usize),
 ) {
     let (mut admitted, mut checks) = (0u64, 0u64);
     group.bench_function(function, |b| {
@@ -246,6 +242,53 @@ fn bench_keyed<L: Check>(
     }
 }
 
+/// The three limiters every keyed group compares, built for one workload
+/// and prefilled with every key.
+struct Contenders {
+    tollgate: Arc<Keyed<u64, TokenBucket>>,
+    siphash: Arc<Keyed<u64, TokenBucket, RandomState>>,
+    governor: Arc<GovernorKeyed>,
+}
+
+impl Contenders {
+    fn new(keys: &[u64], workload: Workload) -> Self {
+        let contenders = Contenders {
+            tollgate: Arc::new(tollgate_keyed(workload)),
+            siphash: Arc::new(tollgate_keyed_siphash(workload)),
+            governor: Arc::new(governor_keyed(workload)),
+        };
+        prefill(&*contenders.tollgate, keys, workload);
+        prefill(&*contenders.siphash, keys, workload);
+        prefill(&*contenders.governor, keys, workload);
+        contenders
+    }
+
+    /// Group `keyed_<spread>/<workload>/<threads>t` over the three.
+    fn bench(
+        &self,
+        c: &mut Criterion,
+        keys: &Arc<Vec<u64>>,
+        spread: &str,
+        hot: bool,
+        workload: Workload,
+        threads: usize,
+    ) {
+        let name = format!("keyed_{spread}/{}/{threads}t", workload.name());
+        let mut group = common::threads_group(c, &name, threads);
+        let args = (keys, hot, workload, threads);
+        bench_keyed(&mut group, &name, "tollgate", &self.tollgate, args);
+        bench_keyed(&mut group, &name, "tollgate_siphash", &self.siphash, args);
+        bench_keyed(&mut group, &name, "governor", &self.governor, args);
+        group.finish();
+    }
+
+    /// Asserts that the map kept every key.
+    fn assert_kept_every_key(&self) {
+        assert_eq!(self.tollgate.len(), KEYS, "no key may be evicted");
+        assert_eq!(self.siphash.len(), KEYS, "no key may be evicted");
+    }
+}
+
 /// Inserts every key, spending the workload's prefill (see
 /// [`Workload::prefill`]).
 fn prefill<L: Check>(limiter: &L, keys: &[u64], workload: Workload) {
@@ -261,37 +304,13 @@ fn prefill<L: Check>(limiter: &L, keys: &[u64], workload: Workload) {
 fn throughput(c: &mut Criterion) {
     let keys = keys();
     for workload in [Workload::Allow, Workload::Deny] {
-        let tollgate = Arc::new(tollgate_keyed(workload));
-        let siphash = Arc::new(tollgate_keyed_siphash(workload));
-        let governor = Arc::new(governor_keyed(workload));
-        prefill(&*tollgate, &keys, workload);
-        prefill(&*siphash, &keys, workload);
-        prefill(&*governor, &keys, workload);
+        let contenders = Contenders::new(&keys, workload);
         for (spread, hot) in [("hot", true), ("spread", false)] {
             for threads in THREADS {
-                let name = format!("keyed_{spread}/{}/{threads}t", workload.name());
-                let mut group = common::threads_group(c, &name, threads);
-                bench_keyed(
-                    &mut group, &name, "tollgate", &tollgate, &keys, hot, workload, threads,
-                );
-                bench_keyed(
-                    &mut group,
-                    &name,
-                    "tollgate_siphash",
-                    &siphash,
-                    &keys,
-                    hot,
-                    workload,
-                    threads,
-                );
-                bench_keyed(
-                    &mut group, &name, "governor", &governor, &keys, hot, workload, threads,
-                );
-                group.finish();
+                contenders.bench(c, &keys, spread, hot, workload, threads);
             }
         }
-        assert_eq!(tollgate.len(), KEYS, "no key may be evicted");
-        assert_eq!(siphash.len(), KEYS, "no key may be evicted");
+        contenders.assert_kept_every_key();
     }
 }
 
@@ -305,32 +324,9 @@ fn at_the_limit(c: &mut Criterion) {
     for (spread, hot) in [("hot", true), ("spread", false)] {
         for threads in THREADS {
             let workload = Workload::Limit(limit_period(&allow, &keys, hot, threads));
-            let tollgate = Arc::new(tollgate_keyed(workload));
-            let siphash = Arc::new(tollgate_keyed_siphash(workload));
-            let governor = Arc::new(governor_keyed(workload));
-            prefill(&*tollgate, &keys, workload);
-            prefill(&*siphash, &keys, workload);
-            prefill(&*governor, &keys, workload);
-            let name = format!("keyed_{spread}/limit/{threads}t");
-            let mut group = common::threads_group(c, &name, threads);
-            bench_keyed(
-                &mut group, &name, "tollgate", &tollgate, &keys, hot, workload, threads,
-            );
-            bench_keyed(
-                &mut group,
-                &name,
-                "tollgate_siphash",
-                &siphash,
-                &keys,
-                hot,
-                workload,
-                threads,
-            );
-            bench_keyed(
-                &mut group, &name, "governor", &governor, &keys, hot, workload, threads,
-            );
-            group.finish();
-            assert_eq!(tollgate.len(), KEYS, "no key may be evicted");
+            let contenders = Contenders::new(&keys, workload);
+            contenders.bench(c, &keys, spread, hot, workload, threads);
+            contenders.assert_kept_every_key();
         }
     }
 }
