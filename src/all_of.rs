@@ -2,78 +2,7 @@
 //! admits it, and the members that admitted a request a later member denied
 //! get their permits back.
 //!
-//! The members are any limiters — direct ones, a key of a
-//! [`Keyed`](crate::Keyed) limiter ([`Keyed::for_key`](crate::Keyed::for_key)),
-//! references to either — as a tuple: `(global, per_ip, login)`. Every member
-//! but the last must be [`Refundable`]; the last may be any [`RateLimiter`],
-//! so a limiter that cannot give permits back safely (a
-//! [`SlidingLog`](crate::SlidingLog), a [`SlidingWindow`](crate::SlidingWindow))
-//! goes last, where nothing is asked after it. An `AllOf` is itself a
-//! `RateLimiter`, so it can be the last member of another.
-//!
-//! ```
-//! use std::net::IpAddr;
-//! use std::time::Duration;
-//! use tollgate::keyed::{BucketConfig, Keyed};
-//! use tollgate::{AllOf, Denied, ManualClock, Rate, RateLimiter, SlidingLog, TokenBucket};
-//!
-//! type Bucket = TokenBucket<ManualClock>;
-//! let clock = ManualClock::new();
-//! let global = Bucket::with_clock(100, Rate::per_second(100), clock.clone()).unwrap();
-//! let per_ip = Keyed::<IpAddr, Bucket>::with_clock(
-//!     BucketConfig::new(10, Rate::per_second(10)).unwrap(), clock.clone());
-//! let logins = SlidingLog::with_clock(Rate::per_minute(2), clock.clone()).unwrap();
-//!
-//! let ip: IpAddr = "192.0.2.7".parse().unwrap();
-//! let login = AllOf::new((&global, per_ip.for_key(&ip), &logins));
-//! for _ in 0..2 {
-//!     let passed = login.try_acquire_reporting().unwrap();
-//!     assert_eq!(passed.member, 2); // the login log has the least left
-//! }
-//! // The third login is denied by the log; the buckets get their permits back.
-//! let blocked = login.try_acquire_reporting().unwrap_err();
-//! assert_eq!((blocked.member, blocked.rejection.denied), (2, Denied::RetryAfter(Duration::from_secs(60))));
-//! assert_eq!(global.snapshot().available, 98);
-//! assert_eq!(per_ip.snapshot(&ip).available, 8);
-//! ```
-//!
-//! # The exact guarantee
-//!
-//! * **Every member's own invariant holds over the permits it keeps**, under
-//!   any interleaving: a refund never gives back more than "as if the
-//!   refunded admission had not happened" (see [`refund`](crate::refund)).
-//!   What `AllOf` admits is admitted by every member, so every limit of the
-//!   set holds for what passes.
-//! * **A denied request keeps no permit unless it was raced**: the members
-//!   that admitted it are refunded right after the denial. A refund is exact
-//!   unless another request was admitted by the same member in between
-//!   (nanoseconds, unless the thread is preempted; for a fixed window, always
-//!   exact); a refund that is not exact leaves the permits taken until they
-//!   refill: under-admission, never over-admission.
-//! * **Refunded permits were briefly taken**: between a member's admission
-//!   and its refund, a concurrent request on that member can be denied
-//!   although in the end nobody kept them. Under-admission again.
-//! * **The last member is decided last**: it is asked only once every other
-//!   member has admitted, so it never needs a refund. If it denies, the others
-//!   are refunded.
-//! * **Retry-after** is the wait of the member that denied: the members
-//!   before it admitted (no wait); the members after it were not asked (an
-//!   answer would cost them an admission and a refund), so a longer wait of
-//!   theirs shows when the request is retried. If any member after it can
-//!   never hold `n` permits, the answer is that member's
-//!   [`Denied::ExceedsCapacity`] instead: no
-//!   wait helps. (That check reads the later members' snapshots, on the deny
-//!   path only and only for `n > 1`: every tollgate limiter holds at least one
-//!   permit. A limiter of your own reporting a capacity of 0 is not checked
-//!   for single permits.)
-//! * **The report** on admission is the member with the least `available`
-//!   left (ties: the longer time to full; then the earlier member) and its
-//!   snapshot from its own decision — what `RateLimit` headers need; on denial,
-//!   the denying member and its [`Rejection`].
-//!
-//! Property tests against a sequential reference: `tests/all_of.rs`; the loom
-//! models of a refund racing admissions at a later clock reading, with a
-//! known-bad refund the models catch: `loom-tests/tests/all_of.rs`.
+//! The user-facing documentation (promise, state, proof) is on [`AllOf`].
 
 use std::cmp::Reverse;
 
@@ -81,7 +10,7 @@ use crate::error::Denied;
 use crate::limiter::{RateLimiter, Rejection, Snapshot};
 use crate::refund::Refundable;
 
-/// All of its members must admit a request; see the [module docs](self).
+/// All of its members must admit a request.
 ///
 /// ```
 /// use tollgate::{AllOf, FixedWindow, Rate, RateLimiter, TokenBucket};
@@ -92,6 +21,83 @@ use crate::refund::Refundable;
 /// assert!(both.try_acquire().is_ok());
 /// assert_eq!(both.snapshot().available, 9);
 /// ```
+///
+/// All-or-nothing across limiters: a request passes only if every member
+/// admits it, and the members that admitted a request a later member denied
+/// get their permits back.
+///
+/// The members are any limiters — direct ones, a key of a
+/// [`Keyed`](crate::keyed::Keyed) limiter ([`Keyed::for_key`](crate::keyed::Keyed::for_key)),
+/// references to either — as a tuple: `(global, per_ip, login)`. Every member
+/// but the last must be [`Refundable`]; the last may be any [`RateLimiter`],
+/// so a limiter that cannot give permits back safely (a
+/// [`SlidingLog`](crate::SlidingLog), a [`SlidingWindow`](crate::SlidingWindow))
+/// goes last, where nothing is asked after it. An `AllOf` is itself a
+/// `RateLimiter`, so it can be the last member of another.
+///
+/// ```
+/// use std::net::IpAddr;
+/// use std::time::Duration;
+/// use tollgate::keyed::{BucketConfig, Keyed};
+/// use tollgate::{AllOf, Denied, ManualClock, Rate, RateLimiter, SlidingLog, TokenBucket};
+///
+/// type Bucket = TokenBucket<ManualClock>;
+/// let clock = ManualClock::new();
+/// let global = Bucket::with_clock(100, Rate::per_second(100), clock.clone()).unwrap();
+/// let per_ip = Keyed::<IpAddr, Bucket>::with_clock(
+///     BucketConfig::new(10, Rate::per_second(10)).unwrap(), clock.clone());
+/// let logins = SlidingLog::with_clock(Rate::per_minute(2), clock.clone()).unwrap();
+///
+/// let ip: IpAddr = "192.0.2.7".parse().unwrap();
+/// let login = AllOf::new((&global, per_ip.for_key(&ip), &logins));
+/// for _ in 0..2 {
+///     let passed = login.try_acquire_reporting().unwrap();
+///     assert_eq!(passed.member, 2); // the login log has the least left
+/// }
+/// // The third login is denied by the log; the buckets get their permits back.
+/// let blocked = login.try_acquire_reporting().unwrap_err();
+/// assert_eq!((blocked.member, blocked.rejection.denied), (2, Denied::RetryAfter(Duration::from_secs(60))));
+/// assert_eq!(global.snapshot().available, 98);
+/// assert_eq!(per_ip.snapshot(&ip).available, 8);
+/// ```
+///
+/// # The exact guarantee
+///
+/// * **Every member's own invariant holds over the permits it keeps**, under
+///   any interleaving: a refund never gives back more than "as if the
+///   refunded admission had not happened" (see [`refund`](crate::Refundable)).
+///   What `AllOf` admits is admitted by every member, so every limit of the
+///   set holds for what passes.
+/// * **A denied request keeps no permit unless it was raced**: the members
+///   that admitted it are refunded right after the denial. A refund is exact
+///   unless another request was admitted by the same member in between
+///   (nanoseconds, unless the thread is preempted; for a fixed window, always
+///   exact); a refund that is not exact leaves the permits taken until they
+///   refill: under-admission, never over-admission.
+/// * **Refunded permits were briefly taken**: between a member's admission
+///   and its refund, a concurrent request on that member can be denied
+///   although in the end nobody kept them. Under-admission again.
+/// * **The last member is decided last**: it is asked only once every other
+///   member has admitted, so it never needs a refund. If it denies, the others
+///   are refunded.
+/// * **Retry-after** is the wait of the member that denied: the members
+///   before it admitted (no wait); the members after it were not asked (an
+///   answer would cost them an admission and a refund), so a longer wait of
+///   theirs shows when the request is retried. If any member after it can
+///   never hold `n` permits, the answer is that member's
+///   [`Denied::ExceedsCapacity`] instead: no
+///   wait helps. (That check reads the later members' snapshots, on the deny
+///   path only and only for `n > 1`: every tollgate limiter holds at least one
+///   permit. A limiter of your own reporting a capacity of 0 is not checked
+///   for single permits.)
+/// * **The report** on admission is the member with the least `available`
+///   left (ties: the longer time to full; then the earlier member) and its
+///   snapshot from its own decision — what `RateLimit` headers need; on denial,
+///   the denying member and its [`Rejection`].
+///
+/// Property tests against a sequential reference: `tests/all_of.rs`; the loom
+/// models of a refund racing admissions at a later clock reading, with a
+/// known-bad refund the models catch: `loom-tests/tests/all_of.rs`.
 #[derive(Debug, Clone, Copy)]
 pub struct AllOf<T> {
     members: T,
@@ -141,7 +147,7 @@ impl<T: Members> AllOf<T> {
     /// Asks every member for `n` permits, in order; admits iff all admit, and
     /// refunds the members that admitted if a later one denies. Reports which
     /// member binds: on admission the one with the least left, on denial the
-    /// one that denied (see the [module docs](self) for the retry-after).
+    /// one that denied (see [`AllOf`] for the retry-after).
     ///
     /// ```
     /// use std::time::Duration;

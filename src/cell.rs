@@ -13,7 +13,7 @@
 //! many, and a line per key would cost 128 bytes where the word needs 8.
 //!
 //! The types are `pub` in a private module only because the keyed kinds name
-//! them as their sealed `Keyable::State` (`keyed::AtomicWord` and its kin).
+//! them as their sealed `Keyable::State`; no public path reaches them.
 
 use std::fmt;
 use std::marker::PhantomData;

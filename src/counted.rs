@@ -1,29 +1,7 @@
 //! Observing a limiter: counts of the permits it admitted and denied, read
 //! without locks, and (with the `tracing` feature) an event per decision.
 //!
-//! [`Counted`] wraps any [`RateLimiter`]. It is opt-in: a limiter that is not
-//! wrapped pays nothing, and the counting is this module's alone. Each
-//! decision adds its permits to one of two counters on the calling thread's
-//! own cache-padded stripe (one uncontended `fetch_add`), so threads on
-//! different cores do not trade a counter's cache line; a read sums the
-//! stripes. What it costs on the allow path is in docs/benchmarks.md
-//! ("Counting decisions").
-//!
-//! With the `tracing` feature, a `Counted` limiter also emits a `tracing`
-//! event for every denial (level `INFO`, with the permits asked, the reason
-//! and the retry-after) and for every admission (level `DEBUG`), each carrying
-//! the name the limiter was given. Limiters that are not wrapped emit nothing.
-//!
-//! ```
-//! use tollgate::{Counted, ManualClock, Rate, RateLimiter, TokenBucket};
-//!
-//! let bucket = TokenBucket::with_clock(3, Rate::per_hour(3), ManualClock::new()).unwrap();
-//! let counted = Counted::new("api", bucket);
-//! counted.try_acquire_n(2).unwrap();
-//! assert!(counted.try_acquire_n(2).is_err());
-//! let counts = counted.counts();
-//! assert_eq!((counts.admitted, counts.denied), (2, 2));
-//! ```
+//! The user-facing documentation (promise, state, proof) is on [`Counted`].
 
 use crossbeam_utils::CachePadded;
 
@@ -42,7 +20,7 @@ struct Stripe {
     refunded: AtomicU64,
 }
 
-/// A limiter with counters of what it decided: see the [module docs](self).
+/// A limiter with counters of what it decided.
 ///
 /// It implements [`RateLimiter`] (and [`Refundable`] if the limiter does, so
 /// it can be a member of an [`AllOf`](crate::AllOf)), counting every
@@ -59,6 +37,33 @@ struct Stripe {
 /// assert_eq!(global.counts().admitted, 2);
 /// assert_eq!(global.counts().refunded, 1);
 /// assert_eq!(logins.counts().denied, 1);
+/// ```
+///
+/// Observing a limiter: counts of the permits it admitted and denied, read
+/// without locks, and (with the `tracing` feature) an event per decision.
+///
+/// [`Counted`] wraps any [`RateLimiter`]. It is opt-in: a limiter that is not
+/// wrapped pays nothing, and the counting is this module's alone. Each
+/// decision adds its permits to one of two counters on the calling thread's
+/// own cache-padded stripe (one uncontended `fetch_add`), so threads on
+/// different cores do not trade a counter's cache line; a read sums the
+/// stripes. What it costs on the allow path is in docs/benchmarks.md
+/// ("Counting decisions").
+///
+/// With the `tracing` feature, a `Counted` limiter also emits a `tracing`
+/// event for every denial (level `INFO`, with the permits asked, the reason
+/// and the retry-after) and for every admission (level `DEBUG`), each carrying
+/// the name the limiter was given. Limiters that are not wrapped emit nothing.
+///
+/// ```
+/// use tollgate::{Counted, ManualClock, Rate, RateLimiter, TokenBucket};
+///
+/// let bucket = TokenBucket::with_clock(3, Rate::per_hour(3), ManualClock::new()).unwrap();
+/// let counted = Counted::new("api", bucket);
+/// counted.try_acquire_n(2).unwrap();
+/// assert!(counted.try_acquire_n(2).is_err());
+/// let counts = counted.counts();
+/// assert_eq!((counts.admitted, counts.denied), (2, 2));
 /// ```
 #[derive(Debug)]
 pub struct Counted<L> {
@@ -88,7 +93,7 @@ pub struct Counts {
     pub denied: u64,
     /// Permits of admissions handed back to [`Refundable::refund`] (by an
     /// [`AllOf`](crate::AllOf) whose later member denied). A raced refund
-    /// gives back less (see [`refund`](crate::refund)), so this is what was
+    /// gives back less (see [`refund`](crate::Refundable)), so this is what was
     /// asked back, not necessarily what came back.
     pub refunded: u64,
 }

@@ -47,7 +47,7 @@ pub enum ConfigError {
         what: &'static str,
     },
     /// A sliding window cannot be cut into this many sub-windows: the count must
-    /// be at least 1, at most [`MAX_SUB_WINDOWS`](crate::sliding_window::MAX_SUB_WINDOWS),
+    /// be at least 1, at most [`MAX_SUB_WINDOWS`](crate::MAX_SUB_WINDOWS),
     /// and small enough that no sub-window is shorter than the limit in
     /// nanoseconds (one permit per nanosecond, as for [`TooFine`](Self::TooFine)).
     ///
@@ -68,7 +68,7 @@ pub enum ConfigError {
         /// The most sub-windows this rate's window can be cut into.
         max: u32,
     },
-    /// A warm-up limiter's cold factor is outside `1..=`[`MAX_COLD_FACTOR`](crate::warm_up::MAX_COLD_FACTOR).
+    /// A warm-up limiter's cold factor is outside `1..=`[`MAX_COLD_FACTOR`](crate::MAX_COLD_FACTOR).
     ///
     /// ```
     /// use std::time::Duration;

@@ -16,7 +16,7 @@
 //! | [`SlidingLog`] | at most N in *any* window of length T — exact, by decision time | a ring of N `AtomicU64` timestamps + a ticket head; N and T changeable at runtime | strict quotas: paid APIs, third-party limits, login attempts |
 //! | [`LeakyBucket`] / [`Shaper`] | meter: level never above capacity; queue: starts spaced 1/rate after a burst, waits bounded | meter: one `AtomicU64` (drain time); queue: one 128-bit word (next free slot, latest start) | smoothing an outflow: nginx-style `limit_req`, pacing calls to a fragile backend |
 //! | [`WarmUp`] | Guava's SmoothWarmingUp schedule: cold factor × the stable interval when idle, ramping to the stable rate over the warm-up period | one 128-bit word (next start, banked idle time) | services that need warming: cold caches, JIT, connection pools |
-//! | [`Keyed`] | a token bucket, fixed window, leaky bucket meter, shaper, warm-up limiter, exact sliding log (one rule, or several on one log) or sliding window (without stripes) (or a pair: both must admit) per key — user, IP, tenant — each with its own guarantee, at the key cap too; per-key quotas, combined limits, runtime reconfiguration. Not the approximate sliding window nor the leased limiters; the shaper and warm-up admit per key what can start at once | a sharded hash map (hashbrown tables under reader-biased locks) of one word (two for the shaper and warm-up; a ring of 32-bit stamps for the log, shared by all its rules: 5/s, 30/min and 1,000/day on one ring; `S` 32-bit counts for the window, under the key's lock) per key, evicted when fresh, capped | per-caller limits whose key space is unbounded: public APIs, multi-tenant services |
+//! | [`Keyed`](keyed::Keyed) | a token bucket, fixed window, leaky bucket meter, shaper, warm-up limiter, exact sliding log (one rule, or several on one log) or sliding window (without stripes) (or a pair: both must admit) per key — user, IP, tenant — each with its own guarantee, at the key cap too; per-key quotas, combined limits, runtime reconfiguration. Not the approximate sliding window nor the leased limiters; the shaper and warm-up admit per key what can start at once | a sharded hash map (hashbrown tables under reader-biased locks) of one word (two for the shaper and warm-up; a ring of 32-bit stamps for the log, shared by all its rules: 5/s, 30/min and 1,000/day on one ring; `S` 32-bit counts for the window, under the key's lock) per key, evicted when fresh, capped | per-caller limits whose key space is unbounded: public APIs, multi-tenant services |
 //!
 //! All of them implement [`RateLimiter`]: `try_acquire()` / `try_acquire_n(n)`
 //! return a plain `Result<(), Denied>`; a denial carries the exact retry-after, or
@@ -43,8 +43,8 @@
 //! Several limits on one request — global, per client, per route — go through
 //! one [`AllOf`]: it admits only if every member admits, gives back the
 //! permits of the members that admitted when a later one denies (every member
-//! but the last is [`Refundable`]; a key of a [`Keyed`] limiter is one through
-//! [`Keyed::for_key`]), and reports the binding member for the headers.
+//! but the last is [`Refundable`]; a key of a [`Keyed`](keyed::Keyed) limiter is one through
+//! [`Keyed::for_key`](keyed::Keyed::for_key)), and reports the binding member for the headers.
 //!
 //! ```
 //! use tollgate::{AllOf, FixedWindow, Rate, RateLimiter, TokenBucket};
@@ -80,7 +80,7 @@
 //! - `tokio`: `acquire_async`, waiting for permits on tokio's timer
 //!   ([`Reserve`] in booking order for the buckets, shaper and warm-up;
 //!   [`RetryAcquire`] by retry-after for every other limiter, [`AllOf`] and
-//!   [`Keyed`] keys included).
+//!   [`Keyed`](keyed::Keyed) keys included).
 //! - `serde`: `Serialize`/`Deserialize` for [`Rate`], as its string form.
 //! - `tracing`: an event for every decision of a [`Counted`] limiter (denials
 //!   at `INFO`, admissions and refunds at `DEBUG`); unwrapped limiters emit
@@ -89,37 +89,37 @@
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
-pub mod all_of;
+mod all_of;
 mod cell;
-pub mod clock;
-pub mod counted;
+mod clock;
+mod counted;
 mod error;
-pub mod fixed_window;
+mod fixed_window;
 pub mod keyed;
 mod kind;
-pub mod leaky_bucket;
+mod leaky_bucket;
 mod limiter;
 mod limits;
 mod rate;
-pub mod refund;
-pub mod sliding_log;
-pub mod sliding_window;
+mod refund;
+mod sliding_log;
+mod sliding_window;
 mod stripe;
 mod sync;
 mod timeline;
-pub mod token_bucket;
-pub mod waiting;
-pub mod warm_up;
+mod token_bucket;
+mod waiting;
+mod warm_up;
 mod word;
 
-pub use all_of::{AllOf, Blocked, Tightest};
+pub use all_of::{AllOf, Blocked, Members, Tightest};
 pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock};
-pub use counted::{Counted, Counts};
+pub use counted::{Counted, CountedReceipt, Counts};
 pub use error::{ConfigError, Denied};
 pub use fixed_window::{FixedWindow, LeasedFixedWindow, LockingFixedWindow};
-pub use keyed::Keyed;
 pub use leaky_bucket::{LeakyBucket, LockingLeakyBucket, LockingShaper, Shaper};
 pub use limiter::{RateLimiter, Rejection, Snapshot, check_request};
+pub use limits::{MAX_COLD_FACTOR, MAX_SUB_WINDOWS};
 pub use rate::{ParseRateError, ParseRateErrorKind, Rate};
 pub use refund::{Receipt, Receipted, Refundable};
 pub use sliding_log::{LockingSlidingLog, SlidingLog};
@@ -129,7 +129,7 @@ pub use sliding_window::{
 };
 pub use token_bucket::{LeasedTokenBucket, LockingTokenBucket, TokenBucket};
 pub use waiting::{Reservation, Reserve, RetryAcquire};
-pub use warm_up::{LockingWarmUp, WarmUp};
+pub use warm_up::{DEFAULT_COLD_FACTOR, LockingWarmUp, WarmUp};
 
 // The README and the guide's pages (docs/guide/), compiled and run as
 // doctests, so that an example that stops compiling fails `cargo test`. Only

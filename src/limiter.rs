@@ -140,9 +140,9 @@ pub trait RateLimiter {
     /// nothing here: `keep` asks the others and says whether they all
     /// admitted. A [`Refundable`](crate::Refundable) limiter (the token
     /// buckets, fixed windows, leaky buckets, their twins, a key of a
-    /// [`Keyed`](crate::Keyed) limiter) refunds by its own rule — exact unless
+    /// [`Keyed`](crate::keyed::Keyed) limiter) refunds by its own rule — exact unless
     /// another request was admitted in between, never more than "as if it had
-    /// not happened" ([`refund`](crate::refund)); any other limiter keeps the
+    /// not happened" ([`refund`](crate::Refundable)); any other limiter keeps the
     /// permits (the default), so put those last. Nothing is held while
     /// `keep` runs but the decision's receipt on this call's stack.
     ///

@@ -1,8 +1,7 @@
 //! Bounds on configurations that more than one part of the crate needs: the
 //! limiters that enforce them and the errors that name them. Low-level: it
 //! imports nothing, so `error` can print the bounds without depending on the
-//! algorithms (which re-export them where their users look:
-//! `sliding_window::MAX_SUB_WINDOWS`, `warm_up::MAX_COLD_FACTOR`).
+//! algorithms. Their public path is the crate root.
 
 /// The most sub-windows a [`SlidingWindow`](crate::SlidingWindow) may be cut into (see
 /// [`SlidingWindowBuilder::sub_windows`](crate::SlidingWindowBuilder::sub_windows)). Each costs 8 bytes of history, and a
@@ -10,7 +9,7 @@
 /// hour into sub-windows of under a second.
 ///
 /// ```
-/// use tollgate::sliding_window::MAX_SUB_WINDOWS;
+/// use tollgate::MAX_SUB_WINDOWS;
 /// use tollgate::{ConfigError, Rate, SlidingWindow};
 ///
 /// let rate = Rate::per_hour(100);
@@ -28,7 +27,7 @@ pub const MAX_SUB_WINDOWS: u32 = 4096;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::warm_up::MAX_COLD_FACTOR;
+/// use tollgate::MAX_COLD_FACTOR;
 /// use tollgate::{ManualClock, Rate, WarmUp};
 ///
 /// let rate = Rate::per_second(5);

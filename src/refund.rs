@@ -1,65 +1,70 @@
 //! Decisions that can be given back: the contract [`AllOf`](crate::AllOf)
 //! needs from every member but its last.
 //!
-//! A [`Refundable`] limiter admits with a *receipt*; handing the receipt back
-//! to [`refund`](Refundable::refund) returns the permits, as far as that is
-//! safe. "Safe" means one thing for every limiter:
-//!
-//! > After a refund, the limiter admits no more than it would have had the
-//! > refunded admission never happened — whatever was admitted in between,
-//! > at whatever clock readings (stale ones included).
-//!
-//! So a refund can only ever *lose* a permit (leave it taken: under-admission),
-//! never hand out one that another request holds (over-admission). Each
-//! limiter's own invariant therefore holds over the admissions it keeps.
-//!
-//! | limiter | refund rule | exact when |
-//! |---|---|---|
-//! | [`TokenBucket`](crate::TokenBucket), [`LockingTokenBucket`](crate::LockingTokenBucket) | restore the TAT the admission replaced if the TAT is still the one it wrote | no other admission on the bucket between the admission and its refund |
-//! | [`LeakyBucket`](crate::LeakyBucket), [`LockingLeakyBucket`](crate::LockingLeakyBucket) | the same, on the time the bucket is empty | the same |
-//! | [`FixedWindow`](crate::FixedWindow), [`LockingFixedWindow`](crate::LockingFixedWindow) | take `n` off the count while the window is still the one the permits went to | always (once the window has closed the permits constrain nothing) |
-//! | [`Keyed::for_key`](crate::Keyed::for_key) (every keyable kind, pairs too) | the kind's rule above on the key's word (the shaper's and warm-up's 128-bit word: restored if unchanged; the per-key sliding log: its slots emptied if its admission is still the latest), if the key's configuration and overrides have not changed since | no admission on the key, no reconfiguration or override change in between, and the key was not decided by the shared overflow state at the key cap |
-//!
-//! Why "restore only an unchanged word" for the buckets: a later admission
-//! either stacked on ours (then removing our permits from it would be exact)
-//! or found the bucket full and absorbed ours (then removing them hands the
-//! later request's permits out again), and one word cannot tell the two apart
-//! — a loom model with a stale reading found the second. Every admission moves the
-//! word strictly forward and every successful refund restores the exact value
-//! its admission replaced, so the word equals what ours wrote iff every change
-//! since has been undone.
-//!
-//! Not refundable, so only ever the *last* member of an [`AllOf`](crate::AllOf):
-//! [`SlidingLog`](crate::SlidingLog) and [`SlidingWindow`](crate::SlidingWindow)
-//! (an admission claims ring slots or stripe leases that later admissions
-//! build on; no single-word check can tell that it was undone),
-//! [`ApproxSlidingWindow`](crate::ApproxSlidingWindow), and the
-//! [`Shaper`](crate::Shaper) and [`WarmUp`](crate::WarmUp) (their 128-bit
-//! words move forward too, so the same rule would apply; it is not written
-//! yet).
-//!
-//! ```
-//! use tollgate::{ManualClock, Rate, RateLimiter, Refundable, TokenBucket};
-//!
-//! let bucket = TokenBucket::with_clock(2, Rate::per_hour(2), ManualClock::new()).unwrap();
-//! let admitted = bucket.try_acquire_n_refundable(2).unwrap();
-//! assert_eq!(admitted.snapshot.available, 0);
-//! bucket.refund(admitted.receipt); // nobody else was admitted: exact
-//! assert_eq!(bucket.snapshot().available, 2);
-//! ```
+//! The user-facing documentation (promise, state, proof) is on [`Refundable`].
 
 use std::marker::PhantomData;
 
 use crate::limiter::{RateLimiter, Rejection, Snapshot};
 use crate::word::WordReceipt;
 
-/// A limiter whose admissions can be given back: see the [module docs](self)
-/// for the rule every implementation follows and what each limiter returns.
+/// A limiter whose admissions can be given back: the rule every
+/// implementation follows and what each limiter returns are below.
 ///
 /// Implemented by the token buckets, fixed windows and leaky buckets (meters)
-/// and their locking twins, by a key of a [`Keyed`](crate::Keyed) limiter
-/// ([`Keyed::for_key`](crate::Keyed::for_key)), and by references to any of
+/// and their locking twins, by a key of a [`Keyed`](crate::keyed::Keyed) limiter
+/// ([`Keyed::for_key`](crate::keyed::Keyed::for_key)), and by references to any of
 /// them.
+///
+/// Decisions that can be given back: the contract [`AllOf`](crate::AllOf)
+/// needs from every member but its last.
+///
+/// A [`Refundable`] limiter admits with a *receipt*; handing the receipt back
+/// to [`refund`](Refundable::refund) returns the permits, as far as that is
+/// safe. "Safe" means one thing for every limiter:
+///
+/// > After a refund, the limiter admits no more than it would have had the
+/// > refunded admission never happened — whatever was admitted in between,
+/// > at whatever clock readings (stale ones included).
+///
+/// So a refund can only ever *lose* a permit (leave it taken: under-admission),
+/// never hand out one that another request holds (over-admission). Each
+/// limiter's own invariant therefore holds over the admissions it keeps.
+///
+/// | limiter | refund rule | exact when |
+/// |---|---|---|
+/// | [`TokenBucket`](crate::TokenBucket), [`LockingTokenBucket`](crate::LockingTokenBucket) | restore the TAT the admission replaced if the TAT is still the one it wrote | no other admission on the bucket between the admission and its refund |
+/// | [`LeakyBucket`](crate::LeakyBucket), [`LockingLeakyBucket`](crate::LockingLeakyBucket) | the same, on the time the bucket is empty | the same |
+/// | [`FixedWindow`](crate::FixedWindow), [`LockingFixedWindow`](crate::LockingFixedWindow) | take `n` off the count while the window is still the one the permits went to | always (once the window has closed the permits constrain nothing) |
+/// | [`Keyed::for_key`](crate::keyed::Keyed::for_key) (every keyable kind, pairs too) | the kind's rule above on the key's word (the shaper's and warm-up's 128-bit word: restored if unchanged; the per-key sliding log: its slots emptied if its admission is still the latest), if the key's configuration and overrides have not changed since | no admission on the key, no reconfiguration or override change in between, and the key was not decided by the shared overflow state at the key cap |
+///
+/// Why "restore only an unchanged word" for the buckets: a later admission
+/// either stacked on ours (then removing our permits from it would be exact)
+/// or found the bucket full and absorbed ours (then removing them hands the
+/// later request's permits out again), and one word cannot tell the two apart
+/// — a loom model with a stale reading found the second. Every admission moves the
+/// word strictly forward and every successful refund restores the exact value
+/// its admission replaced, so the word equals what ours wrote iff every change
+/// since has been undone.
+///
+/// Not refundable, so only ever the *last* member of an [`AllOf`](crate::AllOf):
+/// [`SlidingLog`](crate::SlidingLog) and [`SlidingWindow`](crate::SlidingWindow)
+/// (an admission claims ring slots or stripe leases that later admissions
+/// build on; no single-word check can tell that it was undone),
+/// [`ApproxSlidingWindow`](crate::ApproxSlidingWindow), and the
+/// [`Shaper`](crate::Shaper) and [`WarmUp`](crate::WarmUp) (their 128-bit
+/// words move forward too, so the same rule would apply; it is not written
+/// yet).
+///
+/// ```
+/// use tollgate::{ManualClock, Rate, RateLimiter, Refundable, TokenBucket};
+///
+/// let bucket = TokenBucket::with_clock(2, Rate::per_hour(2), ManualClock::new()).unwrap();
+/// let admitted = bucket.try_acquire_n_refundable(2).unwrap();
+/// assert_eq!(admitted.snapshot.available, 0);
+/// bucket.refund(admitted.receipt); // nobody else was admitted: exact
+/// assert_eq!(bucket.snapshot().available, 2);
+/// ```
 pub trait Refundable: RateLimiter {
     /// What an admission hands back for its refund. It borrows the limiter,
     /// and a receipt given to another limiter than the one that issued it is
@@ -104,7 +109,7 @@ pub trait Refundable: RateLimiter {
     }
 
     /// Gives back the permits of the admission that issued `receipt`, as far
-    /// as that is safe (see the [module docs](self)): never more than "as if
+    /// as that is safe (see [`Refundable`]): never more than "as if
     /// it had not happened", possibly nothing if other requests have moved
     /// the state since.
     ///

@@ -2,12 +2,12 @@
 
 use std::time::Duration;
 
-use tollgate::sliding_window::MAX_SUB_WINDOWS;
-use tollgate::warm_up::{DEFAULT_COLD_FACTOR, MAX_COLD_FACTOR};
+use tollgate::MAX_SUB_WINDOWS;
 use tollgate::{
     ConfigError, FixedWindow, LockingFixedWindow, LockingShaper, LockingTokenBucket, LockingWarmUp,
     ManualClock, Rate, Shaper, SlidingWindow, TokenBucket, WarmUp,
 };
+use tollgate::{DEFAULT_COLD_FACTOR, MAX_COLD_FACTOR};
 
 /// Builds every limiter kind from `(capacity, rate)`; the windows ignore capacity.
 fn errors(capacity: u32, rate: Rate) -> [Result<(), ConfigError>; 4] {

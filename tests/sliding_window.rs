@@ -18,7 +18,7 @@ use support::{
     Admission, Reference, Step, StressRecord, assert_agree, check_sliding_window, lockstep, mixed,
     one, stress,
 };
-use tollgate::sliding_window::MAX_SUB_WINDOWS;
+use tollgate::MAX_SUB_WINDOWS;
 use tollgate::{
     ApproxSlidingWindow, ConfigError, Denied, FixedWindow, LockingApproxSlidingWindow, ManualClock,
     Rate, RateLimiter, SlidingWindow,

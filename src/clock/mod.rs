@@ -1,18 +1,6 @@
 //! Where limiters get the time.
 //!
-//! A [`Clock`] gives integer nanoseconds. Three are provided:
-//!
-//! | clock | source | cost of a read | precision |
-//! |---|---|---|---|
-//! | [`MonotonicClock`] (default) | the TSC through quanta | ~10 ns | ~1 ns |
-//! | [`CachedClock`] | one atomic refreshed by tollgate's own upkeep thread | ~0.3 ns (one relaxed load) | the upkeep interval (1 ms by default) |
-//! | [`ManualClock`] | whatever the test sets | one atomic load | exact |
-//!
-//! The two real clocks never step backwards as seen by any one thread, even when
-//! the thread migrates between cores whose TSCs disagree (governor #299). Across
-//! threads, two readings taken concurrently are unordered anyway, so every limiter
-//! also treats a reading older than its state as if time had stood still: a stale
-//! reading can make it deny, never over-admit.
+//! The user-facing documentation (promise, state, proof) is on [`Clock`].
 
 mod cached;
 mod manual;
@@ -40,6 +28,22 @@ pub use monotonic::MonotonicClock;
 /// assert!(bucket.try_acquire().is_ok());
 /// assert!(bucket.try_acquire().is_err()); // time never moves, so no refill
 /// ```
+///
+/// Where limiters get the time.
+///
+/// A [`Clock`] gives integer nanoseconds. Three are provided:
+///
+/// | clock | source | cost of a read | precision |
+/// |---|---|---|---|
+/// | [`MonotonicClock`] (default) | the TSC through quanta | ~10 ns | ~1 ns |
+/// | [`CachedClock`] | one atomic refreshed by tollgate's own upkeep thread | ~0.3 ns (one relaxed load) | the upkeep interval (1 ms by default) |
+/// | [`ManualClock`] | whatever the test sets | one atomic load | exact |
+///
+/// The two real clocks never step backwards as seen by any one thread, even when
+/// the thread migrates between cores whose TSCs disagree (governor #299). Across
+/// threads, two readings taken concurrently are unordered anyway, so every limiter
+/// also treats a reading older than its state as if time had stood still: a stale
+/// reading can make it deny, never over-admit.
 pub trait Clock {
     /// Nanoseconds since this clock's origin.
     fn now(&self) -> u64;

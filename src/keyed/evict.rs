@@ -1,94 +1,7 @@
 //! Bounded memory: eviction of fresh keys, amortised over inserts, and the
 //! hard cap on the number of keys.
 //!
-//! # Eviction
-//!
-//! A key's state is *fresh* when it decides, now and at every later time,
-//! exactly as a new state would (a full bucket with nothing to refill; an
-//! empty leaky bucket; a shaper whose schedule has ended; a warm-up key idle
-//! long enough to be cold again; a log whose stamps have all left the
-//! window; a window that counted nothing in the current window). Such a key is removed; if it
-//! comes back, it gets a new state and cannot tell the difference. The property
-//! test in `tests/keyed.rs` runs random operations against a keyed limiter that
-//! sweeps after every request and one that never evicts, and checks they agree
-//! on every decision, retry-after and snapshot.
-//!
-//! Three details make "cannot tell" exact rather than approximate:
-//!
-//! * Freshness is judged at the limiter's *time floor* (see
-//!   [`FLOOR_STEP`](super::FLOOR_STEP)), read under the shard's write lock, so
-//!   no request holds the state while it is removed. Any request that later
-//!   finds the key missing takes the same lock after, so its own load of the
-//!   floor returns that value or a later one, and it decides at a time at or
-//!   after it: a clock that steps back cannot see the new state differ from
-//!   the evicted one.
-//! * The floor never moves because of an eviction: it follows the requests'
-//!   readings (in steps) and explicit sweeps, which are the same whether a key
-//!   was evicted or kept, so a backwards clock finds time standing still at
-//!   the same floor for every key either way. (It used to be the time of the
-//!   latest eviction: evicting one key then changed the decisions of others
-//!   after a backwards step — for example: key 2 got `RetryAfter(50)` then `Ok`
-//!   with key 1 evicted, `RetryAfter(150)` and `RetryAfter(50)` without — and
-//!   a retry-after measured from the floor rather than the reading was short.)
-//! * All keys share the keyed limiter's time origin, so a fixed window's
-//!   windows stay aligned to the same boundaries however often its key is
-//!   recreated.
-//!
-//! # Amortised, incremental, no background thread
-//!
-//! Each shard of the map has a cursor. Every insert of a new key, after
-//! releasing the shard's lock, takes it again for writing and examines the
-//! next `STEP` (8) buckets of that shard's table from the cursor, removing
-//! *idle* states: fresh at the floor and already fresh
-//! [`IDLE_BEFORE_EVICTION`] (about a second) before it. The cost per insert
-//! is O(1) (a few control bytes and words), no request ever scans the map,
-//! and the sweep keeps pace with churn: a shard of `B` buckets is fully swept
-//! every `B / STEP` inserts into it, and with the table at most ~87.5 % full
-//! and never more than twice the keys it holds (hashbrown grows by doubling)
-//! that is every `< 2 × keys / STEP` inserts — the map holds at most about
-//! `live / (1 − 2/STEP)` keys, where `live` is the number of keys not yet
-//! idle.
-//!
-//! Why idle and not merely fresh: a key whose limit is far above its use is
-//! fresh a moment after each request, and sweeping such keys turned a busy
-//! map's requests into inserts — each swept key came back with its next
-//! request and swept more (see [`IDLE_BEFORE_EVICTION`]). [`Keyed::sweep`]
-//! and the search for room at the cap (below, after a first search for idle
-//! keys) still take every fresh key.
-//!
-//! Lookups of existing keys never sweep. A map that stops receiving new keys
-//! keeps its stale keys (it is not growing either); [`Keyed::sweep`] removes
-//! them all at once for a caller that wants the memory back, and
-//! [`Keyed::shrink_to_fit`] returns the table memory.
-//!
-//! # The cap
-//!
-//! The number of resident keys never exceeds [`Keyed::max_keys`]: a new key
-//! reserves its place in a counter before it is inserted. At the cap, the new
-//! key first tries to make room: it sweeps its own shard further, then other
-//! shards in rotation, up to `ROOM` (128) buckets in all (a bounded cost, paid only
-//! by new keys at the cap); if that finds nothing fresh — every key there is in active use — the request is decided
-//! by the *overflow* state: one state with the default configuration, shared by
-//! every key that could not get its own. Existing keys keep working as before;
-//! new callers share one limit until room appears; memory stays bounded. The
-//! flood test in `tests/keyed_flood.rs` sends millions of distinct keys and
-//! checks the number of keys and the bytes allocated.
-//!
-//! What holds at the cap: **every key keeps its own bound**, over all its
-//! admissions, whether decided by its own state or by the overflow state.
-//! Nothing remembers which keys the overflow decided, so a key inserted while
-//! the overflow state is not fresh (at the floor) starts from a copy of it
-//! (`Keyable::fork`): the overflow holds every overflow admission of every
-//! key, so the copy is at least as indebted as the key's own history. And a
-//! request decided by the overflow holds its key's shard write lock (a vacant
-//! entry) while it decides, as an insert of that key does while it copies, so
-//! no overflow admission of a key can fall between the copy and the key's
-//! first request on its own state. (Before, a key could take its bound through
-//! the overflow and again on a fresh state — for example: capacity 2, 1 per
-//! 10 ns, one key allowed: 4 permits in `[0, 10]` against 3.) The price: while
-//! the cap is being hit, new and returning keys can be stricter than their own
-//! history requires; once the overflow has refilled, new keys start exactly
-//! fresh again and eviction is exact.
+//! The user-facing documentation is on [`Keyed::sweep`](crate::keyed::Keyed::sweep).
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
@@ -501,6 +414,98 @@ where
     /// clock.advance(Duration::from_secs(1));
     /// assert_eq!(per_key.sweep(), 1);
     /// ```
+    ///
+    /// Bounded memory: eviction of fresh keys, amortised over inserts, and the
+    /// hard cap on the number of keys.
+    ///
+    /// # Eviction
+    ///
+    /// A key's state is *fresh* when it decides, now and at every later time,
+    /// exactly as a new state would (a full bucket with nothing to refill; an
+    /// empty leaky bucket; a shaper whose schedule has ended; a warm-up key idle
+    /// long enough to be cold again; a log whose stamps have all left the
+    /// window; a window that counted nothing in the current window). Such a key is removed; if it
+    /// comes back, it gets a new state and cannot tell the difference. The property
+    /// test in `tests/keyed.rs` runs random operations against a keyed limiter that
+    /// sweeps after every request and one that never evicts, and checks they agree
+    /// on every decision, retry-after and snapshot.
+    ///
+    /// Three details make "cannot tell" exact rather than approximate:
+    ///
+    /// * Freshness is judged at the limiter's *time floor* (see
+    ///   [`FLOOR_STEP`](super::FLOOR_STEP)), read under the shard's write lock, so
+    ///   no request holds the state while it is removed. Any request that later
+    ///   finds the key missing takes the same lock after, so its own load of the
+    ///   floor returns that value or a later one, and it decides at a time at or
+    ///   after it: a clock that steps back cannot see the new state differ from
+    ///   the evicted one.
+    /// * The floor never moves because of an eviction: it follows the requests'
+    ///   readings (in steps) and explicit sweeps, which are the same whether a key
+    ///   was evicted or kept, so a backwards clock finds time standing still at
+    ///   the same floor for every key either way. (It used to be the time of the
+    ///   latest eviction: evicting one key then changed the decisions of others
+    ///   after a backwards step — for example: key 2 got `RetryAfter(50)` then `Ok`
+    ///   with key 1 evicted, `RetryAfter(150)` and `RetryAfter(50)` without — and
+    ///   a retry-after measured from the floor rather than the reading was short.)
+    /// * All keys share the keyed limiter's time origin, so a fixed window's
+    ///   windows stay aligned to the same boundaries however often its key is
+    ///   recreated.
+    ///
+    /// # Amortised, incremental, no background thread
+    ///
+    /// Each shard of the map has a cursor. Every insert of a new key, after
+    /// releasing the shard's lock, takes it again for writing and examines the
+    /// next `STEP` (8) buckets of that shard's table from the cursor, removing
+    /// *idle* states: fresh at the floor and already fresh
+    /// [`IDLE_BEFORE_EVICTION`] (about a second) before it. The cost per insert
+    /// is O(1) (a few control bytes and words), no request ever scans the map,
+    /// and the sweep keeps pace with churn: a shard of `B` buckets is fully swept
+    /// every `B / STEP` inserts into it, and with the table at most ~87.5 % full
+    /// and never more than twice the keys it holds (hashbrown grows by doubling)
+    /// that is every `< 2 × keys / STEP` inserts — the map holds at most about
+    /// `live / (1 − 2/STEP)` keys, where `live` is the number of keys not yet
+    /// idle.
+    ///
+    /// Why idle and not merely fresh: a key whose limit is far above its use is
+    /// fresh a moment after each request, and sweeping such keys turned a busy
+    /// map's requests into inserts — each swept key came back with its next
+    /// request and swept more (see [`IDLE_BEFORE_EVICTION`]). [`Keyed::sweep`]
+    /// and the search for room at the cap (below, after a first search for idle
+    /// keys) still take every fresh key.
+    ///
+    /// Lookups of existing keys never sweep. A map that stops receiving new keys
+    /// keeps its stale keys (it is not growing either); [`Keyed::sweep`] removes
+    /// them all at once for a caller that wants the memory back, and
+    /// [`Keyed::shrink_to_fit`] returns the table memory.
+    ///
+    /// # The cap
+    ///
+    /// The number of resident keys never exceeds [`Keyed::max_keys`]: a new key
+    /// reserves its place in a counter before it is inserted. At the cap, the new
+    /// key first tries to make room: it sweeps its own shard further, then other
+    /// shards in rotation, up to `ROOM` (128) buckets in all (a bounded cost, paid only
+    /// by new keys at the cap); if that finds nothing fresh — every key there is in active use — the request is decided
+    /// by the *overflow* state: one state with the default configuration, shared by
+    /// every key that could not get its own. Existing keys keep working as before;
+    /// new callers share one limit until room appears; memory stays bounded. The
+    /// flood test in `tests/keyed_flood.rs` sends millions of distinct keys and
+    /// checks the number of keys and the bytes allocated.
+    ///
+    /// What holds at the cap: **every key keeps its own bound**, over all its
+    /// admissions, whether decided by its own state or by the overflow state.
+    /// Nothing remembers which keys the overflow decided, so a key inserted while
+    /// the overflow state is not fresh (at the floor) starts from a copy of it
+    /// (`Keyable::fork`): the overflow holds every overflow admission of every
+    /// key, so the copy is at least as indebted as the key's own history. And a
+    /// request decided by the overflow holds its key's shard write lock (a vacant
+    /// entry) while it decides, as an insert of that key does while it copies, so
+    /// no overflow admission of a key can fall between the copy and the key's
+    /// first request on its own state. (Before, a key could take its bound through
+    /// the overflow and again on a fresh state — for example: capacity 2, 1 per
+    /// 10 ns, one key allowed: 4 permits in `[0, 10]` against 3.) The price: while
+    /// the cap is being hit, new and returning keys can be stricter than their own
+    /// history requires; once the overflow has refilled, new keys start exactly
+    /// fresh again and eviction is exact.
     pub fn sweep(&self) -> usize {
         // An explicit sweep is a clock reading like a request's: it moves the
         // floor up to it (whatever the step), and keys are judged there.

@@ -2,31 +2,7 @@
 //! [`RateLimiter`] and a [`Refundable`], so a key can be a member of an
 //! [`AllOf`](crate::AllOf) beside direct limiters.
 //!
-//! # Refunds
-//!
-//! A keyed refund looks the key up again and applies the kind's refund rule
-//! (the direct limiter's, see [`refund`](crate::refund)) to the key's word,
-//! under the configuration the admission was decided with. It gives nothing
-//! back (the permits stay taken: under-admission) when that cannot be shown
-//! safe:
-//!
-//! * the admission was decided by the shared overflow state at the key cap
-//!   (refunding it through the key would move another key's permits), or by
-//!   a per-key override;
-//! * the default configuration was reconfigured, or an override was set or
-//!   removed, between the admission and the refund (a state carried over or
-//!   dropped and recreated has words whose meaning changed). The receipt
-//!   holds an epoch guard from before the admission, so neither the
-//!   configuration record nor the override table the admission saw can be
-//!   freed and its address reused before the refund compares them;
-//! * the key's word moved (the rule itself, as for a direct limiter).
-//!
-//! A key evicted and recreated between the admission and the refund is safe
-//! without a check: eviction needs the word fresh at the time floor, so the
-//! admission's word is at or before the floor, and the recreated key (fresh,
-//! or a copy of an overflow state that was not fresh at the floor) only ever
-//! holds words past the floor (a token bucket) or in later windows (a fixed
-//! window): the rule never matches them.
+//! The user-facing documentation is on [`ForKey`].
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
@@ -53,6 +29,36 @@ use crate::sync::{Guard, pin};
 /// assert_eq!(alice.snapshot().available, 1);
 /// assert_eq!(per_user.snapshot("alice").available, 1);
 /// ```
+///
+/// One key of a [`Keyed`] limiter as a limiter of its own: a
+/// [`RateLimiter`] and a [`Refundable`], so a key can be a member of an
+/// [`AllOf`](crate::AllOf) beside direct limiters.
+///
+/// # Refunds
+///
+/// A keyed refund looks the key up again and applies the kind's refund rule
+/// (the direct limiter's, see [`refund`](crate::Refundable)) to the key's word,
+/// under the configuration the admission was decided with. It gives nothing
+/// back (the permits stay taken: under-admission) when that cannot be shown
+/// safe:
+///
+/// * the admission was decided by the shared overflow state at the key cap
+///   (refunding it through the key would move another key's permits), or by
+///   a per-key override;
+/// * the default configuration was reconfigured, or an override was set or
+///   removed, between the admission and the refund (a state carried over or
+///   dropped and recreated has words whose meaning changed). The receipt
+///   holds an epoch guard from before the admission, so neither the
+///   configuration record nor the override table the admission saw can be
+///   freed and its address reused before the refund compares them;
+/// * the key's word moved (the rule itself, as for a direct limiter).
+///
+/// A key evicted and recreated between the admission and the refund is safe
+/// without a check: eviction needs the word fresh at the time floor, so the
+/// admission's word is at or before the floor, and the recreated key (fresh,
+/// or a copy of an overflow state that was not fresh at the floor) only ever
+/// holds words past the floor (a token bucket) or in later windows (a fixed
+/// window): the rule never matches them.
 pub struct ForKey<'a, K, L: Keyable, S, Q: ?Sized> {
     keyed: &'a Keyed<K, L, S>,
     key: &'a Q,

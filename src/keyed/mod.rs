@@ -74,7 +74,7 @@
 //! earlier: the work is O(1) per insert, nothing runs in the background,
 //! keys that stop being used disappear as new ones arrive, and a key in use
 //! at least once a second is never swept, however generous its limit. See
-//! [`evict`] for the details and the cap.
+//! [`Keyed::sweep`] for the details and the cap.
 //!
 //! **A hard cap.** At most [`max_keys`](Keyed::max_keys) keys (2^20 by default)
 //! are kept. A new key arriving at the cap first tries to make room by sweeping
@@ -91,17 +91,17 @@
 //! has not been hit for a capacity's worth of time, the overflow is fresh and
 //! new keys start exactly fresh.
 //!
-//! **Per-key quotas** ([`quota`]): overrides for particular keys, a default for
+//! **Per-key quotas** ([`Keyed::set_override`]): overrides for particular keys, a default for
 //! the rest. **Combined limits** ([`combined`]): a pair of kinds is a kind.
-//! **Reconfiguration** ([`reconfig`]): the default, each override and a
+//! **Reconfiguration** ([`Tunable`], [`Keyed::reconfigure`]): the default, each override and a
 //! [`Tunable`] direct limiter can be changed at runtime, lock-free, with a
 //! [`Carry`] strategy for the current state.
 
-pub mod evict;
-pub mod for_key;
+mod evict;
+mod for_key;
 mod hasher;
 mod map;
-pub mod quota;
+mod quota;
 mod waiting;
 
 use std::borrow::Borrow;
@@ -114,18 +114,13 @@ pub use evict::IDLE_BEFORE_EVICTION;
 pub use for_key::{ForKey, KeyedReceipt};
 pub use hasher::{KeyHash, KeyHasher};
 // The kinds and their reconfiguration live in `crate::kind`; their public
-// paths are these.
-#[doc(hidden)]
-pub use crate::kind::{AtomicWideWord, AtomicWord, LockedWideWord, LockedWord};
+// paths are these. The types a kind's sealed contract names (its state
+// cell, its views) are public in that private module and nameable nowhere.
+pub use crate::kind::combined;
 pub use crate::kind::{BucketConfig, MeterConfig, WindowConfig};
 pub use crate::kind::{Carry, Keyable};
-#[doc(hidden)]
-pub use crate::kind::{LogCell, LogReceipt, WindowCell, WindowReceipt};
 pub use crate::kind::{LogConfig, SlidingWindowConfig};
-#[doc(hidden)]
-pub use crate::kind::{Refusal, View};
 pub use crate::kind::{ShaperConfig, Tunable, WarmUpConfig};
-pub use crate::kind::{combined, reconfig};
 
 use crate::clock::MonotonicClock;
 use crate::error::Denied;

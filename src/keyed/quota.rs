@@ -1,24 +1,6 @@
 //! Per-key quotas: overrides for particular keys, the default for the rest.
 //!
-//! The overrides are an immutable hash map from key to a reconfigurable slot
-//! (its own configuration record and state), replaced as a whole by
-//! compare-and-swap when a key gains or loses its override, and read by
-//! requests under an epoch pin. While no override exists, requests do not look
-//! at it at all (one relaxed load of a flag); with overrides, every request
-//! pays one pin and one lookup in that map before the main one.
-//!
-//! * Setting an override for a key **without** one starts it full under its own
-//!   quota, and drops the key's state under the default, so that removing the
-//!   override later starts it afresh under the default too.
-//! * Setting an override for a key that already has one reconfigures it in
-//!   place, with the given [`Carry`] (as [`Keyed::reconfigure`] does for the
-//!   default).
-//! * Overridden keys are not evicted and do not count towards the cap: they are
-//!   exactly as many as the caller sets.
-//! * A request already inside its call when an override is set or removed may
-//!   still be decided by the quota it looked up first (and may recreate a
-//!   default state for the key, which is then ignored until the override goes
-//!   and evicted once fresh).
+//! The user-facing documentation is on [`Keyed::set_override`](crate::keyed::Keyed::set_override).
 
 use std::borrow::Borrow;
 use std::collections::HashMap;
@@ -164,7 +146,7 @@ where
 {
     /// Gives `key` its own quota. A key without an override starts full under
     /// `config` (its state under the default is dropped); a key that already
-    /// has one is reconfigured in place with `carry`. See [`quota`](crate::keyed::quota).
+    /// has one is reconfigured in place with `carry`. See [`quota`](crate::keyed::Keyed::set_override).
     ///
     /// ```
     /// use tollgate::keyed::{BucketConfig, Carry, Keyed};
@@ -178,6 +160,28 @@ where
     /// assert!(per_tenant.try_acquire_n("other", 500).is_err());
     /// assert_eq!(per_tenant.override_of("acme"), Some(paid));
     /// ```
+    ///
+    /// Per-key quotas: overrides for particular keys, the default for the rest.
+    ///
+    /// The overrides are an immutable hash map from key to a reconfigurable slot
+    /// (its own configuration record and state), replaced as a whole by
+    /// compare-and-swap when a key gains or loses its override, and read by
+    /// requests under an epoch pin. While no override exists, requests do not look
+    /// at it at all (one relaxed load of a flag); with overrides, every request
+    /// pays one pin and one lookup in that map before the main one.
+    ///
+    /// * Setting an override for a key **without** one starts it full under its own
+    ///   quota, and drops the key's state under the default, so that removing the
+    ///   override later starts it afresh under the default too.
+    /// * Setting an override for a key that already has one reconfigures it in
+    ///   place, with the given [`Carry`] (as [`Keyed::reconfigure`] does for the
+    ///   default).
+    /// * Overridden keys are not evicted and do not count towards the cap: they are
+    ///   exactly as many as the caller sets.
+    /// * A request already inside its call when an override is set or removed may
+    ///   still be decided by the quota it looked up first (and may recreate a
+    ///   default state for the key, which is then ignored until the override goes
+    ///   and evicted once fresh).
     pub fn set_override(&self, key: K, config: L::Config, carry: Carry) {
         if self.overrides.set(key.clone(), config, carry, self.now()) {
             self.forget(&key);

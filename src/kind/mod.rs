@@ -19,7 +19,7 @@ pub mod combined;
 mod kinds;
 mod log;
 mod machine;
-pub mod reconfig;
+pub(crate) mod reconfig;
 mod sliding;
 mod two_word;
 
@@ -29,11 +29,10 @@ use crate::clock::Clock;
 use crate::error::Denied;
 use crate::limiter::Snapshot;
 
-pub use kinds::{AtomicWideWord, AtomicWord, LockedWideWord, LockedWord};
 pub use kinds::{BucketConfig, MeterConfig, WindowConfig};
-pub use log::{LogCell, LogConfig, LogReceipt};
+pub use log::LogConfig;
 pub use reconfig::Tunable;
-pub use sliding::{SlidingWindowConfig, WindowCell, WindowReceipt};
+pub use sliding::SlidingWindowConfig;
 pub use two_word::{ShaperConfig, WarmUpConfig};
 
 /// The tag bit of a state word: which of two consecutive configurations the

@@ -2,68 +2,7 @@
 //! requests read without a lock, states carried over to the new record one by
 //! one, and [`Tunable`], a direct limiter built on it.
 //!
-//! # The protocol
-//!
-//! A `Record` holds the configuration in force, the one before it, the
-//! [`Carry`] strategy between them, and a one-bit *tag*. Every state word keeps
-//! the tag of the record it was last written under (bit 63, free in every
-//! one-word machine). A reconfiguration:
-//!
-//! 1. makes sure every state carries the current record's tag (it *settles*
-//!    them: carries over any that still has the previous tag);
-//! 2. publishes a new record — new configuration, `previous` = the old current
-//!    one, tag flipped — by compare-and-swap on the pointer (Release);
-//! 3. settles the states again, now to the new record.
-//!
-//! A request loads the record (Acquire), then the state. If the tags match, it
-//! decides under the record and writes with a CAS, as a fixed limiter would. If
-//! they differ, either the state is stale — written before this record was
-//! published, not yet carried over — and the request carries it over and
-//! decides in the same CAS (Release); or another thread has already carried it
-//! over to a *newer* record than this request's, which the request detects by
-//! reloading the pointer, and it retries with the newer record. Step 1 is what
-//! makes one bit enough: a record is never published while any state still
-//! has the tag of two records back.
-//!
-//! So each state's history is a run of decisions under one configuration, one
-//! carry-over, a run under the next; no request waits for a reconfiguration,
-//! and reconfigurations never wait for requests (a racing reconfiguration is
-//! helped along, not waited for).
-//!
-//! What a request may observe, exactly:
-//!
-//! * **Keys of a [`Keyed`](crate::keyed::Keyed) map** are linearizable: a request
-//!   holds its shard's read lock from loading the record to its CAS, and a
-//!   reconfiguration carries the keys over under each shard's write lock, so
-//!   every request happens wholly before or wholly after its key's carry-over,
-//!   and a second reconfiguration cannot start until the first has visited
-//!   every shard. The stress test `tests/keyed_reconfig.rs` checks every key's
-//!   final state against the sequential histories.
-//! * **[`Tunable`], per-key overrides and the overflow state** are lock-free
-//!   all the way, and linearizable as long as no single request spans *two*
-//!   complete reconfigurations: the loom models in
-//!   `loom-tests/tests/reconfigure.rs` check exactly that. A request that stalls
-//!   (is preempted) between loading the record and its CAS while two
-//!   reconfigurations complete can find the state carrying its own tag again —
-//!   one bit cannot tell "current" from "two back" — and is then decided under
-//!   the configuration it loaded: one that was in force at some instant during
-//!   the call, applied once, to the state as it then is. Nothing else is
-//!   affected; the next request uses the newest configuration.
-//!
-//! # Reclamation
-//!
-//! Records are freed through crossbeam-epoch: a request pins the epoch, and a
-//! replaced record is destroyed once every thread pinned before the replacement
-//! has unpinned. [`Keyed`](crate::keyed::Keyed) avoids the pin on its hot path: it
-//! reads its default record only while holding a lock on one of its map's
-//! shards, and its reconfiguration takes every shard's write lock after
-//! publishing (it has to visit every key anyway) before it retires the old
-//! record — the shard locks serve as the grace period.
-//!
-//! The pointer is the sync facade's epoch-protected `Shared`; under
-//! `--cfg loom` it is a loom `AtomicPtr` whose replaced values are kept until
-//! it drops: the models check the protocol above with every access visible to
-//! loom; reclamation is crossbeam-epoch's.
+//! The user-facing documentation is on [`Tunable`].
 
 use std::fmt;
 
@@ -246,7 +185,7 @@ where
 /// crossbeam-epoch pin per request (about 8 ns here); choose the plain limiter
 /// when the limit never changes. [`reconfigure`](Tunable::reconfigure) carries
 /// the current state over with a [`Carry`] strategy. What a request racing a
-/// reconfiguration sees is in the [module docs](self): it is decided under a
+/// reconfiguration sees is described below: it is decided under a
 /// configuration in force at some instant during the call.
 ///
 /// ```
@@ -265,6 +204,73 @@ where
 /// api.reconfigure(BucketConfig::new(4, Rate::per_second(4)).unwrap(), Carry::Proportional);
 /// assert_eq!(api.try_acquire(), Err(Denied::RetryAfter(Duration::from_millis(250))));
 /// ```
+///
+/// Runtime reconfiguration: a configuration record behind a pointer that
+/// requests read without a lock, states carried over to the new record one by
+/// one, and [`Tunable`], a direct limiter built on it.
+///
+/// # The protocol
+///
+/// A `Record` holds the configuration in force, the one before it, the
+/// [`Carry`] strategy between them, and a one-bit *tag*. Every state word keeps
+/// the tag of the record it was last written under (bit 63, free in every
+/// one-word machine). A reconfiguration:
+///
+/// 1. makes sure every state carries the current record's tag (it *settles*
+///    them: carries over any that still has the previous tag);
+/// 2. publishes a new record — new configuration, `previous` = the old current
+///    one, tag flipped — by compare-and-swap on the pointer (Release);
+/// 3. settles the states again, now to the new record.
+///
+/// A request loads the record (Acquire), then the state. If the tags match, it
+/// decides under the record and writes with a CAS, as a fixed limiter would. If
+/// they differ, either the state is stale — written before this record was
+/// published, not yet carried over — and the request carries it over and
+/// decides in the same CAS (Release); or another thread has already carried it
+/// over to a *newer* record than this request's, which the request detects by
+/// reloading the pointer, and it retries with the newer record. Step 1 is what
+/// makes one bit enough: a record is never published while any state still
+/// has the tag of two records back.
+///
+/// So each state's history is a run of decisions under one configuration, one
+/// carry-over, a run under the next; no request waits for a reconfiguration,
+/// and reconfigurations never wait for requests (a racing reconfiguration is
+/// helped along, not waited for).
+///
+/// What a request may observe, exactly:
+///
+/// * **Keys of a [`Keyed`](crate::keyed::Keyed) map** are linearizable: a request
+///   holds its shard's read lock from loading the record to its CAS, and a
+///   reconfiguration carries the keys over under each shard's write lock, so
+///   every request happens wholly before or wholly after its key's carry-over,
+///   and a second reconfiguration cannot start until the first has visited
+///   every shard. The stress test `tests/keyed_reconfig.rs` checks every key's
+///   final state against the sequential histories.
+/// * **[`Tunable`], per-key overrides and the overflow state** are lock-free
+///   all the way, and linearizable as long as no single request spans *two*
+///   complete reconfigurations: the loom models in
+///   `loom-tests/tests/reconfigure.rs` check exactly that. A request that stalls
+///   (is preempted) between loading the record and its CAS while two
+///   reconfigurations complete can find the state carrying its own tag again —
+///   one bit cannot tell "current" from "two back" — and is then decided under
+///   the configuration it loaded: one that was in force at some instant during
+///   the call, applied once, to the state as it then is. Nothing else is
+///   affected; the next request uses the newest configuration.
+///
+/// # Reclamation
+///
+/// Records are freed through crossbeam-epoch: a request pins the epoch, and a
+/// replaced record is destroyed once every thread pinned before the replacement
+/// has unpinned. [`Keyed`](crate::keyed::Keyed) avoids the pin on its hot path: it
+/// reads its default record only while holding a lock on one of its map's
+/// shards, and its reconfiguration takes every shard's write lock after
+/// publishing (it has to visit every key anyway) before it retires the old
+/// record — the shard locks serve as the grace period.
+///
+/// The pointer is the sync facade's epoch-protected `Shared`; under
+/// `--cfg loom` it is a loom `AtomicPtr` whose replaced values are kept until
+/// it drops: the models check the protocol above with every access visible to
+/// loom; reclamation is crossbeam-epoch's.
 pub struct Tunable<L: Keyable> {
     slot: Slot<L>,
     timeline: Timeline<L::Clock>,

@@ -102,7 +102,7 @@ impl SlidingWindowConfig {
 
     /// Cut into `sub_windows` sub-windows, with the errors of
     /// [`SlidingWindowBuilder::sub_windows`](crate::SlidingWindowBuilder::sub_windows):
-    /// zero, more than [`MAX_SUB_WINDOWS`](crate::sliding_window::MAX_SUB_WINDOWS),
+    /// zero, more than [`MAX_SUB_WINDOWS`](crate::MAX_SUB_WINDOWS),
     /// or a sub-window shorter than the limit in nanoseconds is
     /// [`ConfigError::InvalidSubWindows`].
     ///

@@ -1,91 +1,6 @@
 //! The leaky bucket, as a meter ([`LeakyBucket`]) and as a queue ([`Shaper`]).
 //!
-//! Requests pour water into a bucket that leaks at a constant rate. As a
-//! **meter**, a request that would make the bucket overflow is rejected: the
-//! level never exceeds the capacity, and the accepted traffic, whatever its
-//! shape, is what a constant outflow can absorb. As a **queue** (a shaper), every
-//! accepted request is given its *start time*: starts leave the bucket one rate
-//! interval apart, after an optional burst, and a request that would wait longer
-//! than the queue's bound is rejected — in the words of Jianfeng Fu's
-//! "Throttling Solutions in Standalone and Distributed Scenarios" (Alibaba Cloud
-//! Community blog, §3.4), "the input rate can vary, but the output rate remains
-//! constant. It is usually used with a FIFO queue".
-//!
-//! Neither needs a drip process (a background task that drains the bucket on a
-//! timer): the state is one instant from which the level follows.
-//!
-//! # State
-//!
-//! The meter keeps one `AtomicU64`, the shaper one 128-bit word (`cmpxchg16b`
-//! through portable-atomic, like [`WarmUp`](crate::WarmUp)); each is updated
-//! by compare-and-swap:
-//!
-//! | limiter | state | admit `n` at `now` |
-//! |---|---|---|
-//! | [`LeakyBucket`] | bits 0–63, `empty_at`: when the bucket will have drained; level = `max(empty_at − now, 0)` ns of drain | if `level + n·interval ≤ capacity·interval`: `empty_at ← now + level + n·interval` |
-//! | [`Shaper`] | bits 64–127, `end`: when the queue will have started everything accepted (the next free slot); bits 0–63, `last`: the latest start granted | `at = max(now, last)`; slot `[max(end, at), +n·interval)`; start = `max(at, slot − burst·interval)`; if `start − now ≤ max_wait`: `(end, last) ← (slot end, start)` |
-//!
-//! Why the shaper needs `last`: a start is at least the request's own
-//! reading, and a reading can be older than a start already granted (a stale
-//! reading, or a clock that stepped back). Without the floor such a request
-//! was started before requests booked ahead of it, and the spacing below,
-//! counted in start order, broke (for example: 5 permits started in a span where
-//! burst 3 allowed 4). With it, starts never go backwards; fresh readings
-//! never see it (it is at most the reading of the booking that set it, or
-//! below that booking's `end − burst·interval`).
-//!
-//! A denial writes nothing. A [`Shaper`] reservation is cancelled by one CAS
-//! that restores the previous end if no later booking is outstanding (see
-//! [`waiting`](crate::waiting)).
-//!
-//! # Guarantees
-//!
-//! - [`LeakyBucket`]: replaying the admissions in time order, the level (drained
-//!   one permit per interval, never below zero) never exceeds the capacity — the
-//!   same as at most `capacity + rate·(b − a)` permits in any `[a, b]`, so the
-//!   meter decides exactly like a [`TokenBucket`](crate::TokenBucket) of the same
-//!   capacity and rate (Fu's article: the leaky bucket "is essentially the same as
-//!   the token bucket algorithm"). It is here
-//!   for the vocabulary and for its snapshot, which reports the level.
-//! - [`Shaper`]: for any two accepted requests `i` before `j` in start order,
-//!   the permits of the requests from `i` up to (not including) `j` are at most
-//!   `burst + (start_j − start_i) / interval`; and no request starts more than
-//!   `max_wait` after it was made. With `burst = 0` and single permits: starts
-//!   exactly one interval apart, FIFO.
-//!
-//! Under any interleaving: each admission is one CAS on the word whose value it
-//! was decided on. The loom models in `loom-tests/` check both invariants with
-//! the clock moving inside the model; the stress tests check them on real
-//! threads.
-//!
-//! # nginx's `limit_req`
-//!
-//! nginx counts each request as one permit and keeps an "excess" that drains at
-//! `rate`; a request is rejected when the excess would pass `burst`, and delayed
-//! by the part of the excess beyond `delay` (`nodelay` = `delay=burst`).
-//! A [`Shaper`] with `rate` per second makes the same decisions:
-//!
-//! | nginx | `Shaper::new(rate, burst, max_wait)` |
-//! |---|---|
-//! | `rate=10r/s` | `(Rate::per_second(10), 0, Duration::ZERO)` |
-//! | `rate=10r/s burst=5` | `(Rate::per_second(10), 0, 5 × 100 ms)` — queue up to 5, delayed |
-//! | `rate=10r/s burst=5 nodelay` | `(Rate::per_second(10), 5, Duration::ZERO)` — 5 extra at once |
-//! | `rate=10r/s burst=12 delay=8` | `(Rate::per_second(10), 8, 4 × 100 ms)` — 8 at once, 4 queued |
-//!
-//! In every row the shaper's [`capacity`](Shaper::capacity) is nginx's
-//! `1 + burst`.
-//!
-//! ```
-//! use std::time::Duration;
-//! use tollgate::{ManualClock, Rate, Reserve, Shaper};
-//!
-//! // nginx `rate=10r/s burst=2`: one now, two queued 100 ms apart, the rest rejected.
-//! let clock = ManualClock::new();
-//! let shaper = Shaper::with_clock(Rate::per_second(10), 0, Duration::from_millis(200), clock.clone()).unwrap();
-//! let starts: Vec<_> = (0..3).map(|_| shaper.reserve(1).unwrap().ready_at()).collect();
-//! assert_eq!(starts, [Duration::ZERO, Duration::from_millis(100), Duration::from_millis(200)]);
-//! assert!(shaper.reserve(1).is_err());
-//! ```
+//! The user-facing documentation (promise, state, proof) is on [`LeakyBucket`].
 
 mod locking;
 pub(crate) mod meter;
@@ -108,7 +23,7 @@ word_limiter!(
     /// A lock-free leaky bucket meter: up to `capacity` permits in the bucket,
     /// draining at `rate`; a request that would overflow it is rejected.
     ///
-    /// See the [module docs](self) for the state and the guarantee. A check reads
+    /// A check reads
     /// the clock and one atomic; an admission adds one CAS; a denial writes
     /// nothing. [`snapshot`](crate::RateLimiter::snapshot) reports the room left
     /// and, as `until_full`, the time until the bucket is empty again.
@@ -123,6 +38,95 @@ word_limiter!(
     /// assert_eq!(bucket.try_acquire(), Err(Denied::RetryAfter(Duration::from_millis(100))));
     /// clock.advance(Duration::from_millis(100)); // one permit leaks out
     /// assert!(bucket.try_acquire().is_ok());
+    /// ```
+    ///
+    /// The leaky bucket, as a meter ([`LeakyBucket`]) and as a queue ([`Shaper`]).
+    ///
+    /// Requests pour water into a bucket that leaks at a constant rate. As a
+    /// **meter**, a request that would make the bucket overflow is rejected: the
+    /// level never exceeds the capacity, and the accepted traffic, whatever its
+    /// shape, is what a constant outflow can absorb. As a **queue** (a shaper), every
+    /// accepted request is given its *start time*: starts leave the bucket one rate
+    /// interval apart, after an optional burst, and a request that would wait longer
+    /// than the queue's bound is rejected — in the words of Jianfeng Fu's
+    /// "Throttling Solutions in Standalone and Distributed Scenarios" (Alibaba Cloud
+    /// Community blog, §3.4), "the input rate can vary, but the output rate remains
+    /// constant. It is usually used with a FIFO queue".
+    ///
+    /// Neither needs a drip process (a background task that drains the bucket on a
+    /// timer): the state is one instant from which the level follows.
+    ///
+    /// # State
+    ///
+    /// The meter keeps one `AtomicU64`, the shaper one 128-bit word (`cmpxchg16b`
+    /// through portable-atomic, like [`WarmUp`](crate::WarmUp)); each is updated
+    /// by compare-and-swap:
+    ///
+    /// | limiter | state | admit `n` at `now` |
+    /// |---|---|---|
+    /// | [`LeakyBucket`] | bits 0–63, `empty_at`: when the bucket will have drained; level = `max(empty_at − now, 0)` ns of drain | if `level + n·interval ≤ capacity·interval`: `empty_at ← now + level + n·interval` |
+    /// | [`Shaper`] | bits 64–127, `end`: when the queue will have started everything accepted (the next free slot); bits 0–63, `last`: the latest start granted | `at = max(now, last)`; slot `[max(end, at), +n·interval)`; start = `max(at, slot − burst·interval)`; if `start − now ≤ max_wait`: `(end, last) ← (slot end, start)` |
+    ///
+    /// Why the shaper needs `last`: a start is at least the request's own
+    /// reading, and a reading can be older than a start already granted (a stale
+    /// reading, or a clock that stepped back). Without the floor such a request
+    /// was started before requests booked ahead of it, and the spacing below,
+    /// counted in start order, broke (for example: 5 permits started in a span where
+    /// burst 3 allowed 4). With it, starts never go backwards; fresh readings
+    /// never see it (it is at most the reading of the booking that set it, or
+    /// below that booking's `end − burst·interval`).
+    ///
+    /// A denial writes nothing. A [`Shaper`] reservation is cancelled by one CAS
+    /// that restores the previous end if no later booking is outstanding (see
+    /// [`waiting`](crate::Reserve)).
+    ///
+    /// # Guarantees
+    ///
+    /// - [`LeakyBucket`]: replaying the admissions in time order, the level (drained
+    ///   one permit per interval, never below zero) never exceeds the capacity — the
+    ///   same as at most `capacity + rate·(b − a)` permits in any `[a, b]`, so the
+    ///   meter decides exactly like a [`TokenBucket`](crate::TokenBucket) of the same
+    ///   capacity and rate (Fu's article: the leaky bucket "is essentially the same as
+    ///   the token bucket algorithm"). It is here
+    ///   for the vocabulary and for its snapshot, which reports the level.
+    /// - [`Shaper`]: for any two accepted requests `i` before `j` in start order,
+    ///   the permits of the requests from `i` up to (not including) `j` are at most
+    ///   `burst + (start_j − start_i) / interval`; and no request starts more than
+    ///   `max_wait` after it was made. With `burst = 0` and single permits: starts
+    ///   exactly one interval apart, FIFO.
+    ///
+    /// Under any interleaving: each admission is one CAS on the word whose value it
+    /// was decided on. The loom models in `loom-tests/` check both invariants with
+    /// the clock moving inside the model; the stress tests check them on real
+    /// threads.
+    ///
+    /// # nginx's `limit_req`
+    ///
+    /// nginx counts each request as one permit and keeps an "excess" that drains at
+    /// `rate`; a request is rejected when the excess would pass `burst`, and delayed
+    /// by the part of the excess beyond `delay` (`nodelay` = `delay=burst`).
+    /// A [`Shaper`] with `rate` per second makes the same decisions:
+    ///
+    /// | nginx | `Shaper::new(rate, burst, max_wait)` |
+    /// |---|---|
+    /// | `rate=10r/s` | `(Rate::per_second(10), 0, Duration::ZERO)` |
+    /// | `rate=10r/s burst=5` | `(Rate::per_second(10), 0, 5 × 100 ms)` — queue up to 5, delayed |
+    /// | `rate=10r/s burst=5 nodelay` | `(Rate::per_second(10), 5, Duration::ZERO)` — 5 extra at once |
+    /// | `rate=10r/s burst=12 delay=8` | `(Rate::per_second(10), 8, 4 × 100 ms)` — 8 at once, 4 queued |
+    ///
+    /// In every row the shaper's [`capacity`](Shaper::capacity) is nginx's
+    /// `1 + burst`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, Rate, Reserve, Shaper};
+    ///
+    /// // nginx `rate=10r/s burst=2`: one now, two queued 100 ms apart, the rest rejected.
+    /// let clock = ManualClock::new();
+    /// let shaper = Shaper::with_clock(Rate::per_second(10), 0, Duration::from_millis(200), clock.clone()).unwrap();
+    /// let starts: Vec<_> = (0..3).map(|_| shaper.reserve(1).unwrap().ready_at()).collect();
+    /// assert_eq!(starts, [Duration::ZERO, Duration::from_millis(100), Duration::from_millis(200)]);
+    /// assert!(shaper.reserve(1).is_err());
     /// ```
     LeakyBucket,
     Meter,
@@ -190,7 +194,7 @@ shaper!(
     /// Use it through [`Reserve`](crate::Reserve): `reserve(n)` returns the start
     /// ([`Reservation::ready_at`](crate::Reservation::ready_at)), `acquire(n)`
     /// sleeps until it. As a [`RateLimiter`](crate::RateLimiter) it admits only
-    /// what can start at once. See the [module docs](self) for the guarantee and
+    /// what can start at once. See [`LeakyBucket`] for the guarantee and
     /// the mapping from nginx's `rate`, `burst` and `nodelay`.
     ///
     /// ```

@@ -1,169 +1,7 @@
 //! The exact sliding log: never more than N permits in any window of length T,
 //! decided lock-free on rings of timestamps, one ring per stripe.
 //!
-//! A ring of entry words remembers when each of its last permits was admitted.
-//! A request for `n` permits takes the ring's next `n` *tickets*; ticket `k`
-//! replaces the entry of ticket `k − M` (`M` = the ring's capacity) — the permit
-//! admitted M permits earlier in that ring — and is admitted only if that entry
-//! left the window, i.e. was stamped at or before `now − T`. This is the
-//! circular buffer with head and tail of Khaled Henidak's ["Writing a
-//! Non-Locking Throttling Component"](http://henidak.com/2015/08/writing-a-non-locking-throttling-component/)
-//! (2015), with the tail made
-//! implicit (it is always `head − M`) and the racy read-then-write of the head
-//! replaced by one compare-and-swap that claims the tickets, as in crossbeam's
-//! `ArrayQueue`.
-//!
-//! The N permits are split over rings, one per stripe (the stripe count
-//! defaults to the CPU count; [`SlidingLog::with_stripes`]): a thread admits
-//! from its home ring, so admissions on different cores write different cache
-//! lines. A request its home ring cannot serve alone surveys every ring's front
-//! and claims the free entries it finds there, taking its claims back if a ring
-//! was taken meanwhile; it is denied only if all rings together lack `n` free
-//! entries, with the retry-after of the n-th oldest entry of all.
-//!
-//! # State
-//!
-//! Per ring: the head, one `AtomicU64` on its own cache line:
-//!
-//! | bits | meaning |
-//! |---|---|
-//! | `0 .. s` | index of the next ticket's slot (`s` = bits of N's next power of two) |
-//! | `s .. 63` | lap of the next ticket: how often the ring has wrapped |
-//! | `63` | sealed: a reconfiguration is replacing this ring |
-//!
-//! Each of the ring's slots, one `AtomicU64`:
-//!
-//! | bits | meaning |
-//! |---|---|
-//! | `0` | lap bit of the entry's ticket: 1 for even laps, 0 for odd; the never-written lap −1 has 0 |
-//! | `1 .. 64` | the stamp: ns since the limiter was built (at most 2^62) |
-//!
-//! | operation | reads | writes |
-//! |---|---|---|
-//! | admit `n` at `now` from one ring | its head (Acquire); the `n` replaced entries and the newest (Acquire) | head → head + n by CAS (Release); then the `n` entries, `max(now, newest stamp of the ring)` (Release) |
-//! | admit across rings | every head; each ring's front entries until `n` are free | each ring's front run, as above, home ring first; on a lost race the claims are restamped at `now − T` by CAS (Relaxed: it continues the release sequence of the claim's own store) |
-//! | deny | the heads; the entries up to the n-th oldest of all | nothing (or, counting denials, the n oldest entries of all are replaced, as admit) |
-//! | snapshot | every head; all N entries | nothing |
-//! | reconfigure | every head (seal, AcqRel); all N entries | new rings, published by pointer (Release) |
-//!
-//! # Why it is exact
-//!
-//! Every ticket of one slot is admitted only once the entry it replaces — the
-//! previous ticket of the *same* slot — is a full window old, and is stamped no
-//! earlier than its own reading. So the admissions of one slot are at least T
-//! apart, both by clock reading and by stamp; a half-open window `[t, t + T)`
-//! holds at most one of them per slot, hence at most N permits, whichever rings
-//! the slots are in. A claim taken back is restamped at `now − T`, no earlier
-//! than any entry it replaced (they were free), so each slot's stamps still only
-//! grow. Nothing here
-//! assumes that stamps grow from slot to slot, so readings that are not monotone
-//! across threads (a stale `now`) cannot break it: a stale reading only fails the
-//! check more often.
-//!
-//! The rest is making sure a decision reads *the* entry its ticket replaces:
-//!
-//! * **Claimed but not yet stamped.** A ticket is claimed by the head CAS and
-//!   stamped by a store just after. A reader that finds the previous lap's word
-//!   in the slot (the lap bit says which) sees a *pending* entry, stamped at about
-//!   now by a writer that claimed it moments ago, and that ring refuses — the
-//!   request never waits on another thread, and never claims past a pending
-//!   entry (the late store would land on top of it). The price: a writer
-//!   *preempted* between its claim and its store makes its ring refuse every
-//!   request that needs its entry until it runs again. The request then tries
-//!   the other rings; no thread ever waits and nothing is over-admitted, and on
-//!   an oversubscribed machine the extra denials are small
-//!   (`docs/sliding_log.md`).
-//! * **Older laps.** One lap bit tells only two laps apart. The head load is
-//!   Acquire and the claim CAS Release; every claimer read the entry its tickets
-//!   replace (Acquire) before claiming. So the stores of all entries replaced by
-//!   claimed tickets happen before our reads of the same slots, and coherence
-//!   forbids seeing anything older: a slot shows the expected lap, the one
-//!   before it (pending), or a later one.
-//! * **Later laps.** A later lap's entry was stored (Release) after its writer's
-//!   CAS moved the head past our tickets; reading it (Acquire) orders that CAS
-//!   before ours, which therefore fails. A decision can succeed only on the
-//!   entries it expects.
-//!
-//! Single-threaded the log is also *tight*: each ring's stamps then only grow,
-//! so a ring's free entries are exactly its front run, and the rings together
-//! have `n` free entries exactly when at most `N − n` permits were admitted in
-//! `(now − T, now]`; the log admits exactly then. A denial's retry-after is the
-//! exact time until the n-th oldest entry of all (the `(N − n + 1)`-th most
-//! recent permit) leaves the window.
-//!
-//! # Stale and backwards time
-//!
-//! The clock is read once per request. A reading older than a ring's newest
-//! entry is checked as it is (so it can only deny more) and the permits are
-//! stamped with that entry's time: for each ring, time stands still until the
-//! clock catches up; it never runs backwards, never panics, and is never stuck
-//! for longer than the step back plus one window. (With one ring that is the
-//! whole log; with several, a ring whose newest entry is older than another's
-//! takes the stale reading as its stamp.)
-//!
-//! ```
-//! use std::time::Duration;
-//! use tollgate::{Denied, ManualClock, Rate, RateLimiter, SlidingLog};
-//!
-//! let clock = ManualClock::new();
-//! let log = SlidingLog::with_clock(Rate::per_minute(100), clock.clone()).unwrap();
-//! clock.advance(Duration::from_millis(59_900)); // 0:59.9
-//! assert!(log.try_acquire_n(100).is_ok());
-//! clock.advance(Duration::from_millis(200)); // 1:00.1: a fixed window would reopen
-//! assert_eq!(
-//!     log.try_acquire(),
-//!     Err(Denied::RetryAfter(Duration::from_millis(59_800)))
-//! );
-//! ```
-//!
-//! # Counting denied attempts
-//!
-//! Off by default. With [`SlidingLog::count_denied`], a denied request is logged
-//! like an admitted one (stamped no earlier than the entries it replaces), so a
-//! caller that keeps hammering stays blocked until it pauses for a whole window —
-//! the Redis design of gunslinger008's "Redis realizes dynamic rate control"
-//! (2022), which compares each request with the N-th previous one. Admitted
-//! permits still never exceed N per window.
-//!
-//! # Reconfiguration
-//!
-//! [`SlidingLog::reconfigure`] changes N and T without a lock on the request
-//! path. The current ring sits behind a crossbeam-epoch pointer. The
-//! reconfiguring thread seals the ring (a bit in its head: claims fail from
-//! then on), waits for tickets claimed before the seal to be stamped, builds the
-//! new ring and publishes it; requests that meet the sealed ring wait for the
-//! new one and decide there. The old ring is freed once no thread can hold it.
-//!
-//! The new ring inherits upper bounds on the stamps of the N′ most recent
-//! permits. Every permit the old ring knows of has a bound: the ring holds the
-//! last entry of each slot, the `k`-th entry before it in that slot was stamped
-//! at least `k·T` earlier (each admission waited a window after the entry it
-//! replaced), and the permits earlier reconfigurations left out are remembered
-//! as a count and one bound for all of them. The new ring's entries are the N′
-//! largest bounds, oldest first; it remembers how many bounds it left out and
-//! the largest of them.
-//!
-//! **Guarantee**: every half-open window of length T′ that contains a permit
-//! admitted under the new configuration holds at most N′ permits, old ones
-//! included. (If more than N′ bounds exist, a new admission comes at least T′
-//! after the smallest inherited bound, which is no earlier than any permit left
-//! out, so none of those shares its window; among the inherited and the new
-//! permits each new slot holds at most one per T′.) Windows holding only old
-//! permits keep the old promise. The bounds can be later than the real stamps
-//! (a slot's earlier entries may be older than `k·T` back), so a
-//! reconfiguration may hold requests back longer than a full history would,
-//! never less. In counting mode a logged denial is only known to be no earlier
-//! than what it replaced, so all of a slot's bounds are its last stamp: safe,
-//! and stricter.
-//!
-//! # Memory
-//!
-//! Eight bytes per permit of the limit plus a constant of 256 bytes per ring
-//! (its cache-padded head and bookkeeping) and one more cache-padded word
-//! (when the rings' fronts free, for denials at the limit):
-//! [`SlidingLog::memory`] reports it (on x86-64 with one ring, 8·N + 568
-//! bytes: 1,368 for N = 100, 80,568 for N = 10,000; with two, 8·N + 824). A request for `n` permits reads and writes
-//! `n` entries; a snapshot reads all N.
+//! The user-facing documentation (promise, state, proof) is on [`SlidingLog`].
 
 mod locking;
 mod log;
@@ -187,8 +25,7 @@ use stripes::Rings;
 /// A lock-free, exact sliding log: at most `rate.permits()` permits in any
 /// window of `rate.period()`, by the time each was admitted.
 ///
-/// See the [module docs](self) for the state, the proof, reconfiguration and
-/// memory. A check reads the clock, the head and one or two entries; an admission
+/// A check reads the clock, the head and one or two entries; an admission
 /// adds one CAS and one store per permit; a denial writes nothing.
 ///
 /// ```
@@ -200,6 +37,173 @@ use stripes::Rings;
 ///     // call the API
 /// }
 /// ```
+///
+/// The exact sliding log: never more than N permits in any window of length T,
+/// decided lock-free on rings of timestamps, one ring per stripe.
+///
+/// A ring of entry words remembers when each of its last permits was admitted.
+/// A request for `n` permits takes the ring's next `n` *tickets*; ticket `k`
+/// replaces the entry of ticket `k − M` (`M` = the ring's capacity) — the permit
+/// admitted M permits earlier in that ring — and is admitted only if that entry
+/// left the window, i.e. was stamped at or before `now − T`. This is the
+/// circular buffer with head and tail of Khaled Henidak's ["Writing a
+/// Non-Locking Throttling Component"](http://henidak.com/2015/08/writing-a-non-locking-throttling-component/)
+/// (2015), with the tail made
+/// implicit (it is always `head − M`) and the racy read-then-write of the head
+/// replaced by one compare-and-swap that claims the tickets, as in crossbeam's
+/// `ArrayQueue`.
+///
+/// The N permits are split over rings, one per stripe (the stripe count
+/// defaults to the CPU count; [`SlidingLog::with_stripes`]): a thread admits
+/// from its home ring, so admissions on different cores write different cache
+/// lines. A request its home ring cannot serve alone surveys every ring's front
+/// and claims the free entries it finds there, taking its claims back if a ring
+/// was taken meanwhile; it is denied only if all rings together lack `n` free
+/// entries, with the retry-after of the n-th oldest entry of all.
+///
+/// # State
+///
+/// Per ring: the head, one `AtomicU64` on its own cache line:
+///
+/// | bits | meaning |
+/// |---|---|
+/// | `0 .. s` | index of the next ticket's slot (`s` = bits of N's next power of two) |
+/// | `s .. 63` | lap of the next ticket: how often the ring has wrapped |
+/// | `63` | sealed: a reconfiguration is replacing this ring |
+///
+/// Each of the ring's slots, one `AtomicU64`:
+///
+/// | bits | meaning |
+/// |---|---|
+/// | `0` | lap bit of the entry's ticket: 1 for even laps, 0 for odd; the never-written lap −1 has 0 |
+/// | `1 .. 64` | the stamp: ns since the limiter was built (at most 2^62) |
+///
+/// | operation | reads | writes |
+/// |---|---|---|
+/// | admit `n` at `now` from one ring | its head (Acquire); the `n` replaced entries and the newest (Acquire) | head → head + n by CAS (Release); then the `n` entries, `max(now, newest stamp of the ring)` (Release) |
+/// | admit across rings | every head; each ring's front entries until `n` are free | each ring's front run, as above, home ring first; on a lost race the claims are restamped at `now − T` by CAS (Relaxed: it continues the release sequence of the claim's own store) |
+/// | deny | the heads; the entries up to the n-th oldest of all | nothing (or, counting denials, the n oldest entries of all are replaced, as admit) |
+/// | snapshot | every head; all N entries | nothing |
+/// | reconfigure | every head (seal, AcqRel); all N entries | new rings, published by pointer (Release) |
+///
+/// # Why it is exact
+///
+/// Every ticket of one slot is admitted only once the entry it replaces — the
+/// previous ticket of the *same* slot — is a full window old, and is stamped no
+/// earlier than its own reading. So the admissions of one slot are at least T
+/// apart, both by clock reading and by stamp; a half-open window `[t, t + T)`
+/// holds at most one of them per slot, hence at most N permits, whichever rings
+/// the slots are in. A claim taken back is restamped at `now − T`, no earlier
+/// than any entry it replaced (they were free), so each slot's stamps still only
+/// grow. Nothing here
+/// assumes that stamps grow from slot to slot, so readings that are not monotone
+/// across threads (a stale `now`) cannot break it: a stale reading only fails the
+/// check more often.
+///
+/// The rest is making sure a decision reads *the* entry its ticket replaces:
+///
+/// * **Claimed but not yet stamped.** A ticket is claimed by the head CAS and
+///   stamped by a store just after. A reader that finds the previous lap's word
+///   in the slot (the lap bit says which) sees a *pending* entry, stamped at about
+///   now by a writer that claimed it moments ago, and that ring refuses — the
+///   request never waits on another thread, and never claims past a pending
+///   entry (the late store would land on top of it). The price: a writer
+///   *preempted* between its claim and its store makes its ring refuse every
+///   request that needs its entry until it runs again. The request then tries
+///   the other rings; no thread ever waits and nothing is over-admitted, and on
+///   an oversubscribed machine the extra denials are small
+///   (`docs/sliding_log.md`).
+/// * **Older laps.** One lap bit tells only two laps apart. The head load is
+///   Acquire and the claim CAS Release; every claimer read the entry its tickets
+///   replace (Acquire) before claiming. So the stores of all entries replaced by
+///   claimed tickets happen before our reads of the same slots, and coherence
+///   forbids seeing anything older: a slot shows the expected lap, the one
+///   before it (pending), or a later one.
+/// * **Later laps.** A later lap's entry was stored (Release) after its writer's
+///   CAS moved the head past our tickets; reading it (Acquire) orders that CAS
+///   before ours, which therefore fails. A decision can succeed only on the
+///   entries it expects.
+///
+/// Single-threaded the log is also *tight*: each ring's stamps then only grow,
+/// so a ring's free entries are exactly its front run, and the rings together
+/// have `n` free entries exactly when at most `N − n` permits were admitted in
+/// `(now − T, now]`; the log admits exactly then. A denial's retry-after is the
+/// exact time until the n-th oldest entry of all (the `(N − n + 1)`-th most
+/// recent permit) leaves the window.
+///
+/// # Stale and backwards time
+///
+/// The clock is read once per request. A reading older than a ring's newest
+/// entry is checked as it is (so it can only deny more) and the permits are
+/// stamped with that entry's time: for each ring, time stands still until the
+/// clock catches up; it never runs backwards, never panics, and is never stuck
+/// for longer than the step back plus one window. (With one ring that is the
+/// whole log; with several, a ring whose newest entry is older than another's
+/// takes the stale reading as its stamp.)
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Denied, ManualClock, Rate, RateLimiter, SlidingLog};
+///
+/// let clock = ManualClock::new();
+/// let log = SlidingLog::with_clock(Rate::per_minute(100), clock.clone()).unwrap();
+/// clock.advance(Duration::from_millis(59_900)); // 0:59.9
+/// assert!(log.try_acquire_n(100).is_ok());
+/// clock.advance(Duration::from_millis(200)); // 1:00.1: a fixed window would reopen
+/// assert_eq!(
+///     log.try_acquire(),
+///     Err(Denied::RetryAfter(Duration::from_millis(59_800)))
+/// );
+/// ```
+///
+/// # Counting denied attempts
+///
+/// Off by default. With [`SlidingLog::count_denied`], a denied request is logged
+/// like an admitted one (stamped no earlier than the entries it replaces), so a
+/// caller that keeps hammering stays blocked until it pauses for a whole window —
+/// the Redis design of gunslinger008's "Redis realizes dynamic rate control"
+/// (2022), which compares each request with the N-th previous one. Admitted
+/// permits still never exceed N per window.
+///
+/// # Reconfiguration
+///
+/// [`SlidingLog::reconfigure`] changes N and T without a lock on the request
+/// path. The current ring sits behind a crossbeam-epoch pointer. The
+/// reconfiguring thread seals the ring (a bit in its head: claims fail from
+/// then on), waits for tickets claimed before the seal to be stamped, builds the
+/// new ring and publishes it; requests that meet the sealed ring wait for the
+/// new one and decide there. The old ring is freed once no thread can hold it.
+///
+/// The new ring inherits upper bounds on the stamps of the N′ most recent
+/// permits. Every permit the old ring knows of has a bound: the ring holds the
+/// last entry of each slot, the `k`-th entry before it in that slot was stamped
+/// at least `k·T` earlier (each admission waited a window after the entry it
+/// replaced), and the permits earlier reconfigurations left out are remembered
+/// as a count and one bound for all of them. The new ring's entries are the N′
+/// largest bounds, oldest first; it remembers how many bounds it left out and
+/// the largest of them.
+///
+/// **Guarantee**: every half-open window of length T′ that contains a permit
+/// admitted under the new configuration holds at most N′ permits, old ones
+/// included. (If more than N′ bounds exist, a new admission comes at least T′
+/// after the smallest inherited bound, which is no earlier than any permit left
+/// out, so none of those shares its window; among the inherited and the new
+/// permits each new slot holds at most one per T′.) Windows holding only old
+/// permits keep the old promise. The bounds can be later than the real stamps
+/// (a slot's earlier entries may be older than `k·T` back), so a
+/// reconfiguration may hold requests back longer than a full history would,
+/// never less. In counting mode a logged denial is only known to be no earlier
+/// than what it replaced, so all of a slot's bounds are its last stamp: safe,
+/// and stricter.
+///
+/// # Memory
+///
+/// Eight bytes per permit of the limit plus a constant of 256 bytes per ring
+/// (its cache-padded head and bookkeeping) and one more cache-padded word
+/// (when the rings' fronts free, for denials at the limit):
+/// [`SlidingLog::memory`] reports it (on x86-64 with one ring, 8·N + 568
+/// bytes: 1,368 for N = 100, 80,568 for N = 10,000; with two, 8·N + 824). A request for `n` permits reads and writes
+/// `n` entries; a snapshot reads all N.
 #[derive(Debug)]
 pub struct SlidingLog<C = MonotonicClock> {
     ring: Shared<Rings>,
@@ -271,7 +275,7 @@ impl<C: Clock> SlidingLog<C> {
     /// lock on their path. The new log inherits the most recent admissions:
     /// every window of the new length that contains a permit admitted under the
     /// new rate holds at most its permits, old ones included (see the
-    /// [module docs](self#reconfiguration)). The replaced ring is freed once no
+    /// [`SlidingLog`](SlidingLog#reconfiguration)). The replaced ring is freed once no
     /// thread can still be reading it.
     ///
     /// Requests that arrive during the change wait for it (it copies at most

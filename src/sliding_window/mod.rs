@@ -2,124 +2,7 @@
 //! under contention, with each sub-window's budget leased out to cache-padded
 //! stripes so that cores stop fighting over one counter.
 //!
-//! Time is cut into aligned sub-windows of `w = ⌈T / S⌉` nanoseconds (Sentinel's
-//! LeapArray with `sampleCount = S`), starting when the limiter is built. The
-//! promise is that **the permits admitted in any `S` consecutive sub-windows never
-//! exceed `N`**, under any interleaving, which in real time means at most `N` in
-//! any span of `(S − 1)·w` and at most `2N` in any span of `T`. A fixed window is
-//! the case `S = 1`; more sub-windows remember the past more finely.
-//!
-//! Everyone else keeps one counter per sub-window, so every request of every
-//! core writes the same cache line, and Sentinel's controller checks the sum
-//! and then increments, which over-admits by up to the number of racing threads.
-//! Here the common path writes only the calling thread's own stripe:
-//!
-//! 1. When a sub-window `j` opens, its **budget** is `N` minus the charges of the
-//!    `S − 1` sub-windows before it.
-//! 2. A thread whose stripe has no lease for `j` **leases** a share of what is
-//!    left of the budget from the **pool** (one CAS), shares shrinking as the pool
-//!    runs low — the quota pre-allocation to machines of Jianfeng Fu's "Throttling
-//!    Solutions in Standalone and Distributed Scenarios" (Alibaba Cloud Community
-//!    blog, §4.4), applied to cores instead of machines.
-//! 3. Requests **spend** the lease with one CAS on the thread's stripe, which no
-//!    other thread writes unless it shares the stripe or is stealing.
-//! 4. When the pool runs dry, a thread **steals** what it needs from other
-//!    stripes' leases for `j` before it denies.
-//! 5. Leases left over when `j` ends are **returned**: taken out of their stripe
-//!    by CAS and subtracted from `j`'s charge, so the sub-windows after `j` get
-//!    them back.
-//!
-//! # State
-//!
-//! Every word packs a sub-window index with a count of `b` bits, where `b` is
-//! the number of bits of `N` (7 for 100): `(index << b) | count`.
-//!
-//! | word | bits `0..b` | bits `b..64` | written by |
-//! |---|---|---|---|
-//! | `pool` (1, cache-padded) | permits leased out of sub-window `p` so far | `p`, the newest sub-window opened | lease (CAS `+k`), open (CAS to `(j, 0)`) |
-//! | `history[i & (R − 1)]` (`R` = `S` rounded up to a power of two, one array) | charge of finished sub-window `i`: leased, less what was returned | `i` | open (`fetch_max((p, c))` before leaving `p`), return (CAS `−l`) |
-//! | `stripe[t]` (one per stripe, cache-padded) | lease: permits charged to `e`, not yet spent | `e`, the lease's sub-window | spend (CAS `−n`), lease/put back (CAS), steal (CAS `−k`), reclaim (CAS to `(e, 0)`) |
-//!
-//! | operation | reads | writes |
-//! |---|---|---|
-//! | admit from own lease (fast path) | clock, own stripe | own stripe |
-//! | open sub-window `j` | pool | `history[p]`, pool, stale leases on every stripe |
-//! | lease | pool, `history` (`S − 1` slots) | pool, own stripe |
-//! | steal | other stripes | those stripes, own stripe |
-//! | deny | pool, `history`, stripes | leftover into own stripe |
-//! | snapshot | pool, `history`, stripes | nothing |
-//!
-//! The index never wraps: a sub-window may not be shorter than `N` ns (the
-//! builder says [`ConfigError::InvalidSubWindows`] otherwise), so indices over the
-//! limiter's 2^62 ns life fit in `64 − b` bits.
-//!
-//! # Why it is exact
-//!
-//! - Every admission in sub-window `j` is paid from permits **charged** to `j`
-//!   by a pool CAS, since a lease carries its sub-window and is spent only by a
-//!   request whose clock reading falls in that sub-window.
-//! - A finished sub-window's history slot is **never below what it admitted**:
-//!   before the CAS that leaves `p`, the opener publishes `p`'s final charge
-//!   (`fetch_max`, so a racing opener's older, smaller reading cannot win), and a
-//!   return subtracts only permits it took out of a stripe by CAS — permits no
-//!   one can spend any more.
-//! - A lease of `k` is granted only if `charged(j) + k ≤ N − Σ history` over the
-//!   `S − 1` previous sub-windows, read after acquiring the pool at `j`, and the
-//!   pool is the one word every lease and every opening goes through. So the
-//!   last lease of `j` proves that the window ending with `j` holds at most `N`.
-//!   Every window ends with some sub-window, and a window ending with one that
-//!   was never opened is covered by the window of the last one that was.
-//!
-//! The loom models in `loom-tests/tests/sliding_window.rs` check the bound in
-//! every interleaving of small cases (2–3 threads, 2 stripes, 2–3 sub-windows)
-//! with the clock moving inside the model.
-//!
-//! # Orderings
-//!
-//! The pool is read with `Acquire` and opened with a `Release` CAS: the history
-//! slot written just before the opening CAS is then visible to whoever sees the
-//! pool at that sub-window or later (every pool change is an RMW, so later leases
-//! do not break the release sequence). Everything else is `Relaxed`: leases,
-//! spends, steals and returns move counts, and each is a CAS that checks the
-//! very value it replaces, so conservation follows from each word's
-//! modification order alone.
-//!
-//! # Under-admission
-//!
-//! From one thread, the limiter admits exactly what the window allows and agrees
-//! decision for decision with [`LockingSlidingWindow`]. From many threads it never
-//! admits more, but may deny a request while the budget it needs is held by
-//! another thread between leasing and spending it (at most one lease per
-//! thread in flight), or sits in a lease that appeared on a stripe after the
-//! steal scan passed it. `docs/sliding_window.md` bounds this and gives the
-//! measured figures.
-//!
-//! # Stale and backwards time
-//!
-//! A reading older than the newest sub-window opened is denied (unless its own
-//! stripe still holds a lease for the reading's sub-window): admitting it in the
-//! newest sub-window would count it where it does not belong. Its retry-after
-//! runs to the newest sub-window's start, so it is never zero, and a clock that
-//! steps back only makes the limiter deny until the clock catches up.
-//!
-//! ```
-//! use std::time::Duration;
-//! use tollgate::{Denied, ManualClock, Rate, RateLimiter, SlidingWindow};
-//!
-//! let clock = ManualClock::new();
-//! // 100 per minute in 6 sub-windows of 10 s (the figure in Fu's article, §3.2).
-//! let window = SlidingWindow::builder(Rate::per_minute(100))
-//!     .sub_windows(6)
-//!     .clock(clock.clone())
-//!     .build()
-//!     .unwrap();
-//! clock.set(55_000_000_000); // 0:55
-//! assert!(window.try_acquire_n(100).is_ok());
-//! clock.set(65_000_000_000); // 1:05: the 0:50 sub-window still counts
-//! assert_eq!(window.try_acquire(), Err(Denied::RetryAfter(Duration::from_secs(45))));
-//! clock.set(110_000_000_000); // 1:50: it has left the window
-//! assert!(window.try_acquire_n(100).is_ok());
-//! ```
+//! The user-facing documentation (promise, state, proof) is on [`SlidingWindow`].
 
 mod approx;
 mod locking;
@@ -130,8 +13,6 @@ use std::time::Duration;
 
 pub use approx::{ApproxSlidingWindow, LockingApproxSlidingWindow};
 pub use locking::LockingSlidingWindow;
-
-pub use crate::limits::MAX_SUB_WINDOWS;
 
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::{ConfigError, Denied};
@@ -163,8 +44,7 @@ impl SubWindows {
 /// sub-windows that cut `rate.period()` into `S` parts, with each sub-window's
 /// count striped across cache-padded, leased per-thread counters.
 ///
-/// See the [module docs](self) for the state, the guarantee and the
-/// under-admission bound. A check reads the clock and the calling thread's
+/// A check reads the clock and the calling thread's
 /// stripe, and admits with one CAS on that stripe; other threads' checks do not
 /// touch it.
 ///
@@ -175,6 +55,129 @@ impl SubWindows {
 /// if window.try_acquire().is_ok() {
 ///     // handle the request
 /// }
+/// ```
+///
+/// The sliding window: `N` permits in any `S` consecutive sub-windows, exact
+/// under contention, with each sub-window's budget leased out to cache-padded
+/// stripes so that cores stop fighting over one counter.
+///
+/// Time is cut into aligned sub-windows of `w = ⌈T / S⌉` nanoseconds (Sentinel's
+/// LeapArray with `sampleCount = S`), starting when the limiter is built. The
+/// promise is that **the permits admitted in any `S` consecutive sub-windows never
+/// exceed `N`**, under any interleaving, which in real time means at most `N` in
+/// any span of `(S − 1)·w` and at most `2N` in any span of `T`. A fixed window is
+/// the case `S = 1`; more sub-windows remember the past more finely.
+///
+/// Everyone else keeps one counter per sub-window, so every request of every
+/// core writes the same cache line, and Sentinel's controller checks the sum
+/// and then increments, which over-admits by up to the number of racing threads.
+/// Here the common path writes only the calling thread's own stripe:
+///
+/// 1. When a sub-window `j` opens, its **budget** is `N` minus the charges of the
+///    `S − 1` sub-windows before it.
+/// 2. A thread whose stripe has no lease for `j` **leases** a share of what is
+///    left of the budget from the **pool** (one CAS), shares shrinking as the pool
+///    runs low — the quota pre-allocation to machines of Jianfeng Fu's "Throttling
+///    Solutions in Standalone and Distributed Scenarios" (Alibaba Cloud Community
+///    blog, §4.4), applied to cores instead of machines.
+/// 3. Requests **spend** the lease with one CAS on the thread's stripe, which no
+///    other thread writes unless it shares the stripe or is stealing.
+/// 4. When the pool runs dry, a thread **steals** what it needs from other
+///    stripes' leases for `j` before it denies.
+/// 5. Leases left over when `j` ends are **returned**: taken out of their stripe
+///    by CAS and subtracted from `j`'s charge, so the sub-windows after `j` get
+///    them back.
+///
+/// # State
+///
+/// Every word packs a sub-window index with a count of `b` bits, where `b` is
+/// the number of bits of `N` (7 for 100): `(index << b) | count`.
+///
+/// | word | bits `0..b` | bits `b..64` | written by |
+/// |---|---|---|---|
+/// | `pool` (1, cache-padded) | permits leased out of sub-window `p` so far | `p`, the newest sub-window opened | lease (CAS `+k`), open (CAS to `(j, 0)`) |
+/// | `history[i & (R − 1)]` (`R` = `S` rounded up to a power of two, one array) | charge of finished sub-window `i`: leased, less what was returned | `i` | open (`fetch_max((p, c))` before leaving `p`), return (CAS `−l`) |
+/// | `stripe[t]` (one per stripe, cache-padded) | lease: permits charged to `e`, not yet spent | `e`, the lease's sub-window | spend (CAS `−n`), lease/put back (CAS), steal (CAS `−k`), reclaim (CAS to `(e, 0)`) |
+///
+/// | operation | reads | writes |
+/// |---|---|---|
+/// | admit from own lease (fast path) | clock, own stripe | own stripe |
+/// | open sub-window `j` | pool | `history[p]`, pool, stale leases on every stripe |
+/// | lease | pool, `history` (`S − 1` slots) | pool, own stripe |
+/// | steal | other stripes | those stripes, own stripe |
+/// | deny | pool, `history`, stripes | leftover into own stripe |
+/// | snapshot | pool, `history`, stripes | nothing |
+///
+/// The index never wraps: a sub-window may not be shorter than `N` ns (the
+/// builder says [`ConfigError::InvalidSubWindows`] otherwise), so indices over the
+/// limiter's 2^62 ns life fit in `64 − b` bits.
+///
+/// # Why it is exact
+///
+/// - Every admission in sub-window `j` is paid from permits **charged** to `j`
+///   by a pool CAS, since a lease carries its sub-window and is spent only by a
+///   request whose clock reading falls in that sub-window.
+/// - A finished sub-window's history slot is **never below what it admitted**:
+///   before the CAS that leaves `p`, the opener publishes `p`'s final charge
+///   (`fetch_max`, so a racing opener's older, smaller reading cannot win), and a
+///   return subtracts only permits it took out of a stripe by CAS — permits no
+///   one can spend any more.
+/// - A lease of `k` is granted only if `charged(j) + k ≤ N − Σ history` over the
+///   `S − 1` previous sub-windows, read after acquiring the pool at `j`, and the
+///   pool is the one word every lease and every opening goes through. So the
+///   last lease of `j` proves that the window ending with `j` holds at most `N`.
+///   Every window ends with some sub-window, and a window ending with one that
+///   was never opened is covered by the window of the last one that was.
+///
+/// The loom models in `loom-tests/tests/sliding_window.rs` check the bound in
+/// every interleaving of small cases (2–3 threads, 2 stripes, 2–3 sub-windows)
+/// with the clock moving inside the model.
+///
+/// # Orderings
+///
+/// The pool is read with `Acquire` and opened with a `Release` CAS: the history
+/// slot written just before the opening CAS is then visible to whoever sees the
+/// pool at that sub-window or later (every pool change is an RMW, so later leases
+/// do not break the release sequence). Everything else is `Relaxed`: leases,
+/// spends, steals and returns move counts, and each is a CAS that checks the
+/// very value it replaces, so conservation follows from each word's
+/// modification order alone.
+///
+/// # Under-admission
+///
+/// From one thread, the limiter admits exactly what the window allows and agrees
+/// decision for decision with [`LockingSlidingWindow`]. From many threads it never
+/// admits more, but may deny a request while the budget it needs is held by
+/// another thread between leasing and spending it (at most one lease per
+/// thread in flight), or sits in a lease that appeared on a stripe after the
+/// steal scan passed it. `docs/sliding_window.md` bounds this and gives the
+/// measured figures.
+///
+/// # Stale and backwards time
+///
+/// A reading older than the newest sub-window opened is denied (unless its own
+/// stripe still holds a lease for the reading's sub-window): admitting it in the
+/// newest sub-window would count it where it does not belong. Its retry-after
+/// runs to the newest sub-window's start, so it is never zero, and a clock that
+/// steps back only makes the limiter deny until the clock catches up.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Denied, ManualClock, Rate, RateLimiter, SlidingWindow};
+///
+/// let clock = ManualClock::new();
+/// // 100 per minute in 6 sub-windows of 10 s (the figure in Fu's article, §3.2).
+/// let window = SlidingWindow::builder(Rate::per_minute(100))
+///     .sub_windows(6)
+///     .clock(clock.clone())
+///     .build()
+///     .unwrap();
+/// clock.set(55_000_000_000); // 0:55
+/// assert!(window.try_acquire_n(100).is_ok());
+/// clock.set(65_000_000_000); // 1:05: the 0:50 sub-window still counts
+/// assert_eq!(window.try_acquire(), Err(Denied::RetryAfter(Duration::from_secs(45))));
+/// clock.set(110_000_000_000); // 1:50: it has left the window
+/// assert!(window.try_acquire_n(100).is_ok());
 /// ```
 #[derive(Debug)]
 pub struct SlidingWindow<C = MonotonicClock> {
@@ -378,7 +381,7 @@ impl<C> SlidingWindowBuilder<C> {
     /// remember the past more finely — the limit holds over any `(count − 1)/count`
     /// of the period — for 8 bytes each (rounded up to a power of two), and a
     /// denial's retry-after takes `O(count)` to compute. `build` refuses, with
-    /// [`ConfigError::InvalidSubWindows`], zero, more than [`MAX_SUB_WINDOWS`],
+    /// [`ConfigError::InvalidSubWindows`], zero, more than [`MAX_SUB_WINDOWS`](crate::MAX_SUB_WINDOWS),
     /// and a count that would make a sub-window shorter than the limit in
     /// nanoseconds; the error says the most this rate allows.
     ///

@@ -9,9 +9,9 @@
 
 use std::time::Duration;
 
-use super::MAX_SUB_WINDOWS;
 use crate::error::{ConfigError, Denied};
 use crate::limiter::Snapshot;
+use crate::limits::MAX_SUB_WINDOWS;
 use crate::rate::Rate;
 
 /// How many sub-windows a window is cut into unless told otherwise.

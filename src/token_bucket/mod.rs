@@ -1,67 +1,7 @@
 //! The lock-free token bucket: one `AtomicU64` holding a GCRA theoretical
 //! arrival time, updated by compare-and-swap.
 //!
-//! A bucket of `capacity` permits refills at `rate`; a request for `n` permits
-//! takes them all or none. Instead of storing a token count and a refill time
-//! (two words that must change together), the bucket stores one instant, the
-//! *theoretical arrival time* (TAT): when the bucket will be full again if nothing
-//! more is admitted. Tokens available at `now` are
-//! `(now + capacity·interval − max(TAT, now)) / interval`, where `interval` is
-//! the time per permit.
-//!
-//! For one bucket shared by many threads on many cores, [`LeasedTokenBucket`]
-//! keeps the same guarantee while most checks write only the calling thread's
-//! own cache line (permits leased to per-core stripes).
-//!
-//! # State
-//!
-//! | bits | meaning |
-//! |---|---|
-//! | 0–63 | TAT in nanoseconds since the limiter was built; `0` = full at birth. At most `(2^62 − 1) + capacity·interval < 2^63`: bit 63 is always clear. |
-//!
-//! | operation | reads | writes |
-//! |---|---|---|
-//! | admit `n` at `now` | TAT | `max(TAT, now) + n·interval`, by CAS, if that is `≤ now + capacity·interval` |
-//! | deny | TAT | nothing |
-//! | snapshot | TAT | nothing |
-//!
-//! # Guarantee
-//!
-//! Under any interleaving, permits admitted at decision times in any interval
-//! `[a, b]` number at most `capacity + (b − a) / interval`. Each admission moves
-//! the TAT forward by its own `n·interval` from at least its decision time, and
-//! never past that time plus `capacity·interval`; summing over the admissions in
-//! `[a, b]` gives the bound. The loom models in `loom-tests/` check it in every
-//! interleaving of small cases, with the clock moving inside the model.
-//!
-//! Single-threaded, the bucket is *tight*: it admits every request the bound
-//! allows, and a denial's retry-after is exact to the nanosecond.
-//!
-//! # Rate precision
-//!
-//! The interval is `period / permits` in whole nanoseconds, rounded up: exact for
-//! 100 per second (10 ms) or 30 per minute (2 s); 7 per second becomes one permit
-//! per 142,857,143 ns, 0.0000002% slower than asked. The limiter never runs
-//! faster than configured. There is no floating point anywhere in a decision.
-//!
-//! # Stale and backwards time
-//!
-//! A reading older than the TAT's last writer only lowers `now + capacity·interval`,
-//! so it can deny, never over-admit. A clock that steps back makes the bucket
-//! deny until the clock regains the lost ground, then it carries on unchanged.
-//!
-//! ```
-//! use std::time::Duration;
-//! use tollgate::{Denied, ManualClock, Rate, RateLimiter, TokenBucket};
-//!
-//! let clock = ManualClock::new();
-//! // Bursts of up to 5, refilling 100 per second (one per 10 ms).
-//! let bucket = TokenBucket::with_clock(5, Rate::per_second(100), clock.clone()).unwrap();
-//! assert!(bucket.try_acquire_n(5).is_ok());
-//! assert_eq!(bucket.try_acquire(), Err(Denied::RetryAfter(Duration::from_millis(10))));
-//! clock.advance(Duration::from_millis(10));
-//! assert!(bucket.try_acquire().is_ok());
-//! ```
+//! The user-facing documentation (promise, state, proof) is on [`TokenBucket`].
 
 mod gcra;
 mod leased;
@@ -85,7 +25,6 @@ use gcra::Gcra;
 word_limiter!(
     /// A lock-free token bucket: bursts up to a capacity, refilled at a rate.
     ///
-    /// See the [module docs](self) for the state, the guarantee and the precision.
     /// A check reads the clock and one atomic; an admission adds one CAS; a denial
     /// writes nothing.
     ///
@@ -96,6 +35,71 @@ word_limiter!(
     /// if bucket.try_acquire().is_ok() {
     ///     // handle the request
     /// }
+    /// ```
+    ///
+    /// The lock-free token bucket: one `AtomicU64` holding a GCRA theoretical
+    /// arrival time, updated by compare-and-swap.
+    ///
+    /// A bucket of `capacity` permits refills at `rate`; a request for `n` permits
+    /// takes them all or none. Instead of storing a token count and a refill time
+    /// (two words that must change together), the bucket stores one instant, the
+    /// *theoretical arrival time* (TAT): when the bucket will be full again if nothing
+    /// more is admitted. Tokens available at `now` are
+    /// `(now + capacity·interval − max(TAT, now)) / interval`, where `interval` is
+    /// the time per permit.
+    ///
+    /// For one bucket shared by many threads on many cores, [`LeasedTokenBucket`]
+    /// keeps the same guarantee while most checks write only the calling thread's
+    /// own cache line (permits leased to per-core stripes).
+    ///
+    /// # State
+    ///
+    /// | bits | meaning |
+    /// |---|---|
+    /// | 0–63 | TAT in nanoseconds since the limiter was built; `0` = full at birth. At most `(2^62 − 1) + capacity·interval < 2^63`: bit 63 is always clear. |
+    ///
+    /// | operation | reads | writes |
+    /// |---|---|---|
+    /// | admit `n` at `now` | TAT | `max(TAT, now) + n·interval`, by CAS, if that is `≤ now + capacity·interval` |
+    /// | deny | TAT | nothing |
+    /// | snapshot | TAT | nothing |
+    ///
+    /// # Guarantee
+    ///
+    /// Under any interleaving, permits admitted at decision times in any interval
+    /// `[a, b]` number at most `capacity + (b − a) / interval`. Each admission moves
+    /// the TAT forward by its own `n·interval` from at least its decision time, and
+    /// never past that time plus `capacity·interval`; summing over the admissions in
+    /// `[a, b]` gives the bound. The loom models in `loom-tests/` check it in every
+    /// interleaving of small cases, with the clock moving inside the model.
+    ///
+    /// Single-threaded, the bucket is *tight*: it admits every request the bound
+    /// allows, and a denial's retry-after is exact to the nanosecond.
+    ///
+    /// # Rate precision
+    ///
+    /// The interval is `period / permits` in whole nanoseconds, rounded up: exact for
+    /// 100 per second (10 ms) or 30 per minute (2 s); 7 per second becomes one permit
+    /// per 142,857,143 ns, 0.0000002% slower than asked. The limiter never runs
+    /// faster than configured. There is no floating point anywhere in a decision.
+    ///
+    /// # Stale and backwards time
+    ///
+    /// A reading older than the TAT's last writer only lowers `now + capacity·interval`,
+    /// so it can deny, never over-admit. A clock that steps back makes the bucket
+    /// deny until the clock regains the lost ground, then it carries on unchanged.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Denied, ManualClock, Rate, RateLimiter, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// // Bursts of up to 5, refilling 100 per second (one per 10 ms).
+    /// let bucket = TokenBucket::with_clock(5, Rate::per_second(100), clock.clone()).unwrap();
+    /// assert!(bucket.try_acquire_n(5).is_ok());
+    /// assert_eq!(bucket.try_acquire(), Err(Denied::RetryAfter(Duration::from_millis(10))));
+    /// clock.advance(Duration::from_millis(10));
+    /// assert!(bucket.try_acquire().is_ok());
     /// ```
     TokenBucket,
     Gcra,

@@ -1,88 +1,6 @@
 //! Waiting your turn: reservations, cancellation, blocking and async acquire.
 //!
-//! Rejecting is half of rate limiting; the other half is making a caller wait.
-//! A limiter that implements [`Reserve`] hands out [`Reservation`]s: `reserve(n)`
-//! books `n` permits at the earliest instant the limiter allows *behind
-//! everything booked before*, and says when that is. The caller then sleeps
-//! ([`Reservation::wait`], [`Reserve::acquire`]), awaits
-//! (`Reservation::wait_async`, `Reserve::acquire_async`, with the `tokio`
-//! feature), or gives the permits back ([`Reservation::cancel`]).
-//!
-//! ```
-//! use std::time::Duration;
-//! use tollgate::{ManualClock, Rate, Reserve, TokenBucket};
-//!
-//! let clock = ManualClock::new();
-//! let bucket = TokenBucket::with_clock(1, Rate::per_second(10), clock.clone()).unwrap();
-//! let first = bucket.reserve(1).unwrap();
-//! let second = bucket.reserve(1).unwrap();
-//! assert_eq!(first.delay(), Duration::ZERO);
-//! assert_eq!(second.delay(), Duration::from_millis(100));
-//! // Changed our mind: the second permit goes back, as if never taken.
-//! assert!(second.cancel());
-//! assert_eq!(bucket.reserve(1).unwrap().delay(), Duration::from_millis(100));
-//! ```
-//!
-//! # Guarantees
-//!
-//! - **Order.** Reservations are granted in the order they were made: each one's
-//!   start is no earlier than the start of any reservation made before it. A big
-//!   request is therefore never starved by a stream of small ones — it takes its
-//!   place in the queue, and the small ones queue behind it. (governor's
-//!   `until_ready` polls and sleeps, so a big request keeps losing to small ones
-//!   that fit into the gaps.) With readings in order, that is; when a
-//!   reservation's clock reading is older than an earlier one's (stale, or a
-//!   clock that stepped back), the [`Shaper`](crate::Shaper) still keeps the
-//!   order, but a token bucket or meter reservation can start before an earlier
-//!   one that was granted spare capacity — their rate bound holds either way
-//!   (see `docs/guide/waiting.md`).
-//! - **The limit holds.** Starts obey the limiter's own invariant (for a token
-//!   bucket: at most `capacity + rate·(b − a)` permits start in any `[a, b]`);
-//!   the tests check it on every recorded start.
-//! - **Bounded waits leave no trace.** `reserve_within(n, d)` and
-//!   `acquire_timeout(n, d)` decide before they write: if the start would be more
-//!   than `d` away, they return [`Denied::RetryAfter`] and the limiter is
-//!   exactly as it was.
-//! - **Cancel returns the permits of the latest reservation, exactly**, and never
-//!   disturbs any other reservation (see below).
-//!
-//! # Cancellation, and why it returns only the latest reservation
-//!
-//! [`Reservation::cancel`] gives the permits back when no reservation made after
-//! it is still outstanding: the limiter's state is rolled back, by one
-//! compare-and-swap, to what it was before the reservation — as if it had never
-//! been made. Reservations cancelled in reverse order (the usual case: the
-//! newest waiter is the one whose wait is too long) all come back.
-//!
-//! When a later reservation is still outstanding, the cancelled permits sit in
-//! the *middle* of the queue. Later reservations keep their start times (they
-//! were promised), so the hole cannot be closed; and a newcomer may not use it
-//! either without being granted before the reservations queued ahead of it.
-//! `cancel` then returns `false` and changes nothing: the hole costs throughput
-//! once, never correctness.
-//!
-//! Go's `x/time/rate` tries to do better and gets it wrong: `CancelAt` restores
-//! `tokens − (tokens reserved after it)`, inferring the later tokens from the
-//! distance between the last event and its own. golang/go#56924 reports it
-//! returning less than it should, #69419 the wrong amount. Worse, the inference
-//! breaks once a *second* out-of-order cancel has moved the state: an exhaustive
-//! search over every sequence of up to eight reserves, cancels and clock ticks
-//! (bucket of 3, exact integer arithmetic, so floating point is not the culprit)
-//! finds Go's formula admitting 4 permits at one instant from a bucket of 3 —
-//! reserve 1, 1, 3, 3, 1 at `t = 0`, cancel the fourth, then the third, reserve
-//! 3. A one-word state cannot know which later reservations are still
-//! outstanding, so tollgate returns permits only when it can prove it safe.
-//!
-//! Limiters that cannot book ahead (the sliding log, the windows, an
-//! [`AllOf`](crate::AllOf), a key of a [`Keyed`](crate::Keyed) limiter) wait
-//! through [`RetryAcquire`] instead: sleep out the retry-after and ask again,
-//! cancel-safe but with no queue order (see its docs).
-//!
-//! # Clocks
-//!
-//! Waiting sleeps in real time until the limiter's clock reaches the start.
-//! With a [`ManualClock`](crate::ManualClock) nothing moves until someone
-//! advances it, so a blocked waiter re-checks the clock after each sleep.
+//! The user-facing documentation (promise, state, proof) is on [`Reserve`].
 
 mod retry;
 mod schedule;
@@ -230,7 +148,6 @@ use sealed::{RawReserve, Ticket};
 /// [`LeakyBucket`](crate::LeakyBucket) and [`Shaper`](crate::Shaper),
 /// [`WarmUp`](crate::WarmUp), and all their locking twins
 /// ([`LockingTokenBucket`](crate::LockingTokenBucket) included).
-/// See the [module docs](self) for the guarantees.
 ///
 /// ```
 /// use std::time::Duration;
@@ -247,6 +164,92 @@ use sealed::{RawReserve, Ticket};
 ///     Err(Denied::RetryAfter(_))
 /// ));
 /// ```
+///
+/// Waiting your turn: reservations, cancellation, blocking and async acquire.
+///
+/// Rejecting is half of rate limiting; the other half is making a caller wait.
+/// A limiter that implements [`Reserve`] hands out [`Reservation`]s: `reserve(n)`
+/// books `n` permits at the earliest instant the limiter allows *behind
+/// everything booked before*, and says when that is. The caller then sleeps
+/// ([`Reservation::wait`], [`Reserve::acquire`]), awaits
+/// (`Reservation::wait_async`, `Reserve::acquire_async`, with the `tokio`
+/// feature), or gives the permits back ([`Reservation::cancel`]).
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{ManualClock, Rate, Reserve, TokenBucket};
+///
+/// let clock = ManualClock::new();
+/// let bucket = TokenBucket::with_clock(1, Rate::per_second(10), clock.clone()).unwrap();
+/// let first = bucket.reserve(1).unwrap();
+/// let second = bucket.reserve(1).unwrap();
+/// assert_eq!(first.delay(), Duration::ZERO);
+/// assert_eq!(second.delay(), Duration::from_millis(100));
+/// // Changed our mind: the second permit goes back, as if never taken.
+/// assert!(second.cancel());
+/// assert_eq!(bucket.reserve(1).unwrap().delay(), Duration::from_millis(100));
+/// ```
+///
+/// # Guarantees
+///
+/// - **Order.** Reservations are granted in the order they were made: each one's
+///   start is no earlier than the start of any reservation made before it. A big
+///   request is therefore never starved by a stream of small ones — it takes its
+///   place in the queue, and the small ones queue behind it. (governor's
+///   `until_ready` polls and sleeps, so a big request keeps losing to small ones
+///   that fit into the gaps.) With readings in order, that is; when a
+///   reservation's clock reading is older than an earlier one's (stale, or a
+///   clock that stepped back), the [`Shaper`](crate::Shaper) still keeps the
+///   order, but a token bucket or meter reservation can start before an earlier
+///   one that was granted spare capacity — their rate bound holds either way
+///   (see `docs/guide/waiting.md`).
+/// - **The limit holds.** Starts obey the limiter's own invariant (for a token
+///   bucket: at most `capacity + rate·(b − a)` permits start in any `[a, b]`);
+///   the tests check it on every recorded start.
+/// - **Bounded waits leave no trace.** `reserve_within(n, d)` and
+///   `acquire_timeout(n, d)` decide before they write: if the start would be more
+///   than `d` away, they return [`Denied::RetryAfter`] and the limiter is
+///   exactly as it was.
+/// - **Cancel returns the permits of the latest reservation, exactly**, and never
+///   disturbs any other reservation (see below).
+///
+/// # Cancellation, and why it returns only the latest reservation
+///
+/// [`Reservation::cancel`] gives the permits back when no reservation made after
+/// it is still outstanding: the limiter's state is rolled back, by one
+/// compare-and-swap, to what it was before the reservation — as if it had never
+/// been made. Reservations cancelled in reverse order (the usual case: the
+/// newest waiter is the one whose wait is too long) all come back.
+///
+/// When a later reservation is still outstanding, the cancelled permits sit in
+/// the *middle* of the queue. Later reservations keep their start times (they
+/// were promised), so the hole cannot be closed; and a newcomer may not use it
+/// either without being granted before the reservations queued ahead of it.
+/// `cancel` then returns `false` and changes nothing: the hole costs throughput
+/// once, never correctness.
+///
+/// Go's `x/time/rate` tries to do better and gets it wrong: `CancelAt` restores
+/// `tokens − (tokens reserved after it)`, inferring the later tokens from the
+/// distance between the last event and its own. golang/go#56924 reports it
+/// returning less than it should, #69419 the wrong amount. Worse, the inference
+/// breaks once a *second* out-of-order cancel has moved the state: an exhaustive
+/// search over every sequence of up to eight reserves, cancels and clock ticks
+/// (bucket of 3, exact integer arithmetic, so floating point is not the culprit)
+/// finds Go's formula admitting 4 permits at one instant from a bucket of 3 —
+/// reserve 1, 1, 3, 3, 1 at `t = 0`, cancel the fourth, then the third, reserve
+/// 3. A one-word state cannot know which later reservations are still
+/// outstanding, so tollgate returns permits only when it can prove it safe.
+///
+/// Limiters that cannot book ahead (the sliding log, the windows, an
+/// [`AllOf`](crate::AllOf), a key of a [`Keyed`](crate::keyed::Keyed) limiter) wait
+/// through [`RetryAcquire`] instead: sleep out the retry-after and ask again,
+/// cancel-safe but with no queue order (see its docs).
+///
+/// # Clocks
+///
+/// Waiting sleeps in real time until the limiter's clock reaches the start.
+/// With a [`ManualClock`](crate::ManualClock) nothing moves until someone
+/// advances it, so a blocked waiter re-checks the clock after each sleep.
 pub trait Reserve: RawReserve {
     /// Books `n` permits at the earliest start the limiter allows, however far
     /// away (up to 2^61 ns, about 73 years).
@@ -497,7 +500,7 @@ impl<'a, L: RawReserve + ?Sized> Reservation<'a, L> {
     /// Gives the permits back if no reservation made after this one is still
     /// outstanding, restoring the limiter exactly as it was before this
     /// reservation; returns whether it did. Otherwise changes nothing and returns
-    /// `false` (see the [module docs](self) for why). Either way, other
+    /// `false` (see [`Reserve`] for why). Either way, other
     /// reservations are untouched.
     ///
     /// ```

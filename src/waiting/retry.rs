@@ -4,7 +4,7 @@
 //! [`Reserve`](super::Reserve) books permits in order on limiters whose state
 //! is one schedule (the buckets, the shaper, warm-up). The others — the
 //! sliding log, the windows, an [`AllOf`](crate::AllOf), a key of a
-//! [`Keyed`](crate::Keyed) limiter — have no queue to book into, so their
+//! [`Keyed`](crate::keyed::Keyed) limiter — have no queue to book into, so their
 //! waiting is [`RetryAcquire`]: ask; if denied with a retry-after, sleep that
 //! long and ask again.
 //!
@@ -40,8 +40,8 @@ use crate::limiter::RateLimiter;
 /// [`ApproxSlidingWindow`](crate::ApproxSlidingWindow),
 /// [`FixedWindow`](crate::FixedWindow), their locking twins,
 /// [`AllOf`](crate::AllOf) and [`ForKey`](crate::keyed::ForKey) (a key of a
-/// [`Keyed`](crate::Keyed) limiter, which also has
-/// [`Keyed::acquire`](crate::Keyed::acquire)), and [`Tunable`](crate::keyed::Tunable).
+/// [`Keyed`](crate::keyed::Keyed) limiter, which also has
+/// [`Keyed::acquire`](crate::keyed::Keyed::acquire)), and [`Tunable`](crate::keyed::Tunable).
 /// The buckets, shaper and
 /// warm-up wait through [`Reserve`](crate::Reserve) instead, in order.
 ///

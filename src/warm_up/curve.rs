@@ -7,7 +7,7 @@ use crate::limiter::Snapshot;
 use crate::rate::Rate;
 use crate::waiting::MAX_WAIT;
 
-use super::MAX_COLD_FACTOR;
+use crate::limits::MAX_COLD_FACTOR;
 
 /// The longest warm-up period: 2^52 ns, about 52 days. It keeps the cost
 /// arithmetic below (products of two bank values and the cold factor) in u128.

@@ -1,75 +1,7 @@
 //! A lock-free token bucket that warms up: Guava's `SmoothWarmingUp`, with
 //! integer time.
 //!
-//! A service that has been idle is cold — caches empty, connections closed, JIT
-//! not done — and cannot take its full rate at once. [`WarmUp`] starts cold and
-//! ramps up: after idleness, permits are handed out at `cold_factor` × the stable
-//! interval, and the interval shrinks linearly to the stable one as the limiter
-//! is used, over the warm-up period. The schedule is Guava's, formula for
-//! formula; the table test in `tests/warm_up.rs` reproduces the expected waits
-//! of Guava's own `RateLimiterTest` within 1 µs (most of them exactly).
-//!
-//! Like Guava's `RateLimiter`, a request is never delayed for its *own* cost:
-//! it starts at the limiter's next free instant and pushes that instant back by
-//! its cost ("pay later"). So a [`Reserve::reserve`](crate::Reserve::reserve)
-//! returns when the *previous* requests are paid for, and
-//! [`try_acquire`](crate::RateLimiter::try_acquire) succeeds iff nothing is
-//! outstanding.
-//!
-//! ```
-//! use std::time::Duration;
-//! use tollgate::{ManualClock, Rate, Reserve, WarmUp};
-//!
-//! // Guava: RateLimiter.create(2.0, 4, SECONDS) — cold factor 3.
-//! let clock = ManualClock::new();
-//! let limiter = WarmUp::with_clock(Rate::per_second(2), Duration::from_secs(4), clock.clone()).unwrap();
-//! let mut waits = Vec::new();
-//! for _ in 0..8 {
-//!     let r = limiter.reserve(1).unwrap();
-//!     let wait = r.delay();
-//!     clock.advance(wait); // sleep, as Guava's acquire() does
-//!     waits.push(wait.as_millis());
-//! }
-//! assert_eq!(waits, [0, 1375, 1125, 875, 625, 500, 500, 500]);
-//! ```
-//!
-//! # State
-//!
-//! One 128-bit word, updated by a 128-bit compare-and-swap (`cmpxchg16b`):
-//!
-//! | bits | meaning |
-//! |---|---|
-//! | 64–127 | `next`: ns since the limiter was built at which the next request may start |
-//! | 0–63 | `bank`: idle time banked, in `[0, warm_up]` ns; Guava's `storedPermits` is `bank / coolDown` |
-//!
-//! | operation | writes |
-//! |---|---|
-//! | book `n` at `now` | if `now > next`: `bank += now − next` (capped), `next = now`; then, if `next − now ≤ max_wait`: `next += cost(n)`, `bank −= n·coolDown` |
-//! | deny | nothing |
-//! | cancel | the word before the booking, iff the word is still the one the booking wrote |
-//!
-//! Guava keeps `storedPermits` as a double and time in microseconds; here the
-//! stored permits are kept as the idle time that bought them, so idleness adds
-//! to the bank one nanosecond per nanosecond with no division, and the cost of
-//! spending it is Guava's integral, rewritten on that axis and computed in
-//! u128 integers (see `curve.rs`). Costs are exact to the nanosecond but for the
-//! trapezoid above the threshold, rounded down.
-//!
-//! Two words must change together, so the state is one 128-bit atomic (loom has
-//! none; the loom models run the same code on a loom-visible stand-in). A
-//! reading older than the state's `next` changes nothing and waits longer; a
-//! reading older than the truth but newer than `next` decides exactly as Guava
-//! would for a request arriving at that reading — a time after every earlier
-//! decision, so the history stays one that Guava could produce.
-//!
-//! # Differences from Guava
-//!
-//! - Integer nanoseconds and an integer stable interval (the rate's period
-//!   divided by its permits, rounded up), no floating point in a decision.
-//! - The cold factor is an integer from 1 to 1000 (Guava's tests use 1, 2, 3,
-//!   10); the warm-up period at most 2^52 ns (about 52 days); one request may
-//!   cost at most 2^60 ns at the stable rate.
-//! - No `setRate`: build a new limiter to change the rate.
+//! The user-facing documentation (promise, state, proof) is on [`WarmUp`].
 
 pub(crate) mod curve;
 
@@ -89,8 +21,6 @@ use curve::Curve;
 /// Guava's default cold factor: a cold limiter hands out permits at a third of
 /// its stable rate.
 pub const DEFAULT_COLD_FACTOR: u32 = 3;
-
-pub use crate::limits::MAX_COLD_FACTOR;
 
 /// A warm-up limiter over a state cell: the atomic one or its locking twin.
 #[derive(Debug)]
@@ -220,7 +150,7 @@ macro_rules! warm_up {
             /// limiter's interval is `cold_factor` × the stable one.
             ///
             /// Errors: as [`new`](Self::new), and [`ConfigError::InvalidColdFactor`]
-            /// for a cold factor outside `1..=`[`MAX_COLD_FACTOR`].
+            /// for a cold factor outside `1..=`[`MAX_COLD_FACTOR`](crate::MAX_COLD_FACTOR).
             ///
             /// ```
             /// use std::time::Duration;
@@ -288,7 +218,7 @@ macro_rules! warm_up {
             /// use std::time::Duration;
             #[doc = concat!("use tollgate::{Rate, ", stringify!($name), "};")]
             #[doc = concat!("let limiter = ", stringify!($name), "::new(Rate::per_second(4), Duration::from_secs(3)).unwrap();")]
-            /// assert_eq!(limiter.cold_factor(), tollgate::warm_up::DEFAULT_COLD_FACTOR);
+            /// assert_eq!(limiter.cold_factor(), tollgate::DEFAULT_COLD_FACTOR);
             /// ```
             pub fn cold_factor(&self) -> u32 {
                 self.inner.curve.cold_factor()
@@ -335,8 +265,7 @@ warm_up!(
     /// starts cold, ramps to its stable rate over the warm-up period, cools
     /// down again when idle.
     ///
-    /// See the [module docs](self) for the state and the differences from
-    /// Guava. Use it through [`Reserve`](crate::Reserve) to wait
+    /// Use it through [`Reserve`](crate::Reserve) to wait
     /// (`acquire(n)` is Guava's `acquire(n)`), or as a
     /// [`RateLimiter`](crate::RateLimiter) to reject (`try_acquire_n(n)` is
     /// Guava's `tryAcquire(n)`).
@@ -349,6 +278,79 @@ warm_up!(
     /// limiter.acquire(1).unwrap(); // the first permit is free...
     /// assert!(limiter.try_acquire().is_err()); // ...and costs the cold interval
     /// ```
+    ///
+    /// A lock-free token bucket that warms up: Guava's `SmoothWarmingUp`, with
+    /// integer time.
+    ///
+    /// A service that has been idle is cold — caches empty, connections closed, JIT
+    /// not done — and cannot take its full rate at once. [`WarmUp`] starts cold and
+    /// ramps up: after idleness, permits are handed out at `cold_factor` × the stable
+    /// interval, and the interval shrinks linearly to the stable one as the limiter
+    /// is used, over the warm-up period. The schedule is Guava's, formula for
+    /// formula; the table test in `tests/warm_up.rs` reproduces the expected waits
+    /// of Guava's own `RateLimiterTest` within 1 µs (most of them exactly).
+    ///
+    /// Like Guava's `RateLimiter`, a request is never delayed for its *own* cost:
+    /// it starts at the limiter's next free instant and pushes that instant back by
+    /// its cost ("pay later"). So a [`Reserve::reserve`](crate::Reserve::reserve)
+    /// returns when the *previous* requests are paid for, and
+    /// [`try_acquire`](crate::RateLimiter::try_acquire) succeeds iff nothing is
+    /// outstanding.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, Rate, Reserve, WarmUp};
+    ///
+    /// // Guava: RateLimiter.create(2.0, 4, SECONDS) — cold factor 3.
+    /// let clock = ManualClock::new();
+    /// let limiter = WarmUp::with_clock(Rate::per_second(2), Duration::from_secs(4), clock.clone()).unwrap();
+    /// let mut waits = Vec::new();
+    /// for _ in 0..8 {
+    ///     let r = limiter.reserve(1).unwrap();
+    ///     let wait = r.delay();
+    ///     clock.advance(wait); // sleep, as Guava's acquire() does
+    ///     waits.push(wait.as_millis());
+    /// }
+    /// assert_eq!(waits, [0, 1375, 1125, 875, 625, 500, 500, 500]);
+    /// ```
+    ///
+    /// # State
+    ///
+    /// One 128-bit word, updated by a 128-bit compare-and-swap (`cmpxchg16b`):
+    ///
+    /// | bits | meaning |
+    /// |---|---|
+    /// | 64–127 | `next`: ns since the limiter was built at which the next request may start |
+    /// | 0–63 | `bank`: idle time banked, in `[0, warm_up]` ns; Guava's `storedPermits` is `bank / coolDown` |
+    ///
+    /// | operation | writes |
+    /// |---|---|
+    /// | book `n` at `now` | if `now > next`: `bank += now − next` (capped), `next = now`; then, if `next − now ≤ max_wait`: `next += cost(n)`, `bank −= n·coolDown` |
+    /// | deny | nothing |
+    /// | cancel | the word before the booking, iff the word is still the one the booking wrote |
+    ///
+    /// Guava keeps `storedPermits` as a double and time in microseconds; here the
+    /// stored permits are kept as the idle time that bought them, so idleness adds
+    /// to the bank one nanosecond per nanosecond with no division, and the cost of
+    /// spending it is Guava's integral, rewritten on that axis and computed in
+    /// u128 integers (see `curve.rs`). Costs are exact to the nanosecond but for the
+    /// trapezoid above the threshold, rounded down.
+    ///
+    /// Two words must change together, so the state is one 128-bit atomic (loom has
+    /// none; the loom models run the same code on a loom-visible stand-in). A
+    /// reading older than the state's `next` changes nothing and waits longer; a
+    /// reading older than the truth but newer than `next` decides exactly as Guava
+    /// would for a request arriving at that reading — a time after every earlier
+    /// decision, so the history stays one that Guava could produce.
+    ///
+    /// # Differences from Guava
+    ///
+    /// - Integer nanoseconds and an integer stable interval (the rate's period
+    ///   divided by its permits, rounded up), no floating point in a decision.
+    /// - The cold factor is an integer from 1 to 1000 (Guava's tests use 1, 2, 3,
+    ///   10); the warm-up period at most 2^52 ns (about 52 days); one request may
+    ///   cost at most 2^60 ns at the stable rate.
+    /// - No `setRate`: build a new limiter to change the rate.
     WarmUp,
     AtomicCell<u128>
 );

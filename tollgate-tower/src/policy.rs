@@ -11,9 +11,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate::all_of::{Blocked, Tightest};
-use tollgate::keyed::Keyable;
-use tollgate::{Denied, Keyed, RateLimiter, Rejection, Snapshot};
+use tollgate::keyed::{Keyable, Keyed};
+use tollgate::{Blocked, Denied, RateLimiter, Rejection, Snapshot, Tightest};
 
 use crate::fields::{IntoPolicyName, InvalidName, PolicyName};
 
