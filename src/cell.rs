@@ -17,6 +17,7 @@
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::ops::{BitAnd, BitOr, Not};
 
 use crate::sync::{AtomicU64, AtomicU128, Backoff, Mutex, Ordering};
 
@@ -42,15 +43,37 @@ pub(crate) trait StateCell: Send + Sync {
 }
 
 /// A state word's width: `u64`, or `u128` for two words changed only as a
-/// whole (the warm-up's `next << 64 | bank`, the shaper's `end << 64 | last
+/// whole (the warm-up's `next << 64 | spent`, the shaper's `end << 64 | last
 /// start`). Implemented here for those two; the module is private, so
 /// nowhere else.
+///
+/// The bit operations and `From<u64>` are the keyed layer's: bit 63 is the
+/// tag in both widths (of the low word in a `u128`; see `kind::TAG`).
 #[allow(unreachable_pub)] // sealed: public only as a bound of the cells
-pub trait Word: Copy + Eq + fmt::Debug + Send + Sync + 'static {
+pub trait Word:
+    Copy
+    + Eq
+    + fmt::Debug
+    + Send
+    + Sync
+    + BitAnd<Output = Self>
+    + BitOr<Output = Self>
+    + Not<Output = Self>
+    + From<u64>
+    + 'static
+{
     /// The atomic that holds the word (under loom, loom's, or for `u128` the
     /// facade's stand-in).
     #[doc(hidden)]
     type Atomic: AtomicWord<Self>;
+
+    /// The word in a reservation's ticket, which holds either width.
+    #[doc(hidden)]
+    fn widen(self) -> u128;
+
+    /// The word back from a ticket `widen` filled (lossless for it).
+    #[doc(hidden)]
+    fn narrow(wide: u128) -> Self;
 }
 
 /// The four operations the cells use of a word's atomic, under the atomics'
@@ -78,6 +101,17 @@ macro_rules! word {
     ($word:ty, $atomic:ty) => {
         impl Word for $word {
             type Atomic = $atomic;
+
+            #[inline]
+            fn widen(self) -> u128 {
+                u128::from(self)
+            }
+
+            #[inline]
+            fn narrow(wide: u128) -> Self {
+                // A ticket holds the word its own limiter widened.
+                wide as $word
+            }
         }
 
         impl AtomicWord<$word> for $atomic {

@@ -100,6 +100,7 @@ mod kind;
 mod leaky_bucket;
 mod limiter;
 mod limits;
+mod machine;
 mod rate;
 mod refund;
 mod sliding_log;
@@ -110,7 +111,6 @@ mod timeline;
 mod token_bucket;
 mod waiting;
 mod warm_up;
-mod word;
 
 pub use all_of::{AllOf, Blocked, Members, Tightest};
 pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock};

@@ -6,7 +6,7 @@
 use std::marker::PhantomData;
 
 use crate::limiter::{RateLimiter, Rejection, Snapshot};
-use crate::word::WordReceipt;
+use crate::machine::WordReceipt;
 
 /// A limiter whose admissions can be given back: the rule every
 /// implementation follows and what each limiter returns are below.

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use crate::error::{ConfigError, Denied};
 use crate::limiter::Snapshot;
+use crate::machine::{Carry, Machine, scale_up};
 use crate::rate::Rate;
-use crate::word::{Refund, WordMachine};
 
 /// `limit` permits per aligned window of `window` nanoseconds, the state packing
 /// `(window index << count_bits) | count`.
@@ -108,7 +108,9 @@ impl WindowCounter {
     }
 }
 
-impl WordMachine for WindowCounter {
+impl Machine for WindowCounter {
+    type Word = u64;
+
     /// Window 0, nothing counted.
     const INITIAL: u64 = 0;
 
@@ -140,11 +142,10 @@ impl WordMachine for WindowCounter {
         // `count <= limit`, so the difference fits a u32.
         Snapshot::from_ns(self.limit - count as u32, self.limit, until_full)
     }
-}
 
-/// The fixed window's refund rule: what a denied request that the window had
-/// admitted (in [`AllOf`](crate::AllOf) or a keyed pair) may give back.
-impl Refund for WindowCounter {
+    /// The fixed window's refund rule: what a denied request that the window had
+    /// admitted (in [`AllOf`](crate::AllOf) or a keyed pair) may give back.
+    ///
     /// Gives the permits back while their window is still the current one;
     /// once the window has moved on they no longer count against anything.
     /// Exact whatever happened in between and whatever the readings: a count
@@ -155,5 +156,26 @@ impl Refund for WindowCounter {
         let bits = self.count_bits;
         let count = state & ((1 << bits) - 1);
         (state >> bits == written >> bits && count >= u64::from(n)).then(|| state - u64::from(n))
+    }
+
+    /// The count used in the current window is carried; the word packs
+    /// `(window index << b) | count`.
+    fn carry(from: &Self, to: &Self, state: u64, now: u64, carry: Carry) -> u64 {
+        let used = Machine::snapshot(from, state, now);
+        let used = u64::from(used.capacity - used.available);
+        let used = match carry {
+            Carry::Proportional => {
+                scale_up(used, u64::from(to.capacity()), u64::from(from.capacity()))
+            }
+            Carry::Additive => used.min(u64::from(to.capacity())),
+            Carry::Reset => 0,
+        };
+        if used == 0 {
+            return Self::INITIAL;
+        }
+        // `1 <= used <= limit`, so a fresh window admits it: the word for
+        // "`used` counted in the window of `now`".
+        to.decide(Self::INITIAL, now, used as u32)
+            .unwrap_or(Self::INITIAL)
     }
 }

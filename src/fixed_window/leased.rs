@@ -51,11 +51,11 @@ use super::counter::WindowCounter;
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::{ConfigError, Denied};
 use crate::limiter::{RateLimiter, Rejection, Snapshot, check_request, report};
+use crate::machine::Machine;
 use crate::rate::Rate;
 use crate::stripe::{MAX_STRIPES, default_stripes, refresh_thread_hint, thread_hint};
 use crate::sync::{AtomicU64, Ordering};
 use crate::timeline::Timeline;
-use crate::word::WordMachine;
 
 /// A lock-free fixed window whose count is leased in batches to per-core
 /// stripes: the same guarantee as [`FixedWindow`](crate::FixedWindow) (at most

@@ -6,8 +6,8 @@ use super::counter::WindowCounter;
 use crate::cell::LockedCell;
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::ConfigError;
+use crate::machine::{WordLimiter, word_limiter};
 use crate::rate::Rate;
-use crate::word::{WordLimiter, word_limiter};
 
 word_limiter!(
     /// The [`FixedWindow`](crate::FixedWindow)'s twin: the same packed word and the

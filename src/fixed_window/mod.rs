@@ -16,8 +16,8 @@ pub use locking::LockingFixedWindow;
 use crate::cell::AtomicCell;
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::ConfigError;
+use crate::machine::{WordLimiter, word_limiter};
 use crate::rate::Rate;
-use crate::word::{WordLimiter, word_limiter};
 use counter::WindowCounter;
 
 word_limiter!(

@@ -1,10 +1,12 @@
 //! The one-word limiters (token bucket, fixed window, leaky bucket meter) as
-//! keyed kinds: their configurations, the per-key
-//! word (an unpadded `AtomicU64`, or a `u64` under a mutex for the twins), and
-//! how each carries its word over a reconfiguration and refunds permits.
+//! keyed kinds: their configurations and the per-key word (an unpadded
+//! `AtomicU64`, or a `u64` under a mutex for the twins); and, for every kind
+//! whose state is a word of either width, the keyed driver: the tag protocol
+//! around the algorithm's own [`Machine`] (carry-over of a stale word,
+//! decide, refund, fork, snapshot, freshness, settling), written once.
 //!
 //! The decisions are the limiters' own decision functions
-//! ([`WordMachine::decide`]), so a keyed token bucket decides exactly as a
+//! ([`Machine::decide`]), so a keyed token bucket decides exactly as a
 //! [`TokenBucket`] built at the keyed limiter's construction would, on the
 //! same decision times (a [`Keyed`](crate::keyed::Keyed) decides a reading below its
 //! time floor at the floor; see [`FLOOR_STEP`](crate::keyed::FLOOR_STEP)).
@@ -14,8 +16,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::machine::{self, Carried};
-use super::{Carry, Keyable, Refusal, TAG, View, sealed::Sealed};
+use super::{Keyable, Refusal, TAG, View, sealed::Sealed};
 use crate::cell::{AtomicCell, LockedCell, Published, StateCell};
 use crate::clock::Clock;
 use crate::error::ConfigError;
@@ -24,10 +25,10 @@ use crate::fixed_window::{FixedWindow, LockingFixedWindow};
 use crate::leaky_bucket::meter::Meter;
 use crate::leaky_bucket::{LeakyBucket, LockingLeakyBucket};
 use crate::limiter::{Snapshot, check_request};
+use crate::machine::Machine;
 use crate::rate::Rate;
 use crate::token_bucket::machine::Gcra;
 use crate::token_bucket::{LockingTokenBucket, TokenBucket};
-use crate::word::WordMachine;
 
 /// The configuration of a keyed or tunable [`TokenBucket`]: a capacity and a
 /// refill rate, validated once.
@@ -252,89 +253,12 @@ impl fmt::Debug for WindowConfig {
     }
 }
 
-/// `numerator / denominator` of `x`, rounded up, in 128 bits.
-pub(super) fn scale_up(x: u64, numerator: u64, denominator: u64) -> u64 {
-    let scaled = (u128::from(x) * u128::from(numerator)).div_ceil(u128::from(denominator.max(1)));
-    u64::try_from(scaled).unwrap_or(u64::MAX)
-}
-
-/// Carries an instant-valued word — a GCRA TAT or a meter's `empty_at`, both
-/// "the instant the state is back to fresh", one permit per `interval` — from
-/// `(interval, capacity)` `from` to `to`: `word − now` is the *debt*, the
-/// time until the state is fresh again. Maps a fresh word (no debt) to the
-/// initial word, whatever `carry`.
-pub(super) fn carry_debt(
-    from: (u64, u32),
-    to: (u64, u32),
-    word: u64,
-    now: u64,
-    carry: Carry,
-) -> u64 {
-    let tolerance = |(interval, capacity): (u64, u32)| interval * u64::from(capacity);
-    // A stale reading can see a word past `now + tolerance`; no state holds
-    // more debt than a whole bucket.
-    let debt = word.saturating_sub(now).min(tolerance(from));
-    let debt = match carry {
-        // The fraction in use: debt / tolerance.
-        Carry::Proportional => scale_up(debt, tolerance(to), tolerance(from)),
-        // The permits in use: debt / interval.
-        Carry::Additive => scale_up(debt, to.0, from.0).min(tolerance(to)),
-        Carry::Reset => 0,
-    };
-    // `now <= 2^62` and `debt <= tolerance <= 2^62`: no overflow. Both
-    // machines' initial word is 0.
-    if debt == 0 { 0 } else { now + debt }
-}
-
-/// The GCRA word is the theoretical arrival time (see `token_bucket`'s state
-/// table): `TAT − now` is the *debt*, the refill time until the bucket is full.
-impl Carried for Gcra {
-    fn carry(from: &Self, to: &Self, tat: u64, now: u64, carry: Carry) -> u64 {
-        let shape = |g: &Gcra| (g.interval().as_nanos() as u64, WordMachine::capacity(g));
-        carry_debt(shape(from), shape(to), tat, now, carry)
-    }
-}
-
-/// The meter's word is `empty_at`, the instant the bucket will have drained
-/// (see `leaky_bucket`'s state table): `empty_at − now` is the level in drain
-/// time, exactly the GCRA's debt — the meter's decision is the GCRA's with
-/// `depth` for `tolerance` — so it carries over as the bucket does (its refund
-/// rule is the bucket's too, beside the machine in `leaky_bucket/meter.rs`).
-impl Carried for Meter {
-    fn carry(from: &Self, to: &Self, empty_at: u64, now: u64, carry: Carry) -> u64 {
-        let shape = |m: &Meter| (m.interval().as_nanos() as u64, WordMachine::capacity(m));
-        carry_debt(shape(from), shape(to), empty_at, now, carry)
-    }
-}
-
 /// Bits of the fixed window's count field for `limit`: the layout documented
 /// in `fixed_window`'s state table, on which its refund rule relies (checked
 /// by a test below).
 #[cfg(all(test, not(loom)))]
 fn count_bits(limit: u32) -> u32 {
     u32::BITS - limit.leading_zeros()
-}
-
-/// The fixed window's word packs `(window index << b) | count`.
-impl Carried for WindowCounter {
-    fn carry(from: &Self, to: &Self, state: u64, now: u64, carry: Carry) -> u64 {
-        let used = WordMachine::snapshot(from, state, now);
-        let used = u64::from(used.capacity - used.available);
-        let used = match carry {
-            Carry::Proportional => {
-                scale_up(used, u64::from(to.capacity()), u64::from(from.capacity()))
-            }
-            Carry::Additive => used.min(u64::from(to.capacity())),
-            Carry::Reset => 0,
-        };
-        if used == 0 {
-            return Self::INITIAL;
-        }
-        // `1 <= used <= limit`, so a fresh window admits it: the word for
-        // "`used` counted in the window of `now`".
-        to.decide(Self::INITIAL, now, used as u32)
-            .unwrap_or(Self::INITIAL)
-    }
 }
 
 /// Where a keyed word lives: the crate's state cells (`crate::cell`),
@@ -365,12 +289,12 @@ pub type LockedWideWord = LockedCell<u128>;
 
 /// A configuration with a keyable machine inside.
 pub(super) trait WordConfig {
-    type Machine: machine::KeyMachine;
+    type Machine: Machine;
     fn machine(&self) -> &Self::Machine;
 }
 
 /// The state word of a configuration's machine.
-pub(super) type WordOf<G> = <<G as WordConfig>::Machine as machine::KeyMachine>::Word;
+pub(super) type WordOf<G> = <<G as WordConfig>::Machine as Machine>::Word;
 
 impl WordConfig for BucketConfig {
     type Machine = Gcra;
@@ -402,7 +326,6 @@ pub(super) fn resolve<G: WordConfig>(
     word: WordOf<G>,
     now: u64,
 ) -> Result<WordOf<G>, Refusal> {
-    use machine::KeyMachine as _;
     let tag = WordOf::<G>::from(TAG);
     if word & tag == WordOf::<G>::from(view.tag) {
         Ok(word & !tag)
@@ -428,7 +351,6 @@ pub(super) fn acquire<G: WordConfig, W: StateCell<Word = WordOf<G>>>(
     now: u64,
     n: u32,
 ) -> Result<(WordOf<G>, WordOf<G>), Refusal> {
-    use machine::KeyMachine as _;
     let machine = view.current.machine();
     check_request(n, machine.capacity())?;
     let tag = WordOf::<G>::from(view.tag);
@@ -449,7 +371,6 @@ pub(super) fn peek<G: WordConfig, W: StateCell<Word = WordOf<G>>>(
     now: u64,
     n: u32,
 ) -> Result<(), Refusal> {
-    use machine::KeyMachine as _;
     let machine = view.current.machine();
     check_request(n, machine.capacity())?;
     let state = resolve(view, cell.load(), now)?;
@@ -463,7 +384,6 @@ pub(super) fn refund<G: WordConfig, W: StateCell<Word = WordOf<G>>>(
     (before, written): (WordOf<G>, WordOf<G>),
     n: u32,
 ) {
-    use machine::KeyMachine as _;
     let machine = view.current.machine();
     let tag = WordOf::<G>::from(TAG);
     let _ = cell.update(|word| {
@@ -492,7 +412,6 @@ pub(super) fn snapshot<G: WordConfig, W: StateCell<Word = WordOf<G>>>(
     cell: &W,
     now: u64,
 ) -> Option<Snapshot> {
-    use machine::KeyMachine as _;
     let state = resolve(view, cell.load(), now).ok()?;
     Some(view.current.machine().snapshot(state, now))
 }
@@ -502,7 +421,6 @@ pub(super) fn is_fresh<G: WordConfig, W: StateCell<Word = WordOf<G>>>(
     cell: &W,
     now: u64,
 ) -> Option<bool> {
-    use machine::KeyMachine as _;
     let state = resolve(view, cell.load(), now).ok()?;
     Some(view.current.machine().is_fresh(state, now))
 }
@@ -529,7 +447,6 @@ pub(super) fn admitted<G: WordConfig>(
     written: WordOf<G>,
     now: u64,
 ) -> Snapshot {
-    use machine::KeyMachine as _;
     view.current
         .machine()
         .snapshot(written & !WordOf::<G>::from(TAG), now)
@@ -548,13 +465,13 @@ macro_rules! word_kind {
             type Receipt = ($word, $word);
 
             fn capacity(config: &$config) -> u32 {
-                $crate::kind::machine::KeyMachine::capacity(config.machine())
+                $crate::machine::Machine::capacity(config.machine())
             }
 
             fn fresh(tag: u64) -> $cell {
                 <$cell as $crate::cell::StateCell>::new(
                     WordOf::<$config>::from(tag)
-                        | <<$config as WordConfig>::Machine as $crate::kind::machine::KeyMachine>::INITIAL,
+                        | <<$config as WordConfig>::Machine as $crate::machine::Machine>::INITIAL,
                 )
             }
 
@@ -568,7 +485,11 @@ macro_rules! word_kind {
                 acquire(view, state, now, n)
             }
 
-            fn admitted(view: &View<'_, $config>, (_, written): Self::Receipt, now: u64) -> Snapshot {
+            fn admitted(
+                view: &View<'_, $config>,
+                (_, written): Self::Receipt,
+                now: u64,
+            ) -> Snapshot {
                 admitted(view, written, now)
             }
 
@@ -616,6 +537,7 @@ pub(super) use word_kind;
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::machine::Carry;
 
     /// `count_bits` and the refund rely on the documented packing of the fixed
     /// window's word; this fails if that layout ever changes.

@@ -9,8 +9,9 @@
 //! operations the layer needs (decide, peek, refund, snapshot, "is this state
 //! fresh?", carry over a reconfiguration). The kinds: `kinds` (the one-word
 //! limiters), `two_word` (the shaper and warm-up), `log` (the exact sliding
-//! log), `sliding` (the sliding window) and `combined` (pairs of kinds), over
-//! `machine` (the contract between a state word and a decision function);
+//! log), `sliding` (the sliding window) and `combined` (pairs of kinds); the
+//! one-word and two-word kinds run the algorithms' own machines
+//! (`crate::machine`);
 //! `reconfig` holds the reconfiguration protocol and `Tunable`, `answer` the
 //! two shapes of an answer.
 
@@ -18,7 +19,6 @@ pub(crate) mod answer;
 pub mod combined;
 mod kinds;
 mod log;
-mod machine;
 pub(crate) mod reconfig;
 mod sliding;
 mod two_word;
@@ -29,6 +29,7 @@ use crate::clock::Clock;
 use crate::error::Denied;
 use crate::limiter::Snapshot;
 
+pub use crate::machine::Carry;
 pub use kinds::{BucketConfig, MeterConfig, WindowConfig};
 pub use log::LogConfig;
 pub use reconfig::Tunable;
@@ -44,49 +45,9 @@ pub use two_word::{ShaperConfig, WarmUpConfig};
 /// so bit 63 is free. The test `states_stay_below_the_tag_at_the_end_of_time`
 /// in `kinds.rs` checks all three. Two-word states (`u128`) keep the tag in
 /// the same bit 63, of their low word: the shaper's latest start and
-/// warm-up's spent bank never reach it (`two_word.rs` and its test
+/// warm-up's spent idle time never reach it (`two_word.rs` and its test
 /// `two_word_states_stay_below_the_tag_at_the_end_of_time`).
 pub(crate) const TAG: u64 = 1 << 63;
-
-/// What to do with a limiter's current state when its configuration changes.
-///
-/// Bucket4j's token-inheritance strategies, less its "as is" (which would leave
-/// a full bucket less than full when the capacity grows, so a key would behave
-/// differently depending on whether it had been evicted — see `docs/keyed.md`).
-/// Every strategy here maps a fresh state to a fresh state.
-///
-/// ```
-/// use tollgate::keyed::{BucketConfig, Carry, Tunable};
-/// use tollgate::{ManualClock, Rate, RateLimiter, TokenBucket};
-///
-/// let clock = ManualClock::new();
-/// let cfg = BucketConfig::new(10, Rate::per_second(10)).unwrap();
-/// let limiter = Tunable::<TokenBucket<ManualClock>>::with_clock(cfg, clock.clone());
-/// limiter.try_acquire_n(6).unwrap(); // 4 of 10 left
-///
-/// // Proportional: 40 % left stays 40 % left.
-/// limiter.reconfigure(BucketConfig::new(20, Rate::per_second(20)).unwrap(), Carry::Proportional);
-/// assert_eq!(limiter.snapshot().available, 8);
-/// // Additive: the 12 permits in use stay in use.
-/// limiter.reconfigure(BucketConfig::new(30, Rate::per_second(20)).unwrap(), Carry::Additive);
-/// assert_eq!(limiter.snapshot().available, 18);
-/// // Reset: full.
-/// limiter.reconfigure(BucketConfig::new(5, Rate::per_second(5)).unwrap(), Carry::Reset);
-/// assert_eq!(limiter.snapshot().available, 5);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Carry {
-    /// The fraction of the capacity in use is kept (rounded towards "in use"):
-    /// a bucket 40 % full stays 40 % full. The default: a quota change neither
-    /// hands out a burst nor locks anyone out.
-    #[default]
-    Proportional,
-    /// The permits in use are kept, capped at the new capacity: raising the
-    /// capacity by 10 makes 10 more permits available at once.
-    Additive,
-    /// Every state starts afresh, full.
-    Reset,
-}
 
 /// A decision a kind could not make, and why.
 #[doc(hidden)]

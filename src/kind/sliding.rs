@@ -38,11 +38,11 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::kinds::scale_up;
 use super::{Carry, Keyable, Refusal, View, sealed::Sealed};
 use crate::clock::Clock;
 use crate::error::{ConfigError, Denied};
 use crate::limiter::{Snapshot, check_request};
+use crate::machine::scale_up;
 use crate::rate::Rate;
 use crate::sliding_window::SlidingWindow;
 use crate::sliding_window::ring::Geometry;

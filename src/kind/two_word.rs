@@ -3,10 +3,10 @@
 //! twins. Each key's state is the direct limiter's own 128-bit word, unpadded
 //! (16 bytes: an `AtomicU128`, or a `u128` under a mutex for the twins), with
 //! the keyed layer's tag in bit 63 — the low word, which holds a start time
-//! (shaper) or a bank of idle time (warm-up), both far below `2^63`. The
-//! decisions, the tag handling and the cells are the one-word kinds' (see
-//! `kinds.rs`); this file gives each machine its freshness, its carry-over and
-//! its refund.
+//! (shaper) or the idle time the bank lacks (warm-up), both far below `2^63`.
+//! The machines, with their freshness, carry-over and refund, are the direct
+//! limiters' own; the tag handling and the cells are the one-word kinds' (see
+//! `kinds.rs`); this file gives each its configuration.
 //!
 //! Per key, these kinds decide as the direct limiters' [`RateLimiter`] calls
 //! do: a request is admitted only if it can start at once (the shaper and
@@ -20,13 +20,12 @@ use std::time::Duration;
 
 use super::kinds::{
     AtomicWideWord, LockedWideWord, WordConfig, WordOf, acquire, admitted, fork, is_fresh, peek,
-    refund, scale_up, settle, snapshot, word_kind,
+    refund, settle, snapshot, word_kind,
 };
-use super::machine::KeyMachine;
-use super::{Carry, Keyable, Refusal, View, sealed::Sealed};
+use super::{Keyable, Refusal, View, sealed::Sealed};
 use crate::clock::Clock;
-use crate::error::{ConfigError, Denied};
-use crate::leaky_bucket::shaper::{Queue, pack, unpack};
+use crate::error::ConfigError;
+use crate::leaky_bucket::shaper::Queue;
 use crate::leaky_bucket::{LockingShaper, Shaper};
 use crate::limiter::Snapshot;
 use crate::rate::Rate;
@@ -258,156 +257,6 @@ impl WordConfig for WarmUpConfig {
     }
 }
 
-fn ns(d: Duration) -> u64 {
-    // Both machines validated their durations to at most 2^62 ns.
-    d.as_nanos() as u64
-}
-
-/// The shaper's word is `end << 64 | last` (see `leaky_bucket::shaper`):
-/// `last`, the latest start granted, is at most a reading plus the longest
-/// wait, `2^62 + 2^61 < 2^63`, so bit 63 is free for the tag.
-impl KeyMachine for Queue {
-    type Word = u128;
-    const INITIAL: u128 = 0;
-
-    fn capacity(&self) -> u32 {
-        Queue::capacity(self)
-    }
-
-    /// Admitted only if it can start at `now`: the direct shaper's
-    /// `try_acquire_n`.
-    #[inline]
-    fn decide(&self, state: u128, now: u64, n: u32) -> Result<u128, Denied> {
-        Queue::decide(self, state, now, n, 0).map(|(after, _)| after)
-    }
-
-    fn snapshot(&self, state: u128, now: u64) -> Snapshot {
-        Queue::snapshot(self, state, now)
-    }
-
-    /// Fresh iff the schedule has ended: `end <= now`. Then `last <= end <=
-    /// now` (a start never passes its slot's end), so at every `t >= now` a
-    /// booking's base is `max(end, t) = t` and its floor `max(t, last) = t`,
-    /// exactly the initial word's. Not the snapshot's "a request starts now",
-    /// which holds as soon as `end − burst·I <= now`: a queue with burst
-    /// still in use is not fresh.
-    fn is_fresh(&self, state: u128, now: u64) -> bool {
-        unpack(state).0 <= now
-    }
-
-    /// The queued time `end − now` is carried like the bucket's debt, over the
-    /// furthest the end can run ahead, `(burst + capacity)·interval`:
-    /// `Proportional` keeps its fraction, `Additive` the permits queued
-    /// (capped), `Reset` none. The start floor is kept where the new end
-    /// allows. An ended schedule carries to the initial word.
-    fn carry(from: &Self, to: &Self, state: u128, now: u64, carry: Carry) -> u128 {
-        let (end, last) = unpack(state);
-        let interval = |q: &Queue| ns(q.interval());
-        let reach = |q: &Queue| interval(q) * (u64::from(q.burst()) + u64::from(q.capacity()));
-        let queued = end.saturating_sub(now).min(reach(from));
-        let queued = match carry {
-            Carry::Proportional => scale_up(queued, reach(to), reach(from)),
-            Carry::Additive => scale_up(queued, interval(to), interval(from)).min(reach(to)),
-            Carry::Reset => 0,
-        };
-        if queued == 0 {
-            return Self::INITIAL;
-        }
-        // `now <= 2^62`, `queued <= reach <= 2^62`: the direct shaper's bounds.
-        let end = now + queued;
-        pack(end, last.min(end))
-    }
-
-    /// Restores the word the booking replaced if it is still the one it
-    /// wrote (every booking moves `end` strictly forward: the cancel argument
-    /// of the direct shaper); otherwise keeps the permits.
-    fn refund(&self, state: u128, before: u128, written: u128, _n: u32) -> Option<u128> {
-        (state == written).then_some(before)
-    }
-}
-
-/// The warm-up's word, keyed, is `next << 64 | spent`: `spent = W − bank`,
-/// the idle time the key's bank lacks (the direct limiter keeps the bank
-/// itself). A cold, idle key is then `0` under every configuration, which a
-/// fresh state must be (it is created without one). `spent <= W <= 2^52`:
-/// bit 63 is free for the tag.
-impl KeyMachine for Curve {
-    type Word = u128;
-    const INITIAL: u128 = 0;
-
-    fn capacity(&self) -> u32 {
-        Curve::capacity(self)
-    }
-
-    /// Admitted only if it can start at `now`: the direct warm-up's
-    /// `try_acquire_n`, on the bank `W − spent`.
-    #[inline]
-    fn decide(&self, state: u128, now: u64, n: u32) -> Result<u128, Denied> {
-        let w = ns(self.warm_up());
-        let (next, spent) = unpack(state);
-        let (after, _) = Curve::decide(self, pack(next, w - spent.min(w)), now, n, 0)?;
-        let (next, bank) = unpack(after);
-        Ok(pack(next, w - bank))
-    }
-
-    fn snapshot(&self, state: u128, now: u64) -> Snapshot {
-        // The snapshot reads `next` only.
-        Curve::snapshot(self, state, now)
-    }
-
-    /// Fresh iff idle long enough to be cold again: `next + spent <= now`.
-    /// Then at every `t >= now` the resync (`t > next`) banks `t − next >=
-    /// spent`, so the bank is full and `next = t`: the initial word's state.
-    /// (`next == now` needs `spent == 0`, and the initial word at `t` is
-    /// `(t, full)` too.)
-    fn is_fresh(&self, state: u128, now: u64) -> bool {
-        let (next, spent) = unpack(state);
-        next.saturating_add(spent) <= now
-    }
-
-    /// Resynced at `now` first (idle time banked). The time owed, `next −
-    /// now`, is kept in permits at the new stable interval by both
-    /// `Proportional` and `Additive`; the warmth is kept as a fraction of the
-    /// warm-up period (`Proportional`, rounded towards cold) or as the same
-    /// idle time spent, capped (`Additive`); `Reset` is cold and idle. Never
-    /// warmer than it was: rounding is towards the slower side.
-    fn carry(from: &Self, to: &Self, state: u128, now: u64, carry: Carry) -> u128 {
-        let (next, spent) = unpack(state);
-        let (next, spent) = if now > next {
-            (now, spent.saturating_sub(now - next))
-        } else {
-            (next, spent)
-        };
-        let (w_from, w_to) = (ns(from.warm_up()), ns(to.warm_up()));
-        let (s_from, s_to) = (ns(from.stable_interval()), ns(to.stable_interval()));
-        let owed = next - now;
-        let (owed, spent) = match carry {
-            Carry::Proportional => (
-                scale_up(owed, s_to, s_from),
-                // Rounded down: less spent is colder, i.e. slower.
-                (u128::from(spent.min(w_from)) * u128::from(w_to) / u128::from(w_from.max(1)))
-                    as u64,
-            ),
-            Carry::Additive => (scale_up(owed, s_to, s_from), spent.min(w_to)),
-            Carry::Reset => (0, 0),
-        };
-        // The direct limiter's longest wait bounds what is owed: `next` stays
-        // below `2^62 + 2^61`, and a booking adds at most `2^60 + W`.
-        let owed = owed.min(crate::waiting::MAX_WAIT);
-        if owed == 0 && spent == 0 {
-            Self::INITIAL
-        } else {
-            pack(now + owed, spent)
-        }
-    }
-
-    /// Restores the replaced word if it is still the one written (every
-    /// booking moves `next` forward by at least one stable interval).
-    fn refund(&self, state: u128, before: u128, written: u128, _n: u32) -> Option<u128> {
-        (state == written).then_some(before)
-    }
-}
-
 word_kind!(Shaper, ShaperConfig, AtomicWideWord, u128);
 word_kind!(LockingShaper, ShaperConfig, LockedWideWord, u128);
 word_kind!(WarmUp, WarmUpConfig, AtomicWideWord, u128);
@@ -417,6 +266,8 @@ word_kind!(LockingWarmUp, WarmUpConfig, LockedWideWord, u128);
 mod tests {
     use super::*;
     use crate::kind::TAG;
+    use crate::leaky_bucket::shaper::pack;
+    use crate::machine::{Carry, Machine};
     use crate::timeline::{END, MAX_TIME};
 
     /// The tag (bit 63 of the low word) is free only if no two-word state
@@ -431,9 +282,9 @@ mod tests {
             Duration::ZERO,
         )
         .unwrap();
-        let mut state = <Queue as KeyMachine>::INITIAL;
+        let mut state = <Queue as Machine>::INITIAL;
         for now in [END - 5, END - 1, END] {
-            state = KeyMachine::decide(&queue, state, now, 1).unwrap_or(state);
+            state = Machine::decide(&queue, state, now, 1).unwrap_or(state);
             assert_eq!(state & tag, 0);
         }
         let slow = Queue::new(
@@ -442,20 +293,20 @@ mod tests {
             Duration::ZERO,
         )
         .unwrap();
-        let carried = <Queue as KeyMachine>::carry(&queue, &slow, state, END, Carry::Additive);
+        let carried = <Queue as Machine>::carry(&queue, &slow, state, END, Carry::Additive);
         assert_eq!(carried & tag, 0);
 
         let longest = Duration::from_nanos(1 << 52);
         let curve = Curve::new(Rate::new(1, Duration::from_nanos(1)), longest, 1000).unwrap();
-        let mut state = <Curve as KeyMachine>::INITIAL;
+        let mut state = <Curve as Machine>::INITIAL;
         for now in [END - (1 << 40), END] {
-            state = KeyMachine::decide(&curve, state, now, 1 << 20).unwrap_or(state);
+            state = Machine::decide(&curve, state, now, 1 << 20).unwrap_or(state);
             assert_eq!(state & tag, 0);
         }
         let other = Curve::new(Rate::per_second(1), longest, 3).unwrap();
         for carry in [Carry::Proportional, Carry::Additive] {
             assert_eq!(
-                <Curve as KeyMachine>::carry(&curve, &other, state, END, carry) & tag,
+                <Curve as Machine>::carry(&curve, &other, state, END, carry) & tag,
                 0
             );
         }
@@ -478,16 +329,16 @@ mod tests {
         let d = Curve::new(Rate::per_minute(7), Duration::from_secs(9), 5).unwrap();
         for carry in [Carry::Proportional, Carry::Additive, Carry::Reset] {
             for now in [0, 1, 10_000_000_000] {
-                assert_eq!(<Queue as KeyMachine>::carry(&a, &b, 0, now, carry), 0);
-                assert_eq!(<Curve as KeyMachine>::carry(&c, &d, 0, now, carry), 0);
+                assert_eq!(<Queue as Machine>::carry(&a, &b, 0, now, carry), 0);
+                assert_eq!(<Curve as Machine>::carry(&c, &d, 0, now, carry), 0);
                 // An ended schedule; a key idle long enough to be cold.
                 assert_eq!(
-                    <Queue as KeyMachine>::carry(&a, &b, pack(now, now), now, carry),
+                    <Queue as Machine>::carry(&a, &b, pack(now, now), now, carry),
                     0
                 );
                 let idle = pack(now / 2, now / 2);
-                assert!(KeyMachine::is_fresh(&c, idle, now));
-                assert_eq!(<Curve as KeyMachine>::carry(&c, &d, idle, now, carry), 0);
+                assert!(Machine::is_fresh(&c, idle, now));
+                assert_eq!(<Curve as Machine>::carry(&c, &d, idle, now, carry), 0);
             }
         }
     }

@@ -7,9 +7,9 @@ use super::shaper::shaper;
 use crate::cell::LockedCell;
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::ConfigError;
+use crate::machine::{WordLimiter, word_limiter};
 use crate::rate::Rate;
 use crate::waiting::word_reserve;
-use crate::word::{WordLimiter, word_limiter};
 
 word_limiter!(
     /// The [`LeakyBucket`](crate::LeakyBucket)'s twin: the same `empty_at` word

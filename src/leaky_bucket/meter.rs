@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use crate::error::{ConfigError, Denied};
 use crate::limiter::Snapshot;
+use crate::machine::{Carry, Machine, Schedule, carry_debt};
 use crate::rate::Rate;
 use crate::timeline::MAX_TIME;
-use crate::word::{Refund, WordMachine};
+use crate::waiting::schedule;
 
 /// A leaky bucket meter: the whole state is `empty_at`, the instant at which the
 /// water now in the bucket will have leaked out. The level at `now` is
@@ -52,7 +53,9 @@ impl Meter {
     }
 }
 
-impl WordMachine for Meter {
+impl Machine for Meter {
+    type Word = u64;
+
     /// Empty at the limiter's origin.
     const INITIAL: u64 = 0;
 
@@ -83,15 +86,22 @@ impl WordMachine for Meter {
         let available = ((self.depth - level.min(self.depth)) / self.interval) as u32;
         Snapshot::from_ns(available, self.capacity, level)
     }
+
+    /// `empty_at − now` is the level in drain time, exactly the GCRA's debt
+    /// (the meter's decision is the GCRA's with `depth` for `tolerance`), so
+    /// it carries over as the bucket does. Its refund is the default stack
+    /// rule: `empty_at` moves strictly forward with every admission.
+    fn carry(from: &Self, to: &Self, empty_at: u64, now: u64, carry: Carry) -> u64 {
+        let shape = |m: &Meter| (m.interval, m.capacity);
+        carry_debt(shape(from), shape(to), empty_at, now, carry)
+    }
 }
 
-/// The meter's refund rule, the token bucket's: the word (the time the bucket
-/// is empty) moves strictly forward on every admission, so it equals the word
-/// an admission wrote iff every change since has been undone; only then is
-/// the word it replaced restored. A refund that finds the word moved keeps
-/// the permits poured (under-admission, never over-admission).
-impl Refund for Meter {
-    fn refund(&self, empty_at: u64, before: u64, written: u64, _n: u32) -> Option<u64> {
-        (empty_at == written).then_some(before)
+/// A booking pours its permits in now and starts when the level they reach
+/// has drained to the depth: the GCRA's schedule with `depth` for the lead.
+impl Schedule for Meter {
+    #[inline]
+    fn book(&self, empty_at: u64, now: u64, n: u32, max_wait: u64) -> Result<(u64, u64), Denied> {
+        schedule(empty_at, now, n, self.interval, self.depth, max_wait)
     }
 }

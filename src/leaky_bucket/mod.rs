@@ -13,9 +13,9 @@ pub use locking::{LockingLeakyBucket, LockingShaper};
 use crate::cell::AtomicCell;
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::ConfigError;
+use crate::machine::{WordLimiter, word_limiter};
 use crate::rate::Rate;
 use crate::waiting::word_reserve;
-use crate::word::{WordLimiter, word_limiter};
 use meter::Meter;
 use shaper::shaper;
 

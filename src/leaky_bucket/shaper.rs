@@ -2,16 +2,12 @@
 
 use std::time::Duration;
 
-use crossbeam_utils::CachePadded;
-
-use crate::cell::StateCell;
-use crate::clock::Clock;
 use crate::error::{ConfigError, Denied};
-use crate::limiter::{Rejection, Snapshot, check_request, remembering, report};
+use crate::limiter::Snapshot;
+use crate::machine::{Carry, Machine, Schedule, scale_up};
 use crate::rate::Rate;
-use crate::timeline::{MAX_TIME, Timeline};
+use crate::timeline::MAX_TIME;
 use crate::waiting::MAX_WAIT;
-use crate::waiting::sealed::Ticket;
 
 /// The shaper's state: `end << 64 | last`. `end` is the schedule's end (the
 /// next free slot, a theoretical arrival time); `last` is the latest start
@@ -96,7 +92,73 @@ impl Queue {
     pub(crate) fn max_wait(&self) -> Duration {
         Duration::from_nanos(self.max_wait)
     }
+}
 
+/// The shaper's word is `end << 64 | last` (see [`pack`]): `last`, the latest
+/// start granted, is at most a reading plus the longest wait, `2^62 + 2^61 <
+/// 2^63`, so bit 63 of the low word is free for the keyed layer's tag.
+impl Machine for Queue {
+    type Word = u128;
+    const INITIAL: u128 = 0;
+
+    fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    /// Admitted only if it can start at `now`: the shaper used as a meter.
+    #[inline]
+    fn decide(&self, state: u128, now: u64, n: u32) -> Result<u128, Denied> {
+        self.book(state, now, n, 0).map(|(after, _)| after)
+    }
+
+    /// What a request could get at `now`: a request of any size up to the
+    /// capacity starts now iff the schedule ends within `burst` intervals and
+    /// no start granted so far is later than `now`.
+    fn snapshot(&self, state: u128, now: u64) -> Snapshot {
+        let (end, last) = unpack(state);
+        let slack = u64::from(self.burst) * self.interval;
+        let earliest = end.saturating_sub(slack).max(last);
+        let available = if earliest <= now { self.capacity } else { 0 };
+        Snapshot::from_ns(available, self.capacity, earliest.saturating_sub(now))
+    }
+
+    /// Fresh iff the schedule has ended: `end <= now`. Then `last <= end <=
+    /// now` (a start never passes its slot's end), so at every `t >= now` a
+    /// booking's base is `max(end, t) = t` and its floor `max(t, last) = t`,
+    /// exactly the initial word's. Not the snapshot's "a request starts now",
+    /// which holds as soon as `end − burst·I <= now`: a queue with burst
+    /// still in use is not fresh.
+    fn is_fresh(&self, state: u128, now: u64) -> bool {
+        unpack(state).0 <= now
+    }
+
+    /// The queued time `end − now` is carried like the bucket's debt, over the
+    /// furthest the end can run ahead, `(burst + capacity)·interval`:
+    /// `Proportional` keeps its fraction, `Additive` the permits queued
+    /// (capped), `Reset` none. The start floor is kept where the new end
+    /// allows. An ended schedule carries to the initial word.
+    fn carry(from: &Self, to: &Self, state: u128, now: u64, carry: Carry) -> u128 {
+        let (end, last) = unpack(state);
+        let reach = |q: &Queue| q.interval * (u64::from(q.burst) + u64::from(q.capacity));
+        let queued = end.saturating_sub(now).min(reach(from));
+        let queued = match carry {
+            Carry::Proportional => scale_up(queued, reach(to), reach(from)),
+            Carry::Additive => scale_up(queued, to.interval, from.interval).min(reach(to)),
+            Carry::Reset => 0,
+        };
+        if queued == 0 {
+            return Self::INITIAL;
+        }
+        // `now <= 2^62`, `queued <= reach <= 2^62`: the bounds of `book`.
+        let end = now + queued;
+        pack(end, last.min(end))
+    }
+}
+
+/// A booking's cancellation is the default refund: every booking moves `end`
+/// strictly forward (by `n·interval > 0`), and restoring the exact state it
+/// replaced, latest start included, is "as if it had never been made".
+impl Schedule for Queue {
     /// The state after booking `n` permits on `state` at `now`, and their
     /// start, if the start is within both the queue's bound and the caller's
     /// `max_wait` of `now`. The request occupies the slot `[max(end, now),
@@ -107,13 +169,7 @@ impl Queue {
     /// No overflow: `end <= 2^62 + MAX_WAIT + 2^62` and `last <= end` (the
     /// bounds of `waiting::schedule`, which this is with a floor).
     #[inline]
-    pub(crate) fn decide(
-        &self,
-        state: u128,
-        now: u64,
-        n: u32,
-        max_wait: u64,
-    ) -> Result<(u128, u64), Denied> {
+    fn book(&self, state: u128, now: u64, n: u32, max_wait: u64) -> Result<(u128, u64), Denied> {
         let (end, last) = unpack(state);
         // A stale reading is lifted to the latest start: time never runs
         // backwards for the schedule. `last < end`, so the slot is unchanged.
@@ -132,119 +188,6 @@ impl Queue {
             Err(Denied::RetryAfter(Duration::from_nanos(wait - max_wait)))
         }
     }
-
-    /// What a request could get at `now`: a request of any size up to the
-    /// capacity starts now iff the schedule ends within `burst` intervals and
-    /// no start granted so far is later than `now`.
-    pub(crate) fn snapshot(&self, state: u128, now: u64) -> Snapshot {
-        let (end, last) = unpack(state);
-        let slack = u64::from(self.burst) * self.interval;
-        let earliest = end.saturating_sub(slack).max(last);
-        let available = if earliest <= now { self.capacity } else { 0 };
-        Snapshot::from_ns(available, self.capacity, earliest.saturating_sub(now))
-    }
-}
-
-/// A shaper over a state cell: the atomic one or its locking twin.
-#[derive(Debug)]
-pub(crate) struct ShaperCore<S, C> {
-    queue: Queue,
-    /// The schedule's end and the latest start granted, ns since the origin
-    /// (see [`pack`]); on its own cache line, as a one-word limiter's.
-    state: CachePadded<S>,
-    timeline: Timeline<C>,
-}
-
-impl<S: StateCell<Word = u128>, C: Clock> ShaperCore<S, C> {
-    pub(crate) fn new(queue: Queue, clock: C) -> Self {
-        ShaperCore {
-            queue,
-            state: CachePadded::new(S::new(0)),
-            timeline: Timeline::new(clock),
-        }
-    }
-
-    pub(crate) fn queue(&self) -> &Queue {
-        &self.queue
-    }
-
-    pub(crate) fn clock(&self) -> &C {
-        self.timeline.clock()
-    }
-
-    pub(crate) fn now(&self) -> u64 {
-        self.timeline.now()
-    }
-
-    #[inline]
-    pub(crate) fn reserve(&self, n: u32, max_wait: u64) -> Result<Ticket, Denied> {
-        check_request(n, self.queue.capacity)?;
-        // One clock reading per request; a retry after a lost race reuses it. A
-        // stale reading sees more of the queue ahead and starts no earlier than
-        // the latest start, so it can only wait longer.
-        let now = self.timeline.now();
-        let mut booked = Ticket {
-            start: 0,
-            permits: n,
-            after: 0,
-            before: 0,
-        };
-        self.state.update(|state| {
-            let (after, start) = self.queue.decide(state, now, n, max_wait)?;
-            // The values of the decision that is stored last are the ones kept.
-            booked = Ticket {
-                start,
-                permits: n,
-                after,
-                before: state,
-            };
-            Ok::<_, Denied>(after)
-        })?;
-        Ok(booked)
-    }
-
-    #[inline]
-    pub(crate) fn try_acquire_n(&self, n: u32) -> Result<(), Denied> {
-        self.reserve(n, 0).map(|_| ())
-    }
-
-    pub(crate) fn cancel(&self, ticket: &Ticket) -> bool {
-        // Every booking moves `end` strictly forward (by `n·interval > 0`) and a
-        // successful cancel restores the exact state its booking replaced,
-        // latest start included, so the states form a stack: the state equals
-        // a booking's iff every later booking has been cancelled, and restoring
-        // it is "as if it had never been made".
-        self.state
-            .update(|state| {
-                if state == ticket.after {
-                    Ok(ticket.before)
-                } else {
-                    // "Not the latest": stops without writing; never returned.
-                    Err(Denied::ZeroPermits)
-                }
-            })
-            .is_ok()
-    }
-
-    pub(crate) fn snapshot(&self) -> Snapshot {
-        let now = self.timeline.now();
-        self.queue.snapshot(self.state.load(), now)
-    }
-
-    /// `try_acquire_n` with the snapshot of the word the decision stored (or
-    /// denied on), at the decision's own reading.
-    #[inline]
-    pub(crate) fn try_acquire_n_with_snapshot(&self, n: u32) -> Result<Snapshot, Rejection> {
-        if let Err(denied) = check_request(n, self.queue.capacity) {
-            return Err(Rejection::new(denied, self.snapshot()));
-        }
-        let now = self.timeline.now();
-        let mut seen = 0;
-        let outcome = self.state.update(remembering(&mut seen, |state| {
-            self.queue.decide(state, now, n, 0).map(|(after, _)| after)
-        }));
-        report(outcome, self.queue.snapshot(seen, now))
-    }
 }
 
 /// Declares a public shaper type over a state cell, with its trait impls.
@@ -253,7 +196,7 @@ macro_rules! shaper {
         $(#[$doc])*
         #[derive(Debug)]
         pub struct $name<C = $crate::clock::MonotonicClock> {
-            inner: $crate::leaky_bucket::shaper::ShaperCore<$cell, C>,
+            inner: $crate::machine::WordLimiter<$crate::leaky_bucket::shaper::Queue, $cell, C>,
         }
 
         impl $name {
@@ -303,7 +246,7 @@ macro_rules! shaper {
             ) -> Result<Self, $crate::error::ConfigError> {
                 let queue = $crate::leaky_bucket::shaper::Queue::new(rate, burst, max_wait)?;
                 Ok($name {
-                    inner: $crate::leaky_bucket::shaper::ShaperCore::new(queue, clock),
+                    inner: $crate::machine::WordLimiter::new(queue, clock),
                 })
             }
 
@@ -331,7 +274,7 @@ macro_rules! shaper {
             /// assert_eq!(shaper.interval(), Duration::from_millis(250));
             /// ```
             pub fn interval(&self) -> std::time::Duration {
-                self.inner.queue().interval()
+                self.inner.machine().interval()
             }
 
             /// Requests that may start at once on an idle queue, beyond the first
@@ -344,7 +287,7 @@ macro_rules! shaper {
             /// assert_eq!(shaper.burst(), 3);
             /// ```
             pub fn burst(&self) -> u32 {
-                self.inner.queue().burst()
+                self.inner.machine().burst()
             }
 
             /// The longest a request may be queued before it starts.
@@ -356,7 +299,7 @@ macro_rules! shaper {
             /// assert_eq!(shaper.max_wait(), Duration::from_secs(1));
             /// ```
             pub fn max_wait(&self) -> std::time::Duration {
-                self.inner.queue().max_wait()
+                self.inner.machine().max_wait()
             }
 
             /// The queue's size in permits: `1 + burst + max_wait / interval`, the
@@ -369,7 +312,7 @@ macro_rules! shaper {
             /// assert_eq!(shaper.capacity(), 8);
             /// ```
             pub fn capacity(&self) -> u32 {
-                self.inner.queue().capacity()
+                self.inner.machine().capacity()
             }
         }
 
@@ -394,24 +337,7 @@ macro_rules! shaper {
             }
         }
 
-        impl<C: $crate::clock::Clock> $crate::waiting::sealed::RawReserve for $name<C> {
-            fn timeline_now(&self) -> u64 {
-                self.inner.now()
-            }
-
-            #[inline]
-            fn reserve_raw(
-                &self,
-                permits: u32,
-                max_wait: u64,
-            ) -> Result<$crate::waiting::sealed::Ticket, $crate::error::Denied> {
-                self.inner.reserve(permits, max_wait)
-            }
-
-            fn cancel_raw(&self, ticket: &$crate::waiting::sealed::Ticket) -> bool {
-                self.inner.cancel(ticket)
-            }
-        }
+        $crate::waiting::word_reserve!($name);
     };
 }
 

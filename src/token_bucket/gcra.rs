@@ -4,9 +4,10 @@ use std::time::Duration;
 
 use crate::error::{ConfigError, Denied};
 use crate::limiter::Snapshot;
+use crate::machine::{Carry, Machine, Schedule, carry_debt};
 use crate::rate::Rate;
 use crate::timeline::MAX_TIME;
-use crate::word::WordMachine;
+use crate::waiting::schedule;
 
 /// A token bucket as the generic cell rate algorithm: the whole state is the
 /// theoretical arrival time (TAT), the instant at which the bucket will be full
@@ -57,7 +58,9 @@ impl Gcra {
     }
 }
 
-impl WordMachine for Gcra {
+impl Machine for Gcra {
+    type Word = u64;
+
     /// A TAT of zero, at the limiter's origin: the bucket starts full.
     const INITIAL: u64 = 0;
 
@@ -91,5 +94,22 @@ impl WordMachine for Gcra {
         // `room <= tolerance`, so the quotient is at most `capacity`.
         let available = (room / self.interval) as u32;
         Snapshot::from_ns(available, self.capacity, tat.saturating_sub(now))
+    }
+
+    /// The TAT is "the instant the bucket is full again": `TAT − now` is the
+    /// *debt*, carried over by [`carry_debt`].
+    fn carry(from: &Self, to: &Self, tat: u64, now: u64, carry: Carry) -> u64 {
+        let shape = |g: &Gcra| (g.interval, g.capacity);
+        carry_debt(shape(from), shape(to), tat, now, carry)
+    }
+}
+
+/// A booking queues behind the TAT and may start `capacity · interval` before
+/// its end: a `try_acquire` is admitted only when its own start would be now,
+/// so it never jumps ahead of a reservation.
+impl Schedule for Gcra {
+    #[inline]
+    fn book(&self, tat: u64, now: u64, n: u32, max_wait: u64) -> Result<(u64, u64), Denied> {
+        schedule(tat, now, n, self.interval, self.tolerance, max_wait)
     }
 }

@@ -61,11 +61,11 @@ use super::gcra::Gcra;
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::{ConfigError, Denied};
 use crate::limiter::{RateLimiter, Rejection, Snapshot, check_request, report};
+use crate::machine::Machine;
 use crate::rate::Rate;
 use crate::stripe::{MAX_STRIPES, default_stripes, refresh_thread_hint, thread_hint};
 use crate::sync::{AtomicU64, Ordering};
 use crate::timeline::Timeline;
-use crate::word::WordMachine;
 
 /// A stripe that holds nothing: bit 63, which no slot start has.
 const EMPTY: u64 = 1 << 63;

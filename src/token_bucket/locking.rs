@@ -6,9 +6,9 @@ use super::gcra::Gcra;
 use crate::cell::LockedCell;
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::ConfigError;
+use crate::machine::{WordLimiter, word_limiter};
 use crate::rate::Rate;
 use crate::waiting::word_reserve;
-use crate::word::{WordLimiter, word_limiter};
 
 word_limiter!(
     /// The [`TokenBucket`](crate::TokenBucket)'s twin: the same TAT word and the

@@ -7,7 +7,6 @@ mod gcra;
 mod leased;
 mod locking;
 pub(crate) mod machine;
-mod refund;
 mod reserve;
 
 use std::time::Duration;
@@ -18,8 +17,8 @@ pub use locking::LockingTokenBucket;
 use crate::cell::AtomicCell;
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::ConfigError;
+use crate::machine::{WordLimiter, word_limiter};
 use crate::rate::Rate;
-use crate::word::{WordLimiter, word_limiter};
 use gcra::Gcra;
 
 word_limiter!(

@@ -10,46 +10,16 @@ mod future;
 
 use std::time::Duration;
 
-use crate::cell::StateCell;
 use crate::error::Denied;
 
 pub use retry::RetryAcquire;
 pub(crate) use schedule::{MAX_WAIT, schedule, wait_bound};
 
-/// Books `n` permits on a one-word schedule (token bucket, shaper): `decide`
-/// maps the current end to `(new end, start)` or a denial, and runs inside the
-/// cell's update (so possibly more than once, on a lost race). A denial writes
-/// nothing.
-#[inline]
-pub(crate) fn reserve_word<S: StateCell<Word = u64>>(
-    cell: &S,
-    n: u32,
-    mut decide: impl FnMut(u64) -> Result<(u64, u64), Denied>,
-) -> Result<sealed::Ticket, Denied> {
-    let mut booked = sealed::Ticket {
-        start: 0,
-        permits: n,
-        after: 0,
-        before: 0,
-    };
-    cell.update(|end| {
-        let (new_end, start) = decide(end)?;
-        // The values of the decision that is stored last are the ones kept.
-        booked.start = start;
-        booked.after = u128::from(new_end);
-        booked.before = u128::from(end);
-        Ok::<_, Denied>(new_end)
-    })?;
-    Ok(booked)
-}
-
-/// Implements [`RawReserve`](sealed::RawReserve) for a one-word limiter type
-/// whose machine is a GCRA-style bucket (token bucket, leaky bucket meter): a
-/// booking moves the word exactly as an admission would, from a word that may
-/// already be in the future, and may start `capacity · interval` before its
-/// end. A `try_acquire` is admitted only when its own start would be now, so it
-/// never jumps ahead of a reservation. Invoke it in the module that can see the
-/// type's `inner: WordLimiter` field.
+/// Implements [`RawReserve`](sealed::RawReserve) for a limiter type over a
+/// [`WordLimiter`](crate::machine::WordLimiter) whose machine is a
+/// [`Schedule`](crate::machine::Schedule) (token bucket, leaky bucket meter,
+/// shaper, warm-up): bookings and cancellations are the driver's. Invoke it
+/// in the module that can see the type's `inner` field.
 macro_rules! word_reserve {
     ($name:ident) => {
         impl<C: $crate::clock::Clock> $crate::waiting::sealed::RawReserve for $name<C> {
@@ -60,52 +30,20 @@ macro_rules! word_reserve {
             #[inline]
             fn reserve_raw(
                 &self,
-                n: u32,
+                permits: u32,
                 max_wait: u64,
             ) -> Result<$crate::waiting::sealed::Ticket, $crate::error::Denied> {
-                let capacity = $crate::word::WordMachine::capacity(self.inner.machine());
-                $crate::limiter::check_request(n, capacity)?;
-                // A whole number of ns below 2^62 (validated at construction).
-                let interval = self.inner.machine().interval().as_nanos() as u64;
-                let tolerance = u64::from(capacity) * interval;
-                // One reading per request, reused on a lost race; a stale reading
-                // sees the word further ahead, so it can only wait longer.
-                let now = self.inner.now();
-                $crate::waiting::reserve_word(self.inner.state(), n, |tat| {
-                    $crate::waiting::schedule(tat, now, n, interval, tolerance, max_wait)
-                })
+                self.inner.reserve(permits, max_wait)
             }
 
             fn cancel_raw(&self, ticket: &$crate::waiting::sealed::Ticket) -> bool {
-                $crate::waiting::cancel_word(self.inner.state(), ticket)
+                self.inner.cancel(ticket)
             }
         }
     };
 }
 
 pub(crate) use word_reserve;
-
-/// Cancels a booking made by [`reserve_word`]: restores the end it replaced if
-/// the end is still the one it wrote.
-///
-/// Every booking moves the end strictly forward (by `n·interval > 0` from at
-/// least the current end) and every successful cancel restores the exact value
-/// its booking replaced, so the values form a stack: the end equals a booking's
-/// end iff every booking made after it has been cancelled. Restoring is then
-/// exactly "as if it had never been made".
-pub(crate) fn cancel_word<S: StateCell<Word = u64>>(cell: &S, ticket: &sealed::Ticket) -> bool {
-    // Tickets of one-word limiters hold 64-bit values.
-    let (after, before) = (ticket.after as u64, ticket.before as u64);
-    cell.update(|end| {
-        if end == after {
-            Ok(before)
-        } else {
-            // Any denial stops the update without writing; it never leaves here.
-            Err(Denied::ZeroPermits)
-        }
-    })
-    .is_ok()
-}
 
 pub(crate) mod sealed {
     use crate::error::Denied;

@@ -4,10 +4,10 @@ use std::time::Duration;
 
 use crate::error::{ConfigError, Denied};
 use crate::limiter::Snapshot;
+use crate::limits::MAX_COLD_FACTOR;
+use crate::machine::{Carry, Machine, Schedule, scale_up};
 use crate::rate::Rate;
 use crate::waiting::MAX_WAIT;
-
-use crate::limits::MAX_COLD_FACTOR;
 
 /// The longest warm-up period: 2^52 ns, about 52 days. It keeps the cost
 /// arithmetic below (products of two bank values and the cold factor) in u128.
@@ -17,9 +17,10 @@ const MAX_WARM_UP: u64 = 1 << 52;
 /// that `next` stays below `2^62 + MAX_WAIT + 2^60 + MAX_WARM_UP < 2^63`.
 const MAX_REQUEST_COST: u64 = 1 << 60;
 
-/// Packs the state: the next free instant above, the banked idle time below.
-pub(crate) fn pack(next: u64, bank: u64) -> u128 {
-    (u128::from(next) << 64) | u128::from(bank)
+/// Packs the state: the next free instant above, the idle time the bank
+/// lacks below (`spent = W − bank`; see [`Curve`]).
+pub(crate) fn pack(next: u64, spent: u64) -> u128 {
+    (u128::from(next) << 64) | u128::from(spent)
 }
 
 pub(crate) fn unpack(state: u128) -> (u64, u64) {
@@ -46,6 +47,12 @@ pub(crate) fn unpack(state: u128) -> (u64, u64) {
 /// All of it in u64/u128 integers; only the trapezoid is rounded (down, to the
 /// nanosecond), and the bank spent per permit (down: the limiter stays colder by
 /// under a nanosecond of bank, never warmer).
+///
+/// The state word is `next << 64 | spent`, with `spent = W − b`, the idle
+/// time the bank lacks: a cold, idle limiter is then `0` under every
+/// configuration, which a fresh key must be (it is created without one).
+/// `spent <= W <= 2^52`, so bit 63 of the low word is free for the keyed
+/// layer's tag.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Curve {
     stable: u64,
@@ -99,15 +106,6 @@ impl Curve {
         self.cold_factor
     }
 
-    pub(crate) fn capacity(&self) -> u32 {
-        self.capacity
-    }
-
-    /// A fresh limiter is cold: a full bank, nothing scheduled.
-    pub(crate) fn initial(&self) -> u128 {
-        pack(0, self.warm_up)
-    }
-
     /// The state at `now` before any booking: idle time since `next` is banked
     /// (Guava's `resync`). A `now` at or before `next` (busy, stale or
     /// backwards) changes nothing.
@@ -141,20 +139,87 @@ impl Curve {
         let extra = numerator / (16 * (f + 1) * u128::from(self.warm_up));
         (left, base + extra as u64)
     }
+}
 
+impl Machine for Curve {
+    type Word = u128;
+
+    /// Cold and idle: nothing scheduled, nothing spent.
+    const INITIAL: u128 = 0;
+
+    fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    /// Admitted only if it can start at `now` (Guava's `tryAcquire(n)`).
+    #[inline]
+    fn decide(&self, state: u128, now: u64, n: u32) -> Result<u128, Denied> {
+        self.book(state, now, n, 0).map(|(after, _)| after)
+    }
+
+    fn snapshot(&self, state: u128, now: u64) -> Snapshot {
+        let (next, _) = unpack(state);
+        let wait = next.saturating_sub(now);
+        let available = if wait == 0 { self.capacity } else { 0 };
+        Snapshot::from_ns(available, self.capacity, wait)
+    }
+
+    /// Fresh iff idle long enough to be cold again: `next + spent <= now`.
+    /// Then at every `t >= now` the resync (`t > next`) banks `t − next >=
+    /// spent`, so the bank is full and `next = t`: the initial word's state.
+    /// (`next == now` needs `spent == 0`, and the initial word at `t` is
+    /// `(t, full)` too.)
+    fn is_fresh(&self, state: u128, now: u64) -> bool {
+        let (next, spent) = unpack(state);
+        next.saturating_add(spent) <= now
+    }
+
+    /// Resynced at `now` first (idle time banked). The time owed, `next −
+    /// now`, is kept in permits at the new stable interval by both
+    /// `Proportional` and `Additive`; the warmth is kept as a fraction of the
+    /// warm-up period (`Proportional`, rounded towards cold) or as the same
+    /// idle time spent, capped (`Additive`); `Reset` is cold and idle. Never
+    /// warmer than it was: rounding is towards the slower side.
+    fn carry(from: &Self, to: &Self, state: u128, now: u64, carry: Carry) -> u128 {
+        let (next, spent) = unpack(state);
+        let (next, spent) = if now > next {
+            (now, spent.saturating_sub(now - next))
+        } else {
+            (next, spent)
+        };
+        let (w_from, w_to) = (from.warm_up, to.warm_up);
+        let owed = next - now;
+        let (owed, spent) = match carry {
+            Carry::Proportional => (
+                scale_up(owed, to.stable, from.stable),
+                // Rounded down: less spent is colder, i.e. slower.
+                (u128::from(spent.min(w_from)) * u128::from(w_to) / u128::from(w_from.max(1)))
+                    as u64,
+            ),
+            Carry::Additive => (scale_up(owed, to.stable, from.stable), spent.min(w_to)),
+            Carry::Reset => (0, 0),
+        };
+        // The longest wait bounds what is owed: `next` stays below `2^62 +
+        // 2^61`, and a booking adds at most `2^60 + W`.
+        let owed = owed.min(MAX_WAIT);
+        if owed == 0 && spent == 0 {
+            Self::INITIAL
+        } else {
+            pack(now + owed, spent)
+        }
+    }
+}
+
+/// A booking's cancellation is the default refund: every booking moves `next`
+/// forward by at least one stable interval.
+impl Schedule for Curve {
     /// Books `n` permits at `now` if they may start within `max_wait`: returns
     /// the new state and the start. The start is the (resynced) next free
     /// instant; the request's cost pushes the next one back (Guava: "pay later").
     #[inline]
-    pub(crate) fn decide(
-        &self,
-        state: u128,
-        now: u64,
-        n: u32,
-        max_wait: u64,
-    ) -> Result<(u128, u64), Denied> {
-        let (next, bank) = unpack(state);
-        let (next, bank) = self.resync(next, bank, now);
+    fn book(&self, state: u128, now: u64, n: u32, max_wait: u64) -> Result<(u128, u64), Denied> {
+        let (next, spent) = unpack(state);
+        let (next, bank) = self.resync(next, self.warm_up - spent.min(self.warm_up), now);
         // After resync `next >= now`; a stale reading sees a longer wait (the
         // resync banks less idle time), never a shorter one.
         let wait = next - now;
@@ -165,14 +230,7 @@ impl Curve {
             return Err(Denied::RetryAfter(Duration::from_nanos(wait - bound)));
         }
         let (bank, cost) = self.spend(bank, n);
-        Ok((pack(next + cost, bank), next))
-    }
-
-    pub(crate) fn snapshot(&self, state: u128, now: u64) -> Snapshot {
-        let (next, _) = unpack(state);
-        let wait = next.saturating_sub(now);
-        let available = if wait == 0 { self.capacity } else { 0 };
-        Snapshot::from_ns(available, self.capacity, wait)
+        Ok((pack(next + cost, self.warm_up - bank), next))
     }
 }
 
@@ -224,7 +282,7 @@ mod tests {
         let (_, cost) = fast.spend(fast.warm_up, u32::MAX);
         assert!(cost < 1 << 63);
         assert!(
-            fast.decide(fast.initial(), 1 << 62, u32::MAX, MAX_WAIT)
+            fast.book(Curve::INITIAL, 1 << 62, u32::MAX, MAX_WAIT)
                 .is_ok()
         );
     }

@@ -7,100 +7,17 @@ pub(crate) mod curve;
 
 use std::time::Duration;
 
-use crossbeam_utils::CachePadded;
-
-use crate::cell::{AtomicCell, LockedCell, StateCell};
+use crate::cell::{AtomicCell, LockedCell};
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::{ConfigError, Denied};
-use crate::limiter::{Rejection, Snapshot, check_request, remembering, report};
+use crate::limiter::{Rejection, Snapshot};
+use crate::machine::WordLimiter;
 use crate::rate::Rate;
-use crate::timeline::Timeline;
-use crate::waiting::sealed::{RawReserve, Ticket};
 use curve::Curve;
 
 /// Guava's default cold factor: a cold limiter hands out permits at a third of
 /// its stable rate.
 pub const DEFAULT_COLD_FACTOR: u32 = 3;
-
-/// A warm-up limiter over a state cell: the atomic one or its locking twin.
-#[derive(Debug)]
-struct Core<S, C> {
-    curve: Curve,
-    /// On its own cache line, as a one-word limiter's.
-    state: CachePadded<S>,
-    timeline: Timeline<C>,
-}
-
-impl<S: StateCell<Word = u128>, C: Clock> Core<S, C> {
-    fn new(curve: Curve, clock: C) -> Self {
-        Core {
-            state: CachePadded::new(S::new(curve.initial())),
-            curve,
-            timeline: Timeline::new(clock),
-        }
-    }
-
-    #[inline]
-    fn reserve(&self, n: u32, max_wait: u64) -> Result<Ticket, Denied> {
-        check_request(n, self.curve.capacity())?;
-        // One reading per request, reused on a lost race (see the module docs
-        // for what a stale one does).
-        let now = self.timeline.now();
-        let mut booked = Ticket {
-            start: 0,
-            permits: n,
-            after: 0,
-            before: 0,
-        };
-        self.state.update(|state| {
-            let (after, start) = self.curve.decide(state, now, n, max_wait)?;
-            booked = Ticket {
-                start,
-                permits: n,
-                after,
-                before: state,
-            };
-            Ok::<_, Denied>(after)
-        })?;
-        Ok(booked)
-    }
-
-    fn cancel(&self, ticket: &Ticket) -> bool {
-        // Every booking moves `next` strictly forward (a cost of at least one
-        // stable interval) and a successful cancel restores the exact word its
-        // booking replaced, so the words form a stack: the word equals a
-        // booking's iff every later booking has been cancelled.
-        self.state
-            .update(|state| {
-                if state == ticket.after {
-                    Ok(ticket.before)
-                } else {
-                    Err(Denied::ZeroPermits) // "not the latest": stops without writing
-                }
-            })
-            .is_ok()
-    }
-
-    fn snapshot(&self) -> Snapshot {
-        let now = self.timeline.now();
-        self.curve.snapshot(self.state.load(), now)
-    }
-
-    /// `try_acquire_n` with the snapshot of the word the decision stored (or
-    /// denied on), at the decision's own reading.
-    #[inline]
-    fn try_acquire_n_with_snapshot(&self, n: u32) -> Result<Snapshot, Rejection> {
-        if let Err(denied) = check_request(n, self.curve.capacity()) {
-            return Err(Rejection::new(denied, self.snapshot()));
-        }
-        let now = self.timeline.now();
-        let mut seen = 0;
-        let outcome = self.state.update(remembering(&mut seen, |state| {
-            self.curve.decide(state, now, n, 0).map(|(after, _)| after)
-        }));
-        report(outcome, self.curve.snapshot(seen, now))
-    }
-}
 
 /// Declares a public warm-up limiter type over a state cell, with its impls.
 macro_rules! warm_up {
@@ -108,7 +25,7 @@ macro_rules! warm_up {
         $(#[$doc])*
         #[derive(Debug)]
         pub struct $name<C = MonotonicClock> {
-            inner: Core<$cell, C>,
+            inner: WordLimiter<Curve, $cell, C>,
         }
 
         impl $name {
@@ -168,7 +85,7 @@ macro_rules! warm_up {
                 clock: C,
             ) -> Result<Self, ConfigError> {
                 Ok($name {
-                    inner: Core::new(Curve::new(rate, warm_up, cold_factor)?, clock),
+                    inner: WordLimiter::new(Curve::new(rate, warm_up, cold_factor)?, clock),
                 })
             }
 
@@ -183,7 +100,7 @@ macro_rules! warm_up {
             /// assert_eq!(limiter.clock().now(), 7);
             /// ```
             pub fn clock(&self) -> &C {
-                self.inner.timeline.clock()
+                self.inner.clock()
             }
 
             /// The interval between permits once warm: the rate's period over its
@@ -196,7 +113,7 @@ macro_rules! warm_up {
             /// assert_eq!(limiter.stable_interval(), Duration::from_millis(250));
             /// ```
             pub fn stable_interval(&self) -> Duration {
-                self.inner.curve.stable_interval()
+                self.inner.machine().stable_interval()
             }
 
             /// The warm-up period: how long saturated demand takes to bring a
@@ -209,7 +126,7 @@ macro_rules! warm_up {
             /// assert_eq!(limiter.warm_up_period(), Duration::from_secs(3));
             /// ```
             pub fn warm_up_period(&self) -> Duration {
-                self.inner.curve.warm_up()
+                self.inner.machine().warm_up()
             }
 
             /// The cold factor: a fully cold limiter's interval over the stable one.
@@ -221,7 +138,7 @@ macro_rules! warm_up {
             /// assert_eq!(limiter.cold_factor(), tollgate::DEFAULT_COLD_FACTOR);
             /// ```
             pub fn cold_factor(&self) -> u32 {
-                self.inner.curve.cold_factor()
+                self.inner.machine().cold_factor()
             }
         }
 
@@ -230,7 +147,7 @@ macro_rules! warm_up {
             /// `tryAcquire(n)`); they push the next start back by their cost.
             #[inline]
             fn try_acquire_n(&self, n: u32) -> Result<(), Denied> {
-                self.inner.reserve(n, 0).map(|_| ())
+                self.inner.try_acquire_n(n)
             }
 
             fn snapshot(&self) -> Snapshot {
@@ -243,20 +160,7 @@ macro_rules! warm_up {
             }
         }
 
-        impl<C: Clock> RawReserve for $name<C> {
-            fn timeline_now(&self) -> u64 {
-                self.inner.timeline.now()
-            }
-
-            #[inline]
-            fn reserve_raw(&self, permits: u32, max_wait: u64) -> Result<Ticket, Denied> {
-                self.inner.reserve(permits, max_wait)
-            }
-
-            fn cancel_raw(&self, ticket: &Ticket) -> bool {
-                self.inner.cancel(ticket)
-            }
-        }
+        $crate::waiting::word_reserve!($name);
     };
 }
 
@@ -321,7 +225,7 @@ warm_up!(
     /// | bits | meaning |
     /// |---|---|
     /// | 64–127 | `next`: ns since the limiter was built at which the next request may start |
-    /// | 0–63 | `bank`: idle time banked, in `[0, warm_up]` ns; Guava's `storedPermits` is `bank / coolDown` |
+    /// | 0–63 | `spent = warm_up − bank`: the idle time the bank lacks, in `[0, warm_up]` ns; the bank is the idle time banked, and Guava's `storedPermits` is `bank / coolDown`. Kept as what is spent so that a cold, idle limiter is the word 0 under every configuration (a key's fresh state) |
     ///
     /// | operation | writes |
     /// |---|---|
