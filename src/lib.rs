@@ -1,8 +1,12 @@
 //! Lock-free, model-checked rate limiters.
 //!
-//! Every limiter here decides with atomics only — no mutex, no allocation on the
-//! hot path — and every atomic algorithm is model-checked with
-//! [loom](https://docs.rs/loom) in `loom-tests/`. Each has a locking twin that
+//! Every direct limiter here decides with atomics only — no mutex, no
+//! allocation on the hot path — and every atomic algorithm is model-checked
+//! with [loom](https://docs.rs/loom) in `loom-tests/`. Per key
+//! ([`Keyed`](keyed::Keyed)), the same atomics decide on each key's word; a
+//! lookup waits only while an insertion or eviction holds the key's shard,
+//! and the per-key exact sliding log and sliding window decide under their
+//! own key's lock. Each has a locking twin that
 //! keeps the same state under a mutex and makes the same decisions, for
 //! benchmarks, for property tests, and for anyone who prefers a lock.
 //!
