@@ -18,7 +18,6 @@ use crate::clock::Clock;
 use crate::error::Denied;
 use crate::limiter::{Rejection, Snapshot, check_request, remembering, report};
 use crate::timeline::Timeline;
-use crate::waiting::sealed::Ticket;
 
 /// What to do with a limiter's current state when its configuration changes.
 ///
@@ -198,6 +197,20 @@ pub(crate) fn carry_debt(
     // `now <= 2^62` and `debt <= tolerance <= 2^62`: no overflow. Both
     // machines' initial word is 0.
     if debt == 0 { 0 } else { now + debt }
+}
+
+/// A booking on a [`Schedule`]: enough to report it and to undo it (the
+/// waiting layer's reservations hold one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(unreachable_pub)] // public only as the sealed `RawReserve`'s result
+pub struct Ticket {
+    /// When the permits may be used, on the limiter's timeline.
+    pub(crate) start: u64,
+    pub(crate) permits: u32,
+    /// The limiter's state right after booking, and what to restore on
+    /// cancel, widened to hold either width (see [`Word::widen`]).
+    pub(crate) after: u128,
+    pub(crate) before: u128,
 }
 
 /// What an admission leaves for its refund: the word it replaced, the word

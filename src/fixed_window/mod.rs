@@ -3,10 +3,9 @@
 //!
 //! The user-facing documentation (promise, state, proof) is on [`FixedWindow`].
 
-mod counter;
+pub(crate) mod counter;
 mod leased;
 mod locking;
-pub(crate) mod machine;
 
 use std::time::Duration;
 

@@ -20,14 +20,14 @@ use super::{Keyable, Refusal, TAG, View, sealed::Sealed};
 use crate::cell::{AtomicCell, LockedCell, Published, StateCell};
 use crate::clock::Clock;
 use crate::error::ConfigError;
-use crate::fixed_window::machine::WindowCounter;
+use crate::fixed_window::counter::WindowCounter;
 use crate::fixed_window::{FixedWindow, LockingFixedWindow};
 use crate::leaky_bucket::meter::Meter;
 use crate::leaky_bucket::{LeakyBucket, LockingLeakyBucket};
 use crate::limiter::{Snapshot, check_request};
 use crate::machine::Machine;
 use crate::rate::Rate;
-use crate::token_bucket::machine::Gcra;
+use crate::token_bucket::gcra::Gcra;
 use crate::token_bucket::{LockingTokenBucket, TokenBucket};
 
 /// The configuration of a keyed or tunable [`TokenBucket`]: a capacity and a

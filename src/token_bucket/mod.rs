@@ -3,11 +3,9 @@
 //!
 //! The user-facing documentation (promise, state, proof) is on [`TokenBucket`].
 
-mod gcra;
+pub(crate) mod gcra;
 mod leased;
 mod locking;
-pub(crate) mod machine;
-mod reserve;
 
 use std::time::Duration;
 
@@ -19,6 +17,7 @@ use crate::clock::{Clock, MonotonicClock};
 use crate::error::ConfigError;
 use crate::machine::{WordLimiter, word_limiter};
 use crate::rate::Rate;
+use crate::waiting::word_reserve;
 use gcra::Gcra;
 
 word_limiter!(
@@ -105,6 +104,10 @@ word_limiter!(
     AtomicCell<u64>,
     "10, Rate::per_second(10)"
 );
+
+// Reservations on the same TAT word, booked ahead (`LockingTokenBucket`'s
+// field is private to `token_bucket::locking`, so its own are declared there).
+word_reserve!(TokenBucket);
 
 impl TokenBucket {
     /// A full bucket of `capacity` permits, refilled at `rate`, on the default

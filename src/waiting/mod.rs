@@ -47,17 +47,7 @@ pub(crate) use word_reserve;
 
 pub(crate) mod sealed {
     use crate::error::Denied;
-
-    /// A booking the limiter made: enough to report it and to undo it.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub struct Ticket {
-        /// When the permits may be used, on the limiter's timeline.
-        pub(crate) start: u64,
-        pub(crate) permits: u32,
-        /// The limiter's state right after booking, and what to restore on cancel.
-        pub(crate) after: u128,
-        pub(crate) before: u128,
-    }
+    pub(crate) use crate::machine::Ticket;
 
     /// The raw operations behind [`Reserve`](super::Reserve). Sealed: only
     /// tollgate's limiters can be reserved from, because cancellation relies on
