@@ -89,6 +89,7 @@
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
+mod adaptive;
 mod all_of;
 mod cell;
 mod clock;
@@ -112,6 +113,11 @@ mod waiting;
 mod warm_up;
 mod word;
 
+pub use adaptive::{
+    Aimd, AimdBuilder, Gradient2, Gradient2Builder, HISTORY_LEN, LimitAlgorithm, LimitChange,
+    LimitHistory, MAX_ADAPTIVE_LIMIT, Outcome, Sample, Vegas, VegasBuilder, WindowStats, Windowed,
+    WindowedBuilder,
+};
 pub use all_of::{AllOf, Blocked, Members, Tightest};
 pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock};
 pub use counted::{Counted, CountedReceipt, Counts};
