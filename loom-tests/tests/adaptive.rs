@@ -19,9 +19,7 @@ use std::sync::Mutex;
 
 use loom::sync::Arc;
 use loom::thread;
-use tollgate::{
-    Aimd, Gradient2, LimitAlgorithm, Outcome, Sample, Vegas, Windowed,
-};
+use tollgate::{Aimd, Gradient2, LimitAlgorithm, Outcome, Sample, Vegas, Windowed};
 use tollgate_loom_tests::explore;
 
 /// Every merge of `a` and `b` that keeps each one's order.
@@ -112,10 +110,22 @@ fn aimd_increase_races_backoff() {
     // From 4: + 1, + 1 against × 0.5. Serial orders end at 3 or 4; a lost
     // update ends elsewhere.
     static A: [Sample; 2] = [
-        Sample { rtt_ns: MS, in_flight: 8, outcome: Outcome::Success },
-        Sample { rtt_ns: MS, in_flight: 8, outcome: Outcome::Success },
+        Sample {
+            rtt_ns: MS,
+            in_flight: 8,
+            outcome: Outcome::Success,
+        },
+        Sample {
+            rtt_ns: MS,
+            in_flight: 8,
+            outcome: Outcome::Success,
+        },
     ];
-    static B: [Sample; 1] = [Sample { rtt_ns: MS, in_flight: 8, outcome: Outcome::Dropped }];
+    static B: [Sample; 1] = [Sample {
+        rtt_ns: MS,
+        in_flight: 8,
+        outcome: Outcome::Dropped,
+    }];
     let explored = explore("adaptive::aimd_increase_races_backoff", 3, || {
         race(
             || {
@@ -141,17 +151,37 @@ fn vegas_min_rtt_races_an_update() {
     // Thread A lowers the no-load round trip and then reports a queue;
     // thread B reports no queue (+ β) and a drop (− log10).
     static A: [Sample; 2] = [
-        Sample { rtt_ns: 5 * MS, in_flight: 20, outcome: Outcome::Success },
-        Sample { rtt_ns: 20 * MS, in_flight: 20, outcome: Outcome::Success },
+        Sample {
+            rtt_ns: 5 * MS,
+            in_flight: 20,
+            outcome: Outcome::Success,
+        },
+        Sample {
+            rtt_ns: 20 * MS,
+            in_flight: 20,
+            outcome: Outcome::Success,
+        },
     ];
     static B: [Sample; 2] = [
-        Sample { rtt_ns: 10 * MS, in_flight: 20, outcome: Outcome::Success },
-        Sample { rtt_ns: 10 * MS, in_flight: 20, outcome: Outcome::Dropped },
+        Sample {
+            rtt_ns: 10 * MS,
+            in_flight: 20,
+            outcome: Outcome::Success,
+        },
+        Sample {
+            rtt_ns: 10 * MS,
+            in_flight: 20,
+            outcome: Outcome::Dropped,
+        },
     ];
     let explored = explore("adaptive::vegas_min_rtt_races_an_update", 3, || {
         race(
             || {
-                let vegas = Vegas::builder().min_limit(15).max_limit(30).build().unwrap();
+                let vegas = Vegas::builder()
+                    .min_limit(15)
+                    .max_limit(30)
+                    .build()
+                    .unwrap();
                 // A no-load round trip of 10 ms to start from.
                 vegas.on_sample(Sample::success(10 * MS, 1), 0);
                 vegas
@@ -170,12 +200,28 @@ fn gradient2_samples_race() {
     // A fast and a slow sample against two steady ones: the estimate and the
     // long round trip share the word and must come from one serial order.
     static A: [Sample; 2] = [
-        Sample { rtt_ns: 10 * MS, in_flight: 20, outcome: Outcome::Success },
-        Sample { rtt_ns: 40 * MS, in_flight: 20, outcome: Outcome::Success },
+        Sample {
+            rtt_ns: 10 * MS,
+            in_flight: 20,
+            outcome: Outcome::Success,
+        },
+        Sample {
+            rtt_ns: 40 * MS,
+            in_flight: 20,
+            outcome: Outcome::Success,
+        },
     ];
     static B: [Sample; 2] = [
-        Sample { rtt_ns: 20 * MS, in_flight: 20, outcome: Outcome::Success },
-        Sample { rtt_ns: 20 * MS, in_flight: 20, outcome: Outcome::Dropped },
+        Sample {
+            rtt_ns: 20 * MS,
+            in_flight: 20,
+            outcome: Outcome::Success,
+        },
+        Sample {
+            rtt_ns: 20 * MS,
+            in_flight: 20,
+            outcome: Outcome::Dropped,
+        },
     ];
     let explored = explore("adaptive::gradient2_samples_race", 3, || {
         race(
@@ -231,7 +277,14 @@ fn windowed_samples_race_a_close() {
             let w = windowed.clone();
             thread::spawn(move || {
                 for (in_flight, outcome, now) in samples {
-                    w.on_sample(Sample { rtt_ns: RTT, in_flight, outcome }, now);
+                    w.on_sample(
+                        Sample {
+                            rtt_ns: RTT,
+                            in_flight,
+                            outcome,
+                        },
+                        now,
+                    );
                 }
             })
         };
@@ -245,7 +298,10 @@ fn windowed_samples_race_a_close() {
         assert_eq!(open.samples, 0, "the last close took every sample");
         let forwarded = windowed.inner().0.lock().unwrap().clone();
         for s in &forwarded {
-            assert_eq!(s.rtt_ns, RTT, "sum and count from different windows: {forwarded:?}");
+            assert_eq!(
+                s.rtt_ns, RTT,
+                "sum and count from different windows: {forwarded:?}"
+            );
         }
         assert!(
             forwarded.iter().any(|s| s.outcome == Outcome::Dropped),

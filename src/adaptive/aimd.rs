@@ -247,7 +247,11 @@ mod tests {
                 };
                 expected = reference(expected, ratio, 1, 300, &sample, 5_000_000_000);
                 aimd.on_sample(sample, i);
-                assert_eq!(i64::from(aimd.limit()), expected, "ratio {ratio}, sample {i}");
+                assert_eq!(
+                    i64::from(aimd.limit()),
+                    expected,
+                    "ratio {ratio}, sample {i}"
+                );
             }
         }
     }

@@ -431,7 +431,11 @@ mod tests {
                 let limit = g.limit();
                 let in_flight = (limit / 3 + (seed % u64::from(limit + 1)) as u32).max(1);
                 // Phases of fast and slow round trips, so every branch runs.
-                let base = if (i / 500) % 2 == 0 { 10_000_000 } else { 45_000_000 };
+                let base = if (i / 500) % 2 == 0 {
+                    10_000_000
+                } else {
+                    45_000_000
+                };
                 let rtt = base + (seed >> 16) % 20_000_000;
                 // Each step starts the reference from this crate's state, so
                 // the comparison is of one step's arithmetic, not of rounding
@@ -472,7 +476,10 @@ mod tests {
             .drop_backoff(0.9)
             .build()
             .unwrap();
-        assert_eq!(backing.on_sample(Sample::dropped(10_000_000, 100), 0), Some(90));
+        assert_eq!(
+            backing.on_sample(Sample::dropped(10_000_000, 100), 0),
+            Some(90)
+        );
     }
 
     #[test]

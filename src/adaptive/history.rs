@@ -164,10 +164,15 @@ mod tests {
     fn an_older_writer_does_not_overwrite_a_newer_entry() {
         let history = LimitHistory::new();
         // Ticket HISTORY_LEN lands first; ticket 0, in the same slot, is late.
-        history.head.store(HISTORY_LEN as u64 + 1, Ordering::Relaxed);
+        history
+            .head
+            .store(HISTORY_LEN as u64 + 1, Ordering::Relaxed);
         history.write(HISTORY_LEN as u64, 7, 70);
         history.write(0, 3, 30);
         let last = history.last().unwrap();
-        assert_eq!((last.seq, last.limit, last.at_ns), (HISTORY_LEN as u64, 7, 70));
+        assert_eq!(
+            (last.seq, last.limit, last.at_ns),
+            (HISTORY_LEN as u64, 7, 70)
+        );
     }
 }

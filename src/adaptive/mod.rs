@@ -272,7 +272,10 @@ mod tests {
     #[test]
     fn the_error_names_the_ceiling() {
         let err = check_limits(1, 1, MAX_ADAPTIVE_LIMIT + 1).unwrap_err();
-        assert!(err.to_string().ends_with(&format!("<= {MAX_ADAPTIVE_LIMIT}")));
+        assert!(
+            err.to_string()
+                .ends_with(&format!("<= {MAX_ADAPTIVE_LIMIT}"))
+        );
     }
 
     #[test]

@@ -379,7 +379,11 @@ mod tests {
 
     impl Reference {
         fn log10(x: i64) -> i64 {
-            if x < 1 { 1 } else { ((x as f64).log10() as i64).max(1) }
+            if x < 1 {
+                1
+            } else {
+                ((x as f64).log10() as i64).max(1)
+            }
         }
 
         fn update(&mut self, rtt: u64, inflight: u32, did_drop: bool) {
@@ -454,7 +458,11 @@ mod tests {
                 let sample = Sample {
                     rtt_ns: rtt,
                     in_flight,
-                    outcome: if dropped { Outcome::Dropped } else { Outcome::Success },
+                    outcome: if dropped {
+                        Outcome::Dropped
+                    } else {
+                        Outcome::Success
+                    },
                 };
                 vegas.on_sample(sample, i);
                 let state = VegasState::unpack(vegas.state.load());

@@ -232,7 +232,13 @@ impl<A: LimitAlgorithm> LimitAlgorithm for Windowed<A> {
         // do (its sample is in the next window).
         let next_close = now_ns.saturating_add(self.window_ns);
         self.close_at
-            .update(|close| if now_ns > close { Ok(next_close) } else { Err(()) })
+            .update(|close| {
+                if now_ns > close {
+                    Ok(next_close)
+                } else {
+                    Err(())
+                }
+            })
             .ok()?;
         let mut closed = 0;
         let _ = self.window.update(|word| {

@@ -206,7 +206,10 @@ pub fn run(scenario: &Scenario, algorithm: &dyn LimitAlgorithm) -> Run {
                 events.push(Reverse((now + 100 * MS, Event::Tick)));
             }
             Event::Arrival => {
-                events.push(Reverse((now + rng.exp(mean_gap) as u64 + 1, Event::Arrival)));
+                events.push(Reverse((
+                    now + rng.exp(mean_gap) as u64 + 1,
+                    Event::Arrival,
+                )));
                 out.offered += 1;
                 let Some(in_flight) = gate.try_acquire(algorithm.limit()) else {
                     out.shed += 1;
@@ -272,12 +275,26 @@ pub fn run(scenario: &Scenario, algorithm: &dyn LimitAlgorithm) -> Run {
                         events.push(Reverse((now + t, Event::Done(next))));
                     }
                 }
-                finish(&clock, &mut gate, &requests[id], Outcome::Success, algorithm, &mut out);
+                finish(
+                    &clock,
+                    &mut gate,
+                    &requests[id],
+                    Outcome::Success,
+                    algorithm,
+                    &mut out,
+                );
                 free.push(id);
             }
             Event::Refused(id) => {
                 out.dropped += 1;
-                finish(&clock, &mut gate, &requests[id], Outcome::Dropped, algorithm, &mut out);
+                finish(
+                    &clock,
+                    &mut gate,
+                    &requests[id],
+                    Outcome::Dropped,
+                    algorithm,
+                    &mut out,
+                );
                 free.push(id);
             }
         }
@@ -389,17 +406,21 @@ impl Scenario {
             None
         };
         let (in_band, range) = in_band_over(0, settle);
-        let (back_after_halving, (in_band_halved, range_halved), back_after_recovery, in_band_recovered) =
-            if self.phases.len() >= 3 {
-                (
-                    back(1),
-                    in_band_over(1, self.phases[1].0 + rebound),
-                    back(2),
-                    in_band_over(2, self.phases[2].0 + rebound).0,
-                )
-            } else {
-                (None, (f64::NAN, (0, 0)), None, f64::NAN)
-            };
+        let (
+            back_after_halving,
+            (in_band_halved, range_halved),
+            back_after_recovery,
+            in_band_recovered,
+        ) = if self.phases.len() >= 3 {
+            (
+                back(1),
+                in_band_over(1, self.phases[1].0 + rebound),
+                back(2),
+                in_band_over(2, self.phases[2].0 + rebound).0,
+            )
+        } else {
+            (None, (f64::NAN, (0, 0)), None, f64::NAN)
+        };
         let mut answered: Vec<u64> = run
             .latencies
             .iter()
