@@ -207,7 +207,7 @@ impl LimitAlgorithm for Aimd {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 

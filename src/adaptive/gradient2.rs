@@ -359,7 +359,7 @@ impl LimitAlgorithm for Gradient2 {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 

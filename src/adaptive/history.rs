@@ -140,7 +140,7 @@ fn tag_of(ticket: u64) -> u32 {
     (ticket as u32).wrapping_add(1).max(1)
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 

@@ -151,10 +151,27 @@ impl Sample {
 
 /// An algorithm that moves a concurrency limit from finished requests.
 ///
+/// | algorithm | moves the limit on | anchor |
+/// |---|---|---|
+/// | [`Aimd`] | drops (and round trips over a timeout): × a backoff ratio; otherwise + 1 | Netflix concurrency-limits `AIMDLimit` |
+/// | [`Vegas`] | the queue it infers from round trip over no-load round trip | Netflix `VegasLimit` |
+/// | [`Gradient2`] | the gradient of a long-term average round trip over the current one | Netflix `Gradient2Limit` |
+/// | [`Windowed`] | any of them, fed one aggregated sample per time window | Netflix `WindowedLimit` |
+///
 /// Not sealed: implement it to plug an algorithm of your own wherever
 /// tollgate takes one (a [`Windowed`] wrapper, a concurrency limiter). An
 /// implementation is shared by every thread releasing permits, so it takes
-/// `&self`; tollgate's keep their state in atomics and never block.
+/// `&self`.
+///
+/// tollgate's algorithms keep their state in one atomic word each and never
+/// block: a sample whose compare-and-swap loses a race is decided again on
+/// the winner's state — folded in, never dropped — so the state is always
+/// that of some serial order of the samples. They decide in integers:
+/// ratios in millionths (0.9 is exactly 900 000 / 10^6), fractional limits
+/// in 1/65 536 of a permit; the limit reported is the estimate's floor.
+/// Latency is measured on a tollgate [`Clock`](crate::Clock), so on a
+/// [`ManualClock`](crate::ManualClock) a simulation runs minutes of traffic
+/// in milliseconds, deterministically.
 ///
 /// ```
 /// use std::time::Duration;

@@ -17,6 +17,10 @@ use crate::error::ConfigError;
 
 const RTT_MAX: u64 = (1 << 48) - 1;
 const ONE: u64 = 1 << LIMIT_FRAC_BITS;
+/// `VegasLimit`'s default `alphaFunc`: `3 · log10(limit)`.
+const ALPHA_PER_LOG: u64 = 3;
+/// `VegasLimit`'s default `betaFunc`: `6 · log10(limit)`.
+const BETA_PER_LOG: u64 = 6;
 
 /// TCP Vegas' queue estimate as a concurrency limit (Netflix
 /// concurrency-limits' `VegasLimit`).
@@ -69,8 +73,6 @@ pub struct Vegas {
     max: u32,
     alpha: Option<u32>,
     beta: Option<u32>,
-    alpha_per_log: u32,
-    beta_per_log: u32,
     smoothing_ppm: u64,
     probe_multiplier: u32,
     history: LimitHistory,
@@ -195,8 +197,6 @@ impl VegasBuilder {
             max: self.max,
             alpha: self.alpha,
             beta: self.beta,
-            alpha_per_log: 3,
-            beta_per_log: 6,
             smoothing_ppm,
             probe_multiplier: self.probe_multiplier,
             history: LimitHistory::new(),
@@ -298,12 +298,8 @@ impl Vegas {
             let num = u128::from(estimate) * u128::from(rtt - rtt_noload);
             let den = u128::from(rtt) << LIMIT_FRAC_BITS;
             let queue = num.div_ceil(den) as u64;
-            let alpha = self
-                .alpha
-                .map_or(u64::from(self.alpha_per_log) * log, u64::from);
-            let beta = self
-                .beta
-                .map_or(u64::from(self.beta_per_log) * log, u64::from);
+            let alpha = self.alpha.map_or(ALPHA_PER_LOG * log, u64::from);
+            let beta = self.beta.map_or(BETA_PER_LOG * log, u64::from);
             if queue <= log {
                 estimate + beta * ONE
             } else if queue < alpha {
@@ -362,7 +358,7 @@ impl LimitAlgorithm for Vegas {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 

@@ -273,7 +273,7 @@ impl<A: LimitAlgorithm> LimitAlgorithm for Windowed<A> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use crate::adaptive::Aimd;
