@@ -195,6 +195,11 @@ impl Sample {
 pub trait LimitAlgorithm: Send + Sync {
     /// Feeds one finished request, completed at `now_ns` on the limiter's
     /// clock; returns the new limit if the sample changed it.
+    ///
+    /// Two threads racing may receive their new limits in one order and act
+    /// on them in the other; a caller that mirrors the limit elsewhere
+    /// should copy [`limit`](Self::limit) when told of a change, not the
+    /// returned value.
     fn on_sample(&self, sample: Sample, now_ns: u64) -> Option<u32>;
 
     /// The current limit.
