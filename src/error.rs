@@ -146,6 +146,41 @@ pub enum ConfigError {
     /// );
     /// ```
     InvalidPrefix,
+    /// An adaptive limit's bounds are out of order: they must satisfy
+    /// `1 <= min <= initial <= max <=` [`MAX_ADAPTIVE_LIMIT`](crate::MAX_ADAPTIVE_LIMIT).
+    ///
+    /// ```
+    /// use tollgate::{Aimd, ConfigError};
+    ///
+    /// let err = Aimd::builder().min_limit(0).build().unwrap_err();
+    /// assert_eq!(err, ConfigError::InvalidLimits { min: 0, initial: 20, max: 200 });
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "adaptive limits must satisfy 1 <= min (0) <= initial (20) <= max (200) <= 1048576"
+    /// );
+    /// ```
+    InvalidLimits {
+        /// The lowest limit asked for.
+        min: u32,
+        /// The limit to start from.
+        initial: u32,
+        /// The highest limit asked for.
+        max: u32,
+    },
+    /// A parameter of an adaptive limit algorithm is outside its range.
+    ///
+    /// ```
+    /// use tollgate::{Aimd, ConfigError};
+    ///
+    /// let err = Aimd::builder().backoff_ratio(0.2).build().unwrap_err();
+    /// assert_eq!(err.to_string(), "backoff ratio is outside [0.5, 1)");
+    /// ```
+    InvalidParameter {
+        /// The parameter.
+        name: &'static str,
+        /// The values it may take.
+        range: &'static str,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -185,6 +220,14 @@ impl fmt::Display for ConfigError {
                 write!(f, "a sliding log of {limit} entries is longer than {max}")
             }
             ConfigError::InvalidPrefix => f.write_str("a key prefix must not contain '{' or '}'"),
+            ConfigError::InvalidLimits { min, initial, max } => write!(
+                f,
+                "adaptive limits must satisfy 1 <= min ({min}) <= initial ({initial}) <= max \
+                 ({max}) <= 1048576"
+            ),
+            ConfigError::InvalidParameter { name, range } => {
+                write!(f, "{name} is outside {range}")
+            }
         }
     }
 }

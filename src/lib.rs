@@ -93,6 +93,7 @@
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
+mod adaptive;
 mod all_of;
 mod cell;
 mod clock;
@@ -116,6 +117,11 @@ mod token_bucket;
 mod waiting;
 mod warm_up;
 
+pub use adaptive::{
+    Aimd, AimdBuilder, Gradient2, Gradient2Builder, HISTORY_LEN, LimitAlgorithm, LimitChange,
+    LimitHistory, MAX_ADAPTIVE_LIMIT, Outcome, Sample, Vegas, VegasBuilder, WindowStats, Windowed,
+    WindowedBuilder,
+};
 pub use all_of::{AllOf, Blocked, Members, Tightest};
 pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock};
 pub use counted::{Counted, CountedReceipt, Counts};

@@ -1,0 +1,324 @@
+#![cfg(loom)]
+//! loom models of the adaptive limit algorithms (`tollgate::Aimd`, `Vegas`,
+//! `Gradient2`, `Windowed`): their compare-and-swap loops and the limit
+//! history, the code that ships, through tollgate's sync facade.
+//!
+//! Two threads feed samples to one algorithm. After joining, a model checks
+//! that every limit returned and the final limit are within `[min, max]`,
+//! that the final state (the limit with the round trip the word keeps beside
+//! it) is the state of some serial order of the samples that keeps each
+//! thread's order — a lost or half-applied update would leave a state no
+//! serial order gives — and that the history recorded one change per
+//! changed limit, each in bounds. `Windowed` is checked on its aggregation:
+//! every window that reaches the inner algorithm averages consistently, and
+//! no sample, drop or peak in flight is lost to a racing close.
+//! `docs/verification.md` lists what each model explores.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+use loom::sync::Arc;
+use loom::thread;
+use tollgate::{Aimd, Gradient2, LimitAlgorithm, Outcome, Sample, Vegas, Windowed};
+use tollgate_loom_tests::explore;
+
+/// Every merge of `a` and `b` that keeps each one's order.
+fn merges(a: &[Sample], b: &[Sample]) -> Vec<Vec<Sample>> {
+    if a.is_empty() || b.is_empty() {
+        return vec![a.iter().chain(b).copied().collect()];
+    }
+    let mut out = Vec::new();
+    for mut rest in merges(&a[1..], b) {
+        rest.insert(0, a[0]);
+        out.push(rest);
+    }
+    for mut rest in merges(a, &b[1..]) {
+        rest.insert(0, b[0]);
+        out.push(rest);
+    }
+    out
+}
+
+/// Runs `a` and `b` on two threads against the algorithm `build` makes and
+/// checks the outcome against every serial order; `observe` reads the state
+/// the model compares (the limit, and what the word keeps beside it).
+fn race<A, S>(
+    build: impl Fn() -> A,
+    bounds: (u32, u32),
+    a: &'static [Sample],
+    b: &'static [Sample],
+    observe: impl Fn(&A) -> S,
+) where
+    A: LimitAlgorithm + 'static,
+    S: Eq + std::hash::Hash + std::fmt::Debug,
+{
+    let algorithm = Arc::new(build());
+    let feed = |samples: &'static [Sample]| {
+        let algorithm = algorithm.clone();
+        thread::spawn(move || {
+            samples
+                .iter()
+                .enumerate()
+                .filter_map(|(i, &s)| algorithm.on_sample(s, i as u64))
+                .collect::<Vec<u32>>()
+        })
+    };
+    let (first, second) = (feed(a), feed(b));
+    let returned: Vec<u32> = first
+        .join()
+        .unwrap()
+        .into_iter()
+        .chain(second.join().unwrap())
+        .collect();
+    let (min, max) = bounds;
+    for &limit in returned.iter().chain([algorithm.limit()].iter()) {
+        assert!(
+            (min..=max).contains(&limit),
+            "limit {limit} outside [{min}, {max}]"
+        );
+    }
+    let serial: HashSet<S> = merges(a, b)
+        .into_iter()
+        .map(|order| {
+            let fresh = build();
+            for (i, &s) in order.iter().enumerate() {
+                fresh.on_sample(s, i as u64);
+            }
+            observe(&fresh)
+        })
+        .collect();
+    let state = observe(&algorithm);
+    assert!(
+        serial.contains(&state),
+        "final state {state:?} is no serial order's; serial orders give {serial:?}"
+    );
+    let history = algorithm.history().expect("tollgate's algorithms keep one");
+    assert_eq!(history.changes(), returned.len() as u64);
+    let recent = history.recent();
+    assert_eq!(recent.len(), returned.len());
+    let mut recorded: Vec<u32> = recent.iter().map(|c| c.limit).collect();
+    let mut expected = returned.clone();
+    recorded.sort_unstable();
+    expected.sort_unstable();
+    assert_eq!(recorded, expected, "the history holds the changes returned");
+}
+
+const MS: u64 = 1_000_000;
+
+#[test]
+fn aimd_increase_races_backoff() {
+    // From 4: + 1, + 1 against × 0.5. Serial orders end at 3 or 4; a lost
+    // update ends elsewhere.
+    static A: [Sample; 2] = [
+        Sample {
+            rtt_ns: MS,
+            in_flight: 8,
+            outcome: Outcome::Success,
+        },
+        Sample {
+            rtt_ns: MS,
+            in_flight: 8,
+            outcome: Outcome::Success,
+        },
+    ];
+    static B: [Sample; 1] = [Sample {
+        rtt_ns: MS,
+        in_flight: 8,
+        outcome: Outcome::Dropped,
+    }];
+    let explored = explore("adaptive::aimd_increase_races_backoff", 3, || {
+        race(
+            || {
+                Aimd::builder()
+                    .min_limit(2)
+                    .initial_limit(4)
+                    .max_limit(6)
+                    .backoff_ratio(0.5)
+                    .build()
+                    .unwrap()
+            },
+            (2, 6),
+            &A,
+            &B,
+            |a| a.limit(),
+        );
+    });
+    assert!(explored > 1);
+}
+
+#[test]
+fn vegas_min_rtt_races_an_update() {
+    // Thread A lowers the no-load round trip and then reports a queue;
+    // thread B reports no queue (+ β) and a drop (− log10).
+    static A: [Sample; 2] = [
+        Sample {
+            rtt_ns: 5 * MS,
+            in_flight: 20,
+            outcome: Outcome::Success,
+        },
+        Sample {
+            rtt_ns: 20 * MS,
+            in_flight: 20,
+            outcome: Outcome::Success,
+        },
+    ];
+    static B: [Sample; 2] = [
+        Sample {
+            rtt_ns: 10 * MS,
+            in_flight: 20,
+            outcome: Outcome::Success,
+        },
+        Sample {
+            rtt_ns: 10 * MS,
+            in_flight: 20,
+            outcome: Outcome::Dropped,
+        },
+    ];
+    let explored = explore("adaptive::vegas_min_rtt_races_an_update", 3, || {
+        race(
+            || {
+                let vegas = Vegas::builder()
+                    .min_limit(15)
+                    .max_limit(30)
+                    .build()
+                    .unwrap();
+                // A no-load round trip of 10 ms to start from.
+                vegas.on_sample(Sample::success(10 * MS, 1), 0);
+                vegas
+            },
+            (15, 30),
+            &A,
+            &B,
+            |v| (v.limit(), v.rtt_noload_ns()),
+        );
+    });
+    assert!(explored > 1);
+}
+
+#[test]
+fn gradient2_samples_race() {
+    // A fast and a slow sample against two steady ones: the estimate and the
+    // long round trip share the word and must come from one serial order.
+    static A: [Sample; 2] = [
+        Sample {
+            rtt_ns: 10 * MS,
+            in_flight: 20,
+            outcome: Outcome::Success,
+        },
+        Sample {
+            rtt_ns: 40 * MS,
+            in_flight: 20,
+            outcome: Outcome::Success,
+        },
+    ];
+    static B: [Sample; 2] = [
+        Sample {
+            rtt_ns: 20 * MS,
+            in_flight: 20,
+            outcome: Outcome::Success,
+        },
+        Sample {
+            rtt_ns: 20 * MS,
+            in_flight: 20,
+            outcome: Outcome::Dropped,
+        },
+    ];
+    let explored = explore("adaptive::gradient2_samples_race", 3, || {
+        race(
+            || {
+                Gradient2::builder()
+                    .min_limit(10)
+                    .initial_limit(20)
+                    .max_limit(24)
+                    .smoothing(1.0)
+                    .drop_backoff(0.5)
+                    .build()
+                    .unwrap()
+            },
+            (10, 24),
+            &A,
+            &B,
+            |g| (g.limit(), g.long_rtt_ns()),
+        );
+    });
+    assert!(explored > 1);
+}
+
+/// Records the samples that reach it (a `std` mutex: loom runs one thread at
+/// a time, and the model orders nothing through it).
+#[derive(Default)]
+struct Recorder(Mutex<Vec<Sample>>);
+
+impl LimitAlgorithm for Recorder {
+    fn on_sample(&self, sample: Sample, _now_ns: u64) -> Option<u32> {
+        self.0.lock().unwrap().push(sample);
+        None
+    }
+
+    fn limit(&self) -> u32 {
+        1
+    }
+}
+
+#[test]
+fn windowed_samples_race_a_close() {
+    let explored = explore("adaptive::windowed_samples_race_a_close", 3, || {
+        const RTT: u64 = 7 * MS;
+        let windowed = Arc::new(
+            Windowed::builder()
+                .window(std::time::Duration::from_micros(1))
+                .min_samples(1)
+                .build(Recorder::default())
+                .unwrap(),
+        );
+        // The first sample at 1 ns closes the empty window and starts one
+        // ending at 1 001 ns; the samples at 5 000 ns close that one.
+        let feed = |samples: [(u32, Outcome, u64); 2]| {
+            let w = windowed.clone();
+            thread::spawn(move || {
+                for (in_flight, outcome, now) in samples {
+                    w.on_sample(
+                        Sample {
+                            rtt_ns: RTT,
+                            in_flight,
+                            outcome,
+                        },
+                        now,
+                    );
+                }
+            })
+        };
+        let a = feed([(1, Outcome::Success, 1), (4, Outcome::Success, 5_000)]);
+        let b = feed([(2, Outcome::Dropped, 1), (3, Outcome::Success, 5_000)]);
+        a.join().unwrap();
+        b.join().unwrap();
+        // Close whatever is left open.
+        windowed.on_sample(Sample::success(RTT, 1), 1 << 40);
+        let open = windowed.open_window();
+        assert_eq!(open.samples, 0, "the last close took every sample");
+        let forwarded = windowed.inner().0.lock().unwrap().clone();
+        for s in &forwarded {
+            assert_eq!(
+                s.rtt_ns, RTT,
+                "sum and count from different windows: {forwarded:?}"
+            );
+        }
+        assert!(
+            forwarded.iter().any(|s| s.outcome == Outcome::Dropped),
+            "the drop was lost: {forwarded:?}"
+        );
+        assert_eq!(
+            forwarded.iter().map(|s| s.in_flight).max(),
+            Some(4),
+            "the peak in flight was lost: {forwarded:?}"
+        );
+        // At most one close per claimed close time: the initial one, the
+        // one at 5 000 ns, the final one; each window is non-empty.
+        assert!(
+            (1..=3).contains(&forwarded.len()),
+            "{} windows closed: {forwarded:?}",
+            forwarded.len()
+        );
+    });
+    assert!(explored > 1);
+}

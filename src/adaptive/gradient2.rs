@@ -1,0 +1,494 @@
+//! The gradient of a long-term round trip over the current one: Netflix
+//! concurrency-limits' `Gradient2Limit`, on one 128-bit atomic word.
+//!
+//! | word | bits | meaning |
+//! |---|---|---|
+//! | state, bits 0..40 | 40 | the estimated limit, Q24.16 (1/65 536 of a permit) |
+//! | state, bits 40..44 | 4 | samples averaged so far in the long round trip's warm-up (0..=10) |
+//! | state, bits 44..128 | 84 | the long-term round trip, Q.16 ns (1/65 536 of a ns) |
+
+use super::{
+    LIMIT_FRAC_BITS, LimitAlgorithm, LimitHistory, Outcome, PPM, Sample, check_limits, ppm,
+};
+use crate::cell::{AtomicCell, StateCell};
+use crate::error::ConfigError;
+
+const ONE: u64 = 1 << LIMIT_FRAC_BITS;
+/// `ExpAvgMeasurement`'s warm-up in `Gradient2Limit`: the first 10 samples
+/// are averaged plainly.
+const WARMUP: u32 = 10;
+const LONG_MAX: u128 = (1 << 84) - 1;
+
+/// The gradient of a long-term average round trip over the current one
+/// (Netflix concurrency-limits' `Gradient2Limit`).
+///
+/// Each sample's round trip is the short-term round trip; the long-term one
+/// is its exponential moving average over `long_window` samples (`factor
+/// 2 / (long_window + 1)`, after a plain average of the first 10). Then:
+///
+/// - if the long round trip is more than twice the short one (latency fell
+///   back after a long overload), the long one is cut to 95 %;
+/// - admitted with fewer than half the limit in flight: no change (the
+///   service was not pressed);
+/// - otherwise `gradient = clamp(tolerance · long / short, 0.5, 1)`,
+///   `new = limit · gradient + queue_size`, `limit ← (1 − smoothing) · limit
+///   + smoothing · new`, held in `min..=max`.
+///
+/// While the current round trip stays within `tolerance` times the long
+/// one, the gradient is 1 and the limit grows by `smoothing · queue_size`
+/// per sample; beyond it, the limit shrinks.
+///
+/// `Gradient2Limit` judges by latency alone: its `didDrop` is ignored, and
+/// by default so it is here. [`Gradient2Builder::drop_backoff`] adds a
+/// multiplicative decrease on drops (as `GradientLimit`, its predecessor,
+/// had with `backoffRatio` 0.9), for services that refuse fast instead of
+/// slowing down.
+///
+/// Defaults, `Gradient2Limit.Builder`'s: initial limit 20, min 20, max 200
+/// (`maxConcurrency`), smoothing 0.2, queue size 4 (a constant since
+/// concurrency-limits 0.3; the older `GradientLimit` used
+/// `max(4, sqrt(limit))`), long window 600 samples, RTT tolerance 1.5. Netflix
+/// runs it behind a `WindowedLimit` (one averaged sample a second): see
+/// [`Windowed`](crate::Windowed).
+///
+/// State: one 128-bit word; a sample whose compare-and-swap loses a race is
+/// decided again on the winner's state (folded in, never dropped).
+///
+/// ```
+/// use tollgate::{Gradient2, LimitAlgorithm, Sample};
+///
+/// let gradient = Gradient2::builder().smoothing(0.25).build()?;
+/// // Steady 10 ms round trips with the limit pressed: it grows by
+/// // smoothing · queue size = 0.25 · 4 a sample...
+/// for i in 0..10 {
+///     gradient.on_sample(Sample::success(10_000_000, 20), i);
+/// }
+/// assert_eq!(gradient.limit(), 30);
+/// // ...until the round trip exceeds 1.5 × the long-term one: 40 ms gives
+/// // the floor gradient 0.5, so 0.75 · 30 + 0.25 · (0.5 · 30 + 4).
+/// gradient.on_sample(Sample::success(40_000_000, 30), 10);
+/// assert_eq!(gradient.limit(), 27);
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+#[derive(Debug)]
+pub struct Gradient2 {
+    state: AtomicCell<u128>,
+    min: u32,
+    max: u32,
+    smoothing_ppm: u64,
+    tolerance_ppm: u64,
+    queue_size: u32,
+    long_window: u32,
+    drop_backoff_ppm: Option<u64>,
+    history: LimitHistory,
+}
+
+/// Configures a [`Gradient2`]; every setting starts at `Gradient2Limit`'s
+/// default.
+#[derive(Debug, Clone)]
+pub struct Gradient2Builder {
+    initial: u32,
+    min: u32,
+    max: u32,
+    smoothing: f64,
+    tolerance: f64,
+    queue_size: u32,
+    long_window: u32,
+    drop_backoff: Option<f64>,
+}
+
+impl Default for Gradient2Builder {
+    fn default() -> Self {
+        Gradient2Builder {
+            initial: 20,
+            min: 20,
+            max: 200,
+            smoothing: 0.2,
+            tolerance: 1.5,
+            queue_size: 4,
+            long_window: 600,
+            drop_backoff: None,
+        }
+    }
+}
+
+impl Gradient2Builder {
+    /// The limit to start from (default 20).
+    pub fn initial_limit(mut self, limit: u32) -> Self {
+        self.initial = limit;
+        self
+    }
+
+    /// The lowest the limit goes (default 20).
+    pub fn min_limit(mut self, limit: u32) -> Self {
+        self.min = limit;
+        self
+    }
+
+    /// The highest the limit goes (`maxConcurrency`, default 200).
+    pub fn max_limit(mut self, limit: u32) -> Self {
+        self.max = limit;
+        self
+    }
+
+    /// How far each change goes, in `(0, 1]` (default 0.2).
+    pub fn smoothing(mut self, smoothing: f64) -> Self {
+        self.smoothing = smoothing;
+        self
+    }
+
+    /// How much slower than the long-term round trip the current one may be
+    /// before the limit shrinks (`rttTolerance`, in `[1, 1000]`, default 1.5).
+    pub fn rtt_tolerance(mut self, tolerance: f64) -> Self {
+        self.tolerance = tolerance;
+        self
+    }
+
+    /// The queue allowed on top of `limit · gradient` (default 4; at most
+    /// [`MAX_ADAPTIVE_LIMIT`](crate::MAX_ADAPTIVE_LIMIT)).
+    pub fn queue_size(mut self, queue_size: u32) -> Self {
+        self.queue_size = queue_size;
+        self
+    }
+
+    /// Samples in the long-term round trip's average (default 600; in
+    /// `1..=1_000_000`).
+    pub fn long_window(mut self, samples: u32) -> Self {
+        self.long_window = samples;
+        self
+    }
+
+    /// Multiply the limit by `ratio` (in `[0.5, 1)`) on a drop, instead of
+    /// ignoring drops as `Gradient2Limit` does (default: ignored).
+    pub fn drop_backoff(mut self, ratio: f64) -> Self {
+        self.drop_backoff = Some(ratio);
+        self
+    }
+
+    /// The algorithm, or why the configuration cannot be honoured:
+    /// [`ConfigError::InvalidLimits`] unless `1 <= min <= initial <= max <=`
+    /// [`MAX_ADAPTIVE_LIMIT`](crate::MAX_ADAPTIVE_LIMIT),
+    /// [`ConfigError::InvalidParameter`] for a parameter out of its range.
+    ///
+    /// ```
+    /// use tollgate::{ConfigError, Gradient2};
+    ///
+    /// assert_eq!(
+    ///     Gradient2::builder().rtt_tolerance(0.9).build().unwrap_err(),
+    ///     ConfigError::InvalidParameter { name: "RTT tolerance", range: "[1, 1000]" }
+    /// );
+    /// ```
+    pub fn build(self) -> Result<Gradient2, ConfigError> {
+        check_limits(self.min, self.initial, self.max)?;
+        let smoothing_ppm = ppm(self.smoothing, 0.0, 1.0, false, "smoothing", "(0, 1]")?;
+        if smoothing_ppm == 0 {
+            return Err(ConfigError::InvalidParameter {
+                name: "smoothing",
+                range: "(0, 1]",
+            });
+        }
+        let tolerance_ppm = ppm(
+            self.tolerance,
+            1.0,
+            1000.0,
+            false,
+            "RTT tolerance",
+            "[1, 1000]",
+        )?;
+        if self.queue_size > super::MAX_ADAPTIVE_LIMIT {
+            return Err(ConfigError::InvalidParameter {
+                name: "queue size",
+                range: "0..=1048576",
+            });
+        }
+        if !(1..=1_000_000).contains(&self.long_window) {
+            return Err(ConfigError::InvalidParameter {
+                name: "long window",
+                range: "1..=1000000",
+            });
+        }
+        let drop_backoff_ppm = self
+            .drop_backoff
+            .map(|r| ppm(r, 0.5, 1.0, true, "drop backoff", "[0.5, 1)"))
+            .transpose()?;
+        let initial = G2State {
+            estimate: u64::from(self.initial) << LIMIT_FRAC_BITS,
+            warmup: 0,
+            long: 0,
+        };
+        Ok(Gradient2 {
+            state: AtomicCell::new(initial.pack()),
+            min: self.min,
+            max: self.max,
+            smoothing_ppm,
+            tolerance_ppm,
+            queue_size: self.queue_size,
+            long_window: self.long_window,
+            drop_backoff_ppm,
+            history: LimitHistory::new(),
+        })
+    }
+}
+
+/// The unpacked word (see the module's table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct G2State {
+    estimate: u64,
+    warmup: u32,
+    long: u128,
+}
+
+impl G2State {
+    fn pack(self) -> u128 {
+        u128::from(self.estimate) | u128::from(self.warmup) << 40 | self.long << 44
+    }
+
+    fn unpack(word: u128) -> Self {
+        G2State {
+            estimate: (word as u64) & ((1 << 40) - 1),
+            warmup: ((word >> 40) as u32) & 0xf,
+            long: word >> 44,
+        }
+    }
+
+    fn limit(self) -> u32 {
+        (self.estimate >> LIMIT_FRAC_BITS) as u32
+    }
+}
+
+impl Gradient2 {
+    /// A builder starting from `Gradient2Limit`'s defaults.
+    pub fn builder() -> Gradient2Builder {
+        Gradient2Builder::default()
+    }
+
+    /// The lowest and highest limit.
+    pub fn bounds(&self) -> (u32, u32) {
+        (self.min, self.max)
+    }
+
+    /// The long-term round trip, in ns (0 before the first sample).
+    pub fn long_rtt_ns(&self) -> u64 {
+        (G2State::unpack(self.state.load()).long >> 16) as u64
+    }
+
+    /// The state after `sample`: the pure decision (`Gradient2Limit._update`).
+    fn decide(&self, s: G2State, sample: &Sample) -> G2State {
+        let short = sample.rtt_ns.max(1);
+        let short_q = u128::from(short) << 16;
+        let mut next = s;
+        // ExpAvgMeasurement.add: a plain mean over the warm-up, then
+        // value · (1 − f) + sample · f with f = 2 / (n + 1), i.e.
+        // (value · (n − 1) + 2 · sample) / (n + 1); rounded to nearest.
+        if s.warmup < WARMUP {
+            let count = u128::from(s.warmup);
+            next.warmup = s.warmup + 1;
+            next.long = div_round(s.long * count + short_q, count + 1);
+        } else {
+            let n = u128::from(self.long_window);
+            next.long = div_round(s.long * (n - 1) + 2 * short_q, n + 1);
+        }
+        next.long = next.long.min(LONG_MAX);
+        // longRtt / shortRtt > 2: the long one falls to 95 % at once.
+        if next.long > 2 * short_q {
+            next.long = next.long * 95 / 100;
+        }
+        if let (Outcome::Dropped, Some(ratio)) = (sample.outcome, self.drop_backoff_ppm) {
+            let cut = u128::from(s.estimate) * u128::from(ratio) / u128::from(PPM);
+            next.estimate = self.clamp(cut as u64);
+            return next;
+        }
+        // Don't grow the limit if we are app-limited.
+        if u64::from(sample.in_flight) << (LIMIT_FRAC_BITS + 1) < s.estimate {
+            return next;
+        }
+        // gradient = clamp(tolerance · long / short, 0.5, 1), Q.16: long is
+        // Q.16 ns and tolerance millionths, so the quotient by short · 10^6
+        // is Q.16 already. long < 2^84, tolerance <= 10^9 < 2^30.
+        let gradient = (next.long * u128::from(self.tolerance_ppm)
+            / (u128::from(short) * u128::from(PPM)))
+        .clamp(1 << 15, 1 << 16);
+        // Rounded to nearest, here and in the smoothing: a truncation would
+        // pull the estimate down by up to 2^-16 a sample, a drift of whole
+        // permits over a day of samples.
+        let target = div_round(u128::from(s.estimate) * gradient, 1 << 16)
+            + (u128::from(self.queue_size) << LIMIT_FRAC_BITS);
+        let smoothed = div_round(
+            u128::from(s.estimate) * u128::from(PPM - self.smoothing_ppm)
+                + target * u128::from(self.smoothing_ppm),
+            u128::from(PPM),
+        );
+        next.estimate = self.clamp(smoothed.min(u128::from(u64::MAX)) as u64);
+        next
+    }
+
+    fn clamp(&self, estimate: u64) -> u64 {
+        estimate.clamp(u64::from(self.min) * ONE, u64::from(self.max) * ONE)
+    }
+}
+
+fn div_round(num: u128, den: u128) -> u128 {
+    (num + den / 2) / den
+}
+
+impl LimitAlgorithm for Gradient2 {
+    fn on_sample(&self, sample: Sample, now_ns: u64) -> Option<u32> {
+        if sample.outcome == Outcome::Ignored {
+            return None;
+        }
+        let mut before = 0;
+        let stored = self.state.update(|word| {
+            let state = G2State::unpack(word);
+            before = state.limit();
+            Ok::<_, ()>(self.decide(state, &sample).pack())
+        });
+        let after = G2State::unpack(stored.ok()?).limit();
+        if after == before {
+            return None;
+        }
+        self.history.record(after, now_ns);
+        Some(after)
+    }
+
+    fn limit(&self) -> u32 {
+        G2State::unpack(self.state.load()).limit()
+    }
+
+    fn history(&self) -> Option<&LimitHistory> {
+        Some(&self.history)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// `Gradient2Limit._update` with `ExpAvgMeasurement`, in floating
+    /// point, as Netflix writes them.
+    struct Reference {
+        estimated: f64,
+        long: f64,
+        count: u32,
+        window: u32,
+        smoothing: f64,
+        tolerance: f64,
+        min: f64,
+        max: f64,
+    }
+
+    impl Reference {
+        fn update(&mut self, rtt: u64, inflight: u32) {
+            let short = rtt as f64;
+            if self.count < 10 {
+                // sum / count, as a running mean (the reference is re-seeded
+                // with this crate's mean every step).
+                self.long = (self.long * f64::from(self.count) + short) / f64::from(self.count + 1);
+                self.count += 1;
+            } else {
+                let f = 2.0 / (f64::from(self.window) + 1.0);
+                self.long = self.long * (1.0 - f) + short * f;
+            }
+            if self.long / short > 2.0 {
+                self.long *= 0.95;
+            }
+            if f64::from(inflight) < self.estimated / 2.0 {
+                return;
+            }
+            let gradient = (self.tolerance * self.long / short).clamp(0.5, 1.0);
+            let new = self.estimated * gradient + 4.0;
+            let new = self.estimated * (1.0 - self.smoothing) + new * self.smoothing;
+            self.estimated = new.clamp(self.min, self.max);
+        }
+    }
+
+    #[test]
+    fn matches_the_floating_point_reference() {
+        for (smoothing, tolerance, window) in [(0.2, 1.5, 600), (0.5, 1.0, 20), (1.0, 2.0, 100)] {
+            let g = Gradient2::builder()
+                .min_limit(5)
+                .initial_limit(20)
+                .max_limit(400)
+                .smoothing(smoothing)
+                .rtt_tolerance(tolerance)
+                .long_window(window)
+                .build()
+                .unwrap();
+            let mut r = Reference {
+                estimated: 20.0,
+                long: 0.0,
+                count: 0,
+                window,
+                smoothing,
+                tolerance,
+                min: 5.0,
+                max: 400.0,
+            };
+            let mut seed = 0x853c_49e6_748f_ea9bu64;
+            for i in 0..3_000u64 {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let limit = g.limit();
+                let in_flight = (limit / 3 + (seed % u64::from(limit + 1)) as u32).max(1);
+                // Phases of fast and slow round trips, so every branch runs.
+                let base = if (i / 500) % 2 == 0 {
+                    10_000_000
+                } else {
+                    45_000_000
+                };
+                let rtt = base + (seed >> 16) % 20_000_000;
+                // Each step starts the reference from this crate's state, so
+                // the comparison is of one step's arithmetic, not of rounding
+                // accumulated over thousands (which can tip a later `in_flight
+                // < limit / 2` either way).
+                let before = G2State::unpack(g.state.load());
+                r.estimated = before.estimate as f64 / ONE as f64;
+                r.long = before.long as f64 / 65_536.0;
+                r.update(rtt, in_flight);
+                g.on_sample(Sample::success(rtt, in_flight), i);
+                let s = G2State::unpack(g.state.load());
+                let estimate = s.estimate as f64 / ONE as f64;
+                let long = s.long as f64 / 65_536.0;
+                assert!(
+                    // The gradient is truncated to 2^-16: its product with
+                    // the estimate is good to the estimate · 2^-16, and one
+                    // more for the rounding of long and target.
+                    (estimate - r.estimated).abs() < 1e-4 + r.estimated / 32_768.0,
+                    "sample {i}: estimate {estimate} vs {}",
+                    r.estimated
+                );
+                assert!(
+                    (long - r.long).abs() < 1e-4,
+                    "sample {i}: long {long} vs {}",
+                    r.long
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn drops_are_ignored_unless_asked() {
+        let plain = Gradient2::builder().initial_limit(100).build().unwrap();
+        plain.on_sample(Sample::dropped(10_000_000, 100), 0);
+        assert!(plain.limit() >= 100);
+        let backing = Gradient2::builder()
+            .initial_limit(100)
+            .drop_backoff(0.9)
+            .build()
+            .unwrap();
+        assert_eq!(
+            backing.on_sample(Sample::dropped(10_000_000, 100), 0),
+            Some(90)
+        );
+    }
+
+    #[test]
+    fn packs_and_unpacks() {
+        let s = G2State {
+            estimate: (1 << 40) - 1,
+            warmup: 10,
+            long: LONG_MAX,
+        };
+        assert_eq!(G2State::unpack(s.pack()), s);
+    }
+}
