@@ -181,6 +181,23 @@ pub enum ConfigError {
         /// The values it may take.
         range: &'static str,
     },
+    /// A concurrency limit is outside `1..=max`: it must admit at least one
+    /// permit at a time, and it packs its count and limit into one word,
+    /// which holds at most [`ConcurrencyLimit::MAX_LIMIT`](crate::ConcurrencyLimit::MAX_LIMIT).
+    ///
+    /// ```
+    /// use tollgate::{ConcurrencyLimit, ConfigError};
+    ///
+    /// let err = ConcurrencyLimit::new(0).unwrap_err();
+    /// assert_eq!(err, ConfigError::InvalidLimit { limit: 0, max: ConcurrencyLimit::MAX_LIMIT });
+    /// assert_eq!(err.to_string(), "a concurrency limit of 0 is outside 1..=2147483647");
+    /// ```
+    InvalidLimit {
+        /// The limit asked for.
+        limit: u32,
+        /// The largest limit allowed.
+        max: u32,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -227,6 +244,9 @@ impl fmt::Display for ConfigError {
             ),
             ConfigError::InvalidParameter { name, range } => {
                 write!(f, "{name} is outside {range}")
+            }
+            ConfigError::InvalidLimit { limit, max } => {
+                write!(f, "a concurrency limit of {limit} is outside 1..={max}")
             }
         }
     }

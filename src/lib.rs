@@ -97,6 +97,7 @@ mod adaptive;
 mod all_of;
 mod cell;
 mod clock;
+mod concurrency;
 mod counted;
 mod error;
 mod fixed_window;
@@ -124,6 +125,9 @@ pub use adaptive::{
 };
 pub use all_of::{AllOf, Blocked, Members, Tightest};
 pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock};
+pub use concurrency::{
+    ConcurrencyLimit, LockingConcurrencyLimit, OwnedPermit, Permit, PermitSource,
+};
 pub use counted::{Counted, CountedReceipt, Counts};
 pub use error::{ConfigError, Denied};
 pub use fixed_window::{FixedWindow, LeasedFixedWindow, LockingFixedWindow};

@@ -27,6 +27,7 @@
 
 mod epoch;
 mod lock;
+pub(crate) mod park;
 mod wait;
 #[cfg(loom)]
 mod wide;
