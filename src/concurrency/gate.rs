@@ -206,6 +206,10 @@ impl<S: StateCell<Word = u64>> Gate<S> {
         in_flight(self.word.load())
     }
 
+    pub(crate) fn has_waiters(&self) -> bool {
+        waiting(self.word.load())
+    }
+
     /// Admits iff a permit is free, by one CAS; a denial writes nothing. It
     /// does not look at the queue: see the module docs on fairness.
     #[inline]

@@ -512,6 +512,28 @@ macro_rules! concurrency_limit {
             pub fn in_flight(&self) -> u32 {
                 self.gate.in_flight()
             }
+
+            /// Whether a waiter sleeps in the queue now (a reading: the
+            /// `WAITING` flag of the limit's word). A woken waiter that has
+            /// not yet asked again is not counted.
+            ///
+            /// ```
+            /// use std::future::Future;
+            /// use std::pin::pin;
+            /// use std::task::{Context, Waker};
+            #[doc = concat!("use tollgate::", stringify!($name), ";")]
+            #[doc = concat!("let limit = ", stringify!($name), "::new(1)?;")]
+            /// let held = limit.try_acquire();
+            /// let mut waiter = pin!(limit.acquire_async());
+            /// assert!(waiter.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending());
+            /// assert!(limit.has_waiters());
+            /// drop(held); // wakes it: out of the queue
+            /// assert!(!limit.has_waiters());
+            /// # Ok::<(), tollgate::ConfigError>(())
+            /// ```
+            pub fn has_waiters(&self) -> bool {
+                self.gate.has_waiters()
+            }
         }
     };
 }
