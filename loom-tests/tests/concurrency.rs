@@ -233,6 +233,43 @@ fn growth_wakes_a_blocked_waiter() {
     assert!(explored > 1);
 }
 
+/// Two threads block on a full limit of 1 whose holder never lets go; a
+/// third grows the limit to 3. Each served waiter keeps its permit (forgets
+/// it), so no release can wake the other: the growth must wake both, as many
+/// as it opened room for.
+#[test]
+fn growth_wakes_as_many_waiters_as_it_opens_room_for() {
+    let explored = explore(
+        "concurrency::growth_wakes_as_many_waiters_as_it_opens_room_for",
+        3,
+        || {
+            let gate = Arc::new(ConcurrencyLimit::new(1).unwrap());
+            let held = gate.try_acquire().unwrap();
+            let waiters: Vec<_> = (0..2)
+                .map(|_| {
+                    let g = gate.clone();
+                    thread::spawn(move || {
+                        let permit = g.acquire();
+                        assert!(permit.granted_in_flight() <= permit.granted_limit());
+                        std::mem::forget(permit);
+                    })
+                })
+                .collect();
+            let g = gate.clone();
+            let grower = thread::spawn(move || g.set_limit(3).unwrap());
+            for waiter in waiters {
+                waiter.join().unwrap();
+            }
+            grower.join().unwrap();
+            assert_eq!(gate.in_flight(), 3);
+            assert!(gate.try_acquire().is_none());
+            drop(held);
+            assert_eq!(gate.in_flight(), 2, "the two forgotten permits stay held");
+        },
+    );
+    assert!(explored > 1);
+}
+
 /// A blocked thread on a full limit of 1 is woken by the holder's release,
 /// racing its registration; a second thread asks without waiting meanwhile
 /// (it may take the freed permit first: the waiter then sleeps again and is
