@@ -271,20 +271,15 @@ impl<S: StateCell<Word = u64>> Gate<S> {
     /// Wakes up to `count` sleepers, first queued first.
     #[cold]
     fn wake(&self, count: u32) {
-        let mut woken = Vec::new();
-        {
+        let (first, rest) = {
             let mut waiters = self.waiters.lock();
-            for _ in 0..count {
-                match self.pop(&mut waiters) {
-                    Some(wake) => woken.push(wake),
-                    None => break,
-                }
-            }
-        }
+            let first = self.pop(&mut waiters);
+            // Allocates only for a growth that wakes more than one.
+            let rest: Vec<Wake> = (1..count).map_while(|_| self.pop(&mut waiters)).collect();
+            (first, rest)
+        };
         // Outside the lock: the woken waiter's first act is to take it.
-        for wake in woken {
-            wake.wake();
-        }
+        first.into_iter().chain(rest).for_each(Wake::wake);
     }
 
     /// Takes the first sleeper out of the queue (it is woken); clears
