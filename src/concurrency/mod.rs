@@ -22,6 +22,9 @@ mod gate;
 mod wait;
 
 use std::fmt;
+// std's `Arc`, not the sync facade's: `try_acquire_owned(self: &Arc<Self>)`
+// needs a receiver type, which loom's `Arc` cannot be, and the `Arc` only
+// keeps the limit alive; nothing is ordered through it.
 use std::sync::Arc;
 use std::time::Duration;
 
