@@ -30,7 +30,7 @@ use std::task::{Context, Poll, Waker};
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicU32, Ordering};
 use loom::thread;
-use tollgate::{ConcurrencyLimit, Permit};
+use tollgate::{ConcurrencyLimit, LockingConcurrencyLimit, Permit, PermitSource};
 use tollgate_loom_tests::explore;
 
 /// Counts the holders of a limit's permits, as the model sees them.
@@ -49,7 +49,7 @@ impl Holders {
 
     /// Holds `permit` while `work` runs, counted; checks the bound and the
     /// permit's report.
-    fn hold<R>(&self, permit: Permit<'_>, work: impl FnOnce() -> R) -> R {
+    fn hold<L: PermitSource, R>(&self, permit: Permit<'_, L>, work: impl FnOnce() -> R) -> R {
         assert!(
             permit.granted_in_flight() >= 1 && permit.granted_in_flight() <= permit.granted_limit(),
             "concurrency invariant violated: a permit reports {permit:?}"
@@ -293,6 +293,36 @@ fn release_wakes_a_blocked_waiter() {
         barger.join().unwrap();
         assert_drained(&gate);
     });
+    assert!(explored > 1);
+}
+
+/// The same race on the locking twin: the same gate over the twins' locked
+/// cell (loom's mutex), whose word updates loom sees as lock and unlock.
+#[test]
+fn the_twin_wakes_a_blocked_waiter_on_release() {
+    let explored = explore(
+        "concurrency::the_twin_wakes_a_blocked_waiter_on_release",
+        3,
+        || {
+            let gate = Arc::new(LockingConcurrencyLimit::new(1).unwrap());
+            let holders = Holders::new(1);
+            let held = gate.try_acquire().unwrap();
+            let (g, h) = (gate.clone(), holders.clone());
+            let waiter = thread::spawn(move || h.hold(g.acquire(), || ()));
+            let (g, h) = (gate.clone(), holders.clone());
+            let barger = thread::spawn(move || {
+                if let Some(permit) = g.try_acquire() {
+                    h.hold(permit, || ());
+                }
+            });
+            holders.hold(held, || ());
+            waiter.join().unwrap();
+            barger.join().unwrap();
+            assert_eq!(gate.in_flight(), 0, "a permit stranded");
+            let (a, b) = (gate.try_acquire(), gate.try_acquire());
+            assert!(a.is_some() && b.is_none());
+        },
+    );
     assert!(explored > 1);
 }
 
