@@ -189,10 +189,10 @@ pub enum ConfigError {
     /// use tollgate::{ConcurrencyLimit, ConfigError};
     ///
     /// let err = ConcurrencyLimit::new(0).unwrap_err();
-    /// assert_eq!(err, ConfigError::InvalidLimit { limit: 0, max: ConcurrencyLimit::MAX_LIMIT });
+    /// assert_eq!(err, ConfigError::InvalidConcurrencyLimit { limit: 0, max: ConcurrencyLimit::MAX_LIMIT });
     /// assert_eq!(err.to_string(), "a concurrency limit of 0 is outside 1..=2147483647");
     /// ```
-    InvalidLimit {
+    InvalidConcurrencyLimit {
         /// The limit asked for.
         limit: u32,
         /// The largest limit allowed.
@@ -245,7 +245,7 @@ impl fmt::Display for ConfigError {
             ConfigError::InvalidParameter { name, range } => {
                 write!(f, "{name} is outside {range}")
             }
-            ConfigError::InvalidLimit { limit, max } => {
+            ConfigError::InvalidConcurrencyLimit { limit, max } => {
                 write!(f, "a concurrency limit of {limit} is outside 1..={max}")
             }
         }

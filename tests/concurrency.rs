@@ -20,7 +20,7 @@ const MAX: u32 = ConcurrencyLimit::MAX_LIMIT;
 #[test]
 fn bad_limits_are_refused_with_a_clear_error() {
     for bad in [0, MAX + 1, u32::MAX] {
-        let want = ConfigError::InvalidLimit {
+        let want = ConfigError::InvalidConcurrencyLimit {
             limit: bad,
             max: MAX,
         };

@@ -59,7 +59,7 @@ fn check_limit(limit: u32) -> Result<u32, ConfigError> {
     if (1..=gate::MAX_LIMIT).contains(&limit) {
         Ok(limit)
     } else {
-        Err(ConfigError::InvalidLimit {
+        Err(ConfigError::InvalidConcurrencyLimit {
             limit,
             max: gate::MAX_LIMIT,
         })
@@ -299,14 +299,14 @@ macro_rules! concurrency_limit {
 
             /// A limit of `limit` permits at once, none in flight.
             ///
-            /// Errors: [`ConfigError::InvalidLimit`] for 0 or more than
+            /// Errors: [`ConfigError::InvalidConcurrencyLimit`] for 0 or more than
             /// [`MAX_LIMIT`](Self::MAX_LIMIT).
             ///
             /// ```
             #[doc = concat!("use tollgate::{ConfigError, ", stringify!($name), "};")]
             #[doc = concat!("let limit = ", stringify!($name), "::new(8)?;")]
             /// assert_eq!((limit.limit(), limit.in_flight()), (8, 0));
-            #[doc = concat!("assert!(matches!(", stringify!($name), "::new(0), Err(ConfigError::InvalidLimit { .. })));")]
+            #[doc = concat!("assert!(matches!(", stringify!($name), "::new(0), Err(ConfigError::InvalidConcurrencyLimit { .. })));")]
             /// # Ok::<(), ConfigError>(())
             /// ```
             pub fn new(limit: u32) -> Result<Self, ConfigError> {
@@ -470,7 +470,7 @@ macro_rules! concurrency_limit {
             /// admitted meanwhile. A larger one wakes waiters for the room it
             /// opens.
             ///
-            /// Errors: [`ConfigError::InvalidLimit`] for 0 or more than
+            /// Errors: [`ConfigError::InvalidConcurrencyLimit`] for 0 or more than
             /// [`MAX_LIMIT`](Self::MAX_LIMIT); the limit is then unchanged.
             ///
             /// ```
