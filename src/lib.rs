@@ -119,9 +119,9 @@ mod waiting;
 mod warm_up;
 
 pub use adaptive::{
-    Aimd, AimdBuilder, Gradient2, Gradient2Builder, HISTORY_LEN, LimitAlgorithm, LimitChange,
-    LimitHistory, MAX_ADAPTIVE_LIMIT, Outcome, Sample, Vegas, VegasBuilder, WindowStats, Windowed,
-    WindowedBuilder,
+    AdaptiveLimit, AdaptivePermit, Aimd, AimdBuilder, Gradient2, Gradient2Builder, HISTORY_LEN,
+    LimitAlgorithm, LimitChange, LimitHistory, MAX_ADAPTIVE_LIMIT, Outcome, OwnedAdaptivePermit,
+    Sample, Vegas, VegasBuilder, WindowStats, Windowed, WindowedBuilder,
 };
 pub use all_of::{AllOf, Blocked, Members, Tightest};
 pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock};

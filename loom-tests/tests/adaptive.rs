@@ -19,7 +19,9 @@ use std::sync::Mutex;
 
 use loom::sync::Arc;
 use loom::thread;
-use tollgate::{Aimd, Gradient2, LimitAlgorithm, Outcome, Sample, Vegas, Windowed};
+use tollgate::{
+    AdaptiveLimit, Aimd, Gradient2, LimitAlgorithm, ManualClock, Outcome, Sample, Vegas, Windowed,
+};
 use tollgate_loom_tests::explore;
 
 /// Every merge of `a` and `b` that keeps each one's order.
@@ -321,4 +323,68 @@ fn windowed_samples_race_a_close() {
         );
     });
     assert!(explored > 1);
+}
+
+/// Two permits of an [`AdaptiveLimit`] end at once, each changing the
+/// algorithm's limit (a success with the limit in use grows it, a drop
+/// halves it), while a third thread asks for permits. The releases copy
+/// their new limits to the gate in either order; the one that copies last
+/// must leave the gate at the algorithm's limit. After joining: the gate's
+/// limit is the algorithm's, within `[min, max]`, nothing is in flight, and
+/// every permit granted meanwhile was within the largest limit.
+fn releases_race(expect_follow: bool) {
+    let aimd = Aimd::builder()
+        .min_limit(1)
+        .initial_limit(2)
+        .max_limit(4)
+        .backoff_ratio(0.5)
+        .build()
+        .expect("a valid AIMD");
+    // A std `Arc`: the owned permits hold one (its count is no part of the
+    // algorithm; the gate's word and the algorithm's are loom's).
+    let limit = std::sync::Arc::new(AdaptiveLimit::with_clock(aimd, ManualClock::new()).unwrap());
+    let first = limit.try_acquire_owned().expect("two free permits");
+    let second = limit.try_acquire_owned().expect("two free permits");
+    let grow = thread::spawn(move || first.success());
+    let back_off = thread::spawn(move || second.dropped());
+    let asker = {
+        let limit = limit.clone();
+        thread::spawn(move || limit.try_acquire().map(|p| p.granted_in_flight()))
+    };
+    grow.join().unwrap();
+    back_off.join().unwrap();
+    if let Some(in_flight) = asker.join().unwrap() {
+        assert!(
+            in_flight <= 4,
+            "{in_flight} in flight past the largest limit"
+        );
+    }
+    assert_eq!(limit.in_flight(), 0, "a permit was stranded");
+    let (gate, algorithm) = (limit.limit(), limit.algorithm().limit());
+    assert!(
+        (1..=4).contains(&algorithm),
+        "limit {algorithm} outside [1, 4]"
+    );
+    if expect_follow {
+        assert_eq!(gate, algorithm, "the gate did not follow the algorithm");
+    } else if gate != algorithm {
+        panic!("the gate did not follow the algorithm");
+    }
+}
+
+#[test]
+fn adaptive_limit_releases_race() {
+    let explored = explore("adaptive::adaptive_limit_releases_race", 3, || {
+        releases_race(true)
+    });
+    assert!(explored > 1);
+}
+
+#[test]
+#[should_panic(expected = "the gate did not follow the algorithm")]
+fn known_bad_unfollowed_is_caught() {
+    AdaptiveLimit::<Aimd>::known_bad_unfollowed(true);
+    explore("adaptive::known_bad_unfollowed_is_caught", 3, || {
+        releases_race(false)
+    });
 }

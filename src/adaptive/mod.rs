@@ -52,12 +52,14 @@
 mod aimd;
 mod gradient2;
 mod history;
+mod limiter;
 mod vegas;
 mod windowed;
 
 pub use aimd::{Aimd, AimdBuilder};
 pub use gradient2::{Gradient2, Gradient2Builder};
 pub use history::{HISTORY_LEN, LimitChange, LimitHistory};
+pub use limiter::{AdaptiveLimit, AdaptivePermit, OwnedAdaptivePermit};
 pub use vegas::{Vegas, VegasBuilder};
 pub use windowed::{WindowStats, Windowed, WindowedBuilder};
 

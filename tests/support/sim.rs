@@ -4,15 +4,16 @@
 //! under a second.
 //!
 //! Clients offer Poisson arrivals at a fixed rate, more than the service can
-//! take. The [`Gate`] admits a request while fewer than the algorithm's limit
-//! are in flight and sheds the rest; an admitted request goes to the
-//! [`Link`], and when it finishes its round trip — measured on a tollgate
-//! `ManualClock` set to the event's time — is fed to the algorithm.
+//! take. tollgate's [`AdaptiveLimit`] admits a request while fewer than its
+//! limit are in flight and the simulator sheds the rest; an admitted request
+//! goes to the [`Link`], and when it finishes, its permit ends with the
+//! outcome, timed on the limit's `ManualClock` set to the event's time: the
+//! limiter the user runs, in virtual time.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use tollgate::{Clock, LimitAlgorithm, ManualClock, Outcome, Sample};
+use tollgate::{AdaptiveLimit, AdaptivePermit, Clock, LimitAlgorithm, ManualClock, Outcome};
 
 pub const MS: u64 = 1_000_000;
 pub const SECOND: u64 = 1_000_000_000;
@@ -40,29 +41,6 @@ impl Rng {
     /// Exponentially distributed with this mean.
     pub fn exp(&mut self, mean: f64) -> f64 {
         -mean * (1.0 - self.unit()).ln()
-    }
-}
-
-/// The admission gate: in flight against the algorithm's limit. The one
-/// place to swap for tollgate's `ConcurrencyLimit` (`try_acquire` / permit
-/// drop) when it lands.
-#[derive(Default)]
-pub struct Gate {
-    in_flight: u32,
-}
-
-impl Gate {
-    /// Admits if fewer than `limit` are in flight; returns the in-flight
-    /// count with this request.
-    pub fn try_acquire(&mut self, limit: u32) -> Option<u32> {
-        (self.in_flight < limit).then(|| {
-            self.in_flight += 1;
-            self.in_flight
-        })
-    }
-
-    pub fn release(&mut self) {
-        self.in_flight -= 1;
     }
 }
 
@@ -133,9 +111,9 @@ enum Event {
     Refused(usize),
 }
 
-struct Request {
+struct Request<'a> {
     start: u64,
-    in_flight: u32,
+    permit: Option<AdaptivePermit<'a, &'a dyn LimitAlgorithm, ManualClock>>,
 }
 
 struct Service {
@@ -166,11 +144,11 @@ impl Service {
 /// Runs `algorithm` through `scenario`.
 pub fn run(scenario: &Scenario, algorithm: &dyn LimitAlgorithm) -> Run {
     let clock = ManualClock::new();
+    let limit = AdaptiveLimit::with_clock(algorithm, clock.clone()).expect("a valid limit");
     let mut rng = Rng::new(scenario.seed);
     let mut events: BinaryHeap<Reverse<(u64, Event)>> = BinaryHeap::new();
     let mut requests: Vec<Request> = Vec::new();
     let mut free: Vec<usize> = Vec::new();
-    let mut gate = Gate::default();
     let mut service = Service {
         link: scenario.link,
         base: scenario.base_latency as f64,
@@ -202,7 +180,9 @@ pub fn run(scenario: &Scenario, algorithm: &dyn LimitAlgorithm) -> Run {
         match event {
             Event::Phase(i) => service.capacity = scenario.phases[i].1,
             Event::Tick => {
-                out.limits.push((now, algorithm.limit()));
+                // The gate's limit: the algorithm's, as the last release
+                // applied it.
+                out.limits.push((now, limit.limit()));
                 events.push(Reverse((now + 100 * MS, Event::Tick)));
             }
             Event::Arrival => {
@@ -211,20 +191,23 @@ pub fn run(scenario: &Scenario, algorithm: &dyn LimitAlgorithm) -> Run {
                     Event::Arrival,
                 )));
                 out.offered += 1;
-                let Some(in_flight) = gate.try_acquire(algorithm.limit()) else {
+                let Some(permit) = limit.try_acquire() else {
                     out.shed += 1;
                     continue;
                 };
-                let id = free.pop().unwrap_or_else(|| {
-                    requests.push(Request {
-                        start: 0,
-                        in_flight: 0,
-                    });
-                    requests.len() - 1
-                });
-                requests[id] = Request {
+                let request = Request {
                     start: clock.now(),
-                    in_flight,
+                    permit: Some(permit),
+                };
+                let id = match free.pop() {
+                    Some(id) => {
+                        requests[id] = request;
+                        id
+                    }
+                    None => {
+                        requests.push(request);
+                        requests.len() - 1
+                    }
                 };
                 // The link's answer.
                 let decay = (-((now - service.rate_at) as f64) / RATE_TAU).exp();
@@ -275,26 +258,12 @@ pub fn run(scenario: &Scenario, algorithm: &dyn LimitAlgorithm) -> Run {
                         events.push(Reverse((now + t, Event::Done(next))));
                     }
                 }
-                finish(
-                    &clock,
-                    &mut gate,
-                    &requests[id],
-                    Outcome::Success,
-                    algorithm,
-                    &mut out,
-                );
+                finish(&clock, &mut requests[id], Outcome::Success, &mut out);
                 free.push(id);
             }
             Event::Refused(id) => {
                 out.dropped += 1;
-                finish(
-                    &clock,
-                    &mut gate,
-                    &requests[id],
-                    Outcome::Dropped,
-                    algorithm,
-                    &mut out,
-                );
+                finish(&clock, &mut requests[id], Outcome::Dropped, &mut out);
                 free.push(id);
             }
         }
@@ -302,30 +271,18 @@ pub fn run(scenario: &Scenario, algorithm: &dyn LimitAlgorithm) -> Run {
     out
 }
 
-/// The permit's release: the round trip on the clock, the sample to the
-/// algorithm.
-fn finish(
-    clock: &ManualClock,
-    gate: &mut Gate,
-    request: &Request,
-    outcome: Outcome,
-    algorithm: &dyn LimitAlgorithm,
-    out: &mut Run,
-) {
-    gate.release();
-    let now = clock.now();
-    let rtt = now - request.start;
+/// The permit's end: the round trip recorded for the report, the outcome to
+/// the limiter (which times it on the same clock and feeds its algorithm).
+fn finish(clock: &ManualClock, request: &mut Request<'_>, outcome: Outcome, out: &mut Run) {
+    let rtt = clock.now() - request.start;
     if outcome == Outcome::Success {
-        out.latencies.push((now, rtt));
+        out.latencies.push((clock.now(), rtt));
     }
-    algorithm.on_sample(
-        Sample {
-            rtt_ns: rtt,
-            in_flight: request.in_flight,
-            outcome,
-        },
-        now,
-    );
+    let permit = request
+        .permit
+        .take()
+        .expect("a request in flight holds its permit");
+    permit.record(outcome);
 }
 
 /// The figures a scenario is judged by.

@@ -1,0 +1,421 @@
+//! The adaptive concurrency limit: a [`ConcurrencyLimit`] whose limit a
+//! [`LimitAlgorithm`] moves from what each permit reports when it ends.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::history::LimitHistory;
+use super::{LimitAlgorithm, Outcome, Sample};
+use crate::clock::{Clock, MonotonicClock};
+use crate::concurrency::{ConcurrencyLimit, OwnedPermit, Permit};
+use crate::error::ConfigError;
+
+/// A concurrency limit that finds a service's capacity by itself: at most
+/// [`limit`](Self::limit) permits at once, the limit moved by an algorithm
+/// ([`Aimd`](crate::Aimd), [`Vegas`](crate::Vegas),
+/// [`Gradient2`](crate::Gradient2), each optionally
+/// [`Windowed`](crate::Windowed)) from the latency and outcome each permit
+/// reports when it ends.
+///
+/// A permit is an [`AdaptivePermit`]: end it with
+/// [`success`](AdaptivePermit::success) (its latency, from grant to now on
+/// this limiter's clock, is a sample), [`dropped`](AdaptivePermit::dropped)
+/// (the work failed from overload: a timeout, a 503, a refused connection)
+/// or [`ignore`](AdaptivePermit::ignore) (it says nothing about capacity: a
+/// client error, a cancelled call). A permit dropped without any of them is
+/// ignored: work abandoned half-way tells nothing about the service.
+///
+/// Guarantees: those of [`ConcurrencyLimit`] at every instant (never more in
+/// flight than the limit in force when each was granted; a smaller limit
+/// revokes nothing and admits nobody until releases bring the count under
+/// it), with the limit always within the algorithm's `[min, max]`. Samples
+/// that race are each counted once by the algorithm (see
+/// [`LimitAlgorithm`]); when two releases race to apply their new limits,
+/// the one that applies last re-reads the algorithm until what it applied
+/// is current, so once releases stop the gate's limit is the algorithm's.
+/// No lock is taken on the acquire or release path unless a thread waits.
+///
+/// Latency is read on the limiter's [`Clock`]: with a
+/// [`ManualClock`](crate::ManualClock) a simulation runs in virtual time.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{AdaptiveLimit, Aimd, Clock, ManualClock};
+///
+/// let clock = ManualClock::new();
+/// let aimd = Aimd::builder().min_limit(1).initial_limit(2).build()?;
+/// let limit = AdaptiveLimit::with_clock(aimd, clock.clone())?;
+///
+/// let first = limit.try_acquire().unwrap();
+/// let second = limit.try_acquire().unwrap();
+/// assert!(limit.try_acquire().is_none()); // 2 in flight, limit 2
+///
+/// clock.advance(Duration::from_millis(20));
+/// first.success(); // a fast success with the limit in use: one more
+/// assert_eq!(limit.limit(), 3);
+/// second.dropped(); // overload: back off by the ratio
+/// assert_eq!(limit.limit(), 2);
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+pub struct AdaptiveLimit<A, C = MonotonicClock> {
+    gate: Arc<ConcurrencyLimit>,
+    algorithm: A,
+    clock: C,
+}
+
+impl<A: LimitAlgorithm> AdaptiveLimit<A> {
+    /// A limit starting at the algorithm's current limit, timing permits on
+    /// the default [`MonotonicClock`].
+    ///
+    /// Errors: none from tollgate's algorithms, whose limits are validated
+    /// when built; [`ConfigError::InvalidConcurrencyLimit`] for an
+    /// algorithm of one's own whose limit is 0 or above
+    /// [`ConcurrencyLimit::MAX_LIMIT`].
+    ///
+    /// ```
+    /// use tollgate::{AdaptiveLimit, Gradient2, Windowed};
+    /// let limit = AdaptiveLimit::new(Windowed::builder().build(Gradient2::builder().build()?)?)?;
+    /// assert_eq!(limit.limit(), 20);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn new(algorithm: A) -> Result<Self, ConfigError> {
+        Self::with_clock(algorithm, MonotonicClock::new())
+    }
+}
+
+impl<A: LimitAlgorithm, C: Clock> AdaptiveLimit<A, C> {
+    /// As [`new`](Self::new), timing permits on `clock`.
+    ///
+    /// ```
+    /// use tollgate::{AdaptiveLimit, Aimd, ManualClock};
+    /// let limit = AdaptiveLimit::with_clock(Aimd::builder().build()?, ManualClock::new())?;
+    /// assert_eq!(limit.in_flight(), 0);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn with_clock(algorithm: A, clock: C) -> Result<Self, ConfigError> {
+        let gate = Arc::new(ConcurrencyLimit::new(algorithm.limit())?);
+        Ok(AdaptiveLimit {
+            gate,
+            algorithm,
+            clock,
+        })
+    }
+
+    /// A permit if fewer than the limit are in flight; `None` (and nothing
+    /// changed) otherwise.
+    ///
+    /// ```
+    /// use tollgate::{AdaptiveLimit, Aimd};
+    /// let limit = AdaptiveLimit::new(Aimd::builder().min_limit(1).initial_limit(1).build()?)?;
+    /// let permit = limit.try_acquire().unwrap();
+    /// assert!(limit.try_acquire().is_none());
+    /// permit.ignore();
+    /// assert!(limit.try_acquire().is_some());
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn try_acquire(&self) -> Option<AdaptivePermit<'_, A, C>> {
+        self.gate.try_acquire().map(|permit| self.permit(permit))
+    }
+
+    /// As [`try_acquire`](Self::try_acquire), a permit that holds an [`Arc`]
+    /// of the limit, for work that moves across tasks or threads.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::{AdaptiveLimit, Aimd};
+    /// let limit = Arc::new(AdaptiveLimit::new(Aimd::builder().build()?)?);
+    /// let permit = limit.try_acquire_owned().unwrap();
+    /// std::thread::spawn(move || permit.success()).join().unwrap();
+    /// assert_eq!(limit.in_flight(), 0);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn try_acquire_owned(self: &Arc<Self>) -> Option<OwnedAdaptivePermit<A, C>> {
+        let permit = self.gate.try_acquire_owned()?;
+        Some(OwnedAdaptivePermit {
+            started: self.started(permit.granted_in_flight()),
+            permit: Some(permit),
+            limit: Arc::clone(self),
+        })
+    }
+
+    /// Blocks the calling thread until a permit is free or `timeout` has
+    /// passed (then `None`, holding nothing). The wait is not part of the
+    /// permit's latency: it is timed from its grant.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{AdaptiveLimit, Aimd};
+    /// let limit = AdaptiveLimit::new(Aimd::builder().min_limit(1).initial_limit(1).build()?)?;
+    /// let _held = limit.try_acquire().unwrap();
+    /// assert!(limit.acquire_timeout(Duration::from_millis(1)).is_none());
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn acquire_timeout(&self, timeout: Duration) -> Option<AdaptivePermit<'_, A, C>> {
+        self.gate
+            .acquire_timeout(timeout)
+            .map(|permit| self.permit(permit))
+    }
+
+    /// Waits, on any executor, until a permit is free. Cancel-safe: a future
+    /// dropped before it completes holds nothing and passes on any wake-up it
+    /// was given.
+    ///
+    /// ```
+    /// use tollgate::{AdaptiveLimit, Aimd};
+    /// # let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    /// # rt.block_on(async {
+    /// let limit = AdaptiveLimit::new(Aimd::builder().build()?)?;
+    /// let permit = limit.acquire_async().await;
+    /// permit.success();
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// # }).unwrap();
+    /// ```
+    pub async fn acquire_async(&self) -> AdaptivePermit<'_, A, C> {
+        let permit = self.gate.acquire_async().await;
+        self.permit(permit)
+    }
+
+    /// As [`acquire_async`](Self::acquire_async), for an owned permit.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::{AdaptiveLimit, Aimd};
+    /// # let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    /// # rt.block_on(async {
+    /// let limit = Arc::new(AdaptiveLimit::new(Aimd::builder().build()?)?);
+    /// let permit = Arc::clone(&limit).acquire_owned_async().await;
+    /// permit.dropped();
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// # }).unwrap();
+    /// ```
+    pub async fn acquire_owned_async(self: Arc<Self>) -> OwnedAdaptivePermit<A, C> {
+        let permit = Arc::clone(&self.gate).acquire_owned_async().await;
+        OwnedAdaptivePermit {
+            started: self.started(permit.granted_in_flight()),
+            permit: Some(permit),
+            limit: self,
+        }
+    }
+
+    /// Waits on tokio's timer until a permit is free or `timeout` has passed
+    /// (then `None`, holding nothing). Cancel-safe, as
+    /// [`acquire_async`](Self::acquire_async).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{AdaptiveLimit, Aimd};
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    /// # rt.block_on(async {
+    /// let limit = AdaptiveLimit::new(Aimd::builder().min_limit(1).initial_limit(1).build()?)?;
+    /// let _held = limit.try_acquire().unwrap();
+    /// assert!(limit.acquire_timeout_async(Duration::from_millis(1)).await.is_none());
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// # }).unwrap();
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub async fn acquire_timeout_async(
+        &self,
+        timeout: Duration,
+    ) -> Option<AdaptivePermit<'_, A, C>> {
+        let permit = self.gate.acquire_timeout_async(timeout).await?;
+        Some(self.permit(permit))
+    }
+
+    /// The limit in force: what the algorithm last decided, once the release
+    /// that changed it has applied it.
+    pub fn limit(&self) -> u32 {
+        self.gate.limit()
+    }
+
+    /// Permits held now.
+    pub fn in_flight(&self) -> u32 {
+        self.gate.in_flight()
+    }
+
+    /// The algorithm, for its own readings (bounds, estimates).
+    pub fn algorithm(&self) -> &A {
+        &self.algorithm
+    }
+
+    /// The limit's recent changes, for dashboards (see [`LimitHistory`]).
+    ///
+    /// ```
+    /// use tollgate::{AdaptiveLimit, Aimd};
+    /// let limit = AdaptiveLimit::new(Aimd::builder().min_limit(1).initial_limit(4).build()?)?;
+    /// limit.try_acquire().unwrap().dropped();
+    /// let last = limit.history().unwrap().last().unwrap();
+    /// assert_eq!(last.limit, 3);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn history(&self) -> Option<&LimitHistory> {
+        self.algorithm.history()
+    }
+
+    /// The clock permits are timed on.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    fn permit<'a>(&'a self, permit: Permit<'a>) -> AdaptivePermit<'a, A, C> {
+        AdaptivePermit {
+            started: self.started(permit.granted_in_flight()),
+            permit: Some(permit),
+            limit: self,
+        }
+    }
+
+    fn started(&self, in_flight: u32) -> Started {
+        Started {
+            at: self.clock.now(),
+            in_flight,
+        }
+    }
+
+    /// Feeds the algorithm a finished permit's sample and makes the gate
+    /// follow any change, before the permit goes back (so that a smaller
+    /// limit is in force before its release can admit a waiter).
+    fn finish(&self, started: Started, outcome: Outcome) {
+        if outcome == Outcome::Ignored {
+            return;
+        }
+        let now = self.clock.now();
+        let sample = Sample {
+            rtt_ns: now.saturating_sub(started.at),
+            in_flight: started.in_flight,
+            outcome,
+        };
+        if self.algorithm.on_sample(sample, now).is_some() {
+            self.follow();
+        }
+    }
+
+    /// Copies the algorithm's limit to the gate until what was copied is
+    /// still the algorithm's. Two releases may learn of their changes in one
+    /// order and copy them in the other; the one that copies last sees on
+    /// its re-read that the algorithm has moved on (if it has) and copies
+    /// again, so after the last release the gate holds the algorithm's limit.
+    /// It loops only while other releases keep changing the limit, each of
+    /// which is progress.
+    fn follow(&self) {
+        loop {
+            let limit = self.algorithm.limit();
+            // The algorithm's limits are within `[1, MAX_ADAPTIVE_LIMIT]`,
+            // which the gate accepts; one of the user's own that is not is
+            // ignored (the gate keeps its limit) rather than a panic here.
+            let _ = self.gate.set_limit(limit);
+            #[cfg(loom)]
+            if UNFOLLOWED.with(std::cell::Cell::get) {
+                // The known-bad copy: once, without the re-read.
+                return;
+            }
+            if self.algorithm.limit() == limit {
+                return;
+            }
+        }
+    }
+
+    /// Loom builds only: a release copies the algorithm's limit to the gate
+    /// once, without re-reading it — the known-bad follow the models must
+    /// catch (a stale copy can land last), for the calling OS thread (a loom
+    /// model runs on it). Never compiled into a normal build.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn known_bad_unfollowed(on: bool) {
+        UNFOLLOWED.with(|bad| bad.set(on));
+    }
+}
+
+impl<A: fmt::Debug, C> fmt::Debug for AdaptiveLimit<A, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdaptiveLimit")
+            .field("limit", &self.gate.limit())
+            .field("in_flight", &self.gate.in_flight())
+            .field("algorithm", &self.algorithm)
+            .finish()
+    }
+}
+
+/// When a permit was granted and with how many in flight (itself included).
+#[derive(Debug, Clone, Copy)]
+struct Started {
+    at: u64,
+    in_flight: u32,
+}
+
+/// A permit of an [`AdaptiveLimit`]: end it with
+/// [`success`](Self::success), [`dropped`](Self::dropped) or
+/// [`ignore`](Self::ignore); dropped without one, it is ignored.
+#[must_use = "a permit is given back as soon as it is dropped, and says nothing to the algorithm"]
+pub struct AdaptivePermit<'a, A: LimitAlgorithm, C: Clock = MonotonicClock> {
+    limit: &'a AdaptiveLimit<A, C>,
+    started: Started,
+    // `None` once given back: `record` takes it out so that `Drop` does not
+    // give it back twice.
+    permit: Option<Permit<'a>>,
+}
+
+/// As [`AdaptivePermit`], holding an [`Arc`] of its limit.
+#[must_use = "a permit is given back as soon as it is dropped, and says nothing to the algorithm"]
+pub struct OwnedAdaptivePermit<A: LimitAlgorithm, C: Clock = MonotonicClock> {
+    limit: Arc<AdaptiveLimit<A, C>>,
+    started: Started,
+    permit: Option<OwnedPermit>,
+}
+
+macro_rules! adaptive_permit {
+    ($permit:ident $(<$lt:lifetime>)?) => {
+        impl<$($lt,)? A: LimitAlgorithm, C: Clock> $permit<$($lt,)? A, C> {
+            /// The work succeeded: its latency is a sample.
+            pub fn success(self) {
+                self.record(Outcome::Success);
+            }
+
+            /// The work failed from overload (a timeout, a 503, a refused
+            /// connection): the algorithm backs off.
+            pub fn dropped(self) {
+                self.record(Outcome::Dropped);
+            }
+
+            /// The work says nothing about capacity (a client error, a
+            /// cancelled call): the permit goes back, the algorithm learns
+            /// nothing. What dropping the permit does.
+            pub fn ignore(self) {
+                self.record(Outcome::Ignored);
+            }
+
+            /// Ends the permit with `outcome`.
+            pub fn record(mut self, outcome: Outcome) {
+                if let Some(permit) = self.permit.take() {
+                    self.limit.finish(self.started, outcome);
+                    drop(permit);
+                }
+            }
+
+            /// How many permits were in flight right after this one was
+            /// granted, itself included.
+            pub fn granted_in_flight(&self) -> u32 {
+                self.started.in_flight
+            }
+        }
+
+        impl<$($lt,)? A: LimitAlgorithm, C: Clock> fmt::Debug for $permit<$($lt,)? A, C> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($permit))
+                    .field("granted_in_flight", &self.started.in_flight)
+                    .field("granted_at", &self.started.at)
+                    .finish()
+            }
+        }
+    };
+}
+
+adaptive_permit!(AdaptivePermit<'a>);
+adaptive_permit!(OwnedAdaptivePermit);
+
+#[cfg(loom)]
+std::thread_local! {
+    /// Test-only: `follow` without its re-read. Per OS thread: loom runs a
+    /// model's threads on the test's own thread.
+    static UNFOLLOWED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
