@@ -97,6 +97,7 @@
 //! [`Tunable`] direct limiter can be changed at runtime, lock-free, with a
 //! [`Carry`] strategy for the current state.
 
+mod adaptive;
 mod evict;
 mod for_key;
 mod hasher;
@@ -110,6 +111,13 @@ use std::hash::{BuildHasher, Hash};
 
 use crossbeam_utils::CachePadded;
 
+pub use adaptive::{DEFAULT_IDLE, KeyedAdaptiveLimit, TOUCH_STEP};
+#[cfg(loom)]
+#[doc(hidden)]
+pub use adaptive::{
+    known_bad_adaptive_busy_overflow_insert, known_bad_adaptive_unlocked_acquire,
+    known_bad_adaptive_unpinned_waiters,
+};
 pub use evict::IDLE_BEFORE_EVICTION;
 pub use for_key::{ForKey, KeyedReceipt};
 pub use hasher::{KeyHash, KeyHasher};
