@@ -116,7 +116,11 @@ fn assert_drained(keyed: &PerKey) {
     for key in 0..3 {
         assert_eq!(keyed.in_flight_of(&key), 0, "key {key} kept a permit");
     }
-    assert_eq!(keyed.overflow().in_flight(), 0, "the overflow kept a permit");
+    assert_eq!(
+        keyed.overflow().in_flight(),
+        0,
+        "the overflow kept a permit"
+    );
 }
 
 /// Key 1 has a state with nothing in flight. One thread asks for key 1; the

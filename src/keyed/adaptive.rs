@@ -1,98 +1,6 @@
-//! One adaptive concurrency limit per key: [`KeyedAdaptiveLimit`].
-//!
-//! # Why not a [`Keyable`](super::Keyable) kind
-//!
-//! The keyed rate limiters split a kind into a configuration and a small
-//! state that decides *at a time*, and evict a state only when it is
-//! *fresh*: when it decides exactly as a brand-new one would, so eviction
-//! changes no decision. A concurrency limit fits neither half:
-//!
-//! - its permits outlive the lookup that granted them: a permit holds its
-//!   key's gate (an [`Arc`] of the key's [`AdaptiveLimit`]) until the work
-//!   ends, long after the shard's read side is let go, and gives the permit
-//!   back without touching the map;
-//! - an adaptive limit is never fresh once it has learned: a limit moved
-//!   from 20 to 57 decides unlike a new one, so evicting it always loses
-//!   something. What a key may lose, and when, has to be a stated policy
-//!   (below), not an equivalence;
-//! - a kind's other duties — time floors, refunds, forks of an overflow
-//!   state, reconfiguration with a carry — have no meaning for a count of
-//!   requests in flight.
-//!
-//! So this is a small container of its own on the keyed map (the same
-//! sharded tables and reader-biased shard locks, the same key cap and
-//! incremental sweep), whose values are each key's [`AdaptiveLimit`], built
-//! by a factory the caller supplies. Permits are the core's
-//! [`OwnedAdaptivePermit`]: ended with `success`, `dropped` or `ignore`
-//! exactly as for a direct [`AdaptiveLimit`].
-//!
-//! # The promise: one gate per key
-//!
-//! **At every instant, every permit in flight for a key was granted by one
-//! gate** — the key's current state, or the shared overflow limit (below) —
-//! so a key never has more in flight than that gate's own bound: the limit in
-//! force at its latest admission, never more than the algorithm's `max`.
-//! Two gates for one key would break that: a request that found the key's
-//! state, an eviction that removed it, a request that created a new one, and
-//! the first request then admitted on the removed one would hold two permits
-//! under a limit of one. Three rules exclude it:
-//!
-//! 1. **Acquire under the read side.** A request looks the key up and
-//!    compare-and-swaps its gate while it still holds the shard's read side
-//!    (a reader slot or the read lock). Eviction takes the shard's write side
-//!    and removes a state only if nothing is in flight on it and nobody waits
-//!    on it. Reader and writer exclude each other, so either the admission
-//!    came first — its increment happens before the write lock is taken, and
-//!    the eviction's load of the gate's word sees it (or a later release) —
-//!    or the eviction came first, and the lookup does not find the state.
-//!    A removed state is reachable by nobody: no later admission can happen
-//!    on it.
-//! 2. **A waiter pins its state.** [`acquire_async`](KeyedAdaptiveLimit::acquire_async)
-//!    waits on the key's gate without holding the shard (holding it across
-//!    an `.await` would stall every writer of the shard). Before it lets the
-//!    read side go it increments the state's *pin* count, and it decrements
-//!    it only after its own admission, so there is no moment at which the
-//!    state has neither a waiter nor a permit counted: eviction reads the
-//!    pins first (`Acquire`, pairing with the waiter's `Release` decrement)
-//!    and the gate's word second, so a pin seen gone means the admission it
-//!    was waiting for is seen too.
-//! 3. **At the cap, one gate at a time.** A key that finds no room at the
-//!    cap is decided by one shared *overflow* limit, under its shard's write
-//!    lock (a vacant entry), as [`Keyed`](super::Keyed) does. A key gets a
-//!    state of its own only while the overflow has nothing in flight and no
-//!    waiter (checked under the same lock, pins before the word): its
-//!    overflow permits, if it had any, are all back. Nothing remembers which
-//!    keys the overflow served, so this is checked for the overflow as a
-//!    whole.
-//!
-//! # Bounded memory, and what eviction forgets
-//!
-//! At most [`max_keys`](KeyedAdaptiveLimit::max_keys) keys
-//! ([`DEFAULT_MAX_KEYS`](super::DEFAULT_MAX_KEYS) by default) have a state.
-//! A key is *idle* when nothing is in flight for it, nobody waits on it, and
-//! no request asked for it for [`idle`](KeyedAdaptiveLimit::idle) (one
-//! minute by default, [`DEFAULT_IDLE`]; measured on the limiter's clock, from
-//! each request to within [`TOUCH_STEP`] ns). Idle keys are evicted as in
-//! [`Keyed`](super::Keyed): every insert sweeps a few buckets of its shard, a
-//! new key at the cap first searches for an idle key to evict, and
-//! [`sweep`](KeyedAdaptiveLimit::sweep) takes them all. A key in use — a
-//! permit held, a waiter, a request within the idle time — is never evicted,
-//! not even at the cap.
-//!
-//! **Eviction forgets the learned limit.** A key that comes back after it was
-//! evicted gets a new [`AdaptiveLimit`] from the factory: it starts at the
-//! algorithm's initial limit, with none of its round-trip estimates. Choose
-//! the idle time longer than the gaps between a key's requests if its limit
-//! takes long to learn.
-//!
-//! **At the cap** (every resident key in use), a new key's requests share the
-//! overflow limit, one [`AdaptiveLimit`] built by the same factory: new keys
-//! are served, together, by one adaptive limit; resident keys are unaffected;
-//! memory does not grow. By rule 3, a key stays on the overflow while the
-//! overflow has anything in flight, even if room appears meanwhile: stricter,
-//! never looser. A factory that fails for a key after construction (its own
-//! algorithm with an invalid limit) sends that key to the overflow too, which
-//! was built and validated when the limiter was.
+//! One adaptive concurrency limit per key: [`KeyedAdaptiveLimit`], whose
+//! docs hold the design (why it is not a [`Keyable`](super::Keyable) kind,
+//! how eviction and admission exclude each other, what eviction forgets).
 
 use std::borrow::Borrow;
 use std::fmt;
@@ -147,7 +55,7 @@ type Factory<A> = Box<dyn Fn() -> Result<A, ConfigError> + Send + Sync>;
 struct KeyState<A, C> {
     limit: Arc<AdaptiveLimit<A, C>>,
     /// Waiters that found the gate full and wait on it without the shard's
-    /// read side (rule 2 of the module docs).
+    /// read side (rule 2 of the type's docs).
     pins: AtomicUsize,
     /// The last recorded request, on the limiter's timeline.
     used: AtomicU64,
@@ -245,8 +153,7 @@ enum Full {
 type Answer<A, C> = Result<OwnedAdaptivePermit<A, C>, Option<Pin<A, C>>>;
 
 /// One adaptive concurrency limit per key — per downstream, per tenant —
-/// in the keyed map, with bounded memory; see the [module docs](self) for
-/// the design.
+/// in the keyed map, with bounded memory; the design is below.
 ///
 /// Each key gets its own [`AdaptiveLimit`], built by the factory on the
 /// key's first request; its permits are the core's [`OwnedAdaptivePermit`]s,
@@ -293,6 +200,100 @@ type Answer<A, C> = Result<OwnedAdaptivePermit<A, C>, Option<Pin<A, C>>>;
 /// assert_eq!(per_tenant.limit_of("alice"), Some(2)); // back at the initial limit
 /// # Ok::<(), tollgate::ConfigError>(())
 /// ```
+///
+/// # Design: why not a [`Keyable`](super::Keyable) kind
+///
+/// The keyed rate limiters split a kind into a configuration and a small
+/// state that decides *at a time*, and evict a state only when it is
+/// *fresh*: when it decides exactly as a brand-new one would, so eviction
+/// changes no decision. A concurrency limit fits neither half:
+///
+/// - its permits outlive the lookup that granted them: a permit holds its
+///   key's gate (an [`Arc`] of the key's [`AdaptiveLimit`]) until the work
+///   ends, long after the shard's read side is let go, and gives the permit
+///   back without touching the map;
+/// - an adaptive limit is never fresh once it has learned: a limit moved
+///   from 20 to 57 decides unlike a new one, so evicting it always loses
+///   something. What a key may lose, and when, has to be a stated policy
+///   (below), not an equivalence;
+/// - a kind's other duties — time floors, refunds, forks of an overflow
+///   state, reconfiguration with a carry — have no meaning for a count of
+///   requests in flight.
+///
+/// So this is a small container of its own on the keyed map (the same
+/// sharded tables and reader-biased shard locks, the same key cap and
+/// incremental sweep), whose values are each key's [`AdaptiveLimit`], built
+/// by a factory the caller supplies. Permits are the core's
+/// [`OwnedAdaptivePermit`]: ended with `success`, `dropped` or `ignore`
+/// exactly as for a direct [`AdaptiveLimit`].
+///
+/// # The promise: one gate per key
+///
+/// **At every instant, every permit in flight for a key was granted by one
+/// gate** — the key's current state, or the shared overflow limit (below) —
+/// so a key never has more in flight than that gate's own bound: the limit in
+/// force at its latest admission, never more than the algorithm's `max`.
+/// Two gates for one key would break that: a request that found the key's
+/// state, an eviction that removed it, a request that created a new one, and
+/// the first request then admitted on the removed one would hold two permits
+/// under a limit of one. Three rules exclude it:
+///
+/// 1. **Acquire under the read side.** A request looks the key up and
+///    compare-and-swaps its gate while it still holds the shard's read side
+///    (a reader slot or the read lock). Eviction takes the shard's write side
+///    and removes a state only if nothing is in flight on it and nobody waits
+///    on it. Reader and writer exclude each other, so either the admission
+///    came first — its increment happens before the write lock is taken, and
+///    the eviction's load of the gate's word sees it (or a later release) —
+///    or the eviction came first, and the lookup does not find the state.
+///    A removed state is reachable by nobody: no later admission can happen
+///    on it.
+/// 2. **A waiter pins its state.** [`acquire_async`](KeyedAdaptiveLimit::acquire_async)
+///    waits on the key's gate without holding the shard (holding it across
+///    an `.await` would stall every writer of the shard). Before it lets the
+///    read side go it increments the state's *pin* count, and it decrements
+///    it only after its own admission, so there is no moment at which the
+///    state has neither a waiter nor a permit counted: eviction reads the
+///    pins first (`Acquire`, pairing with the waiter's `Release` decrement)
+///    and the gate's word second, so a pin seen gone means the admission it
+///    was waiting for is seen too.
+/// 3. **At the cap, one gate at a time.** A key that finds no room at the
+///    cap is decided by one shared *overflow* limit, under its shard's write
+///    lock (a vacant entry), as [`Keyed`](super::Keyed) does. A key gets a
+///    state of its own only while the overflow has nothing in flight and no
+///    waiter (checked under the same lock, pins before the word): its
+///    overflow permits, if it had any, are all back. Nothing remembers which
+///    keys the overflow served, so this is checked for the overflow as a
+///    whole.
+///
+/// # Bounded memory, and what eviction forgets
+///
+/// At most [`max_keys`](KeyedAdaptiveLimit::max_keys) keys
+/// ([`DEFAULT_MAX_KEYS`](super::DEFAULT_MAX_KEYS) by default) have a state.
+/// A key is *idle* when nothing is in flight for it, nobody waits on it, and
+/// no request asked for it for [`idle`](KeyedAdaptiveLimit::idle) (one
+/// minute by default, [`DEFAULT_IDLE`]; measured on the limiter's clock, from
+/// each request to within [`TOUCH_STEP`] ns). Idle keys are evicted as in
+/// [`Keyed`](super::Keyed): every insert sweeps a few buckets of its shard, a
+/// new key at the cap first searches for an idle key to evict, and
+/// [`sweep`](KeyedAdaptiveLimit::sweep) takes them all. A key in use — a
+/// permit held, a waiter, a request within the idle time — is never evicted,
+/// not even at the cap.
+///
+/// **Eviction forgets the learned limit.** A key that comes back after it was
+/// evicted gets a new [`AdaptiveLimit`] from the factory: it starts at the
+/// algorithm's initial limit, with none of its round-trip estimates. Choose
+/// the idle time longer than the gaps between a key's requests if its limit
+/// takes long to learn.
+///
+/// **At the cap** (every resident key in use), a new key's requests share the
+/// overflow limit, one [`AdaptiveLimit`] built by the same factory: new keys
+/// are served, together, by one adaptive limit; resident keys are unaffected;
+/// memory does not grow. By rule 3, a key stays on the overflow while the
+/// overflow has anything in flight, even if room appears meanwhile: stricter,
+/// never looser. A factory that fails for a key after construction (its own
+/// algorithm with an invalid limit) sends that key to the overflow too, which
+/// was built and validated when the limiter was.
 pub struct KeyedAdaptiveLimit<K, A, C = MonotonicClock, S = KeyHasher> {
     map: Map<K, Arc<KeyState<A, C>>, S>,
     factory: Factory<A>,
@@ -492,7 +493,7 @@ where
     /// A permit for `key` if fewer than its limit are in flight; `None` (and
     /// nothing held) otherwise. A key without a state gets one, built by the
     /// factory, unless the map is at its cap with every key in use: then the
-    /// shared overflow limit decides (see the [module docs](self)).
+    /// shared overflow limit decides (see the type's docs).
     ///
     /// ```
     /// use tollgate::keyed::KeyedAdaptiveLimit;
@@ -582,9 +583,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.map
-            .get(key)
-            .map_or(0, |state| state.limit.in_flight())
+        self.map.get(key).map_or(0, |state| state.limit.in_flight())
     }
 
     /// The shared limit that decides new keys while the map is at its cap
@@ -784,9 +783,9 @@ where
             };
             if reserved {
                 if busy_overflow_insert() || self.overflow.is_unused() {
-                    if let Ok(limit) = (self.factory)()
-                        .and_then(|algorithm| AdaptiveLimit::with_clock(algorithm, self.clock().clone()))
-                    {
+                    if let Ok(limit) = (self.factory)().and_then(|algorithm| {
+                        AdaptiveLimit::with_clock(algorithm, self.clock().clone())
+                    }) {
                         let state = Arc::new(KeyState::new(limit, now));
                         // A new gate has its whole limit (at least 1) free.
                         let answer = admit(&state, full);
