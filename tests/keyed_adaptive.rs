@@ -15,7 +15,7 @@ use std::thread;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tollgate::keyed::{DEFAULT_IDLE, DEFAULT_MAX_KEYS, KeyedAdaptiveLimit, TOUCH_STEP};
+use tollgate::keyed::{DEFAULT_IDLE, DEFAULT_MAX_ADAPTIVE_KEYS, KeyedAdaptiveLimit, TOUCH_STEP};
 use tollgate::{
     Aimd, Clock, ConcurrencyLimit, ConfigError, LimitAlgorithm, ManualClock, Outcome,
     OwnedAdaptivePermit, Sample,
@@ -79,7 +79,7 @@ fn poll_once<F: Future>(future: std::pin::Pin<&mut F>) -> Poll<F::Output> {
 #[test]
 fn defaults() {
     let keyed = KeyedAdaptiveLimit::<u32, Aimd>::new(|| Aimd::builder().build()).unwrap();
-    assert_eq!(keyed.max_keys(), DEFAULT_MAX_KEYS);
+    assert_eq!(keyed.max_keys(), DEFAULT_MAX_ADAPTIVE_KEYS);
     assert_eq!(keyed.idle(), DEFAULT_IDLE);
     assert!(keyed.is_empty());
     assert_eq!(keyed.with_max_keys(0).max_keys(), 1, "0 keys is taken as 1");

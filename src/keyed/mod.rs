@@ -111,7 +111,7 @@ use std::hash::{BuildHasher, Hash};
 
 use crossbeam_utils::CachePadded;
 
-pub use adaptive::{DEFAULT_IDLE, KeyedAdaptiveLimit, TOUCH_STEP};
+pub use adaptive::{DEFAULT_IDLE, DEFAULT_MAX_ADAPTIVE_KEYS, KeyedAdaptiveLimit, TOUCH_STEP};
 #[cfg(loom)]
 #[doc(hidden)]
 pub use adaptive::{
