@@ -680,8 +680,15 @@ fn stress_per_key_in_flight_never_exceeds_the_limit() {
     assert!(keyed.len() <= 2);
     // The races the test is for did happen.
     assert!(
-        swept > 0 && keyed.overflowed() > 0,
-        "swept {swept}, overflowed {}",
+        keyed.evicted() > 0 && keyed.overflowed() > 0,
+        "evicted {} ({swept} by the sweeper), overflowed {}",
+        keyed.evicted(),
+        keyed.overflowed()
+    );
+    eprintln!(
+        "stress: {} admitted, {} evicted ({swept} by the sweeper), {} overflowed",
+        admitted.load(Ordering::Relaxed),
+        keyed.evicted(),
         keyed.overflowed()
     );
     assert!(admitted.load(Ordering::Relaxed) > 1000);
