@@ -102,7 +102,7 @@ impl<A: LimitAlgorithm, C: Clock> KeyState<A, C> {
     /// Nothing in flight and nobody waiting (rules 1 and 2).
     fn is_unused(&self) -> bool {
         // Acquire: pairs with the `Release` decrement of a waiter that was
-        // admitted (`Pin::drop`), so its admission — made before that
+        // admitted (`Pinned::drop`), so its admission — made before that
         // decrement — is visible to the in-flight load below. The pins are
         // read first: read second, a waiter could be admitted and unpin
         // between the two loads and the state look unused with a permit out.
@@ -124,9 +124,9 @@ impl<A: LimitAlgorithm, C: Clock> KeyState<A, C> {
 }
 
 /// A waiter's pin on a state: keeps it from eviction until dropped (rule 2).
-struct Pin<A, C>(Arc<KeyState<A, C>>);
+struct Pinned<A, C>(Arc<KeyState<A, C>>);
 
-impl<A: LimitAlgorithm, C: Clock> Pin<A, C> {
+impl<A: LimitAlgorithm, C: Clock> Pinned<A, C> {
     /// Pins `state`; called under its shard's read or write side.
     fn new(state: &Arc<KeyState<A, C>>) -> Self {
         if !unpinned_waiters() {
@@ -135,7 +135,7 @@ impl<A: LimitAlgorithm, C: Clock> Pin<A, C> {
             // lookup.
             state.pins.fetch_add(1, Ordering::Relaxed);
         }
-        Pin(Arc::clone(state))
+        Pinned(Arc::clone(state))
     }
 
     async fn wait(self) -> OwnedAdaptivePermit<A, C> {
@@ -146,7 +146,7 @@ impl<A: LimitAlgorithm, C: Clock> Pin<A, C> {
     }
 }
 
-impl<A, C> Drop for Pin<A, C> {
+impl<A, C> Drop for Pinned<A, C> {
     fn drop(&mut self) {
         if unpinned_waiters() {
             return;
@@ -157,17 +157,43 @@ impl<A, C> Drop for Pin<A, C> {
     }
 }
 
-/// What a request does when the key's gate is full.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Full {
-    /// Returns `None`.
-    Refuse,
-    /// Pins the state to wait on it.
-    Pin,
+/// What a request answers, by what it does when the key's gate is full.
+trait OnFull<A: LimitAlgorithm, C: Clock> {
+    type Output;
+    fn admitted(permit: OwnedAdaptivePermit<A, C>) -> Self::Output;
+    /// Called under the state's shard (read or write side).
+    fn full(state: &Arc<KeyState<A, C>>) -> Self::Output;
 }
 
-/// A request's answer: a permit, or the pinned state to wait on.
-type Answer<A, C> = Result<OwnedAdaptivePermit<A, C>, Option<Pin<A, C>>>;
+/// `try_acquire`: a full gate refuses.
+struct Refuse;
+
+impl<A: LimitAlgorithm, C: Clock> OnFull<A, C> for Refuse {
+    type Output = Option<OwnedAdaptivePermit<A, C>>;
+
+    fn admitted(permit: OwnedAdaptivePermit<A, C>) -> Self::Output {
+        Some(permit)
+    }
+
+    fn full(_: &Arc<KeyState<A, C>>) -> Self::Output {
+        None
+    }
+}
+
+/// `acquire_async`: a full gate's state is pinned, to wait on.
+struct Wait;
+
+impl<A: LimitAlgorithm, C: Clock> OnFull<A, C> for Wait {
+    type Output = Result<OwnedAdaptivePermit<A, C>, Pinned<A, C>>;
+
+    fn admitted(permit: OwnedAdaptivePermit<A, C>) -> Self::Output {
+        Ok(permit)
+    }
+
+    fn full(state: &Arc<KeyState<A, C>>) -> Self::Output {
+        Err(Pinned::new(state))
+    }
+}
 
 /// One adaptive concurrency limit per key — per downstream, per tenant —
 /// in the keyed map, with bounded memory; the design is below.
@@ -223,7 +249,7 @@ type Answer<A, C> = Result<OwnedAdaptivePermit<A, C>, Option<Pin<A, C>>>;
 /// The keyed rate limiters split a kind into a configuration and a small
 /// state that decides *at a time*, and evict a state only when it is
 /// *fresh*: when it decides exactly as a brand-new one would, so eviction
-/// changes no decision. A concurrency limit fits neither half:
+/// changes no decision. A concurrency limit does not fit that shape:
 ///
 /// - its permits outlive the lookup that granted them: a permit holds its
 ///   key's gate (an [`Arc`] of the key's [`AdaptiveLimit`]) until the work
@@ -371,7 +397,8 @@ where
     /// its error, or [`ConfigError::InvalidConcurrencyLimit`] for an
     /// algorithm of one's own whose limit is 0 or above
     /// [`ConcurrencyLimit::MAX_LIMIT`](crate::ConcurrencyLimit::MAX_LIMIT),
-    /// is returned.
+    /// is returned. Later it is called for each new key under that key's
+    /// shard's write lock, so it must not call back into this limiter.
     ///
     /// ```
     /// use tollgate::keyed::KeyedAdaptiveLimit;
@@ -555,7 +582,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.answer(key, Full::Refuse).ok()
+        self.answer::<Q, Refuse>(key)
     }
 
     /// Waits, on any executor, until `key` has a permit free. While it waits
@@ -581,10 +608,9 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        match self.answer(key, Full::Pin) {
+        match self.answer::<Q, Wait>(key) {
             Ok(permit) => permit,
-            Err(Some(pin)) => pin.wait().await,
-            Err(None) => unreachable!("a full gate pins its state when asked to"),
+            Err(pinned) => pinned.wait().await,
         }
     }
 
@@ -773,9 +799,9 @@ where
         self.timeline.clock()
     }
 
-    /// The one body of both requests: a permit, or (with [`Full::Pin`]) the
-    /// pinned state of a full gate.
-    fn answer<Q>(&self, key: &Q, full: Full) -> Answer<A, C>
+    /// The one body of both requests: a permit, or what `F` does with a full
+    /// gate.
+    fn answer<Q, F: OnFull<A, C>>(&self, key: &Q) -> F::Output
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -790,18 +816,18 @@ where
                 // removed or not.
                 let found = Arc::clone(&*state);
                 drop(state);
-                return admit(&found, full);
+                return admit::<A, C, F>(&found);
             }
             // Under the read side (`state` holds it): rule 1.
-            return admit(&state, full);
+            return admit::<A, C, F>(&state);
         }
-        self.answer_new(key, now, full)
+        self.answer_new::<Q, F>(key, now)
     }
 
     /// A request for a key without a state: insert one (if there is room and
     /// the overflow is unused), or let the overflow decide.
     #[cold]
-    fn answer_new<Q>(&self, key: &Q, now: u64, full: Full) -> Answer<A, C>
+    fn answer_new<Q, F: OnFull<A, C>>(&self, key: &Q, now: u64) -> F::Output
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -819,7 +845,7 @@ where
                     }
                     let state = entry.get();
                     state.touch(now);
-                    return admit(state, full);
+                    return admit::<A, C, F>(state);
                 }
                 Entry::Vacant(entry) => entry,
             };
@@ -830,7 +856,7 @@ where
                     }) {
                         let state = Arc::new(KeyState::new(limit, now));
                         // A new gate has its whole limit (at least 1) free.
-                        let answer = admit(&state, full);
+                        let answer = admit::<A, C, F>(&state);
                         drop(entry.insert(state));
                         self.sweep_step(shard, STEP, now);
                         return answer;
@@ -850,7 +876,7 @@ where
             }
             // Relaxed: a statistic.
             self.counters.overflowed.fetch_add(1, Ordering::Relaxed);
-            let answer = admit(&self.overflow, full);
+            let answer = admit::<A, C, F>(&self.overflow);
             drop(entry);
             return answer;
         }
@@ -920,14 +946,13 @@ where
     }
 }
 
-/// Admits on `state`'s gate, or (with [`Full::Pin`]) pins it. Called under
-/// the state's shard (read or write side) for a keyed state, so that rules 1
-/// and 2 hold.
-fn admit<A: LimitAlgorithm, C: Clock>(state: &Arc<KeyState<A, C>>, full: Full) -> Answer<A, C> {
+/// Admits on `state`'s gate, or answers as `F` does for a full one. Called
+/// under the state's shard (read or write side) for a keyed state, so that
+/// rules 1 and 2 hold.
+fn admit<A: LimitAlgorithm, C: Clock, F: OnFull<A, C>>(state: &Arc<KeyState<A, C>>) -> F::Output {
     match state.limit.try_acquire_owned() {
-        Some(permit) => Ok(permit),
-        None if full == Full::Pin => Err(Some(Pin::new(state))),
-        None => Err(None),
+        Some(permit) => F::admitted(permit),
+        None => F::full(state),
     }
 }
 
