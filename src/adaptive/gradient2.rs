@@ -8,7 +8,7 @@
 //! | state, bits 44..128 | 84 | the long-term round trip, Q.16 ns (1/65 536 of a ns) |
 
 use super::{
-    LIMIT_FRAC_BITS, LimitAlgorithm, LimitHistory, Outcome, PPM, Sample, check_limits, ppm,
+    LIMIT_FRAC_BITS, LimitAlgorithm, LimitHistory, Outcome, PPM, Sample, apply, check_limits, ppm,
 };
 use crate::cell::{AtomicCell, StateCell};
 use crate::error::ConfigError;
@@ -336,18 +336,13 @@ impl LimitAlgorithm for Gradient2 {
         if sample.outcome == Outcome::Ignored {
             return None;
         }
-        let mut before = 0;
-        let stored = self.state.update(|word| {
-            let state = G2State::unpack(word);
-            before = state.limit();
-            Ok::<_, ()>(self.decide(state, &sample).pack())
-        });
-        let after = G2State::unpack(stored.ok()?).limit();
-        if after == before {
-            return None;
-        }
-        self.history.record(after, now_ns);
-        Some(after)
+        apply(
+            &self.state,
+            &self.history,
+            now_ns,
+            |word| G2State::unpack(word).limit(),
+            |word| Some(self.decide(G2State::unpack(word), &sample).pack()),
+        )
     }
 
     fn limit(&self) -> u32 {

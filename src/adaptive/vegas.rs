@@ -9,7 +9,7 @@
 //! | state, bits 120..128 | 8 | the probe jitter `j`: the next probe comes after `(256 + j) / 512 · probe_multiplier · limit` samples |
 
 use super::{
-    LIMIT_FRAC_BITS, LimitAlgorithm, LimitHistory, Outcome, PPM, Sample, check_limits,
+    LIMIT_FRAC_BITS, LimitAlgorithm, LimitHistory, Outcome, PPM, Sample, apply, check_limits,
     log10_at_least_1, ppm,
 };
 use crate::cell::{AtomicCell, StateCell};
@@ -335,18 +335,16 @@ impl LimitAlgorithm for Vegas {
         if sample.outcome == Outcome::Ignored {
             return None;
         }
-        let mut before = 0;
-        let stored = self.state.update(|word| {
-            let state = VegasState::unpack(word);
-            before = state.limit();
-            self.decide(state, &sample).map(VegasState::pack).ok_or(())
-        });
-        let after = VegasState::unpack(stored.ok()?).limit();
-        if after == before {
-            return None;
-        }
-        self.history.record(after, now_ns);
-        Some(after)
+        apply(
+            &self.state,
+            &self.history,
+            now_ns,
+            |word| VegasState::unpack(word).limit(),
+            |word| {
+                self.decide(VegasState::unpack(word), &sample)
+                    .map(VegasState::pack)
+            },
+        )
     }
 
     fn limit(&self) -> u32 {
