@@ -263,6 +263,15 @@ impl Vegas {
         let rtt = sample.rtt_ns.min(RTT_MAX);
         let mut next = s;
         next.probes = s.probes.saturating_add(1);
+        // A drop backs off and measures nothing: its round trip is the time
+        // the service took to refuse, not a latency, so it neither probes
+        // nor lowers the no-load round trip (Java lets it, and a link that
+        // refuses fast then holds the limit far below its knee). A probe
+        // due now waits for the next success.
+        if sample.outcome == Outcome::Dropped {
+            next.estimate = self.estimate(s.estimate, rtt, rtt, sample);
+            return Some(next);
+        }
         // shouldProbe: jitter · multiplier · estimate <= probes, with jitter
         // = (256 + j) / 512 and the estimate in Q.16: both sides times 2^25.
         let threshold = u128::from(256 + u32::from(s.jitter))
@@ -382,6 +391,14 @@ mod tests {
 
         fn update(&mut self, rtt: u64, inflight: u32, did_drop: bool) {
             self.probe_count += 1;
+            // tollgate's rule, not Java's: a drop only backs off.
+            if did_drop {
+                let est = self.estimated;
+                let l = Self::log10(est as i64) as f64;
+                let new = (est - l).min(self.max).max(1.0);
+                self.estimated = (1.0 - self.smoothing) * est + self.smoothing * new;
+                return;
+            }
             let jitter = (256.0 + f64::from(self.jitter)) / 512.0;
             if jitter * 30.0 * self.estimated <= f64::from(self.probe_count) {
                 self.jitter = jitter_from(rtt, self.probe_count - 1);
