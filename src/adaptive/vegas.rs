@@ -255,23 +255,24 @@ impl Vegas {
     /// The state after `sample`, or `None` if the sample changes nothing:
     /// the pure decision (`VegasLimit._update`).
     fn decide(&self, s: VegasState, sample: &Sample) -> Option<VegasState> {
-        // Java throws on a round trip of 0; a sample that carries no time
+        let mut next = s;
+        // A drop backs off and measures nothing: its round trip is the time
+        // the service took to refuse, not a latency (a window of drops alone
+        // reports none), so it neither probes nor lowers the no-load round
+        // trip (Java lets it, and a link that refuses fast then holds the
+        // limit far below its knee). A probe due now waits for a success.
+        if sample.outcome == Outcome::Dropped {
+            next.probes = s.probes.saturating_add(1);
+            next.estimate = self.estimate(s.estimate, 1, 1, sample);
+            return Some(next);
+        }
+        // Java throws on a round trip of 0; a success that carries no time
         // says nothing, so it is passed over.
         if sample.rtt_ns == 0 {
             return None;
         }
         let rtt = sample.rtt_ns.min(RTT_MAX);
-        let mut next = s;
         next.probes = s.probes.saturating_add(1);
-        // A drop backs off and measures nothing: its round trip is the time
-        // the service took to refuse, not a latency, so it neither probes
-        // nor lowers the no-load round trip (Java lets it, and a link that
-        // refuses fast then holds the limit far below its knee). A probe
-        // due now waits for the next success.
-        if sample.outcome == Outcome::Dropped {
-            next.estimate = self.estimate(s.estimate, rtt, rtt, sample);
-            return Some(next);
-        }
         // shouldProbe: jitter · multiplier · estimate <= probes, with jitter
         // = (256 + j) / 512 and the estimate in Q.16: both sides times 2^25.
         let threshold = u128::from(256 + u32::from(s.jitter))
