@@ -199,27 +199,21 @@ fn aimd_windowed_defaults() {
 #[test]
 fn aimd_windowed_timeout() {
     check(&Config {
-        label: "AIMD, windowed 1 s, timeout 24 ms",
+        label: "AIMD, windowed 1 s, timeout 23 ms",
         settle: 30 * SECOND,
         rebound: 30 * SECOND,
         build: || {
             windowed(
                 Aimd::builder()
-                    .timeout(Duration::from_millis(24))
+                    .timeout(Duration::from_millis(23))
                     .build()
                     .unwrap(),
             )
         },
-        expect: |scenario| {
-            if scenario == "slows_with_rate" {
-                Expect::Misses(
-                    "latency grows as (L/knee)^0.8: the 24 ms timeout trips at 1.26×",
-                    |r| r.in_band >= 0.75 && r.range.1 <= 80 && r.p99_multiple <= 2.5,
-                )
-            } else {
-                Expect::Meets { back: 20.0 }
-            }
-        },
+        // 1.15 × the base latency. The margin is thin: 22 ms lets the
+        // jittery link's unloaded tail trip it (78 % in band), 24 ms trips
+        // only at 1.26 × the knee on `slows_with_rate` (80 %).
+        expect: |_| Expect::Meets { back: 20.0 },
     });
 }
 
