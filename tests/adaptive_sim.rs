@@ -297,31 +297,22 @@ fn gradient2_windowed_defaults() {
 #[test]
 fn gradient2_windowed_tuned() {
     check(&Config {
-        label: "Gradient2, windowed 1 s, tolerance 1.0, drop backoff 0.9",
+        label: "Gradient2, windowed 1 s, tolerance 1.0, queue 3, drop backoff 0.9",
         settle: 60 * SECOND,
-        rebound: 30 * SECOND,
+        rebound: 40 * SECOND,
         build: || {
             windowed(
                 Gradient2::builder()
                     .rtt_tolerance(1.0)
+                    .queue_size(3)
                     .drop_backoff(0.9)
                     .build()
                     .unwrap(),
             )
         },
-        expect: |scenario| match scenario {
-            "constant" | "slows_at" => Expect::Meets { back: 20.0 },
-            "refusing" => Expect::Meets { back: 25.0 },
-            _ => Expect::Misses(
-                "queue size 4 on a halved knee of 30, and a long round trip that drifted up: 1.23–1.33× the knee",
-                |r| {
-                    r.in_band >= 0.95
-                        && r.range_halved.0 >= 30
-                        && r.range_halved.1 <= 40
-                        && r.back_after_recovery.is_some_and(|b| b <= 20.0)
-                        && r.p99_multiple <= p99_allowed("jittery")
-                },
-            ),
-        },
+        // The queue of 3 (Netflix's 4 is 13 % of a halved knee of 30 and
+        // held the halved limit at 1.23–1.33 ×); 2 comes back too slowly
+        // after a recovery (25–42 s).
+        expect: |_| Expect::Meets { back: 35.0 },
     });
 }
