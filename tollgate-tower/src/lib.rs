@@ -93,6 +93,7 @@
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
+mod concurrency;
 mod fields;
 mod forwarded;
 mod key;
@@ -105,6 +106,10 @@ mod response;
 mod serve;
 mod shaped;
 
+pub use concurrency::{
+    Classify, ClientFace, Concurrency, ConcurrencyBuilder, ConcurrencyError, ConcurrencyFuture,
+    ConcurrencyLayer, DefaultClassify, Face, InFlightLimit, PermitBody, ServerFace,
+};
 pub use fields::{
     IntoPolicyName, InvalidName, PolicyName, RATELIMIT, RATELIMIT_POLICY, retry_after_secs,
 };
