@@ -536,7 +536,7 @@ impl<L, K, F> fmt::Debug for ConcurrencyBuilder<L, K, F> {
 /// let algorithm = Windowed::builder().window(Duration::from_millis(100)).build(aimd)?;
 /// let limit = Arc::new(AdaptiveLimit::new(algorithm)?);
 /// let layer = ConcurrencyLayer::new(Arc::clone(&limit));
-/// let router = axum::Router::new()
+/// let router: axum::Router = axum::Router::new()
 ///     .route("/", axum::routing::get(|| async { "hello" }))
 ///     .layer(layer);
 /// # let _ = router;

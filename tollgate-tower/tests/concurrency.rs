@@ -95,11 +95,20 @@ async fn sheds_when_full<L: InFlightLimit>(limit: Arc<L>) {
     let addr = serve(app(&release).layer(ConcurrencyLayer::new(Arc::clone(&limit)))).await;
     let client = reqwest::Client::new();
     let held: Vec<_> = (0..2)
-        .map(|_| tokio::spawn(get_status_owned(client.clone(), format!("http://{addr}/hold"))))
+        .map(|_| {
+            tokio::spawn(get_status_owned(
+                client.clone(),
+                format!("http://{addr}/hold"),
+            ))
+        })
         .collect();
     eventually("both permits taken", || limit.in_flight() == 2).await;
 
-    let shed = client.get(format!("http://{addr}/ok")).send().await.unwrap();
+    let shed = client
+        .get(format!("http://{addr}/ok"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(shed.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(shed.headers()["content-type"], "application/problem+json");
     assert!(shed.headers().get("retry-after").is_none());
@@ -113,7 +122,10 @@ async fn sheds_when_full<L: InFlightLimit>(limit: Arc<L>) {
         assert_eq!(request.await.unwrap(), StatusCode::OK);
     }
     eventually("the permits came back", || limit.in_flight() == 0).await;
-    assert_eq!(get_status(&client, format!("http://{addr}/ok")).await, StatusCode::OK);
+    assert_eq!(
+        get_status(&client, format!("http://{addr}/ok")).await,
+        StatusCode::OK
+    );
 }
 
 async fn get_status_owned(client: reqwest::Client, url: String) -> StatusCode {
@@ -141,9 +153,15 @@ async fn the_queue_holds_a_bounded_number_for_a_bounded_time() {
         .build();
     let addr = serve(app(&release).layer(layer)).await;
     let client = reqwest::Client::new();
-    let holder = tokio::spawn(get_status_owned(client.clone(), format!("http://{addr}/hold")));
+    let holder = tokio::spawn(get_status_owned(
+        client.clone(),
+        format!("http://{addr}/hold"),
+    ));
     eventually("the permit taken", || limit.in_flight() == 1).await;
-    let queued = tokio::spawn(get_status_owned(client.clone(), format!("http://{addr}/ok")));
+    let queued = tokio::spawn(get_status_owned(
+        client.clone(),
+        format!("http://{addr}/ok"),
+    ));
     eventually("a request waits", || limit.has_waiters()).await;
     // The queue is full: the next is refused at once.
     assert_eq!(
@@ -158,7 +176,10 @@ async fn the_queue_holds_a_bounded_number_for_a_bounded_time() {
     eventually("all back", || limit.in_flight() == 0).await;
 
     // A waiter whose client hangs up leaves the queue (and its place).
-    let holder = tokio::spawn(get_status_owned(client.clone(), format!("http://{addr}/hold")));
+    let holder = tokio::spawn(get_status_owned(
+        client.clone(),
+        format!("http://{addr}/hold"),
+    ));
     eventually("the permit taken again", || limit.in_flight() == 1).await;
     let mut stream = TcpStream::connect(addr).await.unwrap();
     stream
@@ -170,7 +191,10 @@ async fn the_queue_holds_a_bounded_number_for_a_bounded_time() {
     eventually("it left the queue", || !limit.has_waiters()).await;
     // Its place is free: another request may wait (with max_waiting = 1 it
     // would be refused at once if the count had leaked).
-    let queued = tokio::spawn(get_status_owned(client.clone(), format!("http://{addr}/ok")));
+    let queued = tokio::spawn(get_status_owned(
+        client.clone(),
+        format!("http://{addr}/ok"),
+    ));
     eventually("the place is taken again", || limit.has_waiters()).await;
     release.add_permits(1);
     assert_eq!(holder.await.unwrap(), StatusCode::OK);
@@ -181,7 +205,10 @@ async fn the_queue_holds_a_bounded_number_for_a_bounded_time() {
         .queue(8, Duration::from_millis(100))
         .build();
     let addr = serve(app(&release).layer(layer)).await;
-    let holder = tokio::spawn(get_status_owned(client.clone(), format!("http://{addr}/hold")));
+    let holder = tokio::spawn(get_status_owned(
+        client.clone(),
+        format!("http://{addr}/hold"),
+    ));
     eventually("held for the timeout", || limit.in_flight() == 1).await;
     let start = Instant::now();
     assert_eq!(
@@ -209,7 +236,10 @@ async fn responses_move_the_adaptive_limit_by_their_class() {
         ("/ok", StatusCode::OK, 2),                      // 2·1 ≥ 1: + 1
     ];
     for (path, status, after) in steps {
-        assert_eq!(get_status(&client, format!("http://{addr}{path}")).await, status);
+        assert_eq!(
+            get_status(&client, format!("http://{addr}{path}")).await,
+            status
+        );
         eventually("the permit back", || limit.in_flight() == 0).await;
         assert_eq!(limit.limit(), after, "after {path}");
     }
@@ -257,7 +287,9 @@ impl http_body::Body for ChannelBody {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        self.0.poll_recv(cx).map(|chunk| chunk.map(|c| Ok(Frame::data(c))))
+        self.0
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|c| Ok(Frame::data(c))))
     }
 }
 
@@ -329,8 +361,14 @@ async fn around_an_outbound_client_refusals_are_errors_and_failures_overload() {
 
     // Successes grow the limit, a 503 from upstream and a refused
     // connection shrink it: 1 → 2 → 3 → ⌊2.7⌋ → ⌊1.8⌋.
-    assert_eq!(call(format!("http://{addr}/ok")).await.unwrap(), StatusCode::OK);
-    assert_eq!(call(format!("http://{addr}/ok")).await.unwrap(), StatusCode::OK);
+    assert_eq!(
+        call(format!("http://{addr}/ok")).await.unwrap(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        call(format!("http://{addr}/ok")).await.unwrap(),
+        StatusCode::OK
+    );
     assert_eq!(limit.limit(), 3);
     assert_eq!(
         call(format!("http://{addr}/unavailable")).await.unwrap(),
@@ -353,7 +391,11 @@ async fn around_an_outbound_client_refusals_are_errors_and_failures_overload() {
         Err(ConcurrencyError::Overloaded { limit: 1 }) => {}
         other => panic!("expected a refusal, got {other:?}"),
     }
-    assert_eq!(hits.load(Ordering::SeqCst), sent, "the refused request was not sent");
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        sent,
+        "the refused request was not sent"
+    );
     release.add_permits(1);
     assert_eq!(held.await.unwrap().unwrap(), StatusCode::OK);
     assert_eq!(limit.in_flight(), 0);
