@@ -952,6 +952,15 @@ impl<B, L: InFlightLimit> PermitBody<B, L> {
     }
 }
 
+/// A body of the layer's own, holding no permit: what lets a layer that
+/// answers with `Bytes` bodies (a [`ThrottleLayer`](crate::ThrottleLayer)
+/// in a `ServiceBuilder`) sit in front of this one.
+impl<B, L: InFlightLimit> From<Bytes> for PermitBody<B, L> {
+    fn from(data: Bytes) -> Self {
+        PermitBody::full(data)
+    }
+}
+
 impl<B, L> Body for PermitBody<B, L>
 where
     B: Body,

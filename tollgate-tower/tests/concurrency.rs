@@ -400,3 +400,37 @@ async fn around_an_outbound_client_refusals_are_errors_and_failures_overload() {
     assert_eq!(held.await.unwrap().unwrap(), StatusCode::OK);
     assert_eq!(limit.in_flight(), 0);
 }
+
+/// A `ThrottleLayer` in front of a `ConcurrencyLayer` in one `ServiceBuilder`
+/// (no axum router between them): a request the rate limit refuses gets its
+/// `429` and never takes a permit; an admitted one holds its permit until
+/// its body is dropped.
+#[tokio::test]
+async fn a_throttle_in_front_composes_and_spends_no_permit() {
+    use http_body_util::Full;
+    use tollgate::{Rate, TokenBucket};
+    use tollgate_tower::{Global, Limit, ThrottleLayer};
+    use tower::{ServiceBuilder, service_fn};
+
+    let bucket = TokenBucket::with_clock(1, Rate::per_hour(1), ManualClock::new()).unwrap();
+    let throttle = ThrottleLayer::builder(Global)
+        .policy(Limit::new("global", bucket).unwrap())
+        .build();
+    let limit = Arc::new(ConcurrencyLimit::new(4).unwrap());
+    let service = ServiceBuilder::new()
+        .layer(throttle)
+        .layer(ConcurrencyLayer::new(Arc::clone(&limit)))
+        .service(service_fn(|_: Request<()>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from_static(
+                b"ok",
+            ))))
+        }));
+    let admitted = service.clone().oneshot(Request::new(())).await.unwrap();
+    assert_eq!(admitted.status(), StatusCode::OK);
+    assert_eq!(limit.in_flight(), 1);
+    let throttled = service.oneshot(Request::new(())).await.unwrap();
+    assert_eq!(throttled.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(limit.in_flight(), 1, "the refused request took no permit");
+    drop(admitted);
+    assert_eq!(limit.in_flight(), 0);
+}
