@@ -293,10 +293,9 @@ impl http_body::Body for ChannelBody {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_permit_is_held_until_the_body_ends_and_timed_to_it() {
-    // The AIMD timeout is 5 ms on the test's clock.
-    let (limit, clock) = aimd(1, 2, 10);
+/// A server whose one route answers at once with a body that streams what
+/// the test sends into the returned channel (one request only).
+async fn streaming_server(limit: &Arc<Adaptive>) -> (SocketAddr, mpsc::UnboundedSender<Bytes>) {
     let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
     let rx = Arc::new(std::sync::Mutex::new(Some(rx)));
     let router = Router::new().route(
@@ -306,7 +305,15 @@ async fn the_permit_is_held_until_the_body_ends_and_timed_to_it() {
             async move { Body::new(ChannelBody(rx)) }
         }),
     );
-    let addr = serve(router.layer(ConcurrencyLayer::new(Arc::clone(&limit)))).await;
+    let addr = serve(router.layer(ConcurrencyLayer::new(Arc::clone(limit)))).await;
+    (addr, tx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_permit_is_held_until_the_body_ends_and_timed_to_it() {
+    // The AIMD timeout is 5 ms on the test's clock.
+    let (limit, clock) = aimd(1, 2, 10);
+    let (addr, tx) = streaming_server(&limit).await;
     tx.send(Bytes::from_static(b"first ")).unwrap();
     let mut response = reqwest::get(format!("http://{addr}/stream")).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
@@ -322,6 +329,31 @@ async fn the_permit_is_held_until_the_body_ends_and_timed_to_it() {
     assert!(response.chunk().await.unwrap().is_none());
     eventually("the permit came back", || limit.in_flight() == 0).await;
     assert_eq!(limit.limit(), 1, "⌊2 · 0.9⌋: timed to the body's end");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_abandoned_half_way_gives_the_permit_back_unrecorded() {
+    // At limit 2, one in flight, a fast success would add one.
+    let (limit, _clock) = aimd(1, 2, 10);
+    let (addr, tx) = streaming_server(&limit).await;
+    tx.send(Bytes::from_static(b"first ")).unwrap();
+    let mut response = reqwest::get(format!("http://{addr}/stream")).await.unwrap();
+    assert_eq!(response.chunk().await.unwrap().unwrap(), "first ");
+    assert_eq!(limit.in_flight(), 1);
+    // The client goes away mid-body; the server finds out when it writes
+    // the next chunks, and drops the body.
+    drop(response);
+    let start = Instant::now();
+    while limit.in_flight() != 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "never given back"
+        );
+        let _ = tx.send(Bytes::from_static(b"more "));
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert_eq!(limit.limit(), 2);
+    assert_eq!(limit.history().unwrap().changes(), 0);
 }
 
 /// A closed port: connecting to it is refused.
