@@ -881,7 +881,8 @@ pin_project! {
     /// the permit goes back with the outcome its response's head was given;
     /// an error frame records a drop; dropped before its end (the client
     /// went away), it records the head's outcome if that was a drop, and
-    /// nothing (ignored) otherwise.
+    /// nothing (ignored) otherwise — so does a body discarded unread above
+    /// the layer, such as a `HEAD` response's.
     pub struct PermitBody<B, L: InFlightLimit> {
         #[pin]
         kind: BodyKind<B>,
