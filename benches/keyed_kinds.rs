@@ -10,7 +10,10 @@
 //!   for the log and the window: the contended case). The direct
 //!   `SlidingWindow` (striped, default stripes) and its locking twin run
 //!   beside them under the same limit, with no key: what a per-key window
-//!   without stripes gives up on one hot key.
+//!   without stripes gives up on one hot key. So do the direct `SlidingLog`
+//!   (the lock-free ring, default stripes) and its locking twin under the
+//!   log's limit: whether the keyed log's per-key mutex costs or wins
+//!   against the lock-free algorithm on one contended key.
 //! - **spread**: a million keys, scattered over the hash space, inserted
 //!   before timing; thread `t` walks them from its own offset (the
 //!   cache-missing case).
@@ -50,7 +53,8 @@ use criterion::Criterion;
 use governor::Quota;
 use tollgate::keyed::{BucketConfig, Keyed, LogConfig, SlidingWindowConfig};
 use tollgate::{
-    LockingSlidingWindow, ManualClock, Rate, RateLimiter, SlidingLog, SlidingWindow, TokenBucket,
+    LockingSlidingLog, LockingSlidingWindow, ManualClock, Rate, RateLimiter, SlidingLog,
+    SlidingWindow, TokenBucket,
 };
 
 mod common;
@@ -177,6 +181,10 @@ fn hot(c: &mut Criterion) {
             .build_locking()
             .expect("valid"),
     ));
+    // The same exact log, direct: the lock-free ring (one per stripe) and its
+    // locking twin, against which the keyed log's per-key mutex is measured.
+    let direct_log = Arc::new(Direct(SlidingLog::new(log_rate).expect("valid")));
+    let direct_log_twin = Arc::new(Direct(LockingSlidingLog::new(log_rate).expect("valid")));
     let bucket = Arc::new(bucket_keyed(u32::MAX, SECOND));
     let governor = Arc::new(governor_keyed(u32::MAX, SECOND));
     for threads in THREADS {
@@ -186,6 +194,15 @@ fn hot(c: &mut Criterion) {
             &mut group,
             "tollgate_log_2_rules",
             &log_2_rules,
+            &keys,
+            true,
+            threads,
+        );
+        bench(&mut group, "direct_log", &direct_log, &keys, true, threads);
+        bench(
+            &mut group,
+            "direct_log_twin",
+            &direct_log_twin,
             &keys,
             true,
             threads,

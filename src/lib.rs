@@ -21,6 +21,7 @@
 //! | [`LeakyBucket`] / [`Shaper`] | meter: level never above capacity; queue: starts spaced 1/rate after a burst, waits bounded | meter: one `AtomicU64` (drain time); queue: one 128-bit word (next free slot, latest start) | smoothing an outflow: nginx-style `limit_req`, pacing calls to a fragile backend |
 //! | [`WarmUp`] | Guava's SmoothWarmingUp schedule: cold factor × the stable interval when idle, ramping to the stable rate over the warm-up period | one 128-bit word (next start, banked idle time) | services that need warming: cold caches, JIT, connection pools |
 //! | [`Keyed`](keyed::Keyed) | a token bucket, fixed window, leaky bucket meter, shaper, warm-up limiter, exact sliding log (one rule, or several on one log) or sliding window (without stripes) (or a pair: both must admit) per key — user, IP, tenant — each with its own guarantee, at the key cap too; per-key quotas, combined limits, runtime reconfiguration. Not the approximate sliding window nor the leased limiters; the shaper and warm-up admit per key what can start at once | a sharded hash map (hashbrown tables under reader-biased locks) of one word (two for the shaper and warm-up; a ring of 32-bit stamps for the log, shared by all its rules: 5/s, 30/min and 1,000/day on one ring; `S` 32-bit counts for the window, under the key's lock) per key, evicted when fresh, capped | per-caller limits whose key space is unbounded: public APIs, multi-tenant services |
+//! | [`ConcurrencyLimit`] / [`AdaptiveLimit`] | never more than `limit` permits held at once (RAII permits, cancel-safe waits); the adaptive one's limit moved by [`Aimd`], [`Vegas`] or [`Gradient2`] from each request's latency and outcome | one `AtomicU64` (count, limit, a waiters flag); the algorithm's state in one more word | how *many* at once rather than how often: calls to a backend that slows under load |
 //!
 //! All of them implement [`RateLimiter`]: `try_acquire()` / `try_acquire_n(n)`
 //! return a plain `Result<(), Denied>`; a denial carries the exact retry-after, or
@@ -165,6 +166,9 @@ mod guide {
 
     #[doc = include_str!("../docs/guide/verification.md")]
     struct Verification;
+
+    #[doc = include_str!("../docs/guide/concurrency.md")]
+    struct Concurrency;
 
     // Its async example needs `acquire_async`, as `--all-features` gives it.
     #[cfg(feature = "tokio")]

@@ -343,10 +343,11 @@ impl<M: Machine, S: StateCell<Word = M::Word>, C: Clock> WordLimiter<M, S, C> {
     }
 }
 
-/// Declares a public one-word limiter type over a [`Machine`] and a
-/// [`StateCell`]: the struct, its [`RateLimiter`](crate::RateLimiter) impl and its
-/// clock accessor; `$args` are the constructor arguments before the clock, for the
-/// generated doc example. Constructors, which differ per algorithm, are written by hand.
+/// Declares a public limiter type over a [`Machine`] and a [`StateCell`] of
+/// either width: the struct, its [`RateLimiter`](crate::RateLimiter) and
+/// [`Refundable`](crate::Refundable) impls and its clock accessor; `$args`
+/// are the constructor arguments before the clock, for the generated doc
+/// example. Constructors, which differ per algorithm, are written by hand.
 macro_rules! word_limiter {
     ($(#[$doc:meta])* $name:ident, $machine:ty, $cell:ty, $args:literal) => {
         $(#[$doc])*

@@ -5,14 +5,15 @@
 
 use std::marker::PhantomData;
 
+use crate::cell::Word;
 use crate::limiter::{RateLimiter, Rejection, Snapshot};
 use crate::machine::WordReceipt;
 
 /// A limiter whose admissions can be given back: the rule every
 /// implementation follows and what each limiter returns are below.
 ///
-/// Implemented by the token buckets, fixed windows and leaky buckets (meters)
-/// and their locking twins, by a key of a [`Keyed`](crate::keyed::Keyed) limiter
+/// Implemented by the token buckets, fixed windows, leaky buckets (meters),
+/// shapers and warm-up limiters and their locking twins, by a key of a [`Keyed`](crate::keyed::Keyed) limiter
 /// ([`Keyed::for_key`](crate::keyed::Keyed::for_key)), and by references to any of
 /// them.
 ///
@@ -35,6 +36,7 @@ use crate::machine::WordReceipt;
 /// |---|---|---|
 /// | [`TokenBucket`](crate::TokenBucket), [`LockingTokenBucket`](crate::LockingTokenBucket) | restore the TAT the admission replaced if the TAT is still the one it wrote | no other admission on the bucket between the admission and its refund |
 /// | [`LeakyBucket`](crate::LeakyBucket), [`LockingLeakyBucket`](crate::LockingLeakyBucket) | the same, on the time the bucket is empty | the same |
+/// | [`Shaper`](crate::Shaper), [`WarmUp`](crate::WarmUp) and their twins | restore the 128-bit word the admission replaced if it is still the one it wrote (the rule of a cancelled reservation) | no other admission or reservation in between |
 /// | [`FixedWindow`](crate::FixedWindow), [`LockingFixedWindow`](crate::LockingFixedWindow) | take `n` off the count while the window is still the one the permits went to | always (once the window has closed the permits constrain nothing) |
 /// | [`Keyed::for_key`](crate::keyed::Keyed::for_key) (every keyable kind, pairs too) | the kind's rule above on the key's word (the shaper's and warm-up's 128-bit word: restored if unchanged; the per-key sliding log: its slots emptied if its admission is still the latest), if the key's configuration and overrides have not changed since | no admission on the key, no reconfiguration or override change in between, and the key was not decided by the shared overflow state at the key cap |
 ///
@@ -175,7 +177,9 @@ impl<R> Receipted<R> {
 /// ```
 #[derive(Debug)]
 pub struct Receipt<'a> {
-    word: WordReceipt,
+    /// Widened: the receipt of a one-word limiter and of a two-word one
+    /// (shaper, warm-up) are one type.
+    word: WordReceipt<u128>,
     /// The issuing limiter's address: it cannot move or be reused while the
     /// receipt borrows it.
     owner: usize,
@@ -183,17 +187,25 @@ pub struct Receipt<'a> {
 }
 
 impl<'a> Receipt<'a> {
-    pub(crate) fn new<T>(owner: &'a T, word: WordReceipt) -> Self {
+    pub(crate) fn new<T, W: Word>(owner: &'a T, word: WordReceipt<W>) -> Self {
         Receipt {
-            word,
+            word: WordReceipt {
+                before: word.before.widen(),
+                written: word.written.widen(),
+                n: word.n,
+            },
             owner: owner as *const T as usize,
             _limiter: PhantomData,
         }
     }
 
     /// The receipt's words if `limiter` issued it.
-    pub(crate) fn word_for<T>(&self, limiter: &T) -> Option<WordReceipt> {
-        (self.owner == limiter as *const T as usize).then_some(self.word)
+    pub(crate) fn word_for<T, W: Word>(&self, limiter: &T) -> Option<WordReceipt<W>> {
+        (self.owner == limiter as *const T as usize).then_some(WordReceipt {
+            before: W::narrow(self.word.before),
+            written: W::narrow(self.word.written),
+            n: self.word.n,
+        })
     }
 }
 

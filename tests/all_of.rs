@@ -431,6 +431,53 @@ fn an_unraced_refund_is_exact_for_every_refundable_kind() {
     check(&locking);
 }
 
+/// The two-word limiters (shaper, warm-up) are members like the others: a
+/// later member's denial gives their admission back, exactly, by the same
+/// rule as a cancelled reservation (the word restored if unchanged); and a
+/// refund after a later admission gives nothing back.
+#[test]
+fn two_word_members_are_refunded_by_the_stack_rule() {
+    let clock = ManualClock::new();
+    clock.set(5_000);
+    let shaper =
+        tollgate::Shaper::with_clock(Rate::per_second(10), 1, Duration::ZERO, clock.clone())
+            .unwrap();
+    let warm =
+        tollgate::WarmUp::with_clock(Rate::per_second(10), Duration::from_secs(1), clock.clone())
+            .unwrap();
+    let empty = Bucket::with_clock(1, Rate::per_hour(1), clock.clone()).unwrap();
+    empty.try_acquire().unwrap();
+
+    let shaper_before = shaper.snapshot();
+    assert!(AllOf::new((&shaper, &empty)).try_acquire().is_err());
+    assert_eq!(
+        shaper.snapshot(),
+        shaper_before,
+        "the shaper got its permit back"
+    );
+    // Two start at once (burst 1), the third not: exactly as if nothing had
+    // been taken.
+    assert!(shaper.try_acquire().is_ok() && shaper.try_acquire().is_ok());
+    assert!(shaper.try_acquire().is_err());
+
+    let warm_before = warm.snapshot();
+    assert!(AllOf::new((&warm, &empty)).try_acquire().is_err());
+    assert_eq!(
+        warm.snapshot(),
+        warm_before,
+        "the warm-up limiter got its permit back"
+    );
+    assert!(warm.try_acquire().is_ok());
+
+    // A later admission in between: the refund keeps the permits.
+    clock.advance(Duration::from_secs(10));
+    let held = shaper.try_acquire_n_refundable(1).unwrap();
+    shaper.try_acquire().unwrap();
+    let after_both = shaper.snapshot();
+    shaper.refund(held.receipt);
+    assert_eq!(shaper.snapshot(), after_both, "nothing given away");
+}
+
 /// A keyed refund across a reconfiguration or an override change gives
 /// nothing back: the word's meaning may have changed.
 #[test]

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use super::{LimitAlgorithm, LimitHistory, Outcome, PPM, Sample, check_limits, ppm};
+use super::{LimitAlgorithm, LimitHistory, Outcome, PPM, Sample, apply, check_limits, ppm};
 use crate::cell::{AtomicCell, StateCell};
 use crate::error::ConfigError;
 
@@ -183,19 +183,17 @@ impl LimitAlgorithm for Aimd {
         if sample.outcome == Outcome::Ignored {
             return None;
         }
-        let stored = self.state.update(|word| {
-            let limit = word as u32;
-            let next = self.decide(limit, &sample);
-            // An unchanged limit is not written: no store, no contention.
-            if next == limit {
-                Err(())
-            } else {
-                Ok(u64::from(next))
-            }
-        });
-        let limit = stored.ok()? as u32;
-        self.history.record(limit, now_ns);
-        Some(limit)
+        apply(
+            &self.state,
+            &self.history,
+            now_ns,
+            |word| word as u32,
+            |word| {
+                let next = self.decide(word as u32, &sample);
+                // An unchanged limit is not written: no store, no contention.
+                (next != word as u32).then_some(u64::from(next))
+            },
+        )
     }
 
     fn limit(&self) -> u32 {

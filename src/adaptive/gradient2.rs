@@ -8,7 +8,7 @@
 //! | state, bits 44..128 | 84 | the long-term round trip, Q.16 ns (1/65 536 of a ns) |
 
 use super::{
-    LIMIT_FRAC_BITS, LimitAlgorithm, LimitHistory, Outcome, PPM, Sample, check_limits, ppm,
+    LIMIT_FRAC_BITS, LimitAlgorithm, LimitHistory, Outcome, PPM, Sample, apply, check_limits, ppm,
 };
 use crate::cell::{AtomicCell, StateCell};
 use crate::error::ConfigError;
@@ -273,7 +273,19 @@ impl Gradient2 {
     }
 
     /// The state after `sample`: the pure decision (`Gradient2Limit._update`).
-    fn decide(&self, s: G2State, sample: &Sample) -> G2State {
+    fn decide(&self, s: G2State, sample: &Sample) -> Option<G2State> {
+        // A drop measures nothing: its round trip is the time the service
+        // took to refuse, not a latency, so it never enters the long round
+        // trip (Java lets it, and fast refusals drag the long round trip down
+        // until the limit cannot grow back). It backs off if asked to.
+        if sample.outcome == Outcome::Dropped {
+            let ratio = self.drop_backoff_ppm?;
+            let cut = u128::from(s.estimate) * u128::from(ratio) / u128::from(PPM);
+            return Some(G2State {
+                estimate: self.clamp(cut as u64),
+                ..s
+            });
+        }
         let short = sample.rtt_ns.max(1);
         let short_q = u128::from(short) << 16;
         let mut next = s;
@@ -293,14 +305,9 @@ impl Gradient2 {
         if next.long > 2 * short_q {
             next.long = next.long * 95 / 100;
         }
-        if let (Outcome::Dropped, Some(ratio)) = (sample.outcome, self.drop_backoff_ppm) {
-            let cut = u128::from(s.estimate) * u128::from(ratio) / u128::from(PPM);
-            next.estimate = self.clamp(cut as u64);
-            return next;
-        }
         // Don't grow the limit if we are app-limited.
         if u64::from(sample.in_flight) << (LIMIT_FRAC_BITS + 1) < s.estimate {
-            return next;
+            return Some(next);
         }
         // gradient = clamp(tolerance · long / short, 0.5, 1), Q.16: long is
         // Q.16 ns and tolerance millionths, so the quotient by short · 10^6
@@ -319,7 +326,7 @@ impl Gradient2 {
             u128::from(PPM),
         );
         next.estimate = self.clamp(smoothed.min(u128::from(u64::MAX)) as u64);
-        next
+        Some(next)
     }
 
     fn clamp(&self, estimate: u64) -> u64 {
@@ -336,18 +343,16 @@ impl LimitAlgorithm for Gradient2 {
         if sample.outcome == Outcome::Ignored {
             return None;
         }
-        let mut before = 0;
-        let stored = self.state.update(|word| {
-            let state = G2State::unpack(word);
-            before = state.limit();
-            Ok::<_, ()>(self.decide(state, &sample).pack())
-        });
-        let after = G2State::unpack(stored.ok()?).limit();
-        if after == before {
-            return None;
-        }
-        self.history.record(after, now_ns);
-        Some(after)
+        apply(
+            &self.state,
+            &self.history,
+            now_ns,
+            |word| G2State::unpack(word).limit(),
+            |word| {
+                self.decide(G2State::unpack(word), &sample)
+                    .map(G2State::pack)
+            },
+        )
     }
 
     fn limit(&self) -> u32 {

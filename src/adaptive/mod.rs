@@ -63,7 +63,36 @@ pub use limiter::{AdaptiveLimit, AdaptivePermit, OwnedAdaptivePermit};
 pub use vegas::{Vegas, VegasBuilder};
 pub use windowed::{WindowStats, Windowed, WindowedBuilder};
 
+use crate::cell::{StateCell, Word};
 use crate::error::ConfigError;
+
+/// The one way an algorithm's state changes: `step` maps the state word to
+/// the next (`None`: nothing worth writing), inside the cell's one
+/// compare-and-swap loop, so a sample that loses a race is recomputed on the
+/// winner's word and counted once; `limit_of` reads a word's limit. A
+/// changed limit is recorded in `history` and returned.
+fn apply<W: Word>(
+    cell: &impl StateCell<Word = W>,
+    history: &LimitHistory,
+    now_ns: u64,
+    limit_of: impl Fn(W) -> u32,
+    mut step: impl FnMut(W) -> Option<W>,
+) -> Option<u32> {
+    let mut before = 0;
+    let stored = cell
+        .update(|word| {
+            // The decision stored last is the one whose `before` is kept.
+            before = limit_of(word);
+            step(word).ok_or(())
+        })
+        .ok()?;
+    let after = limit_of(stored);
+    if after == before {
+        return None;
+    }
+    history.record(after, now_ns);
+    Some(after)
+}
 
 /// The largest limit an adaptive algorithm accepts: 2^20 (1 048 576)
 /// requests in flight. The bound keeps every packed word's fields and every

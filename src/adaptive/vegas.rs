@@ -9,7 +9,7 @@
 //! | state, bits 120..128 | 8 | the probe jitter `j`: the next probe comes after `(256 + j) / 512 · probe_multiplier · limit` samples |
 
 use super::{
-    LIMIT_FRAC_BITS, LimitAlgorithm, LimitHistory, Outcome, PPM, Sample, check_limits,
+    LIMIT_FRAC_BITS, LimitAlgorithm, LimitHistory, Outcome, PPM, Sample, apply, check_limits,
     log10_at_least_1, ppm,
 };
 use crate::cell::{AtomicCell, StateCell};
@@ -255,13 +255,23 @@ impl Vegas {
     /// The state after `sample`, or `None` if the sample changes nothing:
     /// the pure decision (`VegasLimit._update`).
     fn decide(&self, s: VegasState, sample: &Sample) -> Option<VegasState> {
-        // Java throws on a round trip of 0; a sample that carries no time
+        let mut next = s;
+        // A drop backs off and measures nothing: its round trip is the time
+        // the service took to refuse, not a latency (a window of drops alone
+        // reports none), so it neither probes nor lowers the no-load round
+        // trip (Java lets it, and a link that refuses fast then holds the
+        // limit far below its knee). A probe due now waits for a success.
+        if sample.outcome == Outcome::Dropped {
+            next.probes = s.probes.saturating_add(1);
+            next.estimate = self.estimate(s.estimate, 1, 1, sample);
+            return Some(next);
+        }
+        // Java throws on a round trip of 0; a success that carries no time
         // says nothing, so it is passed over.
         if sample.rtt_ns == 0 {
             return None;
         }
         let rtt = sample.rtt_ns.min(RTT_MAX);
-        let mut next = s;
         next.probes = s.probes.saturating_add(1);
         // shouldProbe: jitter · multiplier · estimate <= probes, with jitter
         // = (256 + j) / 512 and the estimate in Q.16: both sides times 2^25.
@@ -335,18 +345,16 @@ impl LimitAlgorithm for Vegas {
         if sample.outcome == Outcome::Ignored {
             return None;
         }
-        let mut before = 0;
-        let stored = self.state.update(|word| {
-            let state = VegasState::unpack(word);
-            before = state.limit();
-            self.decide(state, &sample).map(VegasState::pack).ok_or(())
-        });
-        let after = VegasState::unpack(stored.ok()?).limit();
-        if after == before {
-            return None;
-        }
-        self.history.record(after, now_ns);
-        Some(after)
+        apply(
+            &self.state,
+            &self.history,
+            now_ns,
+            |word| VegasState::unpack(word).limit(),
+            |word| {
+                self.decide(VegasState::unpack(word), &sample)
+                    .map(VegasState::pack)
+            },
+        )
     }
 
     fn limit(&self) -> u32 {
@@ -384,6 +392,14 @@ mod tests {
 
         fn update(&mut self, rtt: u64, inflight: u32, did_drop: bool) {
             self.probe_count += 1;
+            // tollgate's rule, not Java's: a drop only backs off.
+            if did_drop {
+                let est = self.estimated;
+                let l = Self::log10(est as i64) as f64;
+                let new = (est - l).min(self.max).max(1.0);
+                self.estimated = (1.0 - self.smoothing) * est + self.smoothing * new;
+                return;
+            }
             let jitter = (256.0 + f64::from(self.jitter)) / 512.0;
             if jitter * 30.0 * self.estimated <= f64::from(self.probe_count) {
                 self.jitter = jitter_from(rtt, self.probe_count - 1);

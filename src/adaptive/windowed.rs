@@ -3,10 +3,10 @@
 //!
 //! | word | bits | meaning |
 //! |---|---|---|
-//! | window, bits 0..20 | 20 | samples in the open window (saturating at 2^20 − 1: later ones count only towards the next two fields) |
+//! | window, bits 0..20 | 20 | successes in the open window (saturating at 2^20 − 1: later ones count only towards the next two fields) |
 //! | window, bits 20..41 | 21 | the most requests in flight any of them saw (saturating) |
 //! | window, bits 41..42 | 1 | whether any was dropped |
-//! | window, bits 42..128 | 86 | the sum of their round trips, ns |
+//! | window, bits 42..128 | 86 | the sum of the successes' round trips, ns |
 //! | close, 64 bits | 64 | when the open window closes, ns on the limiter's clock |
 //!
 //! A sample is added to the window word first. The sample that finds the
@@ -30,13 +30,17 @@ const SUM_SHIFT: u32 = 42;
 /// Feeds an algorithm one aggregated sample per time window (Netflix
 /// concurrency-limits' `WindowedLimit`).
 ///
-/// Samples with a round trip under `min_rtt` are passed over (too fast to
+/// Successes with a round trip under `min_rtt` are passed over (too fast to
 /// say anything of the service: a cache hit, a local rejection). The others
-/// are aggregated: the mean round trip, the most requests in flight, and
-/// whether any was dropped. The first sample completing after the window's
-/// end closes it; if it held at least `min_samples`, the inner algorithm gets
-/// one sample — the mean round trip, the peak in flight, [`Outcome::Dropped`]
-/// if any was — and the next window ends `window` after the closing sample.
+/// are aggregated: the successes' mean round trip, the most requests in
+/// flight, and whether any was dropped. A drop's round trip is not averaged
+/// in: it is the time the service took to refuse, not a latency (Netflix's
+/// `AverageSampleWindow` averages it, and a link that refuses fast then
+/// looks faster the more it refuses). The first sample completing after the
+/// window's end closes it; if it held at least `min_samples` successes or a
+/// drop, the inner algorithm gets one sample — the mean round trip, the peak
+/// in flight, [`Outcome::Dropped`] if any was — and the next window ends
+/// `window` after the closing sample.
 ///
 /// Defaults, `WindowedLimit.Builder`'s: window 1 s (its `minWindowTime` and
 /// `maxWindowTime`, both 1 s; Netflix takes twice the window's least round
@@ -191,7 +195,8 @@ fn add(word: u128, sample: &Sample) -> u128 {
     let mut next = word & !(IN_FLIGHT_MAX << 20);
     next |= in_flight.max(u128::from(sample.in_flight).min(IN_FLIGHT_MAX)) << 20;
     if sample.outcome == Outcome::Dropped {
-        next |= DROP_BIT;
+        // A drop is flagged, not averaged (see `Windowed`).
+        return next | DROP_BIT;
     }
     // A full window keeps its mean: count and sum stop together. 2^20
     // round trips of < 2^64 ns sum to < 2^84, inside the 86 bits.
@@ -219,7 +224,8 @@ fn stats(word: u128) -> WindowStats {
 
 impl<A: LimitAlgorithm> LimitAlgorithm for Windowed<A> {
     fn on_sample(&self, sample: Sample, now_ns: u64) -> Option<u32> {
-        if sample.outcome == Outcome::Ignored || sample.rtt_ns < self.min_rtt_ns {
+        let too_fast = sample.outcome == Outcome::Success && sample.rtt_ns < self.min_rtt_ns;
+        if sample.outcome == Outcome::Ignored || too_fast {
             return None;
         }
         let _ = self.window.update(|word| Ok::<_, ()>(add(word, &sample)));
@@ -246,7 +252,7 @@ impl<A: LimitAlgorithm> LimitAlgorithm for Windowed<A> {
             Ok::<_, ()>(0)
         });
         let closed = stats(closed);
-        if closed.samples < self.min_samples {
+        if closed.samples < self.min_samples && !closed.dropped {
             return None;
         }
         let outcome = if closed.dropped {
@@ -304,7 +310,10 @@ mod tests {
         w.on_sample(Sample::success(1_000_000, 1), 10);
         assert!(w.inner().0.lock().unwrap().is_empty());
         w.on_sample(Sample::success(2_000_000, 7), 20);
-        w.on_sample(Sample::dropped(3_000_000, 4), 30);
+        w.on_sample(Sample::success(3_000_000, 4), 25);
+        // A drop is flagged and counts towards the peak in flight, but its
+        // round trip (the refusal's) is not averaged in.
+        w.on_sample(Sample::dropped(50, 8), 30);
         w.on_sample(Sample::success(50, 99), 40); // under min_rtt: passed over
         w.on_sample(Sample::ignored(5_000_000, 99), 50);
         assert_eq!(
@@ -312,7 +321,7 @@ mod tests {
             WindowStats {
                 samples: 2,
                 mean_rtt_ns: 2_500_000,
-                max_in_flight: 7,
+                max_in_flight: 8,
                 dropped: true
             }
         );
@@ -320,18 +329,26 @@ mod tests {
         w.on_sample(Sample::success(4_000_000, 2), 1_000_000_011);
         assert_eq!(
             *w.inner().0.lock().unwrap(),
-            [Sample::dropped(3_000_000, 7)]
+            [Sample::dropped(3_000_000, 8)]
         );
         assert_eq!(w.open_window().samples, 0);
         // Too few samples: the window closes without reaching the inner one.
         w.on_sample(Sample::success(4_000_000, 2), 2_000_000_012);
         assert_eq!(w.inner().0.lock().unwrap().len(), 1);
+        // But a drop always does, with its window's mean of successes.
+        w.on_sample(Sample::dropped(1_000, 3), 2_500_000_000);
+        w.on_sample(Sample::success(4_000_000, 1), 3_000_000_013);
+        assert_eq!(
+            w.inner().0.lock().unwrap().last(),
+            Some(&Sample::dropped(4_000_000, 3))
+        );
     }
 
     #[test]
     fn a_full_window_keeps_its_mean() {
         let mut word = COUNT_MAX | (COUNT_MAX * 7) << SUM_SHIFT;
         word = add(word, &Sample::dropped(1_000, 9));
+        word = add(word, &Sample::success(1_000, 2));
         let s = stats(word);
         assert_eq!((s.samples, s.mean_rtt_ns), (COUNT_MAX as u32, 7));
         assert!(s.dropped);

@@ -193,11 +193,13 @@ impl Schedule for Queue {
 /// Declares a public shaper type over a state cell, with its trait impls.
 macro_rules! shaper {
     ($(#[$doc:meta])* $name:ident, $cell:ty) => {
-        $(#[$doc])*
-        #[derive(Debug)]
-        pub struct $name<C = $crate::clock::MonotonicClock> {
-            inner: $crate::machine::WordLimiter<$crate::leaky_bucket::shaper::Queue, $cell, C>,
-        }
+        $crate::machine::word_limiter!(
+            $(#[$doc])*
+            $name,
+            $crate::leaky_bucket::shaper::Queue,
+            $cell,
+            "Rate::per_second(1), 0, std::time::Duration::ZERO"
+        );
 
         impl $name {
             /// A shaper on the default [`MonotonicClock`](crate::MonotonicClock):
@@ -250,20 +252,6 @@ macro_rules! shaper {
                 })
             }
 
-            /// The clock this shaper reads.
-            ///
-            /// ```
-            /// use std::time::Duration;
-            #[doc = concat!("use tollgate::{Clock, ManualClock, Rate, ", stringify!($name), "};")]
-            /// let clock = ManualClock::new();
-            #[doc = concat!("let shaper = ", stringify!($name), "::with_clock(Rate::per_second(1), 0, Duration::ZERO, clock.clone()).unwrap();")]
-            /// clock.set(7);
-            /// assert_eq!(shaper.clock().now(), 7);
-            /// ```
-            pub fn clock(&self) -> &C {
-                self.inner.clock()
-            }
-
             /// The time between starts: the rate's period divided by its permits,
             /// rounded up to a whole nanosecond.
             ///
@@ -313,27 +301,6 @@ macro_rules! shaper {
             /// ```
             pub fn capacity(&self) -> u32 {
                 self.inner.machine().capacity()
-            }
-        }
-
-        impl<C: $crate::clock::Clock> $crate::limiter::RateLimiter for $name<C> {
-            /// Admits `n` permits only if they can start now (a wait of zero):
-            /// the shaper used as a meter.
-            #[inline]
-            fn try_acquire_n(&self, n: u32) -> Result<(), $crate::error::Denied> {
-                self.inner.try_acquire_n(n)
-            }
-
-            fn snapshot(&self) -> $crate::limiter::Snapshot {
-                self.inner.snapshot()
-            }
-
-            #[inline]
-            fn try_acquire_n_with_snapshot(
-                &self,
-                n: u32,
-            ) -> Result<$crate::limiter::Snapshot, $crate::limiter::Rejection> {
-                self.inner.try_acquire_n_with_snapshot(n)
             }
         }
 

@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use crate::cell::{AtomicCell, LockedCell};
 use crate::clock::{Clock, MonotonicClock};
-use crate::error::{ConfigError, Denied};
-use crate::limiter::{Rejection, Snapshot};
+use crate::error::ConfigError;
 use crate::machine::WordLimiter;
 use crate::rate::Rate;
 use curve::Curve;
@@ -22,11 +21,13 @@ pub const DEFAULT_COLD_FACTOR: u32 = 3;
 /// Declares a public warm-up limiter type over a state cell, with its impls.
 macro_rules! warm_up {
     ($(#[$doc:meta])* $name:ident, $cell:ty) => {
-        $(#[$doc])*
-        #[derive(Debug)]
-        pub struct $name<C = MonotonicClock> {
-            inner: WordLimiter<Curve, $cell, C>,
-        }
+        $crate::machine::word_limiter!(
+            $(#[$doc])*
+            $name,
+            Curve,
+            $cell,
+            "Rate::per_second(1), std::time::Duration::from_secs(1)"
+        );
 
         impl $name {
             /// A cold limiter with a stable `rate`, warming up over `warm_up`, with
@@ -89,20 +90,6 @@ macro_rules! warm_up {
                 })
             }
 
-            /// The clock this limiter reads.
-            ///
-            /// ```
-            /// use std::time::Duration;
-            #[doc = concat!("use tollgate::{Clock, ManualClock, Rate, ", stringify!($name), "};")]
-            /// let clock = ManualClock::new();
-            #[doc = concat!("let limiter = ", stringify!($name), "::with_clock(Rate::per_second(1), Duration::from_secs(1), clock.clone()).unwrap();")]
-            /// clock.set(7);
-            /// assert_eq!(limiter.clock().now(), 7);
-            /// ```
-            pub fn clock(&self) -> &C {
-                self.inner.clock()
-            }
-
             /// The interval between permits once warm: the rate's period over its
             /// permits, rounded up to a whole nanosecond.
             ///
@@ -139,24 +126,6 @@ macro_rules! warm_up {
             /// ```
             pub fn cold_factor(&self) -> u32 {
                 self.inner.machine().cold_factor()
-            }
-        }
-
-        impl<C: Clock> crate::limiter::RateLimiter for $name<C> {
-            /// Admits `n` permits iff nothing is outstanding (Guava's
-            /// `tryAcquire(n)`); they push the next start back by their cost.
-            #[inline]
-            fn try_acquire_n(&self, n: u32) -> Result<(), Denied> {
-                self.inner.try_acquire_n(n)
-            }
-
-            fn snapshot(&self) -> Snapshot {
-                self.inner.snapshot()
-            }
-
-            #[inline]
-            fn try_acquire_n_with_snapshot(&self, n: u32) -> Result<Snapshot, Rejection> {
-                self.inner.try_acquire_n_with_snapshot(n)
             }
         }
 

@@ -310,6 +310,9 @@ pub struct Report {
     pub p99_multiple: f64,
     /// Fraction of offered requests shed at the gate.
     pub shed: f64,
+    /// Fraction of offered requests the service itself refused (the
+    /// refusing link's fast refusals).
+    pub refused: f64,
 }
 
 impl Scenario {
@@ -400,6 +403,7 @@ impl Scenario {
             in_band_recovered,
             p99_multiple: p99 as f64 / self.base_latency as f64,
             shed: run.shed as f64 / run.offered.max(1) as f64,
+            refused: run.dropped as f64 / run.offered.max(1) as f64,
         }
     }
 }

@@ -1,4 +1,5 @@
-//! Entry throttling for HTTP services built on tower (axum, hyper, tonic):
+//! Entry throttling and load shedding for HTTP services built on tower
+//! (axum, hyper, tonic):
 //! a [`ThrottleLayer`] that keys each request (peer address, trusted-proxy
 //! forwarding headers, a header, one global key, a closure), asks the
 //! request's policies — any tollgate limiter, keyed or not, per route group,
@@ -23,6 +24,10 @@
 //! refused before any is asked, and the in-process admissions of a request a
 //! later policy refuses given back — the exact guarantee is on
 //! [`ThrottleBuilder`].
+//!
+//! Load shedding above a concurrency limit, fixed or adaptive, at the entry
+//! or around an outbound client, is [`ConcurrencyLayer`]'s: see
+//! [below](#concurrency-limits-and-load-shedding).
 //!
 //! The response of a refusal comes from a hook ([`ThrottleBuilder::on_refusal`];
 //! default [`problem_response`], an RFC 9457 problem document).
@@ -83,6 +88,56 @@
 //! [`Layer::layer`] and insert the peer address yourself, or key by
 //! something else ([`HeaderKey`], [`ForwardedIp`], [`Global`]).
 //!
+//! # Concurrency limits and load shedding
+//!
+//! A rate limit bounds how often requests come; a [`ConcurrencyLayer`]
+//! bounds how many are served at once. Each request takes a permit of an
+//! [`InFlightLimit`] — a fixed [`ConcurrencyLimit`](tollgate::ConcurrencyLimit),
+//! or an [`AdaptiveLimit`](tollgate::AdaptiveLimit) whose algorithm finds
+//! the service's capacity from how requests end — and holds it until its
+//! response's body is done ([`PermitBody`]). Without a free permit the
+//! request is shed at once with `503` ([`Refusal::Overloaded`], no
+//! `Retry-After`), or waits in a bounded queue first
+//! ([`ConcurrencyBuilder::queue`]). Each ending is classified for the
+//! algorithm ([`DefaultClassify`]): `2xx`/`3xx` a success timed to the
+//! body's end, `5xx`, `429`, `408` and the inner service's errors
+//! overload, other `4xx` and abandoned requests ignored.
+//!
+//! Around an outbound client ([`ConcurrencyBuilder::client`]) the same
+//! layer protects a dependency: a refusal is the error
+//! [`ConcurrencyError::Overloaded`] and nothing is sent, and the client's
+//! own errors (timeouts, refused connections) count as overload.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use axum::{Router, routing::get};
+//! use bytes::Bytes;
+//! use http_body_util::Empty;
+//! use hyper_util::{client::legacy::Client, rt::TokioExecutor};
+//! use tollgate::{AdaptiveLimit, Aimd, Windowed};
+//! use tollgate_tower::{ConcurrencyLayer, Global, Layer, ThrottleLayer};
+//!
+//! // The service's own capacity: AIMD over 100 ms windows, backing off when
+//! // a window's mean latency passes 50 ms or a request fails.
+//! let aimd = Aimd::builder().min_limit(4).initial_limit(20).max_limit(500)
+//!     .timeout(Duration::from_millis(50)).build()?;
+//! let limit = Arc::new(AdaptiveLimit::new(
+//!     Windowed::builder().window(Duration::from_millis(100)).build(aimd)?,
+//! )?);
+//! let router: Router = Router::new()
+//!     .route("/", get(|| async { "hello" }))
+//!     .layer(ConcurrencyLayer::new(Arc::clone(&limit)));
+//! // Rate limits in front: a request they refuse never takes a permit.
+//! let _service = ThrottleLayer::builder(Global).build().serve(router);
+//!
+//! // A dependency's capacity, on the way out: at most 32 calls in flight.
+//! let outbound = Arc::new(tollgate::ConcurrencyLimit::new(32)?);
+//! let http = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+//! let _client = ConcurrencyLayer::builder(outbound).client().build().layer(http);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # Features
 //!
 //! - `axum` (default): read the peer address from axum's `ConnectInfo`.
@@ -93,6 +148,7 @@
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
+mod concurrency;
 mod fields;
 mod forwarded;
 mod key;
@@ -105,6 +161,10 @@ mod response;
 mod serve;
 mod shaped;
 
+pub use concurrency::{
+    Classify, ClientFace, Concurrency, ConcurrencyBuilder, ConcurrencyError, ConcurrencyFuture,
+    ConcurrencyLayer, DefaultClassify, Face, InFlightLimit, PermitBody, ServerFace,
+};
 pub use fields::{
     IntoPolicyName, InvalidName, PolicyName, RATELIMIT, RATELIMIT_POLICY, retry_after_secs,
 };

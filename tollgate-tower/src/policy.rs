@@ -475,7 +475,7 @@ where
 /// [`AllOf`] over direct limiters and keys of [`Keyed`] ones
 /// ([`Keyed::for_key`]), built per request by a closure from the request's
 /// key. A member that denies gets the members before it refunded (see
-/// [`tollgate::all_of`] for the exact guarantee), as separate policies in
+/// [`AllOf`] for the exact guarantee), as separate policies in
 /// one layer are too ([`ThrottleBuilder`](crate::ThrottleBuilder)); an
 /// `AllOfLimit` fixes the order its members are asked in and decides them as
 /// one policy, asked with this process's shared limits ([`Scope::Process`]);

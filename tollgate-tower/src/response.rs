@@ -53,6 +53,14 @@ pub enum Refusal<'a> {
     },
     /// The request's key could not be found: the [`KeyError`]'s status.
     NoKey(&'a KeyError),
+    /// `503`: a [`ConcurrencyLayer`](crate::ConcurrencyLayer) has no permit
+    /// free (within its queue's bound): the service is at its concurrency
+    /// limit. No `Retry-After`: when a permit comes back depends on requests
+    /// in flight, not on a clock.
+    Overloaded {
+        /// The concurrency limit in force when the request was refused.
+        limit: u32,
+    },
 }
 
 impl Refusal<'_> {
@@ -70,7 +78,9 @@ impl Refusal<'_> {
         match self {
             Refusal::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             Refusal::NeverFits { .. } => StatusCode::FORBIDDEN,
-            Refusal::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Refusal::Unavailable { .. } | Refusal::Overloaded { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             Refusal::NoKey(err) => err.status(),
         }
     }
@@ -88,7 +98,7 @@ impl Refusal<'_> {
             Refusal::TooManyRequests { policy, .. }
             | Refusal::NeverFits { policy, .. }
             | Refusal::Unavailable { policy, .. } => Some(policy),
-            Refusal::NoKey(_) => None,
+            Refusal::NoKey(_) | Refusal::Overloaded { .. } => None,
         }
     }
 }
@@ -97,7 +107,9 @@ impl Refusal<'_> {
 /// (`application/problem+json`) with the refusal's status; a `429` uses the
 /// ratelimit draft's `quota-exceeded` problem type and names the violated
 /// policy. Replace it with
-/// [`ThrottleBuilder::on_refusal`](crate::ThrottleBuilder::on_refusal).
+/// [`ThrottleBuilder::on_refusal`](crate::ThrottleBuilder::on_refusal) (or
+/// [`ConcurrencyBuilder::on_shed`](crate::ConcurrencyBuilder::on_shed) for
+/// [`Refusal::Overloaded`]).
 ///
 /// ```
 /// use std::time::Duration;
@@ -154,6 +166,11 @@ pub fn problem_response(refusal: &Refusal<'_>) -> Response<Bytes> {
             Text(status.as_str()),
             Text("}"),
         ]),
+        // The limit is not written: a client has no use for it, and it
+        // tells anyone probing how much load the service takes.
+        Refusal::Overloaded { .. } => document(&[Text(
+            r#"{"title":"Service overloaded","detail":"every request slot is in use; try again later","status":503}"#,
+        )]),
     };
     let mut response = Response::new(body);
     *response.status_mut() = status;
@@ -291,6 +308,10 @@ mod tests {
                 reason: "connection refused\n"
             }),
             r#"{"title":"Rate limit unavailable","detail":"connection refused\u000a","violated-policies":["remote"],"status":503}"#
+        );
+        assert_eq!(
+            body(&Refusal::Overloaded { limit: 12 }),
+            r#"{"title":"Service overloaded","detail":"every request slot is in use; try again later","status":503}"#
         );
         let err = KeyError::new(StatusCode::UNAUTHORIZED, "no \"key\"");
         assert_eq!(
