@@ -13,6 +13,10 @@
 //!   printed. Not run at 1 thread, where a limit of 1 never binds.
 //!
 //! Functions: `tollgate-atomic` (`ConcurrencyLimit::try_acquire`),
+//! `tollgate-adaptive` (`AdaptiveLimit` over AIMD, each permit ended with
+//! `success()`: two clock readings and a sample to the algorithm on top of
+//! the gate; its limit cannot move here — min = max — so the row is the cost
+//! of adapting at a steady limit, not of moving it),
 //! `tollgate-twin` (`LockingConcurrencyLimit::try_acquire`),
 //! `tokio-semaphore` (`Semaphore::try_acquire`, whose release always takes
 //! the semaphore's waiter lock), and `tower` (a trivial service, one clone
@@ -40,7 +44,7 @@ use std::task::{Context, Poll, Waker};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use tokio::sync::Semaphore;
-use tollgate::{ConcurrencyLimit, LockingConcurrencyLimit};
+use tollgate::{AdaptiveLimit, Aimd, ConcurrencyLimit, LockingConcurrencyLimit};
 use tower::Service;
 
 mod common;
@@ -61,6 +65,15 @@ impl Gate for ConcurrencyLimit {
     #[inline]
     fn op(&self, _: &mut ()) -> bool {
         self.try_acquire().map(|p| drop(black_box(p))).is_some()
+    }
+}
+
+impl Gate for AdaptiveLimit<Aimd> {
+    type Local = ();
+    fn local(&self) {}
+    #[inline]
+    fn op(&self, _: &mut ()) -> bool {
+        self.try_acquire().map(|p| black_box(p).success()).is_some()
     }
 }
 
@@ -183,6 +196,15 @@ fn concurrency(c: &mut Criterion) {
             }
             bench(c, workload, threads, "tollgate-atomic", |limit| {
                 ConcurrencyLimit::new(limit).unwrap()
+            });
+            bench(c, workload, threads, "tollgate-adaptive", |limit| {
+                let aimd = Aimd::builder()
+                    .min_limit(limit)
+                    .initial_limit(limit)
+                    .max_limit(limit)
+                    .build()
+                    .unwrap();
+                AdaptiveLimit::new(aimd).unwrap()
             });
             bench(c, workload, threads, "tollgate-twin", |limit| {
                 LockingConcurrencyLimit::new(limit).unwrap()
