@@ -6,14 +6,14 @@
 //!
 //! - **hot**: every thread checks the same key (`tollgate_log_2_rules`: the
 //!   same 64-slot ring under a second rule, 32 per 500 ns; every check reads
-//!   both) (one shard, one per-key lock
-//!   for the log and the window: the contended case). The direct
+//!   both) (one shard; one ring for the log, one per-key lock for the
+//!   window: the contended case). The direct
 //!   `SlidingWindow` (striped, default stripes) and its locking twin run
 //!   beside them under the same limit, with no key: what a per-key window
 //!   without stripes gives up on one hot key. So do the direct `SlidingLog`
 //!   (the lock-free ring, default stripes) and its locking twin under the
-//!   log's limit: whether the keyed log's per-key mutex costs or wins
-//!   against the lock-free algorithm on one contended key.
+//!   log's limit: what one unstriped ring per key gives up against the
+//!   striped log on one contended key.
 //! - **spread**: a million keys, scattered over the hash space, inserted
 //!   before timing; thread `t` walks them from its own offset (the
 //!   cache-missing case).

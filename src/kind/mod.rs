@@ -32,6 +32,9 @@ use crate::limiter::Snapshot;
 pub use crate::machine::Carry;
 pub use kinds::{BucketConfig, MeterConfig, WindowConfig};
 pub use log::LogConfig;
+#[cfg(loom)]
+#[doc(hidden)]
+pub use log::known_bad_unsealed_log_refunds;
 pub use reconfig::Tunable;
 pub use sliding::SlidingWindowConfig;
 pub use two_word::{ShaperConfig, WarmUpConfig};
@@ -136,7 +139,7 @@ pub(crate) mod sealed {
 /// and its word cost and nothing else. It is implemented for [`TokenBucket`],
 /// [`FixedWindow`], the [`LeakyBucket`] meter, the [`Shaper`] and [`WarmUp`]
 /// (one `u128` per key, admitting what can start at once), the
-/// [`SlidingLog`] (a ring of 32-bit stamps per key, under a per-key lock),
+/// [`SlidingLog`] (the direct log's lock-free ring, one per key),
 /// the [`SlidingWindow`] (`S` counts per key, under a per-key lock, without
 /// the direct window's stripes), the one- and two-word kinds' locking twins,
 /// and tuples of them
