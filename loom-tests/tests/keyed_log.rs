@@ -214,3 +214,69 @@ fn a_carry_over_races_a_claim() {
         assert_rules(&AFTER, &threads[1..]);
     });
 }
+
+/// One permit per 10 ns on a one-slot ring: one thread is admitted at 0, 10
+/// and 20 (moving the clock itself), so the slot goes through three laps,
+/// while the other asks once. A reader that sees the head two laps on must
+/// see the slot at least one lap on: the lap bit tells only two laps apart,
+/// and the entry of 0 read as the entry of 20 would admit a second permit at
+/// 20. (The head's Acquire load and the claim's Release CAS.)
+#[test]
+fn a_reader_two_laps_behind_the_head() {
+    const RULE: (u32, u64) = (1, 10);
+    explore("keyed_log::a_reader_two_laps_behind_the_head", 3, || {
+        let clock = ManualClock::new();
+        let log = Arc::new(Tunable::<Log>::with_clock(
+            config(&[RULE]),
+            RecordingClock::new(clock.clone()),
+        ));
+        let l = Arc::clone(&log);
+        let c = clock.clone();
+        let laps = thread::spawn(move || {
+            let mut ops = Vec::new();
+            for at in [0, 10, 20] {
+                c.set(at);
+                ops.push(record(1, || l.try_acquire()));
+            }
+            ops
+        });
+        let l = Arc::clone(&log);
+        let other = thread::spawn(move || vec![record(1, || l.try_acquire())]);
+        let threads = vec![laps.join().unwrap(), other.join().unwrap()];
+        assert_rule(RULE.0, RULE.1, &threads);
+    });
+}
+
+/// The same laps racing a carry-over (the rule kept, the tag flipped): the
+/// copy is made from the sealed ring, so the sealer must see every claim
+/// before the seal and the entries those claimers read (the seal's Acquire);
+/// a copy holding the entry of 0 where the ring holds 20's would admit
+/// again at 20.
+#[test]
+fn a_carry_over_two_laps_behind_the_head() {
+    const RULE: (u32, u64) = (1, 10);
+    explore("keyed_log::a_carry_over_two_laps_behind_the_head", 3, || {
+        let clock = ManualClock::new();
+        let log = Arc::new(Tunable::<Log>::with_clock(
+            config(&[RULE]),
+            RecordingClock::new(clock.clone()),
+        ));
+        let l = Arc::clone(&log);
+        let c = clock.clone();
+        let laps = thread::spawn(move || {
+            let mut ops = Vec::new();
+            for at in [0, 10, 20] {
+                c.set(at);
+                ops.push(record(1, || l.try_acquire()));
+            }
+            ops
+        });
+        let l = Arc::clone(&log);
+        let changer = thread::spawn(move || {
+            l.reconfigure(config(&[RULE]), tollgate::keyed::Carry::Proportional);
+            vec![record(1, || l.try_acquire())]
+        });
+        let threads = vec![laps.join().unwrap(), changer.join().unwrap()];
+        assert_rule(RULE.0, RULE.1, &threads);
+    });
+}
