@@ -255,28 +255,67 @@ fn a_reader_two_laps_behind_the_head() {
 #[test]
 fn a_carry_over_two_laps_behind_the_head() {
     const RULE: (u32, u64) = (1, 10);
-    explore("keyed_log::a_carry_over_two_laps_behind_the_head", 3, || {
+    explore(
+        "keyed_log::a_carry_over_two_laps_behind_the_head",
+        3,
+        || {
+            let clock = ManualClock::new();
+            let log = Arc::new(Tunable::<Log>::with_clock(
+                config(&[RULE]),
+                RecordingClock::new(clock.clone()),
+            ));
+            let l = Arc::clone(&log);
+            let c = clock.clone();
+            let laps = thread::spawn(move || {
+                let mut ops = Vec::new();
+                for at in [0, 10, 20] {
+                    c.set(at);
+                    ops.push(record(1, || l.try_acquire()));
+                }
+                ops
+            });
+            let l = Arc::clone(&log);
+            let changer = thread::spawn(move || {
+                l.reconfigure(config(&[RULE]), tollgate::keyed::Carry::Proportional);
+                vec![record(1, || l.try_acquire())]
+            });
+            let threads = vec![laps.join().unwrap(), changer.join().unwrap()];
+            assert_rule(RULE.0, RULE.1, &threads);
+        },
+    );
+}
+
+/// One permit per 10 ns on a one-slot ring, three threads: one is admitted
+/// at 0, a second at 10 on the first's entry, a third asks once. A reader
+/// that syncs with the second claim must see the first entry's store too —
+/// the second claimer read it before claiming — or the slot's initial word,
+/// whose lap bit is the second lap's, reads as a stamp of 0 and admits a
+/// second permit at 10. (The entry's Release store: the link from a claim
+/// to the entry it replaced.)
+#[test]
+fn a_reader_behind_two_claimers() {
+    const RULE: (u32, u64) = (1, 10);
+    explore("keyed_log::a_reader_behind_two_claimers", 3, || {
         let clock = ManualClock::new();
         let log = Arc::new(Tunable::<Log>::with_clock(
             config(&[RULE]),
             RecordingClock::new(clock.clone()),
         ));
         let l = Arc::clone(&log);
-        let c = clock.clone();
-        let laps = thread::spawn(move || {
-            let mut ops = Vec::new();
-            for at in [0, 10, 20] {
-                c.set(at);
-                ops.push(record(1, || l.try_acquire()));
-            }
-            ops
-        });
+        let first = thread::spawn(move || vec![record(1, || l.try_acquire())]);
         let l = Arc::clone(&log);
-        let changer = thread::spawn(move || {
-            l.reconfigure(config(&[RULE]), tollgate::keyed::Carry::Proportional);
+        let c = clock.clone();
+        let second = thread::spawn(move || {
+            c.set(10);
             vec![record(1, || l.try_acquire())]
         });
-        let threads = vec![laps.join().unwrap(), changer.join().unwrap()];
+        let l = Arc::clone(&log);
+        let third = thread::spawn(move || vec![record(1, || l.try_acquire())]);
+        let threads = vec![
+            first.join().unwrap(),
+            second.join().unwrap(),
+            third.join().unwrap(),
+        ];
         assert_rule(RULE.0, RULE.1, &threads);
     });
 }

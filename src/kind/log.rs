@@ -3,7 +3,7 @@
 //! A key's log is the direct [`SlidingLog`]'s ring — the same entry words,
 //! tickets, claims and proofs (`sliding_log/log.rs`, `sliding_log/ring.rs`)
 //! — one ring per key without stripes, allocated on the key's first
-//! admission: `8·N` bytes of slots and a 32-byte header, behind an
+//! admission: `8·N` bytes of slots and a 40-byte header, behind an
 //! 8-byte epoch-protected pointer in the map's entry. A request for `n`
 //! permits is admitted iff, for every rule `(N_i, T_i)` of its
 //! [`LogConfig`] and every ticket `k` it takes, the entry of ticket `k − N_i`
@@ -77,7 +77,7 @@ struct Rule {
 /// `1,000` a day), validated once.
 ///
 /// Per key: a lock-free ring of `N` 64-bit entries, `N` the largest count of
-/// the set (`8·N` bytes and a 32-byte header, allocated on the key's first
+/// the set (`8·N` bytes and a 40-byte header, allocated on the key's first
 /// admission and freed when the key is evicted), behind an 8-byte pointer in
 /// the map's entry. Stamps are exact to the nanosecond.
 ///
@@ -851,15 +851,14 @@ fn current<'g>(
     }
 }
 
-/// What an admission leaves: the ring it claimed on (by address), its
-/// tickets, and the snapshot after it at its decision's reading.
+/// What an admission leaves: the ring it claimed on (by address) and its
+/// tickets.
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy)]
 #[allow(unreachable_pub)] // sealed: public only as `Keyable::Receipt`
 pub struct LogReceipt {
     ring: usize,
     claimed: Claimed,
-    after: Snapshot,
 }
 
 impl<C: Clock> Sealed for SlidingLog<C> {}
@@ -907,15 +906,21 @@ impl<C: Clock> Keyable for SlidingLog<C> {
                     return Ok(LogReceipt {
                         ring: ring as *const KeyRing as usize,
                         claimed,
-                        after: ring.snapshot(config, claimed.after, now),
                     });
                 }
             }
         }
     }
 
-    fn admitted(_view: &View<'_, LogConfig>, receipt: LogReceipt, _now: u64) -> Snapshot {
-        receipt.after
+    /// Read from the ring on the head the admission left (advisory under
+    /// concurrency, exact alone), only when a caller asks for it.
+    fn admitted(view: &View<'_, LogConfig>, receipt: LogReceipt, now: u64) -> Snapshot {
+        // SAFETY: the keyed layer asks for an admission's snapshot in the
+        // call that admitted it, pinned throughout and with the state alive
+        // (`Keyable::admitted`), and a ring replaced since is destroyed
+        // through the epoch: the ring is alive.
+        let ring = unsafe { &*(receipt.ring as *const KeyRing) };
+        ring.snapshot(view.current, receipt.claimed.after, now)
     }
 
     fn peek(view: &View<'_, LogConfig>, state: &LogCell, now: u64, n: u32) -> Result<(), Refusal> {

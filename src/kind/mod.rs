@@ -187,7 +187,8 @@ pub trait Keyable: sealed::Sealed + Sized {
 
     /// The snapshot of the state an admission left, from the word it wrote:
     /// what [`Keyed::try_acquire_n_with_snapshot`](crate::keyed::Keyed::try_acquire_n_with_snapshot)
-    /// reports.
+    /// reports. Called only in the call that admitted, pinned throughout and
+    /// with the state alive (the sliding log reads its ring here).
     #[doc(hidden)]
     fn admitted(view: &View<'_, Self::Config>, receipt: Self::Receipt, now: u64) -> Snapshot;
 
