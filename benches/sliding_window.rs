@@ -1,7 +1,7 @@
 //! The striped sliding window against its locking twin, tollgate's token
 //! bucket and governor's direct limiter, in one run, at 1, 2 and 4 threads.
 //!
-//! Two workloads, as in `benches/limiters.rs`:
+//! Three workloads, as in `benches/limiters.rs`:
 //!
 //! - **allow**: every check admits and writes (the windows hold `u32::MAX`
 //!   permits per 43 s, more than any sample can check; the token buckets refill
@@ -9,6 +9,12 @@
 //!   that every check was admitted.
 //! - **deny**: the limiter is exhausted before timing starts (one permit an
 //!   hour), so every check denies; asserted too.
+//! - **limit**: offered load about twice the rate — the windows hold one
+//!   millisecond's worth of one permit per `P` ns, the token buckets and
+//!   governor refill one per `P` ns with that burst, `P` twice the token
+//!   bucket's allow-heavy time per check at that thread count, measured first
+//!   in the same process (`common::limit_period`). The share admitted is
+//!   printed with each result.
 //!
 //! Groups are `sliding_window/<workload>/<threads>t`, functions after the
 //! implementation; `tollgate-sliding-*` are the striped window with one stripe
@@ -42,7 +48,7 @@ use tollgate::{
 mod common;
 use common::{
     Check, GovernorDirect, THREADS, Workload, allow_quota, deny_quota, governor_limiter,
-    governor_upkeep_clock, tollgate_cached_clock, tollgate_limiter,
+    governor_upkeep_clock, limit_quota, limit_rate, tollgate_cached_clock, tollgate_limiter,
 };
 
 /// One benchmark: `make` builds a fresh limiter per sample, outside the timed
@@ -55,11 +61,22 @@ fn bench<L: Check>(
     make: impl Fn() -> L,
 ) {
     let group = format!("sliding_window/{}/{threads}t", workload.name());
+    let tally = std::cell::Cell::new((0u64, 0u64));
     common::bench_threads(c, &group, function, threads, |iters| {
         let run = common::run_checks(make(), threads, iters, false);
-        workload.assert_admitted(run.count, iters * threads as u64);
+        let checks = iters * threads as u64;
+        workload.assert_admitted(run.count, checks);
+        let (admitted, total) = tally.get();
+        tally.set((admitted + run.count, total + checks));
         run.wall
     });
+    let (admitted, checks) = tally.get();
+    if workload == Workload::Limit && checks > 0 {
+        println!(
+            "{group}/{function}: {:.3}% of {checks} checks admitted",
+            100.0 * admitted as f64 / checks as f64
+        );
+    }
 }
 
 /// A window no sample can exhaust: `u32::MAX` permits per 43 s, in the default
@@ -73,17 +90,24 @@ fn deny_rate() -> Rate {
 }
 
 fn sliding_window(c: &mut Criterion) {
-    for workload in [Workload::Allow, Workload::Deny] {
-        let (window, bucket, quota) = match workload {
-            Workload::Allow => (
-                allow_window(),
-                (u32::MAX, Rate::new(1, Duration::from_nanos(1))),
-                allow_quota(),
-            ),
-            Workload::Deny => (deny_rate(), (1, deny_rate()), deny_quota()),
-            Workload::Limit => unreachable!("this bench runs the allow and deny workloads only"),
-        };
+    for workload in [Workload::Allow, Workload::Deny, Workload::Limit] {
         for threads in THREADS {
+            let (window, bucket, quota) = match workload {
+                Workload::Allow => (
+                    allow_window(),
+                    (u32::MAX, Rate::new(1, Duration::from_nanos(1))),
+                    allow_quota(),
+                ),
+                Workload::Deny => (deny_rate(), (1, deny_rate()), deny_quota()),
+                Workload::Limit => {
+                    let (per_millisecond, rate) = limit_rate(threads);
+                    (
+                        Rate::new(per_millisecond, Duration::from_millis(1)),
+                        (per_millisecond, rate),
+                        limit_quota(threads),
+                    )
+                }
+            };
             bench(c, workload, threads, "tollgate-sliding", || {
                 tollgate_limiter(SlidingWindow::new(window).unwrap(), workload)
             });

@@ -68,6 +68,13 @@ pub(crate) fn refresh_thread_hint() {
     }
 }
 
+/// Puts the calling thread on stripe `hint` (masked by each limiter), for
+/// tests that play several threads' parts from one.
+#[cfg(all(test, not(loom)))]
+pub(crate) fn set_thread_hint(hint: usize) {
+    HINT.with(|cell| cell.set(hint));
+}
+
 /// Under loom the hint stays the thread's number: a refresh would make it
 /// depend on the OS, not on the explored schedule.
 #[cfg(loom)]

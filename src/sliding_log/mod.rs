@@ -58,8 +58,20 @@ use stripes::Rings;
 /// from its home ring, so admissions on different cores write different cache
 /// lines. A request its home ring cannot serve alone surveys every ring's front
 /// and claims the free entries it finds there, taking its claims back if a ring
-/// was taken meanwhile; it is denied only if all rings together lack `n` free
-/// entries, with the retry-after of the n-th oldest entry of all.
+/// was taken meanwhile; it is denied only if all rings together lack `n`
+/// entries it may take, with the retry-after of the n-th of them.
+///
+/// An entry that left the window is its own ring's threads' first: while they
+/// are admitting (one of them admitted within the last *grace*), a thread of
+/// another ring may take it only once it has been free for a grace; from a
+/// ring whose threads are quiet, at once. The grace is a sixteenth of the
+/// window, at least 2 µs and at most 50 µs, never more than the window. Near
+/// the limit, where every thread wants more than its ring's share, threads
+/// then keep to their own rings' lines instead of taking each other's entries
+/// the moment they free (which made two threads no faster than one). It
+/// decides only who gets an entry and when, never how many: the log stays
+/// exact, and an entry is at most a grace late for anyone. With one thread,
+/// or one ring, there is no other ring's thread to wait for.
 ///
 /// # State
 ///

@@ -33,14 +33,48 @@ pub(crate) struct Rings {
     rings: Box<[AtomicRing]>,
     /// `rings.len() − 1`: a thread's home ring is its hint masked.
     mask: usize,
-    /// No ring's front entry leaves the window before this time: the
-    /// earliest front the last denying survey read (for one permit). Fronts
-    /// only move later — an admission replaces a front with a newer stamp —
-    /// so a reading below it is denied without surveying every ring again.
-    /// The one exception is a spanning request's rollback, which frees its
-    /// entries at once: a denial on the strength of this value can then miss
-    /// a free entry until the time passes (under-admission, never over).
-    fronts_free_at: CachePadded<AtomicU64>,
+    /// Per ring, the hints its home threads keep: see [`Hints`].
+    hints: Box<[CachePadded<Hints>]>,
+    /// How long an entry that left the window stays its own ring's while that
+    /// ring's home threads are admitting: a sixteenth of the window, within
+    /// [`MIN_GRACE`] and [`MAX_GRACE`], never more than the window. See
+    /// [`Rings::takeable_at`].
+    grace: u64,
+}
+
+/// The grace is a sixteenth of the window, at least this (but never more than
+/// the window): 2 µs, several times what a survey of another ring's lines
+/// costs, so that surveys stay a small share of a thread's time.
+const MIN_GRACE: u64 = 2_000;
+
+/// The longest an entry that left the window is kept for its own ring's
+/// threads: 50 µs (a sixteenth of a window of 0.8 ms).
+const MAX_GRACE: u64 = 50_000;
+
+/// What the threads whose home is one ring leave for each other, on a line of
+/// its own that other threads read only when they survey every ring.
+///
+/// Both words are hints: no decision admits on their strength (every
+/// admission is a claim on a ring, decided on its entries), so none of their
+/// loads or updates needs an ordering — Relaxed throughout, with the reasons
+/// where they are used.
+#[derive(Debug, Default)]
+struct Hints {
+    /// One past the latest reading at which a home thread admitted from this
+    /// ring, kept to within an eighth of a grace (zero: none yet). While it is
+    /// within a grace of a reading, the ring counts as busy and keeps its
+    /// newly freed entries for its own threads for a grace.
+    home_at: AtomicU64,
+    /// This ring's home threads can take no entry of another ring before
+    /// this time: the earliest the last denying survey found (for one
+    /// permit); their own ring they ask first, on every request. Fronts only
+    /// move later — an admission replaces a front with a newer stamp — and a
+    /// busy ring only keeps its entries longer, so it is a lower bound for
+    /// every later reading. The one exception is a spanning request's
+    /// rollback, which frees its entries at once: a denial on the strength of
+    /// this value can then miss a free entry until the time passes
+    /// (under-admission, never over).
+    others_at: AtomicU64,
 }
 
 impl Rings {
@@ -65,11 +99,20 @@ impl Rings {
             .map(|(&capacity, part)| AtomicRing::inheriting(shape.with_capacity(capacity), part))
             .collect();
         Rings {
+            grace: (shape.window() / 16)
+                .clamp(MIN_GRACE, MAX_GRACE)
+                .min(shape.window()),
             shape,
             requested: stripes,
             rings,
             mask: count - 1,
-            fronts_free_at: CachePadded::new(AtomicU64::new(0)),
+            // One ring decides alone and never reads them.
+            hints: match count {
+                1 => Box::new([]),
+                _ => (0..count)
+                    .map(|_| CachePadded::new(Hints::default()))
+                    .collect(),
+            },
         }
     }
 
@@ -91,6 +134,7 @@ impl Rings {
     /// Bytes of heap the rings take (their heads and bookkeeping, and the slots).
     pub(crate) fn heap_bytes(&self) -> usize {
         std::mem::size_of_val::<[AtomicRing]>(&self.rings)
+            + std::mem::size_of_val::<[CachePadded<Hints>]>(&self.hints)
             + self.rings.iter().map(AtomicRing::slot_bytes).sum::<usize>()
     }
 
@@ -116,11 +160,17 @@ impl Rings {
         // The common case touches only the home ring's lines, which other
         // threads' home rings do not share.
         let mut lost = false;
+        // When the home ring's front leaves the window, for a denial's
+        // retry-after.
+        let mut home_retry_ns = u64::MAX;
         let admitted = n <= ring.geometry().capacity()
-            && matches!(
-                ring.claim_noting(now, n, Mode::Admit, &mut lost)?,
-                Outcome::Admitted(_)
-            );
+            && match ring.claim_noting(now, n, Mode::Admit, &mut lost)? {
+                Outcome::Admitted(_) => true,
+                Outcome::Denied { retry_ns } | Outcome::Logged { retry_ns } => {
+                    home_retry_ns = retry_ns;
+                    false
+                }
+            };
         if lost {
             // Another thread shares this home ring — two threads whose first
             // check ran on one CPU (a parent's, before the scheduler spread
@@ -131,27 +181,29 @@ impl Rings {
             refresh_thread_hint();
         }
         if admitted {
+            self.note_home(home, now);
             return Ok(Ok(()));
         }
         if n == 1 && !self.shape.count_denied() {
-            // Relaxed: a lower bound of when any front frees (see the field);
-            // a stale value is an older, lower bound and only sends the
-            // request on to the survey, which decides on the rings
-            // themselves. Nothing else is read on its strength.
-            let fronts_free_at = self.fronts_free_at.load(Ordering::Relaxed);
-            if now < fronts_free_at {
-                // Every ring's front is in the window at `now`: the survey
-                // would deny too, with this retry-after unless another
-                // thread has moved a front since (then later, as any raced
-                // retry-after).
-                return Ok(Err(retry_after(fronts_free_at - now)));
+            // Relaxed: a lower bound of when this thread may take an entry of
+            // another ring (see `Hints`); a stale value is an older, lower
+            // bound and only sends the request on to the survey, which
+            // decides on the rings themselves.
+            let others_at = self.hints[home].others_at.load(Ordering::Relaxed);
+            if now < others_at {
+                // Nothing for this thread in another ring, and its own ring's
+                // front is in the window: the survey would deny too, with
+                // this retry-after unless another thread has moved a front
+                // since (then later, as any raced retry-after).
+                return Ok(Err(retry_after((others_at - now).min(home_retry_ns))));
             }
         }
         self.across(now, n, home)
     }
 
     /// The request the home ring could not serve alone: admitted if the rings
-    /// together have `n` entries that left the window, at the front of each.
+    /// together have `n` entries at their fronts that this thread may take
+    /// ([`Rings::takeable_at`]).
     fn across(&self, now: u64, n: u32, home: usize) -> Result<Result<(), Denied>, Sealed> {
         let mut backoff = Backoff::new();
         'survey: loop {
@@ -159,25 +211,32 @@ impl Rings {
             for (head, ring) in heads.iter_mut().zip(self.rings.iter()) {
                 *head = ring.head()?;
             }
-            // How many entries at the front of each ring left the window, home
-            // first, until the request has enough. A ring admits its tickets in
-            // order, so only the front run counts.
+            // How many entries at the front of each ring this request may
+            // take, home first, until it has enough. A ring admits its tickets
+            // in order, so only the front run counts.
             let mut free: PerRing<u32> = [0; MAX_RINGS];
             let mut total = 0;
-            // The earliest time an entry at a ring's front leaves the window,
-            // among the fronts read: for one permit, the retry-after.
+            // The earliest time an entry at a ring's front can be taken, among
+            // the fronts read: for one permit, the retry-after; and the same
+            // over the other rings alone, for the home ring's hint.
             let mut earliest = u64::MAX;
+            let mut earliest_other = u64::MAX;
             for step in 0..self.rings.len() {
                 let index = (home + step) & self.mask;
                 let ring = &self.rings[index];
                 while total < n && free[index] < ring.geometry().capacity() {
                     match ring.free_at(heads[index], free[index], now) {
-                        Ok(at) if at <= now => {
-                            free[index] += 1;
-                            total += 1;
-                        }
                         Ok(at) => {
+                            let at = self.takeable_at(at, index, home);
+                            if at <= now {
+                                free[index] += 1;
+                                total += 1;
+                                continue;
+                            }
                             earliest = earliest.min(at);
+                            if index != home {
+                                earliest_other = earliest_other.min(at);
+                            }
                             break;
                         }
                         Err(Moved) => {
@@ -189,7 +248,12 @@ impl Rings {
             }
             if total == n {
                 match self.claim_all(now, &free, home)? {
-                    true => return Ok(Ok(())),
+                    true => {
+                        if free[home] > 0 {
+                            self.note_home(home, now);
+                        }
+                        return Ok(Ok(()));
+                    }
                     false => {
                         backoff.wait();
                         continue 'survey;
@@ -197,23 +261,25 @@ impl Rings {
                 }
             }
             // Denied. The request fits once the n-th oldest entry of all — the
-            // limit's (N − n + 1)-th most recent permit — has left the window.
-            // For one permit (and nothing free, so every ring's front was read)
-            // that is the earliest front the survey saw.
+            // limit's (N − n + 1)-th most recent permit — can be taken. For one
+            // permit (and nothing free, so every ring's front was read) that is
+            // the earliest front the survey saw.
             let mut oldest: PerRing<u32> = [0; MAX_RINGS];
             let mut free_at = earliest;
             // Only a front read from its stamp is exact: an entry still in
             // flight (its writer between claim and store) reads as freeing at
             // `now + window`, an upper bound, and so do the ends of the time
             // range. Anything below `now + window` is a stamp's own time.
-            if n == 1 && earliest < now.saturating_add(self.shape.window()) {
-                // Relaxed: see the field; `fetch_max`, as every survey's
-                // earliest front is a lower bound for all later times, and so
-                // is the largest of them.
-                self.fronts_free_at.fetch_max(earliest, Ordering::Relaxed);
+            if n == 1 && earliest_other < now.saturating_add(self.shape.window()) {
+                // Relaxed: see `Hints`; `fetch_max`, as every survey's earliest
+                // front is a lower bound for all later times, and so is the
+                // largest of them.
+                self.hints[home]
+                    .others_at
+                    .fetch_max(earliest_other, Ordering::Relaxed);
             }
             if n > 1 || self.shape.count_denied() {
-                match self.nth_free_at(&heads, n, now, &mut oldest) {
+                match self.nth_free_at(&heads, home, n, now, &mut oldest) {
                     Ok(at) => free_at = at,
                     Err(Moved) => {
                         backoff.wait();
@@ -236,13 +302,67 @@ impl Rings {
                 for (head, ring) in heads.iter_mut().zip(self.rings.iter()) {
                     *head = ring.head()?;
                 }
-                if let Ok(after) = self.nth_free_at(&heads, n, now, &mut oldest) {
+                if let Ok(after) = self.nth_free_at(&heads, home, n, now, &mut oldest) {
                     free_at = after;
                 }
             }
             // Under a race the n-th oldest may have left the window meanwhile: a
             // denial still says to come back, at the earliest a nanosecond later.
             return Ok(Err(retry_after(free_at.saturating_sub(now).max(1))));
+        }
+    }
+
+    /// When a thread whose home is ring `home` may take an entry of ring
+    /// `index` that leaves the window at `at`: at once from its home ring;
+    /// from another ring only once the entry has been free for a grace, while
+    /// that ring's own threads are admitting (its [`Hints::home_at`] is
+    /// within a grace of that time).
+    ///
+    /// Without the grace, two threads each offering more than their ring's
+    /// share would take each other's entries the moment they free, and every
+    /// admission near the limit would pull the other ring's lines across
+    /// cores. With it, an entry goes to the threads whose ring it is when
+    /// they want it, and to anyone else a grace later; a ring nobody calls
+    /// home, or whose threads went quiet, gives its entries to anyone at
+    /// once. It never admits more: it only decides who gets an entry, and
+    /// when. Monotone in `at` and in the ring's `home_at`, so a time computed
+    /// from older readings is never later.
+    #[inline]
+    fn takeable_at(&self, at: u64, index: usize, home: usize) -> u64 {
+        if index == home {
+            return at;
+        }
+        // Relaxed: a hint (see `Hints`); a stale value is older, so the ring
+        // looks idle sooner and its entries are taken sooner — exactly what
+        // a log without the grace would do. One past the reading; zero:
+        // never busy.
+        let busy_since = self.hints[index].home_at.load(Ordering::Relaxed);
+        if busy_since == 0 {
+            return at;
+        }
+        at.max(
+            at.saturating_add(self.grace)
+                .min((busy_since - 1).saturating_add(self.grace)),
+        )
+    }
+
+    /// Records that a home thread of ring `home` admitted from it at `now`.
+    #[inline]
+    fn note_home(&self, home: usize, now: u64) {
+        let hint = &self.hints[home].home_at;
+        // One past the reading, so that zero means "never".
+        let at = now.saturating_add(1);
+        // Relaxed: a hint (see `Hints`). Written once it is an eighth of a
+        // grace behind, so a busy ring's threads write its line a few times
+        // per grace rather than on every admission, and the ring still looks
+        // busy to others for at least seven eighths of a grace after each
+        // survey (surveys stay rare). A plain store rather than `fetch_max`:
+        // two home threads racing here can leave the earlier of two readings
+        // taken moments apart, which only makes the ring look idle that much
+        // sooner — a foreign request then takes an entry at most that much
+        // earlier than the grace says, never one that is in the window.
+        if at >= hint.load(Ordering::Relaxed).saturating_add(self.grace / 8) {
+            hint.store(at, Ordering::Relaxed);
         }
     }
 
@@ -286,15 +406,21 @@ impl Rings {
     fn nth_free_at(
         &self,
         heads: &[u64],
+        home: usize,
         n: u32,
         now: u64,
         oldest: &mut [u32],
     ) -> Result<u64, Moved> {
         oldest.fill(0);
-        // The next candidate of each ring: when its entry leaves the window.
+        // When the `k`-th entry from ring `i`'s front can be taken.
+        let takeable = |i: usize, k: u32| -> Result<u64, Moved> {
+            let at = self.rings[i].free_at(heads[i], k, now)?;
+            Ok(self.takeable_at(at, i, home))
+        };
+        // The next candidate of each ring.
         let mut next: PerRing<u64> = [u64::MAX; MAX_RINGS];
-        for (i, ring) in self.rings.iter().enumerate() {
-            next[i] = ring.free_at(heads[i], 0, now)?;
+        for (i, slot) in next.iter_mut().enumerate().take(self.rings.len()) {
+            *slot = takeable(i, 0)?;
         }
         let mut at = 0;
         for _ in 0..n {
@@ -307,7 +433,7 @@ impl Rings {
             oldest[i] += 1;
             let ring = &self.rings[i];
             next[i] = if oldest[i] < ring.geometry().capacity() {
-                ring.free_at(heads[i], oldest[i], now)?
+                takeable(i, oldest[i])?
             } else {
                 u64::MAX
             };
@@ -348,6 +474,126 @@ impl Rings {
             .map(|ring| ring.inheritance(shape.capacity()))
             .collect();
         Rings::inheriting(shape, stripes, Inheritance::merge(parts, shape.capacity()))
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod grace {
+    use std::time::Duration;
+
+    use super::Rings;
+    use crate::rate::Rate;
+    use crate::sliding_log::log::Geometry;
+    use crate::stripe::set_thread_hint;
+
+    const WINDOW: u64 = 1_000_000;
+
+    /// Four permits per ms over two rings of two; the grace is 50 µs.
+    fn rings() -> Rings {
+        let shape = Geometry::new(Rate::new(4, Duration::from_nanos(WINDOW))).unwrap();
+        let rings = Rings::new(shape, 2);
+        assert_eq!((rings.ring_count(), rings.grace), (2, 50_000));
+        rings
+    }
+
+    fn admit(rings: &Rings, home: usize, now: u64) -> Result<(), Duration> {
+        set_thread_hint(home);
+        rings
+            .try_acquire_n(now, 1)
+            .expect("not sealed")
+            .map_err(|denied| denied.retry_after().expect("a retry-after"))
+    }
+
+    /// An entry freed in a ring whose own thread is admitting waits a grace
+    /// for that thread before another ring's thread may take it; the
+    /// denial says when, to the nanosecond, and the log never holds more
+    /// than its four permits.
+    #[test]
+    fn a_busy_ring_keeps_a_freed_entry_for_a_grace() {
+        let rings = rings();
+        let grace = rings.grace;
+        // Both rings full at 0: two permits each, by their own threads.
+        for home in [0, 1, 0, 1] {
+            assert_eq!(admit(&rings, home, 0), Ok(()));
+        }
+        // A window later everything is free. Ring 1's thread takes one of
+        // its own entries (ring 1 is now busy); ring 0's thread takes its
+        // own two.
+        let t = WINDOW + 10;
+        assert_eq!(admit(&rings, 1, t), Ok(()));
+        assert_eq!(admit(&rings, 0, t), Ok(()));
+        assert_eq!(admit(&rings, 0, t), Ok(()));
+        // Ring 1's second entry has been free since `WINDOW`, but its ring
+        // is busy: ring 0's thread gets it only at `WINDOW + grace`.
+        let now = t + 10;
+        assert_eq!(
+            admit(&rings, 0, now),
+            Err(Duration::from_nanos(WINDOW + grace - now))
+        );
+        // A denial on the home ring's hint says the same, without a survey.
+        assert_eq!(
+            admit(&rings, 0, now + 5),
+            Err(Duration::from_nanos(WINDOW + grace - now - 5))
+        );
+        // Its own thread takes it at once.
+        assert_eq!(admit(&rings, 1, now), Ok(()));
+        // Now both rings are full until `t + WINDOW`. Ring 0's hint still
+        // says `WINDOW + grace`, a lower bound: the denial comes back then
+        // (early, as a raced retry-after may), and that survey finds the
+        // exact time.
+        assert_eq!(
+            admit(&rings, 0, now),
+            Err(Duration::from_nanos(WINDOW + grace - now))
+        );
+        assert_eq!(
+            admit(&rings, 0, WINDOW + grace),
+            Err(Duration::from_nanos(t - grace))
+        );
+    }
+
+    /// Once the entry has waited its grace, another ring's thread takes it.
+    #[test]
+    fn after_its_grace_a_busy_ring_entry_goes_to_anyone() {
+        let rings = rings();
+        let grace = rings.grace;
+        for home in [0, 1, 0, 1] {
+            assert_eq!(admit(&rings, home, 0), Ok(()));
+        }
+        let t = WINDOW + 10;
+        assert_eq!(admit(&rings, 1, t), Ok(()));
+        assert_eq!(admit(&rings, 0, t), Ok(()));
+        assert_eq!(admit(&rings, 0, t), Ok(()));
+        assert!(admit(&rings, 0, WINDOW + grace - 1).is_err());
+        assert_eq!(admit(&rings, 0, WINDOW + grace), Ok(()));
+        // Four in the window again: nobody gets a fifth.
+        assert!(admit(&rings, 1, WINDOW + grace).is_err());
+    }
+
+    /// A ring whose threads went quiet a grace ago, or that no thread calls
+    /// home, gives its free entries to anyone at once: one thread alone gets
+    /// the whole limit, as a log without rings would give it.
+    #[test]
+    fn a_quiet_ring_gives_its_entries_at_once() {
+        let rings = rings();
+        // Ring 1's thread admitted at 0 and went quiet.
+        assert_eq!(admit(&rings, 1, 0), Ok(()));
+        assert_eq!(admit(&rings, 1, 0), Ok(()));
+        // Ring 0's thread, a window later: the whole limit, at once.
+        let later = WINDOW + rings.grace;
+        for _ in 0..4 {
+            assert_eq!(admit(&rings, 0, later), Ok(()));
+        }
+        assert!(admit(&rings, 0, later).is_err());
+        // A fresh log: ring 1 was never anyone's home, so a lone thread of
+        // ring 0 takes its entries the moment they free.
+        let rings = self::rings();
+        for _ in 0..4 {
+            assert_eq!(admit(&rings, 0, 0), Ok(()));
+        }
+        assert_eq!(admit(&rings, 0, WINDOW - 1), Err(Duration::from_nanos(1)));
+        for _ in 0..4 {
+            assert_eq!(admit(&rings, 0, WINDOW), Ok(()));
+        }
     }
 }
 
