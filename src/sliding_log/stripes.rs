@@ -504,25 +504,30 @@ mod grace {
             .map_err(|denied| denied.retry_after().expect("a retry-after"))
     }
 
+    /// Both rings full at 0 (two permits each, by their own threads); a
+    /// window later, at the returned time, ring 1's thread takes one of its
+    /// own entries (ring 1 is now busy) and ring 0's thread its own two:
+    /// one entry is left, ring 1's, free since `WINDOW`.
+    fn one_entry_left_in_a_busy_ring() -> (Rings, u64) {
+        let rings = rings();
+        for home in [0, 1, 0, 1] {
+            assert_eq!(admit(&rings, home, 0), Ok(()));
+        }
+        let t = WINDOW + 10;
+        for home in [1, 0, 0] {
+            assert_eq!(admit(&rings, home, t), Ok(()));
+        }
+        (rings, t)
+    }
+
     /// An entry freed in a ring whose own thread is admitting waits a grace
     /// for that thread before another ring's thread may take it; the
     /// denial says when, to the nanosecond, and the log never holds more
     /// than its four permits.
     #[test]
     fn a_busy_ring_keeps_a_freed_entry_for_a_grace() {
-        let rings = rings();
+        let (rings, t) = one_entry_left_in_a_busy_ring();
         let grace = rings.grace;
-        // Both rings full at 0: two permits each, by their own threads.
-        for home in [0, 1, 0, 1] {
-            assert_eq!(admit(&rings, home, 0), Ok(()));
-        }
-        // A window later everything is free. Ring 1's thread takes one of
-        // its own entries (ring 1 is now busy); ring 0's thread takes its
-        // own two.
-        let t = WINDOW + 10;
-        assert_eq!(admit(&rings, 1, t), Ok(()));
-        assert_eq!(admit(&rings, 0, t), Ok(()));
-        assert_eq!(admit(&rings, 0, t), Ok(()));
         // Ring 1's second entry has been free since `WINDOW`, but its ring
         // is busy: ring 0's thread gets it only at `WINDOW + grace`.
         let now = t + 10;
@@ -554,15 +559,8 @@ mod grace {
     /// Once the entry has waited its grace, another ring's thread takes it.
     #[test]
     fn after_its_grace_a_busy_ring_entry_goes_to_anyone() {
-        let rings = rings();
+        let (rings, _) = one_entry_left_in_a_busy_ring();
         let grace = rings.grace;
-        for home in [0, 1, 0, 1] {
-            assert_eq!(admit(&rings, home, 0), Ok(()));
-        }
-        let t = WINDOW + 10;
-        assert_eq!(admit(&rings, 1, t), Ok(()));
-        assert_eq!(admit(&rings, 0, t), Ok(()));
-        assert_eq!(admit(&rings, 0, t), Ok(()));
         assert!(admit(&rings, 0, WINDOW + grace - 1).is_err());
         assert_eq!(admit(&rings, 0, WINDOW + grace), Ok(()));
         // Four in the window again: nobody gets a fifth.
