@@ -26,7 +26,9 @@ use stripes::Rings;
 /// window of `rate.period()`, by the time each was admitted.
 ///
 /// A check reads the clock, the head and one or two entries; an admission
-/// adds one CAS and one store per permit; a denial writes nothing.
+/// adds one CAS and one store per permit; a denial writes no entry and no
+/// head (a denial that surveyed every ring leaves a hint on its own ring's
+/// line).
 ///
 /// ```
 /// use tollgate::{Rate, RateLimiter, SlidingLog};
@@ -62,9 +64,9 @@ use stripes::Rings;
 /// entries it may take, with the retry-after of the n-th of them.
 ///
 /// An entry that left the window is its own ring's threads' first: while they
-/// are admitting (one of them admitted within the last *grace*), a thread of
-/// another ring may take it only once it has been free for a grace; from a
-/// ring whose threads are quiet, at once. The grace is a sixteenth of the
+/// are busy (one of them was admitted from it, or denied, within about the
+/// last *grace*), a thread of another ring may take it only once it has been free
+/// for a grace; from a ring whose threads are quiet, at once. The grace is a sixteenth of the
 /// window, at least 2 µs and at most 50 µs, never more than the window. Near
 /// the limit, where every thread wants more than its ring's share, threads
 /// then keep to their own rings' lines instead of taking each other's entries

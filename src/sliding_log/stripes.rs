@@ -1,8 +1,6 @@
 //! The log's permits split over rings, one per stripe: a thread admits from its
 //! own ring, and looks at the others only when its own cannot serve it.
 
-use crossbeam_utils::CachePadded;
-
 use crate::sync::Backoff;
 
 use super::log::{Geometry, Inheritance, Moved, retry_after};
@@ -10,7 +8,7 @@ use super::ring::{AtomicRing, Claim, Mode, Outcome, Sealed};
 use crate::error::Denied;
 use crate::limiter::Snapshot;
 use crate::stripe::{refresh_thread_hint, thread_hint};
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::Ordering;
 
 /// The most rings a log splits into: a request that its own ring cannot serve
 /// reads every ring, so more only lengthen that scan.
@@ -33,10 +31,8 @@ pub(crate) struct Rings {
     rings: Box<[AtomicRing]>,
     /// `rings.len() − 1`: a thread's home ring is its hint masked.
     mask: usize,
-    /// Per ring, the hints its home threads keep: see [`Hints`].
-    hints: Box<[CachePadded<Hints>]>,
     /// How long an entry that left the window stays its own ring's while that
-    /// ring's home threads are admitting: a sixteenth of the window, within
+    /// ring's home threads are busy: a sixteenth of the window, within
     /// [`MIN_GRACE`] and [`MAX_GRACE`], never more than the window. See
     /// [`Rings::takeable_at`].
     grace: u64,
@@ -50,32 +46,6 @@ const MIN_GRACE: u64 = 2_000;
 /// The longest an entry that left the window is kept for its own ring's
 /// threads: 50 µs (a sixteenth of a window of 0.8 ms).
 const MAX_GRACE: u64 = 50_000;
-
-/// What the threads whose home is one ring leave for each other, on a line of
-/// its own that other threads read only when they survey every ring.
-///
-/// Both words are hints: no decision admits on their strength (every
-/// admission is a claim on a ring, decided on its entries), so none of their
-/// loads or updates needs an ordering — Relaxed throughout, with the reasons
-/// where they are used.
-#[derive(Debug, Default)]
-struct Hints {
-    /// One past the latest reading at which a home thread admitted from this
-    /// ring, kept to within an eighth of a grace (zero: none yet). While it is
-    /// within a grace of a reading, the ring counts as busy and keeps its
-    /// newly freed entries for its own threads for a grace.
-    home_at: AtomicU64,
-    /// This ring's home threads can take no entry of another ring before
-    /// this time: the earliest the last denying survey found (for one
-    /// permit); their own ring they ask first, on every request. Fronts only
-    /// move later — an admission replaces a front with a newer stamp — and a
-    /// busy ring only keeps its entries longer, so it is a lower bound for
-    /// every later reading. The one exception is a spanning request's
-    /// rollback, which frees its entries at once: a denial on the strength of
-    /// this value can then miss a free entry until the time passes
-    /// (under-admission, never over).
-    others_at: AtomicU64,
-}
 
 impl Rings {
     /// An empty log of `shape`, split for `stripes` stripes.
@@ -106,13 +76,6 @@ impl Rings {
             requested: stripes,
             rings,
             mask: count - 1,
-            // One ring decides alone and never reads them.
-            hints: match count {
-                1 => Box::new([]),
-                _ => (0..count)
-                    .map(|_| CachePadded::new(Hints::default()))
-                    .collect(),
-            },
         }
     }
 
@@ -134,7 +97,6 @@ impl Rings {
     /// Bytes of heap the rings take (their heads and bookkeeping, and the slots).
     pub(crate) fn heap_bytes(&self) -> usize {
         std::mem::size_of_val::<[AtomicRing]>(&self.rings)
-            + std::mem::size_of_val::<[CachePadded<Hints>]>(&self.hints)
             + self.rings.iter().map(AtomicRing::slot_bytes).sum::<usize>()
     }
 
@@ -160,17 +122,11 @@ impl Rings {
         // The common case touches only the home ring's lines, which other
         // threads' home rings do not share.
         let mut lost = false;
-        // When the home ring's front leaves the window, for a denial's
-        // retry-after.
-        let mut home_retry_ns = u64::MAX;
         let admitted = n <= ring.geometry().capacity()
-            && match ring.claim_noting(now, n, Mode::Admit, &mut lost)? {
-                Outcome::Admitted(_) => true,
-                Outcome::Denied { retry_ns } | Outcome::Logged { retry_ns } => {
-                    home_retry_ns = retry_ns;
-                    false
-                }
-            };
+            && matches!(
+                ring.claim_noting(now, n, Mode::Admit, &mut lost)?,
+                Outcome::Admitted(_)
+            );
         if lost {
             // Another thread shares this home ring — two threads whose first
             // check ran on one CPU (a parent's, before the scheduler spread
@@ -186,16 +142,28 @@ impl Rings {
         }
         if n == 1 && !self.shape.count_denied() {
             // Relaxed: a lower bound of when this thread may take an entry of
-            // another ring (see `Hints`); a stale value is an older, lower
+            // another ring (see `ring::Hints`); a stale value is an older, lower
             // bound and only sends the request on to the survey, which
             // decides on the rings themselves.
-            let others_at = self.hints[home].others_at.load(Ordering::Relaxed);
+            let others_at = ring.hints.others_at.load(Ordering::Relaxed);
             if now < others_at {
                 // Nothing for this thread in another ring, and its own ring's
-                // front is in the window: the survey would deny too, with
-                // this retry-after unless another thread has moved a front
-                // since (then later, as any raced retry-after).
-                return Ok(Err(retry_after((others_at - now).min(home_retry_ns))));
+                // front is in the window: the survey would deny too. Relaxed:
+                // as `others_at`, on the same line. Its retry-after: the
+                // earliest front of all, a lower bound for the same reason
+                // (exact unless another thread has moved a front since, then
+                // earlier, as any raced retry-after; at least 1 ns).
+                let fronts_at = ring.hints.fronts_at.load(Ordering::Relaxed);
+                if now < fronts_at {
+                    return Ok(Err(retry_after(fronts_at - now)));
+                }
+                // The home ring's front that the survey saw has been taken
+                // since (this ring's entries go first to its own threads):
+                // read the new one. Exact single-threaded, as the survey's.
+                if let Ok(home_at) = ring.free_at(ring.head()?, 0, now) {
+                    let at = home_at.min(others_at);
+                    return Ok(Err(retry_after(at.saturating_sub(now).max(1))));
+                }
             }
         }
         self.across(now, n, home)
@@ -248,12 +216,7 @@ impl Rings {
             }
             if total == n {
                 match self.claim_all(now, &free, home)? {
-                    true => {
-                        if free[home] > 0 {
-                            self.note_home(home, now);
-                        }
-                        return Ok(Ok(()));
-                    }
+                    true => return Ok(Ok(())),
                     false => {
                         backoff.wait();
                         continue 'survey;
@@ -271,12 +234,14 @@ impl Rings {
             // `now + window`, an upper bound, and so do the ends of the time
             // range. Anything below `now + window` is a stamp's own time.
             if n == 1 && earliest_other < now.saturating_add(self.shape.window()) {
-                // Relaxed: see `Hints`; `fetch_max`, as every survey's earliest
-                // front is a lower bound for all later times, and so is the
-                // largest of them.
-                self.hints[home]
-                    .others_at
-                    .fetch_max(earliest_other, Ordering::Relaxed);
+                // Relaxed: see `ring::Hints`; `fetch_max`, as every survey's
+                // earliest fronts are lower bounds for all later times, and so
+                // are the largest of them. `fronts_at` first: a request that
+                // reads the new `others_at` with an older `fronts_at` only
+                // gets an earlier retry-after.
+                let hints = &self.rings[home].hints;
+                hints.fronts_at.fetch_max(earliest, Ordering::Relaxed);
+                hints.others_at.fetch_max(earliest_other, Ordering::Relaxed);
             }
             if n > 1 || self.shape.count_denied() {
                 match self.nth_free_at(&heads, home, n, now, &mut oldest) {
@@ -315,8 +280,8 @@ impl Rings {
     /// When a thread whose home is ring `home` may take an entry of ring
     /// `index` that leaves the window at `at`: at once from its home ring;
     /// from another ring only once the entry has been free for a grace, while
-    /// that ring's own threads are admitting (its [`Hints::home_at`] is
-    /// within a grace of that time).
+    /// that ring's own threads are busy (its [`Hints::home_at`](super::ring::Hints::home_at) is within a
+    /// grace of that time).
     ///
     /// Without the grace, two threads each offering more than their ring's
     /// share would take each other's entries the moment they free, and every
@@ -332,27 +297,33 @@ impl Rings {
         if index == home {
             return at;
         }
-        // Relaxed: a hint (see `Hints`); a stale value is older, so the ring
+        // Relaxed: hints (see `ring::Hints`); stale values are older, so the ring
         // looks idle sooner and its entries are taken sooner — exactly what
-        // a log without the grace would do. One past the reading; zero:
-        // never busy.
-        let busy_since = self.hints[index].home_at.load(Ordering::Relaxed);
-        if busy_since == 0 {
+        // a log without the grace would do. The ring is busy until a grace
+        // after the later of its threads' latest admission (one past the
+        // reading; zero: none) and the time its threads were last told to
+        // come back for other rings' entries: threads that are denied
+        // still want entries, and a denial on `others_at` writes nothing.
+        let hints = &self.rings[index].hints;
+        let admitted = hints.home_at.load(Ordering::Relaxed);
+        let waiting = hints.others_at.load(Ordering::Relaxed);
+        if admitted == 0 && waiting == 0 {
             return at;
         }
+        let busy = (admitted.saturating_sub(1)).max(waiting);
         at.max(
             at.saturating_add(self.grace)
-                .min((busy_since - 1).saturating_add(self.grace)),
+                .min(busy.saturating_add(self.grace)),
         )
     }
 
     /// Records that a home thread of ring `home` admitted from it at `now`.
     #[inline]
     fn note_home(&self, home: usize, now: u64) {
-        let hint = &self.hints[home].home_at;
+        let hint = &self.rings[home].hints.home_at;
         // One past the reading, so that zero means "never".
         let at = now.saturating_add(1);
-        // Relaxed: a hint (see `Hints`). Written once it is an eighth of a
+        // Relaxed: a hint (see `ring::Hints`). Written once it is an eighth of a
         // grace behind, so a busy ring's threads write its line a few times
         // per grace rather than on every admission, and the ring still looks
         // busy to others for at least seven eighths of a grace after each
@@ -565,6 +536,48 @@ mod grace {
         assert_eq!(admit(&rings, 0, WINDOW + grace), Ok(()));
         // Four in the window again: nobody gets a fifth.
         assert!(admit(&rings, 1, WINDOW + grace).is_err());
+    }
+
+    /// The cause of two threads running no faster than one near the limit,
+    /// shown gone: two threads (played here in turn, one request every
+    /// microsecond between them), each asking hundreds of times per window
+    /// for a limit of four. The window is a nanosecond longer than a whole
+    /// number of microseconds, so each entry leaves it just after its own
+    /// thread's request and the first to see it free is the *other*
+    /// thread. Without the grace that one took it, every time, and each
+    /// thread lived on the other's ring (on two cores: each admission pulls
+    /// the other core's lines). Now no admission crosses rings, and each
+    /// entry is reused at its own thread's next request.
+    #[test]
+    fn near_the_limit_each_thread_keeps_to_its_own_ring() {
+        let window = WINDOW + 1;
+        let shape = Geometry::new(Rate::new(4, Duration::from_nanos(window))).unwrap();
+        let rings = Rings::new(shape, 2);
+        assert_eq!(rings.grace, 50_000);
+        let step = 1_000;
+        let windows = 20;
+        let (mut admitted, mut crossed) = (0u64, 0u64);
+        for k in 0..windows * WINDOW / step {
+            let home = (k % 2) as usize;
+            let now = k * step;
+            let before: Vec<u64> = rings.rings.iter().map(|r| r.head().unwrap()).collect();
+            if admit(&rings, home, now).is_ok() {
+                admitted += 1;
+                let moved = |i: usize| rings.rings[i].head().unwrap() != before[i];
+                if moved(1 - home) {
+                    assert!(!moved(home), "one permit, one ring");
+                    crossed += 1;
+                }
+            }
+        }
+        assert_eq!(crossed, 0, "admissions that took another ring's entry");
+        // Every slot is reused at most two steps (its thread's next request)
+        // after it frees: 4 permits per window of `window + 2·step`.
+        let floor = 4 * windows * WINDOW / (window + 2 * step);
+        assert!(
+            admitted >= floor,
+            "{admitted} admitted, at least {floor} expected"
+        );
     }
 
     /// A ring whose threads went quiet a grace ago, or that no thread calls
