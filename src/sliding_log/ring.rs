@@ -56,41 +56,6 @@ pub(crate) struct AtomicRing {
     /// Permits dropped by earlier reconfigurations: `(floor, count)`, none of
     /// them stamped after `floor`.
     dropped: (u64, u64),
-    /// The hints of the threads whose home this ring is.
-    pub(crate) hints: CachePadded<Hints>,
-}
-
-/// What the threads whose home is one ring leave for each other (see
-/// `stripes.rs`), on a line of its own that other threads read only when
-/// they survey every ring. Unused with one ring.
-///
-/// Both words are hints: no decision admits on their strength (every
-/// admission is a claim on a ring, decided on its entries), so none of their
-/// loads or updates needs an ordering — Relaxed throughout, with the reasons
-/// where they are used.
-#[derive(Debug, Default)]
-pub(crate) struct Hints {
-    /// One past the latest reading at which a home thread admitted from this
-    /// ring, kept to within an eighth of a grace (zero: none yet). The ring
-    /// counts as busy until a grace after the later of this and
-    /// `others_at`, and keeps its newly freed entries for its own threads
-    /// that long.
-    pub(crate) home_at: AtomicU64,
-    /// This ring's home threads can take no entry of another ring before
-    /// this time: the earliest the last denying survey found (for one
-    /// permit); their own ring they ask first, on every request. Fronts only
-    /// move later — an admission replaces a front with a newer stamp — and a
-    /// busy ring only keeps its entries longer, so it is a lower bound for
-    /// every later reading. The one exception is a spanning request's
-    /// rollback, which frees its entries at once: a denial on the strength of
-    /// this value can then miss a free entry until the time passes
-    /// (under-admission, never over).
-    pub(crate) others_at: AtomicU64,
-    /// The earliest time any ring's front (this one's included) can be taken
-    /// by this ring's home threads, as the same survey found it: the
-    /// retry-after of a denial on the strength of `others_at`. A lower bound
-    /// for the same reasons.
-    pub(crate) fronts_at: AtomicU64,
 }
 
 /// The ring as one decision sees it: entries are classified against the head
@@ -141,7 +106,6 @@ impl AtomicRing {
             slots,
             geometry,
             dropped: (inheritance.floor, inheritance.dropped),
-            hints: CachePadded::new(Hints::default()),
         }
     }
 

@@ -1,6 +1,8 @@
 //! The log's permits split over rings, one per stripe: a thread admits from its
 //! own ring, and looks at the others only when its own cannot serve it.
 
+use crossbeam_utils::CachePadded;
+
 use crate::sync::Backoff;
 
 use super::log::{Geometry, Inheritance, Moved, retry_after};
@@ -8,7 +10,7 @@ use super::ring::{AtomicRing, Claim, Mode, Outcome, Sealed};
 use crate::error::Denied;
 use crate::limiter::Snapshot;
 use crate::stripe::{refresh_thread_hint, thread_hint};
-use crate::sync::Ordering;
+use crate::sync::{AtomicU64, Ordering};
 
 /// The most rings a log splits into: a request that its own ring cannot serve
 /// reads every ring, so more only lengthen that scan.
@@ -29,6 +31,9 @@ pub(crate) struct Rings {
     /// at most this, the limit and [`MAX_RINGS`].
     requested: usize,
     rings: Box<[AtomicRing]>,
+    /// Per ring, the hints its home threads keep (none with one ring, which
+    /// decides alone): see [`Hints`].
+    hints: Box<[CachePadded<Hints>]>,
     /// `rings.len() − 1`: a thread's home ring is its hint masked.
     mask: usize,
     /// How long an entry that left the window stays its own ring's while that
@@ -46,6 +51,38 @@ const MIN_GRACE: u64 = 2_000;
 /// The longest an entry that left the window is kept for its own ring's
 /// threads: 50 µs (a sixteenth of a window of 0.8 ms).
 const MAX_GRACE: u64 = 50_000;
+
+/// What the threads whose home is one ring leave for each other, on a line of
+/// its own that other threads read only when they survey every ring.
+///
+/// Both words are hints: no decision admits on their strength (every
+/// admission is a claim on a ring, decided on its entries), so none of their
+/// loads or updates needs an ordering — Relaxed throughout, with the reasons
+/// where they are used.
+#[derive(Debug, Default)]
+struct Hints {
+    /// One past the latest reading at which a home thread admitted from this
+    /// ring, kept to within an eighth of a grace (zero: none yet). The ring
+    /// counts as busy until a grace after the later of this and
+    /// `others_at`, and keeps its newly freed entries for its own threads
+    /// that long.
+    home_at: AtomicU64,
+    /// This ring's home threads can take no entry of another ring before
+    /// this time: the earliest the last denying survey found (for one
+    /// permit); their own ring they ask first, on every request. Fronts only
+    /// move later — an admission replaces a front with a newer stamp — and a
+    /// busy ring only keeps its entries longer, so it is a lower bound for
+    /// every later reading. The one exception is a spanning request's
+    /// rollback, which frees its entries at once: a denial on the strength of
+    /// this value can then miss a free entry until the time passes
+    /// (under-admission, never over).
+    others_at: AtomicU64,
+    /// The earliest time any ring's front (this one's included) can be taken
+    /// by this ring's home threads, as the same survey found it: the
+    /// retry-after of a denial on the strength of `others_at`. A lower bound
+    /// for the same reasons.
+    fronts_at: AtomicU64,
+}
 
 impl Rings {
     /// An empty log of `shape`, split for `stripes` stripes.
@@ -76,6 +113,12 @@ impl Rings {
             requested: stripes,
             rings,
             mask: count - 1,
+            hints: match count {
+                1 => Box::new([]),
+                _ => (0..count)
+                    .map(|_| CachePadded::new(Hints::default()))
+                    .collect(),
+            },
         }
     }
 
@@ -97,6 +140,7 @@ impl Rings {
     /// Bytes of heap the rings take (their heads and bookkeeping, and the slots).
     pub(crate) fn heap_bytes(&self) -> usize {
         std::mem::size_of_val::<[AtomicRing]>(&self.rings)
+            + std::mem::size_of_val::<[CachePadded<Hints>]>(&self.hints)
             + self.rings.iter().map(AtomicRing::slot_bytes).sum::<usize>()
     }
 
@@ -142,10 +186,10 @@ impl Rings {
         }
         if n == 1 && !self.shape.count_denied() {
             // Relaxed: a lower bound of when this thread may take an entry of
-            // another ring (see `ring::Hints`); a stale value is an older, lower
+            // another ring (see `Hints`); a stale value is an older, lower
             // bound and only sends the request on to the survey, which
             // decides on the rings themselves.
-            let others_at = ring.hints.others_at.load(Ordering::Relaxed);
+            let others_at = self.hints[home].others_at.load(Ordering::Relaxed);
             if now < others_at {
                 // Nothing for this thread in another ring, and its own ring's
                 // front is in the window: the survey would deny too. Relaxed:
@@ -153,7 +197,7 @@ impl Rings {
                 // earliest front of all, a lower bound for the same reason
                 // (exact unless another thread has moved a front since, then
                 // earlier, as any raced retry-after; at least 1 ns).
-                let fronts_at = ring.hints.fronts_at.load(Ordering::Relaxed);
+                let fronts_at = self.hints[home].fronts_at.load(Ordering::Relaxed);
                 if now < fronts_at {
                     return Ok(Err(retry_after(fronts_at - now)));
                 }
@@ -234,12 +278,12 @@ impl Rings {
             // `now + window`, an upper bound, and so do the ends of the time
             // range. Anything below `now + window` is a stamp's own time.
             if n == 1 && earliest_other < now.saturating_add(self.shape.window()) {
-                // Relaxed: see `ring::Hints`; `fetch_max`, as every survey's
+                // Relaxed: see `Hints`; `fetch_max`, as every survey's
                 // earliest fronts are lower bounds for all later times, and so
                 // are the largest of them. `fronts_at` first: a request that
                 // reads the new `others_at` with an older `fronts_at` only
                 // gets an earlier retry-after.
-                let hints = &self.rings[home].hints;
+                let hints = &self.hints[home];
                 hints.fronts_at.fetch_max(earliest, Ordering::Relaxed);
                 hints.others_at.fetch_max(earliest_other, Ordering::Relaxed);
             }
@@ -280,7 +324,7 @@ impl Rings {
     /// When a thread whose home is ring `home` may take an entry of ring
     /// `index` that leaves the window at `at`: at once from its home ring;
     /// from another ring only once the entry has been free for a grace, while
-    /// that ring's own threads are busy (its [`Hints::home_at`](super::ring::Hints::home_at) is within a
+    /// that ring's own threads are busy (its [`Hints::home_at`] is within a
     /// grace of that time).
     ///
     /// Without the grace, two threads each offering more than their ring's
@@ -297,14 +341,14 @@ impl Rings {
         if index == home {
             return at;
         }
-        // Relaxed: hints (see `ring::Hints`); stale values are older, so the ring
+        // Relaxed: hints (see `Hints`); stale values are older, so the ring
         // looks idle sooner and its entries are taken sooner — exactly what
         // a log without the grace would do. The ring is busy until a grace
         // after the later of its threads' latest admission (one past the
         // reading; zero: none) and the time its threads were last told to
         // come back for other rings' entries: threads that are denied
         // still want entries, and a denial on `others_at` writes nothing.
-        let hints = &self.rings[index].hints;
+        let hints = &self.hints[index];
         let admitted = hints.home_at.load(Ordering::Relaxed);
         let waiting = hints.others_at.load(Ordering::Relaxed);
         if admitted == 0 && waiting == 0 {
@@ -320,10 +364,10 @@ impl Rings {
     /// Records that a home thread of ring `home` admitted from it at `now`.
     #[inline]
     fn note_home(&self, home: usize, now: u64) {
-        let hint = &self.rings[home].hints.home_at;
+        let hint = &self.hints[home].home_at;
         // One past the reading, so that zero means "never".
         let at = now.saturating_add(1);
-        // Relaxed: a hint (see `ring::Hints`). Written once it is an eighth of a
+        // Relaxed: a hint (see `Hints`). Written once it is an eighth of a
         // grace behind, so a busy ring's threads write its line a few times
         // per grace rather than on every admission, and the ring still looks
         // busy to others for at least seven eighths of a grace after each
