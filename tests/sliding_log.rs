@@ -305,7 +305,8 @@ fn memory_is_eight_bytes_per_permit_plus_a_constant() {
         let constant = small.memory() - 8 * 100;
         assert_eq!(large.memory(), constant + 8 * 10_000);
         // Per stripe, one cache-padded head with its ring's bookkeeping and
-        // one cache-padded line of hints; and the log's own words.
+        // (with more than one) one cache-padded line of hints; and the log's
+        // own words.
         assert!(
             constant <= 320 + 384 * stripes,
             "constant part is {constant} bytes with {stripes} stripes"
