@@ -65,9 +65,10 @@ use stripes::Rings;
 ///
 /// An entry that left the window is its own ring's threads' first: while they
 /// are busy (one of them was admitted from it, or denied, within about the
-/// last *grace*), a thread of another ring may take it only once it has been free
-/// for a grace; from a ring whose threads are quiet, at once. The grace is a sixteenth of the
-/// window, at least 2 µs and at most 50 µs, never more than the window. Near
+/// last *grace*), a thread of another ring may take it only once it has been
+/// free for a grace; from a ring whose threads are quiet, at once. The grace
+/// is a sixteenth of the window, at least 2 µs and at most 50 µs, never more
+/// than the window. Near
 /// the limit, where every thread wants more than its ring's share, threads
 /// then keep to their own rings' lines instead of taking each other's entries
 /// the moment they free (which made two threads no faster than one). It
@@ -92,11 +93,18 @@ use stripes::Rings;
 /// | `0` | lap bit of the entry's ticket: 1 for even laps, 0 for odd; the never-written lap −1 has 0 |
 /// | `1 .. 64` | the stamp: ns since the limiter was built (at most 2^62) |
 ///
+/// With more than one ring, each ring also has a cache line of hints that no
+/// decision admits on (all Relaxed): `home_at`, one past its threads' latest
+/// admission (kept to an eighth of a grace); `others_at`, the earliest time
+/// another ring can serve its threads; `fronts_at`, the earliest front of all,
+/// a denial's retry-after. The last two are lower bounds, raised by
+/// `fetch_max` after a survey that denied one permit.
+///
 /// | operation | reads | writes |
 /// |---|---|---|
-/// | admit `n` at `now` from one ring | its head (Acquire); the `n` replaced entries and the newest (Acquire) | head → head + n by CAS (Release); then the `n` entries, `max(now, newest stamp of the ring)` (Release) |
-/// | admit across rings | every head; each ring's front entries until `n` are free | each ring's front run, as above, home ring first; on a lost race the claims are restamped at `now − T` by CAS (Relaxed: it continues the release sequence of the claim's own store) |
-/// | deny | the heads; the entries up to the n-th oldest of all | nothing (or, counting denials, the n oldest entries of all are replaced, as admit) |
+/// | admit `n` at `now` from one ring | its head (Acquire); the `n` replaced entries and the newest (Acquire) | head → head + n by CAS (Release); then the `n` entries, `max(now, newest stamp of the ring)` (Release); `home_at` once it is an eighth of a grace behind |
+/// | admit across rings | every head; each ring's front entries until `n` can be taken; other rings' hints | each ring's front run, as above, home ring first; on a lost race the claims are restamped at `now − T` by CAS (Relaxed: it continues the release sequence of the claim's own store) |
+/// | deny | its home ring's head, front and hints (one permit below `others_at`); else the heads, the entries up to the n-th oldest of all, other rings' hints | no entry and no head (or, counting denials, the n oldest entries of all are replaced, as admit); after a survey for one permit, its ring's `others_at` and `fronts_at` |
 /// | snapshot | every head; all N entries | nothing |
 /// | reconfigure | every head (seal, AcqRel); all N entries | new rings, published by pointer (Release) |
 ///

@@ -55,7 +55,7 @@ const MAX_GRACE: u64 = 50_000;
 /// What the threads whose home is one ring leave for each other, on a line of
 /// its own that other threads read only when they survey every ring.
 ///
-/// Both words are hints: no decision admits on their strength (every
+/// All three words are hints: no decision admits on their strength (every
 /// admission is a claim on a ring, decided on its entries), so none of their
 /// loads or updates needs an ordering — Relaxed throughout, with the reasons
 /// where they are used.
@@ -280,9 +280,10 @@ impl Rings {
             if n == 1 && earliest_other < now.saturating_add(self.shape.window()) {
                 // Relaxed: see `Hints`; `fetch_max`, as every survey's
                 // earliest fronts are lower bounds for all later times, and so
-                // are the largest of them. `fronts_at` first: a request that
-                // reads the new `others_at` with an older `fronts_at` only
-                // gets an earlier retry-after.
+                // are the largest of them. Nothing orders the two updates,
+                // nor the two loads of a later request: an older `fronts_at`
+                // only gives an earlier retry-after (at least 1 ns), an older
+                // `others_at` only sends the request to the survey.
                 let hints = &self.hints[home];
                 hints.fronts_at.fetch_max(earliest, Ordering::Relaxed);
                 hints.others_at.fetch_max(earliest_other, Ordering::Relaxed);
@@ -324,8 +325,8 @@ impl Rings {
     /// When a thread whose home is ring `home` may take an entry of ring
     /// `index` that leaves the window at `at`: at once from its home ring;
     /// from another ring only once the entry has been free for a grace, while
-    /// that ring's own threads are busy (its [`Hints::home_at`] is within a
-    /// grace of that time).
+    /// that ring's own threads are busy (the later of its [`Hints::home_at`]
+    /// and [`Hints::others_at`] is within a grace of that time).
     ///
     /// Without the grace, two threads each offering more than their ring's
     /// share would take each other's entries the moment they free, and every
@@ -334,8 +335,8 @@ impl Rings {
     /// they want it, and to anyone else a grace later; a ring nobody calls
     /// home, or whose threads went quiet, gives its entries to anyone at
     /// once. It never admits more: it only decides who gets an entry, and
-    /// when. Monotone in `at` and in the ring's `home_at`, so a time computed
-    /// from older readings is never later.
+    /// when. Monotone in `at` and in both of the ring's hints, so a time
+    /// computed from older readings is never later.
     #[inline]
     fn takeable_at(&self, at: u64, index: usize, home: usize) -> u64 {
         if index == home {
