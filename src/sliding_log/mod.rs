@@ -27,8 +27,8 @@ use stripes::Rings;
 ///
 /// A check reads the clock, the head and one or two entries; an admission
 /// adds one CAS and one store per permit; a denial writes no entry and no
-/// head (a denial that surveyed every ring leaves a hint on its own ring's
-/// line).
+/// head (with several rings, a check may leave hints on its own ring's line:
+/// see the state table).
 ///
 /// ```
 /// use tollgate::{Rate, RateLimiter, SlidingLog};
@@ -64,8 +64,8 @@ use stripes::Rings;
 /// entries it may take, with the retry-after of the n-th of them.
 ///
 /// An entry that left the window is its own ring's threads' first: while they
-/// are busy (one of them was admitted from it, or denied, within about the
-/// last *grace*), a thread of another ring may take it only once it has been
+/// are busy (one of them asked for permits, admitted or not, within the last
+/// *grace*), a thread of another ring may take it only once it has been
 /// free for a grace; from a ring whose threads are quiet, at once. The grace
 /// is a sixteenth of the window, at least 2 µs and at most 50 µs, never more
 /// than the window. Near
@@ -95,7 +95,7 @@ use stripes::Rings;
 ///
 /// With more than one ring, each ring also has a cache line of hints that no
 /// decision admits on (all Relaxed): `home_at`, one past its threads' latest
-/// admission (kept to an eighth of a grace); `others_at`, the earliest time
+/// request, admitted or not (kept to an eighth of a grace); `others_at`, the earliest time
 /// another ring can serve its threads; `fronts_at`, the earliest front of all,
 /// a denial's retry-after. The last two are lower bounds, raised by
 /// `fetch_max` after a survey that denied one permit.
@@ -104,7 +104,7 @@ use stripes::Rings;
 /// |---|---|---|
 /// | admit `n` at `now` from one ring | its head (Acquire); the `n` replaced entries and the newest (Acquire) | head → head + n by CAS (Release); then the `n` entries, `max(now, newest stamp of the ring)` (Release); `home_at` once it is an eighth of a grace behind |
 /// | admit across rings | every head; each ring's front entries until `n` can be taken; other rings' hints | each ring's front run, as above, home ring first; on a lost race the claims are restamped at `now − T` by CAS (Relaxed: it continues the release sequence of the claim's own store) |
-/// | deny | its home ring's head, front and hints (one permit below `others_at`); else the heads, the entries up to the n-th oldest of all, other rings' hints | no entry and no head (or, counting denials, the n oldest entries of all are replaced, as admit); after a survey for one permit, its ring's `others_at` and `fronts_at` |
+/// | deny | its home ring's head, front and hints (one permit below `others_at`); else the heads, the entries up to the n-th oldest of all, other rings' hints | no entry and no head (or, counting denials, the n oldest entries of all are replaced, as admit); `home_at` once it is an eighth of a grace behind; after a survey for one permit, its ring's `others_at` and `fronts_at` |
 /// | snapshot | every head; all N entries | nothing |
 /// | reconfigure | every head (seal, AcqRel); all N entries | new rings, published by pointer (Release) |
 ///

@@ -61,11 +61,10 @@ const MAX_GRACE: u64 = 50_000;
 /// where they are used.
 #[derive(Debug, Default)]
 struct Hints {
-    /// One past the latest reading at which a home thread admitted from this
-    /// ring, kept to within an eighth of a grace (zero: none yet). The ring
-    /// counts as busy until a grace after the later of this and
-    /// `others_at`, and keeps its newly freed entries for its own threads
-    /// that long.
+    /// One past the latest reading at which a home thread asked this ring for
+    /// permits, admitted or not, kept to within an eighth of a grace (zero:
+    /// none yet). The ring counts as busy until a grace after it, and keeps
+    /// its newly freed entries for its own threads that long.
     home_at: AtomicU64,
     /// This ring's home threads can take no entry of another ring before
     /// this time: the earliest the last denying survey found (for one
@@ -180,8 +179,12 @@ impl Rings {
             // window and the leased bucket do.
             refresh_thread_hint();
         }
+        // Admitted or not, this thread wants its ring's entries: the ring's
+        // threads are busy. (Marked on denials too: threads denied for a
+        // while would otherwise look quiet, and two threads that each first
+        // see the other's entry free would keep taking each other's.)
+        self.note_home(home, now);
         if admitted {
-            self.note_home(home, now);
             return Ok(Ok(()));
         }
         if n == 1 && !self.shape.count_denied() {
@@ -325,8 +328,8 @@ impl Rings {
     /// When a thread whose home is ring `home` may take an entry of ring
     /// `index` that leaves the window at `at`: at once from its home ring;
     /// from another ring only once the entry has been free for a grace, while
-    /// that ring's own threads are busy (the later of its [`Hints::home_at`]
-    /// and [`Hints::others_at`] is within a grace of that time).
+    /// that ring's own threads are busy (its [`Hints::home_at`] is within a
+    /// grace of that time).
     ///
     /// Without the grace, two threads each offering more than their ring's
     /// share would take each other's entries the moment they free, and every
@@ -335,34 +338,31 @@ impl Rings {
     /// they want it, and to anyone else a grace later; a ring nobody calls
     /// home, or whose threads went quiet, gives its entries to anyone at
     /// once. It never admits more: it only decides who gets an entry, and
-    /// when. Monotone in `at` and in both of the ring's hints, so a time
-    /// computed from older readings is never later.
+    /// when. Monotone in `at` and in the ring's `home_at`, so a time computed
+    /// from older readings is never later.
     #[inline]
     fn takeable_at(&self, at: u64, index: usize, home: usize) -> u64 {
         if index == home {
             return at;
         }
-        // Relaxed: hints (see `Hints`); stale values are older, so the ring
-        // looks idle sooner and its entries are taken sooner — exactly what
-        // a log without the grace would do. The ring is busy until a grace
-        // after the later of its threads' latest admission (one past the
-        // reading; zero: none) and the time its threads were last told to
-        // come back for other rings' entries: threads that are denied
-        // still want entries, and a denial on `others_at` writes nothing.
-        let hints = &self.hints[index];
-        let admitted = hints.home_at.load(Ordering::Relaxed);
-        let waiting = hints.others_at.load(Ordering::Relaxed);
-        if admitted == 0 && waiting == 0 {
+        // Relaxed: a hint (see `Hints`); a stale value is older, so the
+        // ring looks idle sooner and its entries are taken sooner — exactly
+        // what a log without the grace would do. One past the reading; zero:
+        // never asked. Never later than a grace after the ring's threads'
+        // last request, so a window after every thread stopped, every entry
+        // is anyone's (the grace is at most the window).
+        let asked = self.hints[index].home_at.load(Ordering::Relaxed);
+        if asked == 0 {
             return at;
         }
-        let busy = (admitted.saturating_sub(1)).max(waiting);
         at.max(
             at.saturating_add(self.grace)
-                .min(busy.saturating_add(self.grace)),
+                .min((asked - 1).saturating_add(self.grace)),
         )
     }
 
-    /// Records that a home thread of ring `home` admitted from it at `now`.
+    /// Records that a home thread of ring `home` asked it for permits at
+    /// `now`, admitted or not.
     #[inline]
     fn note_home(&self, home: usize, now: u64) {
         let hint = &self.hints[home].home_at;
