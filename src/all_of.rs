@@ -4,8 +4,6 @@
 //!
 //! The user-facing documentation (promise, state, proof) is on [`AllOf`].
 
-use std::cmp::Reverse;
-
 use crate::error::Denied;
 use crate::limiter::{RateLimiter, Rejection, Snapshot};
 use crate::refund::Refundable;
@@ -254,12 +252,11 @@ mod sealed {
     pub trait Sealed {}
 }
 
-/// Keeps the tighter of two reports: fewer available, then longer to full,
-/// then the earlier member.
+/// Keeps the report of the member that binds first
+/// ([`Snapshot::binds_before`]; on a tie the earlier member).
 #[inline]
 fn keep_tighter(best: &mut Option<Tightest>, member: usize, snapshot: Snapshot) {
-    let key = |s: &Snapshot| (s.available, Reverse(s.until_full));
-    if best.is_none_or(|b| key(&snapshot) < key(&b.snapshot)) {
+    if best.is_none_or(|b| snapshot.binds_before(&b.snapshot)) {
         *best = Some(Tightest { member, snapshot });
     }
 }

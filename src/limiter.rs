@@ -333,6 +333,29 @@ impl Snapshot {
             until_full: Duration::from_nanos(until_full_ns),
         }
     }
+
+    /// Whether this limit binds before `other`: fewer permits available, or
+    /// as few and longer until full. The one rule by which everything that
+    /// holds several limits — [`AllOf`](crate::AllOf), a keyed pair, a
+    /// sliding log with several rules — picks the limit it reports: the one a
+    /// client meets first, with its own figures (never a mix of two limits'
+    /// fields, which would describe no limit). On a tie the earlier is kept.
+    #[inline]
+    pub(crate) fn binds_before(&self, other: &Snapshot) -> bool {
+        (self.available, std::cmp::Reverse(self.until_full))
+            < (other.available, std::cmp::Reverse(other.until_full))
+    }
+
+    /// The one of two limits' snapshots that binds first (`self` on a tie):
+    /// see [`binds_before`](Snapshot::binds_before).
+    #[inline]
+    pub(crate) fn tightest(self, later: Snapshot) -> Snapshot {
+        if later.binds_before(&self) {
+            later
+        } else {
+            self
+        }
+    }
 }
 
 /// Checks a request for `n` permits against the capacity: the part of every

@@ -570,3 +570,63 @@ fn a_later_member_that_can_never_admit_wins_over_a_wait() {
         Denied::RetryAfter(Duration::from_millis(200))
     );
 }
+
+/// The keyed pair and `AllOf` hold several limits by one rule: the same
+/// admissions, the same refunds (a denied request's first part gets its
+/// permits back in both) and the same report, the binding limit's own
+/// figures — never one limit's `available` beside another's `capacity`.
+/// Their retry-afters may differ by design, so only the kind of denial is
+/// compared: the pair asks both parts without writing and answers the longer
+/// wait, `AllOf` the refusing member's.
+#[test]
+fn a_keyed_pair_reports_and_refunds_as_all_of_does() {
+    use tollgate::keyed::{BucketConfig, Keyed, WindowConfig};
+    let clock = ManualClock::new();
+    let second = BucketConfig::new(10, Rate::per_second(10)).unwrap();
+    let hour = WindowConfig::new(Rate::per_hour(25)).unwrap();
+    let pair = Keyed::<u8, (TokenBucket<ManualClock>, FixedWindow<ManualClock>)>::with_clock(
+        (second, hour),
+        clock.clone(),
+    );
+    let bucket = TokenBucket::with_clock(10, Rate::per_second(10), clock.clone()).unwrap();
+    let window = FixedWindow::with_clock(Rate::per_hour(25), clock.clone()).unwrap();
+    let all = AllOf::new((&bucket, &window));
+
+    // The per-second bucket binds first, then (once 20 are spent) the hourly
+    // window, then the bucket again after a burst.
+    let steps: [(u64, u32); 9] = [
+        (0, 10),
+        (0, 1),
+        (1_000_000_000, 6),
+        (0, 5),
+        (500_000_000, 4),
+        (100_000_000, 5),
+        (3_600_000_000_000, 10),
+        (0, 26),
+        (0, 1),
+    ];
+    let mut reports = Vec::new();
+    for (advance, n) in steps {
+        clock.advance(Duration::from_nanos(advance));
+        let (got, want) = (
+            pair.try_acquire_n_with_snapshot(&0, n),
+            all.try_acquire_n_with_snapshot(n),
+        );
+        match (&got, &want) {
+            (Ok(a), Ok(b)) => assert_eq!(a, b, "{n} admitted"),
+            (Err(a), Err(b)) => {
+                assert_eq!(
+                    std::mem::discriminant(&a.denied),
+                    std::mem::discriminant(&b.denied),
+                    "{n}"
+                );
+            }
+            _ => panic!("{n}: pair {got:?}, AllOf {want:?}"),
+        }
+        assert_eq!(pair.snapshot(&0), all.snapshot(), "after {n}");
+        reports.push(all.snapshot());
+    }
+    // Both limits were the binding one at some step, each reported whole.
+    assert!(reports.iter().any(|s| s.capacity == 10 && s.available < 10));
+    assert!(reports.iter().any(|s| s.capacity == 25 && s.available < 10));
+}

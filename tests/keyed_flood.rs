@@ -247,7 +247,7 @@ fn a_keyed_sliding_log_costs_four_bytes_per_slot_and_a_constant() {
 /// sub-windows: 40 bytes of counts per key), time frozen so that no key is
 /// ever fresh: the cap holds exactly, every key past it is decided by the
 /// overflow state, and the peak stays within the measured per-key cost
-/// (`docs/keyed.md`) times the cap.
+/// (`docs/benchmarks.md`, memory per key) times the cap.
 #[test]
 fn a_flood_of_busy_keys_on_a_sliding_log_or_window_is_held_at_the_cap() {
     use tollgate::keyed::{Keyable, LogConfig, SlidingWindowConfig};

@@ -68,9 +68,9 @@ use crate::timeline::Timeline;
 /// stripe also reads the window's word, and writes nothing, as the plain
 /// window's does), docs/benchmarks.md. Permits leased to one thread's stripe are not
 /// available to another until the window ends, so under contention it can
-/// deny a request the plain window would admit (under-admission, bounded and
-/// measured in docs/algorithms.md); it never admits more. With one thread, or
-/// whenever every request comes from the same stripe, it makes exactly the
+/// deny a request the plain window would admit (under-admission, bounded in
+/// docs/algorithms.md, measured in docs/benchmarks.md); it never admits more.
+/// With one thread, or whenever every request comes from the same stripe, it makes exactly the
 /// decisions of [`LockingFixedWindow`](crate::LockingFixedWindow), its locking
 /// twin, retry-afters and snapshots included.
 ///

@@ -67,8 +67,11 @@
 //!   once its own wait is over and stays admitting as time passes, so that is
 //!   the exact time at which the same request would pass if nothing else
 //!   happened.
-//! * **Snapshot** reports the smallest availability and capacity and the
-//!   longest time to full.
+//! * **Snapshot** is the binding part's: the one with the fewest permits
+//!   available (on a tie the longer time to full, then the first part), with
+//!   its own capacity and time to full — the rule of
+//!   [`AllOf`](crate::AllOf) and of a sliding log with several rules, so a
+//!   `RateLimit` field written from it describes one real limit.
 //!
 //! The stress tests in `tests/keyed_combined.rs` hammer pairs from several
 //! threads and check both limits on what was admitted, and that with time
@@ -180,11 +183,9 @@ impl<A: Keyable, B: Keyable<Clock = A::Clock>> Keyable for (A, B) {
     }
 }
 
-/// A pair's snapshot: what both parts allow, and the later time to full.
+/// A pair's snapshot: the part that binds first, with its own figures
+/// ([`Snapshot::tightest`], the rule of `AllOf` and of a log's rules). Its
+/// `available` is what both parts allow, as the binding part has the fewest.
 fn both(a: Snapshot, b: Snapshot) -> Snapshot {
-    Snapshot {
-        available: a.available.min(b.available),
-        capacity: a.capacity.min(b.capacity),
-        until_full: a.until_full.max(b.until_full),
-    }
+    a.tightest(b)
 }

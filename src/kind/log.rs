@@ -532,8 +532,9 @@ impl Log {
 
     /// The binding rule's figures at `now`: each rule's available permits
     /// (the largest `n` its pivot admits, by binary search: free entries are
-    /// the oldest) and time until its newest entry leaves; the rule with the
-    /// fewest available (on a tie, the longer wait) is reported. Its
+    /// the oldest) and time until its newest entry leaves; the rule that
+    /// binds first ([`Snapshot::binds_before`]: the fewest available, on a
+    /// tie the longer wait, then the earlier rule) is reported. Its
     /// `available` is the largest request every rule admits.
     fn snapshot(&self, config: &LogConfig, now: u64) -> Snapshot {
         if self.ring.is_empty() {
@@ -541,7 +542,7 @@ impl Log {
         }
         let at = self.time(now);
         let head = self.slot(self.tickets);
-        let mut binding: Option<(u64, u32, u64)> = None;
+        let mut binding: Option<Snapshot> = None;
         for rule in config.rules.iter() {
             let (mut lo, mut hi) = (0u64, u64::from(rule.limit));
             while lo < hi {
@@ -555,12 +556,12 @@ impl Log {
             }
             let newest = self.back_free_at(config, head, 1, rule.window);
             let until = newest.saturating_sub(now);
-            if binding.is_none_or(|(least, _, wait)| lo < least || (lo == least && until > wait)) {
-                binding = Some((lo, rule.limit, until));
-            }
+            // `lo <= rule.limit`, a u32: the cast is lossless.
+            let this = Snapshot::from_ns(lo as u32, rule.limit, until);
+            binding = Some(binding.map_or(this, |first| first.tightest(this)));
         }
-        let (available, limit, until) = binding.unwrap_or((0, 0, 0));
-        Snapshot::from_ns(available as u32, limit, until)
+        // Some: a configuration has at least one rule.
+        binding.unwrap_or(Snapshot::from_ns(0, 0, 0))
     }
 
     /// The snapshot an admission at `now` left. With one rule, amortised

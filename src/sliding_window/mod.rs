@@ -150,8 +150,8 @@ impl SubWindows {
 /// admits more, but may deny a request while the budget it needs is held by
 /// another thread between leasing and spending it (at most one lease per
 /// thread in flight), or sits in a lease that appeared on a stripe after the
-/// steal scan passed it. `docs/sliding_window.md` bounds this and gives the
-/// measured figures.
+/// steal scan passed it. `docs/sliding_window.md` bounds this;
+/// `docs/benchmarks.md` gives the measured figures.
 ///
 /// # Stale and backwards time
 ///

@@ -90,8 +90,8 @@ const CONTENDED_FOR: u64 = 1 << 20;
 /// stripes for about a millisecond of the limiter's clock (docs/algorithms.md). Permits leased to one thread's stripe are not
 /// available to another until they are spent or expire, so under contention it
 /// can deny a request the plain bucket would admit (under-admission, bounded
-/// and measured in docs/algorithms.md); it never admits more. With one thread,
-/// or whenever every request comes from the same stripe, it makes exactly the
+/// in docs/algorithms.md, measured in docs/benchmarks.md); it never admits
+/// more. With one thread, or whenever every request comes from the same stripe, it makes exactly the
 /// decisions of [`LockingTokenBucket`](crate::LockingTokenBucket), its locking
 /// twin, retry-afters included.
 ///
