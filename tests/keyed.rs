@@ -19,8 +19,8 @@ use tollgate::keyed::{
 };
 use tollgate::{
     Denied, FixedWindow, LeakyBucket, LockingFixedWindow, LockingLeakyBucket, LockingShaper,
-    LockingSlidingWindow, LockingTokenBucket, LockingWarmUp, ManualClock, Rate, RateLimiter,
-    Shaper, SlidingLog, SlidingWindow, TokenBucket, WarmUp,
+    LockingSlidingLog, LockingSlidingWindow, LockingTokenBucket, LockingWarmUp, ManualClock, Rate,
+    RateLimiter, Shaper, SlidingLog, SlidingWindow, TokenBucket, WarmUp,
 };
 
 type Bucket = TokenBucket<ManualClock>;
@@ -333,8 +333,69 @@ fn keyed_log_agrees(rate: Rate, steps: &[(u8, u32, u64)]) {
     }
 }
 
+/// Steps with stale readings: (n, advance, back): time moves forward by
+/// `advance`, and the request reads the clock `back` ns before the newest
+/// time (a thread that read it earlier, or a clock that stepped back).
+fn stale_log_steps(limit: u32, window: u64) -> impl Strategy<Value = Vec<(u32, u64, u64)>> {
+    proptest::collection::vec(
+        (
+            1..=limit,
+            prop_oneof![0..window / 8, 0..window],
+            prop_oneof![Just(0), 0..window / 4, 0..2 * window],
+        ),
+        1..300,
+    )
+}
+
+/// One answer for stale readings: the per-key log (driven through
+/// `Tunable`, which raises no reading to a floor, so every stale reading
+/// reaches the log) checks a reading older than its newest stamp as it is,
+/// as the direct log and its twin do, and stamps the admission no earlier
+/// than its newest entry. The same decisions, retry-afters and snapshots on
+/// readings that jump back, and the bound over readings holds.
+fn stale_readings_get_one_answer(rate: Rate, steps: &[(u32, u64, u64)]) {
+    let clock = ManualClock::new();
+    let per_key = Tunable::<Log>::with_clock(LogConfig::new(rate).unwrap(), clock.clone());
+    let direct = SlidingLog::with_clock(rate, clock.clone())
+        .unwrap()
+        .with_stripes(1);
+    let twin = LockingSlidingLog::with_clock(rate, clock.clone())
+        .unwrap()
+        .with_stripes(1);
+    let mut newest = 0u64;
+    let mut admitted = Vec::new();
+    for (step, &(n, advance, back)) in steps.iter().enumerate() {
+        newest += advance;
+        let reading = newest.saturating_sub(back);
+        clock.set(reading);
+        let expected = direct.try_acquire_n(n);
+        assert_eq!(
+            per_key.try_acquire_n(n),
+            expected,
+            "step {step} at {reading}"
+        );
+        assert_eq!(twin.try_acquire_n(n), expected, "step {step} at {reading}");
+        assert_eq!(
+            per_key.snapshot(),
+            direct.snapshot(),
+            "step {step} at {reading}"
+        );
+        if expected.is_ok() {
+            admitted.push(Admission { at: reading, n });
+        }
+    }
+    check_log(&admitted, rate.permits(), rate.period().as_nanos() as u64);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Windows up to 2.1 s (1 ns stamps), readings that go back by up to
+    /// two windows.
+    #[test]
+    fn a_stale_reading_gets_the_direct_logs_answer_per_key(steps in stale_log_steps(5, 300_000)) {
+        stale_readings_get_one_answer(Rate::new(5, Duration::from_micros(300)), &steps);
+    }
 
     /// Windows up to 2.1 s: 1 ns stamps, re-based every 2^31 ns or so.
     #[test]

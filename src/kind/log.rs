@@ -28,7 +28,7 @@
 //! |---|---|
 //! | `tag` | the keyed layer's tag: the configuration the log was last written under |
 //! | `tickets` | permits logged so far (less refunds); the next slot is `tickets mod N` |
-//! | `clock` | the latest decision time that admitted, in ns; no decision is made before it |
+//! | `clock` | the latest admission's stamp, in ns; no admission is stamped before it |
 //! | `base` | the unit the offsets count from |
 //! | `first_busy` | the first logged permit possibly still in the window (where an admission's report resumes its search) |
 //! | `ring` | `N` offsets (`N` the largest count of the rules): `0` = empty, else the stamp `base + offset − 1` (units) |
@@ -41,18 +41,23 @@
 //! than the nanosecond log's by less than one unit. When a stamp no longer
 //! fits in 32 bits past the base (after `2^32 − 2^31` units or more), the log
 //! re-bases at `now − T`: entries at or before it have left the window for
-//! every later decision and become empty, the others are re-encoded. That is
+//! every later reading and are restamped at the base, the others are
+//! re-encoded. That is
 //! `O(N)`, once per at least `2^31` units (2.1 s at 1 ns units).
 //!
-//! A decision is made at `max(reading, clock)`: a stale reading (or a clock
-//! that stepped back) is decided as if time stood still at the log's latest
-//! admission, and its retry-after is measured from the reading. The bound is
-//! over decision times: a slot's next permit is decided at least a window
-//! after its previous one's (rounded-up) stamp, hence after its decision. So no decision is
-//! ever made at a time before an entry the log has dropped, which is what
-//! makes re-basing, refunds and eviction exact. (The direct log checks a stale
-//! reading as it is, which can deny more; the two agree on every reading not
-//! older than the latest stamp.)
+//! A stale reading (or a clock that stepped back) gets the direct log's
+//! answer: it is checked as it is, which can only deny more, and an
+//! admission is stamped at `max(reading, clock)`, so the stamps only grow
+//! along the tickets. The bound holds over the readings themselves, as the
+//! direct log's does (`tests/keyed.rs` runs both, and the twin, on readings
+//! that jump back, decision for decision). What the log drops or rewrites
+//! never loosens a stale reading's check: a re-base restamps the entries it
+//! drops at the base rather than emptying them, and a refund restamps the
+//! refunded slots where the direct log's rollback does (`now − T`, at or after
+//! every entry they replaced), so both read as busy at least as long as what
+//! they stand for, and as free from the refunded admission's reading on. In a
+//! [`Keyed`](crate::keyed::Keyed) limiter every reading is first raised to
+//! the keyed floor, as for every kind.
 //!
 //! [`SlidingLog`]: crate::SlidingLog
 
@@ -379,7 +384,7 @@ impl fmt::Debug for LogConfig {
 struct Log {
     tag: u64,
     tickets: u64,
-    /// The latest decision time that admitted, exact ns; 0 before any.
+    /// The latest admission's stamp, exact ns; 0 before any.
     clock: u64,
     base: u64,
     /// Every logged permit before this ticket has left the window for good
@@ -453,19 +458,23 @@ impl Log {
         (ticket % self.ring.len() as u64) as usize
     }
 
-    /// The decision time for a reading: never before the latest admission's.
+    /// The time an admission at `now` is stamped at: never before the latest
+    /// admission's, so the stamps only grow along the tickets (the direct
+    /// log's rule: the newest entry is the floor of a new stamp).
     fn time(&self, now: u64) -> u64 {
         now.max(self.clock)
     }
 
     /// `Ok(())` if every rule has `n` permits free at `now`, else the denial
     /// with the longest wait: each rule admits once its own wait is over and
-    /// keeps admitting as time passes, so after the longest all do.
+    /// keeps admitting as time passes, so after the longest all do. A reading
+    /// older than the newest stamp is checked as it is, as the direct log
+    /// checks it: it can only be denied more.
     fn check(&self, config: &LogConfig, now: u64, n: u32) -> Result<(), Denied> {
         if self.ring.is_empty() {
             return Ok(());
         }
-        let at = self.time(now);
+        let at = now;
         let head = self.slot(self.tickets);
         let mut until = 0;
         for rule in config.rules.iter() {
@@ -480,7 +489,7 @@ impl Log {
         if until == 0 {
             Ok(())
         } else {
-            // `until > at >= now`; the same request at the reading plus
+            // `until > at = now`; the same request at the reading plus
             // this wait finds every rule's entry gone, if nothing else was
             // admitted.
             Err(Denied::RetryAfter(Duration::from_nanos(until - now)))
@@ -497,7 +506,7 @@ impl Log {
         }
         let at = self.time(now);
         // Rounded up: a permit leaves every window no earlier than it
-        // should. Monotone, as decision times are.
+        // should. Monotone: never before the latest stamp.
         let stamp = config.units(at);
         if stamp - self.base + 1 > u64::from(u32::MAX) {
             self.rebase(config, stamp);
@@ -512,16 +521,17 @@ impl Log {
     }
 
     /// Moves the base to the longest window's start before `stamp` (units):
-    /// entries at or before it are free for every rule at every decision from
-    /// now on (decisions are made at `stamp` or later) and become empty; the
-    /// rest are re-encoded.
+    /// entries at or before it are restamped at the base itself, where they
+    /// are free for every rule at every reading from `stamp − 1` units on,
+    /// and later than they were, so a staler reading (checked as it is) can
+    /// only be denied more than before; the rest are re-encoded.
     fn rebase(&mut self, config: &LogConfig, stamp: u64) {
         let window = config.units(config.longest);
         let base = stamp.saturating_sub(window + 1);
         for offset in self.ring.iter_mut().filter(|o| **o != 0) {
             let units = self.base + u64::from(*offset) - 1;
             *offset = if units <= base {
-                0
+                1
             } else {
                 // `base < units <= stamp <= base + window + 1 < base + 2^32 − 1`.
                 (units - base + 1) as u32
@@ -540,7 +550,8 @@ impl Log {
         if self.ring.is_empty() {
             return Snapshot::from_ns(config.capacity, config.capacity, 0);
         }
-        let at = self.time(now);
+        // As `check` reads it: a stale reading as it is.
+        let at = now;
         let head = self.slot(self.tickets);
         let mut binding: Option<Snapshot> = None;
         for rule in config.rules.iter() {
@@ -564,19 +575,25 @@ impl Log {
         binding.unwrap_or(Snapshot::from_ns(0, 0, 0))
     }
 
-    /// The snapshot an admission at `now` left. With one rule, amortised
-    /// O(1): the free run from the head ends at the first entry still in the
-    /// window, and that only moves forward (decision times do not go back,
-    /// and a refund only empties entries before it), so the search resumes
-    /// where the previous one stopped. With several, [`snapshot`]'s
-    /// search per rule (`O(rules · log N)`).
+    /// The snapshot an admission at `now` left. With one rule and a reading
+    /// not older than the newest stamp, amortised O(1): the free run from the
+    /// head ends at the first entry still in the window, and that only moves
+    /// forward (such readings do not go back, and a refund restamps entries
+    /// so that they are free at every such reading), so the search resumes
+    /// where the previous one stopped. Otherwise [`snapshot`]'s search per
+    /// rule (`O(rules · log N)`), which leaves the resume point alone.
     ///
     /// [`snapshot`]: Log::snapshot
     fn report(&mut self, config: &LogConfig, now: u64) -> Snapshot {
         let [rule] = &*config.rules else {
             return self.snapshot(config, now);
         };
-        let at = self.time(now);
+        if now < self.clock {
+            // A stale reading: the free run at `now` may end before the
+            // resume point, which is for the latest admission's time.
+            return self.snapshot(config, now);
+        }
+        let at = now;
         let len = self.ring.len() as u64;
         let oldest = self.tickets.saturating_sub(len);
         let mut busy = self.first_busy.clamp(oldest, self.tickets);
@@ -590,9 +607,12 @@ impl Log {
         Snapshot::from_ns(available as u32, rule.limit, newest.saturating_sub(now))
     }
 
-    /// Exactly a new log's decisions from `now` on: every entry has left the
-    /// longest window (the newest is stamped at most `clock` rounded up to
-    /// the unit) and no decision can be pinned to a later time by `clock`.
+    /// Exactly a new log's decisions at `now` and every later reading: every
+    /// entry has left the longest window (the newest is stamped at most
+    /// `clock` rounded up to the unit), and `clock <= now`, so no admission
+    /// from then on is stamped later than its reading, as a new log's is
+    /// not. (A keyed limiter decides no reading below the floor this is
+    /// judged at.)
     fn is_fresh(&self, config: &LogConfig, now: u64) -> bool {
         self.ring.is_empty() || config.ns(config.units(self.clock)) + config.longest <= now
     }
@@ -615,9 +635,10 @@ impl Log {
         let at = self.time(now);
         let window = from.longest.min(to.longest);
         let len = self.ring.len() as u64;
+        // Busy at `now` as it is (a stale reading keeps more, never fewer).
         let kept: Vec<u64> = (self.tickets..self.tickets + len)
             .filter_map(|t| self.stamp(from, self.slot(t)))
-            .filter(|&s| s + window > at)
+            .filter(|&s| s + window > now)
             .collect();
         let kept = &kept[kept.len().saturating_sub(to.slots as usize)..];
         if kept.is_empty() {
@@ -638,17 +659,36 @@ impl Log {
         log
     }
 
-    /// Takes back the `n` permits of the admission that left `tickets` if it
-    /// is still the latest: their slots become empty, which is exact because
-    /// the entries they replaced had left the window at that admission's
-    /// decision time, and no later decision is made earlier (`clock` stays).
-    fn refund(&mut self, tickets: u64, n: u32) -> bool {
+    /// The stamp (units) that a refund of an admission checked at `now`
+    /// restamps its slots at: `now − T` for the longest window `T`, rounded
+    /// down; `None` before time `T`. The entries the admission replaced are
+    /// older than the longest rule's pivot, which had left its window at
+    /// `now`, so their (rounded-up) stamps were no later than this.
+    fn restamp(config: &LogConfig, now: u64) -> Option<u64> {
+        now.checked_sub(config.longest).map(|t| t >> config.shift)
+    }
+
+    /// Takes back the `n` permits of the admission that left `tickets`, if
+    /// it is still the latest, restamping its slots at `restamp`
+    /// ([`Log::restamp`] of the admission's reading, the direct log's
+    /// rollback), or emptying them if nothing can be that old — which is what
+    /// they held. Every reading from the admission's on then decides as if
+    /// it had never happened, and a staler one (checked as it is) no more
+    /// loosely: never over-admission.
+    fn refund(&mut self, tickets: u64, restamp: Option<u64>, n: u32) -> bool {
         if self.tickets != tickets || self.ring.is_empty() {
             return false;
         }
+        let offset = match restamp {
+            // The base is at most the stamp the admission wrote, so this fits.
+            Some(units) if units >= self.base => (units - self.base + 1) as u32,
+            // Older than the base or than time itself: the replaced slots
+            // were empty (an entry is never older than the base).
+            _ => 0,
+        };
         for ticket in tickets - u64::from(n)..tickets {
             let i = self.slot(ticket);
-            self.ring[i] = 0;
+            self.ring[i] = offset;
         }
         self.tickets -= u64::from(n);
         true
@@ -700,6 +740,8 @@ fn resolve(view: &View<'_, LogConfig>, log: &Log, now: u64) -> Result<Option<Log
 pub struct LogReceipt {
     tickets: u64,
     tag: u64,
+    /// Where a refund restamps the admission's slots ([`Log::restamp`]).
+    restamp: Option<u64>,
     after: Snapshot,
 }
 
@@ -736,6 +778,7 @@ impl<C: Clock> Keyable for SlidingLog<C> {
         Ok(LogReceipt {
             tickets: log.tickets,
             tag: log.tag,
+            restamp: Log::restamp(config, now),
             after: log.report(config, now),
         })
     }
@@ -760,7 +803,7 @@ impl<C: Clock> Keyable for SlidingLog<C> {
         let mut log = state.lock();
         // A carry-over in between changed what the slots mean: keep them.
         if log.tag == receipt.tag {
-            log.refund(receipt.tickets, n);
+            log.refund(receipt.tickets, receipt.restamp, n);
         }
     }
 
@@ -809,6 +852,58 @@ mod tests {
     #[test]
     fn the_per_key_header_is_sixty_four_bytes() {
         assert_eq!(std::mem::size_of::<LogCell>(), 64);
+    }
+
+    fn two_per_100ns() -> LogConfig {
+        LogConfig::new(Rate::new(2, Duration::from_nanos(100))).unwrap()
+    }
+
+    /// A refunded admission's slots free up at its own reading and later,
+    /// and a staler reading — checked as it is — is denied at least as
+    /// long as without the admission: restamping where the direct log
+    /// rolls back, not emptying (which would admit a third permit in
+    /// `[0, 100)` here).
+    #[test]
+    fn a_refund_leaves_a_stale_reading_no_looser() {
+        let config = two_per_100ns();
+        let mut log = Log::empty(0);
+        for at in [0, 50] {
+            log.check(&config, at, 1).unwrap();
+            log.admit(&config, at, 1);
+        }
+        // At 150 the entry at 0 has left the window: admitted, then refunded.
+        log.check(&config, 150, 1).unwrap();
+        log.admit(&config, 150, 1);
+        assert!(log.refund(log.tickets, Log::restamp(&config, 150), 1));
+        assert_eq!(log.check(&config, 150, 1), Ok(()));
+        // Without the admission a reading of 90 waits 10 ns for the entry at
+        // 0; the restamped slot (at 50) makes it wait longer, never less.
+        let Err(Denied::RetryAfter(wait)) = log.check(&config, 90, 1) else {
+            panic!("a stale reading admitted after a refund");
+        };
+        assert!(wait >= Duration::from_nanos(10));
+    }
+
+    /// Re-basing keeps entries older than the new base at the base, so a
+    /// reading older than them is still denied (the direct log, which keeps
+    /// every stamp, denies it too) where an emptied slot would admit it.
+    #[test]
+    fn re_basing_leaves_a_stale_reading_no_looser() {
+        let config = two_per_100ns();
+        let mut log = Log::empty(0);
+        log.check(&config, 0, 1).unwrap();
+        log.admit(&config, 0, 1);
+        let late = (1 << 32) + 10;
+        log.check(&config, late, 1).unwrap();
+        log.admit(&config, late, 1);
+        assert!(log.base > 0, "the second stamp re-based the log");
+        // The entry at 0 is the pivot for a reading of 50: busy until 100.
+        let Err(Denied::RetryAfter(wait)) = log.check(&config, 50, 1) else {
+            panic!("a stale reading admitted after a re-base");
+        };
+        assert!(wait >= Duration::from_nanos(50));
+        // Every reading from the re-base on finds it gone.
+        assert_eq!(log.check(&config, late + 100, 1), Ok(()));
     }
 
     /// A window just past 2^31 ns takes 2 ns units; at 2^31 ns, 1 ns.
