@@ -291,6 +291,19 @@ impl Win {
         geo.snapshot(now, self.newest, |i| self.charge(i))
     }
 
+    /// [`snapshot`](Win::snapshot) right after [`decide`](Win::decide)
+    /// admitted into sub-window `j` at `now`, in O(1) rather than O(S):
+    /// `j` is the newest sub-window and the reading's, so the room is what
+    /// `total` leaves, and `j`, which has just been charged, is the last
+    /// charged sub-window, full again once sub-window `j + S` starts.
+    fn admitted(&self, geo: &Geometry, now: u64, j: u64) -> Snapshot {
+        debug_assert!(j == self.newest && j == geo.index(now) && self.charge(j) > 0);
+        // `total <= limit`: the cast is lossless.
+        let available = (u64::from(geo.limit()) - self.total) as u32;
+        let full_at = geo.start(j + u64::from(geo.subs()));
+        Snapshot::from_ns(available, geo.limit(), full_at.saturating_sub(now))
+    }
+
     /// Exactly a new window's decisions (and snapshots) at `now` and every
     /// later time: no reading from `now` on is older than `newest`, and
     /// every charge has left the window ending with `now`'s sub-window, so
@@ -467,7 +480,7 @@ impl<C: Clock> Keyable for SlidingWindow<C> {
         Ok(WindowReceipt {
             sub_window,
             tag: win.tag,
-            after: win.snapshot(geo, now),
+            after: win.admitted(geo, now, sub_window),
         })
     }
 
