@@ -443,9 +443,10 @@ where
     /// does): one lookup of the key, not a decision and then a
     /// [`snapshot`](Keyed::snapshot). An admission's snapshot is computed from
     /// the word its compare-and-swap wrote (for a pair, each part's word; the
-    /// pair reports the smaller `available` and the later time to full); a
-    /// denial writes nothing, and its snapshot is of the key's state read right
-    /// after it under the same lookup.
+    /// pair reports the part that binds first, with that part's own figures,
+    /// as [`AllOf`](crate::AllOf) does); a denial writes nothing, and its
+    /// snapshot is of the key's state read right after it under the same
+    /// lookup.
     ///
     /// ```
     /// use std::time::Duration;
