@@ -190,3 +190,104 @@ fn known_bad_check_then_count_is_caught() {
         },
     );
 }
+
+/// 2 in any 3 sub-windows. One thread takes 1 at 0 and 1 in sub-window 1
+/// (opening it writes sub-window 0's charge into the history); the other
+/// takes 1, moves the clock to sub-window 2 and takes 1 more: opening
+/// sub-window 2 must count sub-window 0's charge, which only the history
+/// holds by then.
+fn a_later_opener_reads_the_history(make: impl Fn() -> (Arc<Window>, ManualClock)) {
+    let (limiter, clock) = make();
+    let l = Arc::clone(&limiter);
+    let c = clock.clone();
+    let first = thread::spawn(move || {
+        let op = record(1, || l.try_acquire_n(1));
+        c.set(SUB);
+        vec![op, record(1, || l.try_acquire_n(1))]
+    });
+    let l = Arc::clone(&limiter);
+    let c = clock.clone();
+    let second = thread::spawn(move || {
+        let op = record(1, || l.try_acquire_n(1));
+        c.set(2 * SUB);
+        vec![op, record(1, || l.try_acquire_n(1))]
+    });
+    let mut threads = vec![first.join().unwrap(), second.join().unwrap()];
+    assert_sliding_bound(2, 3, &threads);
+    threads.push(single_threaded_tail(&clock, 2, || limiter.try_acquire_n(1)));
+    assert_sliding_bound(2, 3, &threads);
+}
+
+/// Sub-windows opening on two threads: each opener publishes the charge it
+/// leaves before the pool moves on, and each reads what earlier ones left.
+#[test]
+fn a_later_opener_reads_the_history_an_earlier_one_wrote() {
+    explore(
+        "keyed_window::a_later_opener_reads_the_history_an_earlier_one_wrote",
+        3,
+        || a_later_opener_reads_the_history(|| window(2, 3)),
+    );
+}
+
+/// Known bad: openers that move the pool before writing the sub-window they
+/// leave into the history. The opener of sub-window 2 can then miss
+/// sub-window 0's charge and admit a third permit.
+#[test]
+#[should_panic(expected = "keyed sliding window invariant violated")]
+fn known_bad_open_before_publish_is_caught() {
+    explore(
+        "keyed_window::known_bad_open_before_publish_is_caught",
+        3,
+        || {
+            tollgate::keyed::known_bad_window_open_before_publish(true);
+            a_later_opener_reads_the_history(|| window(2, 3));
+        },
+    );
+}
+
+/// A reconfiguration of a window of 2 in any 2 sub-windows to `to` (counts
+/// carried as they are) racing a thread that takes 1 at 0 and 1 in
+/// sub-window 1, whose opening writes sub-window 0's charge into the
+/// history: the carry-over seals the pool, reads the history and installs a
+/// new one, keeping every count, so 2 in any 2 sub-windows holds across the
+/// change as long as `to` is at least as strict.
+fn a_carry_over_races_an_opener(to: SlidingWindowConfig) {
+    let (limiter, clock) = window(2, 2);
+    let l = Arc::clone(&limiter);
+    let c = clock.clone();
+    let taker = thread::spawn(move || {
+        let op = record(1, || l.try_acquire_n(1));
+        c.set(SUB);
+        vec![op, record(1, || l.try_acquire_n(1))]
+    });
+    let l = Arc::clone(&limiter);
+    let changer = thread::spawn(move || {
+        l.reconfigure(to, tollgate::keyed::Carry::Additive);
+        vec![]
+    });
+    let mut threads = vec![taker.join().unwrap(), changer.join().unwrap()];
+    assert_sliding_bound(2, 2, &threads);
+    threads.push(single_threaded_tail(&clock, 2, || limiter.try_acquire_n(1)));
+    assert_sliding_bound(2, 2, &threads);
+}
+
+/// The same limits again: the history is replaced, never rewritten.
+#[test]
+fn a_carry_over_to_the_same_limits_races_an_opener() {
+    explore(
+        "keyed_window::a_carry_over_to_the_same_limits_races_an_opener",
+        3,
+        || a_carry_over_races_an_opener(window(2, 2).0.config()),
+    );
+}
+
+/// A window of 3 sub-windows: the new history has another length, and an
+/// overtaken opener's write must not reach it.
+#[test]
+fn a_carry_over_to_more_sub_windows_races_an_opener() {
+    explore(
+        "keyed_window::a_carry_over_to_more_sub_windows_races_an_opener",
+        3,
+        || a_carry_over_races_an_opener(window(2, 3).0.config()),
+    );
+}

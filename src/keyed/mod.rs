@@ -125,6 +125,9 @@ pub use hasher::{KeyHash, KeyHasher};
 // paths are these. The types a kind's sealed contract names (its state
 // cell, its views) are public in that private module and nameable nowhere.
 pub use crate::kind::combined;
+#[cfg(loom)]
+#[doc(hidden)]
+pub use crate::kind::known_bad_window_open_before_publish;
 pub use crate::kind::{BucketConfig, MeterConfig, WindowConfig};
 pub use crate::kind::{Carry, Keyable};
 pub use crate::kind::{LogConfig, SlidingWindowConfig};

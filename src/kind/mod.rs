@@ -34,6 +34,9 @@ pub use kinds::{BucketConfig, MeterConfig, WindowConfig};
 pub use log::LogConfig;
 pub use reconfig::Tunable;
 pub use sliding::SlidingWindowConfig;
+#[cfg(loom)]
+#[doc(hidden)]
+pub use sliding::known_bad_window_open_before_publish;
 pub use two_word::{ShaperConfig, WarmUpConfig};
 
 /// The tag bit of a state word: which of two consecutive configurations the
@@ -137,8 +140,8 @@ pub(crate) mod sealed {
 /// [`FixedWindow`], the [`LeakyBucket`] meter, the [`Shaper`] and [`WarmUp`]
 /// (one `u128` per key, admitting what can start at once), the
 /// [`SlidingLog`] (a ring of 32-bit stamps per key, under a per-key lock),
-/// the [`SlidingWindow`] (`S` counts per key, under a per-key lock, without
-/// the direct window's stripes), the one- and two-word kinds' locking twins,
+/// the [`SlidingWindow`] (a 128-bit word and a history of `S` charges per
+/// key, lock-free, without the direct window's stripes), the one- and two-word kinds' locking twins,
 /// and tuples of them
 /// (`(TokenBucket, TokenBucket)` is "both limits must admit", see
 /// [`combined`](crate::keyed::combined)).

@@ -1,31 +1,67 @@
-//! The sliding window as a keyed kind: per key, the counts of the last `S`
-//! sub-windows under the key's own lock, without stripes.
+//! The sliding window as a keyed kind: per key, the direct window's pool
+//! and history without stripes, decided with atomics only.
 //!
 //! The direct [`SlidingWindow`] leases each sub-window's budget to per-core
 //! stripes (one 128-byte line each) so that many cores can share one limit.
 //! One key's traffic is rarely contended, and a stripe per core per key
-//! would cost kilobytes a key, so the keyed window keeps what the locking
-//! twin keeps — `S` counts and the newest sub-window opened — and decides as
-//! the twin does: the same [`Geometry`] functions, so the same decisions,
+//! would cost kilobytes a key, so the keyed window keeps one pool word and a
+//! history of the finished sub-windows' charges per key, and decides as the
+//! twin does: the same [`Geometry`] functions, so the same decisions,
 //! retry-afters and snapshots as a [`LockingSlidingWindow`] built when the
 //! keyed limiter was built (property tests in `tests/keyed.rs`), and the same
 //! bound: **at most `N` permits in any `S` consecutive aligned sub-windows**,
 //! per key (at most `N` in any `(S − 1)/S` of the period, `2N` in any period).
 //!
-//! `S` counts and an index do not fit one 128-bit word for useful `N` and
-//! `S` (ten 7-bit counts for `N = 100` already take 70 bits, and the index
-//! up to 57), so, as the keyed sliding log, the state is locked: a
-//! `parking_lot` mutex held for one division, a few loads and stores (`O(1)`
-//! within a sub-window; opening sub-windows clears at most `S` slots).
-//!
 //! # State
 //!
-//! | field | meaning |
-//! |---|---|
-//! | `tag` | the keyed layer's tag: the configuration the counts were last written under |
-//! | `newest` | the newest sub-window opened (by any decision, admitted or not — the twin's rule); readings in an older sub-window are denied |
-//! | `total` | the sum of the counts of the window ending with `newest` (sub-windows `newest − S + 1 ..= newest`) |
-//! | `counts` | `S` counts; sub-window `i`'s is at `i mod S` while `newest − S < i <= newest`. Empty (no allocation) until the key's first admission |
+//! | where | field | meaning |
+//! |---|---|---|
+//! | pool (one 128-bit word) | `tag` | the keyed layer's tag: the configuration the key was last written under |
+//! | | `sealed` | a carry-over is rewriting the key |
+//! | | `newest` | the newest sub-window opened (by any decision, admitted or not — the twin's rule); readings in an older sub-window are denied |
+//! | | `used` | what the `S − 1` sub-windows before `newest` had charged when it opened |
+//! | | `count` | what `newest` has charged |
+//! | history (behind an epoch-protected pointer; none until a sub-window with a charge is first left) | `tag` | the configuration whose geometry its entries use |
+//! | | `S` slots | sub-window `i`'s entry `(i, charge)` at `i mod S`, written before the pool leaves `i` |
+//!
+//! # Protocol
+//!
+//! | operation | reads | writes |
+//! |---|---|---|
+//! | admit (the reading's sub-window is `newest`) | the pool | the pool by CAS: `count + n`, if `used + count + n <= N` |
+//! | deny | the pool; the history for the retry-after | nothing |
+//! | open a later sub-window `j` (then admit or deny in it) | the pool, the history | `newest`'s entry into the history (`fetch_max`), then the pool by CAS (Release): `newest = j`, `used` = the charges of `j − S + 1 .. j − 1`, `count = 0` |
+//! | refund, sub-window still `newest` | the pool | the pool by CAS: `count − n` |
+//! | refund, finished sub-window still in the window | the pool, the history | its entry by CAS (`used` keeps the permits until the next opening, which reads the entry) |
+//! | carry-over (a new configuration) | the pool, the history | seal the pool (CAS), a new history (CAS on the pointer), the carried pool (a store that unseals) |
+//!
+//! **Why the bound holds.** Every admission is a CAS on the pool that checks
+//! `used + count + n <= N` for the window ending with `newest`, so it is
+//! enough that `used` is never below what the `S − 1` sub-windows before
+//! `newest` hold. An opener computes `used` from the pool it replaces (the
+//! newest charge) and the history, whose entries were each written before
+//! the pool left their sub-window and are published by the opener's Release
+//! CAS to the Acquire load of every later decision; a history entry is
+//! lowered only by a refund of permits it counted, and raised only by an
+//! overtaken opener repeating an older count (`fetch_max`). The loom models
+//! in `loom-tests/tests/keyed_window.rs` check the bound on recorded
+//! decision times, with a known-bad opener that moves the pool before
+//! writing the entry.
+//!
+//! **A carry-over never rewrites a history in place.** An opener can be
+//! overtaken between reading the pool and writing its entry; if the entry
+//! then landed in a history of another geometry, it could overwrite a count
+//! still in that window. So the carry-over seals the pool (every other write
+//! of it fails from then on), reads the window, installs a new history (or
+//! none) and unseals; the old one is retired through the epoch, and writes
+//! that still reach it are lost harmlessly. A writer checks, before writing,
+//! that the history it loaded carries its configuration's tag and that the
+//! configuration is still the one in force, which rules out a later
+//! configuration with the same tag bit.
+//!
+//! **What waits.** A request that meets a sealed pool waits for the carry-over
+//! to finish (`O(S)` steps, once per key per reconfiguration); nothing else
+//! waits.
 //!
 //! Sub-windows are aligned to the keyed limiter's time origin, shared by
 //! every key, so a recreated key's sub-windows are where its predecessor's
@@ -46,18 +82,19 @@ use crate::machine::scale_up;
 use crate::rate::Rate;
 use crate::sliding_window::SlidingWindow;
 use crate::sliding_window::ring::Geometry;
-use crate::sync::{Mutex, MutexGuard};
+use crate::sync::{AtomicU64, AtomicU128, Backoff, Guard, MaybeShared, Ordering, pin};
 
 /// The configuration of a keyed or tunable [`SlidingWindow`]: at most `N`
 /// permits in any `S` consecutive aligned sub-windows that cut the period
 /// `T` into `S` parts, per key, validated once.
 ///
-/// Per key, the counts of the last `S` sub-windows under the key's own lock
-/// (no stripes: one key's traffic is rarely contended), deciding exactly as
-/// the [`LockingSlidingWindow`](crate::LockingSlidingWindow) twin does: `4·S`
-/// bytes, allocated on the key's first admission, plus a 48-byte header in
-/// the map's entry and the key and the table's share (measured per key in
-/// `docs/keyed.md`).
+/// Per key, lock-free: one 128-bit word for the newest sub-window and an
+/// `8·S`-byte history of the finished ones (no stripes: one key's traffic is
+/// rarely contended), deciding exactly as the
+/// [`LockingSlidingWindow`](crate::LockingSlidingWindow) twin does. A key
+/// takes a 32-byte header in the map's entry, and the history once a
+/// sub-window it charged is left, besides the key and the table's share
+/// (measured per key in `docs/benchmarks.md`).
 ///
 /// ```
 /// use std::time::Duration;
@@ -191,22 +228,44 @@ impl fmt::Debug for SlidingWindowConfig {
     }
 }
 
-/// One key's window (see the module's state table).
+/// A window's counts as plain values: what a carry-over reads from a key's
+/// cell, rewrites for the new configuration and writes back.
 #[derive(Debug, Clone)]
 struct Win {
+    /// `S` counts; sub-window `i`'s at `i mod S` while `newest − S < i <=
+    /// newest`. Empty when nothing is counted.
     counts: Box<[u32]>,
     newest: u64,
     total: u64,
-    tag: u64,
 }
 
 impl Win {
-    fn empty(tag: u64) -> Self {
+    fn empty() -> Self {
         Win {
             counts: Box::new([]),
             newest: 0,
             total: 0,
-            tag,
+        }
+    }
+
+    /// The window that ends with `newest` under `geo`, read through `charge`.
+    fn read(geo: &Geometry, newest: u64, charge: impl Fn(u64) -> u32) -> Self {
+        let subs = u64::from(geo.subs());
+        let mut counts = vec![0u32; geo.subs() as usize].into_boxed_slice();
+        let mut total = 0u64;
+        for i in (newest + 1).saturating_sub(subs)..=newest {
+            let count = charge(i);
+            // Below `S <= MAX_SUB_WINDOWS`: the cast is lossless.
+            counts[(i % subs) as usize] = count;
+            total += u64::from(count);
+        }
+        if total == 0 {
+            return Win::empty();
+        }
+        Win {
+            counts,
+            newest,
+            total,
         }
     }
 
@@ -215,7 +274,7 @@ impl Win {
         (i % self.counts.len() as u64) as usize
     }
 
-    /// Sub-window `i`'s count; 0 outside the ring's window.
+    /// Sub-window `i`'s count; 0 outside the window.
     fn charge(&self, i: u64) -> u32 {
         let len = self.counts.len() as u64;
         if len == 0 || i > self.newest || i + len <= self.newest {
@@ -223,99 +282,6 @@ impl Win {
         } else {
             self.counts[self.slot(i)]
         }
-    }
-
-    /// Opens sub-window `j > newest`: the sub-windows that leave the window
-    /// ending with `j` are cleared (at most `S` of them).
-    fn open(&mut self, j: u64) {
-        let len = self.counts.len() as u64;
-        if len > 0 {
-            if j - self.newest >= len {
-                self.counts.fill(0);
-                self.total = 0;
-            } else {
-                for i in self.newest + 1..=j {
-                    let slot = self.slot(i);
-                    self.total -= u64::from(self.counts[slot]);
-                    self.counts[slot] = 0;
-                }
-            }
-        }
-        self.newest = j;
-    }
-
-    /// The twin's decision (`LockingSlidingWindow::decide`) on these counts:
-    /// a reading older than `newest` is denied until `newest` starts (or
-    /// later); otherwise its sub-window opens and `n` is admitted if the
-    /// window ending with it has room. Returns the sub-window charged.
-    fn decide(&mut self, geo: &Geometry, now: u64, n: u32) -> Result<u64, Denied> {
-        let j = geo.index(now);
-        if j < self.newest {
-            let newest = self.newest;
-            return Err(geo.retry_after(now, newest, newest, n, |i| self.charge(i)));
-        }
-        if j > self.newest {
-            self.open(j);
-        }
-        if u64::from(geo.limit()).saturating_sub(self.total) >= u64::from(n) {
-            if self.counts.is_empty() {
-                self.counts = vec![0; geo.subs() as usize].into_boxed_slice();
-            }
-            let slot = self.slot(j);
-            // `counts[slot] + n <= total + n <= limit`.
-            self.counts[slot] += n;
-            self.total += u64::from(n);
-            Ok(j)
-        } else {
-            Err(geo.retry_after_next(now, j, n, self.total, |i| self.charge(i)))
-        }
-    }
-
-    /// What [`decide`](Win::decide) would answer, without writing anything.
-    fn check(&self, geo: &Geometry, now: u64, n: u32) -> Result<(), Denied> {
-        let j = geo.index(now);
-        if j < self.newest {
-            let newest = self.newest;
-            return Err(geo.retry_after(now, newest, newest, n, |i| self.charge(i)));
-        }
-        // As `decide` after opening `j`: sub-windows after `newest` have
-        // charged nothing, and none the window ending with `j` has left is read.
-        if geo.room(j, j, |i| self.charge(i)) >= n {
-            Ok(())
-        } else {
-            Err(geo.retry_after(now, j + 1, j, n, |i| self.charge(i)))
-        }
-    }
-
-    fn snapshot(&self, geo: &Geometry, now: u64) -> Snapshot {
-        geo.snapshot(now, self.newest, |i| self.charge(i))
-    }
-
-    /// [`snapshot`](Win::snapshot) right after [`decide`](Win::decide)
-    /// admitted into sub-window `j` at `now`, in O(1) rather than O(S):
-    /// `j` is the newest sub-window and the reading's, so the room is what
-    /// `total` leaves, and `j`, which has just been charged, is the last
-    /// charged sub-window, full again once sub-window `j + S` starts.
-    fn admitted(&self, geo: &Geometry, now: u64, j: u64) -> Snapshot {
-        debug_assert!(j == self.newest && j == geo.index(now) && self.charge(j) > 0);
-        // `total <= limit`: the cast is lossless.
-        let available = (u64::from(geo.limit()) - self.total) as u32;
-        let full_at = geo.start(j + u64::from(geo.subs()));
-        Snapshot::from_ns(available, geo.limit(), full_at.saturating_sub(now))
-    }
-
-    /// Exactly a new window's decisions (and snapshots) at `now` and every
-    /// later time: no reading from `now` on is older than `newest`, and
-    /// every charge has left the window ending with `now`'s sub-window, so
-    /// it has left every later one. (A new window has `newest = 0` and no
-    /// charge; both open the decision's sub-window and find it empty.)
-    fn is_fresh(&self, geo: &Geometry, now: u64) -> bool {
-        let q = geo.index(now);
-        if q < self.newest {
-            return false;
-        }
-        let subs = u64::from(geo.subs());
-        (q.saturating_sub(subs - 1)..=self.newest).all(|i| self.charge(i) == 0)
     }
 
     /// These counts, written under `from`, carried over to `to` at `now`.
@@ -337,9 +303,8 @@ impl Win {
         now: u64,
         carry: Carry,
     ) -> Win {
-        let mut win = Win::empty(self.tag);
         if carry == Carry::Reset || self.counts.is_empty() {
-            return win;
+            return Win::empty();
         }
         let (old, new) = (&from.geo, &to.geo);
         // Never before the newest sub-window opened: it holds the present.
@@ -348,7 +313,6 @@ impl Win {
         let newest = new.index(at);
         let mut counts = vec![0u32; to.geo.subs() as usize].into_boxed_slice();
         let mut total = 0u64;
-        let mut kept = false;
         for i in q.saturating_sub(from.subs() - 1)..=self.newest {
             let count = self.charge(i);
             if count == 0 {
@@ -373,67 +337,718 @@ impl Win {
             // At most the new limit: the cast is lossless.
             counts[slot] = after as u32;
             total += after - before;
-            kept = true;
         }
-        if kept {
-            win.counts = counts;
-            win.newest = newest;
-            win.total = total;
+        if total == 0 {
+            return Win::empty();
         }
-        win
-    }
-
-    /// Takes back `n` permits charged to sub-window `j`, if it is still in
-    /// the ring's window: the counts are then exactly what they would be had
-    /// the permits never been taken, less nothing any later admission holds
-    /// (admissions in between were decided on counts at least as high).
-    fn refund(&mut self, j: u64, n: u32) {
-        if self.charge(j) >= n {
-            let slot = self.slot(j);
-            self.counts[slot] -= n;
-            self.total -= u64::from(n);
+        Win {
+            counts,
+            newest,
+            total,
         }
     }
 }
 
-/// A key's window under its own mutex (a loom mutex under `--cfg loom`, so
-/// the models see every lock).
+/// What the twin's `check` answers on a window whose newest opened
+/// sub-window is `newest`: a reading older than it is denied until it starts
+/// (or later); otherwise `n` fits if the window ending with the reading's
+/// sub-window has room (sub-windows after `newest` have charged nothing).
+fn check(
+    geo: &Geometry,
+    now: u64,
+    n: u32,
+    newest: u64,
+    charge: impl Fn(u64) -> u32,
+) -> Result<(), Denied> {
+    let j = geo.index(now);
+    if j < newest {
+        return Err(geo.retry_after(now, newest, newest, n, charge));
+    }
+    if geo.room(j, newest, &charge) >= n {
+        Ok(())
+    } else {
+        Err(geo.retry_after(now, j + 1, newest, n, charge))
+    }
+}
+
+/// Whether a window decides, at `now` and at every later time, exactly as a
+/// new one: no reading from `now` on is older than `newest`, and every charge
+/// has left the window ending with `now`'s sub-window, so it has left every
+/// later one.
+fn is_fresh(geo: &Geometry, now: u64, newest: u64, charge: impl Fn(u64) -> u32) -> bool {
+    let q = geo.index(now);
+    if q < newest {
+        return false;
+    }
+    let subs = u64::from(geo.subs());
+    (q.saturating_sub(subs - 1)..=newest).all(|i| charge(i) == 0)
+}
+
+/// The pool word's tag bit (the keyed layer's [`TAG`](super::TAG), moved to
+/// bit 127).
+const POOL_TAG: u128 = 1 << 127;
+/// Set while a carry-over rewrites the key: nothing else writes the pool.
+const POOL_SEALED: u128 = 1 << 126;
+/// The newest sub-window's bits: an index is below `2^62` (a reading is at
+/// most `2^62 − 1` ns and a sub-window at least 1 ns).
+const NEWEST_BITS: u64 = (1 << 62) - 1;
+
+/// A key's pool word, unpacked (see the module's state table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Pool {
+    /// `0` or [`TAG`](super::TAG).
+    tag: u64,
+    sealed: bool,
+    /// The newest sub-window opened.
+    newest: u64,
+    /// What the `S − 1` sub-windows before `newest` had charged when it
+    /// opened (at most the limit).
+    used: u32,
+    /// What `newest` has charged.
+    count: u32,
+}
+
+impl Pool {
+    fn fresh(tag: u64) -> Self {
+        Pool {
+            tag,
+            sealed: false,
+            newest: 0,
+            used: 0,
+            count: 0,
+        }
+    }
+
+    fn pack(self) -> u128 {
+        debug_assert!(self.newest <= NEWEST_BITS);
+        let mut word = (u128::from(self.newest) << 64)
+            | (u128::from(self.used) << 32)
+            | u128::from(self.count);
+        if self.tag != 0 {
+            word |= POOL_TAG;
+        }
+        if self.sealed {
+            word |= POOL_SEALED;
+        }
+        word
+    }
+
+    fn unpack(word: u128) -> Self {
+        Pool {
+            tag: if word & POOL_TAG != 0 { super::TAG } else { 0 },
+            sealed: word & POOL_SEALED != 0,
+            // The masks keep 62 and 32 bits: the casts are lossless.
+            newest: ((word >> 64) as u64) & NEWEST_BITS,
+            used: (word >> 32) as u32,
+            count: word as u32,
+        }
+    }
+}
+
+/// Finished sub-windows' charges: sub-window `i`'s entry,
+/// `Geometry::pack(i, count)`, at `i mod S`, written before the pool leaves
+/// `i`. A slot holding another index is an older sub-window's: `i` charged
+/// nothing.
+struct History {
+    /// The tag of the configuration whose geometry the entries use.
+    tag: u64,
+    slots: Box<[AtomicU64]>,
+}
+
+impl History {
+    fn new(tag: u64, subs: u32) -> Self {
+        History {
+            tag,
+            slots: (0..subs).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn slot(&self, i: u64) -> &AtomicU64 {
+        // Below `S <= MAX_SUB_WINDOWS`: the cast is lossless.
+        &self.slots[(i % self.slots.len() as u64) as usize]
+    }
+
+    /// Whether this is the history of pools tagged `tag` under `geo`. One
+    /// that is not (allocated by an opener that a carry-over overtook) holds
+    /// nothing: nothing is written into a history before the writer has
+    /// checked it is its configuration's (see `WindowCell::open`).
+    fn serves(&self, tag: u64, geo: &Geometry) -> bool {
+        self.tag == tag && self.slots.len() == geo.subs() as usize
+    }
+}
+
+/// A pool and the history read with it: the charges of the window that
+/// ends with the pool's newest sub-window.
+struct Seen<'g> {
+    pool: Pool,
+    history: Option<&'g History>,
+    geo: &'g Geometry,
+}
+
+impl Seen<'_> {
+    fn charge(&self, i: u64) -> u32 {
+        let pool = &self.pool;
+        if i == pool.newest {
+            return pool.count;
+        }
+        if i > pool.newest || i + u64::from(self.geo.subs()) <= pool.newest {
+            return 0;
+        }
+        let Some(history) = self.history else {
+            return 0;
+        };
+        // Relaxed: the entry of every sub-window before `newest` was written
+        // before the pool left it (by the opener's Release CAS, or by the
+        // carry-over before its Release store), and the pool this was read
+        // with was loaded with Acquire, so the entry is seen. A later write
+        // (a refund, or an overtaken opener's `fetch_max`) may or may not be:
+        // either value is at least what the sub-window still holds.
+        let (stamp, count) = self.geo.unpack(history.slot(i).load(Ordering::Relaxed));
+        if stamp == i { count } else { 0 }
+    }
+}
+
+/// A key's window without a lock: one 128-bit pool word and a history of
+/// finished sub-windows behind an epoch-protected pointer (see the module's
+/// state table and protocol).
 #[doc(hidden)]
 #[allow(unreachable_pub)] // sealed: public only as `Keyable::State`
-pub struct WindowCell(Mutex<Win>);
+pub struct WindowCell {
+    pool: AtomicU128,
+    history: MaybeShared<History>,
+}
 
 impl WindowCell {
-    fn new(win: Win) -> Self {
-        WindowCell(Mutex::new(win))
+    fn with(pool: Pool, history: Option<History>) -> Self {
+        WindowCell {
+            pool: AtomicU128::new(pool.pack()),
+            history: MaybeShared::new(history),
+        }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Win> {
-        self.0.lock()
+    /// A cell holding `win`, tagged `tag`, under `geo`.
+    fn holding(win: &Win, tag: u64, geo: &Geometry) -> Self {
+        let (pool, history) = split(win, tag, geo);
+        WindowCell::with(pool, history)
     }
+
+    /// The pool word, once no carry-over is rewriting it.
+    fn load(&self) -> u128 {
+        let mut backoff = Backoff::new();
+        loop {
+            // Acquire: pairs with the opener's Release CAS (the history
+            // entries it wrote before leaving a sub-window) and with the
+            // carry-over's Release store (the history it installed).
+            let word = self.pool.load(Ordering::Acquire);
+            if word & POOL_SEALED == 0 {
+                return word;
+            }
+            // A carry-over is rewriting the key (`O(S)` steps): only it can
+            // finish, so wait for it.
+            backoff.pause();
+        }
+    }
+
+    /// The history that goes with `pool` (tagged as the pool, under `geo`),
+    /// or `None` if the pool moved to another configuration meanwhile (read
+    /// the pool again).
+    fn seen<'g>(&self, pool: Pool, geo: &'g Geometry, guard: &'g Guard) -> Option<Seen<'g>> {
+        let history = self.history.load(guard);
+        if let Some(h) = history {
+            if h.serves(pool.tag, geo) {
+                return Some(Seen { pool, history, geo });
+            }
+        }
+        // No history of this configuration: either it never needed one (no
+        // sub-window with a charge has been left since it began), or a
+        // carry-over has replaced it since the pool was read. Only a
+        // carry-over changes the tag or seals the pool, so the same tag,
+        // unsealed, tells the first case.
+        let again = Pool::unpack(self.pool.load(Ordering::Acquire));
+        (again.tag == pool.tag && !again.sealed).then_some(Seen {
+            pool,
+            history: None,
+            geo,
+        })
+    }
+
+    /// Runs `f` on the key's window under the view's configuration —
+    /// carried over without writing anything if the key is still under the
+    /// previous one — as `(geometry, newest, charge)`.
+    fn with_window<R>(
+        &self,
+        view: &View<'_, SlidingWindowConfig>,
+        now: u64,
+        f: impl FnOnce(&Geometry, u64, &dyn Fn(u64) -> u32) -> R,
+    ) -> Result<R, Refusal> {
+        let guard = pin();
+        loop {
+            let pool = Pool::unpack(self.load());
+            if pool.tag == view.tag {
+                let geo = &view.current.geo;
+                if let Some(seen) = self.seen(pool, geo, &guard) {
+                    return Ok(f(geo, pool.newest, &|i| seen.charge(i)));
+                }
+            } else if (view.still_current)() {
+                if let Some(seen) = self.seen(pool, &view.previous.geo, &guard) {
+                    let win = Win::read(&view.previous.geo, pool.newest, |i| seen.charge(i))
+                        .carried(view.previous, view.current, now, view.carry);
+                    return Ok(f(&view.current.geo, win.newest, &|i| win.charge(i)));
+                }
+            } else {
+                return Err(Refusal::Stale);
+            }
+        }
+    }
+
+    /// The twin's decision on this key: a reading older than the newest
+    /// sub-window is denied until it starts (or later); otherwise its
+    /// sub-window opens (whether or not `n` is then admitted) and `n` is
+    /// admitted if the window ending with it has room. Returns the
+    /// sub-window charged and the snapshot after the admission.
+    fn decide(
+        &self,
+        view: &View<'_, SlidingWindowConfig>,
+        now: u64,
+        n: u32,
+    ) -> Result<(u64, Snapshot), Refusal> {
+        let geo = &view.current.geo;
+        let limit = u64::from(geo.limit());
+        let j = geo.index(now);
+        let mut backoff = Backoff::new();
+        let mut word = self.load();
+        loop {
+            let pool = Pool::unpack(word);
+            if pool.tag != view.tag {
+                self.carry(view, word, now)?;
+                word = self.load();
+                continue;
+            }
+            if j != pool.newest {
+                word = if j > pool.newest {
+                    self.open(view, word, pool, j)?
+                } else {
+                    match self.denial(pool, geo, |seen| {
+                        geo.retry_after(now, pool.newest, pool.newest, n, |i| seen.charge(i))
+                    }) {
+                        Some(denied) => return Err(denied.into()),
+                        None => self.load(),
+                    }
+                };
+                continue;
+            }
+            let sum = u64::from(pool.used) + u64::from(pool.count);
+            if sum + u64::from(n) > limit {
+                match self.denial(pool, geo, |seen| {
+                    geo.retry_after_next(now, j, n, sum, |i| seen.charge(i))
+                }) {
+                    Some(denied) => return Err(denied.into()),
+                    None => {
+                        word = self.load();
+                        continue;
+                    }
+                }
+            }
+            // `count + n <= used + count + n <= limit`: no overflow.
+            let next = Pool {
+                count: pool.count + n,
+                ..pool
+            };
+            // Relaxed on success: an admission publishes nothing but the
+            // word (the count an opener later copies into the history is read
+            // from the word itself). Acquire on failure: the pool found may
+            // have moved to a later sub-window, whose history this thread may
+            // read next (its entries were published by that opener's Release).
+            match self.pool.compare_exchange(
+                word,
+                next.pack(),
+                Ordering::Relaxed,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    // `sum + n <= limit`: the cast is lossless.
+                    let available = (limit - sum - u64::from(n)) as u32;
+                    // Full again once sub-window `j + S` starts: `j` has just
+                    // been charged and is the newest.
+                    let full_at = geo.start(j + u64::from(geo.subs()));
+                    let after =
+                        Snapshot::from_ns(available, geo.limit(), full_at.saturating_sub(now));
+                    return Ok((j, after));
+                }
+                Err(actual) => {
+                    word = actual;
+                    if word & POOL_SEALED != 0 {
+                        word = self.load();
+                    }
+                    backoff.wait();
+                }
+            }
+        }
+    }
+
+    /// A denial computed by `f` from the charges that go with `pool`, or
+    /// `None` if the pool moved to another configuration meanwhile.
+    fn denial(
+        &self,
+        pool: Pool,
+        geo: &Geometry,
+        f: impl FnOnce(&Seen<'_>) -> Denied,
+    ) -> Option<Denied> {
+        let guard = pin();
+        self.seen(pool, geo, &guard).map(|seen| f(&seen))
+    }
+
+    /// Opens sub-window `j > pool.newest`: writes the newest sub-window's
+    /// charge into the history, then moves the pool to `j` with what the
+    /// `S − 1` sub-windows before `j` have charged. Returns the pool word to
+    /// decide on next (the opened one, or whatever beat this thread to it).
+    fn open(
+        &self,
+        view: &View<'_, SlidingWindowConfig>,
+        word: u128,
+        pool: Pool,
+        j: u64,
+    ) -> Result<u128, Refusal> {
+        let geo = &view.current.geo;
+        let guard = pin();
+        let mut history = self.history.load(&guard);
+        if pool.count > 0 && !history.is_some_and(|h| h.serves(view.tag, geo)) {
+            // The first sub-window with a charge to leave since the key
+            // began (or since a carry-over that kept no history): the
+            // history is allocated now, once, by whoever wins this CAS. A
+            // history that does not serve this configuration is an
+            // overtaken opener's, empty — unless this thread is the one
+            // overtaken, and the history a carry-over's for the next
+            // configuration. A carry-over seals the pool before it installs
+            // its history, so a pool read after the history, still unsealed
+            // under this tag, tells that no carry-over has installed one;
+            // one that starts later replaces whatever this CAS installs.
+            let again = Pool::unpack(self.pool.load(Ordering::Acquire));
+            if again.tag != pool.tag || again.sealed {
+                return Ok(self.load());
+            }
+            if !(view.still_current)() {
+                return Err(Refusal::Stale);
+            }
+            let fresh = History::new(view.tag, geo.subs());
+            match self.history.compare_exchange(history, Some(fresh), &guard) {
+                Ok(installed) => {
+                    if let Some(old) = history {
+                        // SAFETY: replaced by this CAS, so retired once; every
+                        // reader pins before loading it.
+                        unsafe { self.history.retire(old, &guard) };
+                    }
+                    history = installed;
+                }
+                // Another thread installed one: decide again.
+                Err(_) => return Ok(self.load()),
+            }
+        }
+        let history = history.filter(|h| h.serves(view.tag, geo));
+        // The history loaded above is this configuration's, not a later
+        // one's with the same tag bit, only if the view's configuration is
+        // still the one in force: the tag changes only after a new
+        // configuration is published, and the pool's tag matched the view's
+        // when it was read (after the view). Writing a stamp into a history
+        // of another geometry could overwrite a count still in its window.
+        if !(view.still_current)() {
+            return Err(Refusal::Stale);
+        }
+        #[cfg(loom)]
+        if OPEN_BEFORE_PUBLISH.with(std::cell::Cell::get) {
+            return Ok(self.open_before_publish(word, pool, j, history, geo));
+        }
+        if pool.count > 0 {
+            let Some(h) = history else {
+                unreachable!("a charged pool's history was installed above");
+            };
+            // Relaxed: published by the Release CAS below. `fetch_max`, not a
+            // store: an opener that lost its CAS to an admission (a larger
+            // count) or to another opener may write an older count of the
+            // same sub-window, or one the slot has since moved past; the
+            // larger stamp, then the larger count, stays. A count larger than
+            // the final one (a refund came in between) only counts the
+            // refunded permits longer.
+            h.slot(pool.newest)
+                .fetch_max(geo.pack(pool.newest, pool.count), Ordering::Relaxed);
+        }
+        let seen = Seen { pool, history, geo };
+        let used: u64 = ((j + 1).saturating_sub(u64::from(geo.subs()))..j)
+            .map(|i| u64::from(seen.charge(i)))
+            .sum();
+        let opened = Pool {
+            newest: j,
+            // A sum of counts each taken at its largest can pass the limit
+            // after refunds; the limit already fills the window.
+            used: used.min(u64::from(geo.limit())) as u32,
+            count: 0,
+            ..pool
+        };
+        // Release on success: publishes the history entry written above (and
+        // the history itself) to every thread that loads the pool with
+        // Acquire and then reads `pool.newest`'s charge from the history.
+        // Acquire on failure: as the admission's.
+        match self
+            .pool
+            .compare_exchange(word, opened.pack(), Ordering::Release, Ordering::Acquire)
+        {
+            Ok(_) => Ok(opened.pack()),
+            Err(actual) if actual & POOL_SEALED == 0 => Ok(actual),
+            Err(_) => Ok(self.load()),
+        }
+    }
+
+    /// Carries the key over from the view's previous configuration to its
+    /// current one: seals the pool (every other write fails from then on),
+    /// reads the window, installs the carried history, publishes the carried
+    /// pool. `Ok` once it is done or if another thread sealed first (read
+    /// the pool again); `Err(Stale)` if the view is no longer current.
+    fn carry(
+        &self,
+        view: &View<'_, SlidingWindowConfig>,
+        word: u128,
+        now: u64,
+    ) -> Result<(), Refusal> {
+        if !(view.still_current)() {
+            return Err(Refusal::Stale);
+        }
+        // Acquire on success: the window read below must include every
+        // history entry published before the pool reached `word` (the
+        // admissions' Relaxed CASes continue the opener's release sequence).
+        // Relaxed on failure: the caller loads the pool again with Acquire.
+        if self
+            .pool
+            .compare_exchange(
+                word,
+                word | POOL_SEALED,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            )
+            .is_err()
+        {
+            return Ok(());
+        }
+        let pool = Pool::unpack(word);
+        let guard = pin();
+        let mut current = self.history.load(&guard);
+        let old = &view.previous.geo;
+        // Sealed: no entry of this configuration is written from now on but
+        // an overtaken opener's, which only repeats what the pool or the
+        // history already holds, or more (see `open`).
+        let seen = Seen {
+            pool,
+            history: current.filter(|h| h.serves(pool.tag, old)),
+            geo: old,
+        };
+        let win = Win::read(old, pool.newest, |i| seen.charge(i)).carried(
+            view.previous,
+            view.current,
+            now,
+            view.carry,
+        );
+        let (next, mut history) = split(&win, view.tag, &view.current.geo);
+        // Always a new history (or none), never the old one rewritten: an
+        // overtaken opener may still write into the old one.
+        loop {
+            match self.history.compare_exchange(current, history, &guard) {
+                Ok(_) => {
+                    if let Some(old) = current {
+                        // SAFETY: replaced by this CAS, so retired once; every
+                        // reader pins before loading it.
+                        unsafe { self.history.retire(old, &guard) };
+                    }
+                    break;
+                }
+                // An overtaken opener installed an (empty) history since:
+                // replace that one.
+                Err(back) => {
+                    history = back;
+                    current = self.history.load(&guard);
+                }
+            }
+        }
+        // Release: publishes the history installed above (and the
+        // configuration change) to every thread that loads the pool with
+        // Acquire. A store: the seal keeps every other writer out.
+        self.pool.store(next.pack(), Ordering::Release);
+        Ok(())
+    }
+
+    /// Gives back `n` permits charged to sub-window `j` under `tag`, if the
+    /// key is still under that configuration and the sub-window still in its
+    /// window. The newest sub-window's count is exact; a finished
+    /// sub-window's entry is lowered, but the pool's `used` keeps the
+    /// permits until the next sub-window opens (the opener of the one after
+    /// reads the lowered entry). Never below what was admitted since.
+    fn refund(&self, view: &View<'_, SlidingWindowConfig>, j: u64, tag: u64, n: u32) {
+        let geo = if tag == view.tag {
+            &view.current.geo
+        } else {
+            &view.previous.geo
+        };
+        let mut backoff = Backoff::new();
+        let mut word = self.load();
+        loop {
+            let pool = Pool::unpack(word);
+            // A carry-over in between moved the counts to other
+            // sub-windows: keep them.
+            if pool.tag != tag || j > pool.newest {
+                return;
+            }
+            if j < pool.newest {
+                break;
+            }
+            if pool.count < n {
+                return;
+            }
+            let next = Pool {
+                count: pool.count - n,
+                ..pool
+            };
+            // Relaxed on success: a refund publishes nothing but the word.
+            // Acquire on failure: the pool may have left `j`, and the
+            // history's entry for `j` is read next.
+            match self.pool.compare_exchange(
+                word,
+                next.pack(),
+                Ordering::Relaxed,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return,
+                Err(actual) => {
+                    word = if actual & POOL_SEALED == 0 {
+                        actual
+                    } else {
+                        self.load()
+                    };
+                    backoff.wait();
+                }
+            }
+        }
+        let pool = Pool::unpack(word);
+        if j + u64::from(geo.subs()) <= pool.newest {
+            return;
+        }
+        let guard = pin();
+        let Some(history) = self.history.load(&guard).filter(|h| h.serves(tag, geo)) else {
+            return;
+        };
+        // As in `open`: the history is the receipt's configuration's only
+        // if that configuration is still in force.
+        if tag != view.tag || !(view.still_current)() {
+            return;
+        }
+        let slot = history.slot(j);
+        // Relaxed: the entry was published before the pool left `j`, and the
+        // pool was read with Acquire after that.
+        let mut entry = slot.load(Ordering::Relaxed);
+        loop {
+            let (stamp, count) = geo.unpack(entry);
+            if stamp != j || count < n {
+                return;
+            }
+            // Relaxed: a lowered entry publishes nothing; a reader that misses
+            // it counts the permits longer.
+            match slot.compare_exchange(
+                entry,
+                geo.pack(j, count - n),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(actual) => entry = actual,
+            }
+        }
+    }
+}
+
+#[cfg(loom)]
+std::thread_local! {
+    static OPEN_BEFORE_PUBLISH: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Loom builds only: the keyed sliding window's openers move the pool to the
+/// new sub-window *before* writing the one they leave into the history — the
+/// known-bad order the models must catch (an opener of the sub-window after
+/// can then miss a count still in its window), for the calling OS thread.
+/// Never compiled into a normal build.
+#[cfg(loom)]
+#[doc(hidden)]
+pub fn known_bad_window_open_before_publish(on: bool) {
+    OPEN_BEFORE_PUBLISH.with(|bad| bad.set(on));
+}
+
+#[cfg(loom)]
+impl WindowCell {
+    /// `open` in the known-bad order (see `known_bad_window_open_before_publish`).
+    fn open_before_publish(
+        &self,
+        word: u128,
+        pool: Pool,
+        j: u64,
+        history: Option<&History>,
+        geo: &Geometry,
+    ) -> u128 {
+        let seen = Seen { pool, history, geo };
+        let used: u64 = ((j + 1).saturating_sub(u64::from(geo.subs()))..j)
+            .map(|i| u64::from(seen.charge(i)))
+            .sum();
+        let opened = Pool {
+            newest: j,
+            used: used.min(u64::from(geo.limit())) as u32,
+            count: 0,
+            ..pool
+        };
+        match self
+            .pool
+            .compare_exchange(word, opened.pack(), Ordering::Release, Ordering::Acquire)
+        {
+            Ok(_) => {
+                if let Some(h) = history.filter(|_| pool.count > 0) {
+                    h.slot(pool.newest)
+                        .fetch_max(geo.pack(pool.newest, pool.count), Ordering::Relaxed);
+                }
+                opened.pack()
+            }
+            Err(actual) if actual & POOL_SEALED == 0 => actual,
+            Err(_) => self.load(),
+        }
+    }
+}
+
+/// `win` as a pool tagged `tag` and the history of its finished
+/// sub-windows (none if it has none), under `geo`.
+fn split(win: &Win, tag: u64, geo: &Geometry) -> (Pool, Option<History>) {
+    if win.counts.is_empty() {
+        return (Pool::fresh(tag), None);
+    }
+    let count = win.charge(win.newest);
+    let pool = Pool {
+        tag,
+        sealed: false,
+        newest: win.newest,
+        // `total <= limit`: the cast is lossless.
+        used: (win.total - u64::from(count)) as u32,
+        count,
+    };
+    let finished = (win.newest + 1).saturating_sub(u64::from(geo.subs()))..win.newest;
+    if finished.clone().all(|i| win.charge(i) == 0) {
+        return (pool, None);
+    }
+    let history = History::new(tag, geo.subs());
+    for i in finished {
+        let count = win.charge(i);
+        if count > 0 {
+            // Relaxed: not yet published (see `WindowCell::carry`).
+            history.slot(i).store(geo.pack(i, count), Ordering::Relaxed);
+        }
+    }
+    (pool, Some(history))
 }
 
 impl fmt::Debug for WindowCell {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WindowCell").finish_non_exhaustive()
-    }
-}
-
-/// The window carried over to the view's configuration, if it is stale and
-/// the view current; `Err(Stale)` if it moved past the view; `Ok(None)` if
-/// it is already under the view's configuration.
-fn resolve(
-    view: &View<'_, SlidingWindowConfig>,
-    win: &Win,
-    now: u64,
-) -> Result<Option<Win>, Refusal> {
-    if win.tag == view.tag {
-        Ok(None)
-    } else if (view.still_current)() {
-        let mut carried = win.carried(view.previous, view.current, now, view.carry);
-        carried.tag = view.tag;
-        Ok(Some(carried))
-    } else {
-        Err(Refusal::Stale)
     }
 }
 
@@ -461,7 +1076,7 @@ impl<C: Clock> Keyable for SlidingWindow<C> {
     }
 
     fn fresh(tag: u64) -> WindowCell {
-        WindowCell::new(Win::empty(tag))
+        WindowCell::with(Pool::fresh(tag), None)
     }
 
     fn acquire(
@@ -470,17 +1085,12 @@ impl<C: Clock> Keyable for SlidingWindow<C> {
         now: u64,
         n: u32,
     ) -> Result<WindowReceipt, Refusal> {
-        let geo = &view.current.geo;
-        check_request(n, geo.limit())?;
-        let mut win = state.lock();
-        if let Some(carried) = resolve(view, &win, now)? {
-            *win = carried;
-        }
-        let sub_window = win.decide(geo, now, n)?;
+        check_request(n, view.current.geo.limit())?;
+        let (sub_window, after) = state.decide(view, now, n)?;
         Ok(WindowReceipt {
             sub_window,
-            tag: win.tag,
-            after: win.admitted(geo, now, sub_window),
+            tag: view.tag,
+            after,
         })
     }
 
@@ -498,28 +1108,20 @@ impl<C: Clock> Keyable for SlidingWindow<C> {
         now: u64,
         n: u32,
     ) -> Result<(), Refusal> {
-        let geo = &view.current.geo;
-        check_request(n, geo.limit())?;
-        let win = state.lock();
-        match resolve(view, &win, now)? {
-            Some(carried) => carried.check(geo, now, n)?,
-            None => win.check(geo, now, n)?,
-        }
+        check_request(n, view.current.geo.limit())?;
+        state.with_window(view, now, |geo, newest, charge| {
+            check(geo, now, n, newest, charge)
+        })??;
         Ok(())
     }
 
     fn refund(
-        _view: &View<'_, SlidingWindowConfig>,
+        view: &View<'_, SlidingWindowConfig>,
         state: &WindowCell,
         receipt: WindowReceipt,
         n: u32,
     ) {
-        let mut win = state.lock();
-        // A carry-over in between moved the counts to other sub-windows:
-        // keep them.
-        if win.tag == receipt.tag {
-            win.refund(receipt.sub_window, n);
-        }
+        state.refund(view, receipt.sub_window, receipt.tag, n);
     }
 
     fn fork(
@@ -527,11 +1129,13 @@ impl<C: Clock> Keyable for SlidingWindow<C> {
         state: &WindowCell,
         now: u64,
     ) -> Option<WindowCell> {
-        let win = state.lock();
-        let forked = resolve(view, &win, now)
-            .ok()?
-            .unwrap_or_else(|| win.clone());
-        Some(WindowCell::new(forked))
+        let geo = &view.current.geo;
+        let win = state
+            .with_window(view, now, |geo, newest, charge| {
+                Win::read(geo, newest, charge)
+            })
+            .ok()?;
+        Some(WindowCell::holding(&win, view.tag, geo))
     }
 
     fn snapshot(
@@ -539,12 +1143,11 @@ impl<C: Clock> Keyable for SlidingWindow<C> {
         state: &WindowCell,
         now: u64,
     ) -> Option<Snapshot> {
-        let win = state.lock();
-        let geo = &view.current.geo;
-        Some(match resolve(view, &win, now).ok()? {
-            Some(carried) => carried.snapshot(geo, now),
-            None => win.snapshot(geo, now),
-        })
+        state
+            .with_window(view, now, |geo, newest, charge| {
+                geo.snapshot(now, newest, charge)
+            })
+            .ok()
     }
 
     fn is_fresh(
@@ -552,23 +1155,22 @@ impl<C: Clock> Keyable for SlidingWindow<C> {
         state: &WindowCell,
         now: u64,
     ) -> Option<bool> {
-        let win = state.lock();
-        let geo = &view.current.geo;
-        Some(match resolve(view, &win, now).ok()? {
-            Some(carried) => carried.is_fresh(geo, now),
-            None => win.is_fresh(geo, now),
-        })
+        state
+            .with_window(view, now, |geo, newest, charge| {
+                is_fresh(geo, now, newest, charge)
+            })
+            .ok()
     }
 
     fn settle(view: &View<'_, SlidingWindowConfig>, state: &WindowCell, now: u64) -> bool {
-        let mut win = state.lock();
-        match resolve(view, &win, now) {
-            Ok(Some(carried)) => {
-                *win = carried;
-                true
+        loop {
+            let word = state.load();
+            if Pool::unpack(word).tag == view.tag {
+                return true;
             }
-            Ok(None) => true,
-            Err(_) => false,
+            if state.carry(view, word, now).is_err() {
+                return false;
+            }
         }
     }
 }
@@ -577,11 +1179,11 @@ impl<C: Clock> Keyable for SlidingWindow<C> {
 mod tests {
     use super::*;
 
-    /// The per-key header: the counts' pointer and length, three words and
-    /// the lock (one byte, padded to a word).
+    /// The per-key header: the pool word and the history's pointer, padded
+    /// to the pool's 16-byte alignment.
     #[test]
-    fn the_per_key_header_is_forty_eight_bytes() {
-        assert_eq!(std::mem::size_of::<WindowCell>(), 48);
+    fn the_per_key_header_is_thirty_two_bytes() {
+        assert_eq!(std::mem::size_of::<WindowCell>(), 32);
     }
 
     fn cfg(limit: u32, ms: u64, subs: u32) -> SlidingWindowConfig {
@@ -589,15 +1191,55 @@ mod tests {
             .unwrap()
     }
 
+    fn view<'a>(
+        current: &'a SlidingWindowConfig,
+        previous: &'a SlidingWindowConfig,
+        carry: Carry,
+        tag: u64,
+        still_current: &'a dyn Fn() -> bool,
+    ) -> View<'a, SlidingWindowConfig> {
+        View {
+            current,
+            previous,
+            carry,
+            tag,
+            still_current,
+        }
+    }
+
+    /// Every field of the pool word round-trips, at its largest values too.
+    #[test]
+    fn the_pool_word_packs_every_field() {
+        for pool in [
+            Pool::fresh(0),
+            Pool::fresh(super::super::TAG),
+            Pool {
+                tag: super::super::TAG,
+                sealed: true,
+                newest: NEWEST_BITS,
+                used: u32::MAX,
+                count: u32::MAX,
+            },
+            Pool {
+                tag: 0,
+                sealed: false,
+                newest: 12_345,
+                used: 7,
+                count: 3,
+            },
+        ] {
+            assert_eq!(Pool::unpack(pool.pack()), pool);
+        }
+    }
+
     /// A window holding only charges that have left it carries to a new
     /// one under every strategy, even into a longer window.
     #[test]
     fn a_fresh_window_carries_to_a_new_one() {
         let (a, b) = (cfg(4, 100, 4), cfg(9, 1_000, 5));
-        let mut win = Win::empty(0);
-        win.decide(&a.geo, 10_000_000, 3).unwrap();
+        let win = Win::read(&a.geo, 0, |i| if i == 0 { 3 } else { 0 });
         let now = 200_000_000;
-        assert!(win.is_fresh(&a.geo, now));
+        assert!(is_fresh(&a.geo, now, win.newest, |i| win.charge(i)));
         for carry in [Carry::Proportional, Carry::Additive, Carry::Reset] {
             let carried = win.carried(&a, &b, now, carry);
             assert!(carried.counts.is_empty() && carried.newest == 0);
@@ -609,9 +1251,9 @@ mod tests {
     #[test]
     fn carrying_to_the_same_configuration_keeps_the_counts() {
         let a = cfg(5, 100, 4);
-        let mut win = Win::empty(0);
-        win.decide(&a.geo, 10_000_000, 2).unwrap();
-        win.decide(&a.geo, 60_000_000, 1).unwrap();
+        // 2 in sub-window 0 (at 10 ms), 1 in sub-window 2 (at 60 ms).
+        let win = Win::read(&a.geo, 2, |i| [2, 0, 1][i as usize]);
+        assert_eq!(win.total, 3);
         for carry in [Carry::Proportional, Carry::Additive] {
             let carried = win.carried(&a, &a, 70_000_000, carry);
             assert_eq!(carried.newest, win.newest);
@@ -620,5 +1262,94 @@ mod tests {
                 assert_eq!(carried.charge(i), win.charge(i), "sub-window {i}");
             }
         }
+    }
+
+    /// A cell holding a window (as a fork or a carry-over writes one) reads
+    /// back the same window: the newest count in the pool, the finished ones
+    /// in the history, and the pool's `used` their sum.
+    #[test]
+    fn a_cell_holds_the_window_it_was_given() {
+        let a = cfg(9, 100, 4);
+        let win = Win::read(&a.geo, 5, |i| [0, 0, 0, 2, 0, 4][i as usize]);
+        let cell = WindowCell::holding(&win, 0, &a.geo);
+        let pool = Pool::unpack(cell.load());
+        assert_eq!((pool.newest, pool.used, pool.count), (5, 2, 4));
+        let yes = || true;
+        let v = view(&a, &a, Carry::Reset, 0, &yes);
+        let read = cell
+            .with_window(&v, 130_000_000, |geo, newest, charge| {
+                Win::read(geo, newest, charge)
+            })
+            .unwrap();
+        assert_eq!(read.newest, 5);
+        for i in 0..=5 {
+            assert_eq!(read.charge(i), win.charge(i), "sub-window {i}");
+        }
+        // Two more at sub-window 6: the room is 9 − 2 − 4 = 3.
+        let (j, after) = cell.decide(&v, 150_000_000, 2).unwrap();
+        assert_eq!((j, after.available), (6, 1));
+    }
+
+    /// A refund of the newest sub-window is exact; one of a finished
+    /// sub-window lowers its entry, which the next opening reads.
+    #[test]
+    fn refunds_give_back_the_newest_count_and_finished_entries() {
+        let a = cfg(4, 100, 4);
+        let yes = || true;
+        let v = view(&a, &a, Carry::Reset, 0, &yes);
+        let cell = WindowCell::with(Pool::fresh(0), None);
+        cell.decide(&v, 0, 3).unwrap();
+        cell.refund(&v, 0, 0, 1);
+        assert_eq!(Pool::unpack(cell.load()).count, 2);
+        // Sub-window 1 opens: 2 used before it.
+        cell.decide(&v, 25_000_000, 1).unwrap();
+        assert_eq!(Pool::unpack(cell.load()).used, 2);
+        cell.refund(&v, 0, 0, 2);
+        // The pool keeps them until the next opening...
+        assert!(cell.decide(&v, 26_000_000, 2).is_err());
+        // ...which reads the lowered entry: only sub-window 1's 1 is left.
+        let (_, after) = cell.decide(&v, 50_000_000, 3).unwrap();
+        assert_eq!(after.available, 0);
+        // A refund under another tag (a carry-over in between) keeps the counts.
+        cell.refund(&v, 2, TAG_OTHER, 3);
+        assert_eq!(Pool::unpack(cell.load()).count, 3);
+    }
+
+    const TAG_OTHER: u64 = super::super::TAG;
+
+    /// A carry-over rewrites the pool and the history under the new
+    /// geometry; a stale view neither decides nor carries.
+    #[test]
+    fn a_carry_over_rewrites_pool_and_history() {
+        let (a, b) = (cfg(4, 100, 4), cfg(8, 100, 2));
+        let yes = || true;
+        let old = view(&a, &a, Carry::Reset, 0, &yes);
+        let cell = WindowCell::with(Pool::fresh(0), None);
+        cell.decide(&old, 10_000_000, 1).unwrap(); // sub-window 0
+        cell.decide(&old, 60_000_000, 2).unwrap(); // sub-window 2
+        let new = view(&b, &a, Carry::Additive, TAG_OTHER, &yes);
+        // At 70 ms: old sub-window 0 ends in new sub-window 0, 2 in 1.
+        assert!(
+            <SlidingWindow<crate::clock::ManualClock> as Keyable>::settle(&new, &cell, 70_000_000)
+        );
+        let pool = Pool::unpack(cell.load());
+        assert_eq!(
+            (pool.tag, pool.newest, pool.used, pool.count),
+            (TAG_OTHER, 1, 1, 2)
+        );
+        assert_eq!(
+            <SlidingWindow<crate::clock::ManualClock> as Keyable>::snapshot(
+                &new, &cell, 70_000_000
+            )
+            .unwrap()
+            .available,
+            5
+        );
+        let no = || false;
+        let stale = view(&a, &b, Carry::Additive, 0, &no);
+        assert_eq!(
+            cell.decide(&stale, 70_000_000, 1).unwrap_err(),
+            Refusal::Stale
+        );
     }
 }

@@ -7,7 +7,9 @@
 //! [`Shared::with`]); a writer replaces the value by compare-and-swap
 //! ([`Shared::compare_exchange`], then [`Shared::retire`] once the old value
 //! is unreachable) or, where it has excluded every other writer, by a store
-//! ([`Shared::replace_with`]).
+//! ([`Shared::replace_with`]). [`MaybeShared`] is the same pointer that may
+//! also hold nothing (the keyed sliding window's history, allocated when a
+//! key first needs it).
 //!
 //! crossbeam-epoch is not loom-aware (its own loom build needs
 //! `--cfg crossbeam_loom`), so under `--cfg loom` a stand-in with the same
@@ -20,7 +22,7 @@
 
 use std::fmt;
 
-pub(crate) use imp::{Guard, Shared, pin};
+pub(crate) use imp::{Guard, MaybeShared, Shared, pin};
 
 #[cfg(not(loom))]
 mod imp {
@@ -152,6 +154,74 @@ mod imp {
             // waits for those pinned before, `guard` among them.
             unsafe { self.retire(old, &guard) };
             true
+        }
+    }
+
+    /// A [`Shared`] that may hold no value: replaced by compare-and-swap
+    /// only, from a value or from nothing to a value or to nothing.
+    pub(crate) struct MaybeShared<T>(Atomic<T>);
+
+    impl<T> MaybeShared<T> {
+        pub(crate) fn new(value: Option<T>) -> Self {
+            MaybeShared(value.map_or_else(Atomic::null, Atomic::new))
+        }
+
+        /// The current value, alive as long as the guard.
+        #[inline]
+        pub(crate) fn load<'g>(&self, guard: &'g Guard) -> Option<&'g T> {
+            // Acquire: as `Shared::load`'s.
+            let value = self.0.load(Ordering::Acquire, guard);
+            // SAFETY: null or a published value, retired only once
+            // unreachable and destroyed only after `guard` unpins.
+            unsafe { value.as_ref() }
+        }
+
+        /// Replaces `current` (a value or nothing) with `new`, or gives `new`
+        /// back if `current` has already been replaced. The old value is
+        /// *not* retired: see [`retire`](MaybeShared::retire).
+        pub(crate) fn compare_exchange<'g>(
+            &self,
+            current: Option<&'g T>,
+            new: Option<T>,
+            guard: &'g Guard,
+        ) -> Result<Option<&'g T>, Option<T>> {
+            let current =
+                current.map_or_else(epoch::Shared::null, |c| epoch::Shared::from(c as *const T));
+            let new = new.map_or_else(epoch::Shared::null, |v| Owned::new(v).into_shared(guard));
+            // AcqRel and Relaxed: as `Shared::compare_exchange`'s.
+            match self
+                .0
+                .compare_exchange(current, new, Ordering::AcqRel, Ordering::Relaxed, guard)
+            {
+                // SAFETY: just published (or null), alive while `guard` is.
+                Ok(_) => Ok(unsafe { new.as_ref() }),
+                // SAFETY: `new` was made above from an `Owned` (or is null)
+                // and was not published, so it is ours to take back.
+                Err(_) => Err((!new.is_null()).then(|| *unsafe { new.into_owned() }.into_box())),
+            }
+        }
+
+        /// Destroys a replaced value once no pinned thread can hold it.
+        ///
+        /// # Safety
+        ///
+        /// As [`Shared::retire`].
+        pub(crate) unsafe fn retire(&self, old: &T, guard: &Guard) {
+            // SAFETY: the caller's guarantee.
+            unsafe { guard.defer_destroy(epoch::Shared::from(old as *const T)) };
+        }
+    }
+
+    impl<T> Drop for MaybeShared<T> {
+        fn drop(&mut self) {
+            // SAFETY: `&mut self`: nobody else can reach the current value, so
+            // it is ours to free; retired ones are epoch's.
+            unsafe {
+                let current = self.0.load(Ordering::Relaxed, epoch::unprotected());
+                if !current.is_null() {
+                    drop(current.into_owned());
+                }
+            }
         }
     }
 
@@ -300,6 +370,70 @@ mod imp {
             // so references other threads hold stay valid until drop.
             unsafe { self.retire(old, &guard) };
             true
+        }
+    }
+
+    /// The loom stand-in of the nullable pointer: as [`Shared`]'s, null
+    /// allowed.
+    pub(crate) struct MaybeShared<T> {
+        ptr: AtomicPtr<Node<T>>,
+        #[allow(clippy::vec_box)]
+        retired: std::sync::Mutex<Vec<Box<Node<T>>>>,
+    }
+
+    impl<T> MaybeShared<T> {
+        pub(crate) fn new(value: Option<T>) -> Self {
+            MaybeShared {
+                ptr: AtomicPtr::new(value.map_or(std::ptr::null_mut(), Node::boxed)),
+                retired: std::sync::Mutex::new(Vec::new()),
+            }
+        }
+
+        pub(crate) fn load<'g>(&self, _guard: &'g Guard) -> Option<&'g T> {
+            // Acquire: as the std version's.
+            let node = self.ptr.load(Ordering::Acquire);
+            // SAFETY: null or from `Node::boxed`, never freed before `self` drops.
+            (!node.is_null()).then(|| unsafe { Node::seen(node) })
+        }
+
+        pub(crate) fn compare_exchange<'g>(
+            &self,
+            current: Option<&'g T>,
+            new: Option<T>,
+            _guard: &'g Guard,
+        ) -> Result<Option<&'g T>, Option<T>> {
+            let current = current.map_or(std::ptr::null_mut(), |c| c as *const T as *mut Node<T>);
+            let new = new.map_or(std::ptr::null_mut(), Node::boxed);
+            // AcqRel on success, Relaxed on failure: as the std version's.
+            match self
+                .ptr
+                .compare_exchange(current, new, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                // SAFETY: just published (or null); freed only when `self` drops.
+                Ok(_) => Ok((!new.is_null()).then(|| unsafe { &(*new).value })),
+                // SAFETY: `new` came from `Box::into_raw` above and was not published.
+                Err(_) => Err((!new.is_null()).then(|| unsafe { Box::from_raw(new) }.value)),
+            }
+        }
+
+        pub(crate) unsafe fn retire(&self, old: &T, _guard: &Guard) {
+            // SAFETY: as `Shared::retire`'s.
+            let old = unsafe { Box::from_raw(old as *const T as *mut Node<T>) };
+            self.retired
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(old);
+        }
+    }
+
+    impl<T> Drop for MaybeShared<T> {
+        fn drop(&mut self) {
+            // Relaxed: `&mut self`, nobody else holds the pointer.
+            let node = self.ptr.load(Ordering::Relaxed);
+            if !node.is_null() {
+                // SAFETY: `&mut self`: nobody else holds the pointer.
+                drop(unsafe { Box::from_raw(node) });
+            }
         }
     }
 

@@ -32,7 +32,7 @@ mod wait;
 #[cfg(loom)]
 mod wide;
 
-pub(crate) use epoch::{Guard, Shared, pin};
+pub(crate) use epoch::{Guard, MaybeShared, Shared, pin};
 pub(crate) use lock::{
     ConstPtr, MutPtr, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, UnsafeCell,
 };
