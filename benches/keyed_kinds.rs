@@ -17,6 +17,16 @@
 //! - **spread**: a million keys, scattered over the hash space, inserted
 //!   before timing; thread `t` walks them from its own offset (the
 //!   cache-missing case).
+//! - **deny**: one hot key whose limit was spent before timing (64 an hour
+//!   for the log, 1,000 an hour in 10 sub-windows for the window, a burst
+//!   of 1 refilled one an hour for the buckets): every check denies, with
+//!   its exact retry-after, and writes nothing.
+//! - **limit**: one hot key offered about twice its rate: each kind's rate
+//!   is one permit per `P`, `P` twice its own time per check allow-heavy on
+//!   the hot key at that thread count, measured first in the same process
+//!   (64 per `64·P` for the log, 1,000 per `1,000·P` in 10 sub-windows for
+//!   the window, a burst of 64 and one per `P` for the buckets), so about
+//!   half the checks admit and the limit binds throughout.
 //!
 //! Every check admits and so writes its key's state (the allow path), and no
 //! key is evicted while timing. Hot: the log has 64 permits per 2 µs
@@ -101,16 +111,28 @@ fn governor_keyed(burst: u32, period: Duration) -> GovernorKeyed {
 const SECOND: Duration = Duration::from_secs(1);
 const HOUR: Duration = Duration::from_secs(3_600);
 
+/// What a group's checks are expected to get.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Regime {
+    /// Every check admits (the windows and logs may deny a few, below).
+    Allow,
+    /// Every check denies.
+    Deny,
+    /// Some admit: the limit binds.
+    Limit,
+}
+
 /// `iters` checks on each of `threads` threads, thread `t` from its own offset
-/// into `keys` (or all on the hot key); returns the wall time. Asserts that
-/// every check was admitted.
+/// into `keys` (or all on the hot key); returns the wall time and the checks
+/// admitted. Asserts what `regime` promises.
 fn run<L: Check>(
     limiter: &Arc<L>,
     keys: &Arc<Vec<u64>>,
     hot: bool,
+    regime: Regime,
     threads: usize,
     iters: u64,
-) -> Duration {
+) -> (Duration, u64) {
     // The windows and the logs, keyed or direct, may deny a few checks: each
     // checks a reading older than another thread's newest admission as it
     // is (a stale reading can only deny more).
@@ -136,13 +158,15 @@ fn run<L: Check>(
             }
             // The windows and the logs may deny a few checks (above); the
             // others none.
-            if !tolerant {
-                assert_eq!(admitted, iters, "a check was denied");
+            match regime {
+                Regime::Allow if !tolerant => assert_eq!(admitted, iters, "a check was denied"),
+                Regime::Deny => assert_eq!(admitted, 0, "a check was admitted"),
+                _ => {}
             }
             admitted
         }
     });
-    run.wall
+    (run.wall, run.count)
 }
 
 fn bench<L: Check>(
@@ -153,9 +177,168 @@ fn bench<L: Check>(
     hot: bool,
     threads: usize,
 ) {
+    bench_in(group, name, limiter, keys, hot, Regime::Allow, threads);
+}
+
+fn bench_in<L: Check>(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    name: &str,
+    limiter: &Arc<L>,
+    keys: &Arc<Vec<u64>>,
+    hot: bool,
+    regime: Regime,
+    threads: usize,
+) {
     group.bench_function(name, |b| {
-        b.iter_custom(|iters| run(limiter, keys, hot, threads, iters))
+        b.iter_custom(|iters| run(limiter, keys, hot, regime, threads, iters).0)
     });
+}
+
+/// One permit per twice the time `make`'s limiter takes per check
+/// allow-heavy on the hot key at `threads` threads.
+fn limit_period<L: Check>(name: &str, threads: usize, make: impl FnOnce() -> L) -> Duration {
+    let keys = Arc::new(vec![key(0)]);
+    let iters = 2_000_000;
+    let (wall, _) = run(
+        &Arc::new(make()),
+        &keys,
+        true,
+        Regime::Allow,
+        threads,
+        iters,
+    );
+    let ns_per_check = wall.as_nanos() as f64 / (iters as f64 * threads as f64);
+    let period = Duration::from_nanos((2.0 * ns_per_check).ceil().max(10.0) as u64);
+    eprintln!(
+        "{name} at {threads}t: one permit per {period:?} (allow-heavy {:.1} M checks/s)",
+        1e3 / ns_per_check
+    );
+    period
+}
+
+/// The deny-heavy groups: one hot key, its limit spent before timing.
+fn deny(c: &mut Criterion) {
+    let keys = Arc::new(vec![key(0)]);
+    let log = Arc::new(Keyed::<u64, SlidingLog>::new(
+        LogConfig::new(Rate::per_hour(64)).expect("valid"),
+    ));
+    let window = Arc::new(Keyed::<u64, SlidingWindow>::new(
+        SlidingWindowConfig::with_sub_windows(Rate::per_hour(1_000), 10).expect("valid"),
+    ));
+    let bucket = Arc::new(bucket_keyed(1, HOUR));
+    let governor = Arc::new(governor_keyed(1, HOUR));
+    let hot = &keys[0];
+    assert!(log.spend(hot, 64) && window.spend(hot, 1_000));
+    assert!(bucket.check(hot) && governor.check(hot));
+    for threads in THREADS {
+        let mut group = common::threads_group(c, &format!("keyed_kinds/deny/{threads}t"), threads);
+        bench_in(
+            &mut group,
+            "tollgate_log",
+            &log,
+            &keys,
+            true,
+            Regime::Deny,
+            threads,
+        );
+        bench_in(
+            &mut group,
+            "tollgate_window",
+            &window,
+            &keys,
+            true,
+            Regime::Deny,
+            threads,
+        );
+        bench_in(
+            &mut group,
+            "tollgate_bucket",
+            &bucket,
+            &keys,
+            true,
+            Regime::Deny,
+            threads,
+        );
+        bench_in(
+            &mut group,
+            "governor",
+            &governor,
+            &keys,
+            true,
+            Regime::Deny,
+            threads,
+        );
+        group.finish();
+    }
+}
+
+/// The at-the-limit groups: one hot key offered about twice its rate.
+fn limit(c: &mut Criterion) {
+    let keys = Arc::new(vec![key(0)]);
+    let log_rate = Rate::new(64, Duration::from_micros(2));
+    let window_rate = Rate::new(1_000_000, Duration::from_millis(10));
+    for threads in THREADS {
+        let p = limit_period("tollgate_log", threads, || {
+            Keyed::<u64, SlidingLog>::new(LogConfig::new(log_rate).expect("valid"))
+        });
+        let log = Arc::new(Keyed::<u64, SlidingLog>::new(
+            LogConfig::new(Rate::new(64, 64 * p)).expect("valid"),
+        ));
+        let p = limit_period("tollgate_window", threads, || {
+            Keyed::<u64, SlidingWindow>::new(
+                SlidingWindowConfig::with_sub_windows(window_rate, 10).expect("valid"),
+            )
+        });
+        let window = Arc::new(Keyed::<u64, SlidingWindow>::new(
+            SlidingWindowConfig::with_sub_windows(Rate::new(1_000, 1_000 * p), 10).expect("valid"),
+        ));
+        let p = limit_period("tollgate_bucket", threads, || {
+            bucket_keyed(u32::MAX, SECOND)
+        });
+        let bucket = Arc::new(Keyed::<u64, TokenBucket>::new(
+            BucketConfig::new(64, Rate::new(1, p)).expect("valid"),
+        ));
+        let p = limit_period("governor", threads, || governor_keyed(u32::MAX, SECOND));
+        let governor = Arc::new(governor_keyed(64, p));
+        let mut group = common::threads_group(c, &format!("keyed_kinds/limit/{threads}t"), threads);
+        bench_in(
+            &mut group,
+            "tollgate_log",
+            &log,
+            &keys,
+            true,
+            Regime::Limit,
+            threads,
+        );
+        bench_in(
+            &mut group,
+            "tollgate_window",
+            &window,
+            &keys,
+            true,
+            Regime::Limit,
+            threads,
+        );
+        bench_in(
+            &mut group,
+            "tollgate_bucket",
+            &bucket,
+            &keys,
+            true,
+            Regime::Limit,
+            threads,
+        );
+        bench_in(
+            &mut group,
+            "governor",
+            &governor,
+            &keys,
+            true,
+            Regime::Limit,
+            threads,
+        );
+        group.finish();
+    }
 }
 
 /// The hot-key groups: every thread on one key.
@@ -279,6 +462,23 @@ fn spread(c: &mut Criterion) {
     assert_eq!(resident(), [KEYS; 3], "no key may be evicted while timing");
 }
 
+/// Bytes allocated per key with `KEYS` keys, each admitted once, then (if
+/// `then` moves the clock) once more.
+fn bytes_per_key_then<L: Check>(make: impl FnOnce() -> L, then: impl FnOnce()) -> f64 {
+    let before = allocated();
+    let limiter = make();
+    for i in 0..KEYS as u64 {
+        assert!(limiter.check(&key(i)));
+    }
+    then();
+    for i in 0..KEYS as u64 {
+        assert!(limiter.check(&key(i)));
+    }
+    let bytes = allocated() - before;
+    drop(limiter);
+    bytes as f64 / KEYS as f64
+}
+
 /// Bytes allocated per key with `KEYS` keys, each admitted once.
 fn bytes_per_key<L: Check>(make: impl FnOnce() -> L) -> f64 {
     let before = allocated();
@@ -318,6 +518,14 @@ fn memory() {
                 Keyed::<u64, SlidingWindow<ManualClock>>::with_clock(window(4), clock())
             }),
         ),
+        ("tollgate SlidingWindow, S = 10, a sub-window later", {
+            let moved = ManualClock::new();
+            let handle = moved.clone();
+            bytes_per_key_then(
+                || Keyed::<u64, SlidingWindow<ManualClock>>::with_clock(window(10), moved),
+                || handle.advance(Duration::from_secs(6)),
+            )
+        }),
         (
             "tollgate TokenBucket",
             bytes_per_key(|| {
@@ -347,5 +555,7 @@ fn main() {
     let mut c = common::config().configure_from_args();
     hot(&mut c);
     spread(&mut c);
+    deny(&mut c);
+    limit(&mut c);
     c.final_summary();
 }
