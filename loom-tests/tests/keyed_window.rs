@@ -291,3 +291,138 @@ fn a_carry_over_to_more_sub_windows_races_an_opener() {
         || a_carry_over_races_an_opener(window(2, 3).0.config()),
     );
 }
+
+type PerKey = tollgate::keyed::Keyed<
+    u64,
+    SlidingWindow<RecordingClock>,
+    std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>,
+>;
+
+/// A keyed window of `limit` in any `subs` sub-windows of `SUB` ns (a fixed
+/// hasher: loom replays each execution, so the key's shard must not change).
+fn per_key(limit: u32, subs: u32) -> (Arc<PerKey>, ManualClock) {
+    let clock = ManualClock::new();
+    let rate = Rate::new(limit, Duration::from_nanos(SUB * u64::from(subs)));
+    let config = SlidingWindowConfig::with_sub_windows(rate, subs).expect("a valid configuration");
+    let keyed = tollgate::keyed::Keyed::with_clock_and_hasher(
+        config,
+        RecordingClock::new(clock.clone()),
+        Default::default(),
+    );
+    (Arc::new(keyed), clock)
+}
+
+/// 2 in any 2 sub-windows, time frozen at 0: one thread takes 1 and turns it
+/// down (a refund of the newest sub-window's count), the other takes 1
+/// twice. The refunded permit counts for nothing, so with the tail at most 2
+/// stand in sub-window 0: a refund that lost the other thread's admission
+/// (a store in place of the CAS) lets a third through.
+#[test]
+fn a_refund_races_an_admission() {
+    explore("keyed_window::a_refund_races_an_admission", 3, || {
+        let (keyed, clock) = per_key(2, 2);
+        let k = Arc::clone(&keyed);
+        let refunder = thread::spawn(move || {
+            assert!(!k.try_acquire_n_then(&1, 1, &mut |_| false));
+            vec![]
+        });
+        let k = Arc::clone(&keyed);
+        let taker = thread::spawn(move || {
+            vec![
+                record(1, || k.try_acquire_n(&1, 1)),
+                record(1, || k.try_acquire_n(&1, 1)),
+            ]
+        });
+        let mut threads = vec![refunder.join().unwrap(), taker.join().unwrap()];
+        threads.push(single_threaded_tail(&clock, 2, || {
+            keyed.try_acquire_n(&1, 1)
+        }));
+        assert_sliding_bound(2, 2, &threads);
+    });
+}
+
+/// 2 in any 2 sub-windows. One thread takes 1 at 0 and turns it down; the
+/// other moves the clock through sub-windows 1, 2 and 3, taking 1 in each.
+/// A refund that finds sub-window 0 finished lowers its history entry; by
+/// then the slot may hold sub-window 2's entry, which a store in place of
+/// the CAS would erase, letting a third permit into sub-windows 2 and 3.
+/// A refund of a finished sub-window is not exact (the pool's `used` keeps
+/// the permits until the next opening, so a retry-after read from the
+/// lowered history can disagree with it for the rest of the sub-window): the
+/// tail checks the bound, then that a window later the key has exactly its
+/// limit again.
+#[test]
+fn a_late_refund_races_the_openers_after_it() {
+    explore(
+        "keyed_window::a_late_refund_races_the_openers_after_it",
+        3,
+        || {
+            let (keyed, clock) = per_key(2, 2);
+            let k = Arc::clone(&keyed);
+            let refunder = thread::spawn(move || {
+                let _ = k.try_acquire_n_then(&1, 1, &mut |_| false);
+                vec![]
+            });
+            let k = Arc::clone(&keyed);
+            let c = clock.clone();
+            let mover = thread::spawn(move || {
+                let mut ops = Vec::new();
+                for sub in 1..=3 {
+                    c.set(sub * SUB);
+                    ops.push(record(1, || k.try_acquire_n(&1, 1)));
+                }
+                ops
+            });
+            let mut threads = vec![refunder.join().unwrap(), mover.join().unwrap()];
+            let mut tail = vec![record(1, || keyed.try_acquire_n(&1, 1))];
+            clock.advance(Duration::from_nanos(2 * SUB));
+            let full = vec![
+                record(1, || keyed.try_acquire_n(&1, 1)),
+                record(1, || keyed.try_acquire_n(&1, 1)),
+                record(1, || keyed.try_acquire_n(&1, 1)),
+            ];
+            assert_eq!(
+                full.iter().map(|op| op.result.is_ok()).collect::<Vec<_>>(),
+                [true, true, false],
+                "a window after the last charge, the key takes its limit exactly"
+            );
+            tail.extend(full);
+            threads.push(tail);
+            assert_sliding_bound(2, 2, &threads);
+        },
+    );
+}
+
+/// 2 in any 3 sub-windows. One thread takes 1 at 0 and turns it down; the
+/// other moves the clock through sub-windows 1 to 5, taking 1 in each. A
+/// refund that finds sub-window 0 finished lowers its history entry; by
+/// then the slot may hold sub-window 3's entry, which the opener of
+/// sub-window 5 sums into what is already charged: a store in place of the
+/// CAS would erase it and let a third permit into sub-windows 3 to 5.
+#[test]
+fn a_late_refund_races_an_entry_still_to_be_read() {
+    explore(
+        "keyed_window::a_late_refund_races_an_entry_still_to_be_read",
+        2,
+        || {
+            let (keyed, clock) = per_key(2, 3);
+            let k = Arc::clone(&keyed);
+            let refunder = thread::spawn(move || {
+                let _ = k.try_acquire_n_then(&1, 1, &mut |_| false);
+                vec![]
+            });
+            let k = Arc::clone(&keyed);
+            let c = clock.clone();
+            let mover = thread::spawn(move || {
+                let mut ops = Vec::new();
+                for sub in 1..=5 {
+                    c.set(sub * SUB);
+                    ops.push(record(1, || k.try_acquire_n(&1, 1)));
+                }
+                ops
+            });
+            let threads = vec![refunder.join().unwrap(), mover.join().unwrap()];
+            assert_sliding_bound(2, 3, &threads);
+        },
+    );
+}

@@ -260,7 +260,11 @@ impl Win {
             total += u64::from(count);
         }
         if total == 0 {
-            return Win::empty();
+            // Nothing counted, but readings before `newest` are still stale.
+            return Win {
+                newest,
+                ..Win::empty()
+            };
         }
         Win {
             counts,
@@ -563,8 +567,13 @@ impl WindowCell {
         // sub-window with a charge has been left since it began), or a
         // carry-over has replaced it since the pool was read. Only a
         // carry-over changes the tag or seals the pool, so the same tag,
-        // unsealed, tells the first case.
-        let again = Pool::unpack(self.pool.load(Ordering::Acquire));
+        // unsealed, tells the first case. Relaxed: a carry-over seals the
+        // pool before it replaces the history, and a history (or its
+        // absence) loaded above with Acquire from that replacement makes
+        // the seal happen before this load, which by coherence then returns
+        // the sealed pool or a later one; a history loaded before any
+        // replacement needs no ordering to be the pool's.
+        let again = Pool::unpack(self.pool.load(Ordering::Relaxed));
         (again.tag == pool.tag && !again.sealed).then_some(Seen {
             pool,
             history: None,
@@ -723,7 +732,9 @@ impl WindowCell {
             // its history, so a pool read after the history, still unsealed
             // under this tag, tells that no carry-over has installed one;
             // one that starts later replaces whatever this CAS installs.
-            let again = Pool::unpack(self.pool.load(Ordering::Acquire));
+            // Relaxed: as in `seen` (the seal happens before a history
+            // loaded from the replacement that followed it).
+            let again = Pool::unpack(self.pool.load(Ordering::Relaxed));
             if again.tag != pool.tag || again.sealed {
                 return Ok(self.load());
             }
@@ -812,16 +823,19 @@ impl WindowCell {
         if !(view.still_current)() {
             return Err(Refusal::Stale);
         }
-        // Acquire on success: the window read below must include every
-        // history entry published before the pool reached `word` (the
-        // admissions' Relaxed CASes continue the opener's release sequence).
-        // Relaxed on failure: the caller loads the pool again with Acquire.
+        // Relaxed: the window read below needs every history entry published
+        // before the pool reached `word`, and the caller read `word` with
+        // Acquire (`load`, or a failed CAS's Acquire), which already
+        // synchronised with the opener of `word`'s newest sub-window; the
+        // seal succeeding means the pool still holds that value, with the
+        // same newest sub-window and so the same entries. Relaxed on
+        // failure: the caller loads the pool again with Acquire.
         if self
             .pool
             .compare_exchange(
                 word,
                 word | POOL_SEALED,
-                Ordering::Acquire,
+                Ordering::Relaxed,
                 Ordering::Relaxed,
             )
             .is_err()
@@ -906,13 +920,15 @@ impl WindowCell {
                 ..pool
             };
             // Relaxed on success: a refund publishes nothing but the word.
-            // Acquire on failure: the pool may have left `j`, and the
-            // history's entry for `j` is read next.
+            // Relaxed on failure: the pool may have left `j`, and the
+            // history's entry for `j` is read next; a load that misses the
+            // entry (it reads an older sub-window's stamp) gives nothing
+            // back, which keeps the permits counted: under-admission only.
             match self.pool.compare_exchange(
                 word,
                 next.pack(),
                 Ordering::Relaxed,
-                Ordering::Acquire,
+                Ordering::Relaxed,
             ) {
                 Ok(_) => return,
                 Err(actual) => {
@@ -939,8 +955,8 @@ impl WindowCell {
             return;
         }
         let slot = history.slot(j);
-        // Relaxed: the entry was published before the pool left `j`, and the
-        // pool was read with Acquire after that.
+        // Relaxed: the entry was published before the pool left `j`; a load
+        // that misses it gives nothing back (above).
         let mut entry = slot.load(Ordering::Relaxed);
         loop {
             let (stamp, count) = geo.unpack(entry);
@@ -1020,7 +1036,11 @@ impl WindowCell {
 /// sub-windows (none if it has none), under `geo`.
 fn split(win: &Win, tag: u64, geo: &Geometry) -> (Pool, Option<History>) {
     if win.counts.is_empty() {
-        return (Pool::fresh(tag), None);
+        let pool = Pool {
+            newest: win.newest,
+            ..Pool::fresh(tag)
+        };
+        return (pool, None);
     }
     let count = win.charge(win.newest);
     let pool = Pool {
