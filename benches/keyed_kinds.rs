@@ -194,6 +194,37 @@ fn bench_in<L: Check>(
     });
 }
 
+/// The hot-key rows of the deny and at-the-limit groups: the log, the
+/// window, the keyed bucket and governor.
+fn the_four<A: Check, B: Check, C: Check, D: Check>(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    (log, window, bucket, governor): (&Arc<A>, &Arc<B>, &Arc<C>, &Arc<D>),
+    keys: &Arc<Vec<u64>>,
+    regime: Regime,
+    threads: usize,
+) {
+    bench_in(group, "tollgate_log", log, keys, true, regime, threads);
+    bench_in(
+        group,
+        "tollgate_window",
+        window,
+        keys,
+        true,
+        regime,
+        threads,
+    );
+    bench_in(
+        group,
+        "tollgate_bucket",
+        bucket,
+        keys,
+        true,
+        regime,
+        threads,
+    );
+    bench_in(group, "governor", governor, keys, true, regime, threads);
+}
+
 /// One permit per twice the time `make`'s limiter takes per check
 /// allow-heavy on the hot key at `threads` threads.
 fn limit_period<L: Check>(name: &str, threads: usize, make: impl FnOnce() -> L) -> Duration {
@@ -232,39 +263,10 @@ fn deny(c: &mut Criterion) {
     assert!(bucket.check(hot) && governor.check(hot));
     for threads in THREADS {
         let mut group = common::threads_group(c, &format!("keyed_kinds/deny/{threads}t"), threads);
-        bench_in(
+        the_four(
             &mut group,
-            "tollgate_log",
-            &log,
+            (&log, &window, &bucket, &governor),
             &keys,
-            true,
-            Regime::Deny,
-            threads,
-        );
-        bench_in(
-            &mut group,
-            "tollgate_window",
-            &window,
-            &keys,
-            true,
-            Regime::Deny,
-            threads,
-        );
-        bench_in(
-            &mut group,
-            "tollgate_bucket",
-            &bucket,
-            &keys,
-            true,
-            Regime::Deny,
-            threads,
-        );
-        bench_in(
-            &mut group,
-            "governor",
-            &governor,
-            &keys,
-            true,
             Regime::Deny,
             threads,
         );
@@ -301,39 +303,10 @@ fn limit(c: &mut Criterion) {
         let p = limit_period("governor", threads, || governor_keyed(u32::MAX, SECOND));
         let governor = Arc::new(governor_keyed(64, p));
         let mut group = common::threads_group(c, &format!("keyed_kinds/limit/{threads}t"), threads);
-        bench_in(
+        the_four(
             &mut group,
-            "tollgate_log",
-            &log,
+            (&log, &window, &bucket, &governor),
             &keys,
-            true,
-            Regime::Limit,
-            threads,
-        );
-        bench_in(
-            &mut group,
-            "tollgate_window",
-            &window,
-            &keys,
-            true,
-            Regime::Limit,
-            threads,
-        );
-        bench_in(
-            &mut group,
-            "tollgate_bucket",
-            &bucket,
-            &keys,
-            true,
-            Regime::Limit,
-            threads,
-        );
-        bench_in(
-            &mut group,
-            "governor",
-            &governor,
-            &keys,
-            true,
             Regime::Limit,
             threads,
         );

@@ -341,6 +341,31 @@ fn a_refund_races_an_admission() {
     });
 }
 
+/// 2 in any `subs` sub-windows: one thread takes 1 at 0 and turns it down
+/// (a refund, of a finished sub-window if the other thread has opened the
+/// next by then), the other moves the clock through sub-windows 1 to
+/// `last`, taking 1 in each. Returns the key, the clock and the records.
+fn a_late_refund(subs: u32, last: u64) -> (Arc<PerKey>, ManualClock, Vec<Vec<Op>>) {
+    let (keyed, clock) = per_key(2, subs);
+    let k = Arc::clone(&keyed);
+    let refunder = thread::spawn(move || {
+        let _ = k.try_acquire_n_then(&1, 1, &mut |_| false);
+        vec![]
+    });
+    let k = Arc::clone(&keyed);
+    let c = clock.clone();
+    let mover = thread::spawn(move || {
+        let mut ops = Vec::new();
+        for sub in 1..=last {
+            c.set(sub * SUB);
+            ops.push(record(1, || k.try_acquire_n(&1, 1)));
+        }
+        ops
+    });
+    let threads = vec![refunder.join().unwrap(), mover.join().unwrap()];
+    (keyed, clock, threads)
+}
+
 /// 2 in any 2 sub-windows. One thread takes 1 at 0 and turns it down; the
 /// other moves the clock through sub-windows 1, 2 and 3, taking 1 in each.
 /// A refund that finds sub-window 0 finished lowers its history entry; by
@@ -357,23 +382,7 @@ fn a_late_refund_races_the_openers_after_it() {
         "keyed_window::a_late_refund_races_the_openers_after_it",
         3,
         || {
-            let (keyed, clock) = per_key(2, 2);
-            let k = Arc::clone(&keyed);
-            let refunder = thread::spawn(move || {
-                let _ = k.try_acquire_n_then(&1, 1, &mut |_| false);
-                vec![]
-            });
-            let k = Arc::clone(&keyed);
-            let c = clock.clone();
-            let mover = thread::spawn(move || {
-                let mut ops = Vec::new();
-                for sub in 1..=3 {
-                    c.set(sub * SUB);
-                    ops.push(record(1, || k.try_acquire_n(&1, 1)));
-                }
-                ops
-            });
-            let mut threads = vec![refunder.join().unwrap(), mover.join().unwrap()];
+            let (keyed, clock, mut threads) = a_late_refund(2, 3);
             let mut tail = vec![record(1, || keyed.try_acquire_n(&1, 1))];
             clock.advance(Duration::from_nanos(2 * SUB));
             let full = vec![
@@ -405,23 +414,7 @@ fn a_late_refund_races_an_entry_still_to_be_read() {
         "keyed_window::a_late_refund_races_an_entry_still_to_be_read",
         2,
         || {
-            let (keyed, clock) = per_key(2, 3);
-            let k = Arc::clone(&keyed);
-            let refunder = thread::spawn(move || {
-                let _ = k.try_acquire_n_then(&1, 1, &mut |_| false);
-                vec![]
-            });
-            let k = Arc::clone(&keyed);
-            let c = clock.clone();
-            let mover = thread::spawn(move || {
-                let mut ops = Vec::new();
-                for sub in 1..=5 {
-                    c.set(sub * SUB);
-                    ops.push(record(1, || k.try_acquire_n(&1, 1)));
-                }
-                ops
-            });
-            let threads = vec![refunder.join().unwrap(), mover.join().unwrap()];
+            let (_, _, threads) = a_late_refund(3, 5);
             assert_sliding_bound(2, 3, &threads);
         },
     );

@@ -490,6 +490,23 @@ struct Seen<'g> {
 }
 
 impl Seen<'_> {
+    /// The pool with sub-window `j > newest` opened: what the `S − 1`
+    /// sub-windows before it have charged, nothing charged to it.
+    fn opened(&self, j: u64) -> Pool {
+        let geo = self.geo;
+        let used: u64 = ((j + 1).saturating_sub(u64::from(geo.subs()))..j)
+            .map(|i| u64::from(self.charge(i)))
+            .sum();
+        Pool {
+            newest: j,
+            // A sum of counts each taken at its largest can pass the limit
+            // after refunds; the limit already fills the window.
+            used: used.min(u64::from(geo.limit())) as u32,
+            count: 0,
+            ..self.pool
+        }
+    }
+
     fn charge(&self, i: u64) -> u32 {
         let pool = &self.pool;
         if i == pool.newest {
@@ -668,7 +685,7 @@ impl WindowCell {
             // from the word itself). Acquire on failure: the pool found may
             // have moved to a later sub-window, whose history this thread may
             // read next (its entries were published by that opener's Release).
-            match self.pool.compare_exchange(
+            match self.pool.compare_exchange_weak(
                 word,
                 next.pack(),
                 Ordering::Relaxed,
@@ -765,47 +782,36 @@ impl WindowCell {
         if !(view.still_current)() {
             return Err(Refusal::Stale);
         }
+        let opened = Seen { pool, history, geo }.opened(j);
         #[cfg(loom)]
         if OPEN_BEFORE_PUBLISH.with(std::cell::Cell::get) {
-            return Ok(self.open_before_publish(word, pool, j, history, geo));
+            // The known-bad order: the pool moves before the entry is written.
+            let next = self.move_to(word, opened);
+            if next == opened.pack() {
+                publish(history, pool, geo);
+            }
+            return Ok(next);
         }
-        if pool.count > 0 {
-            let Some(h) = history else {
-                unreachable!("a charged pool's history was installed above");
-            };
-            // Relaxed: published by the Release CAS below. `fetch_max`, not a
-            // store: an opener that lost its CAS to an admission (a larger
-            // count) or to another opener may write an older count of the
-            // same sub-window, or one the slot has since moved past; the
-            // larger stamp, then the larger count, stays. A count larger than
-            // the final one (a refund came in between) only counts the
-            // refunded permits longer.
-            h.slot(pool.newest)
-                .fetch_max(geo.pack(pool.newest, pool.count), Ordering::Relaxed);
-        }
-        let seen = Seen { pool, history, geo };
-        let used: u64 = ((j + 1).saturating_sub(u64::from(geo.subs()))..j)
-            .map(|i| u64::from(seen.charge(i)))
-            .sum();
-        let opened = Pool {
-            newest: j,
-            // A sum of counts each taken at its largest can pass the limit
-            // after refunds; the limit already fills the window.
-            used: used.min(u64::from(geo.limit())) as u32,
-            count: 0,
-            ..pool
-        };
-        // Release on success: publishes the history entry written above (and
-        // the history itself) to every thread that loads the pool with
-        // Acquire and then reads `pool.newest`'s charge from the history.
-        // Acquire on failure: as the admission's.
-        match self
-            .pool
-            .compare_exchange(word, opened.pack(), Ordering::Release, Ordering::Acquire)
-        {
-            Ok(_) => Ok(opened.pack()),
-            Err(actual) if actual & POOL_SEALED == 0 => Ok(actual),
-            Err(_) => Ok(self.load()),
+        publish(history, pool, geo);
+        Ok(self.move_to(word, opened))
+    }
+
+    /// Moves the pool from `word` to `opened`; returns the pool word to
+    /// decide on next (the opened one, or whatever beat this thread to it).
+    fn move_to(&self, word: u128, opened: Pool) -> u128 {
+        // Release on success: publishes the history entry `publish` wrote
+        // (and the history itself) to every thread that loads the pool with
+        // Acquire and then reads the left sub-window's charge from the
+        // history. Acquire on failure: as the admission's.
+        match self.pool.compare_exchange_weak(
+            word,
+            opened.pack(),
+            Ordering::Release,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => opened.pack(),
+            Err(actual) if actual & POOL_SEALED == 0 => actual,
+            Err(_) => self.load(),
         }
     }
 
@@ -832,7 +838,7 @@ impl WindowCell {
         // failure: the caller loads the pool again with Acquire.
         if self
             .pool
-            .compare_exchange(
+            .compare_exchange_weak(
                 word,
                 word | POOL_SEALED,
                 Ordering::Relaxed,
@@ -924,7 +930,7 @@ impl WindowCell {
             // history's entry for `j` is read next; a load that misses the
             // entry (it reads an older sub-window's stamp) gives nothing
             // back, which keeps the permits counted: under-admission only.
-            match self.pool.compare_exchange(
+            match self.pool.compare_exchange_weak(
                 word,
                 next.pack(),
                 Ordering::Relaxed,
@@ -965,7 +971,7 @@ impl WindowCell {
             }
             // Relaxed: a lowered entry publishes nothing; a reader that misses
             // it counts the permits longer.
-            match slot.compare_exchange(
+            match slot.compare_exchange_weak(
                 entry,
                 geo.pack(j, count - n),
                 Ordering::Relaxed,
@@ -994,42 +1000,23 @@ pub fn known_bad_window_open_before_publish(on: bool) {
     OPEN_BEFORE_PUBLISH.with(|bad| bad.set(on));
 }
 
-#[cfg(loom)]
-impl WindowCell {
-    /// `open` in the known-bad order (see `known_bad_window_open_before_publish`).
-    fn open_before_publish(
-        &self,
-        word: u128,
-        pool: Pool,
-        j: u64,
-        history: Option<&History>,
-        geo: &Geometry,
-    ) -> u128 {
-        let seen = Seen { pool, history, geo };
-        let used: u64 = ((j + 1).saturating_sub(u64::from(geo.subs()))..j)
-            .map(|i| u64::from(seen.charge(i)))
-            .sum();
-        let opened = Pool {
-            newest: j,
-            used: used.min(u64::from(geo.limit())) as u32,
-            count: 0,
-            ..pool
-        };
-        match self
-            .pool
-            .compare_exchange(word, opened.pack(), Ordering::Release, Ordering::Acquire)
-        {
-            Ok(_) => {
-                if let Some(h) = history.filter(|_| pool.count > 0) {
-                    h.slot(pool.newest)
-                        .fetch_max(geo.pack(pool.newest, pool.count), Ordering::Relaxed);
-                }
-                opened.pack()
-            }
-            Err(actual) if actual & POOL_SEALED == 0 => actual,
-            Err(_) => self.load(),
-        }
+/// Writes `pool`'s newest charge, if any, into `history` (which `open` has
+/// installed and checked for a charged pool) before the pool leaves it.
+fn publish(history: Option<&History>, pool: Pool, geo: &Geometry) {
+    if pool.count == 0 {
+        return;
     }
+    let Some(h) = history else {
+        unreachable!("a charged pool's history was installed before it opens");
+    };
+    // Relaxed: published by the opener's Release CAS (`move_to`).
+    // `fetch_max`, not a store: an opener that lost its CAS to an admission
+    // (a larger count) or to another opener may write an older count of the
+    // same sub-window, or one the slot has since moved past; the larger
+    // stamp, then the larger count, stays. A count larger than the final one
+    // (a refund came in between) only counts the refunded permits longer.
+    h.slot(pool.newest)
+        .fetch_max(geo.pack(pool.newest, pool.count), Ordering::Relaxed);
 }
 
 /// `win` as a pool tagged `tag` and the history of its finished

@@ -288,21 +288,44 @@ mod imp {
         }
     }
 
+    /// Values replaced under loom, kept until their pointer drops, so a
+    /// reference taken before a replacement stays valid.
+    // Boxed on purpose: readers hold references into retired values, so
+    // they must not move when the vector grows.
+    #[allow(clippy::vec_box)]
+    struct Retired<T>(std::sync::Mutex<Vec<Box<Node<T>>>>);
+
+    impl<T> Retired<T> {
+        fn new() -> Self {
+            Retired(std::sync::Mutex::new(Vec::new()))
+        }
+
+        /// Keeps `old` until drop.
+        ///
+        /// # Safety
+        ///
+        /// `old` is the value of a node from `Node::boxed` (`repr(C)`, value
+        /// first), no longer reachable from its pointer, and kept once.
+        unsafe fn keep(&self, old: &T) {
+            // SAFETY: the caller's guarantee; the block does not move, so
+            // references other threads hold stay valid until drop.
+            let old = unsafe { Box::from_raw(old as *const T as *mut Node<T>) };
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).push(old);
+        }
+    }
+
     /// The loom stand-in: a loom-visible pointer; replaced values are kept in a
     /// list freed on drop, so references taken before a replacement stay valid.
     pub(crate) struct Shared<T> {
         ptr: AtomicPtr<Node<T>>,
-        // Boxed on purpose: readers hold references into retired values, so
-        // they must not move when the vector grows.
-        #[allow(clippy::vec_box)]
-        retired: std::sync::Mutex<Vec<Box<Node<T>>>>,
+        retired: Retired<T>,
     }
 
     impl<T> Shared<T> {
         pub(crate) fn new(value: T) -> Self {
             Shared {
                 ptr: AtomicPtr::new(Node::boxed(value)),
-                retired: std::sync::Mutex::new(Vec::new()),
+                retired: Retired::new(),
             }
         }
 
@@ -345,15 +368,8 @@ mod imp {
         }
 
         pub(crate) unsafe fn retire(&self, old: &T, _guard: &Guard) {
-            // SAFETY: `old` is the value of a node from `Node::boxed` (`repr(C)`,
-            // value first) and is retired once (the caller's guarantee); the
-            // block does not move, so references other threads hold stay valid
-            // until drop.
-            let old = unsafe { Box::from_raw(old as *const T as *mut Node<T>) };
-            self.retired
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(old);
+            // SAFETY: replaced and retired once (the caller's guarantee).
+            unsafe { self.retired.keep(old) };
         }
 
         pub(crate) unsafe fn replace_with(&self, f: impl FnOnce(&T) -> Option<T>) -> bool {
@@ -377,15 +393,14 @@ mod imp {
     /// allowed.
     pub(crate) struct MaybeShared<T> {
         ptr: AtomicPtr<Node<T>>,
-        #[allow(clippy::vec_box)]
-        retired: std::sync::Mutex<Vec<Box<Node<T>>>>,
+        retired: Retired<T>,
     }
 
     impl<T> MaybeShared<T> {
         pub(crate) fn new(value: Option<T>) -> Self {
             MaybeShared {
                 ptr: AtomicPtr::new(value.map_or(std::ptr::null_mut(), Node::boxed)),
-                retired: std::sync::Mutex::new(Vec::new()),
+                retired: Retired::new(),
             }
         }
 
@@ -417,12 +432,8 @@ mod imp {
         }
 
         pub(crate) unsafe fn retire(&self, old: &T, _guard: &Guard) {
-            // SAFETY: as `Shared::retire`'s.
-            let old = unsafe { Box::from_raw(old as *const T as *mut Node<T>) };
-            self.retired
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(old);
+            // SAFETY: replaced and retired once (the caller's guarantee).
+            unsafe { self.retired.keep(old) };
         }
     }
 

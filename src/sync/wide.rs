@@ -62,7 +62,9 @@ impl LoomAtomicU128 {
         self.current.store(self.number(value), order);
     }
 
-    pub(crate) fn compare_exchange(
+    /// Never fails spuriously: the models need not explore it, since every
+    /// caller retries a failure as it would a lost race.
+    pub(crate) fn compare_exchange_weak(
         &self,
         current: u128,
         new: u128,
@@ -73,15 +75,5 @@ impl LoomAtomicU128 {
             .compare_exchange(self.number(current), self.number(new), success, failure)
             .map(|_| current)
             .map_err(|found| self.value(found))
-    }
-
-    pub(crate) fn compare_exchange_weak(
-        &self,
-        current: u128,
-        new: u128,
-        success: Ordering,
-        failure: Ordering,
-    ) -> Result<u128, u128> {
-        self.compare_exchange(current, new, success, failure)
     }
 }
