@@ -14,12 +14,12 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use tollgate::keyed::{
-    BucketConfig, Carry, Keyed, LogConfig, MeterConfig, ShaperConfig, Tunable, WarmUpConfig,
-    WindowConfig,
+    BucketConfig, Carry, Keyed, LogConfig, MeterConfig, ShaperConfig, SlidingWindowConfig, Tunable,
+    WarmUpConfig, WindowConfig,
 };
 use tollgate::{
-    FixedWindow, LeakyBucket, ManualClock, Rate, RateLimiter, Shaper, SlidingLog, Snapshot,
-    TokenBucket, WarmUp,
+    FixedWindow, LeakyBucket, ManualClock, Rate, RateLimiter, Shaper, SlidingLog, SlidingWindow,
+    Snapshot, TokenBucket, WarmUp,
 };
 
 const THREADS: usize = 3;
@@ -145,6 +145,19 @@ fn multi_rule_log_default_reconfiguration_races_requests() {
         let carry = [Carry::Proportional, Carry::Additive, Carry::Reset][round % 3];
         trial::<SlidingLog<ManualClock>>(small.clone(), large.clone(), carry, 60);
         trial::<SlidingLog<ManualClock>>(large.clone(), small.clone(), carry, 60);
+    }
+}
+
+/// The sliding window, its sub-window count changed too (10 to 4 and back):
+/// each key is sealed, carried over and unsealed while requests race.
+#[test]
+fn sliding_window_default_reconfiguration_races_requests() {
+    let small = SlidingWindowConfig::with_sub_windows(Rate::per_hour(15), 10).unwrap();
+    let large = SlidingWindowConfig::with_sub_windows(Rate::per_hour(40), 4).unwrap();
+    for round in 0..30 {
+        let carry = [Carry::Proportional, Carry::Additive, Carry::Reset][round % 3];
+        trial::<SlidingWindow<ManualClock>>(small, large, carry, 60);
+        trial::<SlidingWindow<ManualClock>>(large, small, carry, 60);
     }
 }
 
