@@ -1,11 +1,12 @@
-//! Lock-free, model-checked rate limiters.
+//! Model-checked rate limiters that decide with atomics only, but for one:
+//! the per-key exact sliding log decides under each key's own lock.
 //!
 //! Every direct limiter here decides with atomics only — no mutex, no
 //! allocation on the hot path — and every atomic algorithm is model-checked
 //! with [loom](https://docs.rs/loom) in `loom-tests/`. Per key
-//! ([`Keyed`](keyed::Keyed)), the same atomics decide on each key's state;
-//! a lookup waits only while an insertion or eviction holds the key's shard,
-//! and the per-key exact sliding log alone decides under its own key's lock.
+//! ([`Keyed`](keyed::Keyed)), the same atomics decide on each key's state,
+//! and a lookup waits only while an insertion or eviction holds the key's
+//! shard.
 //! Each has a locking twin that
 //! keeps the same state under a mutex and makes the same decisions, for
 //! benchmarks, for property tests, and for anyone who prefers a lock.
