@@ -1,12 +1,12 @@
-//! Model-checked rate limiters that decide with atomics only, but for one:
-//! the per-key exact sliding log decides under each key's own lock.
+//! Lock-free, model-checked rate limiters: every limiter, direct or per key,
+//! decides with atomics only.
 //!
 //! Every direct limiter here decides with atomics only — no mutex, no
 //! allocation on the hot path — and every atomic algorithm is model-checked
 //! with [loom](https://docs.rs/loom) in `loom-tests/`. Per key
-//! ([`Keyed`](keyed::Keyed)), the same atomics decide on each key's state,
-//! and a lookup waits only while an insertion or eviction holds the key's
-//! shard.
+//! ([`Keyed`](keyed::Keyed)), the same atomics decide on each key's state
+//! (the exact sliding log: on each key's lock-free ring), and a lookup
+//! waits only while an insertion or eviction holds the key's shard.
 //! Each has a locking twin that
 //! keeps the same state under a mutex and makes the same decisions, for
 //! benchmarks, for property tests, and for anyone who prefers a lock.
@@ -21,7 +21,7 @@
 //! | [`SlidingLog`] | at most N in *any* window of length T — exact, by decision time | a ring of N `AtomicU64` timestamps + a ticket head; N and T changeable at runtime | strict quotas: paid APIs, third-party limits, login attempts |
 //! | [`LeakyBucket`] / [`Shaper`] | meter: level never above capacity; queue: starts spaced 1/rate after a burst, waits bounded | meter: one `AtomicU64` (drain time); queue: one 128-bit word (next free slot, latest start) | smoothing an outflow: nginx-style `limit_req`, pacing calls to a fragile backend |
 //! | [`WarmUp`] | Guava's SmoothWarmingUp schedule: cold factor × the stable interval when idle, ramping to the stable rate over the warm-up period | one 128-bit word (next start, banked idle time) | services that need warming: cold caches, JIT, connection pools |
-//! | [`Keyed`](keyed::Keyed) | a token bucket, fixed window, leaky bucket meter, shaper, warm-up limiter, exact sliding log (one rule, or several on one log) or sliding window (without stripes) (or a pair: both must admit) per key — user, IP, tenant — each with its own guarantee, at the key cap too; per-key quotas, combined limits, runtime reconfiguration. Not the approximate sliding window nor the leased limiters; the shaper and warm-up admit per key what can start at once | a sharded hash map (hashbrown tables under reader-biased locks) of one word (two for the shaper and warm-up; a ring of 32-bit stamps for the log, shared by all its rules: 5/s, 30/min and 1,000/day on one ring; a 128-bit word and a history of `S` charges for the window) per key, evicted when fresh, capped | per-caller limits whose key space is unbounded: public APIs, multi-tenant services |
+//! | [`Keyed`](keyed::Keyed) | a token bucket, fixed window, leaky bucket meter, shaper, warm-up limiter, exact sliding log (one rule, or several on one log) or sliding window (without stripes) (or a pair: both must admit) per key — user, IP, tenant — each with its own guarantee, at the key cap too; per-key quotas, combined limits, runtime reconfiguration. Not the approximate sliding window nor the leased limiters; the shaper and warm-up admit per key what can start at once | a sharded hash map (hashbrown tables under reader-biased locks) of one word (two for the shaper and warm-up; the direct log's lock-free ring for the log, shared by all its rules: 5/s, 30/min and 1,000/day on one ring; a 128-bit word and a history of `S` charges for the window) per key, evicted when fresh, capped | per-caller limits whose key space is unbounded: public APIs, multi-tenant services |
 //! | [`ConcurrencyLimit`] / [`AdaptiveLimit`] | never more than `limit` permits held at once (RAII permits, cancel-safe waits); the adaptive one's limit moved by [`Aimd`], [`Vegas`] or [`Gradient2`] from each request's latency and outcome | one `AtomicU64` (count, limit, a waiters flag); the algorithm's state in one more word | how *many* at once rather than how often: calls to a backend that slows under load |
 //!
 //! All of them implement [`RateLimiter`]: `try_acquire()` / `try_acquire_n(n)`

@@ -298,12 +298,10 @@ fn log_steps(limit: u32, max_advance: u64) -> impl Strategy<Value = Vec<(u8, u32
 
 /// Runs `steps` on a keyed log and one direct `SlidingLog` per key (one
 /// stripe, and the default stripes), checking every decision, retry-after
-/// and snapshot agree and the per-key bound holds; advances are rounded down
-/// to the keyed log's resolution, where it is exact.
+/// and snapshot agree and the per-key bound holds.
 fn keyed_log_agrees(rate: Rate, steps: &[(u8, u32, u64)]) {
     let clock = ManualClock::new();
     let config = LogConfig::new(rate).unwrap();
-    let unit = config.resolution().as_nanos() as u64;
     let keyed = Keyed::<u8, Log>::with_clock(config, clock.clone());
     let one_ring: Vec<Log> = (0..3)
         .map(|_| {
@@ -326,7 +324,7 @@ fn keyed_log_agrees(rate: Rate, steps: &[(u8, u32, u64)]) {
             admitted.entry(key).or_default().push(Admission { at, n });
         }
         assert_eq!(keyed.snapshot(&key), one_ring[k].snapshot(), "step {step}");
-        clock.advance(Duration::from_nanos(advance / unit * unit));
+        clock.advance(Duration::from_nanos(advance));
     }
     for admissions in admitted.values() {
         check_log(admissions, rate.permits(), rate.period().as_nanos() as u64);

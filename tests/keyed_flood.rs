@@ -212,12 +212,12 @@ fn bytes_per_key_at_a_million_keys_are_at_most_governors() {
     );
 }
 
-/// The compact per-key sliding log: bytes per resident key (the allocator's
-/// count of requested bytes: the map's entry and table share, the 4-byte
-/// stamps of the ring) for limits of 30, 100 and 10,000, each key admitted
-/// once. The ring is `4·N` bytes; everything else is a constant per key.
+/// The per-key sliding log: bytes per resident key (the allocator's count of
+/// requested bytes: the map's entry and table share, the ring's header and
+/// its 8-byte entries) for limits of 30, 100 and 10,000, each key admitted
+/// once. The ring is `8·N` bytes; everything else is a constant per key.
 #[test]
-fn a_keyed_sliding_log_costs_four_bytes_per_slot_and_a_constant() {
+fn a_keyed_sliding_log_costs_eight_bytes_per_slot_and_a_constant() {
     use tollgate::SlidingLog;
     use tollgate::keyed::LogConfig;
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -229,7 +229,7 @@ fn a_keyed_sliding_log_costs_four_bytes_per_slot_and_a_constant() {
             assert!(keyed.try_acquire(&key(i)).is_ok());
         }
         let per_key = (allocated() - before) as f64 / keys as f64;
-        let ring = 4.0 * f64::from(limit);
+        let ring = 8.0 * f64::from(limit);
         println!(
             "N = {limit}: {per_key:.1} bytes per key ({keys} keys): ring {ring}, the rest {:.1}",
             per_key - ring
@@ -243,7 +243,7 @@ fn a_keyed_sliding_log_costs_four_bytes_per_slot_and_a_constant() {
 }
 
 /// The flood of the first test on a keyed sliding log (30 a minute: a
-/// 120-byte ring per key) and a keyed sliding window (30 a minute in ten
+/// 240-byte ring per key) and a keyed sliding window (30 a minute in ten
 /// sub-windows: 40 bytes of counts per key), time frozen so that no key is
 /// ever fresh: the cap holds exactly, every key past it is decided by the
 /// overflow state, and the peak stays within the measured per-key cost
@@ -283,8 +283,8 @@ fn a_flood_of_busy_keys_on_a_sliding_log_or_window_is_held_at_the_cap() {
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let log = LogConfig::new(Rate::per_minute(30)).unwrap();
-    // The ring (4·N) and the 160-byte constant of the test above.
-    flood::<SlidingLog<ManualClock>>("sliding log, N = 30", log, 4 * 30 + 160);
+    // The ring (8·N) and the 160-byte constant of the test above.
+    flood::<SlidingLog<ManualClock>>("sliding log, N = 30", log, 8 * 30 + 160);
     let window = SlidingWindowConfig::new(Rate::per_minute(30)).unwrap();
     // 40 bytes of counts, a 48-byte header beside an 8-byte key, the table.
     flood::<SlidingWindow<ManualClock>>("sliding window, S = 10", window, 4 * 10 + 160);

@@ -293,9 +293,10 @@ fn warm_up_reconfiguration_races_acquires() {
     });
 }
 
-/// The keyed sliding log's per-key ring (under its per-key lock, a loom
-/// mutex here): a limit of 3 shrunk to 2 while acquires take 1 and 2; the
-/// history is carried (the newest stamps kept), exactly once.
+/// The keyed sliding log's per-key ring (the direct log's lock-free ring,
+/// replaced by a sealed copy on a carry-over): a limit of 3 shrunk to 2
+/// while acquires take 1 and 2; the history is carried (the newest stamps
+/// kept), exactly once.
 #[test]
 fn sliding_log_reconfiguration_races_acquires() {
     let log = |limit| LogConfig::new(Rate::new(limit, Duration::from_nanos(100))).expect("valid");

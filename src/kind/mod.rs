@@ -32,6 +32,9 @@ use crate::limiter::Snapshot;
 pub use crate::machine::Carry;
 pub use kinds::{BucketConfig, MeterConfig, WindowConfig};
 pub use log::LogConfig;
+#[cfg(loom)]
+#[doc(hidden)]
+pub use log::known_bad_unsealed_log_refunds;
 pub use reconfig::Tunable;
 pub use sliding::SlidingWindowConfig;
 #[cfg(loom)]
@@ -139,7 +142,7 @@ pub(crate) mod sealed {
 /// and its word cost and nothing else. It is implemented for [`TokenBucket`],
 /// [`FixedWindow`], the [`LeakyBucket`] meter, the [`Shaper`] and [`WarmUp`]
 /// (one `u128` per key, admitting what can start at once), the
-/// [`SlidingLog`] (a ring of 32-bit stamps per key, under a per-key lock),
+/// [`SlidingLog`] (the direct log's lock-free ring, one per key),
 /// the [`SlidingWindow`] (a 128-bit word and a history of `S` charges per
 /// key, lock-free, without the direct window's stripes), the one- and two-word kinds' locking twins,
 /// and tuples of them
@@ -187,7 +190,8 @@ pub trait Keyable: sealed::Sealed + Sized {
 
     /// The snapshot of the state an admission left, from the word it wrote:
     /// what [`Keyed::try_acquire_n_with_snapshot`](crate::keyed::Keyed::try_acquire_n_with_snapshot)
-    /// reports.
+    /// reports. Called only in the call that admitted, pinned throughout and
+    /// with the state alive (the sliding log reads its ring here).
     #[doc(hidden)]
     fn admitted(view: &View<'_, Self::Config>, receipt: Self::Receipt, now: u64) -> Snapshot;
 

@@ -68,6 +68,23 @@ pub(crate) enum Verdict {
     Moved,
 }
 
+/// What a request gets from a ring of several rules, before the head is moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RulesVerdict {
+    /// Claim the tickets up to `next` and stamp them at `stamp`; `replaced`
+    /// bounds the stamps of the entries they overwrite.
+    Admit {
+        next: u64,
+        stamp: u64,
+        replaced: u64,
+    },
+    /// Denied: every rule admits the same request `retry_ns` from now, if
+    /// nothing else is admitted in between.
+    Deny { retry_ns: u64 },
+    /// The head moved under the reader: load it again and decide again.
+    Moved,
+}
+
 /// A sliding log's shape: `capacity` permits per `window` ns, and the ticket
 /// layout of its ring.
 ///
@@ -95,7 +112,7 @@ impl Geometry {
     }
 
     /// `1 <= capacity <= window <= 2^62`, as [`Geometry::new`] validated.
-    fn from_parts(capacity: u32, window: u64, count_denied: bool) -> Self {
+    pub(crate) fn from_parts(capacity: u32, window: u64, count_denied: bool) -> Self {
         // In u64: the next power of two of a capacity above 2^31 is 2^32.
         let shift = u64::from(capacity).next_power_of_two().trailing_zeros();
         Geometry {
@@ -170,6 +187,27 @@ impl Geometry {
         } else {
             None
         }
+    }
+
+    /// How many tickets lie below `head` in the ring: all claimed, at most
+    /// the capacity.
+    #[inline]
+    pub(crate) fn logged(&self, head: u64) -> u32 {
+        if self.lap(head) == 0 {
+            self.index(head) as u32
+        } else {
+            self.capacity
+        }
+    }
+
+    /// The `(lap, index)` of the last `count` tickets below `head` (`count <=
+    /// logged(head)`), oldest first.
+    #[inline]
+    pub(crate) fn before(&self, head: u64, count: u32) -> impl Iterator<Item = (u64, usize)> {
+        let first = self
+            .behind(self.lap(head), self.index(head), count)
+            .map_or(0, |(lap, index)| self.ticket(lap, index));
+        self.tickets(first, count)
     }
 
     /// The `(lap, index)` of `count` tickets from `first` on, in order.
@@ -324,6 +362,144 @@ impl Geometry {
             retry_ns: until - now,
             record: Some((next, stamp)),
         }
+    }
+
+    /// The ticket `back` permits before ticket `(lap, index)` (`back <=
+    /// capacity`), as `(lap, index)`; `None` before the first ticket.
+    #[inline]
+    fn behind(&self, lap: u64, index: usize, back: u32) -> Option<(u64, usize)> {
+        let back = back as usize;
+        if index >= back {
+            Some((lap, index - back))
+        } else if lap > 0 {
+            Some((lap - 1, index + self.capacity as usize - back))
+        } else {
+            None
+        }
+    }
+
+    /// The decision for `n` permits at `now` on a ring that holds several
+    /// rules at once, each `(count, window)` with `n <= count`: admit iff,
+    /// for every rule and every ticket `k` the request would take, the entry
+    /// of ticket `k − count` has left the rule's window. A rule whose count
+    /// exceeds the ring's capacity reads the entry `capacity` back instead —
+    /// a newer one, which leaves no earlier: stricter, never looser.
+    ///
+    /// Why each rule holds: the tickets `k, k + count, k + 2·count, …` form a
+    /// chain in which every admission comes a full window after its
+    /// predecessor's stamp, and a stamp is never before its admission's
+    /// reading; so a window of the rule's length holds at most one admission
+    /// per chain, and there are `count` chains. Nothing here needs stamps to
+    /// grow along the tickets (stale readings from other threads may break
+    /// that): only each chain's order, which the tickets give. With one rule
+    /// whose count is the capacity this is [`decide`](Self::decide)'s rule,
+    /// where the chains are the slots.
+    ///
+    /// Every entry read is of a ticket below `head` (`n <= count`), so it was
+    /// claimed: a pending one counts as stamped now, which denies, and the
+    /// admitted permits are stamped `max(now, newest stamp)` as in `decide`.
+    /// `replaced` is the latest stamp among the entries the request's tickets
+    /// overwrite (`capacity` back): an upper bound on each, which a refund
+    /// writes back.
+    #[inline]
+    pub(crate) fn decide_rules<E: Entries>(
+        &self,
+        entries: &E,
+        head: u64,
+        now: u64,
+        n: u32,
+        rules: &[(u32, u64)],
+    ) -> RulesVerdict {
+        let Some(next) = self.advance(head, n) else {
+            // Out of laps: the end of the limiter's time range.
+            return RulesVerdict::Deny {
+                retry_ns: self.window,
+            };
+        };
+        let mut until = 0;
+        let mut replaced = 0;
+        for &(count, window) in rules {
+            let back = count.min(self.capacity);
+            for (lap, index) in self.tickets(head, n) {
+                let Some((lap, index)) = self.behind(lap, index, back) else {
+                    continue;
+                };
+                let free_at = match entries.read(index, lap) {
+                    Entry::Stamp(stamp) => {
+                        if back == self.capacity {
+                            replaced = replaced.max(stamp);
+                        }
+                        stamp + window
+                    }
+                    // Claimed just before our head load: stamped at about now.
+                    Entry::Pending => now + window,
+                    Entry::Moved => return RulesVerdict::Moved,
+                };
+                if free_at > now {
+                    until = until.max(free_at);
+                }
+            }
+        }
+        if until > now {
+            return RulesVerdict::Deny {
+                retry_ns: until - now,
+            };
+        }
+        RulesVerdict::Admit {
+            next,
+            stamp: now.max(self.newest(entries, head)),
+            replaced,
+        }
+    }
+
+    /// How many permits a rule `(count, window)` has free at `now` on a ring
+    /// whose head is `head`: the largest `m <= count` such that the entries
+    /// `count` back from the next `m` tickets have all left the window, by
+    /// binary search (exact when stamps grow along the tickets, as they do
+    /// single-threaded; advisory under concurrency, entries in flight counting
+    /// as stamped now).
+    pub(crate) fn rule_available<E: Entries>(
+        &self,
+        entries: &E,
+        head: u64,
+        now: u64,
+        (count, window): (u32, u64),
+    ) -> u32 {
+        let back = count.min(self.capacity);
+        // Is the entry `back` before the ticket `j` after the head free?
+        // `j < count`, so that entry is below the head.
+        let free = |j: u32| -> bool {
+            let Some(ticket) = self.advance(head, j) else {
+                return false;
+            };
+            match self.behind(self.lap(ticket), self.index(ticket), back) {
+                None => true,
+                Some((lap, index)) => match entries.read(index, lap) {
+                    Entry::Stamp(stamp) => stamp + window <= now,
+                    Entry::Pending | Entry::Moved => false,
+                },
+            }
+        };
+        let (mut lo, mut hi) = (0, count.min(self.capacity));
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if free(mid) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    /// The stamp of the newest entry (the ticket before `head`), `None` if
+    /// nothing was logged; an entry in flight counts as stamped `now`.
+    pub(crate) fn newest_stamp<E: Entries>(&self, entries: &E, head: u64, now: u64) -> Option<u64> {
+        let ticket = self.previous(head)?;
+        Some(match entries.read(self.index(ticket), self.lap(ticket)) {
+            Entry::Stamp(stamp) => stamp,
+            Entry::Pending | Entry::Moved => now,
+        })
     }
 
     /// What a request could get at `now`: `available` is the longest run of

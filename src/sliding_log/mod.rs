@@ -4,8 +4,8 @@
 //! The user-facing documentation (promise, state, proof) is on [`SlidingLog`].
 
 mod locking;
-mod log;
-mod ring;
+pub(crate) mod log;
+pub(crate) mod ring;
 mod stripes;
 
 use std::time::Duration;

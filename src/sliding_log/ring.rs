@@ -58,11 +58,26 @@ pub(crate) struct AtomicRing {
     dropped: (u64, u64),
 }
 
-/// The ring as one decision sees it: entries are classified against the head
-/// that decision loaded.
-struct View<'a> {
-    ring: &'a AtomicRing,
+/// A ring as one decision sees it: entries are classified against the head
+/// that decision loaded. Any ring of this layout — the direct log's stripes,
+/// a key's ring in the keyed log — is read through it.
+pub(crate) struct View<'a> {
+    head_word: &'a AtomicU64,
+    slots: &'a [AtomicU64],
     head: u64,
+}
+
+impl<'a> View<'a> {
+    /// The ring whose head word is `head_word` and entry words `slots`, as
+    /// seen by a decision made on the head value `head`.
+    #[inline]
+    pub(crate) fn new(head_word: &'a AtomicU64, slots: &'a [AtomicU64], head: u64) -> Self {
+        View {
+            head_word,
+            slots,
+            head,
+        }
+    }
 }
 
 impl Entries for View<'_> {
@@ -73,10 +88,10 @@ impl Entries for View<'_> {
         // our own CAS, which therefore fails (the head only grows): a decision can
         // only succeed on entries of laps up to the one it expects. (The Acquire
         // head load rules out laps before that one; see `try_acquire_n`.)
-        let word = self.ring.slots[index].load(Ordering::Acquire);
+        let word = self.slots[index].load(Ordering::Acquire);
         if word & 1 == lap_bit(lap) {
             Entry::Stamp(word >> 1)
-        } else if self.ring.head.load(Ordering::Relaxed) == self.head {
+        } else if self.head_word.load(Ordering::Relaxed) == self.head {
             // The other parity: the lap before the expected one (the ticket is
             // claimed, its store not landed) or the lap after it (a later ticket
             // is claimed and stored). In the second case the claim happens before
@@ -107,6 +122,11 @@ impl AtomicRing {
             geometry,
             dropped: (inheritance.floor, inheritance.dropped),
         }
+    }
+
+    #[inline]
+    fn view(&self, head: u64) -> View<'_> {
+        View::new(&self.head, &self.slots, head)
     }
 
     pub(crate) fn geometry(&self) -> &Geometry {
@@ -144,7 +164,7 @@ impl AtomicRing {
         let mut backoff = Backoff::new();
         loop {
             let head = self.head()?;
-            let view = View { ring: self, head };
+            let view = self.view(head);
             let (next, stamp, denied) = match geometry.decide(&view, head, now, n) {
                 Verdict::Moved => {
                     *lost = true;
@@ -246,7 +266,7 @@ impl AtomicRing {
     #[inline]
     pub(crate) fn free_at(&self, head: u64, k: u32, now: u64) -> Result<u64, Moved> {
         self.geometry
-            .replaced_free_at(&View { ring: self, head }, head, k, now)
+            .replaced_free_at(&self.view(head), head, k, now)
     }
 
     /// What a request could get at `now`. Advisory under concurrency: entries in
@@ -255,8 +275,7 @@ impl AtomicRing {
         // Acquire: as in `try_acquire_n`, so the entries read are those of the laps
         // the head implies.
         let head = self.head.load(Ordering::Acquire) & !SEALED;
-        self.geometry
-            .snapshot(&View { ring: self, head }, head, now)
+        self.geometry.snapshot(&self.view(head), head, now)
     }
 
     /// Seals the ring: no ticket can be claimed after this returns. `true` for
@@ -275,7 +294,7 @@ impl AtomicRing {
         // Relaxed: `seal` already synchronized with every claim.
         let head = self.head.load(Ordering::Relaxed) & !SEALED;
         self.geometry
-            .inherit(&Settled(self), head, self.dropped, capacity)
+            .inherit(&Settled(&self.slots), head, self.dropped, capacity)
     }
 }
 
@@ -308,15 +327,15 @@ impl AtomicRing {
 /// happens-before, same values: what loom proves of the swap holds for the
 /// store that ships, where a swap would cost a locked instruction per permit.
 #[inline(always)]
-fn stamp_entry(slot: &AtomicU64, word: u64, order: Ordering) {
+pub(crate) fn stamp_entry(slot: &AtomicU64, word: u64, order: Ordering) {
     #[cfg(not(loom))]
     slot.store(word, order);
     #[cfg(loom)]
     let _ = slot.swap(word, order);
 }
 
-/// A sealed ring, read once its claimed entries have landed.
-struct Settled<'a>(&'a AtomicRing);
+/// A sealed ring's entry words, read once its claimed entries have landed.
+pub(crate) struct Settled<'a>(pub(crate) &'a [AtomicU64]);
 
 impl Entries for Settled<'_> {
     fn read(&self, index: usize, lap: u64) -> Entry {
@@ -327,7 +346,7 @@ impl Entries for Settled<'_> {
             // load, so coherence rules out every lap older than the previous
             // one; the word read is the stamp itself, and nothing else is read
             // on its strength. A store still on its way is waited for below.
-            let word = self.0.slots[index].load(Ordering::Relaxed);
+            let word = self.0[index].load(Ordering::Relaxed);
             // No ticket is claimed after the seal, so the other parity can only be
             // the previous lap: a store still on its way.
             if word & 1 == lap_bit(lap) {

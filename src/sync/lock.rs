@@ -8,9 +8,9 @@
 // under std, loom's under loom, one `lock()` that cannot fail in both, so the
 // models see every lock.
 #[cfg(loom)]
-pub(crate) use loom_mutex::{Mutex, MutexGuard};
+pub(crate) use loom_mutex::Mutex;
 #[cfg(not(loom))]
-pub(crate) use parking_lot::{Mutex, MutexGuard};
+pub(crate) use parking_lot::Mutex;
 
 #[cfg(loom)]
 mod loom_mutex {

@@ -34,7 +34,7 @@ mod wide;
 
 pub(crate) use epoch::{Guard, MaybeShared, Shared, pin};
 pub(crate) use lock::{
-    ConstPtr, MutPtr, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, UnsafeCell,
+    ConstPtr, MutPtr, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, UnsafeCell,
 };
 pub(crate) use wait::Backoff;
 
