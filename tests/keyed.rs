@@ -1511,6 +1511,24 @@ fn many_threads_share_reader_lines_and_every_key_keeps_its_bound() {
 /// consecutive sub-windows.
 #[test]
 fn a_keyed_sliding_window_keeps_its_bound_under_threads() {
+    window_rounds_under_threads(false);
+}
+
+/// The keyed window's carry-over under threads: every seventh round one
+/// thread reconfigures the keyed limiter to the same limits (counts carried
+/// as they are, so the bound spans every change), and every key is sealed,
+/// carried over and given a new history while the other threads take
+/// permits across sub-windows. The bound on every key's admissions.
+#[test]
+fn a_keyed_sliding_window_keeps_its_bound_across_reconfigurations_under_threads() {
+    window_rounds_under_threads(true);
+}
+
+/// Four threads, three keys, 600 lock-step rounds across sub-windows of a
+/// window of 12 in any 6, requests of 1–3 until denied (and, if `reconfigure`,
+/// thread 0 reconfiguring to the same limits every seventh round, each key
+/// in turn): at most 12 in any 6 consecutive sub-windows per key.
+fn window_rounds_under_threads(reconfigure: bool) {
     const THREADS: usize = 4;
     let clock = ManualClock::new();
     let config = sliding(12, 1, 6);
@@ -1523,6 +1541,9 @@ fn a_keyed_sliding_window_keeps_its_bound_under_threads() {
         let now = round_times[round];
         let mut admitted = Vec::new();
         for key in 0..3u8 {
+            if reconfigure && thread == 0 && round % 7 == usize::from(key) {
+                k.reconfigure(config, Carry::Additive);
+            }
             for attempt in 0..8 {
                 let n = 1 + ((thread * 5 + attempt + usize::from(key)) % 3) as u32;
                 match k.try_acquire_n(&key, n) {
@@ -1544,48 +1565,6 @@ fn a_keyed_sliding_window_keeps_its_bound_under_threads() {
         total += admissions.iter().map(|a| u64::from(a.n)).sum::<u64>();
     }
     assert!(total > 0);
-}
-
-/// The keyed window's carry-over under threads: every seventh round one
-/// thread reconfigures the keyed limiter to the same limits (counts carried
-/// as they are, so the bound spans every change), and every key is sealed,
-/// carried over and given a new history while the other threads take
-/// permits across sub-windows. The bound on every key's admissions.
-#[test]
-fn a_keyed_sliding_window_keeps_its_bound_across_reconfigurations_under_threads() {
-    const THREADS: usize = 4;
-    let clock = ManualClock::new();
-    let config = sliding(12, 1, 6);
-    let sub = config.sub_window().as_nanos() as u64;
-    let keyed = std::sync::Arc::new(Keyed::<u8, Sliding>::with_clock(config, clock.clone()));
-    let times = support::round_times(600, sub);
-    let round_times = times.clone();
-    let k = std::sync::Arc::clone(&keyed);
-    let rounds = support::lockstep(&clock, THREADS, &times, move |thread, round| {
-        let now = round_times[round];
-        let mut admitted = Vec::new();
-        for key in 0..3u8 {
-            if thread == 0 && round % 7 == usize::from(key) {
-                k.reconfigure(config, Carry::Additive);
-            }
-            for attempt in 0..8 {
-                let n = 1 + ((thread * 5 + attempt + usize::from(key)) % 3) as u32;
-                match k.try_acquire_n(&key, n) {
-                    Ok(()) => admitted.push((key, Admission { at: now, n })),
-                    Err(_) => break,
-                }
-            }
-        }
-        admitted
-    });
-    let mut per_key: HashMap<u8, Vec<Admission>> = HashMap::new();
-    for (key, admission) in rounds.into_iter().flatten() {
-        per_key.entry(key).or_default().push(admission);
-    }
-    assert_eq!(per_key.len(), 3);
-    for admissions in per_key.values() {
-        check_sliding_window(admissions, 12, sub, 6);
-    }
 }
 
 /// The keyed sliding window's carry-over: each sub-window's count stays in

@@ -128,6 +128,14 @@ mod models {
         pub result: Result<(), Denied>,
     }
 
+    /// Every admission of `threads` as `(decision time, permits)`, in time
+    /// order: what a bound is checked on.
+    pub fn admissions_in_order(threads: &[Vec<Op>]) -> Vec<(u64, u32)> {
+        let mut admitted: Vec<(u64, u32)> = admissions(threads).collect();
+        admitted.sort_unstable();
+        admitted
+    }
+
     /// Runs one request for `n` permits (`acquire` must ask for exactly `n`) and
     /// records it with its decision time.
     ///
@@ -507,7 +515,8 @@ mod models {
         );
     }
 
-    fn admissions(threads: &[Vec<Op>]) -> impl Iterator<Item = (u64, u32)> + '_ {
+    /// Every admission of `threads` as `(decision time, permits)`.
+    pub fn admissions(threads: &[Vec<Op>]) -> impl Iterator<Item = (u64, u32)> + '_ {
         threads
             .iter()
             .flatten()

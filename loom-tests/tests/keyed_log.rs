@@ -20,7 +20,9 @@ use loom::sync::Arc;
 use loom::thread;
 use tollgate::keyed::{Keyed, LogConfig, Tunable, known_bad_unsealed_log_refunds};
 use tollgate::{ManualClock, Rate, RateLimiter, Refundable, SlidingLog};
-use tollgate_loom_tests::{Op, RecordingClock, explore, record, single_threaded_tail};
+use tollgate_loom_tests::{
+    Op, RecordingClock, admissions_in_order, explore, record, single_threaded_tail,
+};
 
 type Log = SlidingLog<RecordingClock>;
 
@@ -34,16 +36,32 @@ fn config(rules: &[(u32, u64)]) -> LogConfig {
     config
 }
 
+/// A tunable log under `rule` on a manual clock at 0, and the clock.
+fn logged(rule: (u32, u64)) -> (Arc<Tunable<Log>>, ManualClock) {
+    let clock = ManualClock::new();
+    let log = Tunable::<Log>::with_clock(config(&[rule]), RecordingClock::new(clock.clone()));
+    (Arc::new(log), clock)
+}
+
+/// A thread that takes one permit at 0, 10 and 20: two laps of a one-slot
+/// ring.
+fn three_laps(log: &Arc<Tunable<Log>>, clock: &ManualClock) -> thread::JoinHandle<Vec<Op>> {
+    let l = Arc::clone(log);
+    let c = clock.clone();
+    thread::spawn(move || {
+        let mut ops = Vec::new();
+        for at in [0, 10, 20] {
+            c.set(at);
+            ops.push(record(1, || l.try_acquire()));
+        }
+        ops
+    })
+}
+
 /// The sliding log's invariant for one rule, on exact decision times: no
 /// half-open window of `window` ns holds more than `count` admitted permits.
 fn assert_rule(count: u32, window: u64, threads: &[Vec<Op>]) {
-    let mut admitted: Vec<(u64, u32)> = threads
-        .iter()
-        .flatten()
-        .filter(|op| op.result.is_ok())
-        .map(|op| (op.at.expect("an admission read the clock"), op.n))
-        .collect();
-    admitted.sort_unstable();
+    let admitted = admissions_in_order(threads);
     for &(start, _) in &admitted {
         let inside: u32 = admitted
             .iter()
@@ -225,21 +243,8 @@ fn a_carry_over_races_a_claim() {
 fn a_reader_two_laps_behind_the_head() {
     const RULE: (u32, u64) = (1, 10);
     explore("keyed_log::a_reader_two_laps_behind_the_head", 3, || {
-        let clock = ManualClock::new();
-        let log = Arc::new(Tunable::<Log>::with_clock(
-            config(&[RULE]),
-            RecordingClock::new(clock.clone()),
-        ));
-        let l = Arc::clone(&log);
-        let c = clock.clone();
-        let laps = thread::spawn(move || {
-            let mut ops = Vec::new();
-            for at in [0, 10, 20] {
-                c.set(at);
-                ops.push(record(1, || l.try_acquire()));
-            }
-            ops
-        });
+        let (log, clock) = logged(RULE);
+        let laps = three_laps(&log, &clock);
         let l = Arc::clone(&log);
         let other = thread::spawn(move || vec![record(1, || l.try_acquire())]);
         let threads = vec![laps.join().unwrap(), other.join().unwrap()];
@@ -259,21 +264,8 @@ fn a_carry_over_two_laps_behind_the_head() {
         "keyed_log::a_carry_over_two_laps_behind_the_head",
         3,
         || {
-            let clock = ManualClock::new();
-            let log = Arc::new(Tunable::<Log>::with_clock(
-                config(&[RULE]),
-                RecordingClock::new(clock.clone()),
-            ));
-            let l = Arc::clone(&log);
-            let c = clock.clone();
-            let laps = thread::spawn(move || {
-                let mut ops = Vec::new();
-                for at in [0, 10, 20] {
-                    c.set(at);
-                    ops.push(record(1, || l.try_acquire()));
-                }
-                ops
-            });
+            let (log, clock) = logged(RULE);
+            let laps = three_laps(&log, &clock);
             let l = Arc::clone(&log);
             let changer = thread::spawn(move || {
                 l.reconfigure(config(&[RULE]), tollgate::keyed::Carry::Proportional);
@@ -296,11 +288,7 @@ fn a_carry_over_two_laps_behind_the_head() {
 fn a_reader_behind_two_claimers() {
     const RULE: (u32, u64) = (1, 10);
     explore("keyed_log::a_reader_behind_two_claimers", 3, || {
-        let clock = ManualClock::new();
-        let log = Arc::new(Tunable::<Log>::with_clock(
-            config(&[RULE]),
-            RecordingClock::new(clock.clone()),
-        ));
+        let (log, clock) = logged(RULE);
         let l = Arc::clone(&log);
         let first = thread::spawn(move || vec![record(1, || l.try_acquire())]);
         let l = Arc::clone(&log);

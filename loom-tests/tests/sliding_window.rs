@@ -26,7 +26,9 @@ use loom::thread;
 use tollgate::{
     ApproxSlidingWindow, Clock, Denied, ManualClock, Rate, RateLimiter, SlidingWindow, Snapshot,
 };
-use tollgate_loom_tests::{Op, RecordingClock, explore, record, single_threaded_tail};
+use tollgate_loom_tests::{
+    Op, RecordingClock, admissions_in_order, explore, record, single_threaded_tail,
+};
 
 /// Sub-window length in nanoseconds (at least the limit, as the builder needs).
 const SUB: u64 = 10;
@@ -469,13 +471,7 @@ fn late_readers_see_the_charge_an_opening_published() {
 /// admission at `t` in window `k`, the previous window's total weighted by
 /// `(T − e)/T` plus the permits admitted in `k` up to `t` is at most `limit`.
 fn assert_approx_bound(limit: u32, window: u64, threads: &[Vec<Op>]) {
-    let mut admitted: Vec<(u64, u32)> = threads
-        .iter()
-        .flatten()
-        .filter(|op| op.result.is_ok())
-        .map(|op| (op.at.expect("an admission read the clock"), op.n))
-        .collect();
-    admitted.sort();
+    let admitted = admissions_in_order(threads);
     let total = |k: u64| -> u64 {
         admitted
             .iter()
