@@ -5,8 +5,10 @@
 //! allocation on the hot path — and every atomic algorithm is model-checked
 //! with [loom](https://docs.rs/loom) in `loom-tests/`. Per key
 //! ([`Keyed`](keyed::Keyed)), the same atomics decide on each key's state
-//! (the exact sliding log: on each key's lock-free ring), and a lookup
-//! waits only while an insertion or eviction holds the key's shard.
+//! (the exact sliding log: on each key's lock-free ring); a lookup waits
+//! only while an insertion or eviction holds the key's shard, and a request
+//! on a per-key log or window only while a refund or a reconfiguration
+//! replaces that key's state.
 //! Each has a locking twin that
 //! keeps the same state under a mutex and makes the same decisions, for
 //! benchmarks, for property tests, and for anyone who prefers a lock.
