@@ -6,14 +6,12 @@
 //!
 //! - **hot**: every thread checks the same key (`tollgate_log_2_rules`: the
 //!   same 64-slot ring under a second rule, 32 per 500 ns; every check reads
-//!   both) (one shard, one per-key lock
-//!   for the log and the window: the contended case). The direct
+//!   both) (one shard, one key's state: the contended case). The direct
 //!   `SlidingWindow` (striped, default stripes) and its locking twin run
 //!   beside them under the same limit, with no key: what a per-key window
 //!   without stripes gives up on one hot key. So do the direct `SlidingLog`
-//!   (the lock-free ring, default stripes) and its locking twin under the
-//!   log's limit: whether the keyed log's per-key mutex costs or wins
-//!   against the lock-free algorithm on one contended key.
+//!   (the lock-free rings, default stripes) and its locking twin under the
+//!   log's limit: what one unstriped ring per key gives up.
 //! - **spread**: a million keys, scattered over the hash space, inserted
 //!   before timing; thread `t` walks them from its own offset (the
 //!   cache-missing case).
@@ -28,8 +26,8 @@
 //!   the window, a burst of 64 and one per `P` for the buckets), so about
 //!   half the checks admit and the limit binds throughout.
 //!
-//! Every check admits and so writes its key's state (the allow path), and no
-//! key is evicted while timing. Hot: the log has 64 permits per 2 µs
+//! In hot and spread every check admits and so writes its key's state (the
+//! allow path); in no group is a key evicted while timing. Hot: the log has 64 permits per 2 µs
 //! (32 M/s) and the window 10^6 per 10 ms in 10 sub-windows of 1 ms (100 M/s,
 //! the most ten sub-windows allow), more than one key gets here. A window
 //! denies a reading older than the newest sub-window opened (the direct

@@ -215,7 +215,8 @@ mod imp {
     impl<T> Drop for MaybeShared<T> {
         fn drop(&mut self) {
             // SAFETY: `&mut self`: nobody else can reach the current value, so
-            // it is ours to free; retired ones are epoch's.
+            // it is ours to free; retired ones are epoch's. Relaxed: `&mut
+            // self` already orders every earlier store before this load.
             unsafe {
                 let current = self.0.load(Ordering::Relaxed, epoch::unprotected());
                 if !current.is_null() {
