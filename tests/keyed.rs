@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use support::{
-    Admission, Start, check_leaky_bucket, check_shaper, check_sliding_window, check_token_bucket,
+    Admission, Start, check_leaky_bucket, check_shaper, check_shaper_any_order,
+    check_sliding_window, check_token_bucket,
 };
 use tollgate::keyed::{
     BucketConfig, Carry, FLOOR_STEP, IDLE_BEFORE_EVICTION, Keyable, Keyed, LogConfig, MeterConfig,
@@ -1402,7 +1403,9 @@ fn every_key_keeps_its_bound_at_the_cap_under_threads() {
     run::<LockingLeakyBucket<ManualClock>>(meter);
     run::<Meter>(meter);
     // The shaper, 1 per 500 µs after a burst of 2: per key, the admissions
-    // (each starts at its decision time) keep the spacing.
+    // (each starts at its decision time) keep the spacing. Threads of one
+    // round book equal starts in an order nobody records (1 + 1 + 2 permits
+    // at one instant keep the promise; 1 + 2 + 1 would not).
     let queue =
         ShaperConfig::new(Rate::new(2, Duration::from_millis(1)), 2, Duration::ZERO).unwrap();
     let spaced = |admissions: &[Admission]| {
@@ -1414,7 +1417,7 @@ fn every_key_keeps_its_bound_at_the_cap_under_threads() {
                 n: a.n,
             })
             .collect();
-        check_shaper(&starts, 500_000, 2, 0);
+        check_shaper_any_order(&starts, 500_000, 2, 0);
     };
     run_checked::<Queue>(queue, spaced);
     run_checked::<LockingShaper<ManualClock>>(queue, spaced);

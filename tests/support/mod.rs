@@ -489,6 +489,20 @@ pub fn check_shaper(starts: &[Start], interval: u64, burst: u32, max_wait: u64) 
     }
 }
 
+/// [`check_shaper`] for starts granted to racing threads, whose booking order
+/// among equal starts nobody recorded: equal starts are taken smallest request
+/// first. Sound: if the booking order keeps the promise, so does this one. A
+/// pair of starts in different groups counts a whole group whatever its order
+/// (the earlier group from its first start on, every permit of it), and within
+/// a group the most a start can have before it is the group's permits but the
+/// last one's, least when the last is the largest; the booking order's last
+/// start already passed with at least that much before it.
+pub fn check_shaper_any_order(starts: &[Start], interval: u64, burst: u32, max_wait: u64) {
+    let mut sorted = starts.to_vec();
+    sorted.sort_by_key(|s| (s.start, s.n));
+    check_shaper(&sorted, interval, burst, max_wait);
+}
+
 /// The shaper in nginx's terms: an "excess" of queued work (ns) that drains one
 /// nanosecond per nanosecond. A request waits for the excess beyond `burst`
 /// intervals, is rejected if that wait exceeds `max_wait`, and otherwise adds
