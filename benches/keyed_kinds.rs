@@ -59,7 +59,8 @@ use std::time::Duration;
 
 use criterion::Criterion;
 use governor::Quota;
-use tollgate::keyed::{BucketConfig, Keyed, LogConfig, SlidingWindowConfig};
+use tollgate::LogConfig;
+use tollgate::keyed::{BucketConfig, Keyed, SlidingWindowConfig};
 use tollgate::{
     LockingSlidingLog, LockingSlidingWindow, ManualClock, Rate, RateLimiter, SlidingLog,
     SlidingWindow, TokenBucket,

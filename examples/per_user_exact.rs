@@ -21,7 +21,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
-use tollgate::keyed::{Carry, Keyed, LogConfig};
+use tollgate::LogConfig;
+use tollgate::keyed::{Carry, Keyed};
 use tollgate::{Clock, ManualClock, Rate, SlidingLog};
 
 const THREADS: usize = 4;

@@ -140,7 +140,7 @@ pub use limiter::{RateLimiter, Rejection, Snapshot, check_request};
 pub use limits::{MAX_COLD_FACTOR, MAX_SUB_WINDOWS};
 pub use rate::{ParseRateError, ParseRateErrorKind, Rate};
 pub use refund::{Receipt, Receipted, Refundable};
-pub use sliding_log::{LockingSlidingLog, SlidingLog};
+pub use sliding_log::{LockingSlidingLog, LogConfig, SlidingLog};
 pub use sliding_window::{
     ApproxSlidingWindow, LockingApproxSlidingWindow, LockingSlidingWindow, SlidingWindow,
     SlidingWindowBuilder,

@@ -14,8 +14,9 @@ use support::{
     Admission, Start, check_leaky_bucket, check_shaper, check_shaper_any_order,
     check_sliding_window, check_token_bucket,
 };
+use tollgate::LogConfig;
 use tollgate::keyed::{
-    BucketConfig, Carry, FLOOR_STEP, IDLE_BEFORE_EVICTION, Keyable, Keyed, LogConfig, MeterConfig,
+    BucketConfig, Carry, FLOOR_STEP, IDLE_BEFORE_EVICTION, Keyable, Keyed, MeterConfig,
     ShaperConfig, SlidingWindowConfig, Tunable, WarmUpConfig, WindowConfig,
 };
 use tollgate::{

@@ -218,8 +218,8 @@ fn bytes_per_key_at_a_million_keys_are_at_most_governors() {
 /// once. The ring is `8·N` bytes; everything else is a constant per key.
 #[test]
 fn a_keyed_sliding_log_costs_eight_bytes_per_slot_and_a_constant() {
+    use tollgate::LogConfig;
     use tollgate::SlidingLog;
-    use tollgate::keyed::LogConfig;
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     for (limit, keys) in [(30u32, 100_000u64), (100, 100_000), (10_000, 2_000)] {
         let config = LogConfig::new(Rate::new(limit, Duration::from_secs(60))).unwrap();
@@ -250,7 +250,8 @@ fn a_keyed_sliding_log_costs_eight_bytes_per_slot_and_a_constant() {
 /// (`docs/benchmarks.md`, memory per key) times the cap.
 #[test]
 fn a_flood_of_busy_keys_on_a_sliding_log_or_window_is_held_at_the_cap() {
-    use tollgate::keyed::{Keyable, LogConfig, SlidingWindowConfig};
+    use tollgate::LogConfig;
+    use tollgate::keyed::{Keyable, SlidingWindowConfig};
     use tollgate::{SlidingLog, SlidingWindow};
     fn flood<L: Keyable<Clock = ManualClock>>(name: &str, config: L::Config, per_key: isize) {
         const CAP: usize = 100_000;

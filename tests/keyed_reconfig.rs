@@ -13,8 +13,9 @@ use std::sync::{Arc, Barrier};
 
 use std::time::Duration;
 
+use tollgate::LogConfig;
 use tollgate::keyed::{
-    BucketConfig, Carry, Keyed, LogConfig, MeterConfig, ShaperConfig, SlidingWindowConfig, Tunable,
+    BucketConfig, Carry, Keyed, MeterConfig, ShaperConfig, SlidingWindowConfig, Tunable,
     WarmUpConfig, WindowConfig,
 };
 use tollgate::{

@@ -5,110 +5,36 @@
 //! admissions recorded from several threads; and a known-bad log that checks
 //! only the largest rule, which the same check catches.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 use std::time::Duration;
 
+mod support;
+
 use proptest::prelude::*;
-use tollgate::keyed::{Carry, Keyed, LogConfig};
+use support::{Phase, Rules, RulesModel, lockstep_between, log_config, rule_violations};
+use tollgate::LogConfig;
+use tollgate::keyed::{Carry, Keyed};
 use tollgate::{Denied, ManualClock, Rate, SlidingLog, Snapshot};
 
 type Log = SlidingLog<ManualClock>;
 
-/// `(count, window in ns)`.
-type Rules = Vec<(u32, u64)>;
-
-fn config(rules: &[(u32, u64)]) -> LogConfig {
-    let rate = |&(n, w): &(u32, u64)| Rate::new(n, Duration::from_nanos(w));
-    let mut config = LogConfig::new(rate(&rules[0])).unwrap();
-    for rule in &rules[1..] {
-        config = config.with_rule(rate(rule)).unwrap();
-    }
-    config
-}
-
-/// The reference: every admitted permit's decision time, per key, oldest
-/// first, and the rules in force.
-struct Model {
-    rules: Rules,
-    logs: HashMap<u32, Vec<u64>>,
-}
-
-impl Model {
-    fn new(rules: Rules) -> Self {
-        Model {
-            rules,
-            logs: HashMap::new(),
+/// The documented carry-over at `t`: `Reset` forgets; otherwise the
+/// times inside both the old and the new longest window, newest
+/// `slots'` of them.
+fn carry_over(model: &mut RulesModel, rules: Rules, carry: Carry, t: u64) {
+    let longest = |r: &Rules| r.iter().map(|r| r.1).max().unwrap();
+    let window = longest(&model.rules).min(longest(&rules));
+    let slots = rules.iter().map(|r| r.0).max().unwrap() as usize;
+    for log in model.logs.values_mut() {
+        if carry == Carry::Reset {
+            log.clear();
+        } else {
+            log.retain(|&s| s + window > t);
+            let drop = log.len().saturating_sub(slots);
+            log.drain(..drop);
         }
     }
-
-    fn capacity(&self) -> u32 {
-        self.rules.iter().map(|r| r.0).min().unwrap()
-    }
-
-    /// Admits `n` at `t` iff every rule still has room for them in
-    /// `(t − T_i, t]`; otherwise the longest wait until each rule has.
-    fn acquire(&mut self, key: u32, n: u32, t: u64) -> Result<(), Denied> {
-        let capacity = self.capacity();
-        if n > capacity {
-            return Err(Denied::ExceedsCapacity {
-                requested: n,
-                capacity,
-            });
-        }
-        let log = self.logs.entry(key).or_default();
-        let mut until = 0;
-        for &(limit, window) in &self.rules {
-            let busy = log.iter().filter(|&&s| s + window > t).count();
-            if busy + n as usize > limit as usize {
-                // Room for `n` once this entry, `limit − n + 1` back, leaves.
-                let pivot = log[log.len() + n as usize - 1 - limit as usize];
-                until = until.max(pivot + window);
-            }
-        }
-        if until > 0 {
-            return Err(Denied::RetryAfter(Duration::from_nanos(until - t)));
-        }
-        log.extend(std::iter::repeat_n(t, n as usize));
-        Ok(())
-    }
-
-    /// The binding rule's figures: fewest available, on a tie the longer
-    /// time until full.
-    fn snapshot(&self, key: u32, t: u64) -> Snapshot {
-        let empty = Vec::new();
-        let log = self.logs.get(&key).unwrap_or(&empty);
-        let mut best: Option<(u32, u32, u64)> = None;
-        for &(limit, window) in &self.rules {
-            let busy = log.iter().filter(|&&s| s + window > t).count() as u32;
-            let available = limit.saturating_sub(busy);
-            let until = log.last().map_or(0, |&s| (s + window).saturating_sub(t));
-            if best.is_none_or(|(a, _, u)| available < a || (available == a && until > u)) {
-                best = Some((available, limit, until));
-            }
-        }
-        let (available, limit, until) = best.unwrap();
-        Snapshot::new(available, limit, Duration::from_nanos(until))
-    }
-
-    /// The documented carry-over at `t`: `Reset` forgets; otherwise the
-    /// times inside both the old and the new longest window, newest
-    /// `slots'` of them.
-    fn reconfigure(&mut self, rules: Rules, carry: Carry, t: u64) {
-        let longest = |r: &Rules| r.iter().map(|r| r.1).max().unwrap();
-        let window = longest(&self.rules).min(longest(&rules));
-        let slots = rules.iter().map(|r| r.0).max().unwrap() as usize;
-        for log in self.logs.values_mut() {
-            if carry == Carry::Reset {
-                log.clear();
-            } else {
-                log.retain(|&s| s + window > t);
-                let drop = log.len().saturating_sub(slots);
-                log.drain(..drop);
-            }
-        }
-        self.rules = rules;
-    }
+    model.rules = rules;
 }
 
 #[derive(Debug, Clone)]
@@ -141,9 +67,9 @@ fn ops(advance: BoxedStrategy<u64>, sets: usize) -> impl Strategy<Value = Vec<Op
 /// agree on every decision, retry-after and snapshot.
 fn agrees_with_model(sets: &[Rules], ops: &[Op]) {
     let clock = ManualClock::new();
-    let evicting = Keyed::<u32, Log>::with_clock(config(&sets[0]), clock.clone());
-    let keeping = Keyed::<u32, Log>::with_clock(config(&sets[0]), clock.clone());
-    let mut model = Model::new(sets[0].clone());
+    let evicting = Keyed::<u32, Log>::with_clock(log_config(&sets[0]), clock.clone());
+    let keeping = Keyed::<u32, Log>::with_clock(log_config(&sets[0]), clock.clone());
+    let mut model = RulesModel::new(sets[0].clone());
     let mut now = 0u64;
     for (step, op) in ops.iter().enumerate() {
         match *op {
@@ -170,9 +96,9 @@ fn agrees_with_model(sets: &[Rules], ops: &[Op]) {
                 now += ns;
             }
             Op::Reconfigure { rules, carry } => {
-                evicting.reconfigure(config(&sets[rules]), carry);
-                keeping.reconfigure(config(&sets[rules]), carry);
-                model.reconfigure(sets[rules].clone(), carry, now);
+                evicting.reconfigure(log_config(&sets[rules]), carry);
+                keeping.reconfigure(log_config(&sets[rules]), carry);
+                carry_over(&mut model, sets[rules].clone(), carry, now);
             }
         }
         evicting.sweep();
@@ -199,9 +125,7 @@ fn fine_sets() -> Vec<Rules> {
     ]
 }
 
-/// With a day's rule, stamps are 65,536 ns units: on readings that are
-/// multiples of the unit, rounding up changes nothing, so again every
-/// decision is the model's.
+/// Sets with a day's rule, run over steps of 65,536 ns up to about 38 hours.
 fn day_sets() -> Vec<Rules> {
     vec![
         vec![(5, S), (30, 60 * S), (100, DAY)],
@@ -232,37 +156,28 @@ proptest! {
             day_sets().len(),
         ),
     ) {
-        // 2^31 units is over 38 hours: runs re-base and cross the day.
+        // 2^31 units is over 38 hours: runs cross the day.
         agrees_with_model(&day_sets(), &ops);
     }
 
-    /// Arbitrary readings with a day's rule: stamps round up, so the log may
-    /// deny what the nanosecond model admits, never the reverse; every
-    /// admission is one the model admits on the log's own history.
+    /// Arbitrary readings with a day's rule: stamps are exact to the
+    /// nanosecond, so every decision and retry-after is the model's.
     #[test]
     fn every_rule_holds_at_any_reading(
         steps in proptest::collection::vec((1u32..=5, prop_oneof![0..2 * S, 0..70 * S]), 1..400),
     ) {
         let rules = day_sets()[0].clone();
         let clock = ManualClock::new();
-        let keyed = Keyed::<u8, Log>::with_clock(config(&rules), clock.clone());
-        let mut model = Model::new(rules);
+        let keyed = Keyed::<u8, Log>::with_clock(log_config(&rules), clock.clone());
+        let mut model = RulesModel::new(rules);
         let mut now = 0;
         for (n, advance) in steps {
-            if keyed.try_acquire_n(&0, n).is_ok() {
-                prop_assert_eq!(model.acquire(0, n, now), Ok(()), "at {}", now);
-            }
+            prop_assert_eq!(keyed.try_acquire_n(&0, n), model.acquire(0, n, now), "at {}", now);
             clock.advance(Duration::from_nanos(advance));
             now += advance;
             keyed.sweep();
         }
     }
-}
-
-/// A phase of the threaded run: from round `from`, these rules.
-struct Phase {
-    from: u32,
-    rules: Rules,
 }
 
 const THREADS: u32 = 4;
@@ -283,65 +198,42 @@ fn run_threads(
         config(&phases[0].rules),
         clock.clone(),
     ));
-    let start = Arc::new(Barrier::new(THREADS as usize + 1));
-    let end = Arc::new(Barrier::new(THREADS as usize + 1));
-    let phase_of = |round: u32| phases.iter().rposition(|p| p.from <= round).unwrap();
-    let phase_by_round: Arc<Vec<usize>> = Arc::new((0..ROUNDS).map(phase_of).collect());
-    let workers: Vec<_> = (0..THREADS)
-        .map(|t| {
-            let (keyed, start, end) = (keyed.clone(), start.clone(), end.clone());
-            let phase_by_round = phase_by_round.clone();
-            std::thread::spawn(move || {
-                let mut admitted = Vec::new();
-                for round in 0..ROUNDS {
-                    start.wait();
-                    let at = u64::from(round) * ROUND;
-                    for key in 0..8 {
-                        let n = if (round + t + key) % 3 == 0 { 2 } else { 1 };
-                        if keyed.try_acquire_n(&key, n).is_ok() {
-                            admitted.push((key, at, n, phase_by_round[round as usize]));
-                        }
-                    }
-                    end.wait();
+    let times: Vec<u64> = (0..ROUNDS as usize).map(times_of).collect();
+    let phase_by_round = Phase::by_round(phases, ROUNDS);
+    let k = keyed.clone();
+    let rounds = lockstep_between(
+        &clock,
+        THREADS as usize,
+        &times,
+        |round| {
+            let changed = phases
+                .iter()
+                .find(|p| p.from as usize == round && round > 0);
+            if let Some(phase) = changed {
+                keyed.reconfigure(config(&phase.rules), Carry::Proportional);
+            }
+        },
+        move |t, round| {
+            let mut admitted = Vec::new();
+            for key in 0..8 {
+                let n = if (round as u32 + t as u32 + key) % 3 == 0 {
+                    2
+                } else {
+                    1
+                };
+                if k.try_acquire_n(&key, n).is_ok() {
+                    admitted.push((key, times_of(round), n, phase_by_round[round]));
                 }
-                admitted
-            })
-        })
-        .collect();
-    for round in 0..ROUNDS {
-        if let Some(phase) = phases.iter().find(|p| p.from == round && round > 0) {
-            keyed.reconfigure(config(&phase.rules), Carry::Proportional);
-        }
-        start.wait();
-        end.wait();
-        clock.advance(Duration::from_nanos(ROUND));
-    }
-    workers
-        .into_iter()
-        .flat_map(|w| w.join().unwrap())
-        .collect()
+            }
+            admitted
+        },
+    );
+    rounds.into_iter().flatten().collect()
 }
 
-/// Every admission against every rule in force when it was decided: the
-/// permits of its key decided in `(t − T_i, t]`, earlier phases included
-/// (the log keeps its history), are at most `N_i`.
-fn rule_violations(phases: &[Phase], admitted: &[(u32, u64, u32, usize)]) -> Vec<String> {
-    let mut violations = Vec::new();
-    for &(key, t, _, phase) in admitted {
-        for &(limit, window) in &phases[phase].rules {
-            let in_window: u32 = admitted
-                .iter()
-                .filter(|a| a.0 == key && a.1 <= t && a.1 + window > t)
-                .map(|a| a.2)
-                .sum();
-            if in_window > limit {
-                violations.push(format!(
-                    "key {key} at {t} ns: {in_window} in a window of {window} ns, rule {limit}"
-                ));
-            }
-        }
-    }
-    violations
+/// A round's decision time.
+fn times_of(round: usize) -> u64 {
+    round as u64 * ROUND
 }
 
 /// The longest window stays a minute in every phase, so the history each
@@ -368,7 +260,7 @@ fn phases() -> Vec<Phase> {
 #[test]
 fn every_rule_holds_on_admissions_from_threads() {
     let phases = phases();
-    let admitted = run_threads(&phases, |rules| config(rules));
+    let admitted = run_threads(&phases, |rules| log_config(rules));
     assert_eq!(rule_violations(&phases, &admitted), Vec::<String>::new());
     // Not a limiter that denies everything: each phase's minute rule is the
     // binding one over a minute, and each key gets permits in every phase.
@@ -407,7 +299,7 @@ fn checking_only_the_largest_rule_is_caught() {
 #[test]
 fn a_request_above_the_smallest_count_exceeds_capacity() {
     let keyed = Keyed::<u8, Log>::with_clock(
-        config(&[(5, S), (30, 60 * S), (1_000, DAY)]),
+        log_config(&[(5, S), (30, 60 * S), (1_000, DAY)]),
         ManualClock::new(),
     );
     assert_eq!(
@@ -426,7 +318,7 @@ fn a_request_above_the_smallest_count_exceeds_capacity() {
 #[test]
 fn the_snapshot_reports_the_binding_rule() {
     let clock = ManualClock::new();
-    let keyed = Keyed::<u8, Log>::with_clock(config(&[(5, S), (8, 60 * S)]), clock.clone());
+    let keyed = Keyed::<u8, Log>::with_clock(log_config(&[(5, S), (8, 60 * S)]), clock.clone());
     assert_eq!(keyed.snapshot(&1), Snapshot::new(5, 5, Duration::ZERO));
     keyed.try_acquire_n(&1, 4).unwrap();
     // The second's rule has 1 left, the minute's 4.

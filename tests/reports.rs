@@ -15,8 +15,9 @@ use std::thread;
 use std::time::Duration;
 
 use proptest::prelude::*;
+use tollgate::LogConfig;
 use tollgate::keyed::{
-    BucketConfig, Keyed, LogConfig, MeterConfig, ShaperConfig, Tunable, WarmUpConfig, WindowConfig,
+    BucketConfig, Keyed, MeterConfig, ShaperConfig, Tunable, WarmUpConfig, WindowConfig,
 };
 use tollgate::{
     ApproxSlidingWindow, Denied, FixedWindow, LeakyBucket, LeasedFixedWindow, LeasedTokenBucket,

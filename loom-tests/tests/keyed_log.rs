@@ -18,7 +18,8 @@ use std::time::Duration;
 
 use loom::sync::Arc;
 use loom::thread;
-use tollgate::keyed::{Keyed, LogConfig, Tunable, known_bad_unsealed_log_refunds};
+use tollgate::LogConfig;
+use tollgate::keyed::{Keyed, Tunable, known_bad_unsealed_log_refunds};
 use tollgate::{ManualClock, Rate, RateLimiter, Refundable, SlidingLog};
 use tollgate_loom_tests::{
     Op, RecordingClock, admissions_in_order, explore, record, single_threaded_tail,

@@ -18,9 +18,10 @@ use std::time::Duration;
 
 use loom::sync::Arc;
 use loom::thread;
+use tollgate::LogConfig;
 use tollgate::keyed::{
-    BucketConfig, Carry, LogConfig, MeterConfig, ShaperConfig, SlidingWindowConfig, Tunable,
-    WarmUpConfig, WindowConfig,
+    BucketConfig, Carry, MeterConfig, ShaperConfig, SlidingWindowConfig, Tunable, WarmUpConfig,
+    WindowConfig,
 };
 use tollgate::{
     Denied, FixedWindow, LeakyBucket, ManualClock, Rate, RateLimiter, Shaper, SlidingLog,

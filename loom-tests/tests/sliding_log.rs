@@ -592,6 +592,138 @@ fn two_reconfigurations_race() {
     assert!(explored > 1);
 }
 
+/// Two rules on one log: 1 per [`WINDOW`] and 2 per four of them.
+const RULES: [(u32, u64); 2] = [(1, WINDOW), (2, 4 * WINDOW)];
+
+/// A log of [`RULES`] on a manual clock at 0 (one ring of the largest
+/// count, which both rules read), counting denied attempts or not.
+fn ruled_log(counting: bool) -> (Arc<SlidingLog<RecordingClock>>, ManualClock) {
+    let clock = ManualClock::new();
+    let [(n1, w1), (n2, w2)] = RULES;
+    let log = SlidingLog::with_clock(Rate::new(n1, nanos(w1)), RecordingClock::new(clock.clone()))
+        .expect("a valid rule")
+        .with_rule(Rate::new(n2, nanos(w2)))
+        .expect("a valid rule")
+        .count_denied(counting);
+    assert_eq!((log.limit(), log.stripes()), (1, 1));
+    (Arc::new(log), clock)
+}
+
+/// Every rule's bound on exact decision times, then the single-threaded
+/// tail (exact retry-after, not stuck) and the bounds again.
+fn verify_rules(log: &SlidingLog<RecordingClock>, clock: &ManualClock, mut threads: Vec<Vec<Op>>) {
+    for (limit, window) in RULES {
+        assert_sliding_bound(limit, window, &threads);
+    }
+    threads.push(single_threaded_tail(clock, log.limit(), || {
+        log.try_acquire()
+    }));
+    for (limit, window) in RULES {
+        assert_sliding_bound(limit, window, &threads);
+    }
+}
+
+/// Two threads take a permit twice each while the clock ticks a window
+/// twice (0 → 10 → 20): every admission must have left the short rule's
+/// window since the entry one back and the long rule's since the entry two
+/// back, whichever thread wrote them and whenever it read the clock.
+fn rules_race_a_ticking_clock(name: &'static str, largest_only: bool) {
+    let explored = explore(name, 2, move || {
+        SlidingLog::known_bad_largest_rule_only(largest_only);
+        let (log, clock) = ruled_log(false);
+        let acquirers: Vec<_> = (0..2)
+            .map(|_| {
+                let l = log.clone();
+                thread::spawn(move || {
+                    vec![record(1, || l.try_acquire()), record(1, || l.try_acquire())]
+                })
+            })
+            .collect();
+        let c = clock.clone();
+        let ticker = thread::spawn(move || {
+            c.advance(nanos(WINDOW));
+            c.advance(nanos(WINDOW));
+        });
+        let threads: Vec<_> = acquirers.into_iter().map(|h| h.join().unwrap()).collect();
+        ticker.join().unwrap();
+        assert!(admitted(&threads) >= 1, "{threads:#?}");
+        verify_rules(&log, &clock, threads);
+    });
+    assert!(explored > 1);
+}
+
+#[test]
+fn several_rules_race_a_ticking_clock() {
+    rules_race_a_ticking_clock("sliding_log::several_rules_race_a_ticking_clock", false);
+}
+
+/// Known-bad: the log decides by its largest rule alone (2 per 40 ns), and
+/// two permits get into one window of the 1-per-10-ns rule.
+#[test]
+#[should_panic(expected = "sliding log invariant violated")]
+fn known_bad_largest_rule_only_is_caught() {
+    rules_race_a_ticking_clock("sliding_log::known_bad_largest_rule_only_is_caught", true);
+}
+
+/// The same rules set again while a thread takes permits at 0 and, a window
+/// later, again: the reconfiguration seals the ring and the new one inherits
+/// bounds on its entries, so a claim either lands before the seal (and is
+/// inherited) or decides again on the new ring; both rules hold throughout.
+#[test]
+fn several_rules_reconfiguration_races_acquires() {
+    let explored = explore(
+        "sliding_log::several_rules_reconfiguration_races_acquires",
+        2,
+        || {
+            let (log, clock) = ruled_log(false);
+            let (l, c) = (log.clone(), clock.clone());
+            let acquirer = thread::spawn(move || {
+                let first = record(1, || l.try_acquire());
+                c.advance(nanos(WINDOW));
+                vec![first, record(1, || l.try_acquire())]
+            });
+            let l = log.clone();
+            let changer = thread::spawn(move || {
+                l.reconfigure_rules(&l.rules());
+                vec![record(1, || l.try_acquire())]
+            });
+            let threads = vec![acquirer.join().unwrap(), changer.join().unwrap()];
+            verify_rules(&log, &clock, threads);
+        },
+    );
+    assert!(explored > 1);
+}
+
+/// Counting denied attempts with two rules: denials are logged on the one
+/// ring while a clock ticks, and the admitted permits still keep both rules.
+#[test]
+fn several_rules_counting_denied_attempts_race() {
+    let explored = explore(
+        "sliding_log::several_rules_counting_denied_attempts_race",
+        2,
+        || {
+            let (log, clock) = ruled_log(true);
+            let hammers: Vec<_> = (0..2)
+                .map(|_| {
+                    let l = log.clone();
+                    thread::spawn(move || {
+                        vec![record(1, || l.try_acquire()), record(1, || l.try_acquire())]
+                    })
+                })
+                .collect();
+            let c = clock.clone();
+            let ticker = thread::spawn(move || c.advance(nanos(WINDOW)));
+            let threads: Vec<_> = hammers.into_iter().map(|h| h.join().unwrap()).collect();
+            ticker.join().unwrap();
+            assert!(admitted(&threads) >= 1, "{threads:#?}");
+            for (limit, window) in RULES {
+                assert_sliding_bound(limit, window, &threads);
+            }
+        },
+    );
+    assert!(explored > 1);
+}
+
 /// Henidak's non-locking throttle, translated line by line from its C#
 /// `MultiNoLock` (`setTail`, `_ShouldDoIt`, `ShouldDoIt`): a ring of ticks with
 /// a head and a tail. `Interlocked.Exchange` becomes `swap`; a plain field read

@@ -36,7 +36,7 @@
 //! shared by all keys and a per-key state: for the token bucket, the fixed
 //! window and the leaky bucket meter, the same single `AtomicU64` as the
 //! direct limiter (for the shaper and warm-up, their 128-bit word; for the
-//! sliding log, the direct log's lock-free ring, see [`LogConfig`]; for the
+//! sliding log, the direct log's lock-free ring, see [`LogConfig`](crate::LogConfig); for the
 //! sliding window, `S` counts, see [`SlidingWindowConfig`]), unpadded,
 //! in the
 //! map's value. All keys share one clock origin (the keyed limiter's), so a
@@ -124,10 +124,10 @@ pub use hasher::{KeyHash, KeyHasher};
 // The kinds and their reconfiguration live in `crate::kind`; their public
 // paths are these. The types a kind's sealed contract names (its state
 // cell, its views) are public in that private module and nameable nowhere.
+pub use crate::kind::SlidingWindowConfig;
 pub use crate::kind::combined;
 pub use crate::kind::{BucketConfig, MeterConfig, WindowConfig};
 pub use crate::kind::{Carry, Keyable};
-pub use crate::kind::{LogConfig, SlidingWindowConfig};
 pub use crate::kind::{ShaperConfig, Tunable, WarmUpConfig};
 #[cfg(loom)]
 #[doc(hidden)]

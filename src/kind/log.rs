@@ -45,288 +45,18 @@
 //! [`Geometry::decide_rules`]: crate::sliding_log::log::Geometry
 
 use std::fmt;
-// std's `Arc`, not the sync facade's: the rules are immutable once built
-// (nothing for loom to order), and loom's `Arc` cannot hold a slice.
-use std::sync::Arc;
-use std::time::Duration;
 
 use super::{Carry, Keyable, Refusal, View, sealed::Sealed};
 use crate::clock::Clock;
-use crate::error::ConfigError;
 use crate::limiter::{Snapshot, check_request};
-use crate::rate::Rate;
-use crate::sliding_log::SlidingLog;
 use crate::sliding_log::log::{
-    EMPTY, Entries, Entry, Geometry, RulesVerdict, SEALED, entry_word, retry_after,
+    EMPTY, Entries, Entry, Geometry, SEALED, Verdict, entry_word, retry_after,
 };
-use crate::sliding_log::ring::{Settled, View as RingView, stamp_entry};
+#[cfg(loom)]
+use crate::sliding_log::ring::stamp_entry;
+use crate::sliding_log::ring::{Claim, Outcome, Settled, View as RingView, claim_on, load_head};
+use crate::sliding_log::{LogConfig, SlidingLog};
 use crate::sync::{AtomicU64, Backoff, Guard, Mutex, Ordering, Shared, pin};
-
-/// One rule of a [`LogConfig`]: at most `limit` permits in any window of
-/// `window` ns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Rule {
-    rate: Rate,
-    limit: u32,
-    window: u64,
-}
-
-/// The configuration of a keyed or tunable [`SlidingLog`]: one rule — at
-/// most `N` permits in any window of length `T`, per key — or a set of
-/// rules enforced at once from one log (`5` a second, `30` a minute and
-/// `1,000` a day), validated once.
-///
-/// Per key: a lock-free ring of `N` 64-bit entries, `N` the largest count of
-/// the set (`8·N` bytes and a 40-byte header, allocated on the key's first
-/// admission and freed when the key is evicted), behind an 8-byte pointer in
-/// the map's entry. Stamps are exact to the nanosecond.
-///
-/// ```
-/// use std::time::Duration;
-/// use tollgate::keyed::{Keyed, LogConfig};
-/// use tollgate::{Denied, ManualClock, Rate, SlidingLog};
-///
-/// let clock = ManualClock::new();
-/// let per_user = Keyed::<String, SlidingLog<ManualClock>>::with_clock(
-///     LogConfig::new(Rate::per_minute(30)).unwrap(),
-///     clock.clone(),
-/// );
-/// assert!(per_user.try_acquire_n("alice", 30).is_ok());
-/// clock.advance(Duration::from_secs(59));
-/// assert_eq!(per_user.try_acquire("alice"), Err(Denied::RetryAfter(Duration::from_secs(1))));
-/// assert!(per_user.try_acquire("bob").is_ok());
-/// ```
-///
-/// # Several rules on one log
-///
-/// [`with_rule`](LogConfig::with_rule) adds a rule (or changes the rule of
-/// the same window), [`without_rule`](LogConfig::without_rule) removes one.
-/// A request for `n` is admitted only if every rule admits it; its
-/// retry-after is the longest of the rules' waits; `n` above the smallest
-/// rule's count is [`Denied::ExceedsCapacity`] with that count as the
-/// capacity. Every rule holds exactly: at most `N_i` permits in any window
-/// `[t, t + T_i)`. Reconfiguring a `Keyed` or `Tunable` to another set keeps
-/// the recorded history (see [`Carry`]), so rules can be added, removed or
-/// changed at runtime.
-///
-/// A snapshot reports the binding rule: the one with the fewest permits
-/// left (on a tie, the one that takes longer to be full).
-///
-/// ```
-/// use std::time::Duration;
-/// use tollgate::keyed::{Carry, Keyed, LogConfig};
-/// use tollgate::{Denied, ManualClock, Rate, SlidingLog};
-///
-/// let clock = ManualClock::new();
-/// let rules = LogConfig::new(Rate::per_second(5))?.with_rule(Rate::per_minute(8))?;
-/// let per_user = Keyed::<String, SlidingLog<ManualClock>>::with_clock(rules.clone(), clock.clone());
-/// assert_eq!(
-///     per_user.try_acquire_n("alice", 6),
-///     Err(Denied::ExceedsCapacity { requested: 6, capacity: 5 }),
-/// );
-/// per_user.try_acquire_n("alice", 5)?;
-/// clock.advance(Duration::from_secs(1));
-/// per_user.try_acquire_n("alice", 3)?; // 8 this minute
-/// // The second rule binds: the first of the 8 leaves the minute in 59 s.
-/// assert_eq!(per_user.try_acquire("alice"), Err(Denied::RetryAfter(Duration::from_secs(59))));
-///
-/// // A runtime change keeps the history: 10 a minute leaves room for 2.
-/// per_user.reconfigure(rules.with_rule(Rate::per_minute(10))?, Carry::Proportional);
-/// per_user.try_acquire_n("alice", 2)?;
-/// assert!(per_user.try_acquire("alice").is_err());
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-///
-/// [`Denied::ExceedsCapacity`]: crate::Denied::ExceedsCapacity
-/// [`Carry`]: crate::keyed::Carry
-#[derive(Clone)]
-pub struct LogConfig {
-    /// Sorted by window, one per window.
-    rules: Arc<[Rule]>,
-    /// The ring's length: the largest count.
-    slots: u32,
-    /// The largest request: the smallest count.
-    capacity: u32,
-    /// The longest window, ns.
-    longest: u64,
-    /// Each rule as `(count, window in ns)`, in `rules`' order: what a
-    /// decision reads.
-    pairs: Arc<[(u32, u64)]>,
-}
-
-impl LogConfig {
-    /// One rule: `rate.permits()` per window of `rate.period()`, with the
-    /// errors of [`SlidingLog::new`].
-    ///
-    /// ```
-    /// use tollgate::keyed::LogConfig;
-    /// use tollgate::{ConfigError, Rate};
-    /// assert!(LogConfig::new(Rate::per_hour(1_000)).is_ok());
-    /// assert_eq!(LogConfig::new(Rate::per_second(0)).unwrap_err(), ConfigError::ZeroRate);
-    /// ```
-    pub fn new(rate: Rate) -> Result<Self, ConfigError> {
-        Ok(Self::from_rules(vec![Self::rule(rate)?]))
-    }
-
-    /// This set with `rate` added as a rule — or, if a rule has the same
-    /// window, in its place (two counts over one window would leave the larger
-    /// one nothing to do). The errors are [`new`](LogConfig::new)'s.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::keyed::LogConfig;
-    /// use tollgate::{ConfigError, Rate};
-    ///
-    /// let day = Duration::from_secs(86_400);
-    /// let rules = LogConfig::new(Rate::per_second(5))?
-    ///     .with_rule(Rate::per_minute(30))?
-    ///     .with_rule(Rate::new(1_000, day))?;
-    /// assert_eq!(rules.rules().count(), 3);
-    /// assert_eq!(rules.limit(), 5); // the most one request can take
-    /// assert_eq!(rules.slots(), 1_000); // the ring's length
-    /// assert_eq!(rules.window(), day);
-    ///
-    /// // Same window: the rule is changed, not added.
-    /// let changed = rules.with_rule(Rate::per_minute(60))?;
-    /// assert_eq!(changed.rules().nth(1), Some(Rate::per_minute(60)));
-    /// assert_eq!(rules.with_rule(Rate::per_minute(0)).unwrap_err(), ConfigError::ZeroRate);
-    /// # Ok::<(), ConfigError>(())
-    /// ```
-    pub fn with_rule(&self, rate: Rate) -> Result<Self, ConfigError> {
-        let rule = Self::rule(rate)?;
-        let mut rules: Vec<Rule> = self
-            .rules
-            .iter()
-            .filter(|r| r.window != rule.window)
-            .copied()
-            .collect();
-        rules.push(rule);
-        Ok(Self::from_rules(rules))
-    }
-
-    /// This set without the rule whose window is `window`; `None` if no rule
-    /// has that window, or if it is the only rule (a log needs one).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::keyed::LogConfig;
-    /// use tollgate::Rate;
-    ///
-    /// let rules = LogConfig::new(Rate::per_second(5))?.with_rule(Rate::per_minute(30))?;
-    /// let minute = rules.without_rule(Duration::from_secs(1)).unwrap();
-    /// assert_eq!(minute, LogConfig::new(Rate::per_minute(30))?);
-    /// assert!(rules.without_rule(Duration::from_secs(3_600)).is_none());
-    /// assert!(minute.without_rule(Duration::from_secs(60)).is_none());
-    /// # Ok::<(), tollgate::ConfigError>(())
-    /// ```
-    pub fn without_rule(&self, window: Duration) -> Option<Self> {
-        let rules: Vec<Rule> = self
-            .rules
-            .iter()
-            .filter(|r| Duration::from_nanos(r.window) != window)
-            .copied()
-            .collect();
-        (rules.len() < self.rules.len() && !rules.is_empty()).then(|| Self::from_rules(rules))
-    }
-
-    /// The rules, shortest window first.
-    ///
-    /// ```
-    /// # use tollgate::{keyed::LogConfig, Rate};
-    /// let rules = LogConfig::new(Rate::per_minute(30))?.with_rule(Rate::per_second(5))?;
-    /// let rates: Vec<Rate> = rules.rules().collect();
-    /// assert_eq!(rates, [Rate::per_second(5), Rate::per_minute(30)]);
-    /// # Ok::<(), tollgate::ConfigError>(())
-    /// ```
-    pub fn rules(&self) -> impl ExactSizeIterator<Item = Rate> + '_ {
-        self.rules.iter().map(|r| r.rate)
-    }
-
-    fn rule(rate: Rate) -> Result<Rule, ConfigError> {
-        let (limit, window) = rate.validate()?;
-        Ok(Rule {
-            rate,
-            limit,
-            window,
-        })
-    }
-
-    /// `rules` is not empty and has one rule per window.
-    fn from_rules(mut rules: Vec<Rule>) -> Self {
-        rules.sort_by_key(|r| r.window);
-        let longest = rules.iter().map(|r| r.window).max().unwrap_or(1);
-        LogConfig {
-            pairs: rules.iter().map(|r| (r.limit, r.window)).collect(),
-            slots: rules.iter().map(|r| r.limit).max().unwrap_or(1),
-            capacity: rules.iter().map(|r| r.limit).min().unwrap_or(1),
-            rules: rules.into(),
-            longest,
-        }
-    }
-
-    /// Permits per window with one rule; with several, the smallest count:
-    /// the most one request can be granted (a larger request is
-    /// [`ExceedsCapacity`](crate::Denied::ExceedsCapacity)).
-    ///
-    /// ```
-    /// # use tollgate::{keyed::LogConfig, Rate};
-    /// assert_eq!(LogConfig::new(Rate::per_minute(30)).unwrap().limit(), 30);
-    /// ```
-    pub fn limit(&self) -> u32 {
-        self.capacity
-    }
-
-    /// Stamps kept per key: the largest count of the rules (the ring's
-    /// length, `4·slots` bytes per key).
-    ///
-    /// ```
-    /// # use tollgate::{keyed::LogConfig, Rate};
-    /// let rules = LogConfig::new(Rate::per_second(5))?.with_rule(Rate::per_hour(100))?;
-    /// assert_eq!(rules.slots(), 100);
-    /// # Ok::<(), tollgate::ConfigError>(())
-    /// ```
-    pub fn slots(&self) -> u32 {
-        self.slots
-    }
-
-    /// The window's length; with several rules, the longest.
-    ///
-    /// ```
-    /// # use tollgate::{keyed::LogConfig, Rate};
-    /// assert_eq!(LogConfig::new(Rate::per_minute(30)).unwrap().window().as_secs(), 60);
-    /// ```
-    pub fn window(&self) -> Duration {
-        Duration::from_nanos(self.longest)
-    }
-}
-
-impl PartialEq for LogConfig {
-    fn eq(&self, other: &Self) -> bool {
-        self.rules == other.rules
-    }
-}
-
-impl Eq for LogConfig {}
-
-impl fmt::Debug for LogConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        struct Rules<'a>(&'a [Rule]);
-        impl fmt::Debug for Rules<'_> {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.debug_list()
-                    .entries(
-                        self.0
-                            .iter()
-                            .map(|r| (r.limit, Duration::from_nanos(r.window))),
-                    )
-                    .finish()
-            }
-        }
-        f.debug_struct("LogConfig")
-            .field("rules", &Rules(&self.rules))
-            .finish()
-    }
-}
 
 /// One key's ring: the tag it was written under, the head of its tickets and
 /// its entry words, laid out as the direct log's rings are
@@ -342,17 +72,6 @@ struct KeyRing {
     /// a refund finds its admission gone and unseals): requests that meet
     /// the sealed ring wait on it rather than spin. No claim takes it.
     replacing: Mutex<()>,
-}
-
-/// Tickets one admission took: enough to take them back.
-#[derive(Debug, Clone, Copy)]
-struct Claimed {
-    before: u64,
-    after: u64,
-    /// An upper bound on the stamps of the entries the tickets overwrote.
-    replaced: u64,
-    /// The tickets' stamp.
-    stamp: u64,
 }
 
 /// The ring was sealed: a refund or a carry-over is replacing it.
@@ -401,17 +120,8 @@ impl KeyRing {
     /// The head, for a decision to be made on; `Err` once sealed.
     #[inline]
     fn head(&self) -> Result<u64, Replacing> {
-        // Acquire: as the direct log's (`AtomicRing::head`): pairs with the
-        // Release of the CAS that wrote this head and, through the release
-        // sequence of the head's RMWs, of every earlier claim, whose claimers
-        // read the entries their tickets replace before claiming; so no slot
-        // can show us a lap older than the one before the expected one.
-        let head = self.head.load(Ordering::Acquire);
-        if head & SEALED != 0 {
-            Err(Replacing)
-        } else {
-            Ok(head)
-        }
+        // As the direct log's rings' (`load_head`, Acquire).
+        load_head(&self.head).map_err(|_sealed| Replacing)
     }
 
     /// Whether a replacement has sealed this ring.
@@ -433,50 +143,22 @@ impl KeyRing {
 
     /// Decides `n` permits at `now` under `config` and claims them if every
     /// rule admits them: `Ok(Err(retry_ns))` if denied (nothing written).
-    fn claim(
-        &self,
-        config: &LogConfig,
-        now: u64,
-        n: u32,
-    ) -> Result<Result<Claimed, u64>, Replacing> {
-        let geometry = self.geometry(config.longest);
-        let mut backoff = Backoff::new();
-        loop {
-            let head = self.head()?;
-            let (next, stamp, replaced) =
-                match geometry.decide_rules(&self.view(head), head, now, n, &config.pairs) {
-                    RulesVerdict::Moved => {
-                        backoff.wait();
-                        continue;
-                    }
-                    RulesVerdict::Deny { retry_ns } => return Ok(Err(retry_ns)),
-                    RulesVerdict::Admit {
-                        next,
-                        stamp,
-                        replaced,
-                    } => (next, stamp, replaced),
-                };
-            // Release, Relaxed on failure, weak, and a sealed head failing
-            // the CAS: as the direct log's claim (`AtomicRing::claim_noting`):
-            // the claim carries our entry reads to later claimers and to the
-            // sealer.
-            if self
-                .head
-                .compare_exchange_weak(head, next, Ordering::Release, Ordering::Relaxed)
-                .is_ok()
-            {
-                for (lap, i) in geometry.tickets(head, n) {
-                    // Release: pairs with the readers' Acquire (`View::read`).
-                    stamp_entry(&self.slots[i], entry_word(stamp, lap), Ordering::Release);
-                }
-                return Ok(Ok(Claimed {
-                    before: head,
-                    after: next,
-                    replaced,
-                    stamp,
-                }));
-            }
-            backoff.wait();
+    fn claim(&self, config: &LogConfig, now: u64, n: u32) -> Result<Result<Claim, u64>, Replacing> {
+        let geometry = self.geometry(config.longest_ns());
+        // The direct log's claim (`claim_on`): the same CAS, orderings and
+        // stores. A key's geometry does not count denials, so nothing but an
+        // admission is ever written.
+        let outcome = claim_on(
+            &self.head,
+            &self.slots,
+            &geometry,
+            n,
+            &mut false,
+            |view, head| geometry.decide_rules(view, head, now, n, config.pairs()),
+        );
+        match outcome.map_err(|_sealed| Replacing)? {
+            Outcome::Admitted(claim) => Ok(Ok(claim)),
+            Outcome::Denied { retry_ns } | Outcome::Logged { retry_ns } => Ok(Err(retry_ns)),
         }
     }
 
@@ -486,14 +168,14 @@ impl KeyRing {
         if self.slots.is_empty() {
             return Ok(Ok(()));
         }
-        let geometry = self.geometry(config.longest);
+        let geometry = self.geometry(config.longest_ns());
         let mut backoff = Backoff::new();
         loop {
             let head = self.head()?;
-            match geometry.decide_rules(&self.view(head), head, now, n, &config.pairs) {
-                RulesVerdict::Moved => backoff.wait(),
-                RulesVerdict::Deny { retry_ns } => return Ok(Err(retry_ns)),
-                RulesVerdict::Admit { .. } => return Ok(Ok(())),
+            match geometry.decide_rules(&self.view(head), head, now, n, config.pairs()) {
+                Verdict::Moved => backoff.wait(),
+                Verdict::Deny { retry_ns, .. } => return Ok(Err(retry_ns)),
+                Verdict::Admit { .. } => return Ok(Ok(())),
             }
         }
     }
@@ -526,7 +208,7 @@ impl KeyRing {
     /// stamps: so that ring's newest stamp is later than ours.
     ///
     /// [`seal_at`]: Self::seal_at
-    fn holds(&self, claimed: &Claimed) -> bool {
+    fn holds(&self, claimed: &Claim) -> bool {
         if self.slots.is_empty() {
             return false;
         }
@@ -599,7 +281,7 @@ impl KeyRing {
     /// upper bound on each: stricter, never looser, and exact for every
     /// reading from the refunded admission's on, at which all of them had
     /// left the window) — or empty where the ticket overwrote nothing.
-    fn refunded(&self, claimed: &Claimed, n: u32) -> KeyRing {
+    fn refunded(&self, claimed: &Claim, n: u32) -> KeyRing {
         let geometry = self.geometry(1);
         let after = claimed.after;
         let settled = Settled(&self.slots);
@@ -641,26 +323,17 @@ impl KeyRing {
     }
 
     /// What this ring reports under `config` at `now` on the head `head`:
-    /// the rule that binds first ([`Snapshot::binds_before`]: the fewest
-    /// permits left, on a tie the longer wait, then the earlier rule), with
-    /// its count and the time until the newest entry leaves its window.
+    /// the rule that binds first ([`Geometry::snapshot_rules`]).
     fn snapshot(&self, config: &LogConfig, head: u64, now: u64) -> Snapshot {
         if self.slots.is_empty() {
-            return Snapshot::from_ns(config.capacity, config.capacity, 0);
+            return Snapshot::from_ns(config.limit(), config.limit(), 0);
         }
-        let geometry = self.geometry(config.longest);
-        let view = self.view(head);
-        let newest = geometry.newest_stamp(&view, head, now);
-        let mut binding: Option<Snapshot> = None;
-        for &(count, window) in config.pairs.iter() {
-            // At most `count`: the least of them is at most the capacity.
-            let available = geometry.rule_available(&view, head, now, (count, window));
-            let until = newest.map_or(0, |s| (s + window).saturating_sub(now));
-            let this = Snapshot::from_ns(available, count, until);
-            binding = Some(binding.map_or(this, |first| first.tightest(this)));
-        }
-        // Some: a configuration has at least one rule.
-        binding.unwrap_or(Snapshot::from_ns(0, 0, 0))
+        self.geometry(config.longest_ns()).snapshot_rules(
+            &self.view(head),
+            head,
+            now,
+            config.pairs(),
+        )
     }
 
     /// Exactly a new ring's decisions at `now` and later: every entry has
@@ -673,9 +346,9 @@ impl KeyRing {
             return Ok(true);
         }
         let head = self.head()?;
-        let geometry = self.geometry(config.longest);
+        let geometry = self.geometry(config.longest_ns());
         let view = self.view(head);
-        let gone = |stamp: u64| stamp + config.longest <= now;
+        let gone = |stamp: u64| stamp + config.longest_ns() <= now;
         // An entry in flight counts as stamped `now`: not gone.
         match geometry.newest_stamp(&view, head, now) {
             None => return Ok(true),
@@ -710,7 +383,7 @@ pub fn known_bad_unsealed_log_refunds(on: bool) {
 impl KeyRing {
     /// The known-bad refund: the ring sealed at `claimed.after` is unsealed
     /// at `claimed.before`, then the overwritten entries are written back.
-    fn refund_in_place(&self, claimed: &Claimed, n: u32) {
+    fn refund_in_place(&self, claimed: &Claim, n: u32) {
         let geometry = self.geometry(1);
         self.head.store(claimed.before, Ordering::Release);
         for (lap, i) in geometry.tickets(claimed.before, n) {
@@ -755,14 +428,14 @@ fn carried(stamps: &[u64], from: &LogConfig, to: &LogConfig, now: u64, carry: Ca
     if carry == Carry::Reset {
         return Vec::new();
     }
-    let window = from.longest.min(to.longest);
+    let window = from.longest_ns().min(to.longest_ns());
     let mut kept: Vec<u64> = stamps
         .iter()
         .copied()
         .filter(|&s| s + window > now)
         .collect();
     kept.sort_unstable();
-    kept.drain(..kept.len().saturating_sub(to.slots as usize));
+    kept.drain(..kept.len().saturating_sub(to.slots() as usize));
     kept
 }
 
@@ -823,7 +496,7 @@ fn current<'g>(
             ring.wait_out();
             continue;
         }
-        let fits = ring.slots.is_empty() || ring.slots.len() == config.slots as usize;
+        let fits = ring.slots.is_empty() || ring.slots.len() == config.slots() as usize;
         if ring.tag == view.tag && fits {
             return Ok(ring);
         }
@@ -835,13 +508,13 @@ fn current<'g>(
             return Err(Refusal::Stale);
         };
         let tag = view.tag;
-        let window = from.longest;
+        let window = from.longest_ns();
         if !replace(cell, ring, window, guard, |stamps| {
             let kept = carried(stamps, from, config, now, carry);
             if kept.is_empty() {
                 KeyRing::fresh(tag)
             } else {
-                KeyRing::with_stamps(tag, config.slots, &kept)
+                KeyRing::with_stamps(tag, config.slots(), &kept)
             }
         }) {
             backoff.pause();
@@ -856,7 +529,7 @@ fn current<'g>(
 #[allow(unreachable_pub)] // sealed: public only as `Keyable::Receipt`
 pub struct LogReceipt {
     ring: usize,
-    claimed: Claimed,
+    claimed: Claim,
 }
 
 impl<C: Clock> Sealed for SlidingLog<C> {}
@@ -868,7 +541,7 @@ impl<C: Clock> Keyable for SlidingLog<C> {
     type Receipt = LogReceipt;
 
     fn capacity(config: &LogConfig) -> u32 {
-        config.capacity
+        config.limit()
     }
 
     fn fresh(tag: u64) -> LogCell {
@@ -882,7 +555,7 @@ impl<C: Clock> Keyable for SlidingLog<C> {
         n: u32,
     ) -> Result<LogReceipt, Refusal> {
         let config = view.current;
-        check_request(n, config.capacity)?;
+        check_request(n, config.limit())?;
         let guard = pin();
         loop {
             let ring = current(view, state, now, &guard)?;
@@ -892,7 +565,7 @@ impl<C: Clock> Keyable for SlidingLog<C> {
                 publish(
                     state,
                     ring,
-                    KeyRing::with_stamps(ring.tag, config.slots, &[]),
+                    KeyRing::with_stamps(ring.tag, config.slots(), &[]),
                     &guard,
                 );
                 continue;
@@ -923,7 +596,7 @@ impl<C: Clock> Keyable for SlidingLog<C> {
 
     fn peek(view: &View<'_, LogConfig>, state: &LogCell, now: u64, n: u32) -> Result<(), Refusal> {
         let config = view.current;
-        check_request(n, config.capacity)?;
+        check_request(n, config.limit())?;
         let guard = pin();
         loop {
             let ring = current(view, state, now, &guard)?;
@@ -967,7 +640,7 @@ impl<C: Clock> Keyable for SlidingLog<C> {
         let guard = pin();
         loop {
             let ring = current(view, state, now, &guard).ok()?;
-            match ring.live_stamps(config.longest) {
+            match ring.live_stamps(config.longest_ns()) {
                 Err(Replacing) => ring.wait_out(),
                 Ok(stamps) if stamps.is_empty() => {
                     return Some(LogCell::new(KeyRing::fresh(view.tag)));
@@ -975,7 +648,7 @@ impl<C: Clock> Keyable for SlidingLog<C> {
                 Ok(stamps) => {
                     return Some(LogCell::new(KeyRing::with_stamps(
                         view.tag,
-                        config.slots,
+                        config.slots(),
                         &stamps,
                     )));
                 }

@@ -31,7 +31,6 @@ use crate::limiter::Snapshot;
 
 pub use crate::machine::Carry;
 pub use kinds::{BucketConfig, MeterConfig, WindowConfig};
-pub use log::LogConfig;
 #[cfg(loom)]
 #[doc(hidden)]
 pub use log::known_bad_unsealed_log_refunds;

@@ -4,8 +4,9 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use super::log::{Geometry, retry_after};
-use super::stripes::Rings;
+use super::log::retry_after;
+use super::rules::LogConfig;
+use super::stripes::{Plan, Rings};
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::{ConfigError, Denied};
 use crate::limiter::{RateLimiter, Rejection, Snapshot, check_request, report};
@@ -59,10 +60,11 @@ impl<C: Clock> LockingSlidingLog<C> {
     /// ```
     pub fn with_clock(rate: Rate, clock: C) -> Result<Self, ConfigError> {
         Ok(LockingSlidingLog {
-            rings: CachePadded::new(Mutex::new(Rings::new(
-                Geometry::new(rate)?,
-                default_stripes(),
-            ))),
+            rings: CachePadded::new(Mutex::new(Rings::new(Plan {
+                rules: LogConfig::new(rate)?,
+                count_denied: false,
+                stripes: default_stripes(),
+            }))),
             timeline: Timeline::new(clock),
         })
     }
@@ -78,7 +80,10 @@ impl<C: Clock> LockingSlidingLog<C> {
     /// assert!(log.try_acquire().is_err());
     /// ```
     pub fn count_denied(self, on: bool) -> Self {
-        self.replace_rings(|old| (old.shape().with_count_denied(on), old.requested_stripes()));
+        self.replace_rings(|plan| Plan {
+            count_denied: on,
+            ..plan
+        });
         self
     }
 
@@ -90,7 +95,7 @@ impl<C: Clock> LockingSlidingLog<C> {
     /// assert_eq!(log.stripes(), 2);
     /// ```
     pub fn with_stripes(self, stripes: usize) -> Self {
-        self.replace_rings(|old| (*old.shape(), stripes));
+        self.replace_rings(|plan| Plan { stripes, ..plan });
         self
     }
 
@@ -117,24 +122,62 @@ impl<C: Clock> LockingSlidingLog<C> {
     /// assert!(log.try_acquire().is_err());
     /// ```
     pub fn reconfigure(&self, rate: Rate) -> Result<(), ConfigError> {
-        let geometry = Geometry::new(rate)?;
-        self.replace_rings(|old| {
-            (
-                geometry.with_count_denied(old.shape().count_denied()),
-                old.requested_stripes(),
-            )
-        });
+        self.reconfigure_rules(&LogConfig::new(rate)?);
         Ok(())
     }
 
-    /// Replaces the rings with those under the shape and stripes `make` derives
-    /// from the old ones, inheriting as the lock-free log does.
-    fn replace_rings(&self, make: impl Fn(&Rings) -> (Geometry, usize)) {
+    /// As [`SlidingLog::with_rule`](crate::SlidingLog::with_rule).
+    ///
+    /// ```
+    /// use tollgate::{LockingSlidingLog, Rate, RateLimiter};
+    /// let log = LockingSlidingLog::new(Rate::per_second(5))?.with_rule(Rate::per_hour(6))?;
+    /// assert!(log.try_acquire_n(5).is_ok());
+    /// assert!(log.try_acquire_n(2).is_err()); // 7 this hour
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn with_rule(self, rate: Rate) -> Result<Self, ConfigError> {
+        let rules = self.rules().with_rule(rate)?;
+        self.reconfigure_rules(&rules);
+        Ok(self)
+    }
+
+    /// As [`SlidingLog::reconfigure_rules`](crate::SlidingLog::reconfigure_rules):
+    /// the same inherited entries.
+    ///
+    /// ```
+    /// use tollgate::{LockingSlidingLog, LogConfig, Rate, RateLimiter};
+    /// let log = LockingSlidingLog::new(Rate::per_second(10))?;
+    /// log.reconfigure_rules(&LogConfig::new(Rate::per_second(10))?.with_rule(Rate::per_hour(1))?);
+    /// assert!(log.try_acquire().is_ok());
+    /// assert!(log.try_acquire().is_err());
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn reconfigure_rules(&self, rules: &LogConfig) {
+        self.replace_rings(|plan| Plan {
+            rules: rules.clone(),
+            ..plan
+        });
+    }
+
+    /// As [`SlidingLog::rules`](crate::SlidingLog::rules).
+    ///
+    /// ```
+    /// use tollgate::{LockingSlidingLog, Rate};
+    /// let log = LockingSlidingLog::new(Rate::per_second(5))?;
+    /// assert_eq!(log.rules().rules().collect::<Vec<_>>(), [Rate::per_second(5)]);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn rules(&self) -> LogConfig {
+        self.rings.lock().rules().clone()
+    }
+
+    /// Replaces the rings with those built to the plan `make` derives from
+    /// the old ones', inheriting as the lock-free log does.
+    fn replace_rings(&self, make: impl Fn(Plan) -> Plan) {
         let mut rings = self.rings.lock();
         // Under the lock nobody else seals: this caller always does.
         rings.seal();
-        let (shape, stripes) = make(&rings);
-        *rings = rings.successor(shape, stripes);
+        *rings = rings.successor(make(rings.plan()));
     }
 
     /// The permits allowed per window.
@@ -144,7 +187,7 @@ impl<C: Clock> LockingSlidingLog<C> {
     /// assert_eq!(LockingSlidingLog::new(Rate::per_second(100)).unwrap().limit(), 100);
     /// ```
     pub fn limit(&self) -> u32 {
-        self.rings.lock().shape().capacity()
+        self.rings.lock().limit()
     }
 
     /// The window's length.
@@ -156,7 +199,7 @@ impl<C: Clock> LockingSlidingLog<C> {
     /// assert_eq!(log.window(), Duration::from_secs(1));
     /// ```
     pub fn window(&self) -> Duration {
-        Duration::from_nanos(self.rings.lock().shape().window())
+        self.rings.lock().rules().window()
     }
 
     /// The clock this limiter reads.
@@ -176,7 +219,7 @@ impl<C: Clock> LockingSlidingLog<C> {
 impl<C: Clock> RateLimiter for LockingSlidingLog<C> {
     fn try_acquire_n(&self, n: u32) -> Result<(), Denied> {
         let rings = self.rings.lock();
-        check_request(n, rings.shape().capacity())?;
+        check_request(n, rings.limit())?;
         // Read under the lock, like the lock-free log reads it after finding its
         // rings: one reading per request, checked against the state it decides on.
         let now = self.timeline.now();
@@ -194,7 +237,7 @@ impl<C: Clock> RateLimiter for LockingSlidingLog<C> {
     /// The snapshot is of the rings the decision left, under the same lock.
     fn try_acquire_n_with_snapshot(&self, n: u32) -> Result<Snapshot, Rejection> {
         let rings = self.rings.lock();
-        if let Err(denied) = check_request(n, rings.shape().capacity()) {
+        if let Err(denied) = check_request(n, rings.limit()) {
             return Err(Rejection::new(denied, rings.snapshot(self.timeline.now())));
         }
         let now = self.timeline.now();

@@ -4,9 +4,8 @@
 
 use std::collections::BinaryHeap;
 
-use crate::error::{ConfigError, Denied};
+use crate::error::Denied;
 use crate::limiter::Snapshot;
-use crate::rate::Rate;
 
 /// Bit 63 of a head word: the ring is sealed (it is being replaced by a
 /// reconfiguration) and admits nothing more. Ticket words stay below it.
@@ -56,31 +55,20 @@ pub(crate) trait Entries {
 /// What a request gets, before the head is moved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Verdict {
-    /// Claim the tickets up to `next` and stamp them at `stamp`.
-    Admit { next: u64, stamp: u64 },
+    /// Claim the tickets up to `next` and stamp them at `stamp`; `replaced`
+    /// bounds the stamps of the entries they overwrite (0 if none), which a
+    /// refund writes back.
+    Admit {
+        next: u64,
+        stamp: u64,
+        replaced: u64,
+    },
     /// Denied; with `record`, the attempt is still logged (counting denied
     /// attempts): claim the tickets up to `next` and stamp them at `stamp`.
     Deny {
         retry_ns: u64,
         record: Option<(u64, u64)>,
     },
-    /// The head moved under the reader: load it again and decide again.
-    Moved,
-}
-
-/// What a request gets from a ring of several rules, before the head is moved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RulesVerdict {
-    /// Claim the tickets up to `next` and stamp them at `stamp`; `replaced`
-    /// bounds the stamps of the entries they overwrite.
-    Admit {
-        next: u64,
-        stamp: u64,
-        replaced: u64,
-    },
-    /// Denied: every rule admits the same request `retry_ns` from now, if
-    /// nothing else is admitted in between.
-    Deny { retry_ns: u64 },
     /// The head moved under the reader: load it again and decide again.
     Moved,
 }
@@ -104,14 +92,11 @@ pub(crate) struct Geometry {
 }
 
 impl Geometry {
-    pub(crate) fn new(rate: Rate) -> Result<Self, ConfigError> {
-        // `validate`: `1 <= capacity <= window <= 2^62`. A stamp is at most 2^62 and
-        // a stamp plus the window at most 2^63, so no sum below overflows.
-        let (capacity, window) = rate.validate()?;
-        Ok(Geometry::from_parts(capacity, window, false))
-    }
-
-    /// `1 <= capacity <= window <= 2^62`, as [`Geometry::new`] validated.
+    /// `1 <= capacity <= window <= 2^62`, as [`Rate::validate`] ensures: a
+    /// stamp is at most 2^62 and a stamp plus the window at most 2^63, so no
+    /// sum here overflows.
+    ///
+    /// [`Rate::validate`]: crate::rate::Rate
     pub(crate) fn from_parts(capacity: u32, window: u64, count_denied: bool) -> Self {
         // In u64: the next power of two of a capacity above 2^31 is 2^32.
         let shift = u64::from(capacity).next_power_of_two().trailing_zeros();
@@ -327,6 +312,7 @@ impl Geometry {
             return Verdict::Admit {
                 next,
                 stamp: now.max(self.newest(entries, head)),
+                replaced: latest.unwrap_or(0),
             };
         }
         let retry_ns = free_at - now;
@@ -401,6 +387,12 @@ impl Geometry {
     /// `replaced` is the latest stamp among the entries the request's tickets
     /// overwrite (`capacity` back): an upper bound on each, which a refund
     /// writes back.
+    ///
+    /// Counting denied attempts, a denial is logged like an admission (unless
+    /// an entry it read is in flight, as in `decide`), stamped no earlier than
+    /// every entry a rule compared it with: along every rule's chains stamps
+    /// still only grow, which is what the chain argument needs of an entry an
+    /// admission is compared with.
     #[inline]
     pub(crate) fn decide_rules<E: Entries>(
         &self,
@@ -409,15 +401,20 @@ impl Geometry {
         now: u64,
         n: u32,
         rules: &[(u32, u64)],
-    ) -> RulesVerdict {
+    ) -> Verdict {
         let Some(next) = self.advance(head, n) else {
             // Out of laps: the end of the limiter's time range.
-            return RulesVerdict::Deny {
+            return Verdict::Deny {
                 retry_ns: self.window,
+                record: None,
             };
         };
         let mut until = 0;
         let mut replaced = 0;
+        // The latest stamp read and whether an entry was in flight: what
+        // logging a denied attempt needs.
+        let mut latest = 0;
+        let mut pending = false;
         for &(count, window) in rules {
             let back = count.min(self.capacity);
             for (lap, index) in self.tickets(head, n) {
@@ -429,26 +426,60 @@ impl Geometry {
                         if back == self.capacity {
                             replaced = replaced.max(stamp);
                         }
+                        latest = latest.max(stamp);
                         stamp + window
                     }
                     // Claimed just before our head load: stamped at about now.
-                    Entry::Pending => now + window,
-                    Entry::Moved => return RulesVerdict::Moved,
+                    Entry::Pending => {
+                        pending = true;
+                        now + window
+                    }
+                    Entry::Moved => return Verdict::Moved,
                 };
                 if free_at > now {
                     until = until.max(free_at);
                 }
             }
         }
-        if until > now {
-            return RulesVerdict::Deny {
-                retry_ns: until - now,
+        let newest = self.newest(entries, head);
+        if until <= now {
+            return Verdict::Admit {
+                next,
+                stamp: now.max(newest),
+                replaced,
             };
         }
-        RulesVerdict::Admit {
-            next,
-            stamp: now.max(self.newest(entries, head)),
-            replaced,
+        if !self.count_denied || pending {
+            return Verdict::Deny {
+                retry_ns: until - now,
+                record: None,
+            };
+        }
+        // Logged: its retry-after is for the same request made after it,
+        // whose tickets compare with the entries `count` back from theirs —
+        // ours where those fall on the tickets just logged.
+        let stamp = now.max(newest).max(latest);
+        for &(count, window) in rules {
+            let back = count.min(self.capacity);
+            for (lap, index) in self.tickets(next, n) {
+                let Some((lap, index)) = self.behind(lap, index, back) else {
+                    continue;
+                };
+                let at = if self.ticket(lap, index) >= head {
+                    stamp
+                } else {
+                    match entries.read(index, lap) {
+                        Entry::Stamp(s) => s,
+                        Entry::Pending => now,
+                        Entry::Moved => return Verdict::Moved,
+                    }
+                };
+                until = until.max(at + window);
+            }
+        }
+        Verdict::Deny {
+            retry_ns: until - now,
+            record: Some((next, stamp)),
         }
     }
 
@@ -527,6 +558,30 @@ impl Geometry {
             }
         }
         Snapshot::from_ns(available, self.capacity, full_at.saturating_sub(now))
+    }
+
+    /// What a ring of several rules reports at `now` on the head `head`: the
+    /// rule that binds first ([`Snapshot::tightest`]: the fewest permits
+    /// left, on a tie the longer wait, then the earlier rule), with its
+    /// count and the time until the newest entry leaves its window.
+    pub(crate) fn snapshot_rules<E: Entries>(
+        &self,
+        entries: &E,
+        head: u64,
+        now: u64,
+        rules: &[(u32, u64)],
+    ) -> Snapshot {
+        let newest = self.newest_stamp(entries, head, now);
+        let mut binding: Option<Snapshot> = None;
+        for &(count, window) in rules {
+            // At most `count`: the least of them is at most the capacity.
+            let available = self.rule_available(entries, head, now, (count, window));
+            let until = newest.map_or(0, |s| (s + window).saturating_sub(now));
+            let this = Snapshot::from_ns(available, count, until);
+            binding = Some(binding.map_or(this, |first| first.tightest(this)));
+        }
+        // Some: a set of rules has at least one.
+        binding.unwrap_or(Snapshot::from_ns(0, 0, 0))
     }
 
     /// What a ring of `capacity` slots inherits from this ring, sealed at `head`,
@@ -666,8 +721,6 @@ pub(crate) fn retry_after(retry_ns: u64) -> Denied {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     /// Plain words, as the locking twin keeps them.
@@ -686,7 +739,7 @@ mod tests {
 
     #[test]
     fn tickets_wrap_at_the_largest_capacity() {
-        let g = Geometry::new(Rate::new(u32::MAX, Duration::from_secs(10))).unwrap();
+        let g = Geometry::from_parts(u32::MAX, 10_000_000_000, false);
         let last = u64::from(u32::MAX) - 1;
         assert_eq!((g.lap(last), g.index(last)), (0, u32::MAX as usize - 1));
         let next = g.advance(last, 1).unwrap();
@@ -698,7 +751,7 @@ mod tests {
 
     #[test]
     fn laps_run_out_below_the_seal_bit() {
-        let g = Geometry::new(Rate::new(4, Duration::from_nanos(10))).unwrap();
+        let g = Geometry::from_parts(4, 10, false);
         let last_lap = g.ticket(g.max_lap, 3);
         assert!(last_lap < SEALED);
         assert_eq!(g.advance(last_lap, 1), None);
@@ -714,7 +767,7 @@ mod tests {
     fn inheritance_bounds_every_permit() {
         // 2 permits per 10 ns, head at lap 2, index 1: slot 0 holds lap 2 (stamped
         // 20, after laps 0 and 1), slot 1 holds lap 1 (stamped 15, after lap 0).
-        let g = Geometry::new(Rate::new(2, Duration::from_nanos(10))).unwrap();
+        let g = Geometry::from_parts(2, 10, false);
         let words = Words(vec![entry_word(20, 2), entry_word(15, 1)]);
         let head = g.ticket(2, 1);
         // All five permits fit in 8 slots: bounds 20, 10, 0 and 15, 5.

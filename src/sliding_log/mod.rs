@@ -6,11 +6,13 @@
 mod locking;
 pub(crate) mod log;
 pub(crate) mod ring;
+mod rules;
 mod stripes;
 
 use std::time::Duration;
 
 pub use locking::LockingSlidingLog;
+pub use rules::LogConfig;
 
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::{ConfigError, Denied};
@@ -19,8 +21,7 @@ use crate::rate::Rate;
 use crate::stripe::default_stripes;
 use crate::sync::{Backoff, Shared};
 use crate::timeline::Timeline;
-use log::Geometry;
-use stripes::Rings;
+use stripes::{Plan, Rings};
 
 /// A lock-free, exact sliding log: at most `rate.permits()` permits in any
 /// window of `rate.period()`, by the time each was admitted.
@@ -178,6 +179,44 @@ use stripes::Rings;
 /// );
 /// ```
 ///
+/// # Several rules
+///
+/// [`SlidingLog::with_rule`] adds a rule — `5` a second *and* `100` a minute
+/// *and* `1,000` a day, from one log — and [`SlidingLog::reconfigure_rules`]
+/// changes the whole set ([`LogConfig`]). A request for `n` is admitted only
+/// if, for every rule `(N_i, T_i)` and every ticket `k` it takes, the entry
+/// of ticket `k − N_i` has left `T_i`: each rule's tickets form `N_i`
+/// chains, every admission a full `T_i` after its chain's previous stamp, so
+/// every rule holds exactly (at most `N_i` permits in any window of `T_i`),
+/// stale readings included. Single-threaded the log is tight for every rule;
+/// a denial's retry-after is the longest of the rules' waits, and a snapshot
+/// reports the rule that binds first (the fewest permits left). A request
+/// above the smallest count is [`Denied::ExceedsCapacity`].
+///
+/// The rules share one ring of the largest count (stripes do not apply: a
+/// rule whose count is below the ring count could not be split over rings),
+/// so the memory is that of the largest rule alone. Counting denied attempts
+/// works as with one rule: a logged attempt is stamped no earlier than any
+/// entry a rule compared it with.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{ManualClock, Rate, RateLimiter, SlidingLog};
+///
+/// let clock = ManualClock::new();
+/// let api = SlidingLog::with_clock(Rate::per_second(5), clock.clone())?
+///     .with_rule(Rate::per_minute(30))?
+///     .with_rule(Rate::new(1_000, Duration::from_secs(86_400)))?;
+/// assert_eq!((api.limit(), api.window()), (5, Duration::from_secs(86_400)));
+/// for _ in 0..6 {
+///     api.try_acquire_n(5)?; // 5 a second for six seconds: 30 this minute
+///     clock.advance(Duration::from_secs(1));
+/// }
+/// let minute = api.try_acquire().unwrap_err().retry_after().unwrap();
+/// assert_eq!(minute, Duration::from_secs(54)); // the first five leave the minute at 60 s
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
 /// # Counting denied attempts
 ///
 /// Off by default. With [`SlidingLog::count_denied`], a denied request is logged
@@ -263,7 +302,11 @@ impl<C: Clock> SlidingLog<C> {
     /// ```
     pub fn with_clock(rate: Rate, clock: C) -> Result<Self, ConfigError> {
         Ok(SlidingLog {
-            ring: Shared::new(Rings::new(Geometry::new(rate)?, default_stripes())),
+            ring: Shared::new(Rings::new(Plan {
+                rules: LogConfig::new(rate)?,
+                count_denied: false,
+                stripes: default_stripes(),
+            })),
             timeline: Timeline::new(clock),
         })
     }
@@ -289,7 +332,10 @@ impl<C: Clock> SlidingLog<C> {
     /// assert!(log.try_acquire().is_err()); // 1.1 s: still within a second of 0.9 s
     /// ```
     pub fn count_denied(self, on: bool) -> Self {
-        self.replace_rings(|old| (old.shape().with_count_denied(on), old.requested_stripes()));
+        self.replace_rings(|plan| Plan {
+            count_denied: on,
+            ..plan
+        });
         self
     }
 
@@ -320,19 +366,84 @@ impl<C: Clock> SlidingLog<C> {
     /// assert!(log.try_acquire().is_ok());
     /// ```
     pub fn reconfigure(&self, rate: Rate) -> Result<(), ConfigError> {
-        let geometry = Geometry::new(rate)?;
-        self.replace_rings(|old| {
-            (
-                geometry.with_count_denied(old.shape().count_denied()),
-                old.requested_stripes(),
-            )
-        });
+        self.reconfigure_rules(&LogConfig::new(rate)?);
         Ok(())
     }
 
-    /// Seals the current rings and publishes their successor under the shape and
-    /// stripe count `make` derives from the old rings.
-    fn replace_rings(&self, make: impl Fn(&Rings) -> (Geometry, usize)) {
+    /// Adds a rule — or changes the rule of the same window — so that a
+    /// request is admitted only if every rule admits it: `5` a second *and*
+    /// `100` a minute from one log. Every rule holds exactly (at most `N_i`
+    /// permits in any window of `T_i`); a denial's retry-after is the longest
+    /// of the rules' waits; a request above the smallest count is
+    /// [`Denied::ExceedsCapacity`]. Errors are those of [`SlidingLog::new`].
+    ///
+    /// With several rules the log keeps one ring of the largest count, which
+    /// every rule reads (see [Several rules](SlidingLog#several-rules)). Like
+    /// [`SlidingLog::count_denied`], meant before the log serves requests; on
+    /// one that has, its history carries over as through
+    /// [`SlidingLog::reconfigure_rules`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Denied, ManualClock, Rate, RateLimiter, SlidingLog};
+    ///
+    /// let clock = ManualClock::new();
+    /// let api = SlidingLog::with_clock(Rate::per_second(5), clock.clone())?
+    ///     .with_rule(Rate::per_minute(8))?;
+    /// assert_eq!(api.limit(), 5); // the most one request can take
+    /// api.try_acquire_n(5)?;
+    /// clock.advance(Duration::from_secs(1));
+    /// api.try_acquire_n(3)?; // 8 this minute
+    /// // The minute binds: the first of the 8 leaves it in 59 s.
+    /// assert_eq!(api.try_acquire(), Err(Denied::RetryAfter(Duration::from_secs(59))));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_rule(self, rate: Rate) -> Result<Self, ConfigError> {
+        let rules = self.rules().with_rule(rate)?;
+        self.reconfigure_rules(&rules);
+        Ok(self)
+    }
+
+    /// Changes the whole set of rules while requests keep flowing, as
+    /// [`SlidingLog::reconfigure`] changes one: the new log inherits upper
+    /// bounds on the most recent permits, so every rule of the new set holds
+    /// in every window that contains a permit admitted under it, old permits
+    /// included.
+    ///
+    /// ```
+    /// use tollgate::{LogConfig, Rate, RateLimiter, SlidingLog};
+    ///
+    /// let log = SlidingLog::new(Rate::per_second(10))?;
+    /// log.try_acquire_n(4)?;
+    /// log.reconfigure_rules(&LogConfig::new(Rate::per_second(10))?.with_rule(Rate::per_hour(5))?);
+    /// assert!(log.try_acquire().is_ok()); // the fifth this hour
+    /// assert!(log.try_acquire().is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reconfigure_rules(&self, rules: &LogConfig) {
+        self.replace_rings(|plan| Plan {
+            rules: rules.clone(),
+            ..plan
+        });
+    }
+
+    /// The rules in force, shortest window first.
+    ///
+    /// ```
+    /// use tollgate::{Rate, SlidingLog};
+    ///
+    /// let log = SlidingLog::new(Rate::per_minute(30))?.with_rule(Rate::per_second(5))?;
+    /// let rules: Vec<Rate> = log.rules().rules().collect();
+    /// assert_eq!(rules, [Rate::per_second(5), Rate::per_minute(30)]);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn rules(&self) -> LogConfig {
+        self.ring.with(|rings| rings.rules().clone())
+    }
+
+    /// Seals the current rings and publishes their successor, built to the
+    /// plan `make` derives from the old rings'.
+    fn replace_rings(&self, make: impl Fn(Plan) -> Plan) {
         let mut backoff = Backoff::new();
         // Only the thread that seals the rings replaces them; another
         // reconfiguration that got there first is waited for, then the next
@@ -341,12 +452,8 @@ impl<C: Clock> SlidingLog<C> {
         // sealed the rings, and rings are sealed once: no other replacement
         // races this one.
         while !unsafe {
-            self.ring.replace_with(|rings| {
-                rings.seal().then(|| {
-                    let (shape, stripes) = make(rings);
-                    rings.successor(shape, stripes)
-                })
-            })
+            self.ring
+                .replace_with(|rings| rings.seal().then(|| rings.successor(make(rings.plan()))))
         } {
             backoff.pause();
         }
@@ -358,7 +465,7 @@ impl<C: Clock> SlidingLog<C> {
     /// lines; a request its own ring cannot serve looks at all of them, and the
     /// log stays exact and, single-threaded, tight whatever the count. The
     /// ring count is the largest power of two at most `stripes`, the limit and
-    /// 64. Like [`SlidingLog::count_denied`], meant before the log serves
+    /// 64; a log of several rules keeps one ring. Like [`SlidingLog::count_denied`], meant before the log serves
     /// requests; on one that has, its history carries over.
     ///
     /// ```
@@ -369,7 +476,7 @@ impl<C: Clock> SlidingLog<C> {
     /// assert_eq!(tiny.stripes(), 2); // at most the limit, a power of two
     /// ```
     pub fn with_stripes(self, stripes: usize) -> Self {
-        self.replace_rings(|old| (*old.shape(), stripes));
+        self.replace_rings(|plan| Plan { stripes, ..plan });
         self
     }
 
@@ -384,17 +491,18 @@ impl<C: Clock> SlidingLog<C> {
         self.ring.with(Rings::ring_count)
     }
 
-    /// The permits allowed per window.
+    /// The permits allowed per window; with several rules, the smallest
+    /// count: the most one request can take.
     ///
     /// ```
     /// use tollgate::{Rate, SlidingLog};
     /// assert_eq!(SlidingLog::new(Rate::per_second(100)).unwrap().limit(), 100);
     /// ```
     pub fn limit(&self) -> u32 {
-        self.ring.with(|rings| rings.shape().capacity())
+        self.ring.with(Rings::limit)
     }
 
-    /// The window's length.
+    /// The window's length; with several rules, the longest.
     ///
     /// ```
     /// use std::time::Duration;
@@ -403,7 +511,7 @@ impl<C: Clock> SlidingLog<C> {
     /// assert_eq!(log.window(), Duration::from_secs(60));
     /// ```
     pub fn window(&self) -> Duration {
-        Duration::from_nanos(self.ring.with(|rings| rings.shape().window()))
+        self.ring.with(|rings| rings.rules().window())
     }
 
     /// Bytes this limiter occupies: the struct, its ring's head and bookkeeping,
@@ -436,6 +544,18 @@ impl<C: Clock> SlidingLog<C> {
     }
 }
 
+impl SlidingLog {
+    /// Loom builds only: a log of several rules decides by the rule of the
+    /// largest count alone — the known-bad log the models must catch, for
+    /// the calling OS thread (a loom model runs on it). Never compiled into
+    /// a normal build.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn known_bad_largest_rule_only(on: bool) {
+        stripes::LARGEST_RULE_ONLY.with(|bad| bad.set(on));
+    }
+}
+
 impl<C: Clock> RateLimiter for SlidingLog<C> {
     #[inline]
     fn try_acquire_n(&self, n: u32) -> Result<(), Denied> {
@@ -446,7 +566,7 @@ impl<C: Clock> RateLimiter for SlidingLog<C> {
         let mut backoff = Backoff::new();
         loop {
             let outcome = self.ring.with(|ring| {
-                check_request(n, ring.shape().capacity()).map_err(Ok)?;
+                check_request(n, ring.limit()).map_err(Ok)?;
                 let now = *now.get_or_insert_with(|| self.timeline.now());
                 ring.try_acquire_n(now, n).map_err(Err)?.map_err(Ok)
             });
@@ -472,7 +592,7 @@ impl<C: Clock> RateLimiter for SlidingLog<C> {
         let mut backoff = Backoff::new();
         loop {
             let outcome = self.ring.with(|ring| {
-                if let Err(denied) = check_request(n, ring.shape().capacity()) {
+                if let Err(denied) = check_request(n, ring.limit()) {
                     let snapshot = ring.snapshot(self.timeline.now());
                     return Ok::<_, ring::Sealed>(Err(Rejection::new(denied, snapshot)));
                 }

@@ -37,9 +37,15 @@ pub(crate) enum Outcome {
 /// Tickets one ring gave a request: enough to take them back.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Claim {
-    head: u64,
-    n: u32,
-    stamp: u64,
+    /// The head the claim moved: its first ticket.
+    pub(crate) before: u64,
+    /// The head it left: one past its last ticket.
+    pub(crate) after: u64,
+    pub(crate) n: u32,
+    /// The tickets' stamp.
+    pub(crate) stamp: u64,
+    /// An upper bound on the stamps of the entries the tickets overwrote.
+    pub(crate) replaced: u64,
 }
 
 /// `capacity` entry words and the head (the next ticket), updated without locks.
@@ -159,59 +165,42 @@ impl AtomicRing {
         lost: &mut bool,
     ) -> Result<Outcome, Sealed> {
         let geometry = self.geometry.with_count_denied(matches!(mode, Mode::Log));
-        // Lost races back off a little: a retry re-reads two contended lines (the
-        // head and the slot's), and retrying at once mostly loses again.
-        let mut backoff = Backoff::new();
-        loop {
-            let head = self.head()?;
-            let view = self.view(head);
-            let (next, stamp, denied) = match geometry.decide(&view, head, now, n) {
-                Verdict::Moved => {
-                    *lost = true;
-                    backoff.wait();
-                    continue;
-                }
-                Verdict::Admit { next, stamp } => (next, stamp, None),
-                Verdict::Deny {
-                    retry_ns,
-                    record: Some((next, stamp)),
-                } => (next, stamp, Some(retry_ns)),
-                Verdict::Deny {
-                    retry_ns,
-                    record: None,
-                } => return Ok(Outcome::Denied { retry_ns }),
-            };
-            // Release: see `head`; this claim must carry our entry reads to later
-            // claimers. Relaxed on failure: we start over with a fresh Acquire
-            // load. A sealed head also fails the CAS (it differs from `head`), so
-            // no ticket is claimed after a seal. Weak: a spurious failure only
-            // costs one more decision.
-            //
-            // The first entry's slot and word are ready before the claim, so the
-            // window in which a claimed ticket is pending — the window in which a
-            // preempted writer makes requests for its slot look elsewhere — is a
-            // single store for n = 1.
-            let first = &self.slots[self.geometry.index(head)];
-            let first_word = entry_word(stamp, self.geometry.lap(head));
-            if self
-                .head
-                .compare_exchange_weak(head, next, Ordering::Release, Ordering::Relaxed)
-                .is_ok()
-            {
-                // Release: pairs with the readers' Acquire (see `View::read`).
-                stamp_entry(first, first_word, Ordering::Release);
-                for (lap, i) in self.geometry.tickets(head, n).skip(1) {
-                    // Release: as above.
-                    stamp_entry(&self.slots[i], entry_word(stamp, lap), Ordering::Release);
-                }
-                return Ok(match denied {
-                    None => Outcome::Admitted(Claim { head, n, stamp }),
-                    Some(retry_ns) => Outcome::Logged { retry_ns },
-                });
-            }
-            *lost = true;
-            backoff.wait();
-        }
+        claim_on(
+            &self.head,
+            &self.slots,
+            &self.geometry,
+            n,
+            lost,
+            |view, head| geometry.decide(view, head, now, n),
+        )
+    }
+
+    /// Decides `n` permits at `now` on a ring that holds several `rules` at
+    /// once ([`Geometry::decide_rules`]), and claims and stamps them if every
+    /// rule admits them (or, counting denied attempts, logs the denial).
+    pub(crate) fn claim_rules(
+        &self,
+        now: u64,
+        n: u32,
+        rules: &[(u32, u64)],
+    ) -> Result<Outcome, Sealed> {
+        claim_on(
+            &self.head,
+            &self.slots,
+            &self.geometry,
+            n,
+            &mut false,
+            |view, head| self.geometry.decide_rules(view, head, now, n, rules),
+        )
+    }
+
+    /// What a ring of several `rules` reports at `now`
+    /// ([`Geometry::snapshot_rules`]).
+    pub(crate) fn snapshot_rules(&self, now: u64, rules: &[(u32, u64)]) -> Snapshot {
+        // Acquire: as in `snapshot`.
+        let head = self.head.load(Ordering::Acquire) & !SEALED;
+        self.geometry
+            .snapshot_rules(&self.view(head), head, now, rules)
     }
 
     /// Takes back an admission that a request spanning several rings could not
@@ -222,7 +211,7 @@ impl AtomicRing {
     /// An entry that a later lap already replaced — possible only after a whole
     /// window — is left alone: the request then simply counted, which is safe.
     pub(crate) fn undo(&self, claim: Claim, to: u64) {
-        for (lap, index) in self.geometry.tickets(claim.head, claim.n) {
+        for (lap, index) in self.geometry.tickets(claim.before, claim.n) {
             // Relaxed on success: a reader that reads the restamped word needs
             // only what reading our claim's word gave it — that our head CAS
             // happens before its own (see `View::read`) — and still gets it:
@@ -246,19 +235,7 @@ impl AtomicRing {
     /// The head, for a decision to be made on; `Err` once the ring is sealed.
     #[inline]
     pub(crate) fn head(&self) -> Result<u64, Sealed> {
-        // Acquire: pairs with the Release of the CAS that wrote this head (and,
-        // through the release sequence of the head's RMWs, of every earlier
-        // claim). Each of those claimers read, with Acquire, the entry its
-        // tickets replace before claiming; so those entries' stores happen
-        // before our reads of the same slots, and coherence lets us see
-        // nothing older. With the Acquire on entry loads this pins every entry
-        // we classify to exactly one lap, though the word keeps one lap bit.
-        let head = self.head.load(Ordering::Acquire);
-        if head & SEALED != 0 {
-            Err(Sealed)
-        } else {
-            Ok(head)
-        }
+        load_head(&self.head)
     }
 
     /// When the entry the `k`-th ticket from `head` (a value [`AtomicRing::head`]
@@ -295,6 +272,103 @@ impl AtomicRing {
         let head = self.head.load(Ordering::Relaxed) & !SEALED;
         self.geometry
             .inherit(&Settled(&self.slots), head, self.dropped, capacity)
+    }
+}
+
+/// The head of a ring of this layout, for a decision to be made on; `Err`
+/// once the ring is sealed.
+#[inline]
+pub(crate) fn load_head(head: &AtomicU64) -> Result<u64, Sealed> {
+    // Acquire: pairs with the Release of the CAS that wrote this head (and,
+    // through the release sequence of the head's RMWs, of every earlier
+    // claim). Each of those claimers read, with Acquire, the entry its
+    // tickets replace before claiming; so those entries' stores happen
+    // before our reads of the same slots, and coherence lets us see nothing
+    // older. With the Acquire on entry loads this pins every entry we
+    // classify to exactly one lap, though the word keeps one lap bit.
+    let head = head.load(Ordering::Acquire);
+    if head & SEALED != 0 {
+        Err(Sealed)
+    } else {
+        Ok(head)
+    }
+}
+
+/// One request's claim on a ring of this layout — a stripe of the direct
+/// log, a key's ring — the one place its tickets are claimed and stamped:
+/// `decide` judges the entries as of one head load, and an admission (or a
+/// logged denial) claims its tickets by one compare-and-swap of the head and
+/// then stamps them. Sets `lost` when another thread moved the head first.
+#[inline]
+pub(crate) fn claim_on(
+    head_word: &AtomicU64,
+    slots: &[AtomicU64],
+    geometry: &Geometry,
+    n: u32,
+    lost: &mut bool,
+    decide: impl Fn(&View<'_>, u64) -> Verdict,
+) -> Result<Outcome, Sealed> {
+    // Lost races back off a little: a retry re-reads two contended lines (the
+    // head and the slot's), and retrying at once mostly loses again.
+    let mut backoff = Backoff::new();
+    loop {
+        let head = load_head(head_word)?;
+        let (next, stamp, replaced, denied) = match decide(&View::new(head_word, slots, head), head)
+        {
+            Verdict::Moved => {
+                *lost = true;
+                backoff.wait();
+                continue;
+            }
+            Verdict::Admit {
+                next,
+                stamp,
+                replaced,
+            } => (next, stamp, replaced, None),
+            Verdict::Deny {
+                retry_ns,
+                record: Some((next, stamp)),
+            } => (next, stamp, 0, Some(retry_ns)),
+            Verdict::Deny {
+                retry_ns,
+                record: None,
+            } => return Ok(Outcome::Denied { retry_ns }),
+        };
+        // Release: see `load_head`; this claim must carry our entry reads to
+        // later claimers (and to a sealer). Relaxed on failure: we start over
+        // with a fresh Acquire load. A sealed head also fails the CAS (it
+        // differs from `head`), so no ticket is claimed after a seal. Weak: a
+        // spurious failure only costs one more decision.
+        //
+        // The first entry's slot and word are ready before the claim, so the
+        // window in which a claimed ticket is pending — the window in which a
+        // preempted writer makes requests for its slot look elsewhere — is a
+        // single store for n = 1.
+        let first = &slots[geometry.index(head)];
+        let first_word = entry_word(stamp, geometry.lap(head));
+        if head_word
+            .compare_exchange_weak(head, next, Ordering::Release, Ordering::Relaxed)
+            .is_ok()
+        {
+            // Release: pairs with the readers' Acquire (see `View::read`).
+            stamp_entry(first, first_word, Ordering::Release);
+            for (lap, i) in geometry.tickets(head, n).skip(1) {
+                // Release: as above.
+                stamp_entry(&slots[i], entry_word(stamp, lap), Ordering::Release);
+            }
+            return Ok(match denied {
+                None => Outcome::Admitted(Claim {
+                    before: head,
+                    after: next,
+                    n,
+                    stamp,
+                    replaced,
+                }),
+                Some(retry_ns) => Outcome::Logged { retry_ns },
+            });
+        }
+        *lost = true;
+        backoff.wait();
     }
 }
 

@@ -7,6 +7,7 @@ use crate::sync::Backoff;
 
 use super::log::{Geometry, Inheritance, Moved, retry_after};
 use super::ring::{AtomicRing, Claim, Mode, Outcome, Sealed};
+use super::rules::LogConfig;
 use crate::error::Denied;
 use crate::limiter::Snapshot;
 use crate::stripe::{refresh_thread_hint, thread_hint};
@@ -20,13 +21,26 @@ pub(crate) const MAX_RINGS: usize = 64;
 /// per-ring state without allocating.
 type PerRing<T> = [T; MAX_RINGS];
 
+/// What a log is built to: its rules, whether it logs denied attempts, and
+/// the stripe count asked for.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    pub(crate) rules: LogConfig,
+    pub(crate) count_denied: bool,
+    pub(crate) stripes: usize,
+}
+
 /// A sliding log of `shape.capacity()` permits as rings whose capacities add up
-/// to it. See the [module docs](super) for why the split keeps the log exact
-/// and, single-threaded, tight.
+/// to it — or, with several rules, one ring of the largest count, which every
+/// rule reads. See the [module docs](super) for why the split keeps the log
+/// exact and, single-threaded, tight.
 #[derive(Debug)]
 pub(crate) struct Rings {
-    /// The whole log: its limit, window and mode.
+    /// The whole log's ring layout: the slots (the largest count), the window
+    /// of the slots' chain and the mode.
     shape: Geometry,
+    /// The rules every decision applies.
+    rules: LogConfig,
     /// The stripe count asked for; the ring count is the largest power of two
     /// at most this, the limit and [`MAX_RINGS`].
     requested: usize,
@@ -83,17 +97,33 @@ struct Hints {
     fronts_at: AtomicU64,
 }
 
+#[cfg(loom)]
+std::thread_local! {
+    /// Test-only: a log of several rules checks only the largest.
+    pub(super) static LARGEST_RULE_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 impl Rings {
-    /// An empty log of `shape`, split for `stripes` stripes.
-    pub(crate) fn new(shape: Geometry, stripes: usize) -> Self {
-        Rings::inheriting(shape, stripes, Inheritance::none())
+    /// An empty log built to `plan`.
+    pub(crate) fn new(plan: Plan) -> Self {
+        Rings::inheriting(plan, Inheritance::none())
     }
 
-    /// A log of `shape` split for `stripes` stripes, starting from `inheritance`
-    /// (at most `shape.capacity()` stamps).
-    fn inheriting(shape: Geometry, stripes: usize, inheritance: Inheritance) -> Self {
+    /// A log built to `plan`, starting from `inheritance` (at most the
+    /// largest count's stamps). Several rules share one ring: a rule whose
+    /// count is below the ring count could not be split over rings.
+    fn inheriting(plan: Plan, inheritance: Inheritance) -> Self {
+        let Plan {
+            rules,
+            count_denied,
+            stripes,
+        } = plan;
+        let shape = Geometry::from_parts(rules.slots(), rules.slot_window(), count_denied);
         let limit = shape.capacity() as usize;
-        let bound = stripes.clamp(1, MAX_RINGS).min(limit);
+        let bound = match rules.is_several() {
+            true => 1,
+            false => stripes.clamp(1, MAX_RINGS).min(limit),
+        };
         // The largest power of two at most `bound` (which is at least 1).
         let count = 1usize << (usize::BITS - 1 - bound.leading_zeros());
         let capacities: Vec<u32> = (0..count)
@@ -109,6 +139,7 @@ impl Rings {
                 .clamp(MIN_GRACE, MAX_GRACE)
                 .min(shape.window()),
             shape,
+            rules,
             requested: stripes,
             rings,
             mask: count - 1,
@@ -121,14 +152,28 @@ impl Rings {
         }
     }
 
-    /// The whole log's limit, window and mode.
+    /// The whole log's ring layout and mode.
     pub(crate) fn shape(&self) -> &Geometry {
         &self.shape
     }
 
-    /// The stripe count asked for.
-    pub(crate) fn requested_stripes(&self) -> usize {
-        self.requested
+    /// The rules every decision applies.
+    pub(crate) fn rules(&self) -> &LogConfig {
+        &self.rules
+    }
+
+    /// The most one request may ask for: the smallest count.
+    pub(crate) fn limit(&self) -> u32 {
+        self.rules.limit()
+    }
+
+    /// What this log was built to.
+    pub(crate) fn plan(&self) -> Plan {
+        Plan {
+            rules: self.rules.clone(),
+            count_denied: self.shape.count_denied(),
+            stripes: self.requested,
+        }
     }
 
     /// How many rings the permits are split over.
@@ -147,6 +192,25 @@ impl Rings {
     /// them.
     #[inline]
     pub(crate) fn try_acquire_n(&self, now: u64, n: u32) -> Result<Result<(), Denied>, Sealed> {
+        if self.rules.is_several() {
+            // One ring, every rule read on it.
+            let rules = self.rules.pairs();
+            #[cfg(loom)]
+            let largest;
+            #[cfg(loom)]
+            let rules = if LARGEST_RULE_ONLY.with(std::cell::Cell::get) {
+                largest = [*rules.iter().max_by_key(|r| r.0).expect("a rule")];
+                &largest[..]
+            } else {
+                rules
+            };
+            return Ok(match self.rings[0].claim_rules(now, n, rules)? {
+                Outcome::Admitted(_) => Ok(()),
+                Outcome::Logged { retry_ns } | Outcome::Denied { retry_ns } => {
+                    Err(retry_after(retry_ns))
+                }
+            });
+        }
         if self.mask == 0 {
             // One ring: its own decision is the log's, retry-after included.
             let mode = match self.shape.count_denied() {
@@ -460,6 +524,9 @@ impl Rings {
     /// What a request could get at `now`: the rings' free fronts added up, and
     /// the latest time one of them is full.
     pub(crate) fn snapshot(&self, now: u64) -> Snapshot {
+        if self.rules.is_several() {
+            return self.rings[0].snapshot_rules(now, self.rules.pairs());
+        }
         let (available, until_full) = self.rings.iter().fold((0, 0u64), |(a, u), ring| {
             let part = ring.snapshot(now);
             (a + part.available, u.max(part.until_full.as_nanos() as u64))
@@ -480,16 +547,16 @@ impl Rings {
         true
     }
 
-    /// The log that replaces this sealed one under `shape`, split for `stripes`
-    /// stripes, inheriting the upper bounds of the most recent permits of all
+    /// The log that replaces this sealed one, built to `plan`, inheriting the upper bounds of the most recent permits of all
     /// rings ([`Geometry::inherit`], [`Inheritance::merge`]).
-    pub(crate) fn successor(&self, shape: Geometry, stripes: usize) -> Rings {
+    pub(crate) fn successor(&self, plan: Plan) -> Rings {
+        let slots = plan.rules.slots();
         let parts = self
             .rings
             .iter()
-            .map(|ring| ring.inheritance(shape.capacity()))
+            .map(|ring| ring.inheritance(slots))
             .collect();
-        Rings::inheriting(shape, stripes, Inheritance::merge(parts, shape.capacity()))
+        Rings::inheriting(plan, Inheritance::merge(parts, slots))
     }
 }
 
@@ -497,17 +564,25 @@ impl Rings {
 mod grace {
     use std::time::Duration;
 
-    use super::Rings;
+    use super::{Plan, Rings};
     use crate::rate::Rate;
-    use crate::sliding_log::log::Geometry;
+    use crate::sliding_log::LogConfig;
     use crate::stripe::set_thread_hint;
 
     const WINDOW: u64 = 1_000_000;
 
+    /// One rule, admissions only, split for `stripes`.
+    fn plan(rate: Rate, stripes: usize) -> Plan {
+        Plan {
+            rules: LogConfig::new(rate).unwrap(),
+            count_denied: false,
+            stripes,
+        }
+    }
+
     /// Four permits per ms over two rings of two; the grace is 50 µs.
     fn rings() -> Rings {
-        let shape = Geometry::new(Rate::new(4, Duration::from_nanos(WINDOW))).unwrap();
-        let rings = Rings::new(shape, 2);
+        let rings = Rings::new(plan(Rate::new(4, Duration::from_nanos(WINDOW)), 2));
         assert_eq!((rings.ring_count(), rings.grace), (2, 50_000));
         rings
     }
@@ -596,8 +671,7 @@ mod grace {
     #[test]
     fn near_the_limit_each_thread_keeps_to_its_own_ring() {
         let window = WINDOW + 1;
-        let shape = Geometry::new(Rate::new(4, Duration::from_nanos(window))).unwrap();
-        let rings = Rings::new(shape, 2);
+        let rings = Rings::new(plan(Rate::new(4, Duration::from_nanos(window)), 2));
         assert_eq!(rings.grace, 50_000);
         let step = 1_000;
         let windows = 20;

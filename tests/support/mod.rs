@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Barrier, Mutex, mpsc};
 use std::time::Duration;
 
-use tollgate::{Denied, ManualClock, RateLimiter};
+use tollgate::{Denied, LogConfig, ManualClock, Rate, RateLimiter, Snapshot};
 
 /// One admission: the decision time (ns since the limiter was built) and permits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -575,6 +575,22 @@ where
     T: Send + 'static,
     F: Fn(usize, usize) -> Vec<T> + Send + Sync + 'static,
 {
+    lockstep_between(clock, threads, times, |_| {}, work)
+}
+
+/// [`lockstep`], calling `between(round)` on the calling thread before each
+/// round starts, while no worker runs (a reconfiguration between rounds).
+pub fn lockstep_between<T, F>(
+    clock: &ManualClock,
+    threads: usize,
+    times: &[u64],
+    mut between: impl FnMut(usize),
+    work: F,
+) -> Vec<Vec<T>>
+where
+    T: Send + 'static,
+    F: Fn(usize, usize) -> Vec<T> + Send + Sync + 'static,
+{
     let start = Arc::new(Barrier::new(threads + 1));
     let end = Arc::new(Barrier::new(threads + 1));
     let rounds = times.len();
@@ -595,7 +611,8 @@ where
             })
         })
         .collect();
-    for &time in times {
+    for (round, &time) in times.iter().enumerate() {
+        between(round);
         clock.set(time);
         start.wait();
         end.wait();
@@ -708,4 +725,130 @@ impl Drop for Workers {
             let _ = handle.join();
         }
     }
+}
+
+/// Rules of a sliding log: `(count, window in ns)`.
+pub type Rules = Vec<(u32, u64)>;
+
+/// The log configuration of `rules`.
+pub fn log_config(rules: &[(u32, u64)]) -> LogConfig {
+    let rate = |&(n, w): &(u32, u64)| Rate::new(n, Duration::from_nanos(w));
+    let mut config = LogConfig::new(rate(&rules[0])).unwrap();
+    for rule in &rules[1..] {
+        config = config.with_rule(rate(rule)).unwrap();
+    }
+    config
+}
+
+/// The reference: every admitted permit's decision time, per key, oldest
+/// first, and the rules in force.
+pub struct RulesModel {
+    pub rules: Rules,
+    pub logs: HashMap<u32, Vec<u64>>,
+}
+
+impl RulesModel {
+    pub fn new(rules: Rules) -> Self {
+        RulesModel {
+            rules,
+            logs: HashMap::new(),
+        }
+    }
+
+    pub fn capacity(&self) -> u32 {
+        self.rules.iter().map(|r| r.0).min().unwrap()
+    }
+
+    /// Admits `n` at `t` iff every rule still has room for them in
+    /// `(t − T_i, t]`; otherwise the longest wait until each rule has.
+    pub fn acquire(&mut self, key: u32, n: u32, t: u64) -> Result<(), Denied> {
+        let capacity = self.capacity();
+        if n > capacity {
+            return Err(Denied::ExceedsCapacity {
+                requested: n,
+                capacity,
+            });
+        }
+        let log = self.logs.entry(key).or_default();
+        let mut until = 0;
+        for &(limit, window) in &self.rules {
+            let busy = log.iter().filter(|&&s| s + window > t).count();
+            if busy + n as usize > limit as usize {
+                // Room for `n` once this entry, `limit − n + 1` back, leaves.
+                let pivot = log[log.len() + n as usize - 1 - limit as usize];
+                until = until.max(pivot + window);
+            }
+        }
+        if until > 0 {
+            return Err(Denied::RetryAfter(Duration::from_nanos(until - t)));
+        }
+        log.extend(std::iter::repeat_n(t, n as usize));
+        Ok(())
+    }
+
+    /// The binding rule's figures: fewest available, on a tie the longer
+    /// time until full.
+    pub fn snapshot(&self, key: u32, t: u64) -> Snapshot {
+        let empty = Vec::new();
+        let log = self.logs.get(&key).unwrap_or(&empty);
+        let mut best: Option<(u32, u32, u64)> = None;
+        for &(limit, window) in &self.rules {
+            let busy = log.iter().filter(|&&s| s + window > t).count() as u32;
+            let available = limit.saturating_sub(busy);
+            let until = log.last().map_or(0, |&s| (s + window).saturating_sub(t));
+            if best.is_none_or(|(a, _, u)| available < a || (available == a && until > u)) {
+                best = Some((available, limit, until));
+            }
+        }
+        let (available, limit, until) = best.unwrap();
+        Snapshot::new(available, limit, Duration::from_nanos(until))
+    }
+}
+
+/// A phase of a threaded run of a log with rules: from round `from`, these rules.
+pub struct Phase {
+    pub from: u32,
+    pub rules: Rules,
+}
+
+impl Phase {
+    /// Which of `phases` is in force in each of `rounds` rounds.
+    pub fn by_round(phases: &[Phase], rounds: u32) -> Vec<usize> {
+        (0..rounds)
+            .map(|round| phases.iter().rposition(|p| p.from <= round).unwrap())
+            .collect()
+    }
+
+    /// The phase that starts at `round`, if one does after the first.
+    pub fn starting(phases: &[Phase], round: usize) -> Option<&Phase> {
+        phases
+            .iter()
+            .find(|p| p.from as usize == round && round > 0)
+    }
+}
+
+/// Every admission against every rule in force when it was decided: the
+/// permits of its key decided in `(t − T_i, t]`, earlier phases included
+/// (the log keeps its history), are at most `N_i`. At `t` itself only those
+/// of its phase or before count: phases only move forward, so one of a later
+/// phase at the same instant was decided after it (and is checked against
+/// its own rules).
+pub fn rule_violations(phases: &[Phase], admitted: &[(u32, u64, u32, usize)]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for &(key, t, _, phase) in admitted {
+        for &(limit, window) in &phases[phase].rules {
+            let in_window: u32 = admitted
+                .iter()
+                .filter(|a| a.0 == key && (a.1 < t || a.1 == t && a.3 <= phase))
+                .filter(|a| a.1 + window > t)
+                .map(|a| a.2)
+                .sum();
+            if in_window > limit {
+                violations.push(format!(
+                    "key {key} at {t} ns: {in_window} in a window of {window} ns, rule {limit}"
+                ));
+            }
+        }
+    }
+    violations
 }

@@ -20,7 +20,8 @@ use axum::Router;
 use axum::http::Method;
 use axum::routing::{get, post};
 use tokio::net::TcpListener;
-use tollgate::keyed::{BucketConfig, Keyed, LogConfig};
+use tollgate::LogConfig;
+use tollgate::keyed::{BucketConfig, Keyed};
 use tollgate::{Rate, SlidingLog, TokenBucket};
 use tollgate_tower::{Limit, PeerIp, PerKey, PolicyName, Route, ThrottleLayer};
 
