@@ -154,7 +154,7 @@ impl KeyRing {
             &geometry,
             n,
             &mut false,
-            |view, head| geometry.decide_rules(view, head, now, n, config.pairs()),
+            |view, head| geometry.decide_rules(view, head, now, n, config.pairs(), 0),
         );
         match outcome.map_err(|_sealed| Replacing)? {
             Outcome::Admitted(claim) => Ok(Ok(claim)),
@@ -172,7 +172,7 @@ impl KeyRing {
         let mut backoff = Backoff::new();
         loop {
             let head = self.head()?;
-            match geometry.decide_rules(&self.view(head), head, now, n, config.pairs()) {
+            match geometry.decide_rules(&self.view(head), head, now, n, config.pairs(), 0) {
                 Verdict::Moved => backoff.wait(),
                 Verdict::Deny { retry_ns, .. } => return Ok(Err(retry_ns)),
                 Verdict::Admit { .. } => return Ok(Ok(())),

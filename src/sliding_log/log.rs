@@ -393,6 +393,13 @@ impl Geometry {
     /// every entry a rule compared it with: along every rule's chains stamps
     /// still only grow, which is what the chain argument needs of an entry an
     /// admission is compared with.
+    ///
+    /// Every stamp written is at least `floor`: a ring that inherited bounds
+    /// on earlier permits passes the newest of them, so that no permit
+    /// logged on it is stamped before one it inherited, even when the entry
+    /// before the head is still in flight and the reading is stale (the
+    /// inheritance argument of the direct log needs it; see
+    /// `docs/sliding_log.md`).
     #[inline]
     pub(crate) fn decide_rules<E: Entries>(
         &self,
@@ -401,6 +408,7 @@ impl Geometry {
         now: u64,
         n: u32,
         rules: &[(u32, u64)],
+        floor: u64,
     ) -> Verdict {
         let Some(next) = self.advance(head, n) else {
             // Out of laps: the end of the limiter's time range.
@@ -441,7 +449,7 @@ impl Geometry {
                 }
             }
         }
-        let newest = self.newest(entries, head);
+        let newest = self.newest(entries, head).max(floor);
         if until <= now {
             return Verdict::Admit {
                 next,

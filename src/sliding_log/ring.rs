@@ -62,6 +62,9 @@ pub(crate) struct AtomicRing {
     /// Permits dropped by earlier reconfigurations: `(floor, count)`, none of
     /// them stamped after `floor`.
     dropped: (u64, u64),
+    /// The newest inherited bound (0 if none): no stamp of a ring of several
+    /// rules goes below it.
+    inherited: u64,
 }
 
 /// A ring as one decision sees it: entries are classified against the head
@@ -127,6 +130,7 @@ impl AtomicRing {
             slots,
             geometry,
             dropped: (inheritance.floor, inheritance.dropped),
+            inherited: stamps.last().copied().unwrap_or(0),
         }
     }
 
@@ -190,7 +194,10 @@ impl AtomicRing {
             &self.geometry,
             n,
             &mut false,
-            |view, head| self.geometry.decide_rules(view, head, now, n, rules),
+            |view, head| {
+                self.geometry
+                    .decide_rules(view, head, now, n, rules, self.inherited)
+            },
         )
     }
 
@@ -299,7 +306,7 @@ pub(crate) fn load_head(head: &AtomicU64) -> Result<u64, Sealed> {
 /// `decide` judges the entries as of one head load, and an admission (or a
 /// logged denial) claims its tickets by one compare-and-swap of the head and
 /// then stamps them. Sets `lost` when another thread moved the head first.
-#[inline]
+#[inline(always)]
 pub(crate) fn claim_on(
     head_word: &AtomicU64,
     slots: &[AtomicU64],

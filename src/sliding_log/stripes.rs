@@ -167,6 +167,19 @@ impl Rings {
         self.rules.limit()
     }
 
+    /// The rules a decision applies (under loom, with the known-bad log on,
+    /// the largest alone).
+    #[inline]
+    fn rule_pairs(&self) -> &[(u32, u64)] {
+        #[cfg(loom)]
+        if LARGEST_RULE_ONLY.with(std::cell::Cell::get) {
+            let pairs = self.rules.pairs();
+            let largest = pairs.iter().max_by_key(|r| r.0).expect("a rule");
+            return std::slice::from_ref(largest);
+        }
+        self.rules.pairs()
+    }
+
     /// What this log was built to.
     pub(crate) fn plan(&self) -> Plan {
         Plan {
@@ -192,32 +205,19 @@ impl Rings {
     /// them.
     #[inline]
     pub(crate) fn try_acquire_n(&self, now: u64, n: u32) -> Result<Result<(), Denied>, Sealed> {
-        if self.rules.is_several() {
-            // One ring, every rule read on it.
-            let rules = self.rules.pairs();
-            #[cfg(loom)]
-            let largest;
-            #[cfg(loom)]
-            let rules = if LARGEST_RULE_ONLY.with(std::cell::Cell::get) {
-                largest = [*rules.iter().max_by_key(|r| r.0).expect("a rule")];
-                &largest[..]
-            } else {
-                rules
-            };
-            return Ok(match self.rings[0].claim_rules(now, n, rules)? {
-                Outcome::Admitted(_) => Ok(()),
-                Outcome::Logged { retry_ns } | Outcome::Denied { retry_ns } => {
-                    Err(retry_after(retry_ns))
-                }
-            });
-        }
         if self.mask == 0 {
             // One ring: its own decision is the log's, retry-after included.
-            let mode = match self.shape.count_denied() {
-                true => Mode::Log,
-                false => Mode::Admit,
+            let outcome = if self.rules.is_several() {
+                // Every rule read on it.
+                self.rings[0].claim_rules(now, n, self.rule_pairs())?
+            } else {
+                let mode = match self.shape.count_denied() {
+                    true => Mode::Log,
+                    false => Mode::Admit,
+                };
+                self.rings[0].claim(now, n, mode)?
             };
-            return Ok(match self.rings[0].claim(now, n, mode)? {
+            return Ok(match outcome {
                 Outcome::Admitted(_) => Ok(()),
                 Outcome::Logged { retry_ns } | Outcome::Denied { retry_ns } => {
                     Err(retry_after(retry_ns))
@@ -525,7 +525,7 @@ impl Rings {
     /// the latest time one of them is full.
     pub(crate) fn snapshot(&self, now: u64) -> Snapshot {
         if self.rules.is_several() {
-            return self.rings[0].snapshot_rules(now, self.rules.pairs());
+            return self.rings[0].snapshot_rules(now, self.rule_pairs());
         }
         let (available, until_full) = self.rings.iter().fold((0, 0u64), |(a, u), ring| {
             let part = ring.snapshot(now);
