@@ -125,7 +125,8 @@ mod warm_up;
 pub use adaptive::{
     AdaptiveLimit, AdaptivePermit, Aimd, AimdBuilder, Gradient2, Gradient2Builder, HISTORY_LEN,
     LimitAlgorithm, LimitChange, LimitHistory, MAX_ADAPTIVE_LIMIT, Outcome, OwnedAdaptivePermit,
-    Sample, Vegas, VegasBuilder, WindowStats, Windowed, WindowedBuilder,
+    RoundTrip, RoundTripBuilder, Sample, Vegas, VegasBuilder, WindowStats, Windowed,
+    WindowedBuilder,
 };
 pub use all_of::{AllOf, Blocked, Members, Tightest};
 pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock};

@@ -316,3 +316,33 @@ fn gradient2_windowed_tuned() {
         expect: |_| Expect::Meets { back: 35.0 },
     });
 }
+
+#[test]
+fn round_trip_defaults() {
+    check(&Config {
+        label: "RoundTrip, defaults",
+        settle: 30 * SECOND,
+        rebound: 30 * SECOND,
+        build: || Box::new(tollgate::RoundTrip::default()),
+        expect: |_| Expect::Meets { back: 20.0 },
+    });
+}
+
+#[test]
+#[ignore]
+fn trace_round_trip() {
+    let name = std::env::var("SCEN").unwrap_or("halving".into());
+    for scenario in scenarios() {
+        if scenario.name != name {
+            continue;
+        }
+        let algorithm = tollgate::RoundTrip::default();
+        let run = sim::run(&scenario, &algorithm);
+        for (t, l) in run.limits.iter().step_by(5) {
+            if *t % (2 * SECOND) == 0 && *t < 300 * SECOND {
+                eprintln!("{:.1} {l}", *t as f64 / 1e9);
+            }
+        }
+        eprintln!("baseline {}", algorithm.baseline_ns());
+    }
+}

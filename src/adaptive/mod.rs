@@ -53,6 +53,7 @@ mod aimd;
 mod gradient2;
 mod history;
 mod limiter;
+mod round_trip;
 mod vegas;
 mod windowed;
 
@@ -60,6 +61,7 @@ pub use aimd::{Aimd, AimdBuilder};
 pub use gradient2::{Gradient2, Gradient2Builder};
 pub use history::{HISTORY_LEN, LimitChange, LimitHistory};
 pub use limiter::{AdaptiveLimit, AdaptivePermit, OwnedAdaptivePermit};
+pub use round_trip::{RoundTrip, RoundTripBuilder};
 pub use vegas::{Vegas, VegasBuilder};
 pub use windowed::{WindowStats, Windowed, WindowedBuilder};
 
@@ -244,6 +246,20 @@ pub trait LimitAlgorithm: Send + Sync {
 }
 
 impl<A: LimitAlgorithm + ?Sized> LimitAlgorithm for &A {
+    fn on_sample(&self, sample: Sample, now_ns: u64) -> Option<u32> {
+        (**self).on_sample(sample, now_ns)
+    }
+
+    fn limit(&self) -> u32 {
+        (**self).limit()
+    }
+
+    fn history(&self) -> Option<&LimitHistory> {
+        (**self).history()
+    }
+}
+
+impl<A: LimitAlgorithm + ?Sized> LimitAlgorithm for Box<A> {
     fn on_sample(&self, sample: Sample, now_ns: u64) -> Option<u32> {
         (**self).on_sample(sample, now_ns)
     }

@@ -1,0 +1,764 @@
+//! tollgate's own adaptive algorithm: one decision per observed round trip,
+//! on three atomic words.
+//!
+//! | word | bits | meaning |
+//! |---|---|---|
+//! | round, bits 0..48 | 48 | when the open round opened, µs on the limiter's clock (8.9 years) |
+//! | round, bits 48..60 | 12 | successes averaged (saturating at 4 095: a full round keeps its mean) |
+//! | round, bits 60..108 | 48 | the sum of their round trips, ns (each counted at most 2^36 − 1, 68 s) |
+//! | round, bits 108..124 | 16 | the most requests in flight a success of the round was admitted with (saturating) |
+//! | filters, bits 0..40 | 40 | the baseline: the no-load round trip, ns (0: none yet; 18 minutes at most) |
+//! | filters, bits 40..80 | 40 | the smoothed round trip over rounds, ns |
+//! | filters, bits 80..120 | 40 | its mean deviation, ns |
+//! | filters, bits 120..128 | 8 | rounds smoothed, saturating at 16 |
+//! | control, bits 0..21 | 21 | the limit, in `min..=max` |
+//! | control, bits 21..42 | 21 | the ceiling: the fewest in flight a fresh drop was admitted with (0: none) |
+//! | control, bits 42..45 | 3 | the hold exponent: trying the ceiling again waits `2 << exponent` rounds |
+//! | control, bits 45..53 | 8 | rounds held below the ceiling so far; while probing, probe samples taken |
+//! | control, bits 53..58 | 5 | consecutive rounds that grew the limit (saturating at 31) |
+//! | control, bits 58..74 | 16 | while probing, the sum of the probe's round trips, in 1/64 of the baseline |
+//! | control, bit 74 | 1 | probing: the limit reads as the minimum |
+//! | control, bits 75..123 | 48 | when the limit last backed off on a drop, µs |
+//! | control, bits 123..127 | 4 | consecutive rounds that shrank the limit on latency |
+//!
+//! A success first lands in the round word. A success that was admitted
+//! after the open round opened has seen one whole round trip of it: it
+//! closes the round (the same compare-and-swap that reads the aggregate
+//! opens the next round, so each sample lands in exactly one round and each
+//! round closes once) and the closer decides on the control word. A drop
+//! decides on the control word at once; the control word's back-off time
+//! makes that once per round trip, inside its own compare-and-swap. The
+//! filters are folded by the closers (one compare-and-swap loop each); the
+//! baseline only moves down, except when a probe raises it. A stale read of
+//! the filters costs one round's decision its precision, never the limit's
+//! bounds.
+
+
+use super::{LimitAlgorithm, LimitHistory, Outcome, PPM, Sample, apply, check_limits, ppm};
+use crate::cell::{AtomicCell, StateCell};
+use crate::error::ConfigError;
+
+/// The largest baseline, ns (18 minutes).
+const RTT_MAX: u64 = (1 << 40) - 1;
+/// Rounds the smoothed round trip takes before the baseline follows it.
+const WARM_ROUNDS: u32 = 16;
+/// A round trip counts at most this long in a round's average, ns (68 s).
+const SAMPLE_MAX: u64 = (1 << 36) - 1;
+/// Times in the round and control words are µs, in 48 bits (8.9 years).
+const US_MASK: u64 = (1 << 48) - 1;
+const COUNT_MAX: u64 = (1 << 12) - 1;
+const SUM_MASK: u64 = (1 << 48) - 1;
+const IN_FLIGHT_MAX: u32 = u16::MAX as u32;
+const LIMIT_MASK: u128 = (1 << 21) - 1;
+/// Consecutive growing rounds after which growth speeds up.
+const STEADY_ROUNDS: u32 = 8;
+/// Consecutive shrinking rounds after which a probe runs.
+const SHRINKING_PROBE: u32 = 8;
+/// Round trips a probe measures at the minimum.
+const PROBE_SAMPLES: u32 = 4;
+/// The largest hold exponent: a hold of 2 << 7 = 256 rounds.
+const HOLD_EXP_MAX: u32 = 7;
+
+/// tollgate's recommended adaptive algorithm: one decision per observed
+/// round trip, on the queue the round's fastest answer implies, with a
+/// multiplicative back-off once per round trip on a drop.
+///
+/// A **round** opens when the previous one closes and closes when a request
+/// admitted after it opened answers: one round trip of the service, however
+/// long that is (1 µs or a minute), and however few requests the limit lets
+/// through (one is enough). No minimum sample count, no fixed window: a
+/// limit of 1 on a slow service decides as often as a limit of 500 on a
+/// fast one, once per round trip. At the close:
+///
+/// - `queue = used · (rtt − baseline) / rtt`, with `rtt` the round's least
+///   round trip of a success, `used` the most requests in flight any of them
+///   was admitted with (at most the limit), and `baseline` the least round
+///   trip seen (TCP Vegas' estimate, as Linux's `tcp_vegas` takes it: the
+///   round's minimum, so noise that lengthens some answers does not read as
+///   a queue);
+/// - `queue > β`: the limit comes down by half the excess over `(α + β) / 2`
+///   (at least 1), so a halved service is followed within a few rounds;
+/// - `queue < α` and the round was **limit-bound** (a success was admitted
+///   with the whole limit in flight): the limit grows by 1, and after 8
+///   growing rounds in a row by 2, 4, 8, … (at most half the limit) per
+///   round, so a cold start reaches a large service in seconds. A client
+///   that never fills its limit (app-limited) never grows it;
+/// - otherwise the limit stays.
+///
+/// `α` is `max(alpha, limit / 50)` and `β` `max(beta, limit / 20)` (default
+/// `alpha` 2 and `beta` 4, Linux `tcp_vegas`'s): a queue of a few requests at
+/// small limits, 2–5 % of the round trip at large ones.
+///
+/// A **drop** (a timeout, a refusal, an overload answer) of a request
+/// admitted after the last back-off multiplies the limit by
+/// `backoff_ratio` (default 0.7) at once; drops of requests admitted before
+/// it are the same congestion and are passed over. A drop also records a
+/// **ceiling**: the fewest in flight a dropped request was admitted with.
+/// Growth stops one below it and waits `2 << k` rounds there before trying
+/// the ceiling again, `k` counting the tries that failed (at most 256
+/// rounds); a success admitted at the ceiling clears it. A service that
+/// refuses or black-holes requests above a fixed concurrency is thus tried
+/// ever more rarely, not once a round trip.
+///
+/// Every `probe_interval` rounds (default 200) the limit reads as the
+/// minimum until a request admitted under it answers: its round trip
+/// replaces the baseline, so a service that became slower for good is
+/// believed within one probe (and a standing queue never becomes the
+/// baseline). It costs about two round trips at the minimum each interval
+/// (1 % of throughput at the default). Round trips of requests that are not
+/// the service's (an answer from a local cache) should end with
+/// [`ignore`](crate::AdaptivePermit::ignore): a baseline far below the
+/// service's own would read every round as a queue until the next probe.
+///
+/// Defaults: initial limit 4, min 1, max 1000, backoff ratio 0.7 (in
+/// `[0.5, 1)`), α 2, β 4, probe interval 200 rounds.
+///
+/// ```
+/// use tollgate::{LimitAlgorithm, RoundTrip, Sample};
+///
+/// let ms = 1_000_000;
+/// let rt = RoundTrip::default();
+/// assert_eq!(rt.limit(), 4);
+/// // A request admitted at 0 with the whole limit in flight answers at 100 ms
+/// // with no queue: the round closes and the limit grows by one.
+/// assert_eq!(rt.on_sample(Sample::success(100 * ms, 4), 100 * ms), Some(5));
+/// // One admitted before that round opened (at 50 ms) only joins the next one.
+/// assert_eq!(rt.on_sample(Sample::success(100 * ms, 5), 150 * ms), None);
+/// // A drop backs off at once: floor(5 · 0.7) = 3.
+/// assert_eq!(rt.on_sample(Sample::dropped(20 * ms, 5), 160 * ms), Some(3));
+/// // Another drop of a request admitted before that back-off is passed over.
+/// assert_eq!(rt.on_sample(Sample::dropped(30 * ms, 5), 170 * ms), None);
+/// ```
+#[derive(Debug)]
+pub struct RoundTrip {
+    round: AtomicCell<u128>,
+    control: AtomicCell<u128>,
+    filters: AtomicCell<u128>,
+    min: u32,
+    max: u32,
+    backoff_ppm: u64,
+    alpha: u32,
+    beta: u32,
+    history: LimitHistory,
+}
+
+/// Configures a [`RoundTrip`]; every setting starts at the recommended
+/// default.
+#[derive(Debug, Clone)]
+pub struct RoundTripBuilder {
+    initial: u32,
+    min: u32,
+    max: u32,
+    backoff_ratio: f64,
+    alpha: u32,
+    beta: u32,
+}
+
+impl Default for RoundTripBuilder {
+    fn default() -> Self {
+        RoundTripBuilder {
+            initial: 4,
+            min: 1,
+            max: 1000,
+            backoff_ratio: 0.7,
+            alpha: 2,
+            beta: 4,
+        }
+    }
+}
+
+impl RoundTripBuilder {
+    /// The limit to start from (default 4).
+    pub fn initial_limit(mut self, limit: u32) -> Self {
+        self.initial = limit;
+        self
+    }
+
+    /// The lowest the limit goes, and the limit a probe drains to (default 1).
+    pub fn min_limit(mut self, limit: u32) -> Self {
+        self.min = limit;
+        self
+    }
+
+    /// The highest the limit goes (default 1000).
+    pub fn max_limit(mut self, limit: u32) -> Self {
+        self.max = limit;
+        self
+    }
+
+    /// What a drop multiplies the limit by, in `[0.5, 1)` (default 0.7).
+    pub fn backoff_ratio(mut self, ratio: f64) -> Self {
+        self.backoff_ratio = ratio;
+        self
+    }
+
+    /// The queue, in requests, below which a limit-bound round grows the
+    /// limit (default 2; at least `limit / 50`).
+    pub fn alpha(mut self, alpha: u32) -> Self {
+        self.alpha = alpha;
+        self
+    }
+
+    /// The queue, in requests, above which a round shrinks the limit
+    /// (default 4; at least `limit / 20`).
+    pub fn beta(mut self, beta: u32) -> Self {
+        self.beta = beta;
+        self
+    }
+
+    /// The algorithm, or why the configuration cannot be honoured:
+    /// [`ConfigError::InvalidLimits`] unless `1 <= min <= initial <= max <=`
+    /// [`MAX_ADAPTIVE_LIMIT`](crate::MAX_ADAPTIVE_LIMIT),
+    /// [`ConfigError::InvalidParameter`] for a ratio out of `[0.5, 1)`, an α
+    /// of 0 or above β, or a probe interval outside `1..=1000`.
+    ///
+    /// ```
+    /// use tollgate::{ConfigError, RoundTrip};
+    ///
+    /// assert_eq!(
+    ///     RoundTrip::builder().alpha(5).beta(4).build().unwrap_err(),
+    ///     ConfigError::InvalidParameter { name: "alpha", range: "1..=beta" }
+    /// );
+    /// assert!(RoundTrip::builder().initial_limit(1).max_limit(50).build().is_ok());
+    /// ```
+    pub fn build(self) -> Result<RoundTrip, ConfigError> {
+        check_limits(self.min, self.initial, self.max)?;
+        let backoff_ppm = ppm(
+            self.backoff_ratio,
+            0.5,
+            1.0,
+            true,
+            "backoff ratio",
+            "[0.5, 1)",
+        )?;
+        if self.alpha == 0 || self.alpha > self.beta {
+            return Err(ConfigError::InvalidParameter {
+                name: "alpha",
+                range: "1..=beta",
+            });
+        }
+        if self.beta > super::MAX_ADAPTIVE_LIMIT {
+            return Err(ConfigError::InvalidParameter {
+                name: "beta",
+                range: "alpha..=MAX_ADAPTIVE_LIMIT",
+            });
+        }
+        // The first round is a probe: the no-load round trip is measured
+        // with the minimum in flight before the limit opens up to
+        // `initial`, so a queue the initial limit builds is never taken
+        // for the service's own latency.
+        let control = Control {
+            limit: self.initial,
+            probing: true,
+            ..Control::default()
+        };
+        Ok(RoundTrip {
+            round: AtomicCell::new(Round::opened(0).pack()),
+            control: AtomicCell::new(control.pack()),
+            filters: AtomicCell::new(0),
+            min: self.min,
+            max: self.max,
+            backoff_ppm,
+            alpha: self.alpha,
+            beta: self.beta,
+            history: LimitHistory::new(),
+        })
+    }
+}
+
+impl Default for RoundTrip {
+    /// The recommended configuration (see [`RoundTrip`]'s defaults).
+    fn default() -> Self {
+        RoundTripBuilder::default()
+            .build()
+            .expect("the defaults are valid")
+    }
+}
+
+/// The open round, unpacked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Round {
+    opened_us: u64,
+    count: u64,
+    sum: u64,
+    max_in_flight: u32,
+}
+
+impl Round {
+    fn opened(at_us: u64) -> Self {
+        Round {
+            opened_us: at_us & US_MASK,
+            count: 0,
+            sum: 0,
+            max_in_flight: 0,
+        }
+    }
+
+    fn pack(self) -> u128 {
+        u128::from(self.opened_us)
+            | u128::from(self.count) << 48
+            | u128::from(self.sum) << 60
+            | u128::from(self.max_in_flight) << 108
+    }
+
+    fn unpack(word: u128) -> Self {
+        Round {
+            opened_us: (word as u64) & US_MASK,
+            count: ((word >> 48) as u64) & COUNT_MAX,
+            sum: ((word >> 60) as u64) & SUM_MASK,
+            max_in_flight: ((word >> 108) as u32) & IN_FLIGHT_MAX,
+        }
+    }
+
+    /// With a success of `rtt` admitted with `in_flight` added: the round
+    /// averages the successes admitted with the most in flight (within an
+    /// eighth), the latency at the round's operating point. A request
+    /// admitted into a momentary lull (after a back-off, a probe, a gap in
+    /// arrivals) did not wait behind the queue the others did: its round
+    /// trip would hide that queue.
+    fn with(self, rtt: u64, in_flight: u32) -> Self {
+        let rtt = rtt.min(SAMPLE_MAX);
+        let in_flight = in_flight.min(IN_FLIGHT_MAX);
+        let peak = self.max_in_flight.max(in_flight);
+        let floor = peak - peak / 8;
+        let (count, sum) = if self.max_in_flight < floor {
+            // The operating point moved up past what the round kept (or the
+            // round is empty): start the average again.
+            (1, rtt)
+        } else if in_flight >= floor && self.count < COUNT_MAX {
+            // A full round keeps its mean: count and sum stop together.
+            (self.count + 1, self.sum + rtt)
+        } else {
+            (self.count, self.sum)
+        };
+        Round {
+            opened_us: self.opened_us,
+            count,
+            sum,
+            max_in_flight: peak,
+        }
+    }
+
+    fn mean(self) -> u64 {
+        self.sum / self.count.max(1)
+    }
+}
+
+/// The latency filters, unpacked: the no-load round trip, the smoothed
+/// round trip and its mean deviation (TCP's SRTT and RTTVAR, over rounds),
+/// and how many rounds they have smoothed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Filters {
+    baseline: u64,
+    srtt: u64,
+    dev: u64,
+    rounds: u32,
+}
+
+impl Filters {
+    fn pack(self) -> u128 {
+        u128::from(self.baseline.min(RTT_MAX))
+            | u128::from(self.srtt.min(RTT_MAX)) << 40
+            | u128::from(self.dev.min(RTT_MAX)) << 80
+            | u128::from(self.rounds.min(WARM_ROUNDS)) << 120
+    }
+
+    fn unpack(word: u128) -> Self {
+        Filters {
+            baseline: (word as u64) & RTT_MAX,
+            srtt: ((word >> 40) as u64) & RTT_MAX,
+            dev: ((word >> 80) as u64) & RTT_MAX,
+            rounds: (word >> 120) as u32,
+        }
+    }
+
+    /// After a round of mean `mean`: SRTT moves an eighth of the way, the
+    /// deviation a quarter, and once SRTT has smoothed `WARM_ROUNDS`
+    /// rounds the baseline follows it down. (The first rounds of a small
+    /// limit hold a sample or two each: their SRTT is one noisy round trip,
+    /// and a baseline that followed it down would stay below the service's
+    /// mean and read noise as a queue.)
+    fn after(self, mean: u64) -> Self {
+        let mean = mean.min(RTT_MAX);
+        if self.srtt == 0 {
+            return Filters {
+                baseline: self.baseline,
+                srtt: mean,
+                dev: mean / 4,
+                rounds: 1,
+            };
+        }
+        let srtt = self.srtt - self.srtt / 8 + mean / 8;
+        let dev = self.dev - self.dev / 4 + mean.abs_diff(self.srtt) / 4;
+        let rounds = (self.rounds + 1).min(WARM_ROUNDS);
+        let baseline = if self.baseline == 0 {
+            srtt
+        } else if rounds >= WARM_ROUNDS {
+            self.baseline.min(srtt)
+        } else {
+            self.baseline
+        };
+        Filters {
+            baseline,
+            srtt,
+            dev,
+            rounds,
+        }
+    }
+}
+
+/// The control word, unpacked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Control {
+    limit: u32,
+    ceiling: u32,
+    hold_exp: u32,
+    held: u32,
+    growing: u32,
+    probe_sum: u32,
+    probing: bool,
+    backed_off_us: u64,
+    shrinking: u32,
+}
+
+impl Control {
+    fn pack(self) -> u128 {
+        u128::from(self.limit)
+            | u128::from(self.ceiling) << 21
+            | u128::from(self.hold_exp) << 42
+            | u128::from(self.held) << 45
+            | u128::from(self.growing) << 53
+            | u128::from(self.probe_sum) << 58
+            | u128::from(self.probing) << 74
+            | u128::from(self.backed_off_us & US_MASK) << 75
+            | u128::from(self.shrinking) << 123
+    }
+
+    fn unpack(word: u128) -> Self {
+        Control {
+            limit: (word & LIMIT_MASK) as u32,
+            ceiling: ((word >> 21) & LIMIT_MASK) as u32,
+            hold_exp: ((word >> 42) & 0x7) as u32,
+            held: ((word >> 45) & 0xff) as u32,
+            growing: ((word >> 53) & 0x1f) as u32,
+            probe_sum: ((word >> 58) & 0xffff) as u32,
+            probing: (word >> 74) & 1 == 1,
+            backed_off_us: ((word >> 75) as u64) & US_MASK,
+            shrinking: ((word >> 123) & 0xf) as u32,
+        }
+    }
+}
+
+impl RoundTrip {
+    /// A builder starting from the recommended defaults.
+    pub fn builder() -> RoundTripBuilder {
+        RoundTripBuilder::default()
+    }
+
+    /// The lowest and highest limit.
+    pub fn bounds(&self) -> (u32, u32) {
+        (self.min, self.max)
+    }
+
+    /// The no-load round trip the queue is measured against, in ns (0
+    /// before the first success).
+    pub fn baseline_ns(&self) -> u64 {
+        Filters::unpack(self.filters.load()).baseline
+    }
+
+    /// The smoothed round trip of the latest rounds, in ns (0 before the
+    /// first round closed).
+    pub fn smoothed_ns(&self) -> u64 {
+        Filters::unpack(self.filters.load()).srtt
+    }
+
+    /// The limit the algorithm returns to after a probe, which
+    /// [`limit`](LimitAlgorithm::limit) reads as the minimum while one runs.
+    pub fn estimate(&self) -> u32 {
+        Control::unpack(self.control.load()).limit
+    }
+
+    /// The ceiling a drop left, if growth is being held below it.
+    pub fn ceiling(&self) -> Option<u32> {
+        match Control::unpack(self.control.load()).ceiling {
+            0 => None,
+            c => Some(c),
+        }
+    }
+
+    /// Whether a no-load probe is running (the limit reads as the minimum).
+    pub fn probing(&self) -> bool {
+        Control::unpack(self.control.load()).probing
+    }
+
+    fn limit_of(&self, control: Control) -> u32 {
+        if control.probing {
+            self.min
+        } else {
+            control.limit
+        }
+    }
+
+    /// The queue estimate's thresholds at `limit`.
+    fn thresholds(&self, limit: u32) -> (u64, u64) {
+        (
+            u64::from(self.alpha.max(limit / 50)),
+            u64::from(self.beta.max(limit / 20)),
+        )
+    }
+
+    /// The control word after a fresh drop admitted with `in_flight`, or
+    /// `None` if the drop is of a request admitted before the last back-off.
+    fn back_off(&self, c: Control, started_us: u64, now_us: u64, in_flight: u32) -> Option<Control> {
+        if started_us < c.backed_off_us {
+            return None;
+        }
+        let mut next = c;
+        let in_flight = in_flight.clamp(1, LIMIT_MASK as u32);
+        next.limit = if c.ceiling != 0 && in_flight >= c.ceiling && c.limit >= c.ceiling {
+            // A try of the ceiling failed: back to below it, where the
+            // limit just held for rounds without a drop.
+            c.ceiling - 1
+        } else {
+            // floor(limit · ratio), exact in millionths: limit < 2^21.
+            (u64::from(c.limit) * self.backoff_ppm / PPM) as u32
+        }
+        .clamp(self.min, self.max);
+        next.backed_off_us = now_us.max(c.backed_off_us);
+        next.growing = 0;
+        next.held = 0;
+        if c.ceiling != 0 && in_flight >= c.ceiling {
+            // The ceiling was tried again and failed: hold longer next time.
+            next.hold_exp = (c.hold_exp + 1).min(HOLD_EXP_MAX);
+        } else {
+            next.ceiling = in_flight;
+            next.hold_exp = 0;
+        }
+        Some(next)
+    }
+
+    /// The control word after round `r`, closed by a success of `rtt`
+    /// admitted with `in_flight`, with `f` the latency filters after it.
+    fn close(&self, c: Control, r: Round, f: Filters, rtt: u64, in_flight: u32) -> Control {
+        let mut next = c;
+        if c.probing {
+            // Only a request admitted under the probe's limit measured the
+            // service with (at most) the minimum in flight; one admitted
+            // before the limit came down is not a measurement.
+            if in_flight <= self.min {
+                // The probe's round trips are summed in 1/64 of the
+                // baseline (of 1 ms before there is one), each counted at
+                // most 64 times it: four fit the 16 bits.
+                let unit = if f.baseline == 0 { 1_000_000 } else { f.baseline };
+                let ratio = (u128::from(rtt) * 64 / u128::from(unit)).clamp(1, 0x3fff) as u32;
+                next.probe_sum = c.probe_sum + ratio;
+                next.held = c.held + 1;
+                if next.held >= PROBE_SAMPLES {
+                    next.probing = false;
+                    next.held = 0;
+                }
+            }
+            return next;
+        }
+        if c.ceiling != 0 && c.limit >= c.ceiling && c.backed_off_us < r.opened_us {
+            // A whole round at the ceiling without a drop: the ceiling was
+            // not the service's (or is no longer).
+            next.ceiling = 0;
+            next.hold_exp = 0;
+            next.held = 0;
+        }
+        let limit = c.limit;
+        let used = r.max_in_flight.min(limit);
+        let rtt = r.mean().max(1);
+        let (alpha, beta) = self.thresholds(limit);
+        // queue = used · (rtt − baseline − deviation) / rtt: the requests
+        // waiting, by Little's law, beyond what the round trip's own noise
+        // explains. Compared in integers: used < 2^16, rtt < 2^36.
+        let excess = rtt.saturating_sub(f.baseline).saturating_sub(2 * f.dev);
+        let queue_num = u128::from(used) * u128::from(excess);
+        let rtt_den = u128::from(rtt);
+        if std::env::var_os("RT_TRACE").is_some() {
+            eprintln!("close limit {limit} used {used} max_in {} n {} mean {rtt} base {} srtt {} dev {} q {:.2}", r.max_in_flight, r.count, f.baseline, f.srtt, f.dev, queue_num as f64 / rtt_den as f64);
+        }
+        if queue_num > u128::from(beta) * rtt_den {
+            let queue = (queue_num / rtt_den) as u64;
+            let step = ((queue - (alpha + beta) / 2) / 2).max(1);
+            next.limit = (u64::from(limit).saturating_sub(step) as u32).max(self.min);
+            next.growing = 0;
+            next.shrinking = (c.shrinking + 1).min(15);
+        } else if queue_num < u128::from(alpha) * rtt_den && r.max_in_flight >= limit {
+            let step = if c.growing < STEADY_ROUNDS {
+                1
+            } else {
+                (1u32 << ((c.growing - STEADY_ROUNDS) / 2 + 1)).min((limit / 2).max(1))
+            };
+            next.growing = (c.growing + 1).min(31);
+            let wanted = limit.saturating_add(step).min(self.max);
+            if next.ceiling != 0 && wanted >= next.ceiling {
+                if limit + 1 < next.ceiling {
+                    // Up to just below the ceiling, at once.
+                    next.limit = next.ceiling - 1;
+                    next.held = 0;
+                } else {
+                    // At the ceiling's edge: wait, then try it.
+                    next.held = c.held + 1;
+                    if next.held >= 2 << c.hold_exp {
+                        next.limit = limit.saturating_add(1).min(self.max);
+                        next.held = 0;
+                    }
+                }
+            } else {
+                next.limit = wanted;
+            }
+        } else {
+            next.growing = 0;
+        }
+        if next.limit >= limit {
+            next.shrinking = 0;
+        }
+        // The queue keeps growing however far the limit comes down: the
+        // service may have become slower for good, and only a probe tells
+        // that from a queue.
+        if next.shrinking >= SHRINKING_PROBE {
+            next.probing = true;
+            next.shrinking = 0;
+            next.held = 0;
+            next.probe_sum = 0;
+        }
+        next
+    }
+}
+
+impl LimitAlgorithm for RoundTrip {
+    fn on_sample(&self, sample: Sample, now_ns: u64) -> Option<u32> {
+        let started_ns = now_ns.saturating_sub(sample.rtt_ns);
+        match sample.outcome {
+            Outcome::Ignored => None,
+            Outcome::Dropped => {
+                let mut backed_off = false;
+                let changed = apply(
+                    &self.control,
+                    &self.history,
+                    now_ns,
+                    |w| self.limit_of(Control::unpack(w)),
+                    |w| {
+                        let next = self.back_off(
+                            Control::unpack(w),
+                            started_ns / 1_000,
+                            now_ns / 1_000,
+                            sample.in_flight,
+                        );
+                        // The decision the loop stores is the last one made.
+                        backed_off = next.is_some();
+                        next.map(Control::pack)
+                    },
+                );
+                if backed_off {
+                    // The back-off opens a new round: what was admitted
+                    // before it measures the congestion it answered.
+                    let now_us = now_ns / 1_000 & US_MASK;
+                    let _ = self.round.update(|w| {
+                        if Round::unpack(w).opened_us < now_us {
+                            Ok(Round::opened(now_us).pack())
+                        } else {
+                            Err(())
+                        }
+                    });
+                }
+                changed
+            }
+            Outcome::Success => {
+                let started_us = started_ns / 1_000 & US_MASK;
+                let now_us = now_ns / 1_000 & US_MASK;
+                // Add the sample to the open round, or close it: one
+                // compare-and-swap, so the sample is in exactly one round
+                // and the round closes once.
+                // A round trip counts at most twice the smoothed one: a rare
+                // straggler (a GC pause, a cold cache) would otherwise read
+                // as a queue of the whole round.
+                let srtt = Filters::unpack(self.filters.load()).srtt;
+                let counted = if srtt == 0 {
+                    sample.rtt_ns
+                } else {
+                    sample.rtt_ns.min(srtt.saturating_mul(2))
+                };
+                let mut closed = None;
+                let _ = self.round.update(|w| {
+                    let round = Round::unpack(w).with(counted, sample.in_flight);
+                    if started_us >= round.opened_us {
+                        closed = Some(round);
+                        Ok::<_, ()>(Round::opened(now_us.max(round.opened_us)).pack())
+                    } else {
+                        closed = None;
+                        Ok(round.pack())
+                    }
+                });
+                let round = closed?;
+                let probing = Control::unpack(self.control.load()).probing;
+                // A probe's round trips are not the operating point's: they
+                // go to the control word's probe, not to the filters.
+                let filters = if probing {
+                    Filters::unpack(self.filters.load())
+                } else {
+                    let mean = round.mean().max(1);
+                    self.filters
+                        .update(|w| Ok::<_, ()>(Filters::unpack(w).after(mean).pack()))
+                        .map_or_else(|()| Filters::default(), Filters::unpack)
+                };
+                let rtt = sample.rtt_ns.max(1);
+                let mut probed = None;
+                let changed = apply(
+                    &self.control,
+                    &self.history,
+                    now_ns,
+                    |w| self.limit_of(Control::unpack(w)),
+                    |w| {
+                        let c = Control::unpack(w);
+                        let next = self.close(c, round, filters, rtt, sample.in_flight);
+                        // The decision the loop stores is the last one made.
+                        probed = (c.probing && !next.probing).then_some(next.probe_sum);
+                        (next != c).then_some(next.pack())
+                    },
+                );
+                if let Some(sum) = probed {
+                    // The probe is over: the mean of its round trips sets
+                    // the first baseline, and raises a lower one.
+                    let unit = if filters.baseline == 0 { 1_000_000 } else { filters.baseline };
+                    let measured = (u128::from(unit) * u128::from(sum)
+                        / (64 * u128::from(PROBE_SAMPLES))) as u64;
+                    let _ = self.filters.update(|w| {
+                        let f = Filters::unpack(w);
+                        let raised = if f.baseline == 0 {
+                            // The first: an upper estimate, 1.5 × the mean
+                            // of four noisy round trips, which the smoothed
+                            // round trips bring down within rounds (a
+                            // baseline too low would read noise as a queue
+                            // and hold the limit down).
+                            measured.saturating_add(measured / 2)
+                        } else if measured > f.baseline {
+                            // A quarter of the way: one probe's mean of
+                            // four is noisy, and a baseline above the
+                            // service's would let a queue stand unseen;
+                            // a service that did slow down keeps the limit
+                            // shrinking, and the probes that follow raise
+                            // it the rest of the way.
+                            f.baseline + (measured - f.baseline) / 4
+                        } else {
+                            return Err(());
+                        };
+                        Ok(Filters { baseline: raised.clamp(1, RTT_MAX), ..f }.pack())
+                    });
+                }
+                changed
+            }
+        }
+    }
+
+    fn limit(&self) -> u32 {
+        self.limit_of(Control::unpack(self.control.load()))
+    }
+
+    fn history(&self) -> Option<&LimitHistory> {
+        Some(&self.history)
+    }
+}
