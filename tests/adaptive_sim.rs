@@ -6,6 +6,8 @@
 
 #[path = "support/sim.rs"]
 mod sim;
+#[path = "support/loops.rs"]
+mod loops;
 
 use std::time::Duration;
 
@@ -328,21 +330,369 @@ fn round_trip_defaults() {
     });
 }
 
+// ---------------------------------------------------------------------------
+// Behaviours: short runs (a restart) and long ones, closed and open loop,
+// each attempt timed alone with a 1 s timeout and retries outside the permit
+// (`support/loops.rs`). Every behaviour is checked for the recommended
+// configuration (`RoundTrip::default()`) on five seeds; the table in
+// docs/adaptive.md ("Behaviours") shows every configuration on the first.
+
+use loops::{Load, Report as LoopReport, Service, Setup};
+
+/// One behaviour: a setup, when measuring starts, the limit to start from,
+/// what is shown in the table and what is required.
+struct Behaviour {
+    name: &'static str,
+    setup: Setup,
+    from: u64,
+    /// Start (and minimum) limit for the anchors' configurations; the
+    /// recommended one starts from its own default unless `cold` says 1.
+    cold: bool,
+    /// The figure the table shows.
+    figure: fn(&LoopReport) -> String,
+    /// `Err(why)` when the run misses the behaviour.
+    check: fn(&Setup, &LoopReport) -> Result<(), String>,
+}
+
+const B: u64 = 100 * MS;
+
+fn setup(service: Service, base: u64, load: Load, duration: u64) -> Setup {
+    Setup {
+        service,
+        base,
+        load,
+        duration,
+        seed: 1,
+        timeout: loops::TIMEOUT,
+    }
+}
+
+fn require(ok: bool, why: impl FnOnce() -> String) -> Result<(), String> {
+    if ok { Ok(()) } else { Err(why()) }
+}
+
+/// Throughput at `n` in flight on a knee of 10 at ×1.1 per extra, per s.
+fn knee_throughput(n: f64, base: u64) -> f64 {
+    n / (base as f64 / SECOND as f64 * 1.1f64.powf((n - 10.0).max(0.0)))
+}
+
+fn behaviours() -> Vec<Behaviour> {
+    let flat = |base: u64, duration: u64| setup(Service::Flat, base, Load::Closed(100), duration);
+    let mut out = vec![
+        Behaviour {
+            name: "flat 100 ms, cold start: ≥ 10 in flight within 5 s, still growing",
+            setup: flat(B, 5 * SECOND),
+            from: 0,
+            cold: true,
+            figure: |r| {
+                format!(
+                    "10 at {}, limit {}→{}",
+                    r.ten_in_flight_at.map_or("never".into(), |t| format!("{:.1} s", t as f64 / 1e9)),
+                    r.limit_at(5 * SECOND / 2),
+                    r.limit_at(5 * SECOND),
+                )
+            },
+            check: |s, r| {
+                require(r.ten_in_flight_at.is_some_and(|t| t <= 5 * SECOND), || {
+                    format!("10 in flight at {:?}", r.ten_in_flight_at)
+                })?;
+                require(r.limit_at(s.duration) > r.limit_at(s.duration / 2), || {
+                    "the limit stopped growing on a flat link".into()
+                })?;
+                require(r.mean_rtt <= 1.01 * s.base as f64, || format!("mean rtt {}", r.mean_rtt))
+            },
+        },
+        Behaviour {
+            name: "flat 100 ms, 60 s: keeps growing (≥ 50 at the end)",
+            setup: flat(B, 60 * SECOND),
+            from: 0,
+            cold: true,
+            figure: |r| format!("limit {} at 60 s", r.limits.last().map_or(0, |l| l.1)),
+            check: |_, r| {
+                let end = r.limits.last().map_or(0, |l| l.1);
+                require(end >= 50, || format!("limit {end} at the end"))
+            },
+        },
+    ];
+    for (base, label) in [(MS, "1 ms"), (SECOND, "1 s")] {
+        out.push(Behaviour {
+            name: if base == MS {
+                "flat 1 ms: rises from 1 to ≥ 10 within 40 round trips"
+            } else {
+                "flat 1 s: rises from 1 to ≥ 10 within 40 round trips"
+            },
+            // A client's timeout above the 1 s round trip.
+            setup: Setup { timeout: 5 * SECOND, ..flat(base, 40 * base) },
+            from: 0,
+            cold: true,
+            figure: |r| format!("limit {} after 40 rtt", r.final_limit),
+            check: |_, r| {
+                require(r.final_limit >= 10, || format!("limit {} after 40 round trips", r.final_limit))
+            },
+        });
+        let _ = label;
+    }
+    for (jitter, duration) in [(0.1, 30 * SECOND), (0.5, 30 * SECOND), (0.5, 300 * SECOND)] {
+        out.push(Behaviour {
+            name: match (jitter > 0.2, duration > 60 * SECOND) {
+                (false, _) => "jitter ×(1 + 0.1·Exp), 20 clients, 30 s: mean in flight ≥ 8, ≥ 70 % of 20's throughput",
+                (true, false) => "jitter ×(1 + 0.5·Exp), 20 clients, 30 s: mean in flight ≥ 8, ≥ 70 % of 20's throughput",
+                (true, true) => "jitter ×(1 + 0.5·Exp), 20 clients, 300 s: mean in flight ≥ 8, ≥ 70 % of 20's throughput",
+            },
+            setup: setup(Service::Jitter(jitter), B, Load::Closed(20), duration),
+            from: 0,
+            cold: true,
+            figure: |r| format!("{:.1} in flight, {:.0}/s", r.mean_in_flight, r.throughput),
+            check: |s, r| {
+                let Service::Jitter(j) = s.service else { unreachable!() };
+                let twenty = 20.0 / (s.base as f64 * (1.0 + j) / SECOND as f64);
+                require(r.mean_in_flight >= 8.0, || format!("mean in flight {:.1}", r.mean_in_flight))?;
+                require(r.throughput >= 0.7 * twenty, || {
+                    format!("{:.0}/s, 20 in flight get {twenty:.0}/s", r.throughput)
+                })
+            },
+        });
+    }
+    for duration in [30 * SECOND, 300 * SECOND] {
+        out.push(Behaviour {
+            name: if duration == 30 * SECOND {
+                "knee at 10 (×1.1 per extra), 40 clients, 30 s: mean in flight 6–14, ≥ 93 % of peak throughput"
+            } else {
+                "knee at 10 (×1.1 per extra), 40 clients, 300 s: mean in flight 6–14, ≥ 93 % of peak throughput"
+            },
+            setup: setup(Service::Knee { knee: 10, factor: 1.1 }, B, Load::Closed(40), duration),
+            from: 5 * SECOND,
+            cold: true,
+            figure: |r| {
+                format!(
+                    "{:.1} in flight, {:.0} % of peak",
+                    r.mean_in_flight,
+                    100.0 * r.throughput / knee_throughput(10.0, B)
+                )
+            },
+            check: |s, r| {
+                require((6.0..=14.0).contains(&r.mean_in_flight), || {
+                    format!("mean in flight {:.1}", r.mean_in_flight)
+                })?;
+                let peak = knee_throughput(10.0, s.base);
+                require(r.throughput >= 0.93 * peak, || format!("{:.1}/s of {peak:.1}/s", r.throughput))
+            },
+        });
+    }
+    out.extend([
+        Behaviour {
+            name: "latency ∝ in flight (20 ms × n), 20 clients, 30 s: mean in flight ≤ 5",
+            setup: setup(Service::Proportional, 20 * MS, Load::Closed(20), 30 * SECOND),
+            from: 5 * SECOND,
+            cold: true,
+            figure: |r| format!("{:.1} in flight", r.mean_in_flight),
+            check: |_, r| require(r.mean_in_flight <= 5.0, || format!("mean in flight {:.1}", r.mean_in_flight)),
+        },
+        Behaviour {
+            name: "retriable error above 5 in flight, 20 clients, 30 s: mean in flight 2–6, errors ≤ 20 %",
+            setup: setup(Service::ErrorsAbove { n: 5, after: 10 * MS }, B, Load::Closed(20), 30 * SECOND),
+            from: 0,
+            cold: true,
+            figure: |r| format!("{:.1} in flight, {:.0} % errors", r.mean_in_flight, 100.0 * r.failed_share()),
+            check: |_, r| {
+                require((2.0..=6.0).contains(&r.mean_in_flight), || {
+                    format!("mean in flight {:.1}", r.mean_in_flight)
+                })?;
+                require(r.failed_share() <= 0.2, || format!("{} errors of {} attempts", r.errors, r.attempts))
+            },
+        },
+        Behaviour {
+            name: "no answer above 4 in flight (1 s timeout), 20 clients, 30 s: max in flight ≤ 5, timeouts ≤ 20 %",
+            setup: setup(Service::SilentAbove { n: 4 }, B, Load::Closed(20), 30 * SECOND),
+            from: 0,
+            cold: true,
+            figure: |r| format!("max {}, {:.0} % timeouts", r.max_in_flight, 100.0 * r.failed_share()),
+            check: |_, r| {
+                require(r.max_in_flight <= 5, || format!("max in flight {}", r.max_in_flight))?;
+                require(r.failed_share() <= 0.2, || format!("{} timeouts of {} attempts", r.timeouts, r.attempts))
+            },
+        },
+        Behaviour {
+            name: "no answer above 4 in flight (1 s timeout), 20 clients, 300 s: max in flight ≤ 5, timeouts ≤ 20 %",
+            setup: setup(Service::SilentAbove { n: 4 }, B, Load::Closed(20), 300 * SECOND),
+            from: 0,
+            cold: true,
+            figure: |r| format!("max {}, {:.0} % timeouts", r.max_in_flight, 100.0 * r.failed_share()),
+            check: |_, r| {
+                require(r.max_in_flight <= 5, || format!("max in flight {}", r.max_in_flight))?;
+                require(r.failed_share() <= 0.2, || format!("{} timeouts of {} attempts", r.timeouts, r.attempts))
+            },
+        },
+        Behaviour {
+            name: "attempt rate capped at 100/s (100 ms), 40 clients, 30 s: mean in flight 7–13, peak ≤ 125 attempts/s",
+            setup: setup(
+                Service::RateCap { per_second: 100.0, burst: 10.0, after: 5 * MS },
+                B,
+                Load::Closed(40),
+                30 * SECOND,
+            ),
+            from: 5 * SECOND,
+            cold: true,
+            figure: |r| format!("{:.1} in flight, peak {}/s", r.mean_in_flight, r.peak_attempt_rate),
+            check: |_, r| {
+                require((7.0..=13.0).contains(&r.mean_in_flight), || {
+                    format!("mean in flight {:.1}", r.mean_in_flight)
+                })?;
+                require(r.peak_attempt_rate <= 125, || format!("peak {} attempts/s", r.peak_attempt_rate))
+            },
+        },
+        Behaviour {
+            name: "open loop 45/s at 100 ms (~4.5 in flight), from 1, 30 s: keeps up, backlog ≤ 9, limit never inflated",
+            setup: setup(Service::Flat, B, Load::Open(45.0), 30 * SECOND),
+            from: 5 * SECOND,
+            cold: true,
+            figure: |r| format!("backlog ≤ {}, limit {}", r.max_backlog, r.limits.last().map_or(0, |l| l.1)),
+            check: |s, r| {
+                let Load::Open(rate) = s.load else { unreachable!() };
+                require(r.max_backlog <= 9, || format!("backlog reached {}", r.max_backlog))?;
+                require(r.final_backlog <= 9, || format!("backlog {} at the end", r.final_backlog))?;
+                require(r.throughput >= 0.9 * rate, || format!("{:.1}/s of {rate}/s", r.throughput))?;
+                require(!r.inflated, || "the limit went above twice what was ever in flight".into())
+            },
+        },
+    ]);
+    out
+}
+
+/// The configurations the table compares: the recommended one first.
+fn configurations() -> Vec<(&'static str, fn(bool) -> Box<dyn LimitAlgorithm>)> {
+    vec![
+        ("RoundTrip::default()", |cold| {
+            Box::new(if cold {
+                tollgate::RoundTrip::builder().initial_limit(1).build().unwrap()
+            } else {
+                tollgate::RoundTrip::default()
+            })
+        }),
+        ("Windowed AIMD, timeout 1.15 × base", |_| {
+            windowed(
+                Aimd::builder()
+                    .min_limit(1)
+                    .initial_limit(1)
+                    .timeout(Duration::from_millis(115))
+                    .build()
+                    .unwrap(),
+            )
+        }),
+        ("Windowed Vegas", |_| windowed(Vegas::builder().initial_limit(1).build().unwrap())),
+        ("Windowed Gradient2, tuned", |_| {
+            windowed(
+                Gradient2::builder()
+                    .min_limit(1)
+                    .initial_limit(1)
+                    .rtt_tolerance(1.0)
+                    .queue_size(3)
+                    .drop_backoff(0.9)
+                    .build()
+                    .unwrap(),
+            )
+        }),
+        ("AIMD, per sample", |_| {
+            Box::new(Aimd::builder().min_limit(1).initial_limit(1).build().unwrap())
+        }),
+        ("Vegas, per sample", |_| Box::new(Vegas::builder().initial_limit(1).build().unwrap())),
+        ("Gradient2, per sample", |_| {
+            Box::new(Gradient2::builder().min_limit(1).initial_limit(1).build().unwrap())
+        }),
+    ]
+}
+
+#[test]
+fn round_trip_meets_every_behaviour_on_five_seeds() {
+    let mut misses = Vec::new();
+    for behaviour in behaviours() {
+        for seed in 1..=5 {
+            let mut setup = behaviour.setup;
+            setup.seed = seed * 0x9e37_79b9;
+            let algorithm = (configurations()[0].1)(behaviour.cold);
+            let report = loops::run(&setup, &*algorithm, behaviour.from);
+            if let Err(why) = (behaviour.check)(&setup, &report) {
+                misses.push(format!("{} (seed {seed}): {why}", behaviour.name));
+            }
+        }
+    }
+    assert!(misses.is_empty(), "{misses:#?}");
+}
+
+/// The behaviours table of docs/adaptive.md, regenerated: every
+/// configuration on the first seed. `TOLLGATE_BLESS=1` writes it into the
+/// docs; otherwise the docs must already hold it.
+#[test]
+fn behaviours_table_is_current() {
+    let configs = configurations();
+    let mut table = String::from("| behaviour |");
+    for (label, _) in &configs {
+        table += &format!(" {label} |");
+    }
+    table += "\n|---|";
+    table += &"---|".repeat(configs.len());
+    table += "\n";
+    let mut met = vec![0; configs.len()];
+    let list = behaviours();
+    for behaviour in &list {
+        table += &format!("| {} |", behaviour.name);
+        for (i, (_, build)) in configs.iter().enumerate() {
+            let algorithm = build(behaviour.cold);
+            let report = loops::run(&behaviour.setup, &*algorithm, behaviour.from);
+            let ok = (behaviour.check)(&behaviour.setup, &report).is_ok();
+            met[i] += usize::from(ok);
+            table += &format!(" {} {} |", if ok { "✓" } else { "✗" }, (behaviour.figure)(&report));
+        }
+        table += "\n";
+    }
+    table += "| **met** |";
+    for m in met {
+        table += &format!(" **{m} of {}** |", list.len());
+    }
+    table += "\n";
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/adaptive.md");
+    let doc = std::fs::read_to_string(path).unwrap();
+    let (begin, end) = ("<!-- behaviours:begin -->\n", "<!-- behaviours:end -->");
+    let start = doc.find(begin).expect("docs/adaptive.md has the behaviours markers") + begin.len();
+    let stop = doc.find(end).expect("docs/adaptive.md has the behaviours markers");
+    if std::env::var_os("TOLLGATE_BLESS").is_some() {
+        let fresh = format!("{}{table}{}", &doc[..start], &doc[stop..]);
+        std::fs::write(path, fresh).unwrap();
+    } else {
+        assert_eq!(
+            doc[start..stop],
+            table,
+            "docs/adaptive.md's behaviours table is stale: rerun with TOLLGATE_BLESS=1"
+        );
+    }
+}
+
+#[test]
+#[ignore]
+fn trace_behaviour() {
+    let pick = std::env::var("BEHAVIOUR").unwrap_or_default();
+    for behaviour in behaviours() {
+        if behaviour.name.contains(&pick) {
+            let algorithm = (configurations()[0].1)(behaviour.cold);
+            let report = loops::run(&behaviour.setup, &*algorithm, behaviour.from);
+            eprintln!("{}: {report:?}", behaviour.name);
+            return;
+        }
+    }
+}
+
 #[test]
 #[ignore]
 fn trace_round_trip() {
     let name = std::env::var("SCEN").unwrap_or("halving".into());
     for scenario in scenarios() {
-        if scenario.name != name {
-            continue;
-        }
-        let algorithm = tollgate::RoundTrip::default();
-        let run = sim::run(&scenario, &algorithm);
-        for (t, l) in run.limits.iter().step_by(5) {
-            if *t % (2 * SECOND) == 0 && *t < 300 * SECOND {
+        if scenario.name == name {
+            let algorithm = tollgate::RoundTrip::default();
+            let run = sim::run(&scenario, &algorithm);
+            for (t, l) in run.limits.iter().step_by(20) {
                 eprintln!("{:.1} {l}", *t as f64 / 1e9);
             }
+            eprintln!("baseline {}", algorithm.baseline_ns());
         }
-        eprintln!("baseline {}", algorithm.baseline_ns());
     }
 }

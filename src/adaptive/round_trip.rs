@@ -10,7 +10,7 @@
 //! | filters, bits 0..40 | 40 | the baseline: the no-load round trip, ns (0: none yet; 18 minutes at most) |
 //! | filters, bits 40..80 | 40 | the smoothed round trip over rounds, ns |
 //! | filters, bits 80..120 | 40 | its mean deviation, ns |
-//! | filters, bits 120..128 | 8 | rounds smoothed, saturating at 16 |
+//! | filters, bits 120..128 | 8 | successes smoothed, saturating at 64 |
 //! | control, bits 0..21 | 21 | the limit, in `min..=max` |
 //! | control, bits 21..42 | 21 | the ceiling: the fewest in flight a fresh drop was admitted with (0: none) |
 //! | control, bits 42..45 | 3 | the hold exponent: trying the ceiling again waits `2 << exponent` rounds |
@@ -40,8 +40,11 @@ use crate::error::ConfigError;
 
 /// The largest baseline, ns (18 minutes).
 const RTT_MAX: u64 = (1 << 40) - 1;
-/// Rounds the smoothed round trip takes before the baseline follows it.
-const WARM_ROUNDS: u32 = 16;
+/// SRTT moves 1/SRTT_GAIN of the way to each round's mean.
+const SRTT_GAIN: u64 = 16;
+/// Successes the smoothed round trip averages plainly before it is an
+/// exponential average over rounds.
+const WARM_SAMPLES: u32 = 64;
 /// A round trip counts at most this long in a round's average, ns (68 s).
 const SAMPLE_MAX: u64 = (1 << 36) - 1;
 /// Times in the round and control words are µs, in 48 bits (8.9 years).
@@ -360,7 +363,7 @@ impl Filters {
         u128::from(self.baseline.min(RTT_MAX))
             | u128::from(self.srtt.min(RTT_MAX)) << 40
             | u128::from(self.dev.min(RTT_MAX)) << 80
-            | u128::from(self.rounds.min(WARM_ROUNDS)) << 120
+            | u128::from(self.rounds.min(WARM_SAMPLES)) << 120
     }
 
     fn unpack(word: u128) -> Self {
@@ -372,37 +375,40 @@ impl Filters {
         }
     }
 
-    /// After a round of mean `mean`: SRTT moves an eighth of the way, the
-    /// deviation a quarter, and once SRTT has smoothed `WARM_ROUNDS`
-    /// rounds the baseline follows it down. (The first rounds of a small
-    /// limit hold a sample or two each: their SRTT is one noisy round trip,
-    /// and a baseline that followed it down would stay below the service's
-    /// mean and read noise as a queue.)
-    fn after(self, mean: u64) -> Self {
+    /// After a round of `count` successes of mean `mean`: SRTT is the
+    /// plain mean of the first `WARM_SAMPLES` successes, then moves an
+    /// eighth of the way each round (the first rounds of a small limit hold
+    /// a sample or two, and one or two round trips of a noisy service are
+    /// no estimate); the deviation moves a quarter; from then on the
+    /// baseline follows SRTT down.
+    fn after(self, mean: u64, count: u64) -> Self {
         let mean = mean.min(RTT_MAX);
+        let count = count.clamp(1, u64::from(WARM_SAMPLES));
         if self.srtt == 0 {
             return Filters {
-                baseline: self.baseline,
+                baseline: if self.baseline == 0 { mean } else { self.baseline },
                 srtt: mean,
                 dev: mean / 4,
-                rounds: 1,
+                rounds: count as u32,
             };
         }
-        let srtt = self.srtt - self.srtt / 8 + mean / 8;
-        let dev = self.dev - self.dev / 4 + mean.abs_diff(self.srtt) / 4;
-        let rounds = (self.rounds + 1).min(WARM_ROUNDS);
-        let baseline = if self.baseline == 0 {
-            srtt
-        } else if rounds >= WARM_ROUNDS {
-            self.baseline.min(srtt)
+        let seen = u64::from(self.rounds);
+        let srtt = if seen < u64::from(WARM_SAMPLES) {
+            // Weighted by successes: (srtt · seen + mean · count) / total.
+            ((u128::from(self.srtt) * u128::from(seen) + u128::from(mean) * u128::from(count))
+                / u128::from(seen + count)) as u64
+        } else if mean >= self.srtt {
+            self.srtt + (mean - self.srtt) / SRTT_GAIN
         } else {
-            self.baseline
+            self.srtt - (self.srtt - mean) / SRTT_GAIN
         };
+        let dev = self.dev - self.dev / 4 + mean.abs_diff(self.srtt) / 4;
+        let warm = seen + count >= u64::from(WARM_SAMPLES);
         Filters {
-            baseline,
+            baseline: if warm { self.baseline.min(srtt) } else { self.baseline },
             srtt,
             dev,
-            rounds,
+            rounds: (seen + count).min(u64::from(WARM_SAMPLES)) as u32,
         }
     }
 }
@@ -547,10 +553,10 @@ impl RoundTrip {
             // before the limit came down is not a measurement.
             if in_flight <= self.min {
                 // The probe's round trips are summed in 1/64 of the
-                // baseline (of 1 ms before there is one), each counted at
-                // most 64 times it: four fit the 16 bits.
-                let unit = if f.baseline == 0 { 1_000_000 } else { f.baseline };
-                let ratio = (u128::from(rtt) * 64 / u128::from(unit)).clamp(1, 0x3fff) as u32;
+                // baseline, each counted at most 256 times it: four fit the
+                // 16 bits.
+                let ratio =
+                    (u128::from(rtt) * 64 / u128::from(f.baseline.max(1))).clamp(1, 0x3fff) as u32;
                 next.probe_sum = c.probe_sum + ratio;
                 next.held = c.held + 1;
                 if next.held >= PROBE_SAMPLES {
@@ -560,9 +566,17 @@ impl RoundTrip {
             }
             return next;
         }
-        if c.ceiling != 0 && c.limit >= c.ceiling && c.backed_off_us < r.opened_us {
-            // A whole round at the ceiling without a drop: the ceiling was
-            // not the service's (or is no longer).
+        if c.ceiling != 0
+            && c.limit >= c.ceiling
+            && r.max_in_flight >= c.ceiling
+            && c.backed_off_us < r.opened_us
+        {
+            // A whole round at the ceiling without a drop, and a success
+            // admitted with the ceiling in flight: the ceiling was not the
+            // service's (or is no longer). Either alone is not enough: a
+            // round closes on requests admitted below the ceiling while the
+            // ones at it hang, and a request counts in flight beside
+            // refusals still on their way back.
             next.ceiling = 0;
             next.hold_exp = 0;
             next.held = 0;
@@ -574,7 +588,7 @@ impl RoundTrip {
         // queue = used · (rtt − baseline − deviation) / rtt: the requests
         // waiting, by Little's law, beyond what the round trip's own noise
         // explains. Compared in integers: used < 2^16, rtt < 2^36.
-        let excess = rtt.saturating_sub(f.baseline).saturating_sub(2 * f.dev);
+        let excess = rtt.saturating_sub(f.baseline).saturating_sub(f.dev);
         let queue_num = u128::from(used) * u128::from(excess);
         let rtt_den = u128::from(rtt);
         if std::env::var_os("RT_TRACE").is_some() {
@@ -698,11 +712,24 @@ impl LimitAlgorithm for RoundTrip {
                 // A probe's round trips are not the operating point's: they
                 // go to the control word's probe, not to the filters.
                 let filters = if probing {
-                    Filters::unpack(self.filters.load())
+                    // The probe's round trips are kept relative to the
+                    // baseline; the very first one, before there is a
+                    // baseline, becomes it for the rest of the probe.
+                    let first = sample.rtt_ns.clamp(1, RTT_MAX);
+                    self.filters
+                        .update(|w| {
+                            let f = Filters::unpack(w);
+                            if f.baseline == 0 {
+                                Ok(Filters { baseline: first, ..f }.pack())
+                            } else {
+                                Err(f)
+                            }
+                        })
+                        .map_or_else(|f| f, Filters::unpack)
                 } else {
                     let mean = round.mean().max(1);
                     self.filters
-                        .update(|w| Ok::<_, ()>(Filters::unpack(w).after(mean).pack()))
+                        .update(|w| Ok::<_, ()>(Filters::unpack(w).after(mean, round.count).pack()))
                         .map_or_else(|()| Filters::default(), Filters::unpack)
                 };
                 let rtt = sample.rtt_ns.max(1);
@@ -723,17 +750,18 @@ impl LimitAlgorithm for RoundTrip {
                 if let Some(sum) = probed {
                     // The probe is over: the mean of its round trips sets
                     // the first baseline, and raises a lower one.
-                    let unit = if filters.baseline == 0 { 1_000_000 } else { filters.baseline };
-                    let measured = (u128::from(unit) * u128::from(sum)
+                    let measured = (u128::from(filters.baseline) * u128::from(sum)
                         / (64 * u128::from(PROBE_SAMPLES))) as u64;
                     let _ = self.filters.update(|w| {
                         let f = Filters::unpack(w);
-                        let raised = if f.baseline == 0 {
-                            // The first: an upper estimate, 1.5 × the mean
-                            // of four noisy round trips, which the smoothed
-                            // round trips bring down within rounds (a
-                            // baseline too low would read noise as a queue
-                            // and hold the limit down).
+                        let raised = if f.srtt == 0 {
+                            // The first probe, before any round was
+                            // smoothed: an upper estimate, 1.5 × the mean
+                            // of its few round trips, which the smoothed
+                            // round trips bring down as rounds come (a
+                            // baseline too low would read a noisy
+                            // service's noise as a queue and hold the limit
+                            // down).
                             measured.saturating_add(measured / 2)
                         } else if measured > f.baseline {
                             // A quarter of the way: one probe's mean of
