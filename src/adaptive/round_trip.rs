@@ -9,17 +9,18 @@
 //! | round, bits 108..124 | 16 | the most requests in flight a success of the round was admitted with (saturating) |
 //! | filters, bits 0..40 | 40 | the baseline: the no-load round trip, ns (0: none yet; 18 minutes at most) |
 //! | filters, bits 40..80 | 40 | the smoothed round trip over rounds, ns |
-//! | filters, bits 80..120 | 40 | its mean deviation, ns |
-//! | filters, bits 120..128 | 8 | successes smoothed, saturating at 64 |
+//! | filters, bits 80..112 | 32 | its mean deviation, ns (saturating at 4.3 s) |
+//! | filters, bits 112..120 | 8 | successes smoothed, saturating at 255 |
 //! | control, bits 0..21 | 21 | the limit, in `min..=max` |
 //! | control, bits 21..42 | 21 | the ceiling: the fewest in flight a fresh drop was admitted with (0: none) |
 //! | control, bits 42..45 | 3 | the hold exponent: trying the ceiling again waits `2 << exponent` rounds |
 //! | control, bits 45..53 | 8 | rounds held below the ceiling so far; while probing, probe samples taken |
 //! | control, bits 53..58 | 5 | consecutive rounds that grew the limit (saturating at 31) |
-//! | control, bits 58..74 | 16 | while probing, the sum of the probe's round trips, in 1/64 of the baseline |
+//! | control, bits 58..74 | 16 | while probing, the longest (first probe) or shortest of its round trips, in 1/64 of the baseline |
 //! | control, bit 74 | 1 | probing: the limit reads as the minimum |
 //! | control, bits 75..123 | 48 | when the limit last backed off on a drop, µs |
 //! | control, bits 123..127 | 4 | consecutive rounds that shrank the limit on latency |
+//! | control, bit 127 | 1 | growth pending: the last round allowed growth but no success had yet filled the limit |
 //!
 //! A success first lands in the round word. A success that was admitted
 //! after the open round opened has seen one whole round trip of it: it
@@ -33,7 +34,6 @@
 //! the filters costs one round's decision its precision, never the limit's
 //! bounds.
 
-
 use super::{LimitAlgorithm, LimitHistory, Outcome, PPM, Sample, apply, check_limits, ppm};
 use crate::cell::{AtomicCell, StateCell};
 use crate::error::ConfigError;
@@ -44,7 +44,7 @@ const RTT_MAX: u64 = (1 << 40) - 1;
 const SRTT_GAIN: u64 = 16;
 /// Successes the smoothed round trip averages plainly before it is an
 /// exponential average over rounds.
-const WARM_SAMPLES: u32 = 64;
+const WARM_SAMPLES: u32 = 255;
 /// A round trip counts at most this long in a round's average, ns (68 s).
 const SAMPLE_MAX: u64 = (1 << 36) - 1;
 /// Times in the round and control words are µs, in 48 bits (8.9 years).
@@ -57,6 +57,8 @@ const LIMIT_MASK: u128 = (1 << 21) - 1;
 const STEADY_ROUNDS: u32 = 8;
 /// Consecutive shrinking rounds after which a probe runs.
 const SHRINKING_PROBE: u32 = 8;
+/// The largest deviation kept, ns (4.3 s).
+const DEV_MAX: u64 = u32::MAX as u64;
 /// Round trips a probe measures at the minimum.
 const PROBE_SAMPLES: u32 = 4;
 /// The largest hold exponent: a hold of 2 << 7 = 256 rounds.
@@ -246,13 +248,15 @@ impl RoundTripBuilder {
                 range: "alpha..=MAX_ADAPTIVE_LIMIT",
             });
         }
-        // The first round is a probe: the no-load round trip is measured
+        // The first rounds are a probe: the no-load round trip is measured
         // with the minimum in flight before the limit opens up to
         // `initial`, so a queue the initial limit builds is never taken
         // for the service's own latency.
         let control = Control {
             limit: self.initial,
-            probing: true,
+            // A limit that starts at its minimum measures the service at
+            // it anyway: no probe.
+            probing: self.initial > self.min,
             ..Control::default()
         };
         Ok(RoundTrip {
@@ -362,16 +366,16 @@ impl Filters {
     fn pack(self) -> u128 {
         u128::from(self.baseline.min(RTT_MAX))
             | u128::from(self.srtt.min(RTT_MAX)) << 40
-            | u128::from(self.dev.min(RTT_MAX)) << 80
-            | u128::from(self.rounds.min(WARM_SAMPLES)) << 120
+            | u128::from(self.dev.min(DEV_MAX)) << 80
+            | u128::from(self.rounds.min(WARM_SAMPLES)) << 112
     }
 
     fn unpack(word: u128) -> Self {
         Filters {
             baseline: (word as u64) & RTT_MAX,
             srtt: ((word >> 40) as u64) & RTT_MAX,
-            dev: ((word >> 80) as u64) & RTT_MAX,
-            rounds: (word >> 120) as u32,
+            dev: ((word >> 80) as u64) & DEV_MAX,
+            rounds: ((word >> 112) & 0xff) as u32,
         }
     }
 
@@ -386,9 +390,16 @@ impl Filters {
         let count = count.clamp(1, u64::from(WARM_SAMPLES));
         if self.srtt == 0 {
             return Filters {
-                baseline: if self.baseline == 0 { mean } else { self.baseline },
+                // No probe measured one (the limit started at its minimum):
+                // the first round's, half again, as an upper estimate that
+                // the smoothed round trip brings down once it is warm.
+                baseline: if self.baseline == 0 {
+                    mean.saturating_add(mean / 2).min(RTT_MAX)
+                } else {
+                    self.baseline
+                },
                 srtt: mean,
-                dev: mean / 4,
+                dev: 0,
                 rounds: count as u32,
             };
         }
@@ -403,12 +414,20 @@ impl Filters {
             self.srtt - (self.srtt - mean) / SRTT_GAIN
         };
         let dev = self.dev - self.dev / 4 + mean.abs_diff(self.srtt) / 4;
-        let warm = seen + count >= u64::from(WARM_SAMPLES);
+        // Warm once the plain mean is a good estimate: after 16 successes
+        // on a steady service (rounds within 2 % of each other), after
+        // `WARM_SAMPLES` on a noisy one.
+        let total = seen + count;
+        let warm = total >= u64::from(WARM_SAMPLES) || (total >= 16 && dev.saturating_mul(50) < srtt);
         Filters {
-            baseline: if warm { self.baseline.min(srtt) } else { self.baseline },
+            baseline: if warm {
+                self.baseline.min(srtt)
+            } else {
+                self.baseline
+            },
             srtt,
             dev,
-            rounds: (seen + count).min(u64::from(WARM_SAMPLES)) as u32,
+            rounds: if warm { WARM_SAMPLES } else { total as u32 },
         }
     }
 }
@@ -421,10 +440,11 @@ struct Control {
     hold_exp: u32,
     held: u32,
     growing: u32,
-    probe_sum: u32,
+    probe_stat: u32,
     probing: bool,
     backed_off_us: u64,
     shrinking: u32,
+    pending: bool,
 }
 
 impl Control {
@@ -434,10 +454,11 @@ impl Control {
             | u128::from(self.hold_exp) << 42
             | u128::from(self.held) << 45
             | u128::from(self.growing) << 53
-            | u128::from(self.probe_sum) << 58
+            | u128::from(self.probe_stat) << 58
             | u128::from(self.probing) << 74
             | u128::from(self.backed_off_us & US_MASK) << 75
             | u128::from(self.shrinking) << 123
+            | u128::from(self.pending) << 127
     }
 
     fn unpack(word: u128) -> Self {
@@ -447,10 +468,11 @@ impl Control {
             hold_exp: ((word >> 42) & 0x7) as u32,
             held: ((word >> 45) & 0xff) as u32,
             growing: ((word >> 53) & 0x1f) as u32,
-            probe_sum: ((word >> 58) & 0xffff) as u32,
+            probe_stat: ((word >> 58) & 0xffff) as u32,
             probing: (word >> 74) & 1 == 1,
             backed_off_us: ((word >> 75) as u64) & US_MASK,
             shrinking: ((word >> 123) & 0xf) as u32,
+            pending: (word >> 127) == 1,
         }
     }
 }
@@ -515,7 +537,13 @@ impl RoundTrip {
 
     /// The control word after a fresh drop admitted with `in_flight`, or
     /// `None` if the drop is of a request admitted before the last back-off.
-    fn back_off(&self, c: Control, started_us: u64, now_us: u64, in_flight: u32) -> Option<Control> {
+    fn back_off(
+        &self,
+        c: Control,
+        started_us: u64,
+        now_us: u64,
+        in_flight: u32,
+    ) -> Option<Control> {
         if started_us < c.backed_off_us {
             return None;
         }
@@ -533,6 +561,7 @@ impl RoundTrip {
         next.backed_off_us = now_us.max(c.backed_off_us);
         next.growing = 0;
         next.held = 0;
+        next.pending = false;
         if c.ceiling != 0 && in_flight >= c.ceiling {
             // The ceiling was tried again and failed: hold longer next time.
             next.hold_exp = (c.hold_exp + 1).min(HOLD_EXP_MAX);
@@ -552,12 +581,20 @@ impl RoundTrip {
             // service with (at most) the minimum in flight; one admitted
             // before the limit came down is not a measurement.
             if in_flight <= self.min {
-                // The probe's round trips are summed in 1/64 of the
-                // baseline, each counted at most 256 times it: four fit the
-                // 16 bits.
+                // The probe's round trips are kept in 1/64 of the baseline
+                // (at most 1 024 times it): the first probe keeps the
+                // longest, an upper estimate the smoothed round trips bring
+                // down once they are many; a later one the shortest, a
+                // lower estimate that may only raise the baseline.
                 let ratio =
-                    (u128::from(rtt) * 64 / u128::from(f.baseline.max(1))).clamp(1, 0x3fff) as u32;
-                next.probe_sum = c.probe_sum + ratio;
+                    (u128::from(rtt) * 64 / u128::from(f.baseline.max(1))).clamp(1, 0xffff) as u32;
+                next.probe_stat = if c.probe_stat == 0 {
+                    ratio
+                } else if f.srtt == 0 {
+                    c.probe_stat.max(ratio)
+                } else {
+                    c.probe_stat.min(ratio)
+                };
                 next.held = c.held + 1;
                 if next.held >= PROBE_SAMPLES {
                     next.probing = false;
@@ -581,51 +618,60 @@ impl RoundTrip {
             next.hold_exp = 0;
             next.held = 0;
         }
+        next.pending = false;
         let limit = c.limit;
         let used = r.max_in_flight.min(limit);
         let rtt = r.mean().max(1);
         let (alpha, beta) = self.thresholds(limit);
-        // queue = used · (rtt − baseline − deviation) / rtt: the requests
+        // queue = used · (rtt − baseline − tolerance) / rtt: the requests
         // waiting, by Little's law, beyond what the round trip's own noise
-        // explains. Compared in integers: used < 2^16, rtt < 2^36.
-        let excess = rtt.saturating_sub(f.baseline).saturating_sub(f.dev);
-        let queue_num = u128::from(used) * u128::from(excess);
+        // explains. The tolerance is the deviation to shrink, half of it to
+        // grow: noise must not push the limit down, nor let it climb into a
+        // queue. Compared in integers: used < 2^16, rtt < 2^36.
+        let queue_num = |tolerance: u64| {
+            u128::from(used) * u128::from(rtt.saturating_sub(f.baseline).saturating_sub(tolerance))
+        };
+        let (shrink_num, grow_num) = (queue_num(f.dev), queue_num(f.dev / 2));
         let rtt_den = u128::from(rtt);
         if std::env::var_os("RT_TRACE").is_some() {
-            eprintln!("close limit {limit} used {used} max_in {} n {} mean {rtt} base {} srtt {} dev {} q {:.2}", r.max_in_flight, r.count, f.baseline, f.srtt, f.dev, queue_num as f64 / rtt_den as f64);
+            eprintln!(
+                "close limit {limit} used {used} max_in {} n {} mean {rtt} base {} srtt {} dev {} q {:.2} g {}",
+                r.max_in_flight,
+                r.count,
+                f.baseline,
+                f.srtt,
+                f.dev,
+                shrink_num as f64 / rtt_den as f64,
+                c.growing
+            );
         }
-        if queue_num > u128::from(beta) * rtt_den {
-            let queue = (queue_num / rtt_den) as u64;
+        if shrink_num > u128::from(beta) * rtt_den {
+            let queue = (shrink_num / rtt_den) as u64;
             let step = ((queue - (alpha + beta) / 2) / 2).max(1);
             next.limit = (u64::from(limit).saturating_sub(step) as u32).max(self.min);
             next.growing = 0;
             next.shrinking = (c.shrinking + 1).min(15);
-        } else if queue_num < u128::from(alpha) * rtt_den && r.max_in_flight >= limit {
-            let step = if c.growing < STEADY_ROUNDS {
-                1
+        } else if grow_num < u128::from(alpha) * rtt_den
+            // Trying the ceiling: no further until a success clears it.
+            && (c.ceiling == 0 || limit < c.ceiling)
+        {
+            // Grow if the round was limit-bound: a success admitted with the
+            // whole limit in flight. If none was yet, the growth waits for
+            // the first that is (`pending`): requests admitted together on
+            // the release that raised the limit are granted counts up to
+            // it, and the first of them to answer, which closes the round,
+            // is often not the one granted the limit. A client that never
+            // fills its limit (app-limited) never grows it.
+            if r.max_in_flight >= limit.min(IN_FLIGHT_MAX) {
+                next = self.grow(next);
             } else {
-                (1u32 << ((c.growing - STEADY_ROUNDS) / 2 + 1)).min((limit / 2).max(1))
-            };
-            next.growing = (c.growing + 1).min(31);
-            let wanted = limit.saturating_add(step).min(self.max);
-            if next.ceiling != 0 && wanted >= next.ceiling {
-                if limit + 1 < next.ceiling {
-                    // Up to just below the ceiling, at once.
-                    next.limit = next.ceiling - 1;
-                    next.held = 0;
-                } else {
-                    // At the ceiling's edge: wait, then try it.
-                    next.held = c.held + 1;
-                    if next.held >= 2 << c.hold_exp {
-                        next.limit = limit.saturating_add(1).min(self.max);
-                        next.held = 0;
-                    }
-                }
-            } else {
-                next.limit = wanted;
+                next.pending = true;
             }
-        } else {
+        } else if grow_num >= u128::from(alpha) * rtt_den {
+            // A queue between α and β: the limit holds, and growth starts
+            // slowly again.
             next.growing = 0;
+            next.pending = false;
         }
         if next.limit >= limit {
             next.shrinking = 0;
@@ -637,7 +683,40 @@ impl RoundTrip {
             next.probing = true;
             next.shrinking = 0;
             next.held = 0;
-            next.probe_sum = 0;
+            next.probe_stat = 0;
+        }
+        next
+    }
+    /// The control word grown by one step: 1, or after `STEADY_ROUNDS`
+    /// growing rounds in a row 2, 4, 8, … (at most half the limit); up to
+    /// just below a ceiling at once, then held there `2 << hold_exp`
+    /// rounds before the ceiling is tried.
+    fn grow(&self, c: Control) -> Control {
+        let mut next = c;
+        next.pending = false;
+        let limit = c.limit;
+        let step = if c.growing < STEADY_ROUNDS {
+            1
+        } else {
+            (1u32 << ((c.growing - STEADY_ROUNDS) / 2 + 1)).min((limit / 2).max(1))
+        };
+        next.growing = (c.growing + 1).min(31);
+        let wanted = limit.saturating_add(step).min(self.max);
+        if c.ceiling != 0 && wanted >= c.ceiling {
+            if limit + 1 < c.ceiling {
+                // Up to just below the ceiling, at once.
+                next.limit = c.ceiling - 1;
+                next.held = 0;
+            } else {
+                // At the ceiling's edge: wait, then try it.
+                next.held = c.held + 1;
+                if next.held >= 2 << c.hold_exp {
+                    next.limit = limit.saturating_add(1).min(self.max);
+                    next.held = 0;
+                }
+            }
+        } else {
+            next.limit = wanted;
         }
         next
     }
@@ -707,7 +786,26 @@ impl LimitAlgorithm for RoundTrip {
                         Ok(round.pack())
                     }
                 });
-                let round = closed?;
+                let Some(round) = closed else {
+                    // A success that filled the limit after the round that
+                    // allowed growth closed without one: the growth it was
+                    // waiting for.
+                    let c = Control::unpack(self.control.load());
+                    if !(c.pending && !c.probing && sample.in_flight >= c.limit) {
+                        return None;
+                    }
+                    return apply(
+                        &self.control,
+                        &self.history,
+                        now_ns,
+                        |w| self.limit_of(Control::unpack(w)),
+                        |w| {
+                            let c = Control::unpack(w);
+                            (c.pending && !c.probing && sample.in_flight >= c.limit)
+                                .then(|| self.grow(c).pack())
+                        },
+                    );
+                };
                 let probing = Control::unpack(self.control.load()).probing;
                 // A probe's round trips are not the operating point's: they
                 // go to the control word's probe, not to the filters.
@@ -720,7 +818,11 @@ impl LimitAlgorithm for RoundTrip {
                         .update(|w| {
                             let f = Filters::unpack(w);
                             if f.baseline == 0 {
-                                Ok(Filters { baseline: first, ..f }.pack())
+                                Ok(Filters {
+                                    baseline: first,
+                                    ..f
+                                }
+                                .pack())
                             } else {
                                 Err(f)
                             }
@@ -743,38 +845,30 @@ impl LimitAlgorithm for RoundTrip {
                         let c = Control::unpack(w);
                         let next = self.close(c, round, filters, rtt, sample.in_flight);
                         // The decision the loop stores is the last one made.
-                        probed = (c.probing && !next.probing).then_some(next.probe_sum);
+                        probed = (c.probing && !next.probing).then_some(next.probe_stat);
                         (next != c).then_some(next.pack())
                     },
                 );
-                if let Some(sum) = probed {
-                    // The probe is over: the mean of its round trips sets
-                    // the first baseline, and raises a lower one.
-                    let measured = (u128::from(filters.baseline) * u128::from(sum)
-                        / (64 * u128::from(PROBE_SAMPLES))) as u64;
+                if let Some(stat) = probed {
+                    // The probe is over: the longest of the first probe's
+                    // round trips is the first baseline; the shortest of a
+                    // later one raises a lower baseline (never above the
+                    // smoothed round trip, which a queue only lengthens).
+                    let measured = (u128::from(filters.baseline) * u128::from(stat) / 64) as u64;
                     let _ = self.filters.update(|w| {
                         let f = Filters::unpack(w);
-                        let raised = if f.srtt == 0 {
-                            // The first probe, before any round was
-                            // smoothed: an upper estimate, 1.5 × the mean
-                            // of its few round trips, which the smoothed
-                            // round trips bring down as rounds come (a
-                            // baseline too low would read a noisy
-                            // service's noise as a queue and hold the limit
-                            // down).
-                            measured.saturating_add(measured / 2)
-                        } else if measured > f.baseline {
-                            // A quarter of the way: one probe's mean of
-                            // four is noisy, and a baseline above the
-                            // service's would let a queue stand unseen;
-                            // a service that did slow down keeps the limit
-                            // shrinking, and the probes that follow raise
-                            // it the rest of the way.
-                            f.baseline + (measured - f.baseline) / 4
+                        let baseline = if f.srtt == 0 {
+                            measured
+                        } else if measured.min(f.srtt) > f.baseline {
+                            measured.min(f.srtt)
                         } else {
                             return Err(());
                         };
-                        Ok(Filters { baseline: raised.clamp(1, RTT_MAX), ..f }.pack())
+                        Ok(Filters {
+                            baseline: baseline.clamp(1, RTT_MAX),
+                            ..f
+                        }
+                        .pack())
                     });
                 }
                 changed

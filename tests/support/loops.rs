@@ -56,6 +56,8 @@ pub enum Load {
     Closed(u32),
     /// Poisson arrivals, per second.
     Open(f64),
+    /// Arrivals at a steady pace, per second.
+    Paced(f64),
 }
 
 /// One run: a service, its base latency, the load and how long.
@@ -178,6 +180,9 @@ pub fn run(setup: &Setup, algorithm: &dyn LimitAlgorithm, from: u64) -> Report {
                 Event::Arrival,
             )));
         }
+        Load::Paced(rate) => {
+            events.push(Reverse(((SECOND as f64 / rate) as u64, Event::Arrival)));
+        }
     }
     events.push(Reverse((0, Event::Tick)));
 
@@ -194,17 +199,28 @@ pub fn run(setup: &Setup, algorithm: &dyn LimitAlgorithm, from: u64) -> Report {
         match event {
             Event::Tick => {
                 if std::env::var_os("LOOP_TRACE").is_some() {
-                    eprintln!("{:.1} s limit {} in flight {} backlog {}", now as f64 / 1e9, limit.limit(), limit.in_flight(), backlog.len());
+                    eprintln!(
+                        "{:.1} s limit {} in flight {} backlog {}",
+                        now as f64 / 1e9,
+                        limit.limit(),
+                        limit.in_flight(),
+                        backlog.len()
+                    );
                 }
                 out.limits.push((now, limit.limit(), limit.in_flight()));
                 events.push(Reverse((now + 100 * MS, Event::Tick)));
             }
             Event::Arrival => {
-                if let Load::Open(rate) = setup.load {
-                    events.push(Reverse((
+                match setup.load {
+                    Load::Open(rate) => events.push(Reverse((
                         now + rng.exp(SECOND as f64 / rate) as u64 + 1,
                         Event::Arrival,
-                    )));
+                    ))),
+                    Load::Paced(rate) => events.push(Reverse((
+                        now + (SECOND as f64 / rate) as u64,
+                        Event::Arrival,
+                    ))),
+                    Load::Closed(_) => {}
                 }
                 tries.push(0);
                 backlog.push_back(tries.len() - 1);
@@ -279,8 +295,8 @@ pub fn run(setup: &Setup, algorithm: &dyn LimitAlgorithm, from: u64) -> Report {
                     burst,
                     after,
                 } => {
-                    tokens = (tokens + (now - tokens_at) as f64 * per_second / SECOND as f64)
-                        .min(burst);
+                    tokens =
+                        (tokens + (now - tokens_at) as f64 * per_second / SECOND as f64).min(burst);
                     tokens_at = now;
                     if tokens >= 1.0 {
                         tokens -= 1.0;
