@@ -162,7 +162,7 @@ pub struct RoundTripBuilder {
 impl Default for RoundTripBuilder {
     fn default() -> Self {
         RoundTripBuilder {
-            initial: 4,
+            initial: 1,
             min: 1,
             max: 1000,
             backoff_ratio: 0.7,
