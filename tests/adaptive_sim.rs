@@ -400,7 +400,9 @@ fn behaviours() -> Vec<Behaviour> {
                 // Growing, or already at the configuration's maximum (1000).
                 let (half, end) = (r.limit_at(s.duration / 2), r.final_limit);
                 require(end > half || end >= 1000, || {
-                    format!("the limit stopped growing on a flat link: {half} at 2.5 s, {end} at 5 s")
+                    format!(
+                        "the limit stopped growing on a flat link: {half} at 2.5 s, {end} at 5 s"
+                    )
                 })?;
                 require(r.mean_rtt <= 1.01 * s.base as f64, || {
                     format!("mean rtt {}", r.mean_rtt)
@@ -413,7 +415,11 @@ fn behaviours() -> Vec<Behaviour> {
             from: 0,
             cold: true,
             figure: |r| format!("limit {} at 60 s", r.final_limit),
-            check: |_, r| require(r.final_limit >= 50, || format!("limit {} at the end", r.final_limit)),
+            check: |_, r| {
+                require(r.final_limit >= 50, || {
+                    format!("limit {} at the end", r.final_limit)
+                })
+            },
         },
     ];
     for (base, label) in [(MS, "1 ms"), (SECOND, "1 s")] {
@@ -723,42 +729,5 @@ fn behaviours_table_is_current() {
             table,
             "docs/adaptive.md's behaviours table is stale: rerun with TOLLGATE_BLESS=1"
         );
-    }
-}
-
-#[test]
-#[ignore]
-fn trace_behaviour() {
-    let pick = std::env::var("BEHAVIOUR").unwrap_or_default();
-    for behaviour in behaviours() {
-        if behaviour.name.contains(&pick) {
-            let algorithm = (configurations()[0].1)(behaviour.cold);
-            let mut setup = behaviour.setup;
-            if let Some(seed) = std::env::var("SEED")
-                .ok()
-                .and_then(|s| s.parse::<u64>().ok())
-            {
-                setup.seed = seed * 0x9e37_79b9;
-            }
-            let report = loops::run(&setup, &*algorithm, behaviour.from);
-            eprintln!("{}: {report:?}", behaviour.name);
-            return;
-        }
-    }
-}
-
-#[test]
-#[ignore]
-fn trace_round_trip() {
-    let name = std::env::var("SCEN").unwrap_or("halving".into());
-    for scenario in scenarios() {
-        if scenario.name == name {
-            let algorithm = tollgate::RoundTrip::default();
-            let run = sim::run(&scenario, &algorithm);
-            for (t, l) in run.limits.iter().step_by(20) {
-                eprintln!("{:.1} {l}", *t as f64 / 1e9);
-            }
-            eprintln!("baseline {}", algorithm.baseline_ns());
-        }
     }
 }

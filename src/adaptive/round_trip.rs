@@ -65,74 +65,99 @@ const PROBE_SAMPLES: u32 = 4;
 const HOLD_EXP_MAX: u32 = 7;
 
 /// tollgate's recommended adaptive algorithm: one decision per observed
-/// round trip, on the queue the round's fastest answer implies, with a
-/// multiplicative back-off once per round trip on a drop.
+/// round trip, from the queue the round's latency implies against the
+/// service's unloaded latency, and a multiplicative back-off, once per round
+/// trip, on a drop.
 ///
-/// A **round** opens when the previous one closes and closes when a request
-/// admitted after it opened answers: one round trip of the service, however
-/// long that is (1 µs or a minute), and however few requests the limit lets
-/// through (one is enough). No minimum sample count, no fixed window: a
-/// limit of 1 on a slow service decides as often as a limit of 500 on a
-/// fast one, once per round trip. At the close:
+/// **Rounds.** A round opens when the previous one closes and closes when a
+/// request admitted after it opened answers: one round trip of the service,
+/// however long (a millisecond or a minute) and however few requests the
+/// limit lets through (one is enough). No window to fill, no minimum sample
+/// count: a limit of 1 on a slow service decides as often as a limit of 500
+/// on a fast one. A round averages the round trips of its successes admitted
+/// with the most requests in flight (within an eighth: one admitted into a
+/// lull did not wait behind the queue), each counted at most twice the
+/// smoothed round trip (a rare straggler is not a queue).
 ///
-/// - `queue = used · (rtt − baseline) / rtt`, with `rtt` the round's least
-///   round trip of a success, `used` the most requests in flight any of them
-///   was admitted with (at most the limit), and `baseline` the least round
-///   trip seen (TCP Vegas' estimate, as Linux's `tcp_vegas` takes it: the
-///   round's minimum, so noise that lengthens some answers does not read as
-///   a queue);
-/// - `queue > β`: the limit comes down by half the excess over `(α + β) / 2`
-///   (at least 1), so a halved service is followed within a few rounds;
-/// - `queue < α` and the round was **limit-bound** (a success was admitted
-///   with the whole limit in flight): the limit grows by 1, and after 8
-///   growing rounds in a row by 2, 4, 8, … (at most half the limit) per
-///   round, so a cold start reaches a large service in seconds. A client
-///   that never fills its limit (app-limited) never grows it;
-/// - otherwise the limit stays.
+/// **Latency.** The rounds' means are smoothed (`srtt`, with their mean
+/// deviation `dev`: TCP's SRTT and RTTVAR, over rounds). The **baseline**,
+/// the service's unloaded round trip, is first measured at the minimum
+/// limit, then follows the smoothed round trip down. By Little's law a round
+/// implies `queue = used · (rtt − baseline − tolerance) / rtt` requests
+/// waiting, with `rtt` the round's mean, `used` the most in flight its
+/// successes were admitted with (at most the limit), and a tolerance of
+/// `dev` to shrink and `dev / 2` to grow, so that noise moves the limit
+/// neither down nor into a queue:
 ///
-/// `α` is `max(alpha, limit / 50)` and `β` `max(beta, limit / 20)` (default
-/// `alpha` 2 and `beta` 4, Linux `tcp_vegas`'s): a queue of a few requests at
-/// small limits, 2–5 % of the round trip at large ones.
+/// - `queue > β`: the limit comes down by half the excess over
+///   `(α + β) / 2`, at least 1: a service whose capacity halves is followed
+///   within a few round trips;
+/// - `queue < α`, in a **limit-bound** round (a success was admitted with
+///   the whole limit in flight): the limit grows by 1, and after 8 growing
+///   rounds in a row by 2, 4, 8, … (at most half the limit) a round, so a
+///   cold start reaches a large service in seconds. If no success filled
+///   the limit yet, the first that does grows it. A client that never fills
+///   its limit (app-limited) never grows it;
+/// - otherwise the limit holds.
 ///
-/// A **drop** (a timeout, a refusal, an overload answer) of a request
-/// admitted after the last back-off multiplies the limit by
-/// `backoff_ratio` (default 0.7) at once; drops of requests admitted before
-/// it are the same congestion and are passed over. A drop also records a
-/// **ceiling**: the fewest in flight a dropped request was admitted with.
-/// Growth stops one below it and waits `2 << k` rounds there before trying
-/// the ceiling again, `k` counting the tries that failed (at most 256
-/// rounds); a success admitted at the ceiling clears it. A service that
-/// refuses or black-holes requests above a fixed concurrency is thus tried
-/// ever more rarely, not once a round trip.
+/// `α = max(alpha, limit / 50)` and `β = max(beta, limit / 20)`, with
+/// `alpha` 2 and `beta` 4 by default (Linux `tcp_vegas`'s): a queue of a
+/// few requests at small limits, 2–5 % of the round trip at large ones.
 ///
-/// Every `probe_interval` rounds (default 200) the limit reads as the
-/// minimum until a request admitted under it answers: its round trip
-/// replaces the baseline, so a service that became slower for good is
-/// believed within one probe (and a standing queue never becomes the
-/// baseline). It costs about two round trips at the minimum each interval
-/// (1 % of throughput at the default). Round trips of requests that are not
+/// **Drops.** A drop (a timeout, a refusal, an overload answer) of a
+/// request admitted after the last back-off multiplies the limit by
+/// `backoff_ratio` (0.7) at once; drops of requests admitted before it are
+/// that same congestion and pass. A drop also records a **ceiling**, the
+/// in-flight count the dropped request was admitted with: growth stops one
+/// below it and waits there `2 << k` rounds before trying it again, `k`
+/// counting the failed tries (at most 256 rounds), and a failed try goes
+/// back to just below the ceiling rather than by the ratio. A round at the
+/// ceiling without a drop, with a success admitted at it, clears it. A
+/// service that refuses, or never answers, above a fixed concurrency is so
+/// tried ever more rarely, not every round trip.
+///
+/// **Probes.** A limit built with an initial limit above its minimum first
+/// reads as the minimum for 4 round trips, which measure the baseline
+/// unloaded (the longest of them is taken, an upper estimate that the
+/// smoothed round trip brings down; a limit that starts at its minimum
+/// takes half again its first round's mean). When the limit has shrunk 8
+/// rounds in a row, the service may have become slower for good, which a
+/// queue estimate cannot tell from a queue: the limit reads as the minimum
+/// for 4 round trips again, and the shortest of them raises a baseline
+/// below it (never above the smoothed round trip). Round trips that are not
 /// the service's (an answer from a local cache) should end with
 /// [`ignore`](crate::AdaptivePermit::ignore): a baseline far below the
-/// service's own would read every round as a queue until the next probe.
+/// service's would read every round as a queue.
 ///
-/// Defaults: initial limit 4, min 1, max 1000, backoff ratio 0.7 (in
-/// `[0.5, 1)`), α 2, β 4, probe interval 200 rounds.
+/// Defaults: initial limit 1, min 1, max 1000, backoff ratio 0.7 (in
+/// `[0.5, 1)`), α 2, β 4. The behaviours it is held to (a cold start on
+/// links from 1 ms to 1 s, jitter, a latency knee, latency proportional to
+/// load, errors and silence above a concurrency, an attempt-rate cap, open
+/// loops) and the six long scenarios of the crate's simulator are tabulated
+/// in `docs/adaptive.md`, beside the other algorithms'.
+///
+/// State: three atomic words (the open round, the latency filters, the
+/// control word), each changed only by the crate's one compare-and-swap
+/// loop; no lock on the release path.
 ///
 /// ```
 /// use tollgate::{LimitAlgorithm, RoundTrip, Sample};
 ///
 /// let ms = 1_000_000;
 /// let rt = RoundTrip::default();
-/// assert_eq!(rt.limit(), 4);
-/// // A request admitted at 0 with the whole limit in flight answers at 100 ms
-/// // with no queue: the round closes and the limit grows by one.
-/// assert_eq!(rt.on_sample(Sample::success(100 * ms, 4), 100 * ms), Some(5));
-/// // One admitted before that round opened (at 50 ms) only joins the next one.
-/// assert_eq!(rt.on_sample(Sample::success(100 * ms, 5), 150 * ms), None);
-/// // A drop backs off at once: floor(5 · 0.7) = 3.
-/// assert_eq!(rt.on_sample(Sample::dropped(20 * ms, 5), 160 * ms), Some(3));
-/// // Another drop of a request admitted before that back-off is passed over.
-/// assert_eq!(rt.on_sample(Sample::dropped(30 * ms, 5), 170 * ms), None);
+/// assert_eq!(rt.limit(), 1);
+/// // A request admitted at 0 with the whole limit in flight answers at
+/// // 100 ms: the first round closes, shows no queue, and the limit grows.
+/// assert_eq!(rt.on_sample(Sample::success(100 * ms, 1), 100 * ms), Some(2));
+/// // A drop of one admitted at 110 ms backs off at once: floor(2 · 0.7) = 1,
+/// // and 2 in flight is now a ceiling.
+/// assert_eq!(rt.on_sample(Sample::dropped(50 * ms, 2), 160 * ms), Some(1));
+/// assert_eq!(rt.ceiling(), Some(2));
+/// // A drop of one admitted before that back-off is the same congestion.
+/// assert_eq!(rt.on_sample(Sample::dropped(100 * ms, 2), 170 * ms), None);
+/// // Below the ceiling, growth waits two rounds before trying it again.
+/// assert_eq!(rt.on_sample(Sample::success(100 * ms, 1), 300 * ms), None);
+/// assert_eq!(rt.on_sample(Sample::success(100 * ms, 1), 410 * ms), Some(2));
 /// ```
 #[derive(Debug)]
 pub struct RoundTrip {
@@ -418,7 +443,8 @@ impl Filters {
         // on a steady service (rounds within 2 % of each other), after
         // `WARM_SAMPLES` on a noisy one.
         let total = seen + count;
-        let warm = total >= u64::from(WARM_SAMPLES) || (total >= 16 && dev.saturating_mul(50) < srtt);
+        let warm =
+            total >= u64::from(WARM_SAMPLES) || (total >= 16 && dev.saturating_mul(50) < srtt);
         Filters {
             baseline: if warm {
                 self.baseline.min(srtt)
@@ -633,18 +659,6 @@ impl RoundTrip {
         };
         let (shrink_num, grow_num) = (queue_num(f.dev), queue_num(f.dev / 2));
         let rtt_den = u128::from(rtt);
-        if std::env::var_os("RT_TRACE").is_some() {
-            eprintln!(
-                "close limit {limit} used {used} max_in {} n {} mean {rtt} base {} srtt {} dev {} q {:.2} g {}",
-                r.max_in_flight,
-                r.count,
-                f.baseline,
-                f.srtt,
-                f.dev,
-                shrink_num as f64 / rtt_den as f64,
-                c.growing
-            );
-        }
         if shrink_num > u128::from(beta) * rtt_den {
             let queue = (shrink_num / rtt_den) as u64;
             let step = ((queue - (alpha + beta) / 2) / 2).max(1);
@@ -882,5 +896,314 @@ impl LimitAlgorithm for RoundTrip {
 
     fn history(&self) -> Option<&LimitHistory> {
         Some(&self.history)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    /// Feeds `samples` of `(rtt, in_flight, outcome, now)`; returns the last
+    /// limit.
+    fn feed(rt: &RoundTrip, samples: &[(u64, u32, Outcome, u64)]) -> u32 {
+        for &(rtt_ns, in_flight, outcome, now) in samples {
+            rt.on_sample(
+                Sample {
+                    rtt_ns,
+                    in_flight,
+                    outcome,
+                },
+                now,
+            );
+        }
+        rt.limit()
+    }
+
+    /// Closes one round per call: a request admitted just after the last
+    /// close, answering `rtt` later with `in_flight`.
+    struct Rounds<'a> {
+        rt: &'a RoundTrip,
+        now: u64,
+    }
+
+    impl Rounds<'_> {
+        fn close(&mut self, rtt: u64, in_flight: u32) -> Option<u32> {
+            self.now += rtt + 1_000;
+            self.rt.on_sample(Sample::success(rtt, in_flight), self.now)
+        }
+    }
+
+    #[test]
+    fn the_words_pack_and_unpack() {
+        let round = Round {
+            opened_us: US_MASK,
+            count: COUNT_MAX,
+            sum: SUM_MASK,
+            max_in_flight: IN_FLIGHT_MAX,
+        };
+        assert_eq!(Round::unpack(round.pack()), round);
+        let filters = Filters {
+            baseline: RTT_MAX,
+            srtt: RTT_MAX,
+            dev: DEV_MAX,
+            rounds: WARM_SAMPLES,
+        };
+        assert_eq!(Filters::unpack(filters.pack()), filters);
+        let control = Control {
+            limit: LIMIT_MASK as u32,
+            ceiling: LIMIT_MASK as u32,
+            hold_exp: 7,
+            held: 255,
+            growing: 31,
+            probe_stat: 0xffff,
+            probing: true,
+            backed_off_us: US_MASK,
+            shrinking: 15,
+            pending: true,
+        };
+        assert_eq!(Control::unpack(control.pack()), control);
+    }
+
+    #[test]
+    fn a_drop_backs_off_once_per_round_trip() {
+        let rt = RoundTrip::builder()
+            .initial_limit(10)
+            .min_limit(10)
+            .max_limit(100)
+            .build()
+            .unwrap();
+        let mut rounds = Rounds { rt: &rt, now: 0 };
+        for _ in 0..5 {
+            let limit = rt.limit();
+            rounds.close(100 * MS, limit);
+        }
+        assert_eq!(rt.limit(), 15);
+        // Admitted at 100 ms and 150 ms after the last close, dropped 200 ms
+        // and 210 ms after it: the first backs off, the second was admitted
+        // before that.
+        let t = rounds.now;
+        assert_eq!(
+            rt.on_sample(Sample::dropped(100 * MS, 15), t + 200 * MS),
+            Some(10)
+        );
+        assert_eq!(
+            rt.on_sample(Sample::dropped(60 * MS, 15), t + 210 * MS),
+            None
+        );
+        // Floor(15 · 0.7) = 10 is the minimum; one admitted after the
+        // back-off backs off again, and stays there.
+        assert_eq!(
+            rt.on_sample(Sample::dropped(5 * MS, 10), t + 215 * MS),
+            None
+        );
+        assert_eq!(rt.ceiling(), Some(10));
+        // Ignored outcomes change nothing.
+        assert_eq!(rt.on_sample(Sample::ignored(1, 1), t + 300 * MS), None);
+        assert_eq!(rt.estimate(), 10);
+    }
+
+    #[test]
+    fn a_round_closes_once_and_growth_needs_the_limit_filled() {
+        let rt = RoundTrip::default();
+        // The first round: closed by its first answer.
+        assert_eq!(
+            rt.on_sample(Sample::success(100 * MS, 1), 100 * MS),
+            Some(2)
+        );
+        // Admitted before that close (at 50 ms): joins the open round.
+        assert_eq!(rt.on_sample(Sample::success(60 * MS, 1), 110 * MS), None);
+        // Admitted after it with 1 in flight of 2: closes the round, which
+        // allowed growth but did not fill the limit.
+        assert_eq!(rt.on_sample(Sample::success(100 * MS, 1), 220 * MS), None);
+        assert_eq!(rt.limit(), 2);
+        // The first success that filled it grows it.
+        assert_eq!(
+            rt.on_sample(Sample::success(100 * MS, 2), 221 * MS),
+            Some(3)
+        );
+        // An app-limited client (never more than 2 in flight) stays at 3.
+        let mut now = 221 * MS;
+        for _ in 0..50 {
+            now += 101 * MS;
+            rt.on_sample(Sample::success(100 * MS, 2), now);
+        }
+        assert_eq!(rt.limit(), 3);
+    }
+
+    #[test]
+    fn growth_speeds_up_after_eight_rounds_and_a_queue_brings_it_down() {
+        let rt = RoundTrip::default();
+        let mut rounds = Rounds { rt: &rt, now: 0 };
+        let mut limits = Vec::new();
+        for _ in 0..12 {
+            let limit = rt.limit();
+            rounds.close(100 * MS, limit);
+            limits.push(rt.limit());
+        }
+        assert_eq!(limits, [2, 3, 4, 5, 6, 7, 8, 9, 11, 13, 17, 21]);
+        // The first baseline, half again the first round trip, comes down
+        // to the service's once the filters are warm (16 steady successes).
+        assert_eq!(rt.baseline_ns(), 150 * MS);
+        for _ in 0..4 {
+            rounds.close(100 * MS, 1);
+        }
+        assert_eq!(rt.baseline_ns(), 100 * MS);
+        // 21 in flight at 150 ms over a 100 ms service is 7 waiting, above
+        // β = 4: the limit comes down.
+        let before = rt.limit();
+        rounds.close(150 * MS, before);
+        assert!(rt.limit() < before, "{} after {before}", rt.limit());
+    }
+
+    #[test]
+    fn the_ceiling_is_held_ever_longer() {
+        let rt = RoundTrip::builder()
+            .initial_limit(4)
+            .min_limit(1)
+            .build()
+            .unwrap();
+        let mut rounds = Rounds { rt: &rt, now: 0 };
+        // The initial probe: four round trips at the minimum.
+        assert!(rt.probing());
+        for _ in 0..4 {
+            rounds.close(100 * MS, 1);
+        }
+        assert!(!rt.probing());
+        assert_eq!(rt.baseline_ns(), 100 * MS);
+        assert_eq!(rt.limit(), 4);
+        rounds.close(100 * MS, 4);
+        assert_eq!(rt.limit(), 5);
+        // 5 in flight is refused: back off, and 5 is the ceiling.
+        rounds.now += 1_000;
+        rt.on_sample(Sample::dropped(MS, 5), rounds.now);
+        assert_eq!((rt.limit(), rt.ceiling()), (3, Some(5)));
+        // Up to just below it at once, then held there 2 rounds, then 4,
+        // then 8 before each try.
+        rounds.close(100 * MS, 3);
+        assert_eq!(rt.limit(), 4);
+        for hold in [2, 4, 8] {
+            let mut closes = 0;
+            while rt.limit() == 4 {
+                rounds.close(100 * MS, 4);
+                closes += 1;
+            }
+            assert_eq!((closes, rt.limit()), (hold, 5));
+            // The try fails: back to just below the ceiling.
+            rounds.now += 1_000;
+            rt.on_sample(Sample::dropped(MS, 5), rounds.now);
+            assert_eq!(rt.limit(), 4);
+        }
+        // A round at the ceiling with a success at it clears the ceiling.
+        for _ in 0..16 {
+            rounds.close(100 * MS, 4);
+        }
+        assert_eq!(rt.limit(), 5);
+        rounds.close(100 * MS, 5);
+        assert_eq!(rt.ceiling(), None);
+    }
+
+    #[test]
+    fn a_slower_service_is_believed_after_a_probe() {
+        let rt = RoundTrip::builder()
+            .initial_limit(10)
+            .min_limit(1)
+            .build()
+            .unwrap();
+        let mut rounds = Rounds { rt: &rt, now: 0 };
+        for _ in 0..4 {
+            rounds.close(100 * MS, 1);
+        }
+        assert_eq!(rt.baseline_ns(), 100 * MS);
+        for _ in 0..40 {
+            let limit = rt.limit();
+            rounds.close(100 * MS, limit);
+        }
+        // The service now takes 300 ms unloaded, and 300 ms × (1 + n/10)
+        // loaded: the limit shrinks round after round, then probes.
+        let mut probed = false;
+        for _ in 0..200 {
+            let n = rt.limit();
+            probed |= rt.probing();
+            rounds.close(300 * MS + 30 * MS * u64::from(n), n);
+        }
+        assert!(probed, "never probed");
+        assert!(
+            rt.baseline_ns() >= 300 * MS,
+            "baseline {} after the service slowed",
+            rt.baseline_ns()
+        );
+        assert!(
+            rt.limit() >= 5,
+            "limit {} on the slower service",
+            rt.limit()
+        );
+    }
+
+    #[test]
+    fn any_input_keeps_the_limit_in_bounds() {
+        let rt = RoundTrip::builder()
+            .initial_limit(3)
+            .min_limit(2)
+            .max_limit(40)
+            .build()
+            .unwrap();
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut now = 0u64;
+        for _ in 0..20_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            now = now.saturating_add(seed % (50 * MS));
+            let rtt = match seed % 5 {
+                0 => 0,
+                1 => u64::MAX,
+                _ => seed % (400 * MS),
+            };
+            let in_flight = match (seed >> 8) % 4 {
+                0 => 0,
+                1 => u32::MAX,
+                _ => (seed >> 16) as u32 % 60,
+            };
+            let outcome = match (seed >> 24) % 9 {
+                0 => Outcome::Dropped,
+                1 => Outcome::Ignored,
+                _ => Outcome::Success,
+            };
+            // A clock that steps back sometimes.
+            let at = if seed % 31 == 0 { now / 2 } else { now };
+            feed(&rt, &[(rtt, in_flight, outcome, at)]);
+            assert!((2..=40).contains(&rt.limit()), "limit {}", rt.limit());
+            assert!((2..=40).contains(&rt.estimate()));
+        }
+    }
+
+    #[test]
+    fn bad_configurations_are_refused() {
+        assert!(matches!(
+            RoundTrip::builder().min_limit(0).build(),
+            Err(ConfigError::InvalidLimits { .. })
+        ));
+        assert!(matches!(
+            RoundTrip::builder().initial_limit(5).max_limit(4).build(),
+            Err(ConfigError::InvalidLimits { .. })
+        ));
+        assert_eq!(
+            RoundTrip::builder().backoff_ratio(0.3).build().unwrap_err(),
+            ConfigError::InvalidParameter {
+                name: "backoff ratio",
+                range: "[0.5, 1)"
+            }
+        );
+        assert!(RoundTrip::builder().alpha(0).build().is_err());
+        assert!(RoundTrip::builder().alpha(5).beta(4).build().is_err());
+        assert!(RoundTrip::builder().beta(u32::MAX).build().is_err());
+        assert!(
+            RoundTrip::builder()
+                .backoff_ratio(f64::NAN)
+                .build()
+                .is_err()
+        );
     }
 }
