@@ -24,7 +24,7 @@
 //! | [`LeakyBucket`] / [`Shaper`] | meter: level never above capacity; queue: starts spaced 1/rate after a burst, waits bounded | meter: one `AtomicU64` (drain time); queue: one 128-bit word (next free slot, latest start) | smoothing an outflow: nginx-style `limit_req`, pacing calls to a fragile backend |
 //! | [`WarmUp`] | Guava's SmoothWarmingUp schedule: cold factor × the stable interval when idle, ramping to the stable rate over the warm-up period | one 128-bit word (next start, banked idle time) | services that need warming: cold caches, JIT, connection pools |
 //! | [`Keyed`](keyed::Keyed) | a token bucket, fixed window, leaky bucket meter, shaper, warm-up limiter, exact sliding log (one rule, or several on one log) or sliding window (without stripes) (or a pair: both must admit) per key — user, IP, tenant — each with its own guarantee, at the key cap too; per-key quotas, combined limits, runtime reconfiguration. Not the approximate sliding window nor the leased limiters; the shaper and warm-up admit per key what can start at once | a sharded hash map (hashbrown tables under reader-biased locks) of one word (two for the shaper and warm-up; the direct log's lock-free ring for the log, shared by all its rules: 5/s, 30/min and 1,000/day on one ring; a 128-bit word and a history of `S` charges for the window) per key, evicted when fresh, capped | per-caller limits whose key space is unbounded: public APIs, multi-tenant services |
-//! | [`ConcurrencyLimit`] / [`AdaptiveLimit`] | never more than `limit` permits held at once (RAII permits, cancel-safe waits); the adaptive one's limit moved by [`Aimd`], [`Vegas`] or [`Gradient2`] from each request's latency and outcome | one `AtomicU64` (count, limit, a waiters flag); the algorithm's state in one more word | how *many* at once rather than how often: calls to a backend that slows under load |
+//! | [`ConcurrencyLimit`] / [`AdaptiveLimit`] | never more than `limit` permits held at once (RAII permits, cancel-safe waits); the adaptive one's limit moved by [`RoundTrip`] (recommended), [`Aimd`], [`Vegas`] or [`Gradient2`] from each request's latency and outcome | one `AtomicU64` (count, limit, a waiters flag); the algorithm's state in one to three more words | how *many* at once rather than how often: calls to a backend that slows under load |
 //!
 //! All of them implement [`RateLimiter`]: `try_acquire()` / `try_acquire_n(n)`
 //! return a plain `Result<(), Denied>`; a denial carries the exact retry-after, or
@@ -125,7 +125,7 @@ mod warm_up;
 pub use adaptive::{
     AdaptiveLimit, AdaptivePermit, Aimd, AimdBuilder, Gradient2, Gradient2Builder, HISTORY_LEN,
     LimitAlgorithm, LimitChange, LimitHistory, MAX_ADAPTIVE_LIMIT, Outcome, OwnedAdaptivePermit,
-    RoundTrip, RoundTripBuilder, Sample, Vegas, VegasBuilder, WindowStats, Windowed,
+    RoundStats, RoundTrip, RoundTripBuilder, Sample, Vegas, VegasBuilder, WindowStats, Windowed,
     WindowedBuilder,
 };
 pub use all_of::{AllOf, Blocked, Members, Tightest};

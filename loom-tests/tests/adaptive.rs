@@ -392,3 +392,163 @@ fn known_bad_unfollowed_is_caught() {
         releases_race(false)
     });
 }
+
+/// Feeds `samples` of `(rtt, in_flight, outcome, now)` on a thread; returns
+/// the new limits the algorithm reported.
+fn feed_round_trip(
+    rt: &Arc<tollgate::RoundTrip>,
+    samples: Vec<(u64, u32, Outcome, u64)>,
+) -> thread::JoinHandle<Vec<u32>> {
+    let rt = rt.clone();
+    thread::spawn(move || {
+        samples
+            .into_iter()
+            .filter_map(|(rtt_ns, in_flight, outcome, now)| {
+                rt.on_sample(
+                    Sample {
+                        rtt_ns,
+                        in_flight,
+                        outcome,
+                    },
+                    now,
+                )
+            })
+            .collect()
+    })
+}
+
+/// The history holds exactly the changes `returned` reported.
+fn history_matches(rt: &tollgate::RoundTrip, returned: &[u32]) {
+    let history = rt.history().expect("RoundTrip keeps one");
+    assert_eq!(history.changes(), returned.len() as u64);
+    let mut recorded: Vec<u32> = history.recent().iter().map(|c| c.limit).collect();
+    let mut expected = returned.to_vec();
+    recorded.sort_unstable();
+    expected.sort_unstable();
+    assert_eq!(recorded, expected, "the history holds the changes returned");
+}
+
+/// Two successes, both admitted after the open round opened, race to close
+/// it. The round word's one compare-and-swap lets exactly one close it and
+/// open the next round at its own time; the other, admitted before that,
+/// lands in the new round. So exactly one round closes (one decision: the
+/// limit grows 1 → 2 once, whatever the order) and the new round holds the
+/// other success alone. A close that lost an update (both closing, or the
+/// second sample dropped) would grow twice or leave the new round empty.
+#[test]
+fn round_trip_successes_race_a_close() {
+    let explored = explore("adaptive::round_trip_successes_race_a_close", 3, || {
+        let rt = Arc::new(tollgate::RoundTrip::default());
+        // Admitted at 10 ms and 20 ms (the round opened at 0), answering at
+        // 110 ms and 115 ms: each could close the first round.
+        let a = feed_round_trip(&rt, vec![(100 * MS, 1, Outcome::Success, 110 * MS)]);
+        let b = feed_round_trip(&rt, vec![(95 * MS, 1, Outcome::Success, 115 * MS)]);
+        let returned: Vec<u32> = a
+            .join()
+            .unwrap()
+            .into_iter()
+            .chain(b.join().unwrap())
+            .collect();
+        assert_eq!(rt.limit(), 2, "one close, one growth: {returned:?}");
+        assert_eq!(returned, [2]);
+        let open = rt.open_round();
+        assert_eq!(
+            open.samples, 1,
+            "the other success is in the next round: {open:?}"
+        );
+        assert!(open.mean_rtt_ns == 100 * MS || open.mean_rtt_ns == 95 * MS);
+        history_matches(&rt, &returned);
+    });
+    assert!(explored > 1);
+}
+
+/// Two drops of requests admitted before either answered race: one
+/// congestion event, so one back-off. The control word's compare-and-swap
+/// decides freshness (admitted after the last back-off?) on the word it
+/// replaces, so whichever lands second finds the first's back-off time and
+/// passes: 10 → 7, never 10 → 7 → 4. A freshness read outside the swap, or
+/// a lost update, ends at 4 or leaves the back-off time behind.
+#[test]
+fn round_trip_drops_race_one_back_off() {
+    let explored = explore("adaptive::round_trip_drops_race_one_back_off", 3, || {
+        let rt = Arc::new(
+            tollgate::RoundTrip::builder()
+                .initial_limit(10)
+                .min_limit(10)
+                .max_limit(100)
+                .build()
+                .unwrap(),
+        );
+        // Grow to 15 in five rounds (one thread, before the race).
+        let (mut now, mut setup) = (0, Vec::new());
+        for _ in 0..5 {
+            now += 101 * MS;
+            setup.extend(rt.on_sample(Sample::success(100 * MS, rt.limit()), now));
+        }
+        assert_eq!(rt.limit(), 15);
+        // Both admitted at now + 10 ms, dropped at now + 50 and now + 60 ms.
+        let a = feed_round_trip(&rt, vec![(40 * MS, 15, Outcome::Dropped, now + 50 * MS)]);
+        let b = feed_round_trip(&rt, vec![(50 * MS, 15, Outcome::Dropped, now + 60 * MS)]);
+        let returned: Vec<u32> = a
+            .join()
+            .unwrap()
+            .into_iter()
+            .chain(b.join().unwrap())
+            .collect();
+        assert_eq!(returned, [10], "one back-off: floor(15 · 0.7)");
+        assert_eq!((rt.limit(), rt.ceiling()), (10, Some(15)));
+        // The next drop admitted after the back-off is fresh: the back-off
+        // time was written with the limit.
+        rt.on_sample(Sample::dropped(MS, 10), now + 70 * MS);
+        assert_eq!(rt.ceiling(), Some(10));
+        setup.extend(&returned);
+        history_matches(&rt, &setup);
+    });
+    assert!(explored > 1);
+}
+
+/// A success closing a round races a drop: the close (its filters, then
+/// its decision on the control word) and the back-off interleave in any
+/// order. Every order ends with the limit and its estimate within
+/// `[min, max]`, the drop's back-off applied exactly once (the estimate is
+/// what one back-off and at most one growth give), and the history holding
+/// exactly the changes returned.
+#[test]
+fn round_trip_close_races_a_drop() {
+    let explored = explore("adaptive::round_trip_close_races_a_drop", 3, || {
+        let rt = Arc::new(
+            tollgate::RoundTrip::builder()
+                .initial_limit(6)
+                .min_limit(6)
+                .max_limit(8)
+                .build()
+                .unwrap(),
+        );
+        let (mut now, mut setup) = (0, Vec::new());
+        for _ in 0..2 {
+            now += 101 * MS;
+            setup.extend(rt.on_sample(Sample::success(100 * MS, rt.limit()), now));
+        }
+        assert_eq!(rt.limit(), 8);
+        let a = feed_round_trip(&rt, vec![(100 * MS, 8, Outcome::Success, now + 105 * MS)]);
+        let b = feed_round_trip(&rt, vec![(2 * MS, 8, Outcome::Dropped, now + 10 * MS)]);
+        let returned: Vec<u32> = a
+            .join()
+            .unwrap()
+            .into_iter()
+            .chain(b.join().unwrap())
+            .collect();
+        // 8 → floor(8 · 0.7) = 5, held at the minimum 6; the close grows
+        // at most to the max, 8, and never past the ceiling 8 - 1 = 7.
+        let estimate = rt.estimate();
+        assert!(
+            (6..=7).contains(&estimate),
+            "estimate {estimate}: {returned:?}"
+        );
+        assert!((6..=8).contains(&rt.limit()));
+        assert_eq!(rt.ceiling(), Some(8));
+        setup.extend(&returned);
+        history_matches(&rt, &setup);
+    });
+    assert!(explored > 1);
+}

@@ -26,7 +26,7 @@ use crate::error::ConfigError;
 /// then the limit is held in `min..=max`. An [`Outcome::Ignored`] sample
 /// changes nothing.
 ///
-/// Defaults, `AIMDLimit.Builder`'s: initial limit 20, min 20, max 200,
+/// Defaults, `AIMDLimit.Builder`'s: initial limit 20, **min 20**, max 200,
 /// backoff ratio 0.9 (allowed in `[0.5, 1)`), timeout 5 s.
 ///
 /// The limit is one atomic word; a sample whose compare-and-swap loses a race
@@ -76,13 +76,19 @@ impl Default for AimdBuilder {
 }
 
 impl AimdBuilder {
-    /// The limit to start from (default 20).
+    /// The limit to start from (default 20). It must be at least the
+    /// minimum, which is also 20 by default: to start lower, lower
+    /// [`min_limit`](Self::min_limit) too, or `build` refuses the pair
+    /// ([`ConfigError::InvalidLimits`]).
     pub fn initial_limit(mut self, limit: u32) -> Self {
         self.initial = limit;
         self
     }
 
-    /// The lowest the limit goes (default 20).
+    /// The lowest the limit goes (default 20, the anchor's: a limit that
+    /// never sheds below 20 in flight, which may be more than a slow
+    /// backend's whole capacity; set it to what the backend can take at
+    /// its worst).
     pub fn min_limit(mut self, limit: u32) -> Self {
         self.min = limit;
         self

@@ -38,13 +38,16 @@ const LONG_MAX: u128 = (1 << 84) - 1;
 /// one, the gradient is 1 and the limit grows by `smoothing · queue_size`
 /// per sample; beyond it, the limit shrinks.
 ///
-/// `Gradient2Limit` judges by latency alone: its `didDrop` is ignored, and
-/// by default so it is here. [`Gradient2Builder::drop_backoff`] adds a
-/// multiplicative decrease on drops (as `GradientLimit`, its predecessor,
-/// had with `backoffRatio` 0.9), for services that refuse fast instead of
-/// slowing down.
+/// **Drops are ignored by default.** `Gradient2Limit` judges by latency
+/// alone (its `didDrop` is ignored), and with its defaults so does this
+/// one: on a service that times out or refuses without slowing down first,
+/// it holds its limit while every attempt fails. Give it
+/// [`Gradient2Builder::drop_backoff`] (a multiplicative decrease on drops,
+/// as `GradientLimit`, its predecessor, had with `backoffRatio` 0.9), or use
+/// [`RoundTrip`](crate::RoundTrip), which backs off on drops once per round
+/// trip.
 ///
-/// Defaults, `Gradient2Limit.Builder`'s: initial limit 20, min 20, max 200
+/// Defaults, `Gradient2Limit.Builder`'s: initial limit 20, **min 20**, max 200
 /// (`maxConcurrency`), smoothing 0.2, queue size 4 (a constant since
 /// concurrency-limits 0.3; the older `GradientLimit` used
 /// `max(4, sqrt(limit))`), long window 600 samples, RTT tolerance 1.5. Netflix
@@ -113,13 +116,19 @@ impl Default for Gradient2Builder {
 }
 
 impl Gradient2Builder {
-    /// The limit to start from (default 20).
+    /// The limit to start from (default 20). It must be at least the
+    /// minimum, which is also 20 by default: to start lower, lower
+    /// [`min_limit`](Self::min_limit) too, or `build` refuses the pair
+    /// ([`ConfigError::InvalidLimits`]).
     pub fn initial_limit(mut self, limit: u32) -> Self {
         self.initial = limit;
         self
     }
 
-    /// The lowest the limit goes (default 20).
+    /// The lowest the limit goes (default 20, the anchor's: a limit that
+    /// never sheds below 20 in flight, which may be more than a slow
+    /// backend's whole capacity; set it to what the backend can take at
+    /// its worst).
     pub fn min_limit(mut self, limit: u32) -> Self {
         self.min = limit;
         self

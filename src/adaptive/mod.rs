@@ -11,6 +11,7 @@
 //!
 //! | algorithm | moves the limit on | anchor |
 //! |---|---|---|
+//! | [`RoundTrip`] (recommended) | once per observed round trip: the queue the round's latency implies over the unloaded latency; a drop: × 0.7 at once, once per round trip | tollgate's own (TCP Vegas per round trip, with BBR's and CUBIC's lessons) |
 //! | [`Aimd`] | drops (and round trips over a timeout): × a backoff ratio; otherwise + 1 | Netflix concurrency-limits `AIMDLimit` |
 //! | [`Vegas`] | the queue it infers from round trip over no-load round trip: up while it is below α, down above β | Netflix `VegasLimit` (TCP Vegas) |
 //! | [`Gradient2`] | the gradient of a long-term average round trip over the current one, with a fixed queue allowance | Netflix `Gradient2Limit` |
@@ -61,7 +62,7 @@ pub use aimd::{Aimd, AimdBuilder};
 pub use gradient2::{Gradient2, Gradient2Builder};
 pub use history::{HISTORY_LEN, LimitChange, LimitHistory};
 pub use limiter::{AdaptiveLimit, AdaptivePermit, OwnedAdaptivePermit};
-pub use round_trip::{RoundTrip, RoundTripBuilder};
+pub use round_trip::{RoundStats, RoundTrip, RoundTripBuilder};
 pub use vegas::{Vegas, VegasBuilder};
 pub use windowed::{WindowStats, Windowed, WindowedBuilder};
 
@@ -125,8 +126,8 @@ pub enum Outcome {
     Success,
     /// The service dropped or refused the request, or it timed out: a sign of
     /// overload. Every algorithm here lowers its limit on it except
-    /// [`Gradient2`], which, as Netflix's, judges by latency alone unless
-    /// given [`Gradient2Builder::drop_backoff`].
+    /// [`Gradient2`], which, as Netflix's, ignores drops and judges by
+    /// latency alone unless given [`Gradient2Builder::drop_backoff`].
     Dropped,
     /// Nothing to learn: the caller cancelled, or the request failed for a
     /// reason of its own. No algorithm changes on it.
@@ -186,6 +187,7 @@ impl Sample {
 ///
 /// | algorithm | moves the limit on | anchor |
 /// |---|---|---|
+/// | [`RoundTrip`] (recommended) | once per observed round trip: the queue its latency implies; drops once per round trip | tollgate's own |
 /// | [`Aimd`] | drops (and round trips over a timeout): × a backoff ratio; otherwise + 1 | Netflix concurrency-limits `AIMDLimit` |
 /// | [`Vegas`] | the queue it infers from round trip over no-load round trip | Netflix `VegasLimit` |
 /// | [`Gradient2`] | the gradient of a long-term average round trip over the current one | Netflix `Gradient2Limit` |

@@ -307,6 +307,19 @@ impl Default for RoundTrip {
     }
 }
 
+/// A [`RoundTrip`]'s open round (see [`RoundTrip::open_round`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RoundStats {
+    /// Successes averaged so far (those admitted with the most in flight,
+    /// within an eighth).
+    pub samples: u32,
+    /// Their mean round trip, ns (0 if none).
+    pub mean_rtt_ns: u64,
+    /// The most requests in flight a success of the round was admitted
+    /// with.
+    pub max_in_flight: u32,
+}
+
 /// The open round, unpacked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Round {
@@ -530,6 +543,31 @@ impl RoundTrip {
     /// [`limit`](LimitAlgorithm::limit) reads as the minimum while one runs.
     pub fn estimate(&self) -> u32 {
         Control::unpack(self.control.load()).limit
+    }
+
+    /// The open round, as a dashboard would show it: the successes it
+    /// averages so far, their mean round trip, and the most in flight any
+    /// of them was admitted with.
+    ///
+    /// ```
+    /// use tollgate::{LimitAlgorithm, RoundStats, RoundTrip, Sample};
+    ///
+    /// let ms = 1_000_000;
+    /// let rt = RoundTrip::default();
+    /// rt.on_sample(Sample::success(100 * ms, 1), 100 * ms); // closes the first round
+    /// rt.on_sample(Sample::success(80 * ms, 1), 150 * ms); // admitted at 70 ms: joins the next
+    /// assert_eq!(
+    ///     rt.open_round(),
+    ///     RoundStats { samples: 1, mean_rtt_ns: 80 * ms, max_in_flight: 1 }
+    /// );
+    /// ```
+    pub fn open_round(&self) -> RoundStats {
+        let round = Round::unpack(self.round.load());
+        RoundStats {
+            samples: round.count as u32,
+            mean_rtt_ns: if round.count == 0 { 0 } else { round.mean() },
+            max_in_flight: round.max_in_flight,
+        }
     }
 
     /// The ceiling a drop left, if growth is being held below it.

@@ -158,11 +158,15 @@ struct Phase {
 /// (which stays the base: below the knee nothing changes). `RoundTrip`
 /// grows while that queue is under α = 2 and shrinks past β = 4: it settles
 /// around 9–10 with the knee at 8 and around 5–6 with it at 4, whose
-/// latencies are 1.3–1.6 × and 1.6–2.3 × the base. The assertions leave
-/// wide margins around that: in each phase's last 2 s the limit's median
-/// must be at least 2 lower after the halving than before it and at least 2
-/// higher after the recovery than during it, and the admitted requests' p99
-/// within 3 × the unloaded latency.
+/// latencies are 1.3–1.6 × and 1.6–2.3 × the base. On a loaded machine
+/// the round trips' noise widens the band the limit holds in (it settled
+/// at 12 and 7 with both cores of a two-core machine busy elsewhere, 2.3 ×
+/// and 3.1 × the base). The assertions leave wide margins around that: in
+/// each phase's last 2 s the limit's median must be at least 2 lower after
+/// the halving than before it and at least 2 higher after the recovery than
+/// during it, and the admitted requests' p99 within 4 × the unloaded
+/// latency — the latency at twice the knee, where the queue (6 requests at
+/// the halved knee, 12 at the full one) is well past β.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_adaptive_layer_follows_a_halving_and_recovery_of_capacity() {
     let test_start = Instant::now();
@@ -309,7 +313,7 @@ async fn an_adaptive_layer_follows_a_halving_and_recovery_of_capacity() {
         assert!(phase.shed > 0, "phase {i}: {phase:?}");
         // ...and the admitted requests' tail stayed near unloaded.
         assert!(
-            phase.p99 <= unloaded * 3,
+            phase.p99 <= unloaded * 4,
             "phase {i}: p99 {:?} vs unloaded {unloaded:?}",
             phase.p99
         );
