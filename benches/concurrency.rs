@@ -17,6 +17,13 @@
 //! `success()`: two clock readings and a sample to the algorithm on top of
 //! the gate; its limit cannot move here — min = max — so the row is the cost
 //! of adapting at a steady limit, not of moving it),
+//! `tollgate-adaptive-moving` (`AdaptiveLimit` over an algorithm whose limit
+//! moves on every sample, between the workload's limit and one more: every
+//! release sets the gate's limit and re-reads the algorithm; under the
+//! binding workload the limit is 1 or 2),
+//! `tollgate-roundtrip` (`AdaptiveLimit` over `RoundTrip` held at the
+//! workload's limit: a success lands in or closes a round, and a close folds
+//! the filters and decides, on every release),
 //! `tollgate-twin` (`LockingConcurrencyLimit::try_acquire`),
 //! `tokio-semaphore` (`Semaphore::try_acquire`, whose release always takes
 //! the semaphore's waiter lock), and `tower` (a trivial service, one clone
@@ -43,8 +50,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use std::sync::atomic::{AtomicU32, Ordering};
 use tokio::sync::Semaphore;
-use tollgate::{AdaptiveLimit, Aimd, ConcurrencyLimit, LockingConcurrencyLimit};
+use tollgate::{
+    AdaptiveLimit, Aimd, ConcurrencyLimit, LimitAlgorithm, LockingConcurrencyLimit, RoundTrip,
+    Sample,
+};
 use tower::Service;
 
 mod common;
@@ -69,6 +80,43 @@ impl Gate for ConcurrencyLimit {
 }
 
 impl Gate for AdaptiveLimit<Aimd> {
+    type Local = ();
+    fn local(&self) {}
+    #[inline]
+    fn op(&self, _: &mut ()) -> bool {
+        self.try_acquire().map(|p| black_box(p).success()).is_some()
+    }
+}
+
+impl Gate for AdaptiveLimit<RoundTrip> {
+    type Local = ();
+    fn local(&self) {}
+    #[inline]
+    fn op(&self, _: &mut ()) -> bool {
+        self.try_acquire().map(|p| black_box(p).success()).is_some()
+    }
+}
+
+/// An algorithm whose limit moves on every sample, between `low` and
+/// `low + 1`: the gate's moving path (the new limit set on the gate, the
+/// algorithm re-read) on every release, with no algorithm cost to speak of.
+struct Toggle {
+    low: u32,
+    up: AtomicU32,
+}
+
+impl LimitAlgorithm for Toggle {
+    fn on_sample(&self, _: Sample, _: u64) -> Option<u32> {
+        // Relaxed: a bench's stand-in; the gate re-reads `limit()`.
+        Some(self.low + (self.up.fetch_xor(1, Ordering::Relaxed) ^ 1))
+    }
+
+    fn limit(&self) -> u32 {
+        self.low + self.up.load(Ordering::Relaxed)
+    }
+}
+
+impl Gate for AdaptiveLimit<Toggle> {
     type Local = ();
     fn local(&self) {}
     #[inline]
@@ -205,6 +253,22 @@ fn concurrency(c: &mut Criterion) {
                     .build()
                     .unwrap();
                 AdaptiveLimit::new(aimd).unwrap()
+            });
+            bench(c, workload, threads, "tollgate-adaptive-moving", |limit| {
+                let toggle = Toggle {
+                    low: limit,
+                    up: AtomicU32::new(0),
+                };
+                AdaptiveLimit::new(toggle).unwrap()
+            });
+            bench(c, workload, threads, "tollgate-roundtrip", |limit| {
+                let round_trip = RoundTrip::builder()
+                    .min_limit(limit)
+                    .initial_limit(limit)
+                    .max_limit(limit)
+                    .build()
+                    .unwrap();
+                AdaptiveLimit::new(round_trip).unwrap()
             });
             bench(c, workload, threads, "tollgate-twin", |limit| {
                 LockingConcurrencyLimit::new(limit).unwrap()

@@ -345,9 +345,6 @@ struct Behaviour {
     name: &'static str,
     setup: Setup,
     from: u64,
-    /// Start (and minimum) limit for the anchors' configurations; the
-    /// recommended one starts from its own default unless `cold` says 1.
-    cold: bool,
     /// The figure the table shows.
     figure: fn(&LoopReport) -> String,
     /// `Err(why)` when the run misses the behaviour.
@@ -383,7 +380,6 @@ fn behaviours() -> Vec<Behaviour> {
             name: "flat 100 ms, cold start: ≥ 10 in flight within 5 s, still growing",
             setup: flat(B, 5 * SECOND),
             from: 0,
-            cold: true,
             figure: |r| {
                 format!(
                     "10 at {}, limit {}→{}",
@@ -413,7 +409,6 @@ fn behaviours() -> Vec<Behaviour> {
             name: "flat 100 ms, 60 s: keeps growing (≥ 50 at the end)",
             setup: flat(B, 60 * SECOND),
             from: 0,
-            cold: true,
             figure: |r| format!("limit {} at 60 s", r.final_limit),
             check: |_, r| {
                 require(r.final_limit >= 50, || {
@@ -435,7 +430,6 @@ fn behaviours() -> Vec<Behaviour> {
                 ..flat(base, 40 * base)
             },
             from: 0,
-            cold: true,
             figure: |r| format!("limit {} after 40 rtt", r.final_limit),
             check: |_, r| {
                 require(r.final_limit >= 10, || {
@@ -454,7 +448,6 @@ fn behaviours() -> Vec<Behaviour> {
             },
             setup: setup(Service::Jitter(jitter), B, Load::Closed(20), duration),
             from: 0,
-            cold: true,
             figure: |r| format!("{:.1} in flight, {:.0}/s", r.mean_in_flight, r.throughput),
             check: |s, r| {
                 let Service::Jitter(j) = s.service else { unreachable!() };
@@ -475,7 +468,6 @@ fn behaviours() -> Vec<Behaviour> {
             },
             setup: setup(Service::Knee { knee: 10, factor: 1.1 }, B, Load::Closed(40), duration),
             from: 5 * SECOND,
-            cold: true,
             figure: |r| {
                 format!(
                     "{:.1} in flight, {:.0} % of peak",
@@ -497,7 +489,6 @@ fn behaviours() -> Vec<Behaviour> {
             name: "latency ∝ in flight (20 ms × n), 20 clients, 30 s: mean in flight ≤ 5",
             setup: setup(Service::Proportional, 20 * MS, Load::Closed(20), 30 * SECOND),
             from: 5 * SECOND,
-            cold: true,
             figure: |r| format!("{:.1} in flight", r.mean_in_flight),
             check: |_, r| require(r.mean_in_flight <= 5.0, || format!("mean in flight {:.1}", r.mean_in_flight)),
         },
@@ -505,7 +496,6 @@ fn behaviours() -> Vec<Behaviour> {
             name: "retriable error above 5 in flight, 20 clients, 30 s: mean in flight 2–6, errors ≤ 20 %",
             setup: setup(Service::ErrorsAbove { n: 5, after: 10 * MS }, B, Load::Closed(20), 30 * SECOND),
             from: 0,
-            cold: true,
             figure: |r| format!("{:.1} in flight, {:.0} % errors", r.mean_in_flight, 100.0 * r.failed_share()),
             check: |_, r| {
                 require((2.0..=6.0).contains(&r.mean_in_flight), || {
@@ -518,7 +508,6 @@ fn behaviours() -> Vec<Behaviour> {
             name: "no answer above 4 in flight (1 s timeout), 20 clients, 30 s: max in flight ≤ 5, timeouts ≤ 20 %",
             setup: setup(Service::SilentAbove { n: 4 }, B, Load::Closed(20), 30 * SECOND),
             from: 0,
-            cold: true,
             figure: |r| format!("max {}, {:.0} % timeouts", r.max_in_flight, 100.0 * r.failed_share()),
             check: |_, r| {
                 require(r.max_in_flight <= 5, || format!("max in flight {}", r.max_in_flight))?;
@@ -529,7 +518,6 @@ fn behaviours() -> Vec<Behaviour> {
             name: "no answer above 4 in flight (1 s timeout), 20 clients, 300 s: max in flight ≤ 5, timeouts ≤ 20 %",
             setup: setup(Service::SilentAbove { n: 4 }, B, Load::Closed(20), 300 * SECOND),
             from: 0,
-            cold: true,
             figure: |r| format!("max {}, {:.0} % timeouts", r.max_in_flight, 100.0 * r.failed_share()),
             check: |_, r| {
                 require(r.max_in_flight <= 5, || format!("max in flight {}", r.max_in_flight))?;
@@ -545,7 +533,6 @@ fn behaviours() -> Vec<Behaviour> {
                 30 * SECOND,
             ),
             from: 5 * SECOND,
-            cold: true,
             figure: |r| format!("{:.1} in flight, peak {}/s", r.mean_in_flight, r.peak_attempt_rate),
             check: |_, r| {
                 require((7.0..=13.0).contains(&r.mean_in_flight), || {
@@ -558,7 +545,6 @@ fn behaviours() -> Vec<Behaviour> {
             name: "open loop, steady 45/s at 100 ms (~4.5 in flight), from 1, 30 s: keeps up, backlog ≤ 9, ≤ 9 in flight, limit never inflated",
             setup: setup(Service::Flat, B, Load::Paced(45.0), 30 * SECOND),
             from: 5 * SECOND,
-            cold: true,
             figure: |r| {
                 format!(
                     "backlog ≤ {}, ≤ {} in flight, limit {}",
@@ -578,7 +564,6 @@ fn behaviours() -> Vec<Behaviour> {
             name: "open loop, Poisson 45/s at 100 ms, from 1, 30 s: keeps up, limit never inflated",
             setup: setup(Service::Flat, B, Load::Open(45.0), 30 * SECOND),
             from: 5 * SECOND,
-            cold: true,
             figure: |r| {
                 format!(
                     "backlog ≤ {}, ≤ {} in flight, limit {}",
@@ -597,19 +582,15 @@ fn behaviours() -> Vec<Behaviour> {
 }
 
 /// The configurations the table compares: the recommended one first.
-fn configurations() -> Vec<(&'static str, fn(bool) -> Box<dyn LimitAlgorithm>)> {
+/// A configuration: its label in the table, and how it is built.
+type Configuration = (&'static str, fn() -> Box<dyn LimitAlgorithm>);
+
+fn configurations() -> Vec<Configuration> {
     vec![
-        ("RoundTrip::default()", |cold| {
-            Box::new(if cold {
-                tollgate::RoundTrip::builder()
-                    .initial_limit(1)
-                    .build()
-                    .unwrap()
-            } else {
-                tollgate::RoundTrip::default()
-            })
+        ("RoundTrip::default()", || {
+            Box::new(tollgate::RoundTrip::default())
         }),
-        ("Windowed AIMD, timeout 1.15 × base", |_| {
+        ("Windowed AIMD, timeout 1.15 × base", || {
             windowed(
                 Aimd::builder()
                     .min_limit(1)
@@ -619,10 +600,10 @@ fn configurations() -> Vec<(&'static str, fn(bool) -> Box<dyn LimitAlgorithm>)> 
                     .unwrap(),
             )
         }),
-        ("Windowed Vegas", |_| {
+        ("Windowed Vegas", || {
             windowed(Vegas::builder().initial_limit(1).build().unwrap())
         }),
-        ("Windowed Gradient2, tuned", |_| {
+        ("Windowed Gradient2, tuned", || {
             windowed(
                 Gradient2::builder()
                     .min_limit(1)
@@ -634,7 +615,7 @@ fn configurations() -> Vec<(&'static str, fn(bool) -> Box<dyn LimitAlgorithm>)> 
                     .unwrap(),
             )
         }),
-        ("AIMD, per sample", |_| {
+        ("AIMD, per sample", || {
             Box::new(
                 Aimd::builder()
                     .min_limit(1)
@@ -643,10 +624,10 @@ fn configurations() -> Vec<(&'static str, fn(bool) -> Box<dyn LimitAlgorithm>)> 
                     .unwrap(),
             )
         }),
-        ("Vegas, per sample", |_| {
+        ("Vegas, per sample", || {
             Box::new(Vegas::builder().initial_limit(1).build().unwrap())
         }),
-        ("Gradient2, per sample", |_| {
+        ("Gradient2, per sample", || {
             Box::new(
                 Gradient2::builder()
                     .min_limit(1)
@@ -665,7 +646,7 @@ fn round_trip_meets_every_behaviour_on_five_seeds() {
         for seed in 1..=5 {
             let mut setup = behaviour.setup;
             setup.seed = seed * 0x9e37_79b9;
-            let algorithm = (configurations()[0].1)(behaviour.cold);
+            let algorithm = (configurations()[0].1)();
             let report = loops::run(&setup, &*algorithm, behaviour.from);
             if let Err(why) = (behaviour.check)(&setup, &report) {
                 misses.push(format!("{} (seed {seed}): {why}", behaviour.name));
@@ -693,7 +674,7 @@ fn behaviours_table_is_current() {
     for behaviour in &list {
         table += &format!("| {} |", behaviour.name);
         for (i, (_, build)) in configs.iter().enumerate() {
-            let algorithm = build(behaviour.cold);
+            let algorithm = build();
             let report = loops::run(&behaviour.setup, &*algorithm, behaviour.from);
             let ok = (behaviour.check)(&behaviour.setup, &report).is_ok();
             met[i] += usize::from(ok);

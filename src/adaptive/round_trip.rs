@@ -789,8 +789,8 @@ impl LimitAlgorithm for RoundTrip {
                     |w| {
                         let next = self.back_off(
                             Control::unpack(w),
-                            started_ns / 1_000,
-                            now_ns / 1_000,
+                            (started_ns / 1_000) & US_MASK,
+                            (now_ns / 1_000) & US_MASK,
                             sample.in_flight,
                         );
                         // The decision the loop stores is the last one made.
@@ -801,7 +801,7 @@ impl LimitAlgorithm for RoundTrip {
                 if backed_off {
                     // The back-off opens a new round: what was admitted
                     // before it measures the congestion it answered.
-                    let now_us = now_ns / 1_000 & US_MASK;
+                    let now_us = (now_ns / 1_000) & US_MASK;
                     let _ = self.round.update(|w| {
                         if Round::unpack(w).opened_us < now_us {
                             Ok(Round::opened(now_us).pack())
@@ -813,8 +813,8 @@ impl LimitAlgorithm for RoundTrip {
                 changed
             }
             Outcome::Success => {
-                let started_us = started_ns / 1_000 & US_MASK;
-                let now_us = now_ns / 1_000 & US_MASK;
+                let started_us = (started_ns / 1_000) & US_MASK;
+                let now_us = (now_ns / 1_000) & US_MASK;
                 // Add the sample to the open round, or close it: one
                 // compare-and-swap, so the sample is in exactly one round
                 // and the round closes once.

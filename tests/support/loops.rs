@@ -350,7 +350,7 @@ fn retry(
     request: usize,
     now: u64,
 ) {
-    let doubling = 50 * MS << tries[request].clamp(1, 6).saturating_sub(1);
+    let doubling = (50 * MS) << tries[request].clamp(1, 6).saturating_sub(1);
     let wait = (doubling as f64 * (0.5 + rng.unit())) as u64;
     events.push(Reverse((now + wait, Event::Ready(request))));
 }
