@@ -240,7 +240,8 @@ impl RoundTripBuilder {
     /// [`ConfigError::InvalidLimits`] unless `1 <= min <= initial <= max <=`
     /// [`MAX_ADAPTIVE_LIMIT`](crate::MAX_ADAPTIVE_LIMIT),
     /// [`ConfigError::InvalidParameter`] for a ratio out of `[0.5, 1)`, an α
-    /// of 0 or above β, or a probe interval outside `1..=1000`.
+    /// of 0 or above β, or a β above
+    /// [`MAX_ADAPTIVE_LIMIT`](crate::MAX_ADAPTIVE_LIMIT).
     ///
     /// ```
     /// use tollgate::{ConfigError, RoundTrip};

@@ -48,6 +48,15 @@ const SUM_SHIFT: u32 = 42;
 /// here the window is one length), `min_samples` 10 (`windowSize`),
 /// `min_rtt` 100 µs (`minRttThreshold`).
 ///
+/// **A small limit can freeze.** A window closed with fewer than
+/// `min_samples` successes and no drop is discarded, and at a limit `L` on a
+/// service of round trip `r` a window of length `w` holds about `L · w / r`
+/// successes: below `min_samples · r / w` in flight (10 for 1 s windows on a
+/// 1 s service; 2 on a 200 ms one) no window counts, and a limit that got
+/// there never grows again; a window with a drop always counts, so it can
+/// still shrink. [`RoundTrip`](crate::RoundTrip) decides once per round
+/// trip, whatever a round holds, and is the one to start with.
+///
 /// Lock-free: the window's aggregate is one 128-bit word and its close time
 /// another. A sample racing a close is folded into the closing window or into
 /// the next one, never lost; only one sample closes each window. Two closes
