@@ -27,8 +27,10 @@
 //! | [`ConcurrencyLimit`] / [`AdaptiveLimit`] | never more than `limit` permits held at once (RAII permits, cancel-safe waits); the adaptive one's limit moved by [`RoundTrip`] (recommended), [`Aimd`], [`Vegas`] or [`Gradient2`] from each request's latency and outcome | one `AtomicU64` (count, limit, a waiters flag); the algorithm's state in one to three more words | how *many* at once rather than how often: calls to a backend that slows under load |
 //!
 //! All of them implement [`RateLimiter`]: `try_acquire()` / `try_acquire_n(n)`
-//! return a plain `Result<(), Denied>`; a denial carries the exact retry-after, or
-//! says the request can never succeed. [`RateLimiter::snapshot`] reads without
+//! return a plain `Result<(), Denied>`; a denial carries the exact retry-after
+//! (from a [`SlidingLog`] of several rings shared by threads, one permit's can be
+//! early, never late: [its promise](SlidingLog#retry-after)), or says the
+//! request can never succeed. [`RateLimiter::snapshot`] reads without
 //! consuming; [`RateLimiter::try_acquire_n_with_snapshot`] decides and reports
 //! the state the decision left (what `RateLimit` headers need) in one
 //! operation, a denial as a [`Rejection`]. Time comes from a [`Clock`]: the TSC by default

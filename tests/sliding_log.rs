@@ -386,6 +386,48 @@ fn backwards_clock_with_several_rings_stands_still_per_ring() {
     before_the_origin(&clock, &both);
 }
 
+/// A reading older than admissions the log has already made — a clock that
+/// stepped back, or a thread preempted between its reading and its decision —
+/// is denied with the exact wait, however many rings: on one ring or several,
+/// the same request is denied a nanosecond before the wait runs out and
+/// admitted when it does, and the one-list reference model says the same.
+///
+/// With several rings a one-permit denial can answer from what the last
+/// denying survey of the other rings found (`Hints::others_at`): here that
+/// survey, at 198,526, found fronts freeing at 199,526; the log then admitted
+/// there, and the stale reading of 166,658 was told to come back at 199,526,
+/// where every permit is still in the window (until 201,526).
+#[test]
+fn a_stale_reading_after_later_admissions_gets_the_exact_wait() {
+    const WINDOW: u64 = 2_000;
+    let (first, surveyed, second, stale) = (197_526, 198_526, 199_526, 166_658);
+    let free = second + WINDOW;
+    for (limit, rings) in [(2, 1), (2, 2), (4, 2), (4, 4)] {
+        let clock = ManualClock::new();
+        let log = log(limit, WINDOW, &clock).with_stripes(rings);
+        let twin = twin(limit, WINDOW, &clock).with_stripes(rings);
+        assert_eq!((log.stripes(), twin.stripes()), (rings, rings));
+        let mut steps = vec![Step::SetTime(first)];
+        steps.extend((0..limit).map(|_| Step::Acquire(1)));
+        steps.extend([Step::SetTime(surveyed), Step::Acquire(1)]);
+        steps.push(Step::SetTime(second));
+        steps.extend((0..limit).map(|_| Step::Acquire(1)));
+        steps.extend([Step::SetTime(stale), Step::Acquire(1), Step::Acquire(2)]);
+        let mut reference = ReferenceLog::new(limit, WINDOW, false);
+        assert_agree(&steps, &clock, &[&log, &twin], &mut reference);
+        let both: [&dyn RateLimiter; 2] = [&log, &twin];
+        for (i, l) in both.iter().enumerate() {
+            let case = format!("limiter #{i}, {limit} permits over {rings} rings");
+            assert_eq!(l.try_acquire(), retry(free - stale), "{case}");
+            clock.set(free - 1);
+            assert_eq!(l.try_acquire(), retry(1), "{case}");
+            clock.set(free);
+            assert_eq!(l.try_acquire(), Ok(()), "{case}");
+            clock.set(stale);
+        }
+    }
+}
+
 #[test]
 fn counting_denied_attempts_keeps_a_hammering_caller_out() {
     let clock = ManualClock::new();
@@ -497,6 +539,19 @@ fn stripes() -> impl Strategy<Value = usize> {
     prop_oneof![Just(1usize), Just(2), Just(4)]
 }
 
+/// `ops(8, 200)` for a log of `limit` per `window` ns: valid requests of 1 to
+/// `limit` permits, clock steps scaled to the window.
+fn scaled(ops: Vec<Op>, limit: u32, window: u64) -> Vec<Op> {
+    ops.into_iter()
+        .map(|op| match op {
+            Op::Acquire(n) if (1..=8).contains(&n) => Op::Acquire(1 + (n - 1) % limit),
+            Op::Forward(d) => Op::Forward(d * window / 200),
+            Op::Back(d) => Op::Back(d * window / 200),
+            other => other,
+        })
+        .collect()
+}
+
 fn steps(ops: Vec<Op>) -> Vec<Step> {
     let mut now = 0u64;
     ops.into_iter()
@@ -530,15 +585,7 @@ proptest! {
         stripes in stripes(),
         ops in ops(8, 200),
     ) {
-        let ops: Vec<Op> = ops
-            .into_iter()
-            .map(|op| match op {
-                Op::Acquire(n) if (1..=8).contains(&n) => Op::Acquire(1 + (n - 1) % limit),
-                Op::Forward(d) => Op::Forward(d * window / 200),
-                Op::Back(d) => Op::Back(d * window / 200),
-                other => other,
-            })
-            .collect();
+        let ops = scaled(ops, limit, window);
         let forward: Vec<Op> = ops
             .iter()
             .filter(|op| stripes == 1 || !matches!(op, Op::Back(_)))
@@ -564,36 +611,64 @@ proptest! {
         }
     }
 
-    /// A denial's retry-after is exact: that much later the same request is
-    /// admitted, one nanosecond earlier it is not.
+    /// A denial's retry-after is exact at every reading, stale and
+    /// stepped-back ones included, on one ring or several, from one thread:
+    /// on the log as the denial left it (replayed on a fresh log and twin),
+    /// the same request is denied one nanosecond before the wait runs out
+    /// (with a 1 ns wait, unless the denial logged an attempt) and admitted
+    /// when it does. Every denial of the sequence is checked, on the atomic
+    /// log and the twin.
     #[test]
     fn retry_after_is_exact(
         (limit, window, counting) in config(),
         stripes in stripes(),
         ops in ops(8, 200),
-        n in 1..=8u32,
     ) {
-        let n = 1 + (n - 1) % limit;
-        let clock = ManualClock::new();
-        let atomic = log(limit, window, &clock).with_stripes(stripes).count_denied(counting);
-        let mut now = 0;
-        for step in steps(ops) {
-            match step {
-                Step::Acquire(k) => { let _ = atomic.try_acquire_n(k); }
-                // Forward only: after a step back, the wait also covers the lost ground.
-                Step::SetTime(t) if t >= now => { now = t; clock.set(t); }
-                Step::SetTime(_) => {}
+        let steps = steps(scaled(ops, limit, window));
+        let make = || {
+            let clock = ManualClock::new();
+            let atomic = log(limit, window, &clock).with_stripes(stripes).count_denied(counting);
+            let twin = twin(limit, window, &clock).with_stripes(stripes).count_denied(counting);
+            (clock, atomic, twin)
+        };
+        // The log and twin as the first `len` steps left them, asked for `n`
+        // at `at`.
+        let ask = |len: usize, at: u64, n: u32| {
+            let (clock, atomic, twin) = make();
+            for &step in &steps[..len] {
+                match step {
+                    Step::Acquire(k) => {
+                        let _ = (atomic.try_acquire_n(k), twin.try_acquire_n(k));
+                    }
+                    Step::SetTime(t) => clock.set(t),
+                }
             }
-        }
-        if let Err(Denied::RetryAfter(wait)) = atomic.try_acquire_n(n) {
+            clock.set(at);
+            (atomic.try_acquire_n(n), twin.try_acquire_n(n))
+        };
+        let (clock, atomic, twin) = make();
+        let mut now = 0;
+        for (i, &step) in steps.iter().enumerate() {
+            let n = match step {
+                Step::Acquire(n) => n,
+                Step::SetTime(t) => { now = t; clock.set(t); continue; }
+            };
+            let got = atomic.try_acquire_n(n);
+            prop_assert_eq!(got, twin.try_acquire_n(n), "n = {} at {} ns", n, now);
+            let Err(Denied::RetryAfter(wait)) = got else { continue };
             let wait = wait.as_nanos() as u64;
             prop_assert!(wait > 0);
-            if wait > 1 && !counting {
-                clock.set(now + wait - 1);
-                prop_assert_eq!(atomic.try_acquire_n(n), Err(Denied::RetryAfter(Duration::from_nanos(1))));
+            if wait > 1 {
+                let (early, twin_early) = ask(i + 1, now + wait - 1, n);
+                prop_assert_eq!(early, twin_early);
+                match counting {
+                    false => prop_assert_eq!(early, retry(1), "n = {} at {} ns, waited {} − 1 ns", n, now, wait),
+                    true => prop_assert!(matches!(early, Err(Denied::RetryAfter(_))), "n = {} at {} ns, waited {} − 1 ns", n, now, wait),
+                }
             }
-            clock.set(now + wait);
-            prop_assert_eq!(atomic.try_acquire_n(n), Ok(()));
+            let (then, twin_then) = ask(i + 1, now + wait, n);
+            prop_assert_eq!(then, twin_then);
+            prop_assert_eq!(then, Ok(()), "n = {} at {} ns, waited {} ns", n, now, wait);
         }
     }
 

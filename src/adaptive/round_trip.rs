@@ -129,7 +129,7 @@ const HOLD_EXP_MAX: u32 = 7;
 /// [`ignore`](crate::AdaptivePermit::ignore): a baseline far below the
 /// service's would read every round as a queue.
 ///
-/// Defaults: initial limit 1, min 1, max 1000, backoff ratio 0.7 (in
+/// Defaults: initial limit the minimum, min 1, max 1000, backoff ratio 0.7 (in
 /// `[0.5, 1)`), α 2, β 4. The behaviours it is held to (a cold start on
 /// links from 1 ms to 1 s, jitter, a latency knee, latency proportional to
 /// load, errors and silence above a concurrency, an attempt-rate cap, open
@@ -176,7 +176,7 @@ pub struct RoundTrip {
 /// default.
 #[derive(Debug, Clone)]
 pub struct RoundTripBuilder {
-    initial: u32,
+    initial: Option<u32>,
     min: u32,
     max: u32,
     backoff_ratio: f64,
@@ -187,7 +187,7 @@ pub struct RoundTripBuilder {
 impl Default for RoundTripBuilder {
     fn default() -> Self {
         RoundTripBuilder {
-            initial: 1,
+            initial: None,
             min: 1,
             max: 1000,
             backoff_ratio: 0.7,
@@ -198,9 +198,11 @@ impl Default for RoundTripBuilder {
 }
 
 impl RoundTripBuilder {
-    /// The limit to start from (default 4).
+    /// The limit to start from (default: the minimum). Above the minimum,
+    /// the first four round trips still run at the minimum, to measure the
+    /// service unloaded.
     pub fn initial_limit(mut self, limit: u32) -> Self {
-        self.initial = limit;
+        self.initial = Some(limit);
         self
     }
 
@@ -253,7 +255,8 @@ impl RoundTripBuilder {
     /// assert!(RoundTrip::builder().initial_limit(1).max_limit(50).build().is_ok());
     /// ```
     pub fn build(self) -> Result<RoundTrip, ConfigError> {
-        check_limits(self.min, self.initial, self.max)?;
+        let initial = self.initial.unwrap_or(self.min);
+        check_limits(self.min, initial, self.max)?;
         let backoff_ppm = ppm(
             self.backoff_ratio,
             0.5,
@@ -279,10 +282,10 @@ impl RoundTripBuilder {
         // `initial`, so a queue the initial limit builds is never taken
         // for the service's own latency.
         let control = Control {
-            limit: self.initial,
+            limit: initial,
             // A limit that starts at its minimum measures the service at
             // it anyway: no probe.
-            probing: self.initial > self.min,
+            probing: initial > self.min,
             ..Control::default()
         };
         Ok(RoundTrip {
@@ -693,10 +696,26 @@ impl RoundTrip {
         // explains. The tolerance is the deviation to shrink, half of it to
         // grow: noise must not push the limit down, nor let it climb into a
         // queue. Compared in integers: used < 2^16, rtt < 2^36.
-        let queue_num = |tolerance: u64| {
-            u128::from(used) * u128::from(rtt.saturating_sub(f.baseline).saturating_sub(tolerance))
+        // While the filters warm up, the stored baseline is an upper
+        // estimate that only a warm smoothed round trip may bring down (a
+        // few noisy round trips must not leave it low for good); the
+        // decisions meanwhile use the lower of it and the smoothed round trip
+        // so far, so that a limit growing into a queue before the filters
+        // are warm sees it.
+        let baseline = if f.rounds < WARM_SAMPLES && f.srtt != 0 {
+            f.baseline.min(f.srtt)
+        } else {
+            f.baseline
         };
-        let (shrink_num, grow_num) = (queue_num(f.dev), queue_num(f.dev / 2));
+        let queue_num = |tolerance: u64| {
+            u128::from(used) * u128::from(rtt.saturating_sub(baseline).saturating_sub(tolerance))
+        };
+        // The deviation measures noise, but also a change of level that the
+        // smoothed round trip has not caught up with yet (a queue that just
+        // formed): past an eighth of the smoothed round trip it is not
+        // noise to tolerate.
+        let tolerance = f.dev.min(f.srtt / 8);
+        let (shrink_num, grow_num) = (queue_num(tolerance), queue_num(tolerance / 2));
         let rtt_den = u128::from(rtt);
         if shrink_num > u128::from(beta) * rtt_den {
             let queue = (shrink_num / rtt_den) as u64;
@@ -716,6 +735,10 @@ impl RoundTrip {
             // is often not the one granted the limit. A client that never
             // fills its limit (app-limited) never grows it.
             if r.max_in_flight >= limit.min(IN_FLIGHT_MAX) {
+                if f.rounds < WARM_SAMPLES {
+                    // No speeding up on a baseline not yet trusted.
+                    next.growing = 0;
+                }
                 next = self.grow(next);
             } else {
                 next.pending = true;
@@ -1076,20 +1099,19 @@ mod tests {
         let rt = RoundTrip::default();
         let mut rounds = Rounds { rt: &rt, now: 0 };
         let mut limits = Vec::new();
-        for _ in 0..12 {
+        for _ in 0..28 {
             let limit = rt.limit();
             rounds.close(100 * MS, limit);
             limits.push(rt.limit());
         }
-        assert_eq!(limits, [2, 3, 4, 5, 6, 7, 8, 9, 11, 13, 17, 21]);
-        // The first baseline, half again the first round trip, comes down
-        // to the service's once the filters are warm (16 steady successes).
-        assert_eq!(rt.baseline_ns(), 150 * MS);
-        for _ in 0..4 {
-            rounds.close(100 * MS, 1);
-        }
+        // +1 a round while the filters warm up (16 steady successes here),
+        // then, 8 growing rounds later, 2, 2, 4, 4, 8, 8, … a round.
+        let expected: Vec<u32> = (2..=23).chain([25, 27, 31, 35, 43, 51]).collect();
+        assert_eq!(limits, expected);
+        // The first baseline, half again the first round trip, came down to
+        // the service's once the filters were warm.
         assert_eq!(rt.baseline_ns(), 100 * MS);
-        // 21 in flight at 150 ms over a 100 ms service is 7 waiting, above
+        // 51 in flight at 150 ms over a 100 ms service is 17 waiting, above
         // β = 4: the limit comes down.
         let before = rt.limit();
         rounds.close(150 * MS, before);

@@ -95,17 +95,17 @@ use stripes::{Plan, Rings};
 /// | `1 .. 64` | the stamp: ns since the limiter was built (at most 2^62) |
 ///
 /// With more than one ring, each ring also has a cache line of hints that no
-/// decision admits on (all Relaxed): `home_at`, one past its threads' latest
-/// request, admitted or not (kept to an eighth of a grace); `others_at`, the earliest time
-/// another ring can serve its threads; `fronts_at`, the earliest front of all,
-/// a denial's retry-after. The last two are lower bounds, raised by
-/// `fetch_max` after a survey that denied one permit.
+/// decision admits on (both Relaxed): `home_at`, one past its threads' latest
+/// request, admitted or not (kept to an eighth of a grace); `others_at`, the
+/// earliest time another ring can serve its threads, a lower bound raised by
+/// `fetch_max` after a survey that denied one permit and cleared when one of
+/// its threads takes entries of another ring.
 ///
 /// | operation | reads | writes |
 /// |---|---|---|
 /// | admit `n` at `now` from one ring | its head (Acquire); the `n` replaced entries and the newest (Acquire) | head → head + n by CAS (Release); then the `n` entries, `max(now, newest stamp of the ring)` (Release); `home_at` once it is an eighth of a grace behind |
-/// | admit across rings | every head; each ring's front entries until `n` can be taken; other rings' hints | each ring's front run, as above, home ring first; on a lost race the claims are restamped at `now − T` by CAS (Relaxed: it continues the release sequence of the claim's own store) |
-/// | deny | its home ring's head, front and hints (one permit below `others_at`); else the heads, the entries up to the n-th oldest of all, other rings' hints | no entry and no head (or, counting denials, the n oldest entries of all are replaced, as admit); `home_at` once it is an eighth of a grace behind; after a survey for one permit, its ring's `others_at` and `fronts_at` |
+/// | admit across rings | every head; each ring's front entries until `n` can be taken; other rings' hints | each ring's front run, as above, home ring first; on a lost race the claims are restamped at `now − T` by CAS (Relaxed: it continues the release sequence of the claim's own store); its ring's `others_at` cleared |
+/// | deny | its home ring's head, front and hints (one permit below `others_at`); else the heads, the entries up to the n-th oldest of all, other rings' hints | no entry and no head (or, counting denials, the n oldest entries of all are replaced, as admit); `home_at` once it is an eighth of a grace behind; after a survey for one permit, its ring's `others_at` |
 /// | snapshot | every head; all N entries | nothing |
 /// | reconfigure | every head (seal, AcqRel); all N entries | new rings, published by pointer (Release) |
 ///
@@ -153,6 +153,51 @@ use stripes::{Plan, Rings};
 /// `(now − T, now]`; the log admits exactly then. A denial's retry-after is the
 /// exact time until the n-th oldest entry of all (the `(N − n + 1)`-th most
 /// recent permit) leaves the window.
+///
+/// # Retry-after
+///
+/// A request denied at reading `t` with [`Denied::RetryAfter`]`(d)` is, on
+/// the log as the denial left it, denied at every reading before `t + d`.
+/// The wait is *exact* — the same request is admitted at `t + d` — in these
+/// cases, at any reading, one older than admissions the log has already made
+/// (a clock that stepped back, a thread preempted after reading it) included:
+///
+/// * a log of one ring ([`SlidingLog::stripes`] is 1: `with_stripes(1)`, a
+///   limit of 1, one CPU, or several rules);
+/// * a log of several rings used by one thread;
+/// * a request for more than one permit, or any request of a log that counts
+///   denied attempts.
+///
+/// When several threads use a log of several rings, a denial of one permit
+/// can name a time before the exact one, never after: a thread that finds
+/// nothing free keeps, on its home ring, the earliest time the other rings
+/// can serve it, and denies below that time without reading them again; if
+/// another thread has since taken the entry that time was read from, the
+/// thread asks again at `t + d` and is denied with the rest of the wait. If
+/// a retry must be exact under several threads, give the log one ring
+/// (`with_stripes(1)`).
+/// Decisions that race are exact as of the entries they read, as any
+/// limiter's are.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Denied, ManualClock, Rate, RateLimiter, SlidingLog};
+///
+/// let clock = ManualClock::new();
+/// let log = SlidingLog::with_clock(Rate::new(2, Duration::from_micros(2)), clock.clone())?
+///     .with_stripes(2);
+/// clock.set(197_526);
+/// log.try_acquire_n(2)?;
+/// clock.set(199_526);
+/// log.try_acquire_n(2)?;
+/// // A reading from before both admissions: the permits of 199,526 leave the
+/// // window at 201,526.
+/// clock.set(166_658);
+/// assert_eq!(log.try_acquire(), Err(Denied::RetryAfter(Duration::from_nanos(34_868))));
+/// clock.set(201_526);
+/// assert!(log.try_acquire().is_ok());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 ///
 /// # Stale and backwards time
 ///

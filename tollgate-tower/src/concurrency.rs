@@ -36,14 +36,15 @@ mod sealed {
 /// algorithm moves from each request's outcome). Sealed.
 ///
 /// ```
-/// use tollgate::{AdaptiveLimit, Aimd, ConcurrencyLimit};
+/// use tollgate::{AdaptiveLimit, ConcurrencyLimit, RoundTrip};
 /// use tollgate_tower::InFlightLimit;
 ///
 /// fn room<L: InFlightLimit>(limit: &L) -> u32 {
 ///     limit.limit() - limit.in_flight().min(limit.limit())
 /// }
 /// assert_eq!(room(&ConcurrencyLimit::new(8)?), 8);
-/// assert_eq!(room(&AdaptiveLimit::new(Aimd::builder().build()?)?), 20);
+/// // The recommended adaptive limit starts at 1 and finds the rest itself.
+/// assert_eq!(room(&AdaptiveLimit::new(RoundTrip::default())?), 1);
 /// # Ok::<(), tollgate::ConfigError>(())
 /// ```
 pub trait InFlightLimit: sealed::Sealed + Send + Sync + 'static {
@@ -387,10 +388,10 @@ impl<L: InFlightLimit, K, F: Face> ConcurrencyBuilder<L, K, F> {
     /// ```
     /// use std::sync::Arc;
     /// use http::{HeaderMap, StatusCode};
-    /// use tollgate::{AdaptiveLimit, Aimd, Outcome};
+    /// use tollgate::{AdaptiveLimit, Outcome, RoundTrip};
     /// use tollgate_tower::ConcurrencyLayer;
     ///
-    /// let limit = Arc::new(AdaptiveLimit::new(Aimd::builder().build()?)?);
+    /// let limit = Arc::new(AdaptiveLimit::new(RoundTrip::default())?);
     /// // Only 503 is overload; everything else answered is a success.
     /// let _layer = ConcurrencyLayer::builder(limit)
     ///     .classify(|status: StatusCode, _: &HeaderMap| {
@@ -449,10 +450,10 @@ impl<L: InFlightLimit, K, F: Face> ConcurrencyBuilder<L, K, F> {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use tollgate::{AdaptiveLimit, Aimd};
+    /// use tollgate::{AdaptiveLimit, RoundTrip};
     /// use tollgate_tower::ConcurrencyLayer;
     ///
-    /// let limit = Arc::new(AdaptiveLimit::new(Aimd::builder().build()?)?);
+    /// let limit = Arc::new(AdaptiveLimit::new(RoundTrip::default())?);
     /// let _outbound = ConcurrencyLayer::builder(limit).client().build();
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
@@ -525,16 +526,14 @@ impl<L, K, F> fmt::Debug for ConcurrencyBuilder<L, K, F> {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use std::time::Duration;
-/// use tollgate::{AdaptiveLimit, Aimd, Windowed};
+/// use tollgate::{AdaptiveLimit, RoundTrip};
 /// use tollgate_tower::ConcurrencyLayer;
 ///
-/// // AIMD over 100 ms windows: +1 a window while the mean latency stays
-/// // under 50 ms, × 0.9 when it does not (or a request failed).
-/// let aimd = Aimd::builder().min_limit(4).initial_limit(16).max_limit(256)
-///     .timeout(Duration::from_millis(50)).build()?;
-/// let algorithm = Windowed::builder().window(Duration::from_millis(100)).build(aimd)?;
-/// let limit = Arc::new(AdaptiveLimit::new(algorithm)?);
+/// // The recommended algorithm with its defaults: from a limit of 1, one
+/// // decision per round trip of the service; +1 a round trip while the limit
+/// // is used and latency shows no queue (faster after eight such rounds in a
+/// // row), down when it shows one, × 0.7 at once when a request fails.
+/// let limit = Arc::new(AdaptiveLimit::new(RoundTrip::default())?);
 /// let layer = ConcurrencyLayer::new(Arc::clone(&limit));
 /// let router: axum::Router = axum::Router::new()
 ///     .route("/", axum::routing::get(|| async { "hello" }))

@@ -36,12 +36,12 @@
 //! use std::net::IpAddr;
 //! use std::time::Duration;
 //! use http::Method;
-//! use tollgate::keyed::{BucketConfig, Keyed, WindowConfig};
-//! use tollgate::{FixedWindow, Rate, SlidingLog, TokenBucket};
+//! use tollgate::keyed::{BucketConfig, Keyed};
+//! use tollgate::{LogConfig, Rate, SlidingLog, TokenBucket};
 //! use tollgate_tower::{Limit, PeerIp, PerKey, PolicyName, Route, ThrottleLayer};
 //!
 //! let per_ip = Keyed::<IpAddr, TokenBucket>::new(BucketConfig::new(20, Rate::per_second(10))?);
-//! let logins = Keyed::<IpAddr, FixedWindow>::new(WindowConfig::new(Rate::per_minute(5))?);
+//! let logins = Keyed::<IpAddr, SlidingLog>::new(LogConfig::new(Rate::per_minute(5))?);
 //! let search = SlidingLog::new(Rate::per_second(100))?;
 //! let layer = ThrottleLayer::builder(PeerIp)
 //!     .route(
@@ -110,21 +110,18 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use std::time::Duration;
 //! use axum::{Router, routing::get};
 //! use bytes::Bytes;
 //! use http_body_util::Empty;
 //! use hyper_util::{client::legacy::Client, rt::TokioExecutor};
-//! use tollgate::{AdaptiveLimit, Aimd, Windowed};
+//! use tollgate::{AdaptiveLimit, RoundTrip};
 //! use tollgate_tower::{ConcurrencyLayer, Global, Layer, ThrottleLayer};
 //!
-//! // The service's own capacity: AIMD over 100 ms windows, backing off when
-//! // a window's mean latency passes 50 ms or a request fails.
-//! let aimd = Aimd::builder().min_limit(4).initial_limit(20).max_limit(500)
-//!     .timeout(Duration::from_millis(50)).build()?;
-//! let limit = Arc::new(AdaptiveLimit::new(
-//!     Windowed::builder().window(Duration::from_millis(100)).build(aimd)?,
-//! )?);
+//! // The service's own capacity, found by the recommended algorithm with its
+//! // defaults: from a limit of 1, one decision per round trip of the
+//! // service; it grows while the limit is used and latency shows no queue,
+//! // shrinks when it does, and backs off on a failed request.
+//! let limit = Arc::new(AdaptiveLimit::new(RoundTrip::default())?);
 //! let router: Router = Router::new()
 //!     .route("/", get(|| async { "hello" }))
 //!     .layer(ConcurrencyLayer::new(Arc::clone(&limit)));
