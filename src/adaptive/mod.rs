@@ -261,6 +261,20 @@ impl<A: LimitAlgorithm + ?Sized> LimitAlgorithm for &A {
     }
 }
 
+/// A boxed algorithm is one: choose it at runtime, from configuration.
+///
+/// ```
+/// use tollgate::{AdaptiveLimit, Aimd, LimitAlgorithm, RoundTrip};
+///
+/// let from_config = "round-trip";
+/// let algorithm: Box<dyn LimitAlgorithm> = match from_config {
+///     "aimd" => Box::new(Aimd::builder().min_limit(1).build()?),
+///     _ => Box::new(RoundTrip::default()),
+/// };
+/// let limit = AdaptiveLimit::new(algorithm)?;
+/// assert_eq!(limit.limit(), 1);
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
 impl<A: LimitAlgorithm + ?Sized> LimitAlgorithm for Box<A> {
     fn on_sample(&self, sample: Sample, now_ns: u64) -> Option<u32> {
         (**self).on_sample(sample, now_ns)

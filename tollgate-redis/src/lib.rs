@@ -89,6 +89,17 @@ pub use leased::{
     Attempt, LeaseOptions, LeaseRecord, LeaseStats, LeaseWait, LeasedLimiter, Mode, Policy,
 };
 pub use limiter::{Limiter, Plan};
+/// The `redis` crate this one is built on, at the version it uses: name its
+/// types (a `redis::RedisError` inside [`Error`], a URL's
+/// `redis::ConnectionInfo`) through this path, with no second, separately
+/// pinned `redis` dependency that could drift to another version.
+///
+/// ```
+/// let info: tollgate_redis::redis::ConnectionInfo = "redis://127.0.0.1:6379/".parse()?;
+/// # let _ = info;
+/// # Ok::<(), tollgate_redis::redis::RedisError>(())
+/// ```
+pub use redis;
 pub use script::Admission;
 pub use sliding_log::SlidingLog;
 pub use sliding_window::ApproxSlidingWindow;
