@@ -417,6 +417,18 @@ fn feed_round_trip(
     })
 }
 
+/// Closes `rounds` rounds on `rt` from one thread, each with the whole
+/// limit in flight and no queue; returns the last close's time and the
+/// changes returned.
+fn grow_round_trip(rt: &tollgate::RoundTrip, rounds: u32) -> (u64, Vec<u32>) {
+    let (mut now, mut changes) = (0, Vec::new());
+    for _ in 0..rounds {
+        now += 101 * MS;
+        changes.extend(rt.on_sample(Sample::success(100 * MS, rt.limit()), now));
+    }
+    (now, changes)
+}
+
 /// The history holds exactly the changes `returned` reported.
 fn history_matches(rt: &tollgate::RoundTrip, returned: &[u32]) {
     let history = rt.history().expect("RoundTrip keeps one");
@@ -480,11 +492,7 @@ fn round_trip_drops_race_one_back_off() {
                 .unwrap(),
         );
         // Grow to 15 in five rounds (one thread, before the race).
-        let (mut now, mut setup) = (0, Vec::new());
-        for _ in 0..5 {
-            now += 101 * MS;
-            setup.extend(rt.on_sample(Sample::success(100 * MS, rt.limit()), now));
-        }
+        let (now, mut setup) = grow_round_trip(&rt, 5);
         assert_eq!(rt.limit(), 15);
         // Both admitted at now + 10 ms, dropped at now + 50 and now + 60 ms.
         let a = feed_round_trip(&rt, vec![(40 * MS, 15, Outcome::Dropped, now + 50 * MS)]);
@@ -524,11 +532,7 @@ fn round_trip_close_races_a_drop() {
                 .build()
                 .unwrap(),
         );
-        let (mut now, mut setup) = (0, Vec::new());
-        for _ in 0..2 {
-            now += 101 * MS;
-            setup.extend(rt.on_sample(Sample::success(100 * MS, rt.limit()), now));
-        }
+        let (now, mut setup) = grow_round_trip(&rt, 2);
         assert_eq!(rt.limit(), 8);
         let a = feed_round_trip(&rt, vec![(100 * MS, 8, Outcome::Success, now + 105 * MS)]);
         let b = feed_round_trip(&rt, vec![(2 * MS, 8, Outcome::Dropped, now + 10 * MS)]);
