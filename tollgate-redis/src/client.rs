@@ -5,12 +5,15 @@ use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
-use redis::{ErrorKind, ServerErrorKind, Value};
+use redis::cluster_routing::Slot;
+use redis::{ErrorKind, ScriptInvocation, ServerErrorKind, Value};
+use tokio::sync::{mpsc, oneshot};
 
+use crate::batch::{self, Decision, Job, Limits};
 use crate::error::Error;
 use crate::limiter::Limiter;
 use crate::micros::MAX_SPAN;
-use crate::script::{Admission, LuaScript, outcome};
+use crate::script::{Admission, DECIDE, LuaScript, outcome};
 
 /// How long a decision may take, and how long connecting may take.
 ///
@@ -31,6 +34,8 @@ use crate::script::{Admission, LuaScript, outcome};
 pub struct Options {
     timeout: Duration,
     connect_timeout: Duration,
+    max_batch: usize,
+    max_calls_in_flight: usize,
 }
 
 impl Default for Options {
@@ -38,6 +43,8 @@ impl Default for Options {
         Options {
             timeout: Duration::from_millis(100),
             connect_timeout: Duration::from_millis(250),
+            max_batch: 128,
+            max_calls_in_flight: 2,
         }
     }
 }
@@ -72,6 +79,37 @@ impl Options {
     /// ```
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// The most decisions one call to the server carries (default 128).
+    ///
+    /// A client sends a lone request at once; requests that arrive while
+    /// its calls are in flight queue, and the next call carries all of them
+    /// (up to this many decisions; an all-or-nothing request larger than it
+    /// goes alone), decided by the server in the order they queued, each as
+    /// it would be decided alone in that order. `1` turns batching off:
+    /// every request is its own call, with no limit on the calls in flight.
+    ///
+    /// ```
+    /// let unbatched = tollgate_redis::Options::new().max_batch(1);
+    /// # let _ = unbatched;
+    /// ```
+    pub fn max_batch(mut self, decisions: usize) -> Self {
+        self.max_batch = decisions.max(1);
+        self
+    }
+
+    /// How many calls a batching client keeps in flight at once (default
+    /// 2): more lets requests wait less for a free call, fewer lets more of
+    /// them share one.
+    ///
+    /// ```
+    /// let options = tollgate_redis::Options::new().max_calls_in_flight(4);
+    /// # let _ = options;
+    /// ```
+    pub fn max_calls_in_flight(mut self, calls: usize) -> Self {
+        self.max_calls_in_flight = calls.max(1);
         self
     }
 
@@ -122,6 +160,9 @@ enum Connection {
 pub struct Client {
     connection: Connection,
     options: Options,
+    /// The queue of the batching task; `None` when every request is its
+    /// own call (batching off, or the batching task's own client).
+    batcher: Option<mpsc::UnboundedSender<Job>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -178,10 +219,66 @@ impl Client {
         )
         .await
         .map_err(|_| Error::Timeout(options.connect_timeout))??;
-        Ok(Client {
+        Ok(Self::from_connection_manager(manager, options))
+    }
+
+    /// A client on a connection you made, with your [`Options`]: share one
+    /// `ConnectionManager` between tollgate and your own commands. Its
+    /// response timeout should be off or longer than the options' timeout,
+    /// which bounds every decision (otherwise redis-rs's deadline expires
+    /// first and reports an I/O error instead of [`Error::Timeout`]).
+    ///
+    /// Must be called inside a tokio runtime: the client's batching task
+    /// runs on it.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use tollgate_redis::{Client, Options, redis};
+    /// let redis = redis::Client::open("redis://127.0.0.1:6379/")?;
+    /// let config = redis::aio::ConnectionManagerConfig::new().set_response_timeout(None);
+    /// let manager = redis::aio::ConnectionManager::new_with_config(redis, config).await?;
+    /// let client = Client::from_connection_manager(manager, Options::new());
+    /// # let _ = client; Ok(()) }
+    /// ```
+    pub fn from_connection_manager(manager: ConnectionManager, options: Options) -> Client {
+        Client {
             connection: Connection::Single(manager),
             options,
-        })
+            batcher: None,
+        }
+        .batched()
+    }
+
+    /// A client on a Cluster connection you made, with your [`Options`]
+    /// (see [`Client::from_connection_manager`]).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use tollgate_redis::{Client, Options, redis};
+    /// let cluster = redis::cluster::ClusterClient::new(vec!["redis://10.0.0.1:7000/"])?;
+    /// let connection = cluster.get_async_connection().await?;
+    /// let client = Client::from_cluster_connection(connection, Options::new());
+    /// # let _ = client; Ok(()) }
+    /// ```
+    pub fn from_cluster_connection(connection: ClusterConnection, options: Options) -> Client {
+        Client {
+            connection: Connection::Cluster(connection),
+            options,
+            batcher: None,
+        }
+        .batched()
+    }
+
+    /// This client with its batching task started, unless batching is off.
+    fn batched(mut self) -> Client {
+        if self.options.max_batch > 1 {
+            let limits = Limits {
+                max_batch: self.options.max_batch,
+                max_calls_in_flight: self.options.max_calls_in_flight,
+            };
+            self.batcher = Some(batch::start(self.clone(), limits));
+        }
+        self
     }
 
     /// Connects to a Redis Cluster through any of its nodes, with the default
@@ -220,10 +317,7 @@ impl Client {
         )
         .await
         .map_err(|_| Error::Timeout(options.connect_timeout))??;
-        Ok(Client {
-            connection: Connection::Cluster(connection),
-            options,
-        })
+        Ok(Self::from_cluster_connection(connection, options))
     }
 
     /// The options this client runs under.
@@ -292,8 +386,8 @@ impl Client {
         self.decide(limiter, key, n, Some(now_us)).await
     }
 
-    /// Decides `n` permits for `key`: the core's request check, then one
-    /// call of the limiter's script.
+    /// Decides `n` permits for `key`: the core's request check, then the
+    /// decision script (a call of its own, or a place in a batch).
     async fn decide<L: Limiter + ?Sized>(
         &self,
         limiter: &L,
@@ -303,14 +397,102 @@ impl Client {
     ) -> Result<Admission, Error> {
         tollgate::check_request(n, limiter.capacity())?;
         let redis_key = limiter.redis_key(key);
-        let plan = limiter.plan();
-        let mut args = [u64::from(n); 4];
-        let config = plan.args();
-        args[1..=config.len()].copy_from_slice(config);
-        let reply = self
-            .eval(plan.script, &redis_key, &args[..=config.len()], now_us)
+        let arguments = limiter.plan().arguments(n, true);
+        let mut replies = self
+            .submit(vec![(redis_key.clone(), arguments)], now_us)
             .await?;
-        outcome(reply, &redis_key)
+        outcome(replies.pop().unwrap_or(Value::Nil), &redis_key)
+    }
+
+    /// Decides one all-or-nothing group (its last decision ends it): through
+    /// the batching task, or as a call of its own. One reply per decision.
+    pub(crate) async fn submit(
+        &self,
+        decisions: Vec<Decision>,
+        now_us: Option<u64>,
+    ) -> Result<Vec<Value>, Error> {
+        let slot = self.slot_of(&decisions)?;
+        let Some(queue) = &self.batcher else {
+            return self
+                .decide_call(decisions.iter(), now_us)
+                .await
+                .and_then(|replies| {
+                    if replies.len() == decisions.len() {
+                        Ok(replies)
+                    } else {
+                        Err(Error::UnexpectedReply(format!(
+                            "{} replies to {} decisions",
+                            replies.len(),
+                            decisions.len()
+                        )))
+                    }
+                });
+        };
+        let (reply, answer) = oneshot::channel();
+        let job = Job {
+            decisions,
+            now_us,
+            slot,
+            reply,
+        };
+        if queue.send(job).is_err() {
+            // The task ends only with its runtime: nothing was sent.
+            return Err(Error::Redis(redis::RedisError::from((
+                ErrorKind::Client,
+                "the client's batching task has stopped (its tokio runtime shut down)",
+            ))));
+        }
+        match tokio::time::timeout(self.options.timeout, answer).await {
+            Ok(Ok(result)) => result,
+            // Dropped unanswered: the task stopped, perhaps mid-call.
+            Ok(Err(_)) => Err(Error::Interrupted(redis::RedisError::from((
+                ErrorKind::Client,
+                "the client's batching task stopped before answering",
+            )))),
+            Err(_) => Err(Error::Timeout(self.options.timeout)),
+        }
+    }
+
+    /// The Cluster slot every key of `decisions` lies in (`None` on a single
+    /// node), or the error of a call that would span slots.
+    fn slot_of(&self, decisions: &[Decision]) -> Result<Option<Slot>, Error> {
+        if !matches!(self.connection, Connection::Cluster(_)) {
+            return Ok(None);
+        }
+        let Some((first, _)) = decisions.first() else {
+            return Ok(None);
+        };
+        let slot = Slot::for_key(first);
+        for (key, _) in decisions {
+            if Slot::for_key(key) != slot {
+                return Err(Error::InvalidCall(format!(
+                    "keys {first:?} and {key:?} lie in different Cluster slots; one call \
+                     decides keys of one slot only (the same hash tag)"
+                )));
+            }
+        }
+        Ok(Some(slot))
+    }
+
+    /// One call of the decision script for `decisions` (their groups as
+    /// their last arguments say) under the timeout: the replies, one per
+    /// decision.
+    pub(crate) async fn decide_call<'a>(
+        &self,
+        decisions: impl Iterator<Item = &'a Decision>,
+        now_us: Option<u64>,
+    ) -> Result<Vec<Value>, Error> {
+        let mut invocation = DECIDE.at(now_us).prepare_invoke();
+        for (key, arguments) in decisions {
+            invocation.key(key);
+            for argument in arguments {
+                invocation.arg(*argument);
+            }
+        }
+        match self.invoke(invocation, now_us).await? {
+            Value::Array(replies) => Ok(replies),
+            other => Err(Error::UnexpectedReply(format!("{other:?}"))),
+        }
     }
 
     /// Runs `script` on one key with integer arguments under the timeout, at
@@ -327,6 +509,16 @@ impl Client {
         for arg in args {
             invocation.arg(*arg);
         }
+        self.invoke(invocation, now_us).await
+    }
+
+    /// Sends a script invocation (the replayed time, in test builds, as its
+    /// last argument) under the timeout.
+    async fn invoke(
+        &self,
+        mut invocation: ScriptInvocation<'_>,
+        now_us: Option<u64>,
+    ) -> Result<Value, Error> {
         if let Some(now) = now_us {
             assert!(now < MAX_SPAN, "test times stay below 2^51 µs");
             invocation.arg(now);

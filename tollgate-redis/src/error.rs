@@ -33,6 +33,7 @@ use tollgate::Denied;
 /// | [`UnexpectedReply`](Error::UnexpectedReply) | **`true`** | a reply came that the scripts never give: what the server did is unknown |
 /// | [`Unavailable`](Error::Unavailable) | `false` | the leased limiter refused locally, without a call |
 /// | [`BlockingInAsync`](Error::BlockingInAsync) | `false` | nothing was sent |
+/// | [`InvalidCall`](Error::InvalidCall) | `false` | nothing was sent |
 ///
 /// Every expired deadline is [`Error::Timeout`]: the client's own, and
 /// redis-rs's (a connection attempt that timed out included, which reports
@@ -53,7 +54,7 @@ use tollgate::Denied;
 /// assert!(!timeout.is_denied());
 /// assert!(timeout.may_have_run());
 /// ```
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Error {
     /// The limiter decided: not now ([`Denied::RetryAfter`], exact, computed by
@@ -105,6 +106,11 @@ pub enum Error {
     /// The blocking client was called from inside an async runtime, where
     /// blocking would stall it; use the async [`Client`](crate::Client) there.
     BlockingInAsync,
+    /// The call cannot be made as asked, and nothing was sent: two limits of
+    /// one all-or-nothing call name the same Redis key (one limiter asked
+    /// twice for the same caller, or two limiters sharing a prefix and a
+    /// kind), or, on a Cluster, the keys of one call lie in different slots.
+    InvalidCall(String),
 }
 
 impl Error {
@@ -159,7 +165,8 @@ impl Error {
             | Error::WrongType { .. }
             | Error::UnknownState { .. }
             | Error::Unavailable
-            | Error::BlockingInAsync => false,
+            | Error::BlockingInAsync
+            | Error::InvalidCall(_) => false,
         }
     }
 
@@ -172,6 +179,28 @@ impl Error {
     /// ```
     pub fn retry_after(&self) -> Option<std::time::Duration> {
         self.denied().and_then(|d| d.retry_after())
+    }
+}
+
+impl Error {
+    /// This call's error as every request of a call that decided `groups`
+    /// of them sees it. A server refusal that comes at a script's first write
+    /// at the latest (`OOM`, `READONLY`) proves nothing was written when the
+    /// script decided one request; with several, the groups before the
+    /// refused write may have been written.
+    pub(crate) fn for_batch_of(self, groups: usize) -> Error {
+        match self {
+            Error::Redis(err)
+                if groups > 1
+                    && matches!(
+                        err.kind(),
+                        redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+                    ) | matches!(err.code(), Some("OOM")) =>
+            {
+                Error::Interrupted(err)
+            }
+            other => other,
+        }
     }
 }
 
@@ -202,6 +231,7 @@ impl fmt::Display for Error {
             Error::BlockingInAsync => f.write_str(
                 "the blocking client cannot run inside an async runtime; use the async Client",
             ),
+            Error::InvalidCall(why) => write!(f, "invalid call (nothing was sent): {why}"),
         }
     }
 }

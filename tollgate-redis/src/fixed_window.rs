@@ -31,11 +31,9 @@ use std::time::Duration;
 use tollgate::{ConfigError, Rate};
 
 use crate::keys::{DEFAULT_PREFIX, check_prefix, redis_key};
-use crate::limiter::{Limiter, Plan};
+use crate::limiter::{Kind, Limiter, Plan};
 use crate::micros::validate;
-use crate::script::{Admission, lua_script};
-
-lua_script!(SCRIPT, "fixed_window.lua");
+use crate::script::Admission;
 
 /// A fixed window shared through Redis: at most `rate.permits()` per aligned
 /// window of `rate.period()`, per caller key. See the [module docs](self).
@@ -121,6 +119,6 @@ impl Limiter for FixedWindow {
     }
 
     fn plan(&self) -> Plan {
-        Plan::new(&SCRIPT, &[self.window, u64::from(self.limit)])
+        Plan::new(Kind::FixedWindow, &[self.window, u64::from(self.limit)])
     }
 }

@@ -67,6 +67,8 @@
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
+mod all;
+mod batch;
 pub mod blocking;
 mod breaker;
 mod client;
@@ -82,6 +84,7 @@ pub mod sliding_log;
 pub mod sliding_window;
 pub mod token_bucket;
 
+pub use all::{Admitted, Ask, Refused};
 pub use client::{Client, Options};
 pub use error::Error;
 pub use fixed_window::FixedWindow;

@@ -1,6 +1,6 @@
 //! What every Redis limiter shares: the trait the clients call through.
 
-use crate::script::{Admission, LuaScript};
+use crate::script::Admission;
 
 /// A limiter whose state lives in Redis: a configuration (validated once, at
 /// construction) plus the Lua script that decides.
@@ -65,27 +65,44 @@ pub trait Limiter: Send + Sync {
     fn plan(&self) -> Plan;
 }
 
-/// A decision's script and configuration arguments.
+/// A decision's kind and configuration terms, as the decision script takes
+/// them.
 #[doc(hidden)]
 #[derive(Clone, Copy)]
 pub struct Plan {
-    pub(crate) script: &'static LuaScript,
-    pub(crate) args: [u64; 3],
-    pub(crate) arg_count: usize,
+    pub(crate) kind: Kind,
+    pub(crate) terms: [u64; 3],
+}
+
+/// The kinds the decision script knows, by the number it takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    TokenBucket = 1,
+    FixedWindow = 2,
+    SlidingWindow = 3,
+    SlidingLog = 4,
 }
 
 impl Plan {
-    pub(crate) fn new(script: &'static LuaScript, args: &[u64]) -> Plan {
+    pub(crate) fn new(kind: Kind, terms: &[u64]) -> Plan {
         let mut packed = [0; 3];
-        packed[..args.len()].copy_from_slice(args);
+        packed[..terms.len()].copy_from_slice(terms);
         Plan {
-            script,
-            args: packed,
-            arg_count: args.len(),
+            kind,
+            terms: packed,
         }
     }
 
-    pub(crate) fn args(&self) -> &[u64] {
-        &self.args[..self.arg_count]
+    /// The script's six arguments for `n` permits: kind, n, the terms, and
+    /// whether the decision ends its group.
+    pub(crate) fn arguments(&self, n: u32, ends_group: bool) -> [u64; 6] {
+        [
+            self.kind as u64,
+            u64::from(n),
+            self.terms[0],
+            self.terms[1],
+            self.terms[2],
+            u64::from(ends_group),
+        ]
     }
 }

@@ -44,6 +44,9 @@ macro_rules! lua_script {
 }
 pub(crate) use lua_script;
 
+// Every limiter's decisions: one script for every kind, one request or many.
+lua_script!(DECIDE, "decide.lua");
+
 impl LuaScript {
     /// The script that reads the server's clock (`None`), or the one that
     /// takes the time as its last argument (`Some`, under `test-time`; no

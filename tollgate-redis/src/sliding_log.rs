@@ -64,11 +64,9 @@ use std::time::Duration;
 use tollgate::{ConfigError, Rate};
 
 use crate::keys::{DEFAULT_PREFIX, check_prefix, redis_key};
-use crate::limiter::{Limiter, Plan};
+use crate::limiter::{Kind, Limiter, Plan};
 use crate::micros::{span, validate};
-use crate::script::{Admission, lua_script};
-
-lua_script!(SCRIPT, "sliding_log.lua");
+use crate::script::Admission;
 
 /// The most permits per window a sliding log keeps entries for: one sorted-set
 /// member each.
@@ -206,6 +204,9 @@ impl Limiter for SlidingLog {
     }
 
     fn plan(&self) -> Plan {
-        Plan::new(&SCRIPT, &[self.window, u64::from(self.limit), self.history])
+        Plan::new(
+            Kind::SlidingLog,
+            &[self.window, u64::from(self.limit), self.history],
+        )
     }
 }

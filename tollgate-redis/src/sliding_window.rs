@@ -41,11 +41,9 @@ use std::time::Duration;
 use tollgate::{ConfigError, Rate};
 
 use crate::keys::{DEFAULT_PREFIX, check_prefix, redis_key};
-use crate::limiter::{Limiter, Plan};
+use crate::limiter::{Kind, Limiter, Plan};
 use crate::micros::{product, validate};
-use crate::script::{Admission, lua_script};
-
-lua_script!(SCRIPT, "sliding_window.lua");
+use crate::script::Admission;
 
 /// A weighted two-window counter shared through Redis: about
 /// `rate.permits()` per sliding `rate.period()`, per caller key. See the
@@ -147,6 +145,6 @@ impl Limiter for ApproxSlidingWindow {
     }
 
     fn plan(&self) -> Plan {
-        Plan::new(&SCRIPT, &[self.window, u64::from(self.limit)])
+        Plan::new(Kind::SlidingWindow, &[self.window, u64::from(self.limit)])
     }
 }

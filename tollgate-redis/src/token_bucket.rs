@@ -37,11 +37,9 @@ use std::time::Duration;
 use tollgate::{ConfigError, Rate};
 
 use crate::keys::{DEFAULT_PREFIX, check_prefix, redis_key};
-use crate::limiter::{Limiter, Plan};
+use crate::limiter::{Kind, Limiter, Plan};
 use crate::micros::{product, validate};
-use crate::script::{Admission, lua_script};
-
-lua_script!(SCRIPT, "token_bucket.lua");
+use crate::script::Admission;
 
 /// A token bucket shared through Redis: bursts up to a capacity, refilled at a
 /// rate, per caller key. See the [module docs](self).
@@ -150,6 +148,6 @@ impl Limiter for TokenBucket {
     }
 
     fn plan(&self) -> Plan {
-        Plan::new(&SCRIPT, &self.terms())
+        Plan::new(Kind::TokenBucket, &self.terms())
     }
 }

@@ -65,12 +65,35 @@ local function parse_uint(s, max)
   return v
 end
 
+-- Expiries are set when every decision of the call is made. An expiry time
+-- that has passed deletes the key at once, and the server's clock runs on
+-- while a call decides many requests at the `now` it read first: set at
+-- once, the expiry of a state that matters until shortly after `now` could
+-- delete it under a later decision of the same call, which would then find
+-- no state and admit too much. At the end no decision of the call is left,
+-- and every later call reads a time at which a passed expiry means what no
+-- key means. The latest time of each key wins; keys in the order written.
+-- Until then a key written by this call lives until its pending expiry.
+local expiries, expiring = {}, {}
+local function expire_later(key, at)
+  local known = expiries[key]
+  if not known then
+    expiring[#expiring + 1] = key
+    expiries[key] = at
+  elseif at > known then
+    expiries[key] = at
+  end
+end
+
 -- The latest time (us) a tagged key's state can refer to: each script sets the
 -- expiry together with the state, at or after the last moment the state
 -- matters, so a time beyond it was not written by these scripts. Nil and the
 -- error reply when the key has no expiry (every key these scripts write has
 -- one).
 local function horizon(key)
+  if expiries[key] then
+    return expiries[key] + EXPIRY_SLACK
+  end
   local ttl = redis.call('PTTL', key)
   if ttl < 0 then
     return nil, {-2, 'the key has no expiry; every key these scripts write has one'}

@@ -1,0 +1,628 @@
+//! Many decisions, one call: several limits of one request decided
+//! all-or-nothing by one script ([`Client::try_acquire_all`]), and the
+//! requests that queue on a client while its call is in flight sent together
+//! as one batch.
+//!
+//! All-or-nothing requests are replayed against the in-process twins
+//! decision for decision; batches are made certain by stopping the server
+//! (SIGSTOP) with the first call in flight, so that every later request
+//! queues behind it, and their answers must be those of one request after
+//! another.
+
+mod support;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Waker};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tollgate::{
+    Denied, LockingApproxSlidingWindow, LockingFixedWindow, LockingSlidingLog, LockingTokenBucket,
+    ManualClock, Rate, RateLimiter,
+};
+use tollgate_redis::{
+    Admission, ApproxSlidingWindow, Ask, Client, Error, FixedWindow, Limiter, Options, Refused,
+    SlidingLog, TokenBucket,
+};
+
+use support::replay::{fresh_key, runner};
+use support::{RedisCluster, RedisServer};
+
+/// A limiter of each kind at one rate, its in-process twin built fresh for
+/// each decision of the reference.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Bucket(u32),
+    Window,
+    Approx,
+    Log,
+}
+
+impl Kind {
+    fn remote(self, rate: Rate, prefix: &str) -> Box<dyn Limiter> {
+        match self {
+            Kind::Bucket(capacity) => Box::new(
+                TokenBucket::new(capacity, rate)
+                    .unwrap()
+                    .with_prefix(prefix)
+                    .unwrap(),
+            ),
+            Kind::Window => Box::new(FixedWindow::new(rate).unwrap().with_prefix(prefix).unwrap()),
+            Kind::Approx => Box::new(
+                ApproxSlidingWindow::new(rate)
+                    .unwrap()
+                    .with_prefix(prefix)
+                    .unwrap(),
+            ),
+            Kind::Log => Box::new(SlidingLog::new(rate).unwrap().with_prefix(prefix).unwrap()),
+        }
+    }
+
+    fn local(self, rate: Rate, clock: &ManualClock) -> Box<dyn RateLimiter> {
+        match self {
+            Kind::Bucket(capacity) => {
+                Box::new(LockingTokenBucket::with_clock(capacity, rate, clock.clone()).unwrap())
+            }
+            Kind::Window => Box::new(LockingFixedWindow::with_clock(rate, clock.clone()).unwrap()),
+            Kind::Approx => {
+                Box::new(LockingApproxSlidingWindow::with_clock(rate, clock.clone()).unwrap())
+            }
+            Kind::Log => Box::new(
+                LockingSlidingLog::with_clock(rate, clock.clone())
+                    .unwrap()
+                    .with_stripes(1),
+            ),
+        }
+    }
+}
+
+/// The reference for one member: its twin, fresh, replays every admission
+/// the member was charged (time in µs, permits), then decides `n` at `now`
+/// without keeping it. Returns the verdict (retry-after rounded up to a
+/// microsecond, as the scripts give it) and the permits left after it.
+fn probe(
+    kind: Kind,
+    rate: Rate,
+    charged: &[(u64, u32)],
+    now: u64,
+    n: u32,
+) -> (Result<(), Denied>, u32) {
+    let clock = ManualClock::new();
+    let twin = kind.local(rate, &clock);
+    for &(at, permits) in charged {
+        clock.set(at * 1000);
+        twin.try_acquire_n(permits)
+            .expect("a charged admission replays");
+    }
+    clock.set(now * 1000);
+    let verdict = twin.try_acquire_n(n).map_err(|denied| match denied {
+        Denied::RetryAfter(wait) => {
+            Denied::RetryAfter(Duration::from_micros(wait.as_nanos().div_ceil(1000) as u64))
+        }
+        other => other,
+    });
+    (verdict, twin.snapshot().available)
+}
+
+fn kinds() -> impl Strategy<Value = Kind> {
+    prop_oneof![
+        (1u32..=6).prop_map(Kind::Bucket),
+        Just(Kind::Window),
+        Just(Kind::Approx),
+        Just(Kind::Log),
+    ]
+}
+
+/// Every decision of a request of 1 to 4 limits (any kinds, rates, some on
+/// one caller key and some on another) agrees with the twins: admitted when
+/// every twin admits, then with each one's permits left; otherwise the
+/// longest retry-after of the twins that deny, and nothing charged anywhere
+/// — which the following decisions check, since the twins replay only what
+/// was charged.
+#[test]
+fn all_or_nothing_agrees_with_the_twins() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = runtime.block_on(Client::connect(&server.url())).unwrap();
+    // Whole microseconds per permit: the scripts' resolution, so the twins'
+    // nanoseconds meet them exactly.
+    let member = (kinds(), 1u32..=5, 1u64..=8_000, 0usize..2);
+    let strategy = (
+        prop::collection::vec(member, 1..=4),
+        prop::collection::vec((0u64..=60_000, 1u32..=3), 1..40),
+        0u64..1 << 40,
+    );
+    runner()
+        .run(&strategy, |(members, ops, start)| {
+            let callers = [fresh_key("all-a"), fresh_key("all-b")];
+            let limits: Vec<(Kind, Rate, Box<dyn Limiter>, &str)> = members
+                .iter()
+                .enumerate()
+                .map(|(i, &(kind, permits, per_permit_us, caller))| {
+                    let period = Duration::from_micros(u64::from(permits) * per_permit_us);
+                    let rate = Rate::new(permits, period);
+                    (
+                        kind,
+                        rate,
+                        kind.remote(rate, &format!("m{i}")),
+                        callers[caller].as_str(),
+                    )
+                })
+                .collect();
+            let mut charged: Vec<Vec<(u64, u32)>> = vec![Vec::new(); limits.len()];
+            let mut now = start;
+            for (step, (advance, n)) in ops.iter().enumerate() {
+                now += advance;
+                let asks: Vec<Ask<'_>> = limits
+                    .iter()
+                    .map(|(_, _, limiter, caller)| Ask::new(&**limiter, caller).n(*n))
+                    .collect();
+                let got = runtime.block_on(client.try_acquire_all_at(&asks, now));
+                let probes: Vec<_> = limits
+                    .iter()
+                    .zip(&charged)
+                    .map(|((kind, rate, limiter, _), charged)| {
+                        let (verdict, left) = probe(*kind, *rate, charged, now, *n);
+                        // A request above a limit's capacity is refused before
+                        // any call, as the core's check does.
+                        let verdict = match tollgate::check_request(*n, limiter.capacity()) {
+                            Err(never) => Err(never),
+                            Ok(()) => verdict,
+                        };
+                        (verdict, left)
+                    })
+                    .collect();
+                let never = probes.iter().position(|(verdict, _)| {
+                    matches!(
+                        verdict,
+                        Err(Denied::ExceedsCapacity { .. } | Denied::ZeroPermits)
+                    )
+                });
+                let longest = probes
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, (verdict, _))| match verdict {
+                        Err(Denied::RetryAfter(wait)) => Some((i, *wait)),
+                        _ => None,
+                    })
+                    .fold(
+                        None,
+                        |best: Option<(usize, Duration)>, (i, wait)| match best {
+                            Some((_, kept)) if kept >= wait => best,
+                            _ => Some((i, wait)),
+                        },
+                    );
+                match (&got, never, longest) {
+                    (
+                        Err(Refused {
+                            member,
+                            error: Error::Denied(denied),
+                            ..
+                        }),
+                        Some(i),
+                        _,
+                    ) => {
+                        prop_assert_eq!(*member, Some(i), "step {}", step);
+                        prop_assert_eq!(Err(*denied), probes[i].0, "step {}", step);
+                    }
+                    (
+                        Err(Refused {
+                            member,
+                            error: Error::Denied(denied),
+                            ..
+                        }),
+                        None,
+                        Some((i, wait)),
+                    ) => {
+                        prop_assert_eq!(*member, Some(i), "step {}: {:?}", step, probes);
+                        prop_assert_eq!(*denied, Denied::RetryAfter(wait), "step {}", step);
+                    }
+                    (Ok(admitted), None, None) => {
+                        for (i, (admission, (_, left))) in
+                            admitted.admissions().iter().zip(&probes).enumerate()
+                        {
+                            prop_assert_eq!(
+                                admission.remaining,
+                                *left,
+                                "step {} member {}",
+                                step,
+                                i
+                            );
+                            prop_assert_eq!(admission.time_us >= now, true);
+                        }
+                        for charged in &mut charged {
+                            charged.push((now, *n));
+                        }
+                    }
+                    _ => prop_assert!(false, "step {step}: redis {got:?}, twins {probes:?}"),
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// The tightest report is the member with the fewest permits left, as the
+/// core's `AllOf` picks it; one call decides the whole request.
+#[tokio::test]
+async fn one_call_decides_a_request_and_reports_its_tightest_limit() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let burst = TokenBucket::new(10, Rate::per_hour(10)).unwrap();
+    let daily = FixedWindow::new(Rate::per_hour(3))
+        .unwrap()
+        .with_prefix("daily")
+        .unwrap();
+    let asks = [Ask::new(&burst, "tenant:7"), Ask::new(&daily, "tenant:7")];
+    client.try_acquire_all(&asks).await.unwrap(); // loads the script
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    let admitted = client.try_acquire_all(&asks).await.unwrap();
+    assert_eq!(server.calls("evalsha"), 1);
+    let remaining: Vec<u32> = admitted.admissions().iter().map(|a| a.remaining).collect();
+    assert_eq!(remaining, [8, 1]);
+    assert_eq!(admitted.tightest().map(|(member, _)| member), Some(1));
+    client.try_acquire_all(&asks).await.unwrap();
+    // The window is spent: refused, and the bucket keeps its 7.
+    let refused = client.try_acquire_all(&asks).await.unwrap_err();
+    assert_eq!(refused.member, Some(1));
+    assert!(matches!(
+        refused.error,
+        Error::Denied(Denied::RetryAfter(_))
+    ));
+    assert_eq!(
+        client
+            .try_acquire(&burst, "tenant:7")
+            .await
+            .unwrap()
+            .remaining,
+        6
+    );
+    assert!(
+        client
+            .try_acquire_all(&[])
+            .await
+            .unwrap()
+            .tightest()
+            .is_none()
+    );
+}
+
+/// Bad requests never reach the server and name the limit.
+#[tokio::test]
+async fn bad_requests_are_refused_before_any_call() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let bucket = TokenBucket::new(2, Rate::per_second(1)).unwrap();
+    let other = TokenBucket::new(5, Rate::per_second(1)).unwrap();
+    let refused = client
+        .try_acquire_all(&[Ask::new(&other, "k"), Ask::new(&bucket, "k").n(3)])
+        .await
+        .unwrap_err();
+    assert_eq!(refused.member, Some(1));
+    assert!(matches!(
+        refused.error,
+        Error::Denied(Denied::ExceedsCapacity {
+            requested: 3,
+            capacity: 2
+        })
+    ));
+    let zero = client
+        .try_acquire_all(&[Ask::new(&bucket, "k").n(0)])
+        .await
+        .unwrap_err();
+    assert!(matches!(zero.error, Error::Denied(Denied::ZeroPermits)));
+    // Same prefix, same kind, same caller: one Redis key asked twice.
+    let twice = client
+        .try_acquire_all(&[Ask::new(&bucket, "k"), Ask::new(&other, "k")])
+        .await
+        .unwrap_err();
+    assert_eq!(twice.member, Some(1));
+    assert!(matches!(&twice.error, Error::InvalidCall(why) if why.contains("tollgate:{k}:tb")));
+    assert!(!twice.error.may_have_run());
+    assert_eq!(server.calls("evalsha") + server.calls("eval"), 0);
+    let _: () = server.cmd(&["GET", "nothing"]);
+    let keys: Vec<String> = server.cmd(&["KEYS", "*"]);
+    assert!(keys.is_empty(), "{keys:?}");
+}
+
+/// A damaged or foreign key anywhere in a request refuses it with that
+/// limit's error, and nothing of the request is charged.
+#[tokio::test]
+async fn a_damaged_key_refuses_the_request_and_charges_nothing() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let bucket = TokenBucket::new(5, Rate::per_hour(5)).unwrap();
+    let window = FixedWindow::new(Rate::per_hour(5))
+        .unwrap()
+        .with_prefix("w")
+        .unwrap();
+    let log = SlidingLog::new(Rate::per_hour(5))
+        .unwrap()
+        .with_prefix("l")
+        .unwrap();
+    let _: () = server.cmd(&["SET", &window.redis_key("u"), "a string"]);
+    let _: () = server.cmd(&["HSET", &log.redis_key("v"), "v", "tb1"]);
+    let asks = [Ask::new(&bucket, "u"), Ask::new(&window, "u")];
+    let wrong = client.try_acquire_all(&asks).await.unwrap_err();
+    assert_eq!(wrong.member, Some(1));
+    assert!(matches!(wrong.error, Error::WrongType { .. }), "{wrong:?}");
+    let asks = [Ask::new(&log, "v"), Ask::new(&bucket, "v")];
+    let wrong = client.try_acquire_all(&asks).await.unwrap_err();
+    assert_eq!(wrong.member, Some(0));
+    assert!(matches!(wrong.error, Error::WrongType { .. }), "{wrong:?}");
+    let _: () = server.cmd(&["DEL", &log.redis_key("v")]);
+    let _: () = server.cmd(&[
+        "HSET",
+        &window.redis_key("x"),
+        "v",
+        "fw1",
+        "w",
+        "nan",
+        "c",
+        "0",
+    ]);
+    let _: () = server.cmd(&["PEXPIRE", &window.redis_key("x"), "60000"]);
+    let damaged = client
+        .try_acquire_all(&[Ask::new(&bucket, "x"), Ask::new(&window, "x")])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&damaged.error, Error::UnknownState { detail, .. } if detail.contains("field w"))
+    );
+    // The bucket's keys were never written.
+    for caller in ["u", "v", "x"] {
+        let exists: i64 = server.cmd(&["EXISTS", &bucket.redis_key(caller)]);
+        assert_eq!(exists, 0, "{caller}");
+    }
+}
+
+/// Polls a future once, so that a request queues on its client.
+fn poll_once<F: Future + ?Sized>(future: Pin<&mut F>) -> bool {
+    future
+        .poll(&mut Context::from_waker(Waker::noop()))
+        .is_ready()
+}
+
+type Pending<'a> = Pin<Box<dyn Future<Output = Result<Vec<Admission>, Refused>> + Send + 'a>>;
+
+/// With its one call stopped in flight, a client queues every later
+/// request; they go as one call, decided one after another in the order
+/// they queued: the bucket's permits go to exactly as many requests as it
+/// holds, each told a different count left, and an all-or-nothing request
+/// in the batch that a spent limit refuses charges nothing.
+#[tokio::test]
+async fn requests_that_queue_during_a_call_go_as_one_call() {
+    let server = RedisServer::start();
+    let options = Options::new()
+        .timeout(Duration::from_secs(20))
+        .max_calls_in_flight(1);
+    let client = Client::connect_with(&server.url(), options).await.unwrap();
+    let bucket = TokenBucket::new(10, Rate::per_hour(10)).unwrap();
+    let spent = FixedWindow::new(Rate::per_hour(1))
+        .unwrap()
+        .with_prefix("spent")
+        .unwrap();
+    let other = TokenBucket::new(4, Rate::per_hour(4))
+        .unwrap()
+        .with_prefix("other")
+        .unwrap();
+    client.try_acquire(&spent, "u").await.unwrap();
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+
+    server.pause();
+    let mut pending: Vec<Pending<'_>> = Vec::new();
+    for i in 0..30 {
+        if i == 1 {
+            // The first request leaves alone and stops in flight.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if i % 10 == 5 {
+            // Refused by the spent window: the other bucket stays whole.
+            pending.push(Box::pin(async {
+                let asks = [Ask::new(&other, "u"), Ask::new(&spent, "u")];
+                client
+                    .try_acquire_all(&asks)
+                    .await
+                    .map(|a| a.admissions().to_vec())
+            }));
+        } else {
+            pending.push(Box::pin(async {
+                client
+                    .try_acquire(&bucket, "u")
+                    .await
+                    .map(|a| vec![a])
+                    .map_err(|err| Refused::new(Some(0), err))
+            }));
+        }
+        assert!(!poll_once(pending.last_mut().unwrap().as_mut()));
+    }
+    server.resume();
+    let mut answers = Vec::new();
+    for future in pending {
+        answers.push(future.await);
+    }
+    // The first request left alone; every other one queued behind it.
+    assert_eq!(server.calls("evalsha"), 2);
+    let mut left: Vec<u32> = Vec::new();
+    let mut denied = 0;
+    for (i, answer) in answers.iter().enumerate() {
+        match answer {
+            Ok(admissions) => left.extend(admissions.iter().map(|a| a.remaining)),
+            Err(Refused {
+                error: Error::Denied(Denied::RetryAfter(_)),
+                ..
+            }) => denied += 1,
+            other => panic!("request {i}: {other:?}"),
+        }
+    }
+    left.sort_unstable();
+    assert_eq!(left, (0..10).collect::<Vec<_>>());
+    assert_eq!(denied, 20);
+    assert_eq!(client.try_acquire(&other, "u").await.unwrap().remaining, 3);
+}
+
+/// A server killed with a batch in flight and more queued: every request
+/// gets an error (never an admission or a hang), and one that may have
+/// reached the server says so.
+#[tokio::test]
+async fn a_server_killed_mid_batch_fails_every_request_in_it() {
+    let mut server = RedisServer::start();
+    let options = Options::new()
+        .timeout(Duration::from_secs(5))
+        .max_calls_in_flight(1);
+    let client = Client::connect_with(&server.url(), options).await.unwrap();
+    let bucket = TokenBucket::new(100, Rate::per_hour(100)).unwrap();
+    client.try_acquire(&bucket, "warm").await.unwrap();
+    let keys: Vec<String> = (0..20).map(|i| format!("k{}", i % 3)).collect();
+    let client = &client;
+    server.pause();
+    let mut pending: Vec<Pin<Box<dyn Future<Output = Result<Admission, Error>> + Send + '_>>> =
+        Vec::new();
+    for key in &keys {
+        let bucket = &bucket;
+        pending.push(Box::pin(
+            async move { client.try_acquire(bucket, key).await },
+        ));
+        assert!(!poll_once(pending.last_mut().unwrap().as_mut()));
+    }
+    // Let the batching task send what it can to the stopped server.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    server.kill();
+    for (i, future) in pending.into_iter().enumerate() {
+        match future.await {
+            Ok(admission) => panic!("request {i} admitted by a killed server: {admission:?}"),
+            Err(err @ (Error::Timeout(_) | Error::Interrupted(_))) => assert!(err.may_have_run()),
+            Err(err @ Error::Redis(_)) => assert!(!err.may_have_run()),
+            Err(other) => panic!("request {i}: {other:?}"),
+        }
+    }
+}
+
+/// On a Cluster, one call's keys must share a slot: a request whose limits
+/// are on callers of different slots is refused before any call; on one
+/// caller (one hash tag) it is decided on the node that owns it.
+#[tokio::test]
+async fn a_cluster_request_must_keep_to_one_slot() {
+    let cluster = RedisCluster::start();
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let client = Client::connect_cluster(&nodes).await.unwrap();
+    let bucket = TokenBucket::new(3, Rate::per_hour(3)).unwrap();
+    let log = SlidingLog::new(Rate::per_hour(2)).unwrap();
+    for i in 0..8 {
+        let caller = format!("user:{i}");
+        let asks = [Ask::new(&bucket, &caller), Ask::new(&log, &caller)];
+        let admitted = client.try_acquire_all(&asks).await.unwrap();
+        assert_eq!(admitted.tightest().map(|(m, _)| m), Some(1));
+        client.try_acquire_all(&asks).await.unwrap();
+        let refused = client.try_acquire_all(&asks).await.unwrap_err();
+        assert_eq!(refused.member, Some(1));
+        let owner = cluster.owner(&bucket.redis_key(&caller));
+        let tat: Vec<Option<String>> = owner.cmd(&["HMGET", &bucket.redis_key(&caller), "tat"]);
+        assert!(tat[0].is_some());
+    }
+    let slot = |key: &str| -> i64 { cluster.nodes[0].cmd(&["CLUSTER", "KEYSLOT", key]) };
+    let (a, b) = (0..)
+        .map(|i| (format!("a{i}"), format!("b{i}")))
+        .find(|(a, b)| slot(a) != slot(b))
+        .unwrap();
+    let refused = client
+        .try_acquire_all(&[Ask::new(&bucket, &a), Ask::new(&log, &b)])
+        .await
+        .unwrap_err();
+    assert!(matches!(&refused.error, Error::InvalidCall(why) if why.contains("slots")));
+    // Batched single decisions on many slots are split by slot, each right.
+    let many: Vec<_> = (0..24).map(|i| format!("many:{i}")).collect();
+    let answers = futures_join(&client, &bucket, &many).await;
+    assert!(answers.iter().all(|a| a.remaining == 2), "{answers:?}");
+}
+
+async fn futures_join(client: &Client, bucket: &TokenBucket, keys: &[String]) -> Vec<Admission> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for key in keys {
+        let (client, bucket, key) = (client.clone(), bucket.clone(), key.clone());
+        tasks.spawn(async move { client.try_acquire(&bucket, &key).await.unwrap() });
+    }
+    tasks.join_all().await
+}
+
+/// Under load every request of a batch gets its own answer: requests of
+/// different sizes on keys of their own, from several tasks at once, each
+/// told exactly what is left after its own permits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_of_a_batch_gets_its_own_answer() {
+    let server = RedisServer::start();
+    let client = Client::connect_with(
+        &server.url(),
+        Options::new().timeout(Duration::from_secs(10)),
+    )
+    .await
+    .unwrap();
+    let window = FixedWindow::new(Rate::per_hour(1000)).unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    for task in 0..16u32 {
+        let (client, window) = (client.clone(), window.clone());
+        tasks.spawn(async move {
+            for i in 0..300u32 {
+                let n = (task * 7 + i * 13) % 50 + 1;
+                let key = format!("own:{task}:{i}");
+                let admission = client.try_acquire_n(&window, &key, n).await.unwrap();
+                assert_eq!(admission.remaining, 1000 - n, "task {task} request {i}");
+            }
+        });
+    }
+    tasks.join_all().await;
+    assert!(server.calls("evalsha") < 16 * 300, "no batch formed");
+}
+
+/// A key written early in a call keeps its state for every later decision
+/// of the call, however long the call takes: a bucket refilling one permit
+/// per µs, asked again after a request that keeps the script busy for
+/// milliseconds (the server's clock passes the bucket's expiry meanwhile),
+/// admits exactly one request of the batch, all of whose decisions are made
+/// at one time.
+#[tokio::test]
+async fn a_long_call_never_forgets_what_it_wrote() {
+    let server = RedisServer::start();
+    let options = Options::new()
+        .timeout(Duration::from_secs(20))
+        .max_calls_in_flight(1);
+    let client = Client::connect_with(&server.url(), options).await.unwrap();
+    let bucket = TokenBucket::new(1, Rate::per_second(1_000_000)).unwrap();
+    let log = SlidingLog::new(Rate::per_hour(20_000)).unwrap();
+    client.try_acquire(&bucket, "warm").await.unwrap();
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    let client = &client;
+    server.pause();
+    let mut pending: Vec<Pin<Box<dyn Future<Output = Result<Admission, Error>> + Send + '_>>> =
+        Vec::new();
+    for i in 0..12 {
+        if i == 1 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let (bucket, log) = (&bucket, &log);
+        pending.push(if i == 2 {
+            Box::pin(async move { client.try_acquire_n(log, "slow", 20_000).await })
+        } else {
+            Box::pin(async move { client.try_acquire(bucket, "fine").await })
+        });
+        assert!(!poll_once(pending.last_mut().unwrap().as_mut()));
+    }
+    server.resume();
+    let mut times = Vec::new();
+    for (i, future) in pending.into_iter().enumerate() {
+        match (i, future.await) {
+            (2, answer) => assert!(answer.is_ok(), "{answer:?}"),
+            (_, Ok(admission)) => times.push(admission.time_us),
+            (_, Err(Error::Denied(Denied::RetryAfter(_)))) => {}
+            (i, Err(other)) => panic!("request {i}: {other}"),
+        }
+    }
+    // The first request's own call, and one admission in the batch.
+    assert_eq!(times.len(), 2, "{times:?}");
+    assert_eq!(server.calls("evalsha"), 2);
+}
