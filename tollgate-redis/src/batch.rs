@@ -100,11 +100,14 @@ async fn run(client: Client, limits: Limits, mut queue: mpsc::UnboundedReceiver<
     }
 }
 
-/// Splits the jobs of one batch by what one call cannot mix: Cluster slots
-/// and replayed times. Order is kept within each part.
-fn partition(jobs: Vec<Job>) -> Vec<((Option<Slot>, Option<u64>), Vec<Job>)> {
-    let mut parts: Vec<((Option<Slot>, Option<u64>), Vec<Job>)> = Vec::new();
-    let mut index: HashMap<(Option<Slot>, Option<u64>), usize> = HashMap::new();
+/// What one call cannot mix: a Cluster slot and a replayed time.
+type Mix = (Option<Slot>, Option<u64>);
+
+/// Splits the jobs of one batch by what one call cannot mix. Order is kept
+/// within each part.
+fn partition(jobs: Vec<Job>) -> Vec<(Mix, Vec<Job>)> {
+    let mut parts: Vec<(Mix, Vec<Job>)> = Vec::new();
+    let mut index: HashMap<Mix, usize> = HashMap::new();
     for job in jobs {
         let key = (job.slot, job.now_us);
         let at = *index.entry(key).or_insert_with(|| {

@@ -130,10 +130,14 @@ enum Connection {
     Cluster(ClusterConnection),
 }
 
-/// An async client: decides for any [`Limiter`] with one `EVALSHA` per
-/// decision (reloading the script on `NOSCRIPT`), under a bounded timeout.
+/// An async client: decides for any [`Limiter`] with one `EVALSHA` of the
+/// decision script (reloading it on `NOSCRIPT`), under a bounded timeout; the
+/// limits of one request at once with [`Client::try_acquire_all`].
 ///
-/// Cheap to clone: clones share one multiplexed connection. A single node's
+/// Cheap to clone: clones share one multiplexed connection and one batching
+/// task. A lone request is sent at once; the requests that queue while the
+/// client's calls are in flight go together in the next call, each decided
+/// as it would be alone in the order they queued ([`Options::max_batch`]). A single node's
 /// connection reconnects in the background after a failure; the decision that
 /// met the failure gets the error, which says whether the script may have run
 /// ([`Error::may_have_run`]): [`Error::Timeout`] for every expired deadline,

@@ -1,6 +1,8 @@
 //! Rate limits shared across processes and machines through Redis (or Valkey):
-//! tollgate's limiters with their state in Redis, decided by one Lua script per
-//! decision.
+//! tollgate's limiters with their state in Redis, decided by one Lua script:
+//! one call for a request, for all the limits of a request at once
+//! ([`Client::try_acquire_all`], all or nothing), and for the requests that
+//! queue on a client while its calls are in flight (batched automatically).
 //!
 //! | limiter | promise (by server time) | Redis state per key |
 //! |---|---|---|
@@ -11,8 +13,9 @@
 //!
 //! Every decision:
 //!
-//! * is **one round trip**: `EVALSHA` of the limiter's script (reloaded once if
-//!   the server answers `NOSCRIPT`, after a restart or `SCRIPT FLUSH`);
+//! * is **one round trip**: `EVALSHA` of the decision script (reloaded once if
+//!   the server answers `NOSCRIPT`, after a restart or `SCRIPT FLUSH`), which
+//!   it may share with the other requests queued on the client;
 //! * reads the time from **Redis `TIME`** inside the script, so client clocks
 //!   never matter, and copes with a server clock that steps back by denying,
 //!   never by over-admitting;

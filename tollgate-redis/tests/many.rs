@@ -387,6 +387,8 @@ fn poll_once<F: Future + ?Sized>(future: Pin<&mut F>) -> bool {
         .is_ready()
 }
 
+type Single<'a> = Pin<Box<dyn Future<Output = Result<Admission, Error>> + Send + 'a>>;
+
 type Pending<'a> = Pin<Box<dyn Future<Output = Result<Vec<Admission>, Refused>> + Send + 'a>>;
 
 /// With its one call stopped in flight, a client queues every later
@@ -480,8 +482,7 @@ async fn a_server_killed_mid_batch_fails_every_request_in_it() {
     let keys: Vec<String> = (0..20).map(|i| format!("k{}", i % 3)).collect();
     let client = &client;
     server.pause();
-    let mut pending: Vec<Pin<Box<dyn Future<Output = Result<Admission, Error>> + Send + '_>>> =
-        Vec::new();
+    let mut pending: Vec<Single<'_>> = Vec::new();
     for key in &keys {
         let bucket = &bucket;
         pending.push(Box::pin(
@@ -598,8 +599,7 @@ async fn a_long_call_never_forgets_what_it_wrote() {
     let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
     let client = &client;
     server.pause();
-    let mut pending: Vec<Pin<Box<dyn Future<Output = Result<Admission, Error>> + Send + '_>>> =
-        Vec::new();
+    let mut pending: Vec<Single<'_>> = Vec::new();
     for i in 0..12 {
         if i == 1 {
             tokio::time::sleep(Duration::from_millis(50)).await;
