@@ -23,7 +23,9 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 use tollgate::{Rate, RateLimiter};
-use tollgate_redis::{ApproxSlidingWindow, Client, FixedWindow, Limiter, SlidingLog, TokenBucket};
+use tollgate_redis::{
+    ApproxSlidingWindow, Ask, Client, FixedWindow, Limiter, Options, SlidingLog, TokenBucket,
+};
 
 use support::RedisServer;
 
@@ -36,6 +38,11 @@ struct Tally {
     latencies: Vec<u64>,
     decisions: u64,
     wall: Duration,
+    /// The server's own time in the calls the design makes (`INFO
+    /// commandstats`: EVALSHA, INCR, EXPIRE; a script's inner commands are
+    /// inside its EVALSHA), and the calls.
+    server_us: u64,
+    calls: u64,
 }
 
 /// A table row: the design's place in the list, its name, the task count.
@@ -48,6 +55,12 @@ static TALLIES: LazyLock<Mutex<BTreeMap<Row, Tally>>> =
 #[derive(Clone)]
 enum Design {
     Ours(Client, Arc<dyn Limiter>),
+    /// Two limits of one request, all or nothing, in one call.
+    All(Client, Arc<dyn Limiter>, Arc<dyn Limiter>),
+    /// Two limits asked one after the other.
+    Both(Client, Arc<dyn Limiter>, Arc<dyn Limiter>),
+    /// INCR and EXPIRE for each of `n` counters, in one pipeline.
+    IncrExpirePipelined(MultiplexedConnection, usize),
     ListLog(MultiplexedConnection),
     IncrExpire(MultiplexedConnection),
     /// One connection per task: WATCH is per connection.
@@ -77,6 +90,23 @@ impl Design {
             match self {
                 Design::Ours(client, limiter) => {
                     let _ = client.try_acquire(&**limiter, &key).await;
+                }
+                Design::All(client, first, second) => {
+                    let asks = [Ask::new(&**first, &key), Ask::new(&**second, &key)];
+                    let _ = client.try_acquire_all(&asks).await;
+                }
+                Design::Both(client, first, second) => {
+                    if client.try_acquire(&**first, &key).await.is_ok() {
+                        let _ = client.try_acquire(&**second, &key).await;
+                    }
+                }
+                Design::IncrExpirePipelined(connection, counters) => {
+                    let mut pipe = redis::pipe();
+                    for counter in 0..*counters {
+                        let window = format!("incr{counter}:{key}:{}", unix_seconds());
+                        pipe.incr(&window, 1).expire(&window, 1).ignore();
+                    }
+                    let _: Vec<u64> = pipe.query_async(&mut connection.clone()).await.unwrap();
                 }
                 Design::ListLog(connection) => {
                     let _: redis::Value = LIST_LOG
@@ -159,6 +189,19 @@ fn designs(runtime: &tokio::runtime::Runtime, server: &RedisServer) -> Vec<(Stri
     let url = server.url();
     runtime.block_on(async {
         let client = Client::connect(&url).await.unwrap();
+        let unbatched = Client::connect_with(&url, Options::new().max_batch(1))
+            .await
+            .unwrap();
+        let bucket =
+            || -> Arc<dyn Limiter> { Arc::new(TokenBucket::new(1_000_000, rate()).unwrap()) };
+        let daily = || -> Arc<dyn Limiter> {
+            Arc::new(
+                FixedWindow::new(rate())
+                    .unwrap()
+                    .with_prefix("daily")
+                    .unwrap(),
+            )
+        };
         let plain = redis::Client::open(url.as_str()).unwrap();
         let connection = plain.get_multiplexed_async_connection().await.unwrap();
         let ours = |limiter: Arc<dyn Limiter>| Design::Ours(client.clone(), limiter);
@@ -166,6 +209,10 @@ fn designs(runtime: &tokio::runtime::Runtime, server: &RedisServer) -> Vec<(Stri
             (
                 "TokenBucket (GCRA)".to_owned(),
                 ours(Arc::new(TokenBucket::new(1_000_000, rate()).unwrap())),
+            ),
+            (
+                "TokenBucket, one call per decision (max_batch 1)".to_owned(),
+                Design::Ours(unbatched.clone(), bucket()),
             ),
             (
                 "FixedWindow".to_owned(),
@@ -188,6 +235,26 @@ fn designs(runtime: &tokio::runtime::Runtime, server: &RedisServer) -> Vec<(Stri
             (
                 "INCR + EXPIRE (bench only)".to_owned(),
                 Design::IncrExpire(connection.clone()),
+            ),
+            (
+                "INCR + EXPIRE, one pipeline (bench only)".to_owned(),
+                Design::IncrExpirePipelined(connection.clone(), 1),
+            ),
+            (
+                "two limits, one call (try_acquire_all)".to_owned(),
+                Design::All(client.clone(), bucket(), daily()),
+            ),
+            (
+                "two limits, one call each (2 × try_acquire)".to_owned(),
+                Design::Both(client.clone(), bucket(), daily()),
+            ),
+            (
+                "two limits, one call each, unbatched".to_owned(),
+                Design::Both(unbatched.clone(), bucket(), daily()),
+            ),
+            (
+                "2 × (INCR + EXPIRE), one pipeline (bench only)".to_owned(),
+                Design::IncrExpirePipelined(connection.clone(), 2),
             ),
             (
                 "WATCH/GET/MULTI/SET/EXEC (bench only)".to_owned(),
@@ -217,6 +284,7 @@ fn bench(c: &mut Criterion) {
             group.bench_function(name.as_str(), |b| {
                 b.iter_custom(|iters| {
                     let per_task = iters.div_ceil(tasks as u64);
+                    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
                     let started = Instant::now();
                     let latencies = runtime.block_on(async {
                         let handles: Vec<_> = (0..tasks)
@@ -236,8 +304,11 @@ fn bench(c: &mut Criterion) {
                         all
                     });
                     let wall = started.elapsed();
+                    let (server_us, calls) = server_time(&server);
                     let mut tallies = TALLIES.lock().unwrap();
                     let tally = tallies.entry((order, name.clone(), tasks)).or_default();
+                    tally.server_us += server_us;
+                    tally.calls += calls;
                     tally.decisions += latencies.len() as u64;
                     tally.latencies.extend(latencies);
                     tally.wall += wall;
@@ -251,6 +322,31 @@ fn bench(c: &mut Criterion) {
     print_table(&server);
 }
 
+/// The server's µs in top-level calls since the last reset, and the calls.
+fn server_time(server: &RedisServer) -> (u64, u64) {
+    let stats: String = server.cmd(&["INFO", "commandstats"]);
+    let (mut usec, mut calls) = (0, 0);
+    for line in stats.lines() {
+        let Some((command, fields)) = line
+            .strip_prefix("cmdstat_")
+            .and_then(|l| l.split_once(':'))
+        else {
+            continue;
+        };
+        if !matches!(command, "evalsha" | "incr" | "expire") {
+            continue;
+        }
+        for field in fields.split(',') {
+            match field.split_once('=') {
+                Some(("usec", v)) => usec += v.parse::<u64>().unwrap_or(0),
+                Some(("calls", v)) => calls += v.parse::<u64>().unwrap_or(0),
+                _ => {}
+            }
+        }
+    }
+    (usec, calls)
+}
+
 fn print_table(server: &RedisServer) {
     let version: String = server.cmd(&["INFO", "server"]);
     let version = version
@@ -260,8 +356,10 @@ fn print_table(server: &RedisServer) {
         .trim()
         .to_owned();
     println!("\nRedis {version}, one local server; decisions/s and latency per decision\n");
-    println!("| design | tasks | decisions/s | p50 | p99 |");
-    println!("|---|---:|---:|---:|---:|");
+    println!(
+        "| design | tasks | decisions/s | p50 | p99 | server µs per decision | calls per decision |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     let mut tallies = TALLIES.lock().unwrap();
     let mut rows: Vec<_> = tallies.iter_mut().collect();
     rows.sort_by_key(|((order, _, tasks), _)| (*order, *tasks));
@@ -271,11 +369,14 @@ fn print_table(server: &RedisServer) {
             let i = ((tally.latencies.len() as f64 * q) as usize).min(tally.latencies.len() - 1);
             Duration::from_nanos(tally.latencies[i])
         };
+        let per = |v: u64| v as f64 / tally.decisions.max(1) as f64;
         println!(
-            "| {name} | {tasks} | {:.0} | {:.1?} | {:.1?} |",
+            "| {name} | {tasks} | {:.0} | {:.1?} | {:.1?} | {:.2} | {:.3} |",
             tally.decisions as f64 / tally.wall.as_secs_f64(),
             at(0.50),
-            at(0.99)
+            at(0.99),
+            per(tally.server_us),
+            per(tally.calls),
         );
     }
 }

@@ -493,8 +493,18 @@ impl Client {
                 invocation.arg(*argument);
             }
         }
+        // Four items a decision, one flat array (fewer Lua tables to build).
         match self.invoke(invocation, now_us).await? {
-            Value::Array(replies) => Ok(replies),
+            Value::Array(items) if items.len() % 4 == 0 => {
+                let mut items = items.into_iter();
+                let mut replies = Vec::with_capacity(items.len() / 4);
+                while let (Some(a), Some(b), Some(c), Some(d)) =
+                    (items.next(), items.next(), items.next(), items.next())
+                {
+                    replies.push(Value::Array(vec![a, b, c, d]));
+                }
+                Ok(replies)
+            }
             other => Err(Error::UnexpectedReply(format!("{other:?}"))),
         }
     }

@@ -395,7 +395,8 @@ type Pending<'a> = Pin<Box<dyn Future<Output = Result<Vec<Admission>, Refused>> 
 /// request; they go as one call, decided one after another in the order
 /// they queued: the bucket's permits go to exactly as many requests as it
 /// holds, each told a different count left, and an all-or-nothing request
-/// in the batch that a spent limit refuses charges nothing.
+/// in the batch that a spent limit refuses charges nothing. A call reads and
+/// writes a key once, however many of its decisions are on it.
 #[tokio::test]
 async fn requests_that_queue_during_a_call_go_as_one_call() {
     let server = RedisServer::start();
@@ -447,8 +448,12 @@ async fn requests_that_queue_during_a_call_go_as_one_call() {
     for future in pending {
         answers.push(future.await);
     }
-    // The first request left alone; every other one queued behind it.
+    // The first request left alone; every other one queued behind it. Each
+    // call reads and writes the bucket's key once, however often it decides
+    // on it.
     assert_eq!(server.calls("evalsha"), 2);
+    assert_eq!(server.calls("hset"), 2);
+    assert_eq!(server.calls("pexpireat"), 2);
     let mut left: Vec<u32> = Vec::new();
     let mut denied = 0;
     for (i, answer) in answers.iter().enumerate() {
@@ -582,10 +587,11 @@ async fn every_request_of_a_batch_gets_its_own_answer() {
 
 /// A key written early in a call keeps its state for every later decision
 /// of the call, however long the call takes: a bucket refilling one permit
-/// per µs, asked again after a request that keeps the script busy for
-/// milliseconds (the server's clock passes the bucket's expiry meanwhile),
-/// admits exactly one request of the batch, all of whose decisions are made
-/// at one time.
+/// per µs and a log of one permit per millisecond, asked after a request
+/// that keeps the script busy for milliseconds (the server's clock passes
+/// their expiries meanwhile, and an expiry set in the past deletes a key at
+/// once), each admit exactly one request of the batch, all of whose
+/// decisions are made at one time.
 #[tokio::test]
 async fn a_long_call_never_forgets_what_it_wrote() {
     let server = RedisServer::start();
@@ -594,6 +600,7 @@ async fn a_long_call_never_forgets_what_it_wrote() {
         .max_calls_in_flight(1);
     let client = Client::connect_with(&server.url(), options).await.unwrap();
     let bucket = TokenBucket::new(1, Rate::per_second(1_000_000)).unwrap();
+    let fine_log = SlidingLog::new(Rate::new(1, Duration::from_millis(1))).unwrap();
     let log = SlidingLog::new(Rate::per_hour(20_000)).unwrap();
     client.try_acquire(&bucket, "warm").await.unwrap();
     let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
@@ -604,25 +611,29 @@ async fn a_long_call_never_forgets_what_it_wrote() {
         if i == 1 {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let (bucket, log) = (&bucket, &log);
-        pending.push(if i == 2 {
+        let (bucket, log, fine_log) = (&bucket, &log, &fine_log);
+        pending.push(if i == 1 {
             Box::pin(async move { client.try_acquire_n(log, "slow", 20_000).await })
+        } else if i % 2 == 0 && i > 0 {
+            Box::pin(async move { client.try_acquire(fine_log, "fine").await })
         } else {
             Box::pin(async move { client.try_acquire(bucket, "fine").await })
         });
         assert!(!poll_once(pending.last_mut().unwrap().as_mut()));
     }
     server.resume();
-    let mut times = Vec::new();
+    let (mut buckets, mut logs) = (0, 0);
     for (i, future) in pending.into_iter().enumerate() {
         match (i, future.await) {
-            (2, answer) => assert!(answer.is_ok(), "{answer:?}"),
-            (_, Ok(admission)) => times.push(admission.time_us),
+            (1, answer) => assert!(answer.is_ok(), "{answer:?}"),
+            (i, Ok(_)) if i % 2 == 0 && i > 0 => logs += 1,
+            (_, Ok(_)) => buckets += 1,
             (_, Err(Error::Denied(Denied::RetryAfter(_)))) => {}
             (i, Err(other)) => panic!("request {i}: {other}"),
         }
     }
-    // The first request's own call, and one admission in the batch.
-    assert_eq!(times.len(), 2, "{times:?}");
+    // The bucket: the first request's own call, and one in the batch; the
+    // log: one in the batch.
+    assert_eq!((buckets, logs), (2, 1));
     assert_eq!(server.calls("evalsha"), 2);
 }

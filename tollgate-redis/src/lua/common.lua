@@ -75,6 +75,9 @@ end
 -- key means. The latest time of each key wins; keys in the order written.
 -- Until then a key written by this call lives until its pending expiry.
 local expiries, expiring = {}, {}
+-- The counters' states a call has read or written, key by key (see
+-- `read_counter`), and the keys it wrote, in order.
+local seen, writing = {}, {}
 local function expire_later(key, at)
   local known = expiries[key]
   if not known then
@@ -91,6 +94,9 @@ end
 -- error reply when the key has no expiry (every key these scripts write has
 -- one).
 local function horizon(key)
+  if seen[key] and seen[key].written then
+    return seen[key].horizon
+  end
   if expiries[key] then
     return expiries[key] + EXPIRY_SLACK
   end
@@ -137,4 +143,58 @@ local function read_state(key, version, fields)
     return reply
   end
   return nil, {-2, 'expected format ' .. version .. ', found ' .. tostring(reply[1])}
+end
+
+-- The counters (token bucket, fixed window, sliding window counter) of a
+-- call: each key is read once, on its first decision in the call; every
+-- later decision reads and writes the call's own copy; each key written is
+-- written once, when every decision of the call is made (`flush`). A key
+-- decided a hundred times in one call costs its reads and writes once.
+local function read_counter(key, version, fields)
+  local state = seen[key]
+  if state then
+    return state
+  end
+  local err
+  state, err = read_state(key, version, fields)
+  if state then
+    seen[key] = state
+  end
+  return state, err
+end
+
+-- Keeps a counter's new field values (in the order of its `fields`), to be
+-- written when the call ends; the key expires at `at` (us), when the state
+-- has become the same as no key.
+local function write_counter(key, version, fields, values, at)
+  local state = seen[key]
+  if not state.written then
+    writing[#writing + 1] = key
+  end
+  local fresh = {version, written = true, fields = fields, horizon = at + EXPIRY_SLACK, at = at}
+  for i, value in ipairs(values) do
+    fresh[i + 1] = value
+  end
+  seen[key] = fresh
+end
+
+-- Writes what the call kept: each counter once, then its expiry, and the
+-- expiries of the other keys the call wrote.
+local function flush()
+  for _, key in ipairs(writing) do
+    local state = seen[key]
+    local f = state.fields
+    if #f == 1 then
+      redis.call('HSET', key, 'v', state[1], f[1], int(state[2]))
+    elseif #f == 2 then
+      redis.call('HSET', key, 'v', state[1], f[1], int(state[2]), f[2], int(state[3]))
+    else
+      redis.call('HSET', key, 'v', state[1], f[1], int(state[2]), f[2], int(state[3]),
+        f[3], int(state[4]))
+    end
+    expire_at(key, state.at)
+  end
+  for _, key in ipairs(expiring) do
+    expire_at(key, expiries[key])
+  end
 end

@@ -10,19 +10,29 @@
 -- requests of one group name different keys (the clients make sure): each is
 -- checked against the state as it was before the group.
 --
--- Reply: one item per request, in order. Admitted (or, in a group that was
--- refused, one that would have been): {1, time, count, 0}; refused:
--- {0, time, count, wait}; a key these scripts did not write: {-1|-2, message}.
--- Whether a group was charged follows: it was exactly when every item of it
--- has status 1.
+-- Reply: four items per request, in order, in one flat array. Admitted (or,
+-- in a group that was refused, one that would have been): 1, time, count, 0;
+-- refused: 0, time, count, wait; a key these scripts did not write: -1 or -2,
+-- the message, 0, 0. Whether a group was charged follows: it was exactly when
+-- every request of it has status 1.
+--
+-- The counters' keys are read once per call and written once, at its end
+-- (`read_counter`, `flush`): a key decided many times in one call costs one
+-- read and one write.
 
--- A check returns the reply and, when it admits, the function that writes.
+-- A check returns the reply and, when it admits, what it writes: a counter's
+-- new field values and the time its key expires, or (the log) the function
+-- that writes.
+
+-- The counters' fields, as their hashes keep them after the tag 'v'.
+local TB_FIELDS, FW_FIELDS, SW_FIELDS = {'tat'}, {'w', 'c'}, {'k', 'c', 'p'}
+local FIELDS = {tb1 = TB_FIELDS, fw1 = FW_FIELDS, sw1 = SW_FIELDS}
 
 -- GCRA: the state is the theoretical arrival time (TAT), when the bucket is full
 -- again. Terms: interval (us per permit), tolerance (capacity * interval).
 -- Values: now < 2^51, tolerance <= 2^51, so TAT <= now + tolerance < 2^52.
 local function token_bucket(key, n, interval, tolerance)
-  local state, err = read_state(key, 'tb1', {'tat'})
+  local state, err = read_counter(key, 'tb1', TB_FIELDS)
   if not state then
     return err
   end
@@ -33,11 +43,8 @@ local function token_bucket(key, n, interval, tolerance)
   local next_tat = base + n * interval
   local limit = now + tolerance
   if next_tat <= limit then
-    return {1, now, idiv(limit - next_tat, interval), 0}, function()
-      redis.call('HSET', key, 'v', 'tb1', 'tat', int(next_tat))
-      -- At the TAT the bucket is full: the same as a missing key.
-      expire_later(key, next_tat)
-    end
+    -- At the TAT the bucket is full: the same as a missing key.
+    return {1, now, idiv(limit - next_tat, interval), 0}, {next_tat}, next_tat
   end
   -- Denied means tat > now, so at now + wait the base is still tat and
   -- next_tat equals the limit: the wait is exact.
@@ -47,7 +54,7 @@ end
 -- Fixed window: the index of the window last written and its count. Terms:
 -- window (us), limit. Windows are aligned to the Unix epoch.
 local function fixed_window(key, n, window, limit)
-  local state, err = read_state(key, 'fw1', {'w', 'c'})
+  local state, err = read_counter(key, 'fw1', FW_FIELDS)
   if not state then
     return err
   end
@@ -67,10 +74,7 @@ local function fixed_window(key, n, window, limit)
   end
   local ends = (index + 1) * window
   if count + n <= limit then
-    return {1, now, limit - count - n, 0}, function()
-      redis.call('HSET', key, 'v', 'fw1', 'w', int(index), 'c', int(count + n))
-      expire_later(key, ends)
-    end
+    return {1, now, limit - count - n, 0}, {index, count + n}, ends
   end
   -- n <= limit, so the request fits the next window, which is empty.
   return {0, now, limit - count, ends - now}
@@ -81,7 +85,7 @@ end
 -- the limit. Terms: window T (us), limit N, with N * T <= 2^51 so that every
 -- product below (at most 3 * N * T) stays exact.
 local function sliding_window(key, n, t, limit)
-  local state, err = read_state(key, 'sw1', {'k', 'c', 'p'})
+  local state, err = read_counter(key, 'sw1', SW_FIELDS)
   if not state then
     return err
   end
@@ -124,11 +128,8 @@ local function sliding_window(key, n, t, limit)
   if not stale then
     local elapsed = now - start
     if p * (t - elapsed) + (c + n) * t <= limit * t then
-      return {1, now, available(elapsed, c + n), 0}, function()
-        redis.call('HSET', key, 'v', 'sw1', 'k', int(k), 'c', int(c + n), 'p', int(p))
-        -- From window k + 2 on, window k weighs nothing.
-        expire_later(key, start + 2 * t)
-      end
+      -- From window k + 2 on, window k weighs nothing.
+      return {1, now, available(elapsed, c + n), 0}, {k, c + n, p}, start + 2 * t
     end
   end
 
@@ -265,38 +266,52 @@ local function sliding_log(key, n, window, limit, history)
 end
 
 local KINDS = {token_bucket, fixed_window, sliding_window, sliding_log}
+-- The counters' format tags (the log writes for itself).
+local VERSIONS = {[token_bucket] = 'tb1', [fixed_window] = 'fw1', [sliding_window] = 'sw1'}
 
+-- The replies, four items a decision: {status, time or message, count,
+-- value}.
 local replies = {}
+local function answer(reply)
+  local at = #replies
+  replies[at + 1] = reply[1]
+  replies[at + 2] = reply[2]
+  replies[at + 3] = reply[3] or 0
+  replies[at + 4] = reply[4] or 0
+end
+
+-- The writes of the group being decided: key, value (or function), expiry.
 local writes = {}
-local group = 1
+local whole = true
 for i = 1, #KEYS do
   local at = 6 * (i - 1)
   local kind = KINDS[tonumber(ARGV[at + 1])]
   if not kind then
     return redis.error_reply('tollgate: unknown limiter kind ' .. tostring(ARGV[at + 1]))
   end
-  local reply, write = kind(KEYS[i], tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]),
+  local key = KEYS[i]
+  local reply, write, expires = kind(key, tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]),
     tonumber(ARGV[at + 4]), tonumber(ARGV[at + 5]))
-  replies[i] = reply
-  writes[#writes + 1] = write
+  answer(reply)
+  if reply[1] == 1 then
+    writes[#writes + 1] = {key, write, expires, VERSIONS[kind]}
+  else
+    whole = false
+  end
   if ARGV[at + 6] == '1' then
     -- The group ends here: written whole, or not at all.
-    local whole = true
-    for j = group, i do
-      if replies[j][1] ~= 1 then
-        whole = false
-      end
-    end
     if whole then
       for _, w in ipairs(writes) do
-        w()
+        if w[4] then
+          write_counter(w[1], w[4], FIELDS[w[4]], w[2], w[3])
+        else
+          w[2]()
+        end
       end
     end
     writes = {}
-    group = i + 1
+    whole = true
   end
 end
-for _, key in ipairs(expiring) do
-  expire_at(key, expiries[key])
-end
+flush()
 return replies
