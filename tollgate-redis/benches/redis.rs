@@ -39,7 +39,7 @@ struct Tally {
     decisions: u64,
     wall: Duration,
     /// The server's own time in the calls the design makes (`INFO
-    /// commandstats`: EVALSHA, INCR, EXPIRE; a script's inner commands are
+    /// commandstats`: EVALSHA, INCR(BY), EXPIRE; a script's inner commands are
     /// inside its EVALSHA), and the calls.
     server_us: u64,
     calls: u64,
@@ -55,6 +55,8 @@ static TALLIES: LazyLock<Mutex<BTreeMap<Row, Tally>>> =
 #[derive(Clone)]
 enum Design {
     Ours(Client, Arc<dyn Limiter>),
+    /// Every decision on one of 4 keys: the hot keys of a shared limit.
+    Hot(Client, Arc<dyn Limiter>),
     /// Two limits of one request, all or nothing, in one call.
     All(Client, Arc<dyn Limiter>, Arc<dyn Limiter>),
     /// Two limits asked one after the other.
@@ -90,6 +92,11 @@ impl Design {
             match self {
                 Design::Ours(client, limiter) => {
                     let _ = client.try_acquire(&**limiter, &key).await;
+                }
+                Design::Hot(client, limiter) => {
+                    let _ = client
+                        .try_acquire(&**limiter, &format!("hot:{}", i % 4))
+                        .await;
                 }
                 Design::All(client, first, second) => {
                     let asks = [Ask::new(&**first, &key), Ask::new(&**second, &key)];
@@ -215,6 +222,14 @@ fn designs(runtime: &tokio::runtime::Runtime, server: &RedisServer) -> Vec<(Stri
                 Design::Ours(unbatched.clone(), bucket()),
             ),
             (
+                "TokenBucket, 4 hot keys".to_owned(),
+                Design::Hot(client.clone(), bucket()),
+            ),
+            (
+                "TokenBucket, 4 hot keys, one call per decision".to_owned(),
+                Design::Hot(unbatched.clone(), bucket()),
+            ),
+            (
                 "FixedWindow".to_owned(),
                 ours(Arc::new(FixedWindow::new(rate()).unwrap())),
             ),
@@ -333,7 +348,7 @@ fn server_time(server: &RedisServer) -> (u64, u64) {
         else {
             continue;
         };
-        if !matches!(command, "evalsha" | "incr" | "expire") {
+        if !matches!(command, "evalsha" | "incr" | "incrby" | "expire") {
             continue;
         }
         for field in fields.split(',') {

@@ -2,12 +2,13 @@
 //! are in flight go to the server together, as one call of the decision
 //! script, which decides them in the order they queued.
 //!
-//! One task per client (clones share it) takes the first queued request,
-//! waits for a free call slot (`max_calls_in_flight`), then takes whatever
-//! else has queued meanwhile, up to `max_batch` decisions, and sends it: a
-//! lone request goes at once, and under load the requests that arrive during
-//! a round trip share the next one. A request is one group of the script:
-//! all-or-nothing, its own reply.
+//! A request that finds a free call slot (`max_calls_in_flight`) goes alone,
+//! at once. One that finds none queues; one task per client (clones share
+//! it) takes the first queued request, waits for a free slot, then takes
+//! whatever else has queued meanwhile, up to `max_batch` decisions, and sends
+//! it: under load the requests that arrive during a round trip share the
+//! next one. A request is one group of the script: all-or-nothing, its own
+//! reply.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -43,18 +44,36 @@ pub(crate) struct Limits {
     pub(crate) max_calls_in_flight: usize,
 }
 
+/// A client's way to its batching task: the queue, and the call slots that
+/// the task and the requests that go alone share.
+#[derive(Clone)]
+pub(crate) struct Batcher {
+    pub(crate) queue: mpsc::UnboundedSender<Job>,
+    /// One permit per call in flight. A request that finds one free goes
+    /// alone at once, with no hop through the task; a request that finds
+    /// none queues. The semaphore is fair: a free slot goes to the task
+    /// when it waits for one, so queued requests are never overtaken for
+    /// long.
+    pub(crate) slots: Arc<Semaphore>,
+}
+
 /// Starts the batching task of `client` (whose own batcher must be unset:
-/// the task calls the server directly) and returns the queue it reads.
-pub(crate) fn start(client: Client, limits: Limits) -> mpsc::UnboundedSender<Job> {
-    let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(run(client, limits, rx));
-    tx
+/// the task calls the server directly).
+pub(crate) fn start(client: Client, limits: Limits) -> Batcher {
+    let (queue, rx) = mpsc::unbounded_channel();
+    let slots = Arc::new(Semaphore::new(limits.max_calls_in_flight.max(1)));
+    tokio::spawn(run(client, limits, Arc::clone(&slots), rx));
+    Batcher { queue, slots }
 }
 
 /// The batching loop: ends when every sender (every clone of the client)
 /// is gone.
-async fn run(client: Client, limits: Limits, mut queue: mpsc::UnboundedReceiver<Job>) {
-    let slots = Arc::new(Semaphore::new(limits.max_calls_in_flight.max(1)));
+async fn run(
+    client: Client,
+    limits: Limits,
+    slots: Arc<Semaphore>,
+    mut queue: mpsc::UnboundedReceiver<Job>,
+) {
     // A job taken from the queue that did not fit the last batch.
     let mut held: Option<Job> = None;
     loop {

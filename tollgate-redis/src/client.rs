@@ -1,15 +1,16 @@
 //! The async client: one connection (a single node's `ConnectionManager`, or
 //! the cluster client's connection) and the timeouts every decision runs under.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
 use redis::{ErrorKind, ScriptInvocation, ServerErrorKind, Value};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
-use crate::batch::{self, Decision, Job, Limits};
+use crate::batch::{self, Batcher, Decision, Job, Limits};
 use crate::error::Error;
 use crate::limiter::Limiter;
 use crate::micros::MAX_SPAN;
@@ -166,7 +167,7 @@ pub struct Client {
     options: Options,
     /// The queue of the batching task; `None` when every request is its
     /// own call (batching off, or the batching task's own client).
-    batcher: Option<mpsc::UnboundedSender<Job>>,
+    batcher: Option<Batcher>,
 }
 
 impl std::fmt::Debug for Client {
@@ -416,21 +417,25 @@ impl Client {
         now_us: Option<u64>,
     ) -> Result<Vec<Value>, Error> {
         let slot = self.slot_of(&decisions)?;
-        let Some(queue) = &self.batcher else {
-            return self
-                .decide_call(decisions.iter(), now_us)
-                .await
-                .and_then(|replies| {
-                    if replies.len() == decisions.len() {
-                        Ok(replies)
-                    } else {
-                        Err(Error::UnexpectedReply(format!(
-                            "{} replies to {} decisions",
-                            replies.len(),
-                            decisions.len()
-                        )))
-                    }
-                });
+        let alone = match &self.batcher {
+            None => None,
+            // A free call slot: go alone, now, holding it.
+            Some(batcher) => Arc::clone(&batcher.slots).try_acquire_owned().ok(),
+        };
+        let Some(batcher) = self.batcher.as_ref().filter(|_| alone.is_none()) else {
+            let replies = self.decide_call(decisions.iter(), now_us).await;
+            drop(alone);
+            return replies.and_then(|replies| {
+                if replies.len() == decisions.len() {
+                    Ok(replies)
+                } else {
+                    Err(Error::UnexpectedReply(format!(
+                        "{} replies to {} decisions",
+                        replies.len(),
+                        decisions.len()
+                    )))
+                }
+            });
         };
         let (reply, answer) = oneshot::channel();
         let job = Job {
@@ -439,7 +444,7 @@ impl Client {
             slot,
             reply,
         };
-        if queue.send(job).is_err() {
+        if batcher.queue.send(job).is_err() {
             // The task ends only with its runtime: nothing was sent.
             return Err(Error::Redis(redis::RedisError::from((
                 ErrorKind::Client,
