@@ -637,3 +637,39 @@ async fn a_long_call_never_forgets_what_it_wrote() {
     assert_eq!((buckets, logs), (2, 1));
     assert_eq!(server.calls("evalsha"), 2);
 }
+
+/// A client on a connection the application made (and keeps using for its
+/// own commands), through the re-exported `redis`.
+#[tokio::test]
+async fn a_client_on_your_own_connection() {
+    use tollgate_redis::redis;
+    let server = RedisServer::start();
+    let redis = redis::Client::open(server.url()).unwrap();
+    let config = redis::aio::ConnectionManagerConfig::new().set_response_timeout(None);
+    let mut manager = redis::aio::ConnectionManager::new_with_config(redis, config)
+        .await
+        .unwrap();
+    let client = Client::from_connection_manager(manager.clone(), Options::new());
+    let bucket = TokenBucket::new(2, Rate::per_hour(2)).unwrap();
+    assert_eq!(
+        client.try_acquire(&bucket, "mine").await.unwrap().remaining,
+        1
+    );
+    let _: () = redis::cmd("SET")
+        .arg("app:key")
+        .arg("v")
+        .query_async(&mut manager)
+        .await
+        .unwrap();
+    assert_eq!(
+        client.try_acquire(&bucket, "mine").await.unwrap().remaining,
+        0
+    );
+    assert!(
+        client
+            .try_acquire(&bucket, "mine")
+            .await
+            .unwrap_err()
+            .is_denied()
+    );
+}
