@@ -168,6 +168,10 @@ pub struct Refused {
     pub member: Option<usize>,
     /// Why.
     pub error: Error,
+    /// For a [`Denied::RetryAfter`], that limit's state as the script found
+    /// it ([`Limiter::report`] of the permits free then): what `RateLimit`
+    /// fields need; `None` otherwise.
+    pub report: Option<Snapshot>,
 }
 
 impl Refused {
@@ -178,7 +182,11 @@ impl Refused {
     /// assert_eq!(refused.member, None);
     /// ```
     pub fn new(member: Option<usize>, error: Error) -> Self {
-        Refused { member, error }
+        Refused {
+            member,
+            error,
+            report: None,
+        }
     }
 }
 
@@ -282,26 +290,33 @@ impl Client {
             .await
             .map_err(|err| Refused::new(None, err))?;
         let mut admissions = Vec::with_capacity(asks.len());
-        let mut longest: Option<(usize, Duration)> = None;
+        let mut longest: Option<(usize, Duration, Admission)> = None;
         for (member, (value, key)) in replies.into_iter().zip(&keys).enumerate() {
             match reply(value, key).map_err(|err| Refused::new(Some(member), err))? {
                 Reply::Done { time_us, count, .. } => admissions.push(Admission {
                     time_us,
                     remaining: u32::try_from(count).unwrap_or(u32::MAX),
                 }),
-                Reply::Refused { wait_us } => {
+                Reply::Refused {
+                    wait_us,
+                    time_us,
+                    free,
+                } => {
                     let wait = Duration::from_micros(wait_us);
-                    if longest.is_none_or(|(_, kept)| wait > kept) {
-                        longest = Some((member, wait));
+                    if longest.is_none_or(|(_, kept, _)| wait > kept) {
+                        let state =
+                            Admission::new(time_us, u32::try_from(free).unwrap_or(u32::MAX));
+                        longest = Some((member, wait, state));
                     }
                 }
             }
         }
-        if let Some((member, wait)) = longest {
-            return Err(Refused::new(
-                Some(member),
-                Error::Denied(Denied::RetryAfter(wait)),
-            ));
+        if let Some((member, wait, state)) = longest {
+            return Err(Refused {
+                member: Some(member),
+                error: Error::Denied(Denied::RetryAfter(wait)),
+                report: Some(asks[member].limiter.report(&state)),
+            });
         }
         let reports = asks
             .iter()

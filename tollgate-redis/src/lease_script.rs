@@ -85,7 +85,7 @@ pub(crate) async fn lease(
             granted: count,
             tat: value,
         }),
-        Reply::Refused { wait_us } => Ok(LeaseReply::Exhausted { wait_us }),
+        Reply::Refused { wait_us, .. } => Ok(LeaseReply::Exhausted { wait_us }),
     }
 }
 

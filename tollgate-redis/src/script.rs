@@ -121,6 +121,10 @@ pub(crate) enum Reply {
     },
     Refused {
         wait_us: u64,
+        time_us: u64,
+        /// The permits free at the refusal (0 when the script reports fewer,
+        /// after a server clock stepped back).
+        free: u64,
     },
 }
 
@@ -154,9 +158,11 @@ pub(crate) fn reply(reply: Value, key: &str) -> Result<Reply, Error> {
             value: number(3)?,
         }),
         // A refusal's count may be below zero (a server clock that stepped
-        // back): only the wait is read.
+        // back): none free.
         0 => Ok(Reply::Refused {
             wait_us: number(3)?,
+            time_us: number(1)?,
+            free: int(2).map(|v| u64::try_from(v).unwrap_or(0))?,
         }),
         -1 => Err(Error::WrongType {
             key: key.to_owned(),
@@ -178,7 +184,7 @@ pub(crate) fn outcome(value: Value, key: &str) -> Result<Admission, Error> {
             time_us,
             remaining: u32::try_from(count).unwrap_or(u32::MAX),
         }),
-        Reply::Refused { wait_us } => Err(Error::Denied(Denied::RetryAfter(
+        Reply::Refused { wait_us, .. } => Err(Error::Denied(Denied::RetryAfter(
             Duration::from_micros(wait_us),
         ))),
     }

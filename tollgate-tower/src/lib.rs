@@ -139,7 +139,7 @@
 //!
 //! - `axum` (default): read the peer address from axum's `ConnectInfo`.
 //! - `redis`: `RedisLimit` (a `tollgate-redis` limiter, one script call per
-//!   request) and `LeasedLimit` (its leased limiter, no Redis call on the
+//!   request), `RedisAllOf` (several of them, all or nothing in one call) and `LeasedLimit` (its leased limiter, no Redis call on the
 //!   request path) as policies.
 
 #![deny(missing_docs)]
@@ -172,7 +172,7 @@ pub use policy::{
     AllOfLimit, AsyncLimit, Decision, Limit, Outcome, OutcomeFuture, PerKey, Policy, Scope,
 };
 #[cfg(feature = "redis")]
-pub use redis::{LeasedLimit, RedisLimit};
+pub use redis::{LeasedLimit, RedisAllOf, RedisLimit};
 pub use response::{Refusal, problem_response};
 pub use shaped::Shaped;
 /// The `tower` trait that puts the layer around a service (`layer.layer(service)`),

@@ -4,7 +4,8 @@
 use std::fmt::Display;
 use std::sync::Arc;
 
-use tollgate_redis::{Attempt, Client, Error, LeasedLimiter, Limiter};
+use tollgate::Rejection;
+use tollgate_redis::{Ask, Attempt, Client, Error, LeasedLimiter, Limiter, Refused};
 
 use crate::fields::{IntoPolicyName, InvalidName, PolicyName};
 use crate::policy::{Decision, Outcome, Policy, Scope};
@@ -86,6 +87,143 @@ impl<K: Display, L: Limiter + 'static> Policy<K> for RedisLimit<L> {
             match client.try_acquire_n(&*limiter, &key, n).await {
                 Ok(admission) => Outcome::Admitted(Some(limiter.report(&admission))),
                 Err(err) => outcome(Err(err)),
+            }
+        }))
+    }
+}
+
+/// Several [`tollgate_redis`] limiters on one client, asked about each
+/// request in **one** script call ([`Client::try_acquire_all`]): admitted
+/// only if every member admits, and then charged on every one; refused by
+/// any member, charged on none. One round trip where separate
+/// [`RedisLimit`]s take one each, and none of them keeps an admission when
+/// another refuses.
+///
+/// Each member has its own name; the fields report the binding member under
+/// it: on admission the member with the least left, on denial the member
+/// whose wait is longest, with that wait as the `Retry-After` (every member
+/// that refused admits by then, if nothing else is admitted meanwhile). The
+/// request's key, printed with `Display`, is every member's caller key, so
+/// the members' Redis keys share one hash tag (one Cluster slot); two
+/// members must not name the same Redis key (give limiters of one kind
+/// different prefixes), or every request is `503`.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use tollgate::Rate;
+/// use tollgate_tower::{PeerIp, RedisAllOf, ThrottleLayer};
+///
+/// let client = tollgate_redis::Client::connect("redis://127.0.0.1/").await?;
+/// let burst = tollgate_redis::TokenBucket::new(20, Rate::per_second(10))?;
+/// let daily = tollgate_redis::FixedWindow::new(Rate::new(10_000, Duration::from_secs(86_400)))?
+///     .with_prefix("daily")?;
+/// let layer = ThrottleLayer::builder(PeerIp)
+///     .policy(RedisAllOf::new(client, "burst", burst)?.and("daily", daily)?)
+///     .build();
+/// # let _ = layer; Ok(()) }
+/// ```
+pub struct RedisAllOf {
+    names: Vec<PolicyName>,
+    client: Client,
+    limiters: Arc<[Arc<dyn Limiter>]>,
+}
+
+impl RedisAllOf {
+    /// A policy of one member, `limiter` named `name`, on the server behind
+    /// `client`; add members with [`and`](RedisAllOf::and).
+    ///
+    /// Errors: [`InvalidName`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use tollgate::Rate;
+    /// let client = tollgate_redis::Client::connect("redis://127.0.0.1/").await?;
+    /// let bucket = tollgate_redis::TokenBucket::new(10, Rate::per_second(5))?;
+    /// let _ = tollgate_tower::RedisAllOf::new(client, "burst", bucket)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn new(
+        client: Client,
+        name: impl IntoPolicyName,
+        limiter: impl Limiter + 'static,
+    ) -> Result<Self, InvalidName> {
+        Ok(RedisAllOf {
+            names: vec![name.into_policy_name()?],
+            client,
+            limiters: Arc::new([Arc::new(limiter) as Arc<dyn Limiter>]),
+        })
+    }
+
+    /// The same policy with one more member, asked after the others.
+    ///
+    /// Errors: [`InvalidName`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use tollgate::Rate;
+    /// let client = tollgate_redis::Client::connect("redis://127.0.0.1/").await?;
+    /// let bucket = tollgate_redis::TokenBucket::new(10, Rate::per_second(5))?;
+    /// let log = tollgate_redis::SlidingLog::new(Rate::per_hour(100))?;
+    /// let _ = tollgate_tower::RedisAllOf::new(client, "burst", bucket)?.and("hourly", log)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn and(
+        mut self,
+        name: impl IntoPolicyName,
+        limiter: impl Limiter + 'static,
+    ) -> Result<Self, InvalidName> {
+        self.names.push(name.into_policy_name()?);
+        let mut limiters: Vec<Arc<dyn Limiter>> = self.limiters.iter().cloned().collect();
+        limiters.push(Arc::new(limiter));
+        self.limiters = limiters.into();
+        Ok(self)
+    }
+}
+
+impl<K: Display> Policy<K> for RedisAllOf {
+    fn name(&self) -> &PolicyName {
+        &self.names[0]
+    }
+
+    fn member_name(&self, member: usize) -> &PolicyName {
+        self.names.get(member).unwrap_or(&self.names[0])
+    }
+
+    /// One script call on the shared server: asked after every in-process
+    /// policy.
+    fn scope(&self) -> Scope {
+        Scope::Shared
+    }
+
+    fn capacity(&self, _: &K) -> Option<u32> {
+        self.limiters.iter().map(|limiter| limiter.capacity()).min()
+    }
+
+    fn decide(&self, key: &K, n: u32) -> Decision {
+        let client = self.client.clone();
+        let limiters = Arc::clone(&self.limiters);
+        let key = key.to_string();
+        Decision::Later(Box::pin(async move {
+            let asks: Vec<Ask<'_>> = limiters
+                .iter()
+                .map(|limiter| Ask::new(&**limiter, &key).n(n))
+                .collect();
+            match client.try_acquire_all(&asks).await {
+                Ok(admitted) => match admitted.tightest() {
+                    Some((member, snapshot)) => Outcome::AdmittedBy { member, snapshot },
+                    None => Outcome::Admitted(None),
+                },
+                Err(Refused {
+                    member: Some(member),
+                    error: Error::Denied(denied),
+                    report: Some(snapshot),
+                    ..
+                }) => Outcome::DeniedBy {
+                    member,
+                    rejection: Rejection::new(denied, snapshot),
+                },
+                Err(refused) => outcome(Err(refused.error)),
             }
         }))
     }

@@ -13,7 +13,7 @@ use axum::routing::get;
 use http::StatusCode;
 use tokio::net::TcpListener;
 use tollgate::Rate;
-use tollgate_tower::{PeerIp, RedisLimit, ThrottleLayer};
+use tollgate_tower::{PeerIp, RedisAllOf, RedisLimit, ThrottleLayer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_limit_throttles_and_a_dead_server_is_503() {
@@ -173,4 +173,54 @@ async fn a_leased_route_admits_the_first_request_after_idle() {
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     let response = http.get(&url).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+}
+
+/// Two Redis limits of a route in one call per request, all or nothing: the
+/// fields name the tightest member, a denial names the member that refused
+/// with its exact wait, and the other member is not charged for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_limits_of_a_route_go_in_one_call_all_or_nothing() {
+    let redis = server::RedisServer::start();
+    let client = tollgate_redis::Client::connect(&redis.url()).await.unwrap();
+    let burst = tollgate_redis::TokenBucket::new(5, Rate::per_hour(5)).unwrap();
+    let hourly = tollgate_redis::FixedWindow::new(Rate::per_hour(3))
+        .unwrap()
+        .with_prefix("hourly")
+        .unwrap();
+    let policy = RedisAllOf::new(client.clone(), "burst", burst.clone())
+        .unwrap()
+        .and("hourly", hourly)
+        .unwrap();
+    let layer = ThrottleLayer::builder(PeerIp).policy(policy).build();
+    let addr = support::serve(
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer),
+    )
+    .await;
+    let url = format!("http://{addr}/");
+    for expected in [2, 1, 0] {
+        let admitted = reqwest::get(&url).await.unwrap();
+        assert_eq!(admitted.status(), StatusCode::OK);
+        let field = admitted.headers()["ratelimit"].to_str().unwrap().to_owned();
+        assert!(
+            field.starts_with(&format!("\"hourly\";r={expected};t=")),
+            "{field}"
+        );
+    }
+    let _: () = redis.cmd(&["CONFIG", "RESETSTAT"]);
+    let denied = reqwest::get(&url).await.unwrap();
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(redis.calls("evalsha"), 1, "one call for both limits");
+    let retry: u64 = denied.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=3600).contains(&retry), "{retry}");
+    let field = denied.headers()["ratelimit"].to_str().unwrap().to_owned();
+    assert!(field.starts_with("\"hourly\";r=0;t="), "{field}");
+    // The bucket kept its 2: the refused request took nothing from it.
+    let key = "127.0.0.1";
+    assert_eq!(client.try_acquire(&burst, key).await.unwrap().remaining, 1);
 }
