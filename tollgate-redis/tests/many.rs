@@ -387,6 +387,14 @@ fn poll_once<F: Future + ?Sized>(future: Pin<&mut F>) -> bool {
         .is_ready()
 }
 
+/// Polls a future once: its output if it is ready at once.
+fn poll_now<F: Future + ?Sized>(future: Pin<&mut F>) -> Option<F::Output> {
+    match future.poll(&mut Context::from_waker(Waker::noop())) {
+        std::task::Poll::Ready(output) => Some(output),
+        std::task::Poll::Pending => None,
+    }
+}
+
 type Single<'a> = Pin<Box<dyn Future<Output = Result<Admission, Error>> + Send + 'a>>;
 
 type Pending<'a> = Pin<Box<dyn Future<Output = Result<Vec<Admission>, Refused>> + Send + 'a>>;
@@ -672,4 +680,272 @@ async fn a_client_on_your_own_connection() {
             .unwrap_err()
             .is_denied()
     );
+}
+
+/// One request of a batch: which limits (indices into the case's limiters,
+/// distinct), for which caller, how many permits.
+#[derive(Debug, Clone)]
+struct Request {
+    members: Vec<usize>,
+    caller: usize,
+    n: u32,
+}
+
+fn requests(limiters: usize) -> impl Strategy<Value = Vec<Request>> {
+    let request = (
+        prop::sample::subsequence((0..limiters).collect::<Vec<_>>(), 1..=limiters.min(3)),
+        0usize..2,
+        1u32..=3,
+    )
+        .prop_map(|(members, caller, n)| Request { members, caller, n });
+    prop::collection::vec(request, 1..24)
+}
+
+/// Random batches — single requests and all-or-nothing ones, on shared and
+/// separate keys, several rounds at advancing times — agree with the twins
+/// decision for decision when the twins decide the requests one after
+/// another in the order they queued: a batch decides each request as it
+/// would be decided alone in that order. Every round's requests queue
+/// behind its first (which takes the one call slot), so each round is two
+/// calls, whatever the scheduler does.
+#[test]
+fn batches_agree_with_the_twins_in_queue_order() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let options = Options::new()
+        .timeout(Duration::from_secs(10))
+        .max_calls_in_flight(1);
+    let client = runtime
+        .block_on(Client::connect_with(&server.url(), options))
+        .unwrap();
+    // Loads the script (its replayed-time form), so that no round's call
+    // meets NOSCRIPT.
+    let warm = TokenBucket::new(1, Rate::per_hour(1)).unwrap();
+    runtime
+        .block_on(client.try_acquire_n_at(&warm, "warm", 1, 1 << 40))
+        .unwrap();
+    let member = (kinds(), 1u32..=5, 1u64..=8_000);
+    let strategy = prop::collection::vec(member, 1..=3).prop_flat_map(|members| {
+        let count = members.len();
+        (
+            Just(members),
+            prop::collection::vec((0u64..=40_000, requests(count)), 1..5),
+            0u64..1 << 40,
+        )
+    });
+    runner()
+        .run(&strategy, |(members, rounds, start)| {
+            let callers = [fresh_key("batch-a"), fresh_key("batch-b")];
+            let limits: Vec<(Kind, Rate, Box<dyn Limiter>)> = members
+                .iter()
+                .enumerate()
+                .map(|(i, &(kind, permits, per_permit_us))| {
+                    let period = Duration::from_micros(u64::from(permits) * per_permit_us);
+                    let rate = Rate::new(permits, period);
+                    (kind, rate, kind.remote(rate, &format!("b{i}")))
+                })
+                .collect();
+            // What each (limit, caller) was charged: the twins' history.
+            let mut charged: Vec<Vec<Vec<(u64, u32)>>> = vec![vec![Vec::new(); 2]; limits.len()];
+            let mut now = start;
+            for (round, (advance, batch)) in rounds.iter().enumerate() {
+                now += advance;
+                let asks: Vec<Vec<Ask<'_>>> = batch
+                    .iter()
+                    .map(|request| {
+                        request
+                            .members
+                            .iter()
+                            .map(|&m| {
+                                Ask::new(&*limits[m].2, &callers[request.caller]).n(request.n)
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+                let answers = runtime.block_on(async {
+                    let mut pending: Vec<_> = asks
+                        .iter()
+                        .map(|asks| Box::pin(client.try_acquire_all_at(asks, now)))
+                        .collect();
+                    // A request that can never pass answers at once.
+                    let early: Vec<_> = pending.iter_mut().map(|f| poll_now(f.as_mut())).collect();
+                    let mut answers = Vec::new();
+                    for (future, early) in pending.into_iter().zip(early) {
+                        answers.push(match early {
+                            Some(answer) => answer,
+                            None => future.await,
+                        });
+                    }
+                    answers
+                });
+                prop_assert!(server.calls("evalsha") <= 2, "round {}", round);
+                for (i, (request, got)) in batch.iter().zip(&answers).enumerate() {
+                    let probes: Vec<_> = request
+                        .members
+                        .iter()
+                        .map(|&m| {
+                            let (kind, rate, limiter) = &limits[m];
+                            let (verdict, left) =
+                                probe(*kind, *rate, &charged[m][request.caller], now, request.n);
+                            match tollgate::check_request(request.n, limiter.capacity()) {
+                                Err(never) => (Err(never), left),
+                                Ok(()) => (verdict, left),
+                            }
+                        })
+                        .collect();
+                    let never = probes.iter().position(|(v, _)| {
+                        matches!(v, Err(Denied::ExceedsCapacity { .. } | Denied::ZeroPermits))
+                    });
+                    let longest = probes
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(j, (v, _))| match v {
+                            Err(Denied::RetryAfter(wait)) => Some((j, *wait)),
+                            _ => None,
+                        })
+                        .fold(
+                            None,
+                            |best: Option<(usize, Duration)>, (j, wait)| match best {
+                                Some((_, kept)) if kept >= wait => best,
+                                _ => Some((j, wait)),
+                            },
+                        );
+                    match (got, never, longest) {
+                        (
+                            Err(Refused {
+                                member,
+                                error: Error::Denied(denied),
+                                ..
+                            }),
+                            Some(j),
+                            _,
+                        ) => {
+                            prop_assert_eq!(*member, Some(j), "round {} request {}", round, i);
+                            prop_assert_eq!(Err(*denied), probes[j].0);
+                        }
+                        (
+                            Err(Refused {
+                                member,
+                                error: Error::Denied(denied),
+                                ..
+                            }),
+                            None,
+                            Some((j, wait)),
+                        ) => {
+                            prop_assert_eq!(*member, Some(j), "round {} request {}", round, i);
+                            prop_assert_eq!(*denied, Denied::RetryAfter(wait));
+                        }
+                        (Ok(admitted), None, None) => {
+                            for (admission, (_, left)) in admitted.admissions().iter().zip(&probes)
+                            {
+                                prop_assert_eq!(
+                                    admission.remaining,
+                                    *left,
+                                    "round {} request {}",
+                                    round,
+                                    i
+                                );
+                            }
+                            for &m in &request.members {
+                                charged[m][request.caller].push((now, request.n));
+                            }
+                        }
+                        _ => prop_assert!(
+                            false,
+                            "round {round} request {i}: redis {got:?}, twins {probes:?}"
+                        ),
+                    }
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// A damaged key in a batch answers its own request with its error and
+/// touches nothing else: the requests before and after it in the same call
+/// are decided as alone, and an all-or-nothing request holding it charges
+/// none of its other limits.
+#[tokio::test]
+async fn a_damaged_key_in_a_batch_fails_only_its_own_request() {
+    let server = RedisServer::start();
+    let options = Options::new()
+        .timeout(Duration::from_secs(10))
+        .max_calls_in_flight(1);
+    let client = Client::connect_with(&server.url(), options).await.unwrap();
+    let bucket = TokenBucket::new(3, Rate::per_hour(3)).unwrap();
+    let window = FixedWindow::new(Rate::per_hour(3))
+        .unwrap()
+        .with_prefix("w")
+        .unwrap();
+    let _: () = server.cmd(&["HSET", &bucket.redis_key("bad"), "v", "tb1", "tat", "-5"]);
+    let _: () = server.cmd(&["PEXPIRE", &bucket.redis_key("bad"), "60000"]);
+    client.try_acquire(&window, "warm").await.unwrap();
+    let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
+    let (bucket, window, client) = (&bucket, &window, &client);
+    let mut pending: Vec<Pending<'_>> = vec![
+        Box::pin(async move {
+            client
+                .try_acquire(bucket, "a")
+                .await
+                .map(|a| vec![a])
+                .map_err(|e| Refused::new(Some(0), e))
+        }),
+        Box::pin(async move {
+            client
+                .try_acquire(bucket, "bad")
+                .await
+                .map(|a| vec![a])
+                .map_err(|e| Refused::new(Some(0), e))
+        }),
+        Box::pin(async move {
+            client
+                .try_acquire(bucket, "a")
+                .await
+                .map(|a| vec![a])
+                .map_err(|e| Refused::new(Some(0), e))
+        }),
+        Box::pin(async move {
+            let asks = [Ask::new(window, "bad"), Ask::new(bucket, "bad")];
+            client
+                .try_acquire_all(&asks)
+                .await
+                .map(|a| a.admissions().to_vec())
+        }),
+        Box::pin(async move {
+            client
+                .try_acquire(bucket, "a")
+                .await
+                .map(|a| vec![a])
+                .map_err(|e| Refused::new(Some(0), e))
+        }),
+    ];
+    for future in &mut pending {
+        assert!(!poll_once(future.as_mut()));
+    }
+    let mut answers = Vec::new();
+    for future in pending {
+        answers.push(future.await);
+    }
+    assert_eq!(server.calls("evalsha"), 2);
+    let left: Vec<u32> = [0, 2, 4]
+        .iter()
+        .map(|&i| answers[i].as_ref().unwrap()[0].remaining)
+        .collect();
+    assert_eq!(left, [2, 1, 0]);
+    for i in [1, 3] {
+        let refused = answers[i].as_ref().unwrap_err();
+        assert!(
+            matches!(&refused.error, Error::UnknownState { detail, .. } if detail.contains("field tat")),
+            "{refused:?}"
+        );
+    }
+    assert_eq!(answers[3].as_ref().unwrap_err().member, Some(1));
+    // The window's key for "bad" was never written.
+    let exists: i64 = server.cmd(&["EXISTS", &window.redis_key("bad")]);
+    assert_eq!(exists, 0);
 }
