@@ -247,6 +247,13 @@ impl Client {
         self.decide_all(asks, None).await
     }
 
+    /// A request's decision, counted in the metrics.
+    async fn decide_all(&self, asks: &[Ask<'_>], now_us: Option<u64>) -> Result<Admitted, Refused> {
+        let result = self.decide_all_uncounted(asks, now_us).await;
+        crate::metrics::request(true, &result.as_ref().map_err(|refused| &refused.error));
+        result
+    }
+
     /// As [`Client::try_acquire_all`] at a time the caller gives, in µs
     /// since the Unix epoch, instead of the server's `TIME`. Only under the
     /// `test-time` feature.
@@ -259,7 +266,11 @@ impl Client {
         self.decide_all(asks, Some(now_us)).await
     }
 
-    async fn decide_all(&self, asks: &[Ask<'_>], now_us: Option<u64>) -> Result<Admitted, Refused> {
+    async fn decide_all_uncounted(
+        &self,
+        asks: &[Ask<'_>],
+        now_us: Option<u64>,
+    ) -> Result<Admitted, Refused> {
         if asks.is_empty() {
             return Ok(Admitted {
                 admissions: Vec::new(),

@@ -148,6 +148,7 @@ async fn send(client: &Client, jobs: Vec<Job>) {
     let groups = jobs.len();
     let decisions = jobs.iter().flat_map(|job| job.decisions.iter());
     let total: usize = jobs.iter().map(|job| job.decisions.len()).sum();
+    crate::metrics::batch(groups, total);
     match client.decide_call(decisions, now_us).await {
         Ok(replies) if replies.len() == total => {
             let mut replies = replies.into_iter();

@@ -13,6 +13,7 @@ use tokio::sync::oneshot;
 use crate::batch::{self, Batcher, Decision, Job, Limits};
 use crate::error::Error;
 use crate::limiter::Limiter;
+use crate::metrics;
 use crate::micros::MAX_SPAN;
 use crate::script::{Admission, DECIDE, LuaScript, outcome};
 
@@ -400,13 +401,18 @@ impl Client {
         n: u32,
         now_us: Option<u64>,
     ) -> Result<Admission, Error> {
-        tollgate::check_request(n, limiter.capacity())?;
-        let redis_key = limiter.redis_key(key);
-        let arguments = limiter.plan().arguments(n, true);
-        let mut replies = self
-            .submit(vec![(redis_key.clone(), arguments)], now_us)
-            .await?;
-        outcome(replies.pop().unwrap_or(Value::Nil), &redis_key)
+        let result = async {
+            tollgate::check_request(n, limiter.capacity())?;
+            let redis_key = limiter.redis_key(key);
+            let arguments = limiter.plan().arguments(n, true);
+            let mut replies = self
+                .submit(vec![(redis_key.clone(), arguments)], now_us)
+                .await?;
+            outcome(replies.pop().unwrap_or(Value::Nil), &redis_key)
+        }
+        .await;
+        metrics::request(false, &result.as_ref());
+        result
     }
 
     /// Decides one all-or-nothing group (its last decision ends it): through
@@ -423,6 +429,7 @@ impl Client {
             Some(batcher) => Arc::clone(&batcher.slots).try_acquire_owned().ok(),
         };
         let Some(batcher) = self.batcher.as_ref().filter(|_| alone.is_none()) else {
+            metrics::batch(1, decisions.len());
             let replies = self.decide_call(decisions.iter(), now_us).await;
             drop(alone);
             return replies.and_then(|replies| {
@@ -499,7 +506,7 @@ impl Client {
             }
         }
         // Four items a decision, one flat array (fewer Lua tables to build).
-        match self.invoke(invocation, now_us).await? {
+        match self.invoke(DECIDE.name, invocation, now_us).await? {
             Value::Array(items) if items.len() % 4 == 0 => {
                 let mut items = items.into_iter();
                 let mut replies = Vec::with_capacity(items.len() / 4);
@@ -528,13 +535,14 @@ impl Client {
         for arg in args {
             invocation.arg(*arg);
         }
-        self.invoke(invocation, now_us).await
+        self.invoke(script.name, invocation, now_us).await
     }
 
     /// Sends a script invocation (the replayed time, in test builds, as its
     /// last argument) under the timeout.
     async fn invoke(
         &self,
+        script: &'static str,
         mut invocation: ScriptInvocation<'_>,
         now_us: Option<u64>,
     ) -> Result<Value, Error> {
@@ -552,7 +560,10 @@ impl Client {
                 }
             }
         };
-        self.deadline(reply).await
+        let started = std::time::Instant::now();
+        let reply = self.deadline(reply).await;
+        metrics::call(script, &reply, started.elapsed());
+        reply
     }
 
     /// Runs one call under the decision timeout and says, on failure, whether

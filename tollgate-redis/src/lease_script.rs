@@ -12,8 +12,8 @@ use crate::script::{Reply, lua_script, reply};
 #[cfg(feature = "test-time")]
 use crate::{limiter::Limiter, token_bucket::TokenBucket};
 
-lua_script!(LEASE, "lease.lua");
-lua_script!(RETURN, "lease_return.lua");
+lua_script!(LEASE, "lease");
+lua_script!(RETURN, "lease_return");
 
 /// What the lease script answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

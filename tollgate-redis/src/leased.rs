@@ -548,6 +548,7 @@ impl LeasedLimiter {
         let refill = Refill {
             shared: shared.clone(),
             client,
+            name: key.to_owned(),
             redis_key,
             terms: Terms {
                 interval_us,
@@ -1093,6 +1094,9 @@ impl Drop for LeasedLimiter {
 struct Refill {
     shared: Arc<Shared>,
     client: Client,
+    /// The limiter's name, `key` at its start: its `limit` label in metrics.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    name: String,
     redis_key: String,
     /// The bucket's GCRA terms and the tail rule, as the lease script takes
     /// them.
@@ -1168,13 +1172,35 @@ impl Refill {
                     }
                 }
             }
+            self.export();
             // While the breaker is open, `wanted` stays set: requests do not
             // wake the task, which looks again within 50 ms.
             let sleep_for = sleep_for.clamp(Duration::from_micros(100), Duration::from_millis(50));
             let _ = tokio::time::timeout(sleep_for, self.shared.wake.notified()).await;
         }
         self.give_back().await;
+        self.export();
         self.publish(STOPPED);
+    }
+
+    /// Reports the limiter's counters to the metrics recorder (a no-op
+    /// without the `metrics` feature): the same figures as
+    /// [`LeasedLimiter::stats`].
+    fn export(&self) {
+        #[cfg(feature = "metrics")]
+        {
+            let mut stats = self.book().stats;
+            // Relaxed: counters read for a report.
+            stats.spent = self.shared.spent.load(Ordering::Relaxed);
+            stats.degraded_decisions = self.shared.degraded_decisions.load(Ordering::Relaxed);
+            stats.waits = self.shared.waits.load(Ordering::Relaxed);
+            crate::metrics::lease(
+                &self.name,
+                &stats,
+                self.shared.degraded.load(Ordering::Relaxed),
+                self.shared.pool.load(Ordering::Relaxed),
+            );
+        }
     }
 
     /// When the budget's next permit is due, as the last lease call said.

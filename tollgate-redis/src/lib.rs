@@ -61,6 +61,22 @@
 //!
 //! # Features
 //!
+//! * `metrics`: counters and histograms through the
+//!   [`metrics`](https://docs.rs/metrics) facade, for whatever exporter the
+//!   application installs (Prometheus, OpenTelemetry, StatsD); without it
+//!   nothing is recorded and nothing is compiled in. Labels are few and
+//!   bounded — never a caller's key:
+//!
+//!   | metric | labels | what |
+//!   |---|---|---|
+//!   | `tollgate_redis_requests_total` | `limits` (`one`, `several`), `outcome` | requests by answer: `admitted`, `denied`, `never` (can never pass, or an invalid call), `wrong_type`, `unknown_state`, `timeout`, `interrupted`, `refused`, `unexpected_reply` |
+//!   | `tollgate_redis_calls_total` | `script` (`decide`, `lease`, `lease_return`), `outcome` (`ok` or a failure as above) | script calls to Redis |
+//!   | `tollgate_redis_call_duration_seconds` | `script` | histogram: a call's time, queueing on the connection included |
+//!   | `tollgate_redis_batch_requests`, `tollgate_redis_batch_decisions` | | histograms: requests and decisions per decision call |
+//!   | `tollgate_redis_lease_calls_total`, `tollgate_redis_leases_total`, `tollgate_redis_lease_exhausted_total`, `tollgate_redis_lease_waits_total`, `tollgate_redis_lease_degraded_decisions_total` | `limit` (the leased limiter's name) | a [`LeasedLimiter`]'s [`LeaseStats`] |
+//!   | `tollgate_redis_lease_permits_total` | `limit`, `event` (`leased`, `returned`, `forfeited`, `spent`) | permits through its leases |
+//!   | `tollgate_redis_lease_degraded`, `tollgate_redis_lease_pool_permits` | `limit` | gauges: 1 while degraded; the permits the process holds |
+//!
 //! * `test-time`: [`Client::try_acquire_n_at`], which runs each script with a
 //!   time the caller gives instead of `TIME`, so tests can replay one timeline
 //!   through Redis and through the in-process limiters; and
@@ -81,6 +97,7 @@ mod keys;
 mod lease_script;
 pub mod leased;
 mod limiter;
+mod metrics;
 mod micros;
 mod script;
 pub mod sliding_log;

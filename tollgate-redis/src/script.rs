@@ -14,21 +14,26 @@ use crate::error::Error;
 /// One script, compiled into the crate: the limiters' and the leased
 /// limiter's alike.
 pub(crate) struct LuaScript {
+    /// Its name in metrics: the file's, without `.lua`.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) name: &'static str,
     pub(crate) live: LazyLock<Script>,
     #[cfg(feature = "test-time")]
     pub(crate) at_time: LazyLock<Script>,
 }
 
-/// Declares a script from its Lua body under `src/lua/`, after the shared
+/// Declares a script from its Lua body under `src/lua/` (the file's name
+/// without `.lua`), after the shared
 /// helpers of `common.lua` and the line that reads the time.
 macro_rules! lua_script {
     ($name:ident, $file:literal) => {
         pub(crate) static $name: $crate::script::LuaScript = $crate::script::LuaScript {
+            name: $file,
             live: ::std::sync::LazyLock::new(|| {
                 ::redis::Script::new(concat!(
                     include_str!("lua/now_server.lua"),
                     include_str!("lua/common.lua"),
-                    include_str!(concat!("lua/", $file))
+                    include_str!(concat!("lua/", $file, ".lua"))
                 ))
             }),
             #[cfg(feature = "test-time")]
@@ -36,7 +41,7 @@ macro_rules! lua_script {
                 ::redis::Script::new(concat!(
                     include_str!("lua/now_argument.lua"),
                     include_str!("lua/common.lua"),
-                    include_str!(concat!("lua/", $file))
+                    include_str!(concat!("lua/", $file, ".lua"))
                 ))
             }),
         };
@@ -45,7 +50,7 @@ macro_rules! lua_script {
 pub(crate) use lua_script;
 
 // Every limiter's decisions: one script for every kind, one request or many.
-lua_script!(DECIDE, "decide.lua");
+lua_script!(DECIDE, "decide");
 
 impl LuaScript {
     /// The script that reads the server's clock (`None`), or the one that
