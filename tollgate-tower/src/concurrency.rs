@@ -22,6 +22,7 @@ use tollgate::{
 use tower_layer::Layer;
 use tower_service::Service;
 
+use crate::metrics;
 use crate::response::{Refusal, problem_response};
 
 type RefusalHook = Arc<dyn Fn(&Refusal<'_>) -> Response<Bytes> + Send + Sync>;
@@ -705,6 +706,9 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let shared = &self.shared;
         if let Some(permit) = shared.limit.try_permit() {
+            metrics::concurrency("admitted", || {
+                (shared.limit.in_flight(), shared.limit.limit())
+            });
             return ConcurrencyFuture {
                 kind: FutureKind::Inner {
                     future: self.inner.call(request),
@@ -714,12 +718,16 @@ where
         }
         match shared.queue {
             Some(queue) if shared.waiting.fetch_add(1, Ordering::Relaxed) < queue.max_waiting => {
+                metrics::concurrency("queued", || {
+                    (shared.limit.in_flight(), shared.limit.limit())
+                });
                 self.queued(queue.timeout, request)
             }
             queue => {
                 if queue.is_some() {
                     shared.waiting.fetch_sub(1, Ordering::Relaxed);
                 }
+                metrics::concurrency("shed", || (shared.limit.in_flight(), shared.limit.limit()));
                 ConcurrencyFuture {
                     kind: FutureKind::Refused {
                         refusal: Some(shed::<L, K, F, ResBody, S::Error>(shared)),
@@ -772,11 +780,18 @@ impl<S, L, K, F> Concurrency<S, L, K, F> {
             kind: FutureKind::Queued {
                 future: Box::pin(async move {
                     let wait = Arc::clone(&waiting.0.limit).wait_permit();
+                    #[cfg(feature = "metrics")]
+                    let started = std::time::Instant::now();
                     let permit = tokio::time::timeout(timeout, wait).await;
+                    #[cfg(feature = "metrics")]
+                    metrics::queue_wait(started.elapsed());
                     let Waiting(shared) = &waiting;
                     let shared = Arc::clone(shared);
                     drop(waiting);
                     let Ok(permit) = permit else {
+                        metrics::concurrency("shed", || {
+                            (shared.limit.in_flight(), shared.limit.limit())
+                        });
                         return shed::<L, K, F, ResBody, S::Error>(&shared);
                     };
                     let result = inner.call(request).await;
@@ -802,7 +817,7 @@ fn finish<L: InFlightLimit, K: Classify<E>, F: Face, B: Body, E>(
             Ok(response.map(|body| PermitBody::held(body, permit, outcome)))
         }
         Err(error) => {
-            L::record(permit, shared.classify.error(&error));
+            record::<L>(permit, shared.classify.error(&error));
             Err(F::inner(error))
         }
     }
@@ -904,7 +919,7 @@ struct Held<L: InFlightLimit>(Option<(L::Permit, tollgate::Outcome)>);
 impl<L: InFlightLimit> Held<L> {
     fn record(&mut self, outcome: Option<tollgate::Outcome>) {
         if let Some((permit, head)) = self.0.take() {
-            L::record(permit, outcome.unwrap_or(head));
+            record::<L>(permit, outcome.unwrap_or(head));
         }
     }
 }
@@ -916,9 +931,15 @@ impl<L: InFlightLimit> Drop for Held<L> {
                 tollgate::Outcome::Dropped => tollgate::Outcome::Dropped,
                 _ => tollgate::Outcome::Ignored,
             };
-            L::record(permit, outcome);
+            record::<L>(permit, outcome);
         }
     }
+}
+
+/// Gives a permit back with its outcome, counted in the metrics.
+fn record<L: InFlightLimit>(permit: L::Permit, outcome: tollgate::Outcome) {
+    metrics::outcome(outcome);
+    L::record(permit, outcome);
 }
 
 impl<B: Body, L: InFlightLimit> PermitBody<B, L> {

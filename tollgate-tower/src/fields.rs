@@ -75,6 +75,12 @@ impl fmt::Debug for PolicyName {
 }
 
 impl PolicyName {
+    /// The name, shared: a metrics label without a copy.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn shared(&self) -> Arc<str> {
+        Arc::clone(&self.name)
+    }
+
     /// Checks `name`.
     ///
     /// Errors: [`InvalidName`] for an empty, longer than 64, or otherwise

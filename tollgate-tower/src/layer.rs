@@ -19,6 +19,7 @@ use tower_service::Service;
 
 use crate::fields::{Fields, retry_after_value};
 use crate::key::KeyExtractor;
+use crate::metrics;
 use crate::policy::{Decision, Outcome, OutcomeFuture, Policy};
 use crate::response::{Refusal, problem_response};
 
@@ -298,6 +299,7 @@ fn judge<E: KeyExtractor, B: From<Bytes>>(
     match outcome {
         Outcome::Admitted(snapshot) => {
             fields.push(policy.name(), snapshot.as_ref());
+            metrics::decision(policy.name(), "admitted");
             Ok(())
         }
         outcome => judge_cold(shared, policy, outcome, fields),
@@ -320,10 +322,12 @@ fn judge_cold<E: KeyExtractor, B: From<Bytes>>(
     let (name, denied, reason) = match outcome {
         Outcome::Admitted(snapshot) => {
             fields.push(policy.name(), snapshot.as_ref());
+            metrics::decision(policy.name(), "admitted");
             return Ok(());
         }
         Outcome::AdmittedBy { member, snapshot } => {
             fields.push(policy.member_name(member), Some(&snapshot));
+            metrics::decision(policy.member_name(member), "admitted");
             return Ok(());
         }
         Outcome::Denied { denied, snapshot } => {
@@ -337,6 +341,12 @@ fn judge_cold<E: KeyExtractor, B: From<Bytes>>(
         }
         Outcome::Unavailable(reason) => (policy.name(), None, Some(reason)),
     };
+    let label = match denied {
+        Some(Denied::RetryAfter(_)) => "rate",
+        Some(_) => "never_fits",
+        None => "unavailable",
+    };
+    metrics::decision(name, label);
     let policy = name.as_str();
     let refusal = match (denied, &reason) {
         (Some(Denied::RetryAfter(retry_after)), _) => Refusal::TooManyRequests {
@@ -532,6 +542,7 @@ impl<E: KeyExtractor> Shared<E> {
         let key = match self.extractor.extract(parts) {
             Ok(key) => key,
             Err(err) => {
+                metrics::request("no_key");
                 return Verdict::Answer(self.respond(&Refusal::NoKey(&err), Fields::default()));
             }
         };
@@ -544,12 +555,19 @@ impl<E: KeyExtractor> Shared<E> {
         let policies = self.policies(group);
         if n > 1 {
             if let Err(response) = self.fits(policies, &key, n) {
+                metrics::request("refused");
                 return Verdict::Answer(response);
             }
         }
         match self.chain(policies, 0, &key, n, &mut fields) {
-            Step::Pass => Verdict::Pass(fields),
-            Step::Answer(response) => Verdict::Answer(response),
+            Step::Pass => {
+                metrics::request("passed");
+                Verdict::Pass(fields)
+            }
+            Step::Answer(response) => {
+                metrics::request("refused");
+                Verdict::Answer(response)
+            }
             Step::Later { index, future } => Verdict::Later(Later {
                 key,
                 n,
@@ -584,6 +602,7 @@ impl<E: KeyExtractor> Shared<E> {
             // Decided later (a remote policy: the future is dropped unpolled,
             // so nothing was asked), or a policy whose decision disagrees
             // with its own capacity: the refusal without its report.
+            metrics::decision(policy.name(), "never_fits");
             let refusal = Refusal::NeverFits {
                 policy: policy.name().as_str(),
                 denied: Denied::ExceedsCapacity {
@@ -682,22 +701,31 @@ where
         ResponseFuture::deferred(Box::pin(async move {
             let policies = shared.policies(group);
             let (mut index, mut pending) = (index, first);
-            loop {
+            #[cfg(feature = "metrics")]
+            let started = std::time::Instant::now();
+            let refused = loop {
                 let outcome = pending.await;
                 if let Err(response) = judge(&shared, &*policies[index], outcome, &mut fields) {
-                    return Ok(response);
+                    break Some(response);
                 }
                 // The policies after an awaited one decide as a chain of
                 // their own: refunds among them, none back to it.
                 match shared.chain(policies, index + 1, &key, n, &mut fields) {
-                    Step::Pass => break,
-                    Step::Answer(response) => return Ok(response),
+                    Step::Pass => break None,
+                    Step::Answer(response) => break Some(response),
                     Step::Later {
                         index: next,
                         future,
                     } => (index, pending) = (next, future),
                 }
+            };
+            #[cfg(feature = "metrics")]
+            metrics::decision_time(started.elapsed());
+            if let Some(response) = refused {
+                metrics::request("refused");
+                return Ok(response);
             }
+            metrics::request("passed");
             let mut response = inner.call(request).await?;
             fields.apply(response.headers_mut());
             Ok(response)

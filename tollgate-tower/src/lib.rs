@@ -139,8 +139,25 @@
 //!
 //! - `axum` (default): read the peer address from axum's `ConnectInfo`.
 //! - `redis`: `RedisLimit` (a `tollgate-redis` limiter, one script call per
-//!   request), `RedisAllOf` (several of them, all or nothing in one call) and `LeasedLimit` (its leased limiter, no Redis call on the
-//!   request path) as policies.
+//!   request), `RedisAllOf` (several of them, all or nothing in one call)
+//!   and `LeasedLimit` (its leased limiter, no Redis call on the request
+//!   path) as policies.
+//! - `metrics`: counters, gauges and histograms through the
+//!   [`metrics`](https://docs.rs/metrics) facade for the exporter the
+//!   application installs (with `redis`, tollgate-redis's own too); without
+//!   it nothing is recorded or compiled in. No label carries a request's
+//!   key, address or user (a time series per client would grow without
+//!   bound):
+//!
+//!   | metric | labels | what |
+//!   |---|---|---|
+//!   | `tollgate_tower_decisions_total` | `policy`, `outcome` (`admitted`, `rate`, `never_fits`, `unavailable`) | each policy's answers; a combined policy's under its binding member's name |
+//!   | `tollgate_tower_requests_total` | `outcome` (`passed`, `refused`, `no_key`) | a throttle layer's requests |
+//!   | `tollgate_tower_decision_duration_seconds` | | histogram: the decision of a request that waited on a remote policy or a shaped wait |
+//!   | `tollgate_tower_concurrency_requests_total` | `outcome` (`admitted`, `queued`, `shed`) | a concurrency layer's requests (a queued one that times out is counted `shed` too) |
+//!   | `tollgate_tower_concurrency_outcomes_total` | `outcome` (`success`, `dropped`, `ignored`) | what each permit taught the limit |
+//!   | `tollgate_tower_concurrency_queue_wait_seconds` | | histogram: a queued request's wait, granted or not |
+//!   | `tollgate_tower_concurrency_in_flight`, `tollgate_tower_concurrency_limit` | | gauges, read at each request's admission or refusal |
 
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]
@@ -150,6 +167,7 @@ mod fields;
 mod forwarded;
 mod key;
 mod layer;
+mod metrics;
 mod policy;
 #[cfg(feature = "redis")]
 mod redis;

@@ -1,0 +1,172 @@
+//! The `metrics` feature: a throttle layer's and a concurrency layer's
+//! counters, read back from a recorder (metrics-util's debugging recorder,
+//! installed for this test binary) after known traffic over real HTTP on
+//! loopback, and checked exactly.
+#![cfg(feature = "metrics")]
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::get;
+use http::StatusCode;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use tollgate::{ConcurrencyLimit, Rate, TokenBucket};
+use tollgate_tower::{ConcurrencyLayer, HeaderKey, Limit, ThrottleLayer};
+
+type Metrics = HashMap<(String, Vec<(String, String)>), DebugValue>;
+
+fn read(snapshotter: &Snapshotter) -> Metrics {
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, _, value)| {
+            let key = key.key();
+            let mut labels: Vec<(String, String)> = key
+                .labels()
+                .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                .collect();
+            labels.sort();
+            ((key.name().to_owned(), labels), value)
+        })
+        .collect()
+}
+
+fn value<'a>(metrics: &'a Metrics, name: &str, pairs: &[(&str, &str)]) -> Option<&'a DebugValue> {
+    let mut labels: Vec<(String, String)> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    labels.sort();
+    metrics.get(&(name.to_owned(), labels))
+}
+
+fn counter(metrics: &Metrics, name: &str, pairs: &[(&str, &str)]) -> u64 {
+    match value(metrics, name, pairs) {
+        Some(DebugValue::Counter(value)) => *value,
+        None => 0,
+        other => panic!("{name} {pairs:?}: {other:?}"),
+    }
+}
+
+fn gauge(metrics: &Metrics, name: &str) -> f64 {
+    match value(metrics, name, &[]) {
+        Some(DebugValue::Gauge(value)) => value.into_inner(),
+        other => panic!("{name}: {other:?}"),
+    }
+}
+
+async fn status(client: &reqwest::Client, url: &str, key: Option<&str>) -> StatusCode {
+    let mut request = client.get(url);
+    if let Some(key) = key {
+        request = request.header("x-api-key", key);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status();
+    response.bytes().await.unwrap();
+    status
+}
+
+/// One test: the recorder is global to this binary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_metric_counts_what_happened() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    recorder.install().unwrap();
+    let client = reqwest::Client::new();
+
+    // A throttle layer: two policies, one per key header and one global.
+    let global = Limit::new("global", TokenBucket::new(3, Rate::per_hour(3)).unwrap()).unwrap();
+    let per_key = Limit::new("burst", TokenBucket::new(2, Rate::per_hour(2)).unwrap()).unwrap();
+    let throttled = ThrottleLayer::builder(HeaderKey::new("x-api-key"))
+        .policy(per_key)
+        .policy(global)
+        .build();
+    let addr = support::serve(
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(throttled),
+    )
+    .await;
+    let url = format!("http://{addr}/");
+    // burst admits 2 then refuses; global admits those 2 and a third.
+    let statuses = [
+        status(&client, &url, Some("a")).await,
+        status(&client, &url, Some("a")).await,
+        status(&client, &url, Some("a")).await,
+        status(&client, &url, None).await,
+    ];
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS,
+            StatusCode::BAD_REQUEST
+        ]
+    );
+    let metrics = read(&snapshotter);
+    let decisions = |policy, outcome| {
+        counter(
+            &metrics,
+            "tollgate_tower_decisions_total",
+            &[("policy", policy), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(decisions("burst", "admitted"), 2);
+    assert_eq!(decisions("burst", "rate"), 1);
+    assert_eq!(decisions("global", "admitted"), 2);
+    assert_eq!(decisions("global", "rate"), 0);
+    let requests = |outcome| {
+        counter(
+            &metrics,
+            "tollgate_tower_requests_total",
+            &[("outcome", outcome)],
+        )
+    };
+    assert_eq!(
+        [requests("passed"), requests("refused"), requests("no_key")],
+        [2, 1, 1]
+    );
+
+    // A concurrency layer of one permit: held, a request is shed; free, one
+    // is admitted and its success recorded.
+    let limit = Arc::new(ConcurrencyLimit::new(1).unwrap());
+    let addr = support::serve(
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(ConcurrencyLayer::new(Arc::clone(&limit))),
+    )
+    .await;
+    let url = format!("http://{addr}/");
+    let held = limit.try_acquire().unwrap();
+    assert_eq!(
+        status(&client, &url, None).await,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    drop(held);
+    assert_eq!(status(&client, &url, None).await, StatusCode::OK);
+    let metrics = read(&snapshotter);
+    let concurrency = |outcome| {
+        counter(
+            &metrics,
+            "tollgate_tower_concurrency_requests_total",
+            &[("outcome", outcome)],
+        )
+    };
+    assert_eq!([concurrency("admitted"), concurrency("shed")], [1, 1]);
+    assert_eq!(
+        counter(
+            &metrics,
+            "tollgate_tower_concurrency_outcomes_total",
+            &[("outcome", "success")]
+        ),
+        1
+    );
+    assert_eq!(gauge(&metrics, "tollgate_tower_concurrency_limit"), 1.0);
+    // Read when the admitted request took its permit.
+    assert_eq!(gauge(&metrics, "tollgate_tower_concurrency_in_flight"), 1.0);
+}
