@@ -209,3 +209,9 @@ struct ReadmeDoctests;
 #[cfg(all(doctest, feature = "axum", feature = "redis"))]
 #[doc = include_str!("../../docs/guide/http.md")]
 struct GuideHttp;
+
+// The guide's page on metrics (docs/guide/watching.md), compiled as
+// doctests in the repository.
+#[cfg(all(doctest, feature = "axum", feature = "metrics"))]
+#[doc = include_str!("../../docs/guide/watching.md")]
+struct GuideWatching;

@@ -1,0 +1,63 @@
+//! A service whose limits can be watched: axum behind a throttle layer (a
+//! per-key burst and a global budget) and a concurrency layer, exporting
+//! every tollgate metric on `/metrics` in Prometheus's text format through
+//! `metrics-exporter-prometheus`.
+//!
+//! `cargo run --release -p tollgate-tower --features metrics --example watched -- --port 3000`
+//! then `curl -H 'x-api-key: a' localhost:3000/` a few times and
+//! `curl localhost:3000/metrics`. `scripts/prometheus-check` scrapes it with
+//! a real Prometheus and checks the counters against the traffic it sends.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::get;
+use metrics_exporter_prometheus::PrometheusBuilder;
+use tollgate::keyed::{BucketConfig, Keyed};
+use tollgate::{ConcurrencyLimit, Rate, TokenBucket};
+use tollgate_tower::{ConcurrencyLayer, HeaderKey, Limit, PerKey, ThrottleLayer};
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let port: u16 = std::env::args()
+        .skip_while(|arg| arg != "--port")
+        .nth(1)
+        .map(|port| port.parse())
+        .transpose()?
+        .unwrap_or(3000);
+    // The recorder first: metrics recorded before it is installed are lost.
+    let prometheus = PrometheusBuilder::new().install_recorder()?;
+
+    // Three requests an hour per API key, a thousand an hour in all.
+    let per_key = Keyed::<String, TokenBucket>::new(BucketConfig::new(3, Rate::per_hour(3))?);
+    let burst = PerKey::new("burst", per_key)?;
+    let global = Limit::new("global", TokenBucket::new(1_000, Rate::per_hour(1_000))?)?;
+    let throttle = ThrottleLayer::builder(HeaderKey::new("x-api-key"))
+        .policy(burst)
+        .policy(global)
+        .build();
+    let concurrency = ConcurrencyLayer::new(Arc::new(ConcurrencyLimit::new(64)?));
+    // The throttle outermost: a request it refuses never takes a permit
+    // (nor teaches an adaptive limit that the service is busy).
+    let api = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(concurrency)
+        .layer(throttle);
+    // The scrape path is outside the limits: watching never spends them.
+    let app = api.route(
+        "/metrics",
+        get(move || {
+            let prometheus = prometheus.clone();
+            async move { prometheus.render() }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+    println!("listening on {}", listener.local_addr()?);
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await?;
+    Ok(())
+}
