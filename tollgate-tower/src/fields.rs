@@ -55,6 +55,10 @@ pub struct PolicyName {
     /// written with: the member only changes when the capacity does, so the
     /// common response reuses it instead of formatting it again.
     member: Arc<OnceLock<(u32, HeaderValue)>>,
+    /// Its decision counters, registered with the metrics recorder on first
+    /// use: a request then updates a counter without building its key.
+    #[cfg(feature = "metrics")]
+    counters: Arc<OnceLock<[metrics::Counter; 4]>>,
 }
 
 impl PartialEq for PolicyName {
@@ -75,10 +79,19 @@ impl fmt::Debug for PolicyName {
 }
 
 impl PolicyName {
-    /// The name, shared: a metrics label without a copy.
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    pub(crate) fn shared(&self) -> Arc<str> {
-        Arc::clone(&self.name)
+    /// This policy's decision counters, by outcome (`admitted`, `rate`,
+    /// `never_fits`, `unavailable`), registered on first use.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn counters(&self) -> &[metrics::Counter; 4] {
+        self.counters.get_or_init(|| {
+            ["admitted", "rate", "never_fits", "unavailable"].map(|outcome| {
+                metrics::counter!(
+                    "tollgate_tower_decisions_total",
+                    "policy" => metrics::SharedString::from(Arc::clone(&self.name)),
+                    "outcome" => outcome
+                )
+            })
+        })
     }
 
     /// Checks `name`.
@@ -102,6 +115,8 @@ impl PolicyName {
                 name: name.into(),
                 window: None,
                 member: Arc::default(),
+                #[cfg(feature = "metrics")]
+                counters: Arc::default(),
             })
         } else {
             Err(InvalidName(name.to_owned()))
