@@ -9,6 +9,11 @@
 //! ```text
 //! cargo bench -p tollgate-tower --bench layer -- --warm-up-time 1 --measurement-time 2
 //! ```
+//!
+//! With `--features metrics`, the layer records its metrics; with
+//! `TOLLGATE_BENCH_RECORDER=prometheus` as well, into a Prometheus recorder
+//! (`metrics-exporter-prometheus`, as a service would install it) instead of
+//! the facade's no-op default.
 
 use std::convert::Infallible;
 use std::future::{Ready, ready};
@@ -40,6 +45,11 @@ impl Service<Request<Body>> for Answer {
 }
 
 fn bench(c: &mut Criterion) {
+    if std::env::var("TOLLGATE_BENCH_RECORDER").as_deref() == Ok("prometheus") {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .install_recorder()
+            .expect("a recorder");
+    }
     for label in ["allow", "deny"] {
         let mut group = c.benchmark_group(format!("layer/{label}"));
         let mut bare = Answer;
