@@ -397,6 +397,17 @@ fn poll_now<F: Future + ?Sized>(future: Pin<&mut F>) -> Option<F::Output> {
 
 type Single<'a> = Pin<Box<dyn Future<Output = Result<Admission, Error>> + Send + 'a>>;
 
+/// A request of one limit, as a batch test's pending answer.
+fn single<'a>(client: &'a Client, limiter: &'a dyn Limiter, key: &'a str) -> Pending<'a> {
+    Box::pin(async move {
+        client
+            .try_acquire(limiter, key)
+            .await
+            .map(|a| vec![a])
+            .map_err(|e| Refused::new(Some(0), e))
+    })
+}
+
 type Pending<'a> = Pin<Box<dyn Future<Output = Result<Vec<Admission>, Refused>> + Send + 'a>>;
 
 /// With its one call stopped in flight, a client queues every later
@@ -888,27 +899,9 @@ async fn a_damaged_key_in_a_batch_fails_only_its_own_request() {
     let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
     let (bucket, window, client) = (&bucket, &window, &client);
     let mut pending: Vec<Pending<'_>> = vec![
-        Box::pin(async move {
-            client
-                .try_acquire(bucket, "a")
-                .await
-                .map(|a| vec![a])
-                .map_err(|e| Refused::new(Some(0), e))
-        }),
-        Box::pin(async move {
-            client
-                .try_acquire(bucket, "bad")
-                .await
-                .map(|a| vec![a])
-                .map_err(|e| Refused::new(Some(0), e))
-        }),
-        Box::pin(async move {
-            client
-                .try_acquire(bucket, "a")
-                .await
-                .map(|a| vec![a])
-                .map_err(|e| Refused::new(Some(0), e))
-        }),
+        single(client, bucket, "a"),
+        single(client, bucket, "bad"),
+        single(client, bucket, "a"),
         Box::pin(async move {
             let asks = [Ask::new(window, "bad"), Ask::new(bucket, "bad")];
             client
@@ -916,13 +909,7 @@ async fn a_damaged_key_in_a_batch_fails_only_its_own_request() {
                 .await
                 .map(|a| a.admissions().to_vec())
         }),
-        Box::pin(async move {
-            client
-                .try_acquire(bucket, "a")
-                .await
-                .map(|a| vec![a])
-                .map_err(|e| Refused::new(Some(0), e))
-        }),
+        single(client, bucket, "a"),
     ];
     for future in &mut pending {
         assert!(!poll_once(future.as_mut()));

@@ -7,69 +7,16 @@
 
 mod support;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use metrics_util::debugging::DebuggingRecorder;
 use tollgate::Rate;
 use tollgate_redis::{
     Ask, Client, FixedWindow, LeaseOptions, LeasedLimiter, Limiter, Options, TokenBucket,
 };
 
 use support::RedisServer;
-
-/// Every metric by name and sorted labels.
-type Metrics = HashMap<(String, Vec<(String, String)>), DebugValue>;
-
-/// Every metric by name and sorted labels.
-fn read(snapshotter: &Snapshotter) -> Metrics {
-    snapshotter
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .map(|(key, _, _, value)| {
-            let key = key.key();
-            let mut labels: Vec<(String, String)> = key
-                .labels()
-                .map(|l| (l.key().to_owned(), l.value().to_owned()))
-                .collect();
-            labels.sort();
-            ((key.name().to_owned(), labels), value)
-        })
-        .collect()
-}
-
-fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-    let mut labels: Vec<(String, String)> = pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    labels.sort();
-    labels
-}
-
-fn counter(metrics: &Metrics, name: &str, pairs: &[(&str, &str)]) -> u64 {
-    match metrics.get(&(name.to_owned(), labels(pairs))) {
-        Some(DebugValue::Counter(value)) => *value,
-        None => 0,
-        other => panic!("{name} {pairs:?}: {other:?}"),
-    }
-}
-
-fn histogram(metrics: &Metrics, name: &str, pairs: &[(&str, &str)]) -> Vec<f64> {
-    match metrics.get(&(name.to_owned(), labels(pairs))) {
-        Some(DebugValue::Histogram(values)) => values.iter().map(|v| v.into_inner()).collect(),
-        None => Vec::new(),
-        other => panic!("{name} {pairs:?}: {other:?}"),
-    }
-}
-
-fn gauge(metrics: &Metrics, name: &str, pairs: &[(&str, &str)]) -> f64 {
-    match metrics.get(&(name.to_owned(), labels(pairs))) {
-        Some(DebugValue::Gauge(value)) => value.into_inner(),
-        other => panic!("{name} {pairs:?}: {other:?}"),
-    }
-}
+use support::recorded::{Metrics, counter, gauge, histogram, read};
 
 /// One test: the recorder is global to this binary, and the counts are
 /// exact only with no other traffic.

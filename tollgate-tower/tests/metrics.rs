@@ -4,60 +4,21 @@
 //! loopback, and checked exactly.
 #![cfg(feature = "metrics")]
 
+#[path = "../../tollgate-redis/tests/support/recorded.rs"]
+#[allow(dead_code)]
+mod recorded;
 mod support;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use metrics_util::debugging::DebuggingRecorder;
 use tollgate::{ConcurrencyLimit, Rate, TokenBucket};
 use tollgate_tower::{ConcurrencyLayer, HeaderKey, Limit, ThrottleLayer};
 
-type Metrics = HashMap<(String, Vec<(String, String)>), DebugValue>;
-
-fn read(snapshotter: &Snapshotter) -> Metrics {
-    snapshotter
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .map(|(key, _, _, value)| {
-            let key = key.key();
-            let mut labels: Vec<(String, String)> = key
-                .labels()
-                .map(|l| (l.key().to_owned(), l.value().to_owned()))
-                .collect();
-            labels.sort();
-            ((key.name().to_owned(), labels), value)
-        })
-        .collect()
-}
-
-fn value<'a>(metrics: &'a Metrics, name: &str, pairs: &[(&str, &str)]) -> Option<&'a DebugValue> {
-    let mut labels: Vec<(String, String)> = pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    labels.sort();
-    metrics.get(&(name.to_owned(), labels))
-}
-
-fn counter(metrics: &Metrics, name: &str, pairs: &[(&str, &str)]) -> u64 {
-    match value(metrics, name, pairs) {
-        Some(DebugValue::Counter(value)) => *value,
-        None => 0,
-        other => panic!("{name} {pairs:?}: {other:?}"),
-    }
-}
-
-fn gauge(metrics: &Metrics, name: &str) -> f64 {
-    match value(metrics, name, &[]) {
-        Some(DebugValue::Gauge(value)) => value.into_inner(),
-        other => panic!("{name}: {other:?}"),
-    }
-}
+use recorded::{counter, gauge, read};
 
 async fn status(client: &reqwest::Client, url: &str, key: Option<&str>) -> StatusCode {
     let mut request = client.get(url);
@@ -166,7 +127,13 @@ async fn every_metric_counts_what_happened() {
         ),
         1
     );
-    assert_eq!(gauge(&metrics, "tollgate_tower_concurrency_limit"), 1.0);
+    assert_eq!(
+        gauge(&metrics, "tollgate_tower_concurrency_limit", &[]),
+        1.0
+    );
     // Read when the admitted request took its permit.
-    assert_eq!(gauge(&metrics, "tollgate_tower_concurrency_in_flight"), 1.0);
+    assert_eq!(
+        gauge(&metrics, "tollgate_tower_concurrency_in_flight", &[]),
+        1.0
+    );
 }

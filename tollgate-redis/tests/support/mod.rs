@@ -6,6 +6,7 @@
 
 pub mod cluster;
 pub mod gcra;
+pub mod recorded;
 pub mod replay;
 pub mod server;
 
