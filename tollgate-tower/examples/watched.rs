@@ -1,9 +1,10 @@
 //! A service whose limits can be watched: axum behind a throttle layer (a
-//! per-key burst and a global budget) and a concurrency layer, exporting
-//! every tollgate metric on `/metrics` in Prometheus's text format through
+//! per-key burst, a global budget and, given `--redis URL`, a limit per key
+//! shared through Redis) and an adaptive concurrency layer, exporting every
+//! tollgate metric on `/metrics` in Prometheus's text format through
 //! `metrics-exporter-prometheus`.
 //!
-//! `cargo run --release -p tollgate-tower --features metrics --example watched -- --port 3000`
+//! `cargo run --release -p tollgate-tower --features metrics,redis --example watched -- --port 3000 --redis redis://127.0.0.1:6379/`
 //! then `curl -H 'x-api-key: a' localhost:3000/` a few times and
 //! `curl localhost:3000/metrics`. `scripts/prometheus-check` scrapes it with
 //! a real Prometheus and checks the counters against the traffic it sends.
@@ -15,14 +16,17 @@ use axum::Router;
 use axum::routing::get;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use tollgate::keyed::{BucketConfig, Keyed};
-use tollgate::{ConcurrencyLimit, Rate, TokenBucket};
-use tollgate_tower::{ConcurrencyLayer, HeaderKey, Limit, PerKey, ThrottleLayer};
+use tollgate::{AdaptiveLimit, Rate, RoundTrip, TokenBucket};
+use tollgate_tower::{ConcurrencyLayer, HeaderKey, Limit, PerKey, RedisLimit, ThrottleLayer};
+
+/// The value after `flag` on the command line.
+fn arg(flag: &str) -> Option<String> {
+    std::env::args().skip_while(|arg| arg != flag).nth(1)
+}
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let port: u16 = std::env::args()
-        .skip_while(|arg| arg != "--port")
-        .nth(1)
+    let port: u16 = arg("--port")
         .map(|port| port.parse())
         .transpose()?
         .unwrap_or(3000);
@@ -33,11 +37,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let per_key = Keyed::<String, TokenBucket>::new(BucketConfig::new(3, Rate::per_hour(3))?);
     let burst = PerKey::new("burst", per_key)?;
     let global = Limit::new("global", TokenBucket::new(1_000, Rate::per_hour(1_000))?)?;
-    let throttle = ThrottleLayer::builder(HeaderKey::new("x-api-key"))
+    let mut throttle = ThrottleLayer::builder(HeaderKey::new("x-api-key"))
         .policy(burst)
-        .policy(global)
-        .build();
-    let concurrency = ConcurrencyLayer::new(Arc::new(ConcurrencyLimit::new(64)?));
+        .policy(global);
+    if let Some(url) = arg("--redis") {
+        // Ten an hour per key across every process of the service.
+        let client = tollgate_redis::Client::connect(&url).await?;
+        let shared =
+            tollgate_redis::FixedWindow::new(Rate::per_hour(10))?.with_prefix("watched")?;
+        throttle = throttle.policy(RedisLimit::new("shared", client, shared)?);
+    }
+    let throttle = throttle.build();
+    let concurrency = ConcurrencyLayer::new(Arc::new(AdaptiveLimit::new(RoundTrip::default())?));
     // The throttle outermost: a request it refuses never takes a permit
     // (nor teaches an adaptive limit that the service is busy).
     let api = Router::new()
