@@ -11,13 +11,14 @@
 //! reply.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use redis::Value;
 use redis::cluster_routing::Slot;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
-use crate::client::Client;
 use crate::error::Error;
 
 /// One decision of a group: the Redis key and its six script arguments
@@ -44,6 +45,17 @@ pub(crate) struct Limits {
     pub(crate) max_calls_in_flight: usize,
 }
 
+/// What the batching task sends its calls through (the client, without a
+/// batcher of its own): one call of the decision script for `decisions`,
+/// one reply per decision.
+pub(crate) trait Caller: Clone + Send + Sync + 'static {
+    fn call<'a>(
+        &'a self,
+        decisions: &'a [&'a Decision],
+        now_us: Option<u64>,
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<Value>, Error>> + Send + 'a>>;
+}
+
 /// A client's way to its batching task: the queue, and the call slots that
 /// the task and the requests that go alone share.
 #[derive(Clone)]
@@ -59,7 +71,7 @@ pub(crate) struct Batcher {
 
 /// Starts the batching task of `client` (whose own batcher must be unset:
 /// the task calls the server directly).
-pub(crate) fn start(client: Client, limits: Limits) -> Batcher {
+pub(crate) fn start(client: impl Caller, limits: Limits) -> Batcher {
     let (queue, rx) = mpsc::unbounded_channel();
     let slots = Arc::new(Semaphore::new(limits.max_calls_in_flight.max(1)));
     tokio::spawn(run(client, limits, Arc::clone(&slots), rx));
@@ -69,7 +81,7 @@ pub(crate) fn start(client: Client, limits: Limits) -> Batcher {
 /// The batching loop: ends when every sender (every clone of the client)
 /// is gone.
 async fn run(
-    client: Client,
+    client: impl Caller,
     limits: Limits,
     slots: Arc<Semaphore>,
     mut queue: mpsc::UnboundedReceiver<Job>,
@@ -140,16 +152,16 @@ fn partition(jobs: Vec<Job>) -> Vec<(Mix, Vec<Job>)> {
 
 /// One call for `jobs`, each answered with its own replies or the call's
 /// error.
-async fn send(client: &Client, jobs: Vec<Job>) {
+async fn send(client: &impl Caller, jobs: Vec<Job>) {
     if jobs.is_empty() {
         return;
     }
     let now_us = jobs[0].now_us;
     let groups = jobs.len();
-    let decisions = jobs.iter().flat_map(|job| job.decisions.iter());
+    let decisions: Vec<&Decision> = jobs.iter().flat_map(|job| job.decisions.iter()).collect();
     let total: usize = jobs.iter().map(|job| job.decisions.len()).sum();
     crate::metrics::batch(groups, total);
-    match client.decide_call(decisions, now_us).await {
+    match client.call(&decisions, now_us).await {
         Ok(replies) if replies.len() == total => {
             let mut replies = replies.into_iter();
             for job in jobs {

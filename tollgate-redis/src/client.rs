@@ -10,7 +10,7 @@ use redis::cluster_routing::Slot;
 use redis::{ErrorKind, ScriptInvocation, ServerErrorKind, Value};
 use tokio::sync::oneshot;
 
-use crate::batch::{self, Batcher, Decision, Job, Limits};
+use crate::batch::{self, Batcher, Caller, Decision, Job, Limits};
 use crate::error::Error;
 use crate::limiter::Limiter;
 use crate::metrics;
@@ -493,7 +493,7 @@ impl Client {
     /// One call of the decision script for `decisions` (their groups as
     /// their last arguments say) under the timeout: the replies, one per
     /// decision.
-    pub(crate) async fn decide_call<'a>(
+    async fn decide_call<'a>(
         &self,
         decisions: impl Iterator<Item = &'a Decision>,
         now_us: Option<u64>,
@@ -582,6 +582,16 @@ impl Client {
             )),
             Err(_) => Err(Error::Timeout(timeout)),
         }
+    }
+}
+
+impl Caller for Client {
+    fn call<'a>(
+        &'a self,
+        decisions: &'a [&'a Decision],
+        now_us: Option<u64>,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<Vec<Value>, Error>> + Send + 'a>> {
+        Box::pin(self.decide_call(decisions.iter().copied(), now_us))
     }
 }
 
