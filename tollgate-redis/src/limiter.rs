@@ -13,15 +13,14 @@ use crate::script::Admission;
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// use tollgate::Rate;
-/// use tollgate_redis::{Client, FixedWindow, Limiter, TokenBucket};
+/// use tollgate_redis::{Ask, Client, FixedWindow, TokenBucket};
 ///
 /// let client = Client::connect("redis://127.0.0.1:6379/").await?;
 /// let per_second = TokenBucket::new(20, Rate::per_second(10))?;
 /// let per_day = FixedWindow::new(Rate::new(10_000, std::time::Duration::from_secs(86_400)))?;
-/// // Both must admit (the second is charged only if the first admits).
-/// for limiter in [&per_second as &dyn Limiter, &per_day] {
-///     client.try_acquire(limiter, "tenant:7").await?;
-/// }
+/// // Both must admit, in one call: refused by either, charged on neither.
+/// let both = [Ask::new(&per_second, "tenant:7"), Ask::new(&per_day, "tenant:7")];
+/// client.try_acquire_all(&both).await?;
 /// # Ok(()) }
 /// ```
 pub trait Limiter: Send + Sync {
