@@ -33,7 +33,19 @@ pub(crate) fn decision(_: &PolicyName, _: &'static str) {}
 /// `tollgate_tower_decision_duration_seconds`.
 #[cfg(feature = "metrics")]
 pub(crate) fn request(outcome: &'static str) {
-    metrics::counter!("tollgate_tower_requests_total", "outcome" => outcome).increment(1);
+    // Registered with the recorder at the first request, then kept: one
+    // atomic add per request after that.
+    static COUNTERS: std::sync::OnceLock<[metrics::Counter; 3]> = std::sync::OnceLock::new();
+    let counters = COUNTERS.get_or_init(|| {
+        ["passed", "refused", "no_key"]
+            .map(|outcome| metrics::counter!("tollgate_tower_requests_total", "outcome" => outcome))
+    });
+    let index = match outcome {
+        "passed" => 0,
+        "refused" => 1,
+        _ => 2,
+    };
+    counters[index].increment(1);
 }
 
 #[cfg(not(feature = "metrics"))]
