@@ -22,8 +22,8 @@ use tollgate::{
     ManualClock, Rate, RateLimiter,
 };
 use tollgate_redis::{
-    Admission, ApproxSlidingWindow, Ask, Client, Error, FixedWindow, Limiter, Options, Refused,
-    SlidingLog, TokenBucket,
+    Admission, Admitted, ApproxSlidingWindow, Ask, Client, Error, FixedWindow, Limiter, Options,
+    Refused, SlidingLog, TokenBucket,
 };
 
 use support::replay::{fresh_key, runner};
@@ -114,6 +114,84 @@ fn kinds() -> impl Strategy<Value = Kind> {
     ]
 }
 
+/// One member's reference answer: its twin's verdict (the core's request
+/// check first) and the permits left after it.
+type Probe = (Result<(), Denied>, u32);
+
+/// Checks a request's answer against its members' reference answers: a
+/// member that can never grant the permits is the refusal; otherwise the
+/// longest retry-after, and its member; otherwise an admission, with each
+/// member's permits left and a time no earlier than `now`. Returns whether
+/// the request was admitted (then the caller charges every member).
+fn check_answer(
+    got: &Result<Admitted, Refused>,
+    probes: &[Probe],
+    now: u64,
+    at: &str,
+) -> Result<bool, TestCaseError> {
+    let never = probes.iter().position(|(verdict, _)| {
+        matches!(
+            verdict,
+            Err(Denied::ExceedsCapacity { .. } | Denied::ZeroPermits)
+        )
+    });
+    let longest = probes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (verdict, _))| match verdict {
+            Err(Denied::RetryAfter(wait)) => Some((i, *wait)),
+            _ => None,
+        })
+        .fold(
+            None,
+            |best: Option<(usize, Duration)>, (i, wait)| match best {
+                Some((_, kept)) if kept >= wait => best,
+                _ => Some((i, wait)),
+            },
+        );
+    match (got, never, longest) {
+        (
+            Err(Refused {
+                member,
+                error: Error::Denied(denied),
+                ..
+            }),
+            Some(i),
+            _,
+        ) => {
+            prop_assert_eq!(*member, Some(i), "{}", at);
+            prop_assert_eq!(Err(*denied), probes[i].0, "{}", at);
+            Ok(false)
+        }
+        (
+            Err(Refused {
+                member,
+                error: Error::Denied(denied),
+                ..
+            }),
+            None,
+            Some((i, wait)),
+        ) => {
+            prop_assert_eq!(*member, Some(i), "{}: {:?}", at, probes);
+            prop_assert_eq!(*denied, Denied::RetryAfter(wait), "{}", at);
+            Ok(false)
+        }
+        (Ok(admitted), None, None) => {
+            prop_assert_eq!(admitted.admissions().len(), probes.len(), "{}", at);
+            for (i, (admission, (_, left))) in admitted.admissions().iter().zip(probes).enumerate()
+            {
+                prop_assert_eq!(admission.remaining, *left, "{} member {}", at, i);
+                prop_assert!(admission.time_us >= now, "{} member {}", at, i);
+            }
+            Ok(true)
+        }
+        _ => {
+            prop_assert!(false, "{at}: redis {got:?}, twins {probes:?}");
+            unreachable!()
+        }
+    }
+}
+
 /// Every decision of a request of 1 to 4 limits (any kinds, rates, some on
 /// one caller key and some on another) agrees with the twins: admitted when
 /// every twin admits, then with each one's permits left; otherwise the
@@ -176,69 +254,10 @@ fn all_or_nothing_agrees_with_the_twins() {
                         (verdict, left)
                     })
                     .collect();
-                let never = probes.iter().position(|(verdict, _)| {
-                    matches!(
-                        verdict,
-                        Err(Denied::ExceedsCapacity { .. } | Denied::ZeroPermits)
-                    )
-                });
-                let longest = probes
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, (verdict, _))| match verdict {
-                        Err(Denied::RetryAfter(wait)) => Some((i, *wait)),
-                        _ => None,
-                    })
-                    .fold(
-                        None,
-                        |best: Option<(usize, Duration)>, (i, wait)| match best {
-                            Some((_, kept)) if kept >= wait => best,
-                            _ => Some((i, wait)),
-                        },
-                    );
-                match (&got, never, longest) {
-                    (
-                        Err(Refused {
-                            member,
-                            error: Error::Denied(denied),
-                            ..
-                        }),
-                        Some(i),
-                        _,
-                    ) => {
-                        prop_assert_eq!(*member, Some(i), "step {}", step);
-                        prop_assert_eq!(Err(*denied), probes[i].0, "step {}", step);
+                if check_answer(&got, &probes, now, &format!("step {step}"))? {
+                    for charged in &mut charged {
+                        charged.push((now, *n));
                     }
-                    (
-                        Err(Refused {
-                            member,
-                            error: Error::Denied(denied),
-                            ..
-                        }),
-                        None,
-                        Some((i, wait)),
-                    ) => {
-                        prop_assert_eq!(*member, Some(i), "step {}: {:?}", step, probes);
-                        prop_assert_eq!(*denied, Denied::RetryAfter(wait), "step {}", step);
-                    }
-                    (Ok(admitted), None, None) => {
-                        for (i, (admission, (_, left))) in
-                            admitted.admissions().iter().zip(&probes).enumerate()
-                        {
-                            prop_assert_eq!(
-                                admission.remaining,
-                                *left,
-                                "step {} member {}",
-                                step,
-                                i
-                            );
-                            prop_assert_eq!(admission.time_us >= now, true);
-                        }
-                        for charged in &mut charged {
-                            charged.push((now, *n));
-                        }
-                    }
-                    _ => prop_assert!(false, "step {step}: redis {got:?}, twins {probes:?}"),
                 }
             }
             Ok(())
@@ -808,67 +827,10 @@ fn batches_agree_with_the_twins_in_queue_order() {
                             }
                         })
                         .collect();
-                    let never = probes.iter().position(|(v, _)| {
-                        matches!(v, Err(Denied::ExceedsCapacity { .. } | Denied::ZeroPermits))
-                    });
-                    let longest = probes
-                        .iter()
-                        .enumerate()
-                        .filter_map(|(j, (v, _))| match v {
-                            Err(Denied::RetryAfter(wait)) => Some((j, *wait)),
-                            _ => None,
-                        })
-                        .fold(
-                            None,
-                            |best: Option<(usize, Duration)>, (j, wait)| match best {
-                                Some((_, kept)) if kept >= wait => best,
-                                _ => Some((j, wait)),
-                            },
-                        );
-                    match (got, never, longest) {
-                        (
-                            Err(Refused {
-                                member,
-                                error: Error::Denied(denied),
-                                ..
-                            }),
-                            Some(j),
-                            _,
-                        ) => {
-                            prop_assert_eq!(*member, Some(j), "round {} request {}", round, i);
-                            prop_assert_eq!(Err(*denied), probes[j].0);
+                    if check_answer(got, &probes, now, &format!("round {round} request {i}"))? {
+                        for &m in &request.members {
+                            charged[m][request.caller].push((now, request.n));
                         }
-                        (
-                            Err(Refused {
-                                member,
-                                error: Error::Denied(denied),
-                                ..
-                            }),
-                            None,
-                            Some((j, wait)),
-                        ) => {
-                            prop_assert_eq!(*member, Some(j), "round {} request {}", round, i);
-                            prop_assert_eq!(*denied, Denied::RetryAfter(wait));
-                        }
-                        (Ok(admitted), None, None) => {
-                            for (admission, (_, left)) in admitted.admissions().iter().zip(&probes)
-                            {
-                                prop_assert_eq!(
-                                    admission.remaining,
-                                    *left,
-                                    "round {} request {}",
-                                    round,
-                                    i
-                                );
-                            }
-                            for &m in &request.members {
-                                charged[m][request.caller].push((now, request.n));
-                            }
-                        }
-                        _ => prop_assert!(
-                            false,
-                            "round {round} request {i}: redis {got:?}, twins {probes:?}"
-                        ),
                     }
                 }
             }
