@@ -340,8 +340,17 @@ impl Snapshot {
     /// sliding log with several rules — picks the limit it reports: the one a
     /// client meets first, with its own figures (never a mix of two limits'
     /// fields, which would describe no limit). On a tie the earlier is kept.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::Snapshot;
+    /// let fewer = Snapshot::new(2, 10, Duration::from_secs(1));
+    /// let longer = Snapshot::new(3, 10, Duration::from_secs(9));
+    /// assert!(fewer.binds_before(&longer));
+    /// assert!(!fewer.binds_before(&fewer)); // a tie: the earlier is kept
+    /// ```
     #[inline]
-    pub(crate) fn binds_before(&self, other: &Snapshot) -> bool {
+    pub fn binds_before(&self, other: &Snapshot) -> bool {
         (self.available, std::cmp::Reverse(self.until_full))
             < (other.available, std::cmp::Reverse(other.until_full))
     }

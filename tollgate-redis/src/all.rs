@@ -125,15 +125,7 @@ impl Admitted {
     pub fn tightest(&self) -> Option<(usize, Snapshot)> {
         let mut best: Option<(usize, Snapshot)> = None;
         for (member, report) in self.reports.iter().enumerate() {
-            let tighter = match &best {
-                None => true,
-                Some((_, kept)) => {
-                    report.available < kept.available
-                        || (report.available == kept.available
-                            && report.until_full > kept.until_full)
-                }
-            };
-            if tighter {
+            if best.is_none_or(|(_, kept)| report.binds_before(&kept)) {
                 best = Some((member, *report));
             }
         }

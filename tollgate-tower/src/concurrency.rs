@@ -23,7 +23,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::metrics;
-use crate::response::{Refusal, problem_response};
+use crate::response::{Refusal, grpc_response, is_grpc, problem_response};
 
 type RefusalHook = Arc<dyn Fn(&Refusal<'_>) -> Response<Bytes> + Send + Sync>;
 
@@ -226,8 +226,10 @@ pub trait Face: sealed::Sealed + Send + Sync + 'static {
 
 /// The server's face (the default): a request without a permit is answered
 /// `503 Service Unavailable` (a problem document, or the
-/// [`on_shed`](ConcurrencyBuilder::on_shed) hook's response), and the inner
-/// service's errors pass through unchanged.
+/// [`on_shed`](ConcurrencyBuilder::on_shed) hook's response) — a gRPC call
+/// with `grpc-status` `14` `UNAVAILABLE` (the
+/// [`on_grpc_shed`](ConcurrencyBuilder::on_grpc_shed) hook's response) —
+/// and the inner service's errors pass through unchanged.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ServerFace;
 
@@ -343,6 +345,7 @@ struct Shared<L, K> {
     /// Requests waiting for a permit now.
     waiting: AtomicU32,
     on_shed: RefusalHook,
+    on_grpc_shed: RefusalHook,
 }
 
 /// Builds a [`ConcurrencyLayer`]; start with [`ConcurrencyLayer::builder`].
@@ -351,6 +354,7 @@ pub struct ConcurrencyBuilder<L, K = DefaultClassify, F = ServerFace> {
     classify: K,
     queue: Option<Queue>,
     on_shed: RefusalHook,
+    on_grpc_shed: RefusalHook,
     face: F,
 }
 
@@ -407,11 +411,13 @@ impl<L: InFlightLimit, K, F: Face> ConcurrencyBuilder<L, K, F> {
             classify,
             queue: self.queue,
             on_shed: self.on_shed,
+            on_grpc_shed: self.on_grpc_shed,
             face: self.face,
         }
     }
 
-    /// The response to a refused request on the server's face (default:
+    /// The response to a refused request on the server's face, unless it is
+    /// a gRPC call (see [`on_grpc_shed`](Self::on_grpc_shed)) (default:
     /// [`problem_response`] of [`Refusal::Overloaded`], a `503` problem
     /// document without `Retry-After`: a concurrency limit cannot know
     /// when a permit will come back). A hook that knows better — a typical
@@ -443,6 +449,53 @@ impl<L: InFlightLimit, K, F: Face> ConcurrencyBuilder<L, K, F> {
         self
     }
 
+    /// The response to a refused gRPC call on the server's face — a request
+    /// whose `content-type` is `application/grpc`, or starts with
+    /// `application/grpc+` or `application/grpc;` (default:
+    /// [`grpc_response`] of [`Refusal::Overloaded`]: HTTP `200` with
+    /// `grpc-status` `14` `UNAVAILABLE` in a trailers-only response, which a
+    /// gRPC client reports as the call's status and its retry policy may
+    /// retry; no pushback, for the reason `on_shed` gives no
+    /// `Retry-After`).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use bytes::Bytes;
+    /// use http::{HeaderValue, Request};
+    /// use http_body_util::Full;
+    /// use tollgate::ConcurrencyLimit;
+    /// use tollgate_tower::{ConcurrencyLayer, Layer, grpc_response};
+    /// use tower::{ServiceExt, service_fn};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let limit = Arc::new(ConcurrencyLimit::new(1).unwrap());
+    /// let layer = ConcurrencyLayer::builder(Arc::clone(&limit))
+    ///     // The default, with a pushback of a second for clients that retry.
+    ///     .on_grpc_shed(|refusal| {
+    ///         let mut response = grpc_response(refusal);
+    ///         response.headers_mut().insert("grpc-retry-pushback-ms", HeaderValue::from_static("1000"));
+    ///         response
+    ///     })
+    ///     .build();
+    /// let service = layer.layer(service_fn(|_: Request<()>| async {
+    ///     Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::new())))
+    /// }));
+    /// let _held = limit.try_acquire().unwrap();
+    /// let call = Request::post("/demo.Greeter/SayHello").header("content-type", "application/grpc+proto").body(()).unwrap();
+    /// let shed = service.oneshot(call).await.unwrap();
+    /// assert_eq!(shed.status(), 200);
+    /// assert_eq!(shed.headers()["grpc-status"], "14");
+    /// assert_eq!(shed.headers()["grpc-retry-pushback-ms"], "1000");
+    /// # });
+    /// ```
+    pub fn on_grpc_shed(
+        mut self,
+        hook: impl Fn(&Refusal<'_>) -> Response<Bytes> + Send + Sync + 'static,
+    ) -> Self {
+        self.on_grpc_shed = Arc::new(hook);
+        self
+    }
+
     /// The client's face: around an outbound client (any
     /// `Service<Request<B>>`, such as hyper-util's), a request without a
     /// permit is not sent and fails with [`ConcurrencyError::Overloaded`];
@@ -464,6 +517,7 @@ impl<L: InFlightLimit, K, F: Face> ConcurrencyBuilder<L, K, F> {
             classify: self.classify,
             queue: self.queue,
             on_shed: self.on_shed,
+            on_grpc_shed: self.on_grpc_shed,
             face: ClientFace,
         }
     }
@@ -485,6 +539,7 @@ impl<L: InFlightLimit, K, F: Face> ConcurrencyBuilder<L, K, F> {
                 queue: self.queue,
                 waiting: AtomicU32::new(0),
                 on_shed: self.on_shed,
+                on_grpc_shed: self.on_grpc_shed,
             }),
             face: self.face,
         }
@@ -511,8 +566,10 @@ impl<L, K, F> fmt::Debug for ConcurrencyBuilder<L, K, F> {
 ///   (on the limit's clock), `5xx`, `429`, `408` and the inner service's
 ///   errors a drop, other `4xx` ignored.
 /// - **No permit free**: on the server's face (the default), `503` with a
-///   problem document ([`Refusal::Overloaded`]) and no `Retry-After`; on the
-///   client's face ([`ConcurrencyBuilder::client`]), the error
+///   problem document ([`Refusal::Overloaded`]) and no `Retry-After` (a
+///   gRPC call: `grpc-status` `14` `UNAVAILABLE`, see
+///   [`grpc_response`](crate::grpc_response)); on the client's face
+///   ([`ConcurrencyBuilder::client`]), the error
 ///   [`ConcurrencyError::Overloaded`] and nothing sent. With
 ///   [`queue`](ConcurrencyBuilder::queue), a bounded number of requests wait
 ///   a bounded time first. A refusal records nothing.
@@ -581,6 +638,7 @@ impl<L: InFlightLimit> ConcurrencyLayer<L> {
             classify: DefaultClassify,
             queue: None,
             on_shed: Arc::new(problem_response),
+            on_grpc_shed: Arc::new(grpc_response),
             face: ServerFace,
         }
     }
@@ -730,7 +788,10 @@ where
                 metrics::concurrency("shed", || (shared.limit.in_flight(), shared.limit.limit()));
                 ConcurrencyFuture {
                     kind: FutureKind::Refused {
-                        refusal: Some(shed::<L, K, F, ResBody, S::Error>(shared)),
+                        refusal: Some(shed::<L, K, F, ResBody, S::Error>(
+                            shared,
+                            request.headers(),
+                        )),
                     },
                 }
             }
@@ -738,11 +799,18 @@ where
     }
 }
 
-/// The refusal of a request without a permit: a `503` or an error, by face.
+/// The refusal of a request without a permit: a `503` (a gRPC status for a
+/// gRPC call, whose headers are `request`) or an error, by face.
 fn shed<L: InFlightLimit, K, F: Face, B, E>(
     shared: &Shared<L, K>,
+    request: &HeaderMap,
 ) -> Result<Response<PermitBody<B, L>>, F::Error<E>> {
-    F::shed(&shared.on_shed, shared.limit.limit()).map(|response| response.map(PermitBody::full))
+    let hook = if is_grpc(request) {
+        &shared.on_grpc_shed
+    } else {
+        &shared.on_shed
+    };
+    F::shed(hook, shared.limit.limit()).map(|response| response.map(PermitBody::full))
 }
 
 /// Leaves the count of waiting requests when dropped: however the wait ends.
@@ -792,7 +860,7 @@ impl<S, L, K, F> Concurrency<S, L, K, F> {
                         metrics::concurrency("shed", || {
                             (shared.limit.in_flight(), shared.limit.limit())
                         });
-                        return shed::<L, K, F, ResBody, S::Error>(&shared);
+                        return shed::<L, K, F, ResBody, S::Error>(&shared, request.headers());
                     };
                     let result = inner.call(request).await;
                     finish::<L, K, F, ResBody, S::Error>(result, permit, &shared)

@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::header::RETRY_AFTER;
 use http::request::Parts;
-use http::{Method, Request, Response};
+use http::{HeaderMap, Method, Request, Response};
 use pin_project_lite::pin_project;
 use tollgate::Denied;
 use tower_layer::Layer;
@@ -21,7 +21,7 @@ use crate::fields::{Fields, retry_after_value};
 use crate::key::KeyExtractor;
 use crate::metrics;
 use crate::policy::{Decision, Outcome, OutcomeFuture, Policy};
-use crate::response::{Refusal, problem_response};
+use crate::response::{Refusal, grpc_response, is_grpc, problem_response};
 
 type CostFn = Arc<dyn Fn(&Parts) -> u32 + Send + Sync>;
 type RefusalHook = Arc<dyn Fn(&Refusal<'_>) -> Response<Bytes> + Send + Sync>;
@@ -137,6 +137,7 @@ pub struct ThrottleBuilder<E: KeyExtractor> {
     routes: Vec<(Route, Policies<E::Key>)>,
     cost: Option<CostFn>,
     on_refusal: RefusalHook,
+    on_grpc_refusal: RefusalHook,
 }
 
 impl<E: KeyExtractor> ThrottleBuilder<E> {
@@ -196,9 +197,11 @@ impl<E: KeyExtractor> ThrottleBuilder<E> {
         self
     }
 
-    /// Builds the response of a refused request (default:
-    /// [`problem_response`]). The layer then adds `Retry-After` to a `429`
-    /// (unless the hook set it) and the `RateLimit` fields.
+    /// Builds the response of a refused request that is not a gRPC call
+    /// (default: [`problem_response`]; a gRPC call's comes from
+    /// [`on_grpc_refusal`](Self::on_grpc_refusal)). The layer then adds
+    /// `Retry-After` to a `429` (unless the hook set it) and the `RateLimit`
+    /// fields.
     ///
     /// ```
     /// use bytes::Bytes;
@@ -218,6 +221,59 @@ impl<E: KeyExtractor> ThrottleBuilder<E> {
         hook: impl Fn(&Refusal<'_>) -> Response<Bytes> + Send + Sync + 'static,
     ) -> Self {
         self.on_refusal = Arc::new(hook);
+        self
+    }
+
+    /// Builds the response of a refused gRPC call — a request whose
+    /// `content-type` is `application/grpc`, or starts with
+    /// `application/grpc+` or `application/grpc;` (default:
+    /// [`grpc_response`], a trailers-only response whose `grpc-status` a
+    /// gRPC client reads as the call's status). As for
+    /// [`on_refusal`](Self::on_refusal), the layer then adds `retry-after`
+    /// to a [`Refusal::TooManyRequests`] (unless the hook set it) and the
+    /// `RateLimit` fields, which a gRPC client reads as the status's
+    /// metadata. `.on_grpc_refusal(problem_response)` answers gRPC calls as
+    /// other requests are (HTTP `429` and a problem document, which gRPC
+    /// clients cannot read as a status).
+    ///
+    /// A hook with tonic at hand can build its response from a
+    /// `tonic::Status` (`into_http` writes the trailers-only form):
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use http::Request;
+    /// use tollgate::{Rate, TokenBucket};
+    /// use tollgate_tower::{Global, Layer, Limit, Refusal, ThrottleLayer};
+    /// use tower::{ServiceExt, service_fn};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let layer = ThrottleLayer::builder(Global)
+    ///     .policy(Limit::new("global", TokenBucket::new(1, Rate::per_hour(1)).unwrap()).unwrap())
+    ///     .on_grpc_refusal(|refusal: &Refusal<'_>| {
+    ///         let message = match refusal.policy() {
+    ///             Some(policy) => format!("slow down ({policy})"),
+    ///             None => "slow down".to_owned(),
+    ///         };
+    ///         tonic::Status::new(refusal.grpc_code().into(), message).into_http::<Bytes>()
+    ///     })
+    ///     .build();
+    /// let service = layer.layer(service_fn(|_: Request<()>| async {
+    ///     Ok::<_, std::convert::Infallible>(http::Response::new(Bytes::new()))
+    /// }));
+    /// let call = || Request::post("/demo.Greeter/SayHello").header("content-type", "application/grpc").body(()).unwrap();
+    /// service.clone().oneshot(call()).await.unwrap();
+    /// let refused = service.oneshot(call()).await.unwrap();
+    /// assert_eq!(refused.status(), 200);
+    /// assert_eq!(refused.headers()["grpc-status"], "8");
+    /// assert_eq!(refused.headers()["grpc-message"], "slow%20down%20(global)");
+    /// assert_eq!(refused.headers()["retry-after"], "3600");
+    /// # });
+    /// ```
+    pub fn on_grpc_refusal(
+        mut self,
+        hook: impl Fn(&Refusal<'_>) -> Response<Bytes> + Send + Sync + 'static,
+    ) -> Self {
+        self.on_grpc_refusal = Arc::new(hook);
         self
     }
 
@@ -249,6 +305,7 @@ impl<E: KeyExtractor> ThrottleBuilder<E> {
                 routes: self.routes,
                 cost: self.cost,
                 on_refusal: self.on_refusal,
+                on_grpc_refusal: self.on_grpc_refusal,
             }),
         }
     }
@@ -263,6 +320,7 @@ struct Shared<E: KeyExtractor> {
     ordered: Vec<Policies<E::Key>>,
     cost: Option<CostFn>,
     on_refusal: RefusalHook,
+    on_grpc_refusal: RefusalHook,
 }
 
 impl<E: KeyExtractor> Shared<E> {
@@ -273,10 +331,22 @@ impl<E: KeyExtractor> Shared<E> {
     }
 
     // Cold: refusals are built away from the admitted path's code.
+    // `request` is the refused request's headers: a gRPC call gets the gRPC
+    // hook's response.
     #[cold]
     #[inline(never)]
-    fn respond<B: From<Bytes>>(&self, refusal: &Refusal<'_>, fields: Fields) -> Response<B> {
-        let mut response = (self.on_refusal)(refusal);
+    fn respond<B: From<Bytes>>(
+        &self,
+        refusal: &Refusal<'_>,
+        fields: Fields,
+        request: &HeaderMap,
+    ) -> Response<B> {
+        let hook = if is_grpc(request) {
+            &self.on_grpc_refusal
+        } else {
+            &self.on_refusal
+        };
+        let mut response = hook(refusal);
         if let Refusal::TooManyRequests { retry_after, .. } = refusal {
             response
                 .headers_mut()
@@ -295,6 +365,7 @@ fn judge<E: KeyExtractor, B: From<Bytes>>(
     policy: &dyn Policy<E::Key>,
     outcome: Outcome,
     fields: &mut Fields,
+    request: &HeaderMap,
 ) -> Result<(), Response<B>> {
     match outcome {
         Outcome::Admitted(snapshot) => {
@@ -302,7 +373,7 @@ fn judge<E: KeyExtractor, B: From<Bytes>>(
             metrics::decision(policy.name(), "admitted");
             Ok(())
         }
-        outcome => judge_cold(shared, policy, outcome, fields),
+        outcome => judge_cold(shared, policy, outcome, fields, request),
     }
 }
 
@@ -318,6 +389,7 @@ fn judge_cold<E: KeyExtractor, B: From<Bytes>>(
     policy: &dyn Policy<E::Key>,
     outcome: Outcome,
     fields: &mut Fields,
+    request: &HeaderMap,
 ) -> Result<(), Response<B>> {
     let (name, denied, reason) = match outcome {
         Outcome::Admitted(snapshot) => {
@@ -359,7 +431,7 @@ fn judge_cold<E: KeyExtractor, B: From<Bytes>>(
             reason: reason.as_deref().unwrap_or(""),
         },
     };
-    Err(shared.respond(&refusal, std::mem::take(fields)))
+    Err(shared.respond(&refusal, std::mem::take(fields), request))
 }
 
 /// Entry throttling for a tower service: see the [crate docs](crate).
@@ -381,6 +453,7 @@ impl<E: KeyExtractor> ThrottleLayer<E> {
             routes: Vec::new(),
             cost: None,
             on_refusal: Arc::new(problem_response),
+            on_grpc_refusal: Arc::new(grpc_response),
         }
     }
 }
@@ -543,7 +616,11 @@ impl<E: KeyExtractor> Shared<E> {
             Ok(key) => key,
             Err(err) => {
                 metrics::request("no_key");
-                return Verdict::Answer(self.respond(&Refusal::NoKey(&err), Fields::default()));
+                return Verdict::Answer(self.respond(
+                    &Refusal::NoKey(&err),
+                    Fields::default(),
+                    &parts.headers,
+                ));
             }
         };
         let n = self.cost.as_ref().map_or(1, |cost| cost(parts));
@@ -554,12 +631,12 @@ impl<E: KeyExtractor> Shared<E> {
         let group = self.routes.iter().position(|(r, _)| r.matches(parts));
         let policies = self.policies(group);
         if n > 1 {
-            if let Err(response) = self.fits(policies, &key, n) {
+            if let Err(response) = self.fits(policies, &key, n, &parts.headers) {
                 metrics::request("refused");
                 return Verdict::Answer(response);
             }
         }
-        match self.chain(policies, 0, &key, n, &mut fields) {
+        match self.chain(policies, 0, &key, n, &mut fields, &parts.headers) {
             Step::Pass => {
                 metrics::request("passed");
                 Verdict::Pass(fields)
@@ -590,6 +667,7 @@ impl<E: KeyExtractor> Shared<E> {
         policies: &[Arc<dyn Policy<E::Key>>],
         key: &E::Key,
         n: u32,
+        request: &HeaderMap,
     ) -> Result<(), Response<B>> {
         for policy in policies {
             let Some(capacity) = policy.capacity(key).filter(|&capacity| n > capacity) else {
@@ -597,7 +675,7 @@ impl<E: KeyExtractor> Shared<E> {
             };
             let mut fields = Fields::default();
             if let Decision::Now(outcome) = policy.decide(key, n) {
-                judge(self, &**policy, outcome, &mut fields)?;
+                judge(self, &**policy, outcome, &mut fields, request)?;
             }
             // Decided later (a remote policy: the future is dropped unpolled,
             // so nothing was asked), or a policy whose decision disagrees
@@ -610,7 +688,7 @@ impl<E: KeyExtractor> Shared<E> {
                     capacity,
                 },
             };
-            return Err(self.respond(&refusal, fields));
+            return Err(self.respond(&refusal, fields, request));
         }
         Ok(())
     }
@@ -627,13 +705,14 @@ impl<E: KeyExtractor> Shared<E> {
         key: &E::Key,
         n: u32,
         fields: &mut Fields,
+        request: &HeaderMap,
     ) -> Step<B> {
         let Some(policy) = policies.get(index) else {
             return Step::Pass;
         };
         let mut step = Step::Pass;
         let take = |decision: Decision, fields: &mut Fields| match decision {
-            Decision::Now(outcome) => match judge(self, &**policy, outcome, fields) {
+            Decision::Now(outcome) => match judge(self, &**policy, outcome, fields, request) {
                 Ok(()) => None,
                 Err(response) => Some(Step::Answer(response)),
             },
@@ -647,7 +726,7 @@ impl<E: KeyExtractor> Shared<E> {
         } else {
             policy.decide_then(key, n, &mut |decision| {
                 step = match take(decision, fields) {
-                    None => self.chain(policies, index + 1, key, n, fields),
+                    None => self.chain(policies, index + 1, key, n, fields, request),
                     Some(stop) => stop,
                 };
                 // Kept unless refused further on; a decision that completes
@@ -705,12 +784,14 @@ where
             let started = std::time::Instant::now();
             let refused = loop {
                 let outcome = pending.await;
-                if let Err(response) = judge(&shared, &*policies[index], outcome, &mut fields) {
+                let head = request.headers();
+                if let Err(response) = judge(&shared, &*policies[index], outcome, &mut fields, head)
+                {
                     break Some(response);
                 }
                 // The policies after an awaited one decide as a chain of
                 // their own: refunds among them, none back to it.
-                match shared.chain(policies, index + 1, &key, n, &mut fields) {
+                match shared.chain(policies, index + 1, &key, n, &mut fields, head) {
                     Step::Pass => break None,
                     Step::Answer(response) => break Some(response),
                     Step::Later {

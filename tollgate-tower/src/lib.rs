@@ -16,7 +16,8 @@
 //!   [`Refusal::NeverFits`];
 //! - no key: the [`KeyError`]'s status (`500` for a missing peer address,
 //!   `400` for a missing header) — never a panic, never a silent pass;
-//! - a remote limiter that cannot decide: `503`.
+//! - a remote limiter that cannot decide: `503`;
+//! - a gRPC call: a gRPC status instead, see [below](#grpc).
 //!
 //! Several policies on one request are **all-or-nothing, whatever order they
 //! were added in**: asked narrowest first (per key, then this process, then
@@ -30,7 +31,8 @@
 //! [below](#concurrency-limits-and-load-shedding).
 //!
 //! The response of a refusal comes from a hook ([`ThrottleBuilder::on_refusal`];
-//! default [`problem_response`], an RFC 9457 problem document).
+//! default [`problem_response`], an RFC 9457 problem document). A gRPC call
+//! is answered in gRPC's own terms instead: see [below](#grpc).
 //!
 //! ```
 //! use std::net::IpAddr;
@@ -87,6 +89,98 @@
 //! Without axum (hyper, tonic), put it around any service with
 //! [`Layer::layer`] and insert the peer address yourself, or key by
 //! something else ([`HeaderKey`], [`ForwardedIp`], [`Global`]).
+//!
+//! # gRPC
+//!
+//! A gRPC client reads a call's status from `grpc-status`, not from the
+//! HTTP status: HTTP `429` with a problem document reaches its application
+//! as `UNAVAILABLE` (the protocol's mapping of HTTP statuses) or `INTERNAL`
+//! (tonic, which tries to read the document as a message), with no message
+//! and no way to say when to come back. So a refused request whose
+//! `content-type` is `application/grpc` (or starts with `application/grpc+`
+//! or `application/grpc;`) gets a gRPC **trailers-only** response
+//! ([`grpc_response`]): HTTP `200`, an empty body, and in its headers
+//! `grpc-status` — `8` `RESOURCE_EXHAUSTED` for a spent quota, `9`
+//! `FAILED_PRECONDITION` for a request above a policy's capacity, `14`
+//! `UNAVAILABLE` for a policy that could not decide and for a request a
+//! [`ConcurrencyLayer`] sheds, the [`KeyError`]'s status mapped for a
+//! request without a key ([`Refusal::grpc_code`] has the table) — a
+//! percent-encoded `grpc-message`, and for a spent quota
+//! `grpc-retry-pushback-ms`, the wait that gRPC client retry policies honour.
+//! The layer adds what it adds to every refusal: `retry-after` (whole
+//! seconds, rounded up) and the `ratelimit-policy` and `ratelimit` fields,
+//! which the client reads as the status's metadata. The metrics count
+//! these refusals as they count the others. Other requests are answered as
+//! before; [`ThrottleBuilder::on_grpc_refusal`] and
+//! [`ConcurrencyBuilder::on_grpc_shed`] replace the gRPC answers.
+//!
+//! ```
+//! use std::time::Duration;
+//! use bytes::Bytes;
+//! use http::Request;
+//! use tollgate::{ManualClock, Rate, TokenBucket};
+//! use tollgate_tower::{Global, Layer, Limit, PolicyName, ThrottleLayer};
+//! use tower::{ServiceExt, service_fn};
+//!
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! let bucket = TokenBucket::with_clock(1, Rate::per_second(2), ManualClock::new()).unwrap();
+//! let name = PolicyName::new("global").unwrap().window(Duration::from_secs(1));
+//! let layer = ThrottleLayer::builder(Global).policy(Limit::new(name, bucket).unwrap()).build();
+//! let service = layer.layer(service_fn(|_: Request<()>| async {
+//!     Ok::<_, std::convert::Infallible>(http::Response::new(Bytes::new()))
+//! }));
+//! let call = || {
+//!     Request::post("/demo.Greeter/SayHello")
+//!         .header("content-type", "application/grpc")
+//!         .body(())
+//!         .unwrap()
+//! };
+//! let admitted = service.clone().oneshot(call()).await.unwrap();
+//! assert!(admitted.headers().get("grpc-status").is_none()); // the service's own answer
+//! let refused = service.oneshot(call()).await.unwrap();
+//! assert_eq!(refused.status(), 200);
+//! assert_eq!(refused.headers()["content-type"], "application/grpc");
+//! assert_eq!(refused.headers()["grpc-status"], "8"); // RESOURCE_EXHAUSTED
+//! assert_eq!(refused.headers()["grpc-message"], r#"quota "global" exceeded; retry after 500 ms"#);
+//! assert_eq!(refused.headers()["grpc-retry-pushback-ms"], "500");
+//! assert_eq!(refused.headers()["retry-after"], "1");
+//! assert_eq!(refused.headers()["ratelimit-policy"], r#""global";q=1;w=1"#);
+//! assert_eq!(refused.headers()["ratelimit"], r#""global";r=0;t=1"#);
+//! assert!(refused.body().is_empty());
+//! # });
+//! ```
+//!
+//! With tonic, put the layer around the server's routes with
+//! `Server::builder().layer(..)`. tonic's routes answer with tonic's own
+//! body type, which a refusal cannot be written into: map it to axum's (a
+//! dependency of tonic's router already) behind the throttle layer. A
+//! [`ConcurrencyLayer`] needs no such step. tonic puts the peer's address
+//! in its own extension, which [`PeerIp`] does not read: key by a metadata
+//! header ([`HeaderKey`]) or with a [`KeyFn`].
+//!
+//! ```no_run
+//! # async fn serve(routes: tonic::service::Routes) -> Result<(), Box<dyn std::error::Error>> {
+//! use tollgate::keyed::{BucketConfig, Keyed};
+//! use tollgate::{Rate, TokenBucket};
+//! use tollgate_tower::{HeaderKey, PerKey, ThrottleLayer};
+//!
+//! // Per API key, sent by the client as metadata.
+//! let per_key = Keyed::<String, TokenBucket>::new(BucketConfig::new(20, Rate::per_second(10))?);
+//! let throttle = ThrottleLayer::builder(HeaderKey::new("x-api-key"))
+//!     .policy(PerKey::new("per-key", per_key)?)
+//!     .build();
+//! tonic::transport::Server::builder()
+//!     .layer(
+//!         tower::ServiceBuilder::new()
+//!             .layer(throttle)
+//!             .map_response(|response: http::Response<_>| response.map(axum::body::Body::new)),
+//!     )
+//!     .add_routes(routes)
+//!     .serve("127.0.0.1:50051".parse()?)
+//!     .await?;
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! # Concurrency limits and load shedding
 //!
@@ -191,7 +285,7 @@ pub use policy::{
 };
 #[cfg(feature = "redis")]
 pub use redis::{LeasedLimit, RedisAllOf, RedisLimit};
-pub use response::{Refusal, problem_response};
+pub use response::{Refusal, grpc_response, problem_response};
 pub use shaped::Shaped;
 /// The `tower` trait that puts the layer around a service (`layer.layer(service)`),
 /// re-exported so that no `tower` dependency is needed for it.

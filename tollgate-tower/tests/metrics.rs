@@ -31,6 +31,23 @@ async fn status(client: &reqwest::Client, url: &str, key: Option<&str>) -> Statu
     status
 }
 
+/// A gRPC call's head (over HTTP/1.1: the layers read only the head): the
+/// `grpc-status` of the answer, `None` for the service's own.
+async fn grpc_status(client: &reqwest::Client, url: &str, key: Option<&str>) -> Option<String> {
+    let mut request = client.post(url).header("content-type", "application/grpc");
+    if let Some(key) = key {
+        request = request.header("x-api-key", key);
+    }
+    let response = request.send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let status = response
+        .headers()
+        .get("grpc-status")
+        .map(|status| status.to_str().unwrap().to_owned());
+    response.bytes().await.unwrap();
+    status
+}
+
 /// One test: the recorder is global to this binary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_metric_counts_what_happened() {
@@ -48,7 +65,7 @@ async fn every_metric_counts_what_happened() {
         .build();
     let addr = support::serve(
         Router::new()
-            .route("/", get(|| async { "ok" }))
+            .route("/", get(|| async { "ok" }).post(|| async { "ok" }))
             .layer(throttled),
     )
     .await;
@@ -69,6 +86,15 @@ async fn every_metric_counts_what_happened() {
             StatusCode::BAD_REQUEST
         ]
     );
+    // gRPC calls, refused with gRPC statuses, count as the HTTP refusals do:
+    // one more for each counter above but `passed`.
+    assert_eq!(
+        [
+            grpc_status(&client, &url, Some("a")).await,
+            grpc_status(&client, &url, None).await,
+        ],
+        [Some("8".to_owned()), Some("3".to_owned())]
+    );
     let metrics = read(&snapshotter);
     let decisions = |policy, outcome| {
         counter(
@@ -78,7 +104,7 @@ async fn every_metric_counts_what_happened() {
         )
     };
     assert_eq!(decisions("burst", "admitted"), 2);
-    assert_eq!(decisions("burst", "rate"), 1);
+    assert_eq!(decisions("burst", "rate"), 2);
     assert_eq!(decisions("global", "admitted"), 2);
     assert_eq!(decisions("global", "rate"), 0);
     let requests = |outcome| {
@@ -90,7 +116,7 @@ async fn every_metric_counts_what_happened() {
     };
     assert_eq!(
         [requests("passed"), requests("refused"), requests("no_key")],
-        [2, 1, 1]
+        [2, 2, 2]
     );
 
     // A concurrency layer of one permit: held, a request is shed; free, one
@@ -98,7 +124,7 @@ async fn every_metric_counts_what_happened() {
     let limit = Arc::new(ConcurrencyLimit::new(1).unwrap());
     let addr = support::serve(
         Router::new()
-            .route("/", get(|| async { "ok" }))
+            .route("/", get(|| async { "ok" }).post(|| async { "ok" }))
             .layer(ConcurrencyLayer::new(Arc::clone(&limit))),
     )
     .await;
@@ -107,6 +133,11 @@ async fn every_metric_counts_what_happened() {
     assert_eq!(
         status(&client, &url, None).await,
         StatusCode::SERVICE_UNAVAILABLE
+    );
+    // A gRPC call shed with UNAVAILABLE is counted shed as well.
+    assert_eq!(
+        grpc_status(&client, &url, None).await,
+        Some("14".to_owned())
     );
     drop(held);
     assert_eq!(status(&client, &url, None).await, StatusCode::OK);
@@ -118,7 +149,7 @@ async fn every_metric_counts_what_happened() {
             &[("outcome", outcome)],
         )
     };
-    assert_eq!([concurrency("admitted"), concurrency("shed")], [1, 1]);
+    assert_eq!([concurrency("admitted"), concurrency("shed")], [1, 2]);
     assert_eq!(
         counter(
             &metrics,
