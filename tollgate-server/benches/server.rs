@@ -1,0 +1,212 @@
+//! Requests per second of the rate limit service over gRPC on loopback,
+//! against an empty tonic service that answers the same response without
+//! deciding anything: what the limiter costs beside gRPC's own cost.
+//!
+//! One process: each server on a tokio runtime of its own (2 workers), the
+//! client on another (2 workers) with `STREAMS` calls in flight over one
+//! HTTP/2 connection. Rounds alternate between the servers (paired), each
+//! round a fixed time; the table shows each server's median round and the
+//! ratio of the medians, for three regimes:
+//!
+//! * `allow`: every request admitted (a key per stream, a limit no stream
+//!   reaches);
+//! * `deny`: every request refused (a limit of 1 per day, spent at once);
+//! * `at-limit`: one key shared by every stream, its limit about the rate
+//!   the server answers, so admissions and refusals interleave.
+//!
+//! Run: `cargo bench -p tollgate-server --bench server` (env `STREAMS`,
+//! `ROUNDS`, `ROUND_MS` to change the shape).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpListener;
+use tollgate_server::config::Config;
+use tollgate_server::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use tollgate_server::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use tollgate_server::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_server::proto::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use tollgate_server::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use tollgate_server::{Options, Server};
+use tonic::transport::Channel;
+
+const CONFIG: &str = "
+domain: bench
+descriptors:
+  - key: allow
+    rate_limit: { unit: second, requests_per_unit: 1000000000 }
+  - key: deny
+    rate_limit: { unit: day, requests_per_unit: 1 }
+  - key: at_limit
+    rate_limit: { unit: second, requests_per_unit: 8000, algorithm: token_bucket, burst: 100 }
+";
+
+/// A service that decides nothing: it answers every request with the
+/// response the limiter gave the regime's first request.
+#[derive(Clone)]
+struct Empty(Arc<RateLimitResponse>);
+
+#[tonic::async_trait]
+impl RateLimitService for Empty {
+    async fn should_rate_limit(
+        &self,
+        _: tonic::Request<RateLimitRequest>,
+    ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
+        Ok(tonic::Response::new((*self.0).clone()))
+    }
+}
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Serves `service` on a runtime of its own; returns its address and the
+/// runtime (dropped at the end of the bench).
+fn start<S>(service: S) -> (SocketAddr, tokio::runtime::Runtime)
+where
+    S: RateLimitService,
+{
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = runtime.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
+    let addr = listener.local_addr().unwrap();
+    runtime.spawn(
+        tonic::transport::Server::builder()
+            .add_service(RateLimitServiceServer::new(service))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    (addr, runtime)
+}
+
+fn request(key: &str, value: String) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "bench".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: key.into(),
+                value,
+            }],
+            ..Default::default()
+        }],
+        hits_addend: 0,
+    }
+}
+
+/// Calls per second from `streams` tasks over `channel` for `round`.
+async fn round(channel: &Channel, regime: &str, streams: u64, round: Duration) -> f64 {
+    let done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for stream in 0..streams {
+        let mut client = RateLimitServiceClient::new(channel.clone());
+        let req = match regime {
+            "allow" => request("allow", format!("s{stream}")),
+            "deny" => request("deny", "all".into()),
+            _ => request("at_limit", "all".into()),
+        };
+        let (done, stop) = (done.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                client.should_rate_limit(req.clone()).await.unwrap();
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    let start = Instant::now();
+    let before = done.load(Ordering::Relaxed);
+    tokio::time::sleep(round).await;
+    let calls = done.load(Ordering::Relaxed) - before;
+    let elapsed = start.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    calls as f64 / elapsed.as_secs_f64()
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a filter argument is not supported.
+    let streams = env("STREAMS", 64);
+    let rounds = env("ROUNDS", 7) as usize;
+    let round_time = Duration::from_millis(env("ROUND_MS", 1000));
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    println!(
+        "CPU: {cpu}; {} cores; {streams} streams over one connection; {rounds} rounds of {} ms each, paired",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        round_time.as_millis()
+    );
+    println!(
+        "{:<10} {:>14} {:>14} {:>7}",
+        "regime", "empty req/s", "tollgate req/s", "ratio"
+    );
+    let client_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    for regime in ["allow", "deny", "at-limit"] {
+        let config = Config::from_files([("bench.yaml".to_owned(), CONFIG.to_owned())]).unwrap();
+        let server = Server::new(config, Options::default()).unwrap();
+        // The empty service answers what the limiter answers this regime's
+        // requests, so both send the same bytes.
+        let sample = match regime {
+            "allow" => request("allow", "s0".into()),
+            "deny" => request("deny", "all".into()),
+            _ => request("at_limit", "all".into()),
+        };
+        let mut response = server.should_rate_limit(&sample).unwrap();
+        if regime == "deny" {
+            response = server.should_rate_limit(&sample).unwrap();
+        }
+        let (ours, _ours_rt) = start(server);
+        let (empty, _empty_rt) = start(Empty(Arc::new(response)));
+        let connect = |addr: SocketAddr| {
+            client_rt.block_on(async move {
+                Channel::from_shared(format!("http://{addr}"))
+                    .unwrap()
+                    .connect()
+                    .await
+                    .unwrap()
+            })
+        };
+        let (ours_ch, empty_ch) = (connect(ours), connect(empty));
+        // One warm-up round each.
+        client_rt.block_on(round(&ours_ch, regime, streams, round_time / 4));
+        client_rt.block_on(round(&empty_ch, regime, streams, round_time / 4));
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for i in 0..rounds {
+            // Alternate which goes first, so drift favours neither.
+            if i % 2 == 0 {
+                b.push(client_rt.block_on(round(&empty_ch, regime, streams, round_time)));
+                a.push(client_rt.block_on(round(&ours_ch, regime, streams, round_time)));
+            } else {
+                a.push(client_rt.block_on(round(&ours_ch, regime, streams, round_time)));
+                b.push(client_rt.block_on(round(&empty_ch, regime, streams, round_time)));
+            }
+        }
+        let (ma, mb) = (median(&mut a), median(&mut b));
+        println!("{regime:<10} {mb:>14.0} {ma:>14.0} {:>7.2}", ma / mb);
+    }
+}

@@ -1,0 +1,13 @@
+//! Compiles Envoy's rate limit service (proto/) into Rust: parsed by protox
+//! (pure Rust: no `protoc` needed to build), written by tonic-prost-build.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let files = ["envoy/service/ratelimit/v3/rls.proto"];
+    let descriptors = protox::compile(files, ["proto"])?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(descriptors)?;
+    println!("cargo:rerun-if-changed=proto");
+    Ok(())
+}

@@ -1,0 +1,58 @@
+//! A rate limit service any proxy or language can call, deciding with
+//! tollgate's exact limits.
+//!
+//! * **Protocol**: Envoy's rate limit service
+//!   (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`) over
+//!   gRPC, and the same request as JSON on `POST /json`.
+//! * **Configuration**: envoyproxy/ratelimit's YAML files, unchanged — a
+//!   directory of files, one domain each ([`config`]).
+//! * **Decisions**: all or nothing — a request refused by any of its
+//!   descriptors' limits is charged by none.
+
+pub mod config;
+mod decide;
+mod http;
+mod limits;
+mod serve;
+mod server;
+
+pub use decide::{BadRequest, Bounds};
+pub use serve::{serve, watch_config};
+pub use server::{InvalidRule, Options, Server};
+
+/// The messages and the service of Envoy's rate limit protocol, generated
+/// from the `.proto` files under `proto/` (field names and numbers as Envoy's
+/// API reference publishes them).
+pub mod proto {
+    #[allow(missing_docs, clippy::all, clippy::pedantic)]
+    pub mod envoy {
+        pub mod config {
+            pub mod core {
+                pub mod v3 {
+                    tonic::include_proto!("envoy.config.core.v3");
+                }
+            }
+        }
+        pub mod extensions {
+            pub mod common {
+                pub mod ratelimit {
+                    pub mod v3 {
+                        tonic::include_proto!("envoy.extensions.common.ratelimit.v3");
+                    }
+                }
+            }
+        }
+        pub mod r#type {
+            pub mod v3 {
+                tonic::include_proto!("envoy.r#type.v3");
+            }
+        }
+        pub mod service {
+            pub mod ratelimit {
+                pub mod v3 {
+                    tonic::include_proto!("envoy.service.ratelimit.v3");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! `tollgate-server`: Envoy's rate limit service on tollgate's limits.
+//!
+//! Every flag has an environment variable of the same meaning
+//! (`--config-dir` / `TOLLGATE_CONFIG_DIR`, …); `--help` lists them.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use tokio::net::TcpListener;
+use tollgate_server::config::Config;
+use tollgate_server::{Bounds, Options, Server, serve, watch_config};
+
+#[derive(Parser, Debug)]
+#[command(
+    version,
+    about = "Envoy's rate limit service on tollgate's exact limits"
+)]
+struct Args {
+    /// Directory of envoyproxy/ratelimit configuration files (YAML, one
+    /// domain each), reloaded when a file changes or on SIGHUP.
+    #[arg(long, env = "TOLLGATE_CONFIG_DIR")]
+    config_dir: PathBuf,
+    /// Address of the gRPC service.
+    #[arg(long, env = "TOLLGATE_GRPC_ADDR", default_value = "0.0.0.0:8081")]
+    grpc_addr: SocketAddr,
+    /// Address of the HTTP endpoints (`POST /json`, `GET /healthcheck`).
+    #[arg(long, env = "TOLLGATE_HTTP_ADDR", default_value = "0.0.0.0:8080")]
+    http_addr: SocketAddr,
+    /// Keys each limit keeps; beyond them new keys share one overflow state
+    /// (never an admission more).
+    #[arg(long, env = "TOLLGATE_MAX_KEYS_PER_LIMIT", default_value_t = 1 << 20)]
+    max_keys_per_limit: usize,
+    /// Descriptors one request may carry.
+    #[arg(long, env = "TOLLGATE_MAX_DESCRIPTORS", default_value_t = Bounds::default().max_descriptors)]
+    max_descriptors: usize,
+    /// Limits one request's descriptors may match.
+    #[arg(long, env = "TOLLGATE_MAX_LIMITS", default_value_t = Bounds::default().max_limits)]
+    max_limits: usize,
+    /// How often the configuration directory is looked at, in milliseconds.
+    #[arg(long, env = "TOLLGATE_RELOAD_CHECK_MS", default_value_t = 1000)]
+    reload_check_ms: u64,
+    /// Logs as JSON lines instead of text.
+    #[arg(long, env = "TOLLGATE_LOG_JSON")]
+    log_json: bool,
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    if args.log_json {
+        tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter)
+            .init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).init();
+    }
+    match run(args).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "tollgate-server stopped");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let config = Config::load_dir(&args.config_dir)?;
+    let mut options = Options::default();
+    options.max_keys_per_limit = args.max_keys_per_limit;
+    options.bounds.max_descriptors = args.max_descriptors;
+    options.bounds.max_limits = args.max_limits;
+    let server = Server::new(config, options)?;
+    let grpc = TcpListener::bind(args.grpc_addr).await?;
+    let http = TcpListener::bind(args.http_addr).await?;
+    tracing::info!(
+        grpc = %grpc.local_addr()?,
+        http = %http.local_addr()?,
+        config_dir = %args.config_dir.display(),
+        "tollgate-server listening"
+    );
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    let reload = std::sync::Arc::new(tokio::sync::Notify::new());
+    let on_hangup = reload.clone();
+    tokio::spawn(async move {
+        while hangup.recv().await.is_some() {
+            on_hangup.notify_one();
+        }
+    });
+    tokio::spawn(watch_config(
+        server.clone(),
+        args.config_dir.clone(),
+        Duration::from_millis(args.reload_check_ms.max(10)),
+        reload,
+        |result| match result {
+            Ok(()) => tracing::info!("configuration reloaded"),
+            Err(error) => {
+                tracing::error!(%error, "configuration not reloaded; keeping the one in use")
+            }
+        },
+    ));
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let shutdown = async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminate.recv() => {}
+        }
+        tracing::info!("shutting down: finishing the calls in flight");
+    };
+    serve(server, grpc, http, shutdown).await
+}

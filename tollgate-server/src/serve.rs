@@ -1,0 +1,89 @@
+//! Running the service: listeners, reloads of the configuration directory,
+//! and a graceful shutdown.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::config::Config;
+use crate::server::Server;
+
+/// Serves `server` over gRPC on `grpc` and HTTP on `http` until `shutdown`
+/// completes; then stops accepting and lets the calls in flight finish.
+///
+/// Errors: the transport's, if a listener fails.
+pub async fn serve(
+    server: Server,
+    grpc: TcpListener,
+    http: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let (stop, stopped) = watch::channel(false);
+    let wait = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let grpc_task = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(server.grpc())
+            .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), wait(stopped.clone())),
+    );
+    let http_task = tokio::spawn(
+        axum::serve(http, crate::http::router(server.clone()))
+            .with_graceful_shutdown(wait(stopped))
+            .into_future(),
+    );
+    shutdown.await;
+    let _ = stop.send(true);
+    grpc_task.await??;
+    http_task.await??;
+    Ok(())
+}
+
+/// What a configuration directory held when last read: each file's path,
+/// length and modification time.
+#[derive(Debug, PartialEq, Eq)]
+struct Seen(Vec<(PathBuf, u64, Option<SystemTime>)>);
+
+fn seen(dir: &Path) -> std::io::Result<Seen> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        files.push((entry.path(), meta.len(), meta.modified().ok()));
+    }
+    files.sort();
+    Ok(Seen(files))
+}
+
+/// Loads `dir` into `server` whenever a file in it changes (looked at every
+/// `every`) or `reload` is notified (e.g. on `SIGHUP`). A directory that does not load is reported
+/// through `report` and the server keeps deciding with what it had.
+pub async fn watch_config(
+    server: Server,
+    dir: PathBuf,
+    every: Duration,
+    reload: std::sync::Arc<tokio::sync::Notify>,
+    report: impl Fn(Result<(), String>) + Send,
+) {
+    let mut last = seen(&dir).ok();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {
+                let now = seen(&dir).ok();
+                if now == last {
+                    continue;
+                }
+                last = now;
+            }
+            _ = reload.notified() => {}
+        }
+        let result = Config::load_dir(&dir)
+            .map_err(|e| e.to_string())
+            .and_then(|config| server.reload(config).map_err(|e| e.to_string()));
+        report(result);
+    }
+}

@@ -1,0 +1,226 @@
+//! The service: the configuration and the limits' state behind one pointer
+//! that a reload swaps, answered over gRPC and as JSON.
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use tonic::{Request, Response, Status};
+
+use crate::config::Config;
+use crate::decide::{BadRequest, Bounds, Outcome, decide};
+use crate::limits::{Definition, Stores};
+use crate::proto::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use crate::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+
+/// Settings of a [`Server`] beyond its configuration files.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Options {
+    /// Bounds on one request's descriptors and matched limits.
+    pub bounds: Bounds,
+    /// Keys each limit keeps before new keys share one overflow state (which
+    /// admits no more than one key's limit: never an over-admission).
+    pub max_keys_per_limit: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            bounds: Bounds::default(),
+            max_keys_per_limit: 1 << 20,
+        }
+    }
+}
+
+/// A configuration and its limits' state.
+struct Loaded {
+    config: Config,
+    stores: Stores,
+}
+
+/// Envoy's rate limit service on tollgate's limits, in this process.
+///
+/// ```
+/// use tollgate_server::config::Config;
+/// use tollgate_server::proto::envoy::extensions::common::ratelimit::v3::{
+///     RateLimitDescriptor, rate_limit_descriptor::Entry,
+/// };
+/// use tollgate_server::proto::envoy::service::ratelimit::v3::{
+///     RateLimitRequest, rate_limit_response::Code,
+/// };
+/// use tollgate_server::{Options, Server};
+///
+/// let yaml = "
+/// domain: api
+/// descriptors:
+///   - key: user
+///     rate_limit: { unit: minute, requests_per_unit: 2 }
+/// ";
+/// let config = Config::from_files([("api.yaml", yaml)]).unwrap();
+/// let server = Server::new(config, Options::default()).unwrap();
+/// let request = RateLimitRequest {
+///     domain: "api".into(),
+///     descriptors: vec![RateLimitDescriptor {
+///         entries: vec![Entry { key: "user".into(), value: "alice".into() }],
+///         ..Default::default()
+///     }],
+///     hits_addend: 0,
+/// };
+/// let codes: Vec<_> = (0..3)
+///     .map(|_| server.should_rate_limit(&request).unwrap().overall_code())
+///     .collect();
+/// assert_eq!(codes, [Code::Ok, Code::Ok, Code::OverLimit]);
+/// ```
+#[derive(Clone)]
+pub struct Server {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    loaded: ArcSwap<Loaded>,
+    options: Options,
+    /// Reloads run one at a time: each builds on the state the last left.
+    reloading: parking_lot::Mutex<()>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("options", &self.inner.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A configuration the server cannot decide with: a rule whose rate the
+/// limiters refuse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidRule {
+    /// The rule's identity.
+    pub rule: String,
+    /// The limiters' reason.
+    pub error: tollgate::ConfigError,
+}
+
+impl std::fmt::Display for InvalidRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "rule {}: {}", self.rule, self.error)
+    }
+}
+
+impl std::error::Error for InvalidRule {}
+
+fn stores(
+    config: &Config,
+    previous: Option<&Stores>,
+    options: &Options,
+) -> Result<Stores, InvalidRule> {
+    let rules = config.domains().flat_map(|d| d.rules()).filter_map(|rule| {
+        // Unlimited rules and rules of 0 requests keep no state.
+        let rate = rule.rate().filter(|_| !rule.blocks_all())?;
+        Some((
+            &rule.id,
+            Definition {
+                algorithm: rule.algorithm,
+                rate,
+            },
+        ))
+    });
+    Stores::build(rules, previous, options.max_keys_per_limit).map_err(|(id, error)| InvalidRule {
+        rule: id.to_string(),
+        error,
+    })
+}
+
+impl Server {
+    /// A server deciding on `config`'s rules, every limit full.
+    ///
+    /// Errors: [`InvalidRule`] for a rule the limiters refuse.
+    pub fn new(config: Config, options: Options) -> Result<Server, InvalidRule> {
+        let stores = stores(&config, None, &options)?;
+        Ok(Server {
+            inner: Arc::new(Inner {
+                loaded: ArcSwap::from_pointee(Loaded { config, stores }),
+                options,
+                reloading: parking_lot::Mutex::new(()),
+            }),
+        })
+    }
+
+    /// Decides with `config` from now on. A rule of the same identity
+    /// (domain, place in the descriptor tree, position) and definition keeps
+    /// its state; one whose rate changed under the same algorithm carries
+    /// its state over proportionally (a limit half used stays half used);
+    /// one whose algorithm changed, or a new one, starts full. Requests in
+    /// flight finish on the configuration they started with.
+    ///
+    /// Errors: [`InvalidRule`]; the server keeps deciding with what it had.
+    pub fn reload(&self, config: Config) -> Result<(), InvalidRule> {
+        let _one = self.inner.reloading.lock();
+        let previous = self.inner.loaded.load();
+        let stores = stores(&config, Some(&previous.stores), &self.inner.options)?;
+        self.inner.loaded.store(Arc::new(Loaded { config, stores }));
+        Ok(())
+    }
+
+    /// Decides one request: Envoy's `ShouldRateLimit`.
+    ///
+    /// Errors: [`BadRequest`] for a request the protocol cannot answer (no
+    /// domain, no descriptor, beyond the server's bounds).
+    pub fn should_rate_limit(
+        &self,
+        request: &RateLimitRequest,
+    ) -> Result<RateLimitResponse, BadRequest> {
+        self.decide(request).map(|(response, _)| response)
+    }
+
+    pub(crate) fn decide(
+        &self,
+        request: &RateLimitRequest,
+    ) -> Result<(RateLimitResponse, Outcome), BadRequest> {
+        let loaded = self.inner.loaded.load();
+        decide(
+            &loaded.config,
+            &loaded.stores,
+            self.inner.options.bounds,
+            request,
+        )
+    }
+
+    /// Keys held by every limit now.
+    pub fn keys(&self) -> usize {
+        self.inner.loaded.load().stores.keys()
+    }
+
+    /// The gRPC service, for a tonic server's `add_service`.
+    pub fn grpc(&self) -> RateLimitServiceServer<Server> {
+        RateLimitServiceServer::new(self.clone())
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimitService for Server {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let request = request.get_ref();
+        match self.decide(request) {
+            Ok((response, outcome)) => {
+                tracing::debug!(
+                    domain = %request.domain,
+                    descriptors = request.descriptors.len(),
+                    admitted = outcome.admitted,
+                    shadow_refusals = outcome.shadow_refusals,
+                    "decided"
+                );
+                Ok(Response::new(response))
+            }
+            Err(bad) => {
+                tracing::debug!(domain = %request.domain, error = %bad, "bad request");
+                Err(Status::invalid_argument(bad.to_string()))
+            }
+        }
+    }
+}
