@@ -164,6 +164,12 @@ pub struct Refused {
     /// it ([`Limiter::report`] of the permits free then): what `RateLimit`
     /// fields need; `None` otherwise.
     pub report: Option<Snapshot>,
+    /// For a request the script refused, every limit's state as the script
+    /// found it, in the order asked, none of them charged: a limit that
+    /// would have admitted reports the permits it holds still, one that
+    /// refused the permits it had free. Empty when the script did not
+    /// decide (an error, or a refusal decided before any call).
+    pub found: Vec<Snapshot>,
 }
 
 impl Refused {
@@ -178,6 +184,7 @@ impl Refused {
             member,
             error,
             report: None,
+            found: Vec::new(),
         }
     }
 }
@@ -293,32 +300,38 @@ impl Client {
             .await
             .map_err(|err| Refused::new(None, err))?;
         let mut admissions = Vec::with_capacity(asks.len());
-        let mut longest: Option<(usize, Duration, Admission)> = None;
+        // Each member's state as found, uncharged: what a refusal reports.
+        let mut found = Vec::with_capacity(asks.len());
+        let mut longest: Option<(usize, Duration)> = None;
         for (member, (value, key)) in replies.into_iter().zip(&keys).enumerate() {
+            let limiter = asks[member].limiter;
             match reply(value, key).map_err(|err| Refused::new(Some(member), err))? {
-                Reply::Done { time_us, count, .. } => admissions.push(Admission {
-                    time_us,
-                    remaining: u32::try_from(count).unwrap_or(u32::MAX),
-                }),
+                Reply::Done { time_us, count, .. } => {
+                    let remaining = u32::try_from(count).unwrap_or(u32::MAX);
+                    let before = remaining.saturating_add(asks[member].n);
+                    found.push(limiter.report(&Admission::new(time_us, before)));
+                    admissions.push(Admission { time_us, remaining });
+                }
                 Reply::Refused {
                     wait_us,
                     time_us,
                     free,
                 } => {
+                    let free = u32::try_from(free).unwrap_or(u32::MAX);
+                    found.push(limiter.report(&Admission::new(time_us, free)));
                     let wait = Duration::from_micros(wait_us);
-                    if longest.is_none_or(|(_, kept, _)| wait > kept) {
-                        let state =
-                            Admission::new(time_us, u32::try_from(free).unwrap_or(u32::MAX));
-                        longest = Some((member, wait, state));
+                    if longest.is_none_or(|(_, kept)| wait > kept) {
+                        longest = Some((member, wait));
                     }
                 }
             }
         }
-        if let Some((member, wait, state)) = longest {
+        if let Some((member, wait)) = longest {
             return Err(Refused {
                 member: Some(member),
                 error: Error::Denied(Denied::RetryAfter(wait)),
-                report: Some(asks[member].limiter.report(&state)),
+                report: Some(found[member]),
+                found,
             });
         }
         let reports = asks

@@ -292,6 +292,15 @@ async fn one_call_decides_a_request_and_reports_its_tightest_limit() {
         refused.error,
         Error::Denied(Denied::RetryAfter(_))
     ));
+    // Each limit's state as the script found it, uncharged: the bucket's 7
+    // (it would have admitted), the window's 0.
+    let found: Vec<(u32, u32)> = refused
+        .found
+        .iter()
+        .map(|s| (s.available, s.capacity))
+        .collect();
+    assert_eq!(found, [(7, 10), (0, 3)]);
+    assert_eq!(refused.report, Some(refused.found[1]));
     assert_eq!(
         client
             .try_acquire(&burst, "tenant:7")

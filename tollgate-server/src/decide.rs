@@ -1,14 +1,12 @@
-//! A request's decision on the memory backend: its descriptors matched to
-//! rules, every limit asked in turn, all or nothing, and the answer in the
-//! protocol's terms.
+//! A request's decision, the part every backend shares: its descriptors
+//! matched to rules (the plan: which limits, under which keys, for how many
+//! hits), and what the backend found turned into the protocol's answer.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::{Denied, Rejection, Snapshot};
 
-use crate::config::{Config, Match, Unit, apply_replaces, override_key};
-use crate::limits::{Store, Stores};
+use crate::config::{Config, Match, Rule, Unit, apply_replaces, override_key};
 use crate::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use crate::proto::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit as WireLimit,
@@ -96,17 +94,9 @@ impl Default for Bounds {
     }
 }
 
-/// What a limit reports in a status: Envoy's `current_limit`.
-#[derive(Debug, Clone)]
-struct Shown {
-    name: String,
-    requests_per_unit: u32,
-    unit: i32,
-}
-
 /// How a limit's refusal counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
+pub(crate) enum Mode {
     /// Its refusal refuses the request.
     Enforced,
     /// `shadow_mode`: its refusal is counted, the request goes on.
@@ -116,37 +106,72 @@ enum Mode {
     Quota,
 }
 
-/// One limit a request must pass.
-struct Check {
-    descriptor: usize,
-    /// `None`: a rule of 0 requests, which refuses every request.
-    store: Option<Arc<Store>>,
-    key: String,
-    hits: u64,
-    mode: Mode,
-    shown: Shown,
+/// The limit a check asks.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Limit<'c> {
+    /// A configured rule (never unlimited).
+    Rule(&'c Rule),
+    /// The request's own limit for a descriptor (Envoy's override): a fixed
+    /// window of `permits` per `unit`.
+    Override {
+        /// Requests per unit.
+        permits: u32,
+        /// The window.
+        unit: Unit,
+    },
 }
 
-impl Check {
-    /// The limit's state now, charging nothing.
-    fn snapshot(&self) -> Snapshot {
-        match &self.store {
-            Some(store) => store.snapshot(&self.key),
-            None => Snapshot::new(0, 0, Duration::ZERO),
+/// One limit a request must pass.
+#[derive(Debug)]
+pub(crate) struct Check<'c> {
+    /// The descriptor it decides, by position in the request.
+    pub(crate) descriptor: usize,
+    pub(crate) limit: Limit<'c>,
+    /// The key its state is kept under.
+    pub(crate) key: String,
+    /// The hits to charge: the descriptor's, else the request's.
+    pub(crate) hits: u64,
+    pub(crate) mode: Mode,
+}
+
+impl Check<'_> {
+    /// A rule of 0 requests: refuses every request, keeps no state.
+    pub(crate) fn blocks_all(&self) -> bool {
+        matches!(self.limit, Limit::Rule(rule) if rule.blocks_all())
+    }
+
+    /// `current_limit`, as the status shows it.
+    fn wire_limit(&self) -> WireLimit {
+        match self.limit {
+            Limit::Rule(rule) => WireLimit {
+                name: rule.name.clone().unwrap_or_default(),
+                requests_per_unit: rule.requests_per_unit,
+                unit: rule.unit.map_or(0, Unit::wire),
+            },
+            Limit::Override { permits, unit } => WireLimit {
+                name: String::new(),
+                requests_per_unit: permits,
+                unit: unit.wire(),
+            },
         }
     }
-
-    fn refundable(&self) -> bool {
-        self.store.as_ref().is_none_or(|s| s.refundable())
-    }
 }
 
-/// What happened to a check.
+/// A request's limits, and its statuses before any is asked.
+#[derive(Debug)]
+pub(crate) struct Plan<'c> {
+    pub(crate) checks: Vec<Check<'c>>,
+    statuses: Vec<DescriptorStatus>,
+}
+
+/// What a backend found of a check.
 #[derive(Debug, Clone, Copy)]
-enum Seen {
-    /// Not asked: an earlier limit refused first.
+pub(crate) enum Seen {
+    /// Nothing known: not asked, and its state not read.
     NotAsked,
+    /// It admits (or would have, had every other limit admitted): its state.
     Admitted(Snapshot),
+    /// It refused.
     Refused(Rejection),
 }
 
@@ -159,13 +184,14 @@ pub(crate) struct Outcome {
     pub shadow_refusals: usize,
 }
 
-/// Decides `request` on `config`'s rules and `stores`' state.
-pub(crate) fn decide(
-    config: &Config,
-    stores: &Stores,
+/// The limits `request` must pass under `config`.
+///
+/// Errors: the [`BadRequest`]s the protocol answers with an error.
+pub(crate) fn plan<'c>(
+    config: &'c Config,
     bounds: Bounds,
     request: &RateLimitRequest,
-) -> Result<(RateLimitResponse, Outcome), BadRequest> {
+) -> Result<Plan<'c>, BadRequest> {
     if request.domain.is_empty() {
         return Err(BadRequest::EmptyDomain);
     }
@@ -191,8 +217,8 @@ pub(crate) fn decide(
             ..Default::default()
         })
         .collect();
-    let mut checks: Vec<Check> = Vec::new();
-    let mut matches: Vec<Option<Match<'_>>> = Vec::with_capacity(request.descriptors.len());
+    let mut checks: Vec<Check<'c>> = Vec::new();
+    let mut matches: Vec<Option<Match<'c>>> = Vec::with_capacity(request.descriptors.len());
     let mut entries: Vec<(&str, &str)> = Vec::new();
     for (index, descriptor) in request.descriptors.iter().enumerate() {
         entries.clear();
@@ -224,23 +250,15 @@ pub(crate) fn decide(
                 reason: "requests_per_unit must be above 0",
             });
         }
-        let store = stores
-            .overridden(limit.requests_per_unit, unit.duration())
-            .ok_or(BadRequest::BadOverride {
-                descriptor: index,
-                reason: "the server keeps no more request-chosen limits",
-            })?;
         checks.push(Check {
             descriptor: index,
-            store: Some(store),
+            limit: Limit::Override {
+                permits: limit.requests_per_unit,
+                unit,
+            },
             key: override_key(domain.name(), &entries),
             hits: hits(descriptor),
             mode: Mode::Enforced,
-            shown: Shown {
-                name: String::new(),
-                requests_per_unit: limit.requests_per_unit,
-                unit: unit.wire(),
-            },
         });
     }
     // A limit another matched limit replaces is not applied (request-wide,
@@ -253,18 +271,9 @@ pub(crate) fn decide(
                 statuses[index].limit_remaining = u32::MAX;
                 continue;
             }
-            // A rule of 0 requests refuses everything: no state to keep.
-            let store = if rule.blocks_all() {
-                None
-            } else {
-                match stores.rule(&rule.id) {
-                    Some(store) => Some(store.clone()),
-                    None => continue,
-                }
-            };
             checks.push(Check {
                 descriptor: index,
-                store,
+                limit: Limit::Rule(rule),
                 key: found.key.clone(),
                 hits: hits(&request.descriptors[index]),
                 mode: if rule.shadow_mode {
@@ -273,11 +282,6 @@ pub(crate) fn decide(
                     Mode::Quota
                 } else {
                     Mode::Enforced
-                },
-                shown: Shown {
-                    name: rule.name.clone().unwrap_or_default(),
-                    requests_per_unit: rule.requests_per_unit,
-                    unit: rule.unit.map_or(0, Unit::wire),
                 },
             });
         }
@@ -288,42 +292,31 @@ pub(crate) fn decide(
             max: bounds.max_limits,
         });
     }
-    // The limits that give permits back exactly go first, so one that
-    // cannot is asked only when every other admitted (the core `AllOf`'s
-    // rule).
-    checks.sort_by_key(|c| !c.refundable());
-    let quotas = checks.iter().filter(|c| c.mode == Mode::Quota).count();
-    let mut seen = vec![Seen::NotAsked; checks.len()];
-    let admitted = chain(&checks, &mut seen, quotas, 0);
+    Ok(Plan { checks, statuses })
+}
+
+/// The answer to a request whose `plan` a backend decided: what it `seen`
+/// of each check, in the plan's order, and whether it admitted the request.
+pub(crate) fn answer(
+    plan: Plan<'_>,
+    seen: Vec<Seen>,
+    admitted: bool,
+) -> (RateLimitResponse, Outcome) {
+    let Plan {
+        checks,
+        mut statuses,
+    } = plan;
     let mut outcome = Outcome {
         admitted,
         shadow_refusals: 0,
     };
     // Per descriptor: a refusal shows; else the tightest limit.
     let mut best: Vec<Option<(Snapshot, usize)>> = vec![None; statuses.len()];
-    for (i, check) in checks.iter().enumerate() {
+    for (i, (check, seen)) in checks.iter().zip(seen).enumerate() {
         let status = &mut statuses[check.descriptor];
         if status.code == Code::OverLimit as i32 {
             continue;
         }
-        let seen = match seen[i] {
-            // Admitted, then given back because another limit refused: its
-            // state now is what a retry meets.
-            Seen::Admitted(_) if !admitted => Seen::Admitted(check.snapshot()),
-            // Not asked: whether it would have admitted, read without
-            // charging it.
-            Seen::NotAsked => {
-                let now = check.snapshot();
-                if u64::from(now.available) >= check.hits {
-                    Seen::Admitted(now)
-                } else if u64::from(now.capacity) >= check.hits {
-                    Seen::Refused(Rejection::new(Denied::RetryAfter(now.until_full), now))
-                } else {
-                    Seen::Refused(never_fits(check.hits, now))
-                }
-            }
-            seen => seen,
-        };
         match seen {
             Seen::Refused(rejection) if check.mode == Mode::Shadow => {
                 outcome.shadow_refusals += 1;
@@ -331,7 +324,7 @@ pub(crate) fn decide(
             }
             Seen::Refused(rejection) => {
                 status.code = Code::OverLimit as i32;
-                status.current_limit = Some(wire_limit(&check.shown));
+                status.current_limit = Some(check.wire_limit());
                 status.limit_remaining = rejection.snapshot.available;
                 status.duration_until_reset = match rejection.denied {
                     Denied::RetryAfter(wait) => Some(duration(wait)),
@@ -339,7 +332,11 @@ pub(crate) fn decide(
                 };
             }
             Seen::Admitted(snapshot) => keep_tighter(&mut best[check.descriptor], snapshot, i),
-            Seen::NotAsked => unreachable!("resolved above"),
+            // Its limit, without a state to show.
+            Seen::NotAsked if status.current_limit.is_none() => {
+                status.current_limit = Some(check.wire_limit());
+            }
+            Seen::NotAsked => {}
         }
     }
     for (status, best) in statuses.iter_mut().zip(best) {
@@ -347,24 +344,24 @@ pub(crate) fn decide(
             continue;
         }
         if let Some((snapshot, i)) = best {
-            status.current_limit = Some(wire_limit(&checks[i].shown));
+            status.current_limit = Some(checks[i].wire_limit());
             status.limit_remaining = snapshot.available;
             status.duration_until_reset = Some(duration(snapshot.until_full));
         }
     }
     let overall = if admitted { Code::Ok } else { Code::OverLimit };
-    Ok((
+    (
         RateLimitResponse {
             overall_code: overall as i32,
             statuses,
             ..Default::default()
         },
         outcome,
-    ))
+    )
 }
 
 /// A request of `hits` that the limit can never hold.
-fn never_fits(hits: u64, now: Snapshot) -> Rejection {
+pub(crate) fn never_fits(hits: u64, now: Snapshot) -> Rejection {
     Rejection::new(
         Denied::ExceedsCapacity {
             requested: u32::try_from(hits).unwrap_or(u32::MAX),
@@ -374,76 +371,11 @@ fn never_fits(hits: u64, now: Snapshot) -> Rejection {
     )
 }
 
-/// Asks `checks[0]`, and — if it admits, or its refusal does not refuse
-/// the request (shadow and quota mode) — the rest inside its decision, so
-/// that a refusal further on gives its permits back
-/// ([`tollgate::RateLimiter::try_acquire_n_then`]). `quotas` is the number
-/// of quota-mode limits, `quota_refusals` how many of those refused so far.
-/// Returns whether the request is admitted.
-fn chain(checks: &[Check], seen: &mut [Seen], quotas: usize, quota_refusals: usize) -> bool {
-    let Some((check, rest)) = checks.split_first() else {
-        // Every enforced limit admitted; quota limits refuse only together.
-        return quotas == 0 || quota_refusals < quotas;
-    };
-    let (first, later) = seen.split_first_mut().expect("one per check");
-    let n = match (&check.store, u32::try_from(check.hits)) {
-        (Some(_), Ok(n)) => n,
-        // A rule of 0 requests, or more hits than any limit holds.
-        _ => {
-            *first = Seen::Refused(never_fits(check.hits, check.snapshot()));
-            return after_refusal(check.mode, rest, later, quotas, quota_refusals);
-        }
-    };
-    if n == 0 {
-        // No hits: the state is read, not charged.
-        *first = Seen::Admitted(check.snapshot());
-        return chain(rest, later, quotas, quota_refusals);
-    }
-    let store = check.store.as_ref().expect("matched above");
-    let mut admitted = false;
-    store.decide_then(&check.key, n, &mut |answer| match answer {
-        Ok(snapshot) => {
-            *first = Seen::Admitted(snapshot);
-            admitted = chain(rest, later, quotas, quota_refusals);
-            admitted
-        }
-        Err(rejection) => {
-            *first = Seen::Refused(rejection);
-            admitted = after_refusal(check.mode, rest, later, quotas, quota_refusals);
-            false
-        }
-    });
-    admitted
-}
-
-/// What is left of the request after a limit in `mode` refused it.
-fn after_refusal(
-    mode: Mode,
-    rest: &[Check],
-    later: &mut [Seen],
-    quotas: usize,
-    quota_refusals: usize,
-) -> bool {
-    match mode {
-        Mode::Enforced => false,
-        Mode::Shadow => chain(rest, later, quotas, quota_refusals),
-        Mode::Quota => chain(rest, later, quotas, quota_refusals + 1),
-    }
-}
-
 /// Keeps the report of the limit that binds first: fewer permits left, then
 /// the longer time to full.
 fn keep_tighter(best: &mut Option<(Snapshot, usize)>, snapshot: Snapshot, index: usize) {
     if best.is_none_or(|(b, _)| snapshot.binds_before(&b)) {
         *best = Some((snapshot, index));
-    }
-}
-
-fn wire_limit(shown: &Shown) -> WireLimit {
-    WireLimit {
-        name: shown.name.clone(),
-        requests_per_unit: shown.requests_per_unit,
-        unit: shown.unit,
     }
 }
 

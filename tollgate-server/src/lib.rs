@@ -12,7 +12,7 @@
 pub mod config;
 mod decide;
 mod http;
-mod limits;
+mod memory;
 mod serve;
 mod server;
 

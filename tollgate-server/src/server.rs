@@ -7,8 +7,8 @@ use arc_swap::ArcSwap;
 use tonic::{Request, Response, Status};
 
 use crate::config::Config;
-use crate::decide::{BadRequest, Bounds, Outcome, decide};
-use crate::limits::{Definition, Stores};
+use crate::decide::{BadRequest, Bounds, Outcome, answer, plan};
+use crate::memory::{Definition, Stores};
 use crate::proto::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
@@ -180,12 +180,9 @@ impl Server {
         request: &RateLimitRequest,
     ) -> Result<(RateLimitResponse, Outcome), BadRequest> {
         let loaded = self.inner.loaded.load();
-        decide(
-            &loaded.config,
-            &loaded.stores,
-            self.inner.options.bounds,
-            request,
-        )
+        let mut plan = plan(&loaded.config, self.inner.options.bounds, request)?;
+        let (seen, admitted) = loaded.stores.decide(&mut plan)?;
+        Ok(answer(plan, seen, admitted))
     }
 
     /// Keys held by every limit now.

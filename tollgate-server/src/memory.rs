@@ -12,6 +12,7 @@ use tollgate::{
 };
 
 use crate::config::{Algorithm, RuleId};
+use crate::decide::{BadRequest, Check, Limit, Mode, Plan, Seen, never_fits};
 
 /// What a rule's state is: its algorithm and rate. Two rules with the same
 /// definition decide alike, so a reload that keeps the definition keeps the
@@ -221,5 +222,147 @@ impl Stores {
                 .values()
                 .map(|s| s.len())
                 .sum::<usize>()
+    }
+}
+
+/// A check with its store: `None` for a rule of 0 requests.
+type Resolved<'p, 'c> = (&'p Check<'c>, Option<Arc<Store>>);
+
+impl Stores {
+    /// Decides `plan` on these stores: its limits asked in turn, each
+    /// inside the one before's decision, so that a refusal gives back what
+    /// the limits before it took (all or nothing). Returns what was seen of
+    /// each check (the plan reordered: the limits that refund exactly
+    /// first) and whether the request is admitted.
+    ///
+    /// Errors: [`BadRequest::BadOverride`] when the server keeps no more
+    /// request-chosen limits.
+    pub(crate) fn decide(&self, plan: &mut Plan<'_>) -> Result<(Vec<Seen>, bool), BadRequest> {
+        let mut resolved = Vec::with_capacity(plan.checks.len());
+        for check in &plan.checks {
+            let store = match check.limit {
+                Limit::Rule(_) if check.blocks_all() => None,
+                // Built from the same configuration: every rule has one.
+                Limit::Rule(rule) => self.rule(&rule.id).cloned(),
+                Limit::Override { permits, unit } => Some(
+                    self.overridden(permits, unit.duration())
+                        .ok_or(BadRequest::BadOverride {
+                            descriptor: check.descriptor,
+                            reason: "the server keeps no more request-chosen limits",
+                        })?,
+                ),
+            };
+            resolved.push(store);
+        }
+        // The limits that give permits back exactly go first, so one that
+        // cannot is asked only when every other admitted (the core
+        // `AllOf`'s rule).
+        let mut order: Vec<usize> = (0..plan.checks.len()).collect();
+        order.sort_by_key(|&i| !resolved[i].as_ref().is_none_or(|s| s.refundable()));
+        let quotas = plan.checks.iter().filter(|c| c.mode == Mode::Quota).count();
+        let ordered: Vec<Resolved<'_, '_>> = order
+            .iter()
+            .map(|&i| (&plan.checks[i], resolved[i].clone()))
+            .collect();
+        let mut seen = vec![Seen::NotAsked; ordered.len()];
+        let admitted = chain(&ordered, &mut seen, quotas, 0);
+        // What the answer shows: a limit admitted then given back, its state
+        // now (what a retry meets); one not asked, whether it would admit,
+        // read without charging it.
+        for ((check, store), seen) in ordered.iter().zip(seen.iter_mut()) {
+            let now = || store_snapshot(store, &check.key);
+            *seen = match *seen {
+                Seen::Admitted(_) if !admitted => Seen::Admitted(now()),
+                Seen::NotAsked => {
+                    let now = now();
+                    if u64::from(now.available) >= check.hits {
+                        Seen::Admitted(now)
+                    } else if u64::from(now.capacity) >= check.hits {
+                        Seen::Refused(Rejection::new(
+                            tollgate::Denied::RetryAfter(now.until_full),
+                            now,
+                        ))
+                    } else {
+                        Seen::Refused(never_fits(check.hits, now))
+                    }
+                }
+                seen => seen,
+            };
+        }
+        // Back in the plan's order.
+        let mut in_order = vec![Seen::NotAsked; seen.len()];
+        for (seen, &i) in seen.into_iter().zip(&order) {
+            in_order[i] = seen;
+        }
+        Ok((in_order, admitted))
+    }
+}
+
+/// `key`'s state in `store`; a rule of 0 requests holds nothing.
+fn store_snapshot(store: &Option<Arc<Store>>, key: &str) -> Snapshot {
+    match store {
+        Some(store) => store.snapshot(key),
+        None => Snapshot::new(0, 0, Duration::ZERO),
+    }
+}
+
+/// Asks `checks[0]`, and — if it admits, or its refusal does not refuse
+/// the request (shadow and quota mode) — the rest inside its decision, so
+/// that a refusal further on gives its permits back
+/// ([`tollgate::RateLimiter::try_acquire_n_then`]). `quotas` is the number
+/// of quota-mode limits, `quota_refusals` how many of those refused so far.
+/// Returns whether the request is admitted.
+fn chain(
+    checks: &[Resolved<'_, '_>],
+    seen: &mut [Seen],
+    quotas: usize,
+    quota_refusals: usize,
+) -> bool {
+    let Some(((check, store), rest)) = checks.split_first() else {
+        // Every enforced limit admitted; quota limits refuse only together.
+        return quotas == 0 || quota_refusals < quotas;
+    };
+    let (first, later) = seen.split_first_mut().expect("one per check");
+    let (store, n) = match (store, u32::try_from(check.hits)) {
+        (Some(store), Ok(n)) => (store, n),
+        // A rule of 0 requests, or more hits than any limit holds.
+        _ => {
+            *first = Seen::Refused(never_fits(check.hits, store_snapshot(store, &check.key)));
+            return after_refusal(check.mode, rest, later, quotas, quota_refusals);
+        }
+    };
+    if n == 0 {
+        // No hits: the state is read, not charged.
+        *first = Seen::Admitted(store.snapshot(&check.key));
+        return chain(rest, later, quotas, quota_refusals);
+    }
+    let mut admitted = false;
+    store.decide_then(&check.key, n, &mut |answer| match answer {
+        Ok(snapshot) => {
+            *first = Seen::Admitted(snapshot);
+            admitted = chain(rest, later, quotas, quota_refusals);
+            admitted
+        }
+        Err(rejection) => {
+            *first = Seen::Refused(rejection);
+            admitted = after_refusal(check.mode, rest, later, quotas, quota_refusals);
+            false
+        }
+    });
+    admitted
+}
+
+/// What is left of the request after a limit in `mode` refused it.
+fn after_refusal(
+    mode: Mode,
+    rest: &[Resolved<'_, '_>],
+    later: &mut [Seen],
+    quotas: usize,
+    quota_refusals: usize,
+) -> bool {
+    match mode {
+        Mode::Enforced => false,
+        Mode::Shadow => chain(rest, later, quotas, quota_refusals),
+        Mode::Quota => chain(rest, later, quotas, quota_refusals + 1),
     }
 }
