@@ -176,9 +176,13 @@ fn main() {
             "deny" => request("deny", "all".into()),
             _ => request("at_limit", "all".into()),
         };
-        let mut response = server.should_rate_limit(&sample).unwrap();
+        let mut response = client_rt
+            .block_on(server.should_rate_limit(&sample))
+            .unwrap();
         if regime == "deny" {
-            response = server.should_rate_limit(&sample).unwrap();
+            response = client_rt
+                .block_on(server.should_rate_limit(&sample))
+                .unwrap();
         }
         let (ours, _ours_rt) = start(server);
         let (empty, _empty_rt) = start(Empty(Arc::new(response)));

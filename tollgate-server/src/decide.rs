@@ -173,6 +173,9 @@ pub(crate) enum Seen {
     Admitted(Snapshot),
     /// It refused.
     Refused(Rejection),
+    /// It could not be decided, and counts as refused (the Redis backend's
+    /// `closed` failure mode).
+    Unanswered,
 }
 
 /// The decision's outcome, for metrics and logs.
@@ -332,6 +335,10 @@ pub(crate) fn answer(
                 };
             }
             Seen::Admitted(snapshot) => keep_tighter(&mut best[check.descriptor], snapshot, i),
+            Seen::Unanswered => {
+                status.code = Code::OverLimit as i32;
+                status.current_limit = Some(check.wire_limit());
+            }
             // Its limit, without a state to show.
             Seen::NotAsked if status.current_limit.is_none() => {
                 status.current_limit = Some(check.wire_limit());

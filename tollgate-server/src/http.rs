@@ -41,7 +41,7 @@ async fn json_decision(State(server): State<Server>, body: Bytes) -> Response {
         Ok(request) => request,
         Err(reason) => return bad_request(&reason),
     };
-    match server.should_rate_limit(&request) {
+    match server.should_rate_limit(&request).await {
         Ok(response) => {
             let status = if response.overall_code == Code::OverLimit as i32 {
                 StatusCode::TOO_MANY_REQUESTS

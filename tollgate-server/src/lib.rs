@@ -13,10 +13,12 @@ pub mod config;
 mod decide;
 mod http;
 mod memory;
+mod redis;
 mod serve;
 mod server;
 
 pub use decide::{BadRequest, Bounds};
+pub use redis::{Failure, RedisSettings};
 pub use serve::{serve, watch_config};
 pub use server::{InvalidRule, Options, Server};
 
@@ -56,3 +58,15 @@ pub mod proto {
         }
     }
 }
+
+// The README's examples, compiled as doctests (its code blocks in other
+// languages are fenced with theirs, so rustdoc leaves them alone).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
+// The guide's page on this crate (docs/guide/token-server.md), compiled and
+// run as doctests in the repository; the packaged crate holds no docs/.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/token-server.md")]
+struct GuideTokenServer;

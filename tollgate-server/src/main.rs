@@ -10,7 +10,7 @@ use std::time::Duration;
 use clap::Parser;
 use tokio::net::TcpListener;
 use tollgate_server::config::Config;
-use tollgate_server::{Bounds, Options, Server, serve, watch_config};
+use tollgate_server::{Bounds, Failure, Options, RedisSettings, Server, serve, watch_config};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -41,6 +41,34 @@ struct Args {
     /// How often the configuration directory is looked at, in milliseconds.
     #[arg(long, env = "TOLLGATE_RELOAD_CHECK_MS", default_value_t = 1000)]
     reload_check_ms: u64,
+    /// Where the limits' state lives: `memory` (this process) or `redis`
+    /// (shared by every replica on the same Redis and prefix).
+    #[arg(long, env = "TOLLGATE_BACKEND", default_value = "memory", value_parser = ["memory", "redis"])]
+    backend: String,
+    /// Redis URL (`redis://host:port/db`) of the `redis` backend; several,
+    /// comma-separated, for a Redis Cluster's nodes with `--redis-cluster`.
+    #[arg(
+        long,
+        env = "TOLLGATE_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379/"
+    )]
+    redis_url: String,
+    /// The Redis URLs are a Redis Cluster's nodes.
+    #[arg(long, env = "TOLLGATE_REDIS_CLUSTER")]
+    redis_cluster: bool,
+    /// Prefix of every Redis key the server writes.
+    #[arg(long, env = "TOLLGATE_REDIS_PREFIX", default_value = "tollgate-server")]
+    redis_prefix: String,
+    /// The longest a decision waits for Redis, in milliseconds, before the
+    /// failure mode answers (Envoy's own default timeout for the service is
+    /// 20 ms).
+    #[arg(long, env = "TOLLGATE_REDIS_TIMEOUT_MS", default_value_t = 15)]
+    redis_timeout_ms: u64,
+    /// What a request gets when Redis does not answer in time: `open`
+    /// (admitted), `closed` (refused) or `local` (decided by this replica's
+    /// own limits).
+    #[arg(long, env = "TOLLGATE_REDIS_FAILURE", default_value = "local")]
+    redis_failure: Failure,
     /// Logs as JSON lines instead of text.
     #[arg(long, env = "TOLLGATE_LOG_JSON")]
     log_json: bool,
@@ -74,7 +102,16 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
     options.max_keys_per_limit = args.max_keys_per_limit;
     options.bounds.max_descriptors = args.max_descriptors;
     options.bounds.max_limits = args.max_limits;
-    let server = Server::new(config, options)?;
+    let server = if args.backend == "redis" {
+        let mut settings = RedisSettings::default();
+        settings.prefix = args.redis_prefix.clone();
+        settings.failure = args.redis_failure;
+        let server = Server::with_redis(config, options, settings)?;
+        tokio::spawn(connect_redis(server.clone(), args_redis(&args)));
+        server
+    } else {
+        Server::new(config, options)?
+    };
     let grpc = TcpListener::bind(args.grpc_addr).await?;
     let http = TcpListener::bind(args.http_addr).await?;
     tracing::info!(
@@ -112,4 +149,50 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
         tracing::info!("shutting down: finishing the calls in flight");
     };
     serve(server, grpc, http, shutdown).await
+}
+
+/// What the Redis connection needs from the flags.
+struct RedisArgs {
+    urls: Vec<String>,
+    cluster: bool,
+    timeout: Duration,
+}
+
+fn args_redis(args: &Args) -> RedisArgs {
+    RedisArgs {
+        urls: args
+            .redis_url
+            .split(',')
+            .map(|u| u.trim().to_owned())
+            .collect(),
+        cluster: args.redis_cluster,
+        timeout: Duration::from_millis(args.redis_timeout_ms.max(1)),
+    }
+}
+
+/// Connects to Redis, retrying until it answers: meanwhile, and whenever
+/// Redis is away later, requests are answered by the failure mode.
+async fn connect_redis(server: Server, redis: RedisArgs) {
+    let options = tollgate_redis::Options::new().timeout(redis.timeout);
+    let mut wait = Duration::from_millis(100);
+    loop {
+        let urls: Vec<&str> = redis.urls.iter().map(String::as_str).collect();
+        let client = if redis.cluster {
+            tollgate_redis::Client::connect_cluster_with(&urls, options).await
+        } else {
+            tollgate_redis::Client::connect_with(urls[0], options).await
+        };
+        match client {
+            Ok(client) => {
+                server.connect_redis(client);
+                tracing::info!(urls = ?redis.urls, "connected to Redis");
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(%error, urls = ?redis.urls, "Redis not reachable; retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
 }

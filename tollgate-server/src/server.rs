@@ -7,12 +7,13 @@ use arc_swap::ArcSwap;
 use tonic::{Request, Response, Status};
 
 use crate::config::Config;
-use crate::decide::{BadRequest, Bounds, Outcome, answer, plan};
+use crate::decide::{BadRequest, Bounds, Mode, Outcome, Seen, answer, plan};
 use crate::memory::{Definition, Stores};
 use crate::proto::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use crate::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use crate::redis::{Failure, Redis, RedisLimits, RedisSettings};
 
 /// Settings of a [`Server`] beyond its configuration files.
 #[derive(Debug, Clone, Copy)]
@@ -37,7 +38,11 @@ impl Default for Options {
 /// A configuration and its limits' state.
 struct Loaded {
     config: Config,
+    /// The memory backend's state: every decision's without Redis, and the
+    /// fallback's with [`Failure::Local`].
     stores: Stores,
+    /// The Redis backend's limiters, when the server has one.
+    redis: Option<RedisLimits>,
 }
 
 /// Envoy's rate limit service on tollgate's limits, in this process.
@@ -68,10 +73,13 @@ struct Loaded {
 ///     }],
 ///     hits_addend: 0,
 /// };
-/// let codes: Vec<_> = (0..3)
-///     .map(|_| server.should_rate_limit(&request).unwrap().overall_code())
-///     .collect();
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let mut codes = Vec::new();
+/// for _ in 0..3 {
+///     codes.push(server.should_rate_limit(&request).await.unwrap().overall_code());
+/// }
 /// assert_eq!(codes, [Code::Ok, Code::Ok, Code::OverLimit]);
+/// # });
 /// ```
 #[derive(Clone)]
 pub struct Server {
@@ -81,6 +89,7 @@ pub struct Server {
 struct Inner {
     loaded: ArcSwap<Loaded>,
     options: Options,
+    redis: Option<Redis>,
     /// Reloads run one at a time: each builds on the state the last left.
     reloading: parking_lot::Mutex<()>,
 }
@@ -134,18 +143,79 @@ fn stores(
 }
 
 impl Server {
-    /// A server deciding on `config`'s rules, every limit full.
+    /// A server deciding on `config`'s rules in this process (the memory
+    /// backend), every limit full.
     ///
     /// Errors: [`InvalidRule`] for a rule the limiters refuse.
     pub fn new(config: Config, options: Options) -> Result<Server, InvalidRule> {
+        Server::build(config, options, None)
+    }
+
+    /// A server deciding on `config`'s rules in Redis (the Redis backend):
+    /// every replica with the same Redis and prefix shares the limits. Until
+    /// [`connect_redis`](Server::connect_redis) gives it a client, and
+    /// whenever Redis does not answer within the client's timeout, a
+    /// request is answered as `redis.failure` says.
+    ///
+    /// ```
+    /// use tollgate_server::config::Config;
+    /// use tollgate_server::{Failure, Options, RedisSettings, Server};
+    ///
+    /// let config = Config::from_files([("a.yaml", "domain: a\ndescriptors: []\n")]).unwrap();
+    /// let mut redis = RedisSettings::default();
+    /// redis.failure = Failure::Closed;
+    /// let server = Server::with_redis(config, Options::default(), redis).unwrap();
+    /// assert!(!server.redis_connected());
+    /// ```
+    ///
+    /// Errors: [`InvalidRule`] for a rule the limiters refuse.
+    pub fn with_redis(
+        config: Config,
+        options: Options,
+        redis: RedisSettings,
+    ) -> Result<Server, InvalidRule> {
+        Server::build(config, options, Some(Redis::new(redis)))
+    }
+
+    fn build(
+        config: Config,
+        options: Options,
+        redis: Option<Redis>,
+    ) -> Result<Server, InvalidRule> {
         let stores = stores(&config, None, &options)?;
+        let limits = match &redis {
+            Some(r) => Some(RedisLimits::build(&config, &r.settings.prefix)?),
+            None => None,
+        };
         Ok(Server {
             inner: Arc::new(Inner {
-                loaded: ArcSwap::from_pointee(Loaded { config, stores }),
+                loaded: ArcSwap::from_pointee(Loaded {
+                    config,
+                    stores,
+                    redis: limits,
+                }),
                 options,
+                redis,
                 reloading: parking_lot::Mutex::new(()),
             }),
         })
+    }
+
+    /// Gives a server made by [`with_redis`](Server::with_redis) its Redis
+    /// client (replacing any it had); a server without the Redis backend
+    /// ignores it.
+    pub fn connect_redis(&self, client: tollgate_redis::Client) {
+        if let Some(redis) = &self.inner.redis {
+            redis.client.store(Some(Arc::new(client)));
+        }
+    }
+
+    /// Whether the Redis backend has a client.
+    pub fn redis_connected(&self) -> bool {
+        self.inner
+            .redis
+            .as_ref()
+            .is_some_and(|r| r.client.load().is_some())
     }
 
     /// Decides with `config` from now on. A rule of the same identity
@@ -153,14 +223,24 @@ impl Server {
     /// its state; one whose rate changed under the same algorithm carries
     /// its state over proportionally (a limit half used stays half used);
     /// one whose algorithm changed, or a new one, starts full. Requests in
-    /// flight finish on the configuration they started with.
+    /// flight finish on the configuration they started with. On the Redis
+    /// backend the state stays in Redis under the same keys: a changed rate
+    /// applies to the state as it is (a window's count, a bucket's time).
     ///
     /// Errors: [`InvalidRule`]; the server keeps deciding with what it had.
     pub fn reload(&self, config: Config) -> Result<(), InvalidRule> {
         let _one = self.inner.reloading.lock();
         let previous = self.inner.loaded.load();
         let stores = stores(&config, Some(&previous.stores), &self.inner.options)?;
-        self.inner.loaded.store(Arc::new(Loaded { config, stores }));
+        let redis = match &self.inner.redis {
+            Some(r) => Some(RedisLimits::build(&config, &r.settings.prefix)?),
+            None => None,
+        };
+        self.inner.loaded.store(Arc::new(Loaded {
+            config,
+            stores,
+            redis,
+        }));
         Ok(())
     }
 
@@ -168,20 +248,53 @@ impl Server {
     ///
     /// Errors: [`BadRequest`] for a request the protocol cannot answer (no
     /// domain, no descriptor, beyond the server's bounds).
-    pub fn should_rate_limit(
+    pub async fn should_rate_limit(
         &self,
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, BadRequest> {
-        self.decide(request).map(|(response, _)| response)
+        self.decide(request).await.map(|(response, _)| response)
     }
 
-    pub(crate) fn decide(
+    pub(crate) async fn decide(
         &self,
         request: &RateLimitRequest,
     ) -> Result<(RateLimitResponse, Outcome), BadRequest> {
-        let loaded = self.inner.loaded.load();
+        // Held across the Redis call: a reload meanwhile swaps in another.
+        let loaded = self.inner.loaded.load_full();
         let mut plan = plan(&loaded.config, self.inner.options.bounds, request)?;
-        let (seen, admitted) = loaded.stores.decide(&mut plan)?;
+        let (Some(redis), Some(limits)) = (&self.inner.redis, &loaded.redis) else {
+            let (seen, admitted) = loaded.stores.decide(&mut plan)?;
+            return Ok(answer(plan, seen, admitted));
+        };
+        let client = redis.client.load_full();
+        let decided = match &client {
+            Some(client) => crate::redis::decide(limits, client, &request.domain, &plan).await,
+            None => Err(crate::redis::Unanswered::NotConnected),
+        };
+        let (seen, admitted) = match decided {
+            Ok(decided) => decided,
+            Err(why) => {
+                tracing::warn!(domain = %request.domain, error = %why, failure = ?redis.settings.failure, "Redis did not decide; answered by the failure mode");
+                match redis.settings.failure {
+                    Failure::Open => (vec![Seen::NotAsked; plan.checks.len()], true),
+                    Failure::Closed => {
+                        let seen: Vec<Seen> = plan
+                            .checks
+                            .iter()
+                            .map(|c| match c.mode {
+                                Mode::Enforced => Seen::Unanswered,
+                                _ => Seen::NotAsked,
+                            })
+                            .collect();
+                        // Refused when a limit of it could not be decided;
+                        // a request of no limit needs no Redis.
+                        let admitted = !seen.iter().any(|s| matches!(s, Seen::Unanswered));
+                        (seen, admitted)
+                    }
+                    Failure::Local => loaded.stores.decide(&mut plan)?,
+                }
+            }
+        };
         Ok(answer(plan, seen, admitted))
     }
 
@@ -203,7 +316,7 @@ impl RateLimitService for Server {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let request = request.get_ref();
-        match self.decide(request) {
+        match self.decide(request).await {
             Ok((response, outcome)) => {
                 tracing::debug!(
                     domain = %request.domain,

@@ -35,7 +35,11 @@ pub struct Running {
 
 impl Running {
     pub async fn start(config: Config, options: Options) -> Running {
-        let server = Server::new(config, options).unwrap();
+        Running::serve(Server::new(config, options).unwrap()).await
+    }
+
+    /// Serves `server` on loopback ports.
+    pub async fn serve(server: Server) -> Running {
         let grpc = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let (grpc_addr, http_addr) = (grpc.local_addr().unwrap(), http.local_addr().unwrap());

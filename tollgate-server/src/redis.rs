@@ -1,0 +1,324 @@
+//! The Redis backend: every limit's state in Redis (one server or a Redis
+//! Cluster) through tollgate-redis, so any number of server replicas share
+//! the limits exactly; a request's limits decided all or nothing by one
+//! script call.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use tollgate::{Denied, Rejection, Snapshot};
+use tollgate_redis::{Ask, Client, Limiter};
+
+use crate::config::{Algorithm, Config, RuleId, Unit};
+use crate::decide::{Check, Limit, Mode, Plan, Seen, never_fits};
+use crate::server::InvalidRule;
+
+/// What a request gets when Redis cannot answer within the client's
+/// timeout (down, paused, unreachable, or a key holding something that is
+/// not a limit's state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Failure {
+    /// Admitted, by no limit: the service stays up, the limits lapse.
+    Open,
+    /// Refused: `OVER_LIMIT` for every limited descriptor.
+    Closed,
+    /// Decided by this replica alone, on the memory backend's limits: each
+    /// replica admits up to the whole limit, so N replicas admit up to N
+    /// times it while Redis is away. The default.
+    #[default]
+    Local,
+}
+
+impl std::str::FromStr for Failure {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Failure, String> {
+        match s {
+            "open" | "fail_open" => Ok(Failure::Open),
+            "closed" | "fail_closed" => Ok(Failure::Closed),
+            "local" => Ok(Failure::Local),
+            other => Err(format!(
+                "unknown failure mode {other:?}: open, closed or local"
+            )),
+        }
+    }
+}
+
+/// The Redis backend's settings.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RedisSettings {
+    /// The prefix of every Redis key the server writes (default
+    /// `tollgate-server`): give two servers that must not share limits
+    /// different prefixes.
+    pub prefix: String,
+    /// What a request gets when Redis cannot answer.
+    pub failure: Failure,
+}
+
+impl Default for RedisSettings {
+    fn default() -> Self {
+        RedisSettings {
+            prefix: "tollgate-server".to_owned(),
+            failure: Failure::default(),
+        }
+    }
+}
+
+/// Every rule's limiter in Redis, by the rule's identity.
+pub(crate) struct RedisLimits {
+    by_rule: HashMap<RuleId, Arc<dyn Limiter>>,
+    overrides: parking_lot::RwLock<HashMap<(u32, Unit), Arc<dyn Limiter>>>,
+    prefix: String,
+}
+
+/// One rule's limiter in Redis.
+fn limiter(
+    algorithm: Algorithm,
+    rate: tollgate::Rate,
+    prefix: &str,
+) -> Result<Arc<dyn Limiter>, tollgate::ConfigError> {
+    Ok(match algorithm {
+        Algorithm::FixedWindow => {
+            Arc::new(tollgate_redis::FixedWindow::new(rate)?.with_prefix(prefix)?)
+        }
+        Algorithm::TokenBucket { burst } => {
+            Arc::new(tollgate_redis::TokenBucket::new(burst, rate)?.with_prefix(prefix)?)
+        }
+        Algorithm::SlidingLog => {
+            Arc::new(tollgate_redis::SlidingLog::new(rate)?.with_prefix(prefix)?)
+        }
+        // Redis keeps the two-window estimate (the memory backend keeps
+        // sub-windows): see `Algorithm::SlidingWindow`.
+        Algorithm::SlidingWindow => {
+            Arc::new(tollgate_redis::ApproxSlidingWindow::new(rate)?.with_prefix(prefix)?)
+        }
+    })
+}
+
+impl RedisLimits {
+    /// A limiter for each of `config`'s rules that keeps state.
+    pub(crate) fn build(config: &Config, prefix: &str) -> Result<RedisLimits, InvalidRule> {
+        let mut by_rule = HashMap::new();
+        for rule in config.domains().flat_map(|d| d.rules()) {
+            let Some(rate) = rule.rate().filter(|_| !rule.blocks_all()) else {
+                continue;
+            };
+            let limiter = limiter(rule.algorithm, rate, prefix).map_err(|error| InvalidRule {
+                rule: rule.id.to_string(),
+                error,
+            })?;
+            by_rule.insert(rule.id.clone(), limiter);
+        }
+        Ok(RedisLimits {
+            by_rule,
+            overrides: parking_lot::RwLock::default(),
+            prefix: prefix.to_owned(),
+        })
+    }
+
+    /// The limiter of a request's own limit, made at its first use (at most
+    /// [`MAX_OVERRIDES`](crate::memory::MAX_OVERRIDES) of them).
+    fn overridden(&self, permits: u32, unit: Unit) -> Option<Arc<dyn Limiter>> {
+        if let Some(l) = self.overrides.read().get(&(permits, unit)) {
+            return Some(l.clone());
+        }
+        let mut overrides = self.overrides.write();
+        if overrides.len() >= crate::memory::MAX_OVERRIDES {
+            return overrides.get(&(permits, unit)).cloned();
+        }
+        let rate = tollgate::Rate::new(permits, unit.duration());
+        let made = limiter(Algorithm::FixedWindow, rate, &self.prefix).ok()?;
+        Some(overrides.entry((permits, unit)).or_insert(made).clone())
+    }
+
+    fn limiter_of(&self, check: &Check<'_>) -> Option<Arc<dyn Limiter>> {
+        match check.limit {
+            Limit::Rule(rule) => self.by_rule.get(&rule.id).cloned(),
+            Limit::Override { permits, unit } => self.overridden(permits, unit),
+        }
+    }
+}
+
+/// The caller key of a check in Redis. Its domain comes first and ends
+/// with `}`: tollgate-redis puts the caller key in a hash tag
+/// (`<prefix>:{<caller key>}:<kind>`), and Redis Cluster hashes only up to
+/// the first `}`, so every key of one domain lands in one slot and a
+/// request's limits can be decided by one script. The rest tells the
+/// rules of one descriptor apart (`#<index>`), and a request's own limit
+/// (`#o<permits>/<unit>`) from the configured ones.
+fn caller_key(domain: &str, check: &Check<'_>) -> String {
+    // A brace in the domain would end (or open) the tag early: left out,
+    // which only ever puts two domains in one slot.
+    let tag: String = domain.chars().filter(|c| !matches!(c, '{' | '}')).collect();
+    match check.limit {
+        Limit::Rule(rule) => format!("{tag}}}:{}#{}", check.key, rule.id.index),
+        Limit::Override { permits, unit } => {
+            format!("{tag}}}:{}#o{permits}/{}", check.key, unit.wire())
+        }
+    }
+}
+
+/// The Redis side of a server: its limiters and, once connected, its
+/// client.
+pub(crate) struct Redis {
+    pub(crate) settings: RedisSettings,
+    pub(crate) client: ArcSwapOption<Client>,
+}
+
+impl Redis {
+    pub(crate) fn new(settings: RedisSettings) -> Redis {
+        Redis {
+            settings,
+            client: ArcSwapOption::empty(),
+        }
+    }
+}
+
+/// Why the Redis backend did not decide a request.
+#[derive(Debug)]
+pub(crate) enum Unanswered {
+    /// Not connected yet.
+    NotConnected,
+    /// Redis answered with an error, or not in time.
+    Redis(tollgate_redis::Error),
+}
+
+impl std::fmt::Display for Unanswered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unanswered::NotConnected => f.write_str("not connected to Redis"),
+            Unanswered::Redis(e) => e.fmt(f),
+        }
+    }
+}
+
+/// Decides `plan` of a request of `domain` in Redis: its enforced limits
+/// in one call, all or nothing; then each shadow-mode and quota-mode limit
+/// in a call of its own, only when the enforced ones admitted (a request
+/// refused by every quota limit is then charged by its enforced ones:
+/// Redis gives nothing back).
+pub(crate) async fn decide(
+    limits: &RedisLimits,
+    client: &Client,
+    domain: &str,
+    plan: &Plan<'_>,
+) -> Result<(Vec<Seen>, bool), Unanswered> {
+    let checks = &plan.checks;
+    let mut seen = vec![Seen::NotAsked; checks.len()];
+    let mut limiters: Vec<Option<Arc<dyn Limiter>>> = Vec::with_capacity(checks.len());
+    let mut keys = Vec::with_capacity(checks.len());
+    let mut refused_now = false;
+    for (i, check) in checks.iter().enumerate() {
+        let limiter = if check.blocks_all() {
+            None
+        } else {
+            limits.limiter_of(check)
+        };
+        let Some(l) = &limiter else {
+            seen[i] = Seen::Refused(never_fits(check.hits, Snapshot::new(0, 0, Duration::ZERO)));
+            refused_now |= check.mode == Mode::Enforced;
+            limiters.push(None);
+            keys.push(String::new());
+            continue;
+        };
+        if u32::try_from(check.hits).is_err() || check.hits > u64::from(l.capacity()) {
+            let capacity = l.capacity();
+            seen[i] = Seen::Refused(never_fits(
+                check.hits,
+                Snapshot::new(0, capacity, Duration::ZERO),
+            ));
+            refused_now |= check.mode == Mode::Enforced;
+        }
+        limiters.push(limiter);
+        keys.push(caller_key(domain, check));
+    }
+    if refused_now {
+        // A limit refuses whatever Redis holds: nothing to ask.
+        return Ok((seen, false));
+    }
+    let ask = |i: usize| -> Ask<'_> {
+        let limiter: &dyn Limiter = limiters[i].as_deref().expect("asked limits have one");
+        Ask::new(limiter, &keys[i]).n(u32::try_from(checks[i].hits).unwrap_or(u32::MAX))
+    };
+    let asked = |mode: Mode| {
+        (0..checks.len())
+            .filter(move |&i| checks[i].mode == mode && checks[i].hits > 0)
+            .filter(|&i| matches!(seen[i], Seen::NotAsked))
+            .collect::<Vec<usize>>()
+    };
+    let enforced = asked(Mode::Enforced);
+    let shadows = asked(Mode::Shadow);
+    let quotas = asked(Mode::Quota);
+    let asks: Vec<Ask<'_>> = enforced.iter().map(|&i| ask(i)).collect();
+    match client.try_acquire_all(&asks).await {
+        Ok(admitted) => {
+            for (&i, report) in enforced.iter().zip(admitted.reports()) {
+                seen[i] = Seen::Admitted(*report);
+            }
+        }
+        Err(refused) => {
+            let tollgate_redis::Error::Denied(denied) = refused.error else {
+                return Err(Unanswered::Redis(refused.error));
+            };
+            for (j, &i) in enforced.iter().enumerate() {
+                let capacity = limiters[i].as_ref().map_or(0, |l| l.capacity());
+                let state = refused.found.get(j).copied().unwrap_or(Snapshot::new(
+                    0,
+                    capacity,
+                    Duration::ZERO,
+                ));
+                seen[i] = if refused.member == Some(j) {
+                    Seen::Refused(Rejection::new(denied, state))
+                } else if u64::from(state.available) >= checks[i].hits {
+                    Seen::Admitted(state)
+                } else if refused.found.is_empty() {
+                    Seen::NotAsked
+                } else {
+                    // Another limit that refused too: its wait is at most
+                    // the time until it is whole again.
+                    Seen::Refused(Rejection::new(Denied::RetryAfter(state.until_full), state))
+                };
+            }
+            return Ok((seen, false));
+        }
+    }
+    for &i in &shadows {
+        seen[i] = match client.try_acquire_all(&[ask(i)]).await {
+            Ok(admitted) => Seen::Admitted(admitted.reports()[0]),
+            Err(refused) => match refused.error {
+                tollgate_redis::Error::Denied(denied) => Seen::Refused(Rejection::new(
+                    denied,
+                    refused
+                        .report
+                        .unwrap_or(Snapshot::new(0, 0, Duration::ZERO)),
+                )),
+                // A shadow limit's failure refuses nothing.
+                _ => Seen::NotAsked,
+            },
+        };
+    }
+    let mut quota_refusals = 0;
+    for &i in &quotas {
+        seen[i] = match client.try_acquire_all(&[ask(i)]).await {
+            Ok(admitted) => Seen::Admitted(admitted.reports()[0]),
+            Err(refused) => match refused.error {
+                tollgate_redis::Error::Denied(denied) => {
+                    quota_refusals += 1;
+                    Seen::Refused(Rejection::new(
+                        denied,
+                        refused
+                            .report
+                            .unwrap_or(Snapshot::new(0, 0, Duration::ZERO)),
+                    ))
+                }
+                error => return Err(Unanswered::Redis(error)),
+            },
+        };
+    }
+    let admitted = quotas.is_empty() || quota_refusals < quotas.len();
+    Ok((seen, admitted))
+}

@@ -1,0 +1,288 @@
+//! The Redis backend against real `redis-server` processes and a real
+//! three-master Redis Cluster the tests start on loopback: replicas sharing
+//! limits exactly, one script call per request, all or nothing across
+//! replicas, and every failure mode when Redis is killed or paused.
+
+mod support;
+
+// tollgate-redis's test servers (its cluster finds the server as
+// `super::server`).
+#[allow(dead_code)]
+#[path = "../../tollgate-redis/tests/support/cluster.rs"]
+mod cluster;
+#[allow(dead_code)]
+#[path = "../../tollgate-redis/tests/support/server.rs"]
+mod server;
+
+use std::time::{Duration, Instant};
+
+use cluster::RedisCluster;
+use server::RedisServer;
+use support::{Running, config, descriptor, request};
+use tollgate_server::proto::envoy::service::ratelimit::v3::RateLimitRequest;
+use tollgate_server::proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use tollgate_server::{Failure, Options, RedisSettings, Server};
+
+const API: &str = "
+domain: api
+descriptors:
+  - key: user
+    rate_limit:
+      unit: hour
+      requests_per_unit: 10
+  - key: route
+    value: upload
+    rate_limit:
+      unit: hour
+      requests_per_unit: 1000
+      algorithm: token_bucket
+      burst: 1000
+  - key: login
+    rate_limit:
+      unit: hour
+      requests_per_unit: 3
+      algorithm: sliding_log
+  - key: probe
+    shadow_mode: true
+    rate_limit:
+      unit: hour
+      requests_per_unit: 1
+";
+
+const TIMEOUT: Duration = Duration::from_millis(50);
+
+/// A replica on the Redis at `urls` (a Cluster's nodes when several).
+async fn replica(urls: &[String], failure: Failure) -> Server {
+    let mut settings = RedisSettings::default();
+    settings.failure = failure;
+    let server = Server::with_redis(config(&[API]), Options::default(), settings).unwrap();
+    let options = tollgate_redis::Options::new().timeout(TIMEOUT);
+    let client = if urls.len() > 1 {
+        let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+        tollgate_redis::Client::connect_cluster_with(&nodes, options)
+            .await
+            .unwrap()
+    } else {
+        tollgate_redis::Client::connect_with(&urls[0], options)
+            .await
+            .unwrap()
+    };
+    server.connect_redis(client);
+    server
+}
+
+fn both(user: &str) -> RateLimitRequest {
+    request(
+        "api",
+        vec![
+            descriptor(&[("route", "upload")]),
+            descriptor(&[("user", user)]),
+        ],
+    )
+}
+
+async fn code(server: &Server, request: &RateLimitRequest) -> Code {
+    server
+        .should_rate_limit(request)
+        .await
+        .unwrap()
+        .overall_code()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_share_the_limits_exactly_with_one_call_per_request() {
+    let redis = RedisServer::start();
+    let urls = [redis.url()];
+    let replicas = [
+        replica(&urls, Failure::Closed).await,
+        replica(&urls, Failure::Closed).await,
+        replica(&urls, Failure::Closed).await,
+    ];
+    // Loads the script on each replica's connection.
+    for r in &replicas {
+        code(r, &both("warm-up")).await;
+    }
+    let _: () = redis.cmd(&["CONFIG", "RESETSTAT"]);
+    // 30 requests for one user sprayed over three replicas: exactly 10
+    // admitted, and the upload bucket charged for those 10 only.
+    let mut admitted = 0;
+    for i in 0..30 {
+        if code(&replicas[i % 3], &both("alice")).await == Code::Ok {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 10);
+    assert_eq!(redis.calls("evalsha"), 30, "one script call per request");
+    let answer = replicas[0].should_rate_limit(&both("bob")).await.unwrap();
+    assert_eq!(answer.overall_code(), Code::Ok);
+    // 1000 − three warm-ups − alice's 10 − bob's.
+    assert_eq!(answer.statuses[0].limit_remaining, 1000 - 3 - 10 - 1);
+    assert_eq!(answer.statuses[1].limit_remaining, 9);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_replicas_never_over_admit() {
+    let redis = RedisServer::start();
+    let urls = [redis.url()];
+    let replicas = [
+        replica(&urls, Failure::Closed).await,
+        replica(&urls, Failure::Closed).await,
+    ];
+    let login = request("api", vec![descriptor(&[("login", "carol")])]);
+    let mut tasks = Vec::new();
+    for t in 0..16 {
+        let server = replicas[t % 2].clone();
+        let login = login.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut admitted = 0;
+            for _ in 0..10 {
+                if code(&server, &login).await == Code::Ok {
+                    admitted += 1;
+                }
+            }
+            admitted
+        }));
+    }
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += t.await.unwrap();
+    }
+    assert_eq!(
+        admitted, 3,
+        "an exact sliding log of 3 per hour across replicas"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_mode_counts_but_refuses_nothing_in_redis() {
+    let redis = RedisServer::start();
+    let server = replica(&[redis.url()], Failure::Closed).await;
+    let probe = request("api", vec![descriptor(&[("probe", "x")])]);
+    for _ in 0..3 {
+        let answer = server.should_rate_limit(&probe).await.unwrap();
+        assert_eq!(answer.overall_code(), Code::Ok);
+    }
+}
+
+/// What each failure mode answers while Redis is down and while it is
+/// paused: never later than a bound well above the client's timeout (a
+/// hang would fail it), and as the mode says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_failure_mode_answers_in_time_when_redis_is_killed_or_paused() {
+    let mut redis = RedisServer::start();
+    let urls = [redis.url()];
+    let open = replica(&urls, Failure::Open).await;
+    let closed = replica(&urls, Failure::Closed).await;
+    let local = replica(&urls, Failure::Local).await;
+    let dave = both("dave");
+    // Spend dave's 10 in Redis: every mode refuses the 11th while Redis is up.
+    for _ in 0..10 {
+        assert_eq!(code(&open, &dave).await, Code::Ok);
+    }
+    for server in [&open, &closed, &local] {
+        assert_eq!(code(server, &dave).await, Code::OverLimit);
+    }
+    for outage in ["paused", "killed"] {
+        match outage {
+            "paused" => redis.pause(),
+            _ => {
+                redis.resume();
+                redis.kill();
+            }
+        }
+        let bound = TIMEOUT * 20;
+        for (server, expected) in [
+            (&open, Code::Ok),
+            (&closed, Code::OverLimit),
+            (&local, Code::Ok),
+        ] {
+            let started = Instant::now();
+            let got = code(server, &dave).await;
+            let took = started.elapsed();
+            assert_eq!(got, expected, "{outage}");
+            assert!(took < bound, "{outage}: answered after {took:?}");
+        }
+        // Local: this replica's own limit of 10, no more.
+        let user = format!("local-{outage}");
+        let mut admitted = 0;
+        for _ in 0..15 {
+            if code(&local, &both(&user)).await == Code::Ok {
+                admitted += 1;
+            }
+        }
+        assert_eq!(admitted, 10, "{outage}");
+    }
+    // Redis back: the shared state decides again (dave's 10 were lost with
+    // the killed process, which kept no file).
+    redis.restart();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if code(&closed, &both("erin")).await == Code::Ok {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the replica never reconnected");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_not_yet_connected_answers_by_its_failure_mode() {
+    let mut settings = RedisSettings::default();
+    settings.failure = Failure::Closed;
+    let server = Server::with_redis(config(&[API]), Options::default(), settings).unwrap();
+    assert_eq!(code(&server, &both("frank")).await, Code::OverLimit);
+    // A descriptor with no limit is not refused by the failure mode.
+    let free = request("api", vec![descriptor(&[("unknown", "x")])]);
+    assert_eq!(code(&server, &free).await, Code::Ok);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_decides_a_request_in_one_call_on_one_node() {
+    let cluster = RedisCluster::start();
+    let urls = cluster.urls();
+    let replicas = [
+        replica(&urls, Failure::Closed).await,
+        replica(&urls, Failure::Closed).await,
+    ];
+    for r in &replicas {
+        code(r, &both("warm-up")).await;
+    }
+    for node in &cluster.nodes {
+        let _: () = node.cmd(&["CONFIG", "RESETSTAT"]);
+    }
+    let mut admitted = 0;
+    for i in 0..20 {
+        if code(&replicas[i % 2], &both("grace")).await == Code::Ok {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 10);
+    let calls: Vec<u64> = cluster.nodes.iter().map(|n| n.calls("evalsha")).collect();
+    assert_eq!(calls.iter().sum::<u64>(), 20, "{calls:?}");
+    assert_eq!(
+        calls.iter().filter(|&&c| c > 0).count(),
+        1,
+        "every key of the domain on one node: {calls:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_client_is_decided_in_redis() {
+    let redis = RedisServer::start();
+    let running = Running::serve(replica(&[redis.url()], Failure::Closed).await).await;
+    let mut client = running.client().await;
+    let mut codes = Vec::new();
+    for _ in 0..4 {
+        let login = request("api", vec![descriptor(&[("login", "heidi")])]);
+        codes.push(
+            client
+                .should_rate_limit(login)
+                .await
+                .unwrap()
+                .into_inner()
+                .overall_code(),
+        );
+    }
+    assert_eq!(codes, [Code::Ok, Code::Ok, Code::Ok, Code::OverLimit]);
+    running.stop().await;
+}
