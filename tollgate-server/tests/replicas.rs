@@ -186,12 +186,13 @@ async fn spray(
 async fn ready(addr: SocketAddr) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Ok(mut client) = RateLimitServiceClient::connect(format!("http://{addr}")).await {
-            if let Ok(a) = client.should_rate_limit(request("ready")).await {
-                if a.into_inner().overall_code() == Code::Ok {
-                    return;
-                }
-            }
+        let answered = async {
+            let mut client = RateLimitServiceClient::connect(format!("http://{addr}")).await?;
+            let answer = client.should_rate_limit(request("ready")).await?;
+            Ok::<_, Box<dyn std::error::Error>>(answer.into_inner().overall_code() == Code::Ok)
+        };
+        if answered.await.unwrap_or(false) {
+            return;
         }
         assert!(Instant::now() < deadline, "{addr} never answered");
         tokio::time::sleep(Duration::from_millis(50)).await;
