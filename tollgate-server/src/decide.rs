@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tollgate::{Denied, Rejection, Snapshot};
 
-use crate::config::{Config, Match, Rule, Unit, apply_replaces, override_key};
+use crate::config::{Config, Match, Rule, Unit, apply_replaces, override_key, override_stat_name};
 use crate::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use crate::proto::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit as WireLimit,
@@ -132,6 +132,8 @@ pub(crate) struct Check<'c> {
     /// The hits to charge: the descriptor's, else the request's.
     pub(crate) hits: u64,
     pub(crate) mode: Mode,
+    /// envoyproxy/ratelimit's statistics name of the limit (metrics).
+    pub(crate) stat_name: String,
 }
 
 impl Check<'_> {
@@ -262,6 +264,7 @@ pub(crate) fn plan<'c>(
             key: override_key(domain.name(), &entries),
             hits: hits(descriptor),
             mode: Mode::Enforced,
+            stat_name: override_stat_name(domain.name(), &entries),
         });
     }
     // A limit another matched limit replaces is not applied (request-wide,
@@ -286,6 +289,7 @@ pub(crate) fn plan<'c>(
                 } else {
                     Mode::Enforced
                 },
+                stat_name: found.stat_name.clone(),
             });
         }
     }

@@ -1,6 +1,6 @@
 //! The HTTP side: the rate limit request as JSON on `POST /json` (the
-//! protocol's JSON mapping, as envoyproxy/ratelimit offers it), and
-//! `GET /healthcheck`.
+//! protocol's JSON mapping, as envoyproxy/ratelimit offers it),
+//! `GET /healthcheck`, and `GET /metrics` in Prometheus's text format.
 
 use axum::Router;
 use axum::body::Bytes;
@@ -8,6 +8,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -20,12 +21,28 @@ use crate::proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use crate::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use crate::server::Server;
 
-/// The routes: `POST /json` and `GET /healthcheck`.
-pub(crate) fn router(server: Server) -> Router {
-    Router::new()
+/// The routes: `POST /json`, `GET /healthcheck`, and with a recorder's
+/// handle `GET /metrics`.
+pub(crate) fn router(server: Server, metrics: Option<PrometheusHandle>) -> Router {
+    let router = Router::new()
         .route("/json", post(json_decision))
         .route("/healthcheck", get(|| async { "OK" }))
-        .with_state(server)
+        .with_state(server);
+    match metrics {
+        Some(handle) => router.route(
+            "/metrics",
+            get(move || {
+                let handle = handle.clone();
+                async move {
+                    (
+                        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                        handle.render(),
+                    )
+                }
+            }),
+        ),
+        None => router,
+    }
 }
 
 /// `POST /json`: a `RateLimitRequest` in the protocol's JSON mapping (field

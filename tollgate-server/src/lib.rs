@@ -13,6 +13,7 @@ pub mod config;
 mod decide;
 mod http;
 mod memory;
+mod metrics;
 mod redis;
 mod serve;
 mod server;

@@ -5,6 +5,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -14,12 +15,15 @@ use crate::server::Server;
 
 /// Serves `server` over gRPC on `grpc` and HTTP on `http` until `shutdown`
 /// completes; then stops accepting and lets the calls in flight finish.
+/// With `metrics` (the handle of a Prometheus recorder installed for the
+/// process), `GET /metrics` renders it.
 ///
 /// Errors: the transport's, if a listener fails.
 pub async fn serve(
     server: Server,
     grpc: TcpListener,
     http: TcpListener,
+    metrics: Option<PrometheusHandle>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let (stop, stopped) = watch::channel(false);
@@ -32,7 +36,7 @@ pub async fn serve(
             .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), wait(stopped.clone())),
     );
     let http_task = tokio::spawn(
-        axum::serve(http, crate::http::router(server.clone()))
+        axum::serve(http, crate::http::router(server.clone(), metrics))
             .with_graceful_shutdown(wait(stopped))
             .into_future(),
     );
@@ -81,9 +85,13 @@ pub async fn watch_config(
             }
             _ = reload.notified() => {}
         }
-        let result = Config::load_dir(&dir)
-            .map_err(|e| e.to_string())
-            .and_then(|config| server.reload(config).map_err(|e| e.to_string()));
+        let result = match Config::load_dir(&dir) {
+            Ok(config) => server.reload(config).map_err(|e| e.to_string()),
+            Err(e) => {
+                crate::metrics::reload(false);
+                Err(e.to_string())
+            }
+        };
         report(result);
     }
 }

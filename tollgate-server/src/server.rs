@@ -2,13 +2,15 @@
 //! that a reload swaps, answered over gRPC and as JSON.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use tonic::{Request, Response, Status};
 
 use crate::config::Config;
-use crate::decide::{BadRequest, Bounds, Mode, Outcome, Seen, answer, plan};
+use crate::decide::{BadRequest, Bounds, Mode, Outcome, Plan, Seen, answer, plan};
 use crate::memory::{Definition, Stores};
+use crate::metrics;
 use crate::proto::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
@@ -231,11 +233,16 @@ impl Server {
     pub fn reload(&self, config: Config) -> Result<(), InvalidRule> {
         let _one = self.inner.reloading.lock();
         let previous = self.inner.loaded.load();
-        let stores = stores(&config, Some(&previous.stores), &self.inner.options)?;
-        let redis = match &self.inner.redis {
-            Some(r) => Some(RedisLimits::build(&config, &r.settings.prefix)?),
-            None => None,
-        };
+        let built =
+            stores(&config, Some(&previous.stores), &self.inner.options).and_then(|stores| {
+                let redis = match &self.inner.redis {
+                    Some(r) => Some(RedisLimits::build(&config, &r.settings.prefix)?),
+                    None => None,
+                };
+                Ok((stores, redis))
+            });
+        metrics::reload(built.is_ok());
+        let (stores, redis) = built?;
         self.inner.loaded.store(Arc::new(Loaded {
             config,
             stores,
@@ -261,41 +268,87 @@ impl Server {
     ) -> Result<(RateLimitResponse, Outcome), BadRequest> {
         // Held across the Redis call: a reload meanwhile swaps in another.
         let loaded = self.inner.loaded.load_full();
-        let mut plan = plan(&loaded.config, self.inner.options.bounds, request)?;
+        // A label value the configuration bounds: clients choose domains.
+        let domain = match loaded.config.domain(&request.domain) {
+            Some(d) => d.name(),
+            None => "unknown",
+        };
+        let mut plan = match plan(&loaded.config, self.inner.options.bounds, request) {
+            Ok(plan) => plan,
+            Err(bad) => {
+                metrics::invalid(domain);
+                return Err(bad);
+            }
+        };
+        let started = Instant::now();
+        let decided = self.decide_plan(&loaded, domain, &mut plan).await;
+        let (seen, admitted) = match decided {
+            Ok(decided) => decided,
+            Err(bad) => {
+                metrics::invalid(domain);
+                return Err(bad);
+            }
+        };
+        metrics::backend_duration(
+            if loaded.redis.is_some() {
+                "redis"
+            } else {
+                "memory"
+            },
+            started.elapsed(),
+        );
+        metrics::decided(domain, &plan, &seen, admitted);
+        Ok(answer(plan, seen, admitted))
+    }
+
+    /// The backend's decision of `plan`: Redis's when the server has it and
+    /// it answers, else as the failure mode says; the memory backend's
+    /// otherwise.
+    async fn decide_plan(
+        &self,
+        loaded: &Loaded,
+        domain: &str,
+        plan: &mut Plan<'_>,
+    ) -> Result<(Vec<Seen>, bool), BadRequest> {
         let (Some(redis), Some(limits)) = (&self.inner.redis, &loaded.redis) else {
-            let (seen, admitted) = loaded.stores.decide(&mut plan)?;
-            return Ok(answer(plan, seen, admitted));
+            return loaded.stores.decide(plan);
         };
         let client = redis.client.load_full();
         let decided = match &client {
-            Some(client) => crate::redis::decide(limits, client, &request.domain, &plan).await,
+            Some(client) => crate::redis::decide(limits, client, domain, plan).await,
             None => Err(crate::redis::Unanswered::NotConnected),
         };
-        let (seen, admitted) = match decided {
-            Ok(decided) => decided,
-            Err(why) => {
-                tracing::warn!(domain = %request.domain, error = %why, failure = ?redis.settings.failure, "Redis did not decide; answered by the failure mode");
-                match redis.settings.failure {
-                    Failure::Open => (vec![Seen::NotAsked; plan.checks.len()], true),
-                    Failure::Closed => {
-                        let seen: Vec<Seen> = plan
-                            .checks
-                            .iter()
-                            .map(|c| match c.mode {
-                                Mode::Enforced => Seen::Unanswered,
-                                _ => Seen::NotAsked,
-                            })
-                            .collect();
-                        // Refused when a limit of it could not be decided;
-                        // a request of no limit needs no Redis.
-                        let admitted = !seen.iter().any(|s| matches!(s, Seen::Unanswered));
-                        (seen, admitted)
-                    }
-                    Failure::Local => loaded.stores.decide(&mut plan)?,
-                }
-            }
+        let why = match decided {
+            Ok(decided) => return Ok(decided),
+            Err(why) => why,
         };
-        Ok(answer(plan, seen, admitted))
+        let failure = redis.settings.failure;
+        tracing::warn!(%domain, error = %why, ?failure, "Redis did not decide; answered by the failure mode");
+        Ok(match failure {
+            Failure::Open => {
+                metrics::backend_failure(domain, "open");
+                (vec![Seen::NotAsked; plan.checks.len()], true)
+            }
+            Failure::Closed => {
+                metrics::backend_failure(domain, "closed");
+                let seen: Vec<Seen> = plan
+                    .checks
+                    .iter()
+                    .map(|c| match c.mode {
+                        Mode::Enforced => Seen::Unanswered,
+                        _ => Seen::NotAsked,
+                    })
+                    .collect();
+                // Refused when a limit of it could not be decided; a
+                // request of no limit needs no Redis.
+                let admitted = !seen.iter().any(|s| matches!(s, Seen::Unanswered));
+                (seen, admitted)
+            }
+            Failure::Local => {
+                metrics::backend_failure(domain, "local");
+                loaded.stores.decide(plan)?
+            }
+        })
     }
 
     /// Keys held by every limit now.

@@ -48,6 +48,7 @@ impl Running {
             server.clone(),
             grpc,
             http,
+            None,
             async move {
                 let _ = stopped.await;
             },
