@@ -2,8 +2,9 @@
 //! and a graceful shutdown.
 
 use std::future::Future;
+use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
@@ -47,18 +48,43 @@ pub async fn serve(
     Ok(())
 }
 
-/// What a configuration directory held when last read: each file's path,
-/// length and modification time.
+/// What a configuration directory held when last read: each file's path
+/// and a hash of its content, subdirectories included (as
+/// [`Config::load_dir`] reads them: names starting with `.` skipped, links
+/// followed, so a Kubernetes ConfigMap's swapped `..data` link shows as a
+/// change of the files that point through it). Contents, not modification
+/// times: a file rewritten with as many bytes within the file system's
+/// timestamp granularity (a few ms) keeps its time.
 #[derive(Debug, PartialEq, Eq)]
-struct Seen(Vec<(PathBuf, u64, Option<SystemTime>)>);
+struct Seen(Vec<(PathBuf, u64)>);
 
 fn seen(dir: &Path) -> std::io::Result<Seen> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let meta = entry.metadata()?;
-        files.push((entry.path(), meta.len(), meta.modified().ok()));
+    fn walk(dir: &Path, files: &mut Vec<(PathBuf, u64)>, depth: u32) -> std::io::Result<()> {
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            if entry.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            let path = entry.path();
+            // Follows links, as loading does.
+            let Ok(meta) = std::fs::metadata(&path) else {
+                continue;
+            };
+            if meta.is_dir() {
+                // A link loop must not recurse forever.
+                if depth < 16 {
+                    walk(&path, files, depth + 1)?;
+                }
+            } else if let Ok(content) = std::fs::read(&path) {
+                let mut hasher = std::hash::DefaultHasher::new();
+                content.hash(&mut hasher);
+                files.push((path, hasher.finish()));
+            }
+        }
+        Ok(())
     }
+    let mut files = Vec::new();
+    walk(dir, &mut files, 0)?;
     files.sort();
     Ok(Seen(files))
 }
