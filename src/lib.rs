@@ -28,11 +28,12 @@
 //!
 //! All of them implement [`RateLimiter`]: `try_acquire()` / `try_acquire_n(n)`
 //! return a plain `Result<(), Denied>`; a denial carries the exact retry-after
-//! (from a [`SlidingLog`] of several rings shared by threads, one permit's can be
-//! early, never late: [its promise](SlidingLog#retry-after)), or says the
-//! request can never succeed. [`RateLimiter::snapshot`] reads without
-//! consuming; [`RateLimiter::try_acquire_n_with_snapshot`] decides and reports
-//! the state the decision left (what `RateLimit` headers need) in one
+//! (if nothing else happens, the same request is admitted when it runs out
+//! and not a nanosecond sooner; for the sliding log, at any reading, a stale
+//! one included: [its promise](SlidingLog#retry-after)), or says the request
+//! can never succeed. [`RateLimiter::snapshot`] reads without consuming;
+//! [`RateLimiter::try_acquire_n_with_snapshot`] decides and reports the
+//! state the decision left (what `RateLimit` headers need) in one
 //! operation, a denial as a [`Rejection`]. Time comes from a [`Clock`]: the TSC by default
 //! ([`MonotonicClock`]), a cached reading for the fastest path
 //! ([`CachedClock`]), or a [`ManualClock`] for tests.

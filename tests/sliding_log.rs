@@ -9,8 +9,8 @@ mod support;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -392,11 +392,13 @@ fn backwards_clock_with_several_rings_stands_still_per_ring() {
 /// the same request is denied a nanosecond before the wait runs out and
 /// admitted when it does, and the one-list reference model says the same.
 ///
-/// With several rings a one-permit denial can answer from what the last
-/// denying survey of the other rings found (`Hints::others_at`): here that
-/// survey, at 198,526, found fronts freeing at 199,526; the log then admitted
-/// there, and the stale reading of 166,658 was told to come back at 199,526,
-/// where every permit is still in the window (until 201,526).
+/// With several rings a one-permit denial may answer from what the last
+/// denying survey of the other rings found: here that survey, at 198,526,
+/// found fronts freeing at 199,526, and the log then admitted there, so
+/// every permit is in the window until 201,526 — which is what the stale
+/// reading of 166,658 must be told, not 199,526. (The same from several
+/// threads: `retry_after_is_exact_from_several_threads`, and in
+/// `src/sliding_log/mod.rs` the same requests from one thread per ring.)
 #[test]
 fn a_stale_reading_after_later_admissions_gets_the_exact_wait() {
     const WINDOW: u64 = 2_000;
@@ -714,6 +716,253 @@ proptest! {
             prop_assert_eq!(atomic.snapshot(), twin.snapshot());
         }
         check_reconfigured(&admissions, &configs);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Property tests: the retry-after of requests from several threads.
+// ---------------------------------------------------------------------------
+
+/// A job for one of the [`Homes`] threads.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// Threads that run jobs one at a time, in the order the test sends them:
+/// several threads' requests in a fixed interleaving. A thread's home ring
+/// is the rank of the CPU it made its first check on (among the CPUs the
+/// process may use), masked by the log's ring count; on Linux thread `i`
+/// makes that check pinned to the `i`-th of those CPUs (round them), so on a
+/// machine of two CPUs or more the threads have different homes, and
+/// replaying the same requests on them replays the same homes.
+struct Homes {
+    senders: Vec<mpsc::Sender<Job>>,
+    handles: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Homes {
+    fn new(threads: usize) -> Self {
+        // The CPUs' ranks are read once, from the mask of the first thread
+        // to check: this one or an earlier one, none of them pinned.
+        first_check();
+        let (senders, handles) = (0..threads)
+            .map(|i| {
+                let (send, jobs) = mpsc::channel::<Job>();
+                let handle = std::thread::spawn(move || {
+                    first_check_on(i);
+                    for job in jobs {
+                        job();
+                    }
+                });
+                (send, handle)
+            })
+            .unzip();
+        Homes { senders, handles }
+    }
+
+    /// Runs `job` on thread `thread` and returns what it returned.
+    fn run<R: Send + 'static>(&self, thread: usize, job: impl FnOnce() -> R + Send + 'static) -> R {
+        let (reply, answer) = mpsc::channel();
+        let job: Job = Box::new(move || {
+            let _ = reply.send(job());
+        });
+        self.senders[thread].send(job).unwrap();
+        answer.recv().unwrap()
+    }
+}
+
+impl Drop for Homes {
+    fn drop(&mut self) {
+        self.senders.clear();
+        for handle in self.handles.drain(..) {
+            let _ = handle.join();
+        }
+    }
+}
+
+/// A check on a log of several rings: it fixes the calling thread's home.
+fn first_check() {
+    let log = SlidingLog::new(Rate::per_second(2))
+        .unwrap()
+        .with_stripes(2);
+    let _ = log.try_acquire();
+}
+
+/// [`first_check`], made on the `i`-th CPU the process may use (round them).
+#[cfg(target_os = "linux")]
+fn first_check_on(i: usize) {
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: `cpu_set_t` is a plain bit array; all zeros is the empty set.
+    let mut allowed: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `allowed` is a valid, writable `cpu_set_t` of `size` bytes.
+    assert_eq!(unsafe { libc::sched_getaffinity(0, size, &mut allowed) }, 0);
+    let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: `cpu < CPU_SETSIZE`, the set's size in bits.
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &allowed) })
+        .collect();
+    // SAFETY: as above; the CPU is below `CPU_SETSIZE`, and the calling
+    // thread moves to it before `sched_setaffinity` returns.
+    unsafe {
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpus[i % cpus.len()], &mut one);
+        assert_eq!(libc::sched_setaffinity(0, size, &one), 0);
+    }
+    first_check();
+    // SAFETY: `allowed` is the mask read above.
+    assert_eq!(unsafe { libc::sched_setaffinity(0, size, &allowed) }, 0);
+}
+
+/// Elsewhere the threads' homes are wherever they fall.
+#[cfg(not(target_os = "linux"))]
+fn first_check_on(_: usize) {
+    first_check();
+}
+
+/// Threads the property below plays.
+const THREADS: usize = 4;
+
+/// A log for the property below: windows of at most 200 ns and of 1 to
+/// 100 µs. The grace for which a busy ring keeps its freed entries (a
+/// sixteenth of the window, at least 2 µs, never more than the window) is
+/// the whole window in the first, and mostly less in the second.
+fn several_config() -> impl Strategy<Value = (u32, u64, bool)> {
+    (
+        1..=8u32,
+        prop_oneof![1..=200u64, 1_000..=100_000u64],
+        proptest::bool::weighted(0.3),
+    )
+        .prop_filter("at most one permit per ns", |&(limit, window, _)| {
+            window >= u64::from(limit)
+        })
+}
+
+/// One step of the property below: the clock set, or a request of `n`
+/// permits from thread `thread`.
+#[derive(Debug, Clone, Copy)]
+enum Play {
+    At(u64),
+    Ask { thread: usize, n: u32 },
+}
+
+/// A log, its twin and their clock, shared with the [`Homes`] threads.
+struct Pair {
+    clock: ManualClock,
+    atomic: Arc<SlidingLog<ManualClock>>,
+    twin: Arc<LockingSlidingLog<ManualClock>>,
+}
+
+impl Pair {
+    fn new(limit: u32, window: u64, stripes: usize, counting: bool) -> Self {
+        let clock = ManualClock::new();
+        let atomic = log(limit, window, &clock)
+            .with_stripes(stripes)
+            .count_denied(counting);
+        let twin = twin(limit, window, &clock)
+            .with_stripes(stripes)
+            .count_denied(counting);
+        Pair {
+            clock,
+            atomic: Arc::new(atomic),
+            twin: Arc::new(twin),
+        }
+    }
+
+    /// Plays `play`; a request's answers, the log's and the twin's.
+    fn play(&self, homes: &Homes, play: Play) -> Option<[Result<(), Denied>; 2]> {
+        match play {
+            Play::At(t) => {
+                self.clock.set(t);
+                None
+            }
+            Play::Ask { thread, n } => {
+                let (atomic, twin) = (self.atomic.clone(), self.twin.clone());
+                Some(homes.run(thread, move || {
+                    [atomic.try_acquire_n(n), twin.try_acquire_n(n)]
+                }))
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// The promise of a denial, from several threads, each its own home
+    /// ring (where the machine has the CPUs; see [`Homes`]), at readings that
+    /// step back: a request for `n` denied at reading `t` with
+    /// `RetryAfter(d)` is, on the log as the denial left it (the requests up
+    /// to it replayed on a fresh log and twin from the same threads), denied
+    /// at `t + d − 1` (with a wait of 1 ns, unless the denial logged an
+    /// attempt) and admitted at `t + d`, on 1, 2 and 4 rings, the atomic log
+    /// and its twin alike. Against the reference: every admission, the one
+    /// at `t + d` included, keeps the definition (at most `limit` permits in
+    /// any window of readings), so no wait is too short for it; and where
+    /// the log is tight — one ring, or one thread on a clock that only moves
+    /// forward — each answer is the reference's to the nanosecond.
+    #[test]
+    fn retry_after_is_exact_from_several_threads(
+        (limit, window, counting) in several_config(),
+        stripes in stripes(),
+        threads in 1..=THREADS,
+        mut ops in ops(8, 200),
+        who in proptest::collection::vec(0..THREADS, 150),
+    ) {
+        ops.truncate(60);
+        let back = ops.iter().any(|op| matches!(op, Op::Back(_)));
+        let mut asks = who.iter().map(|&thread| thread % threads);
+        let plays: Vec<Play> = steps(scaled(ops, limit, window))
+            .into_iter()
+            .map(|step| match step {
+                Step::SetTime(t) => Play::At(t),
+                Step::Acquire(n) => Play::Ask { thread: asks.next().unwrap(), n },
+            })
+            .collect();
+        let homes = Homes::new(THREADS);
+        let mut reference = (stripes == 1 || (threads == 1 && !back))
+            .then(|| ReferenceLog::new(limit, window, counting));
+        // The log and twin as the first `len` plays left them, asked `ask` at `at`.
+        let replay = |len: usize, at: u64, ask: Play| {
+            let pair = Pair::new(limit, window, stripes, counting);
+            for &play in &plays[..len] {
+                pair.play(&homes, play);
+            }
+            pair.clock.set(at);
+            pair.play(&homes, ask).unwrap()
+        };
+        let pair = Pair::new(limit, window, stripes, counting);
+        let mut admissions = Vec::new();
+        let mut now = 0;
+        for (i, &play) in plays.iter().enumerate() {
+            let Some([got, twin_got]) = pair.play(&homes, play) else {
+                let Play::At(t) = play else { unreachable!() };
+                now = t;
+                continue;
+            };
+            let Play::Ask { thread, n } = play else { unreachable!() };
+            prop_assert_eq!(got, twin_got, "thread {}, n = {} at {} ns", thread, n, now);
+            if let Some(reference) = reference.as_mut() {
+                prop_assert_eq!(got, reference.try_acquire_n(now, n), "n = {} at {} ns", n, now);
+            }
+            if got.is_ok() {
+                admissions.push(Admission { at: now, n });
+            }
+            let Err(Denied::RetryAfter(wait)) = got else { continue };
+            let wait = wait.as_nanos() as u64;
+            prop_assert!(wait > 0);
+            let case = format!("thread {thread}, n = {n} at {now} ns, told to wait {wait} ns");
+            if wait > 1 {
+                let [early, twin_early] = replay(i + 1, now + wait - 1, play);
+                prop_assert_eq!(early, twin_early, "{} − 1 ns", case);
+                match counting {
+                    false => prop_assert_eq!(early, retry(1), "{} − 1 ns", case),
+                    true => prop_assert!(matches!(early, Err(Denied::RetryAfter(_))), "{} − 1 ns", case),
+                }
+            }
+            let then = replay(i + 1, now + wait, play);
+            prop_assert_eq!(then, [Ok(()), Ok(())], "{}", case);
+            let mut with = admissions.clone();
+            with.push(Admission { at: now + wait, n });
+            check_sliding_log(&with, limit, window);
+        }
+        check_sliding_log(&admissions, limit, window);
     }
 }
 

@@ -98,14 +98,13 @@ use stripes::{Plan, Rings};
 /// decision admits on (both Relaxed): `home_at`, one past its threads' latest
 /// request, admitted or not (kept to an eighth of a grace); `others_at`, the
 /// earliest time another ring can serve its threads, a lower bound raised by
-/// `fetch_max` after a survey that denied one permit and cleared when one of
-/// its threads takes entries of another ring.
+/// `fetch_max` after a survey that denied one permit.
 ///
 /// | operation | reads | writes |
 /// |---|---|---|
 /// | admit `n` at `now` from one ring | its head (Acquire); the `n` replaced entries and the newest (Acquire) | head → head + n by CAS (Release); then the `n` entries, `max(now, newest stamp of the ring)` (Release); `home_at` once it is an eighth of a grace behind |
-/// | admit across rings | every head; each ring's front entries until `n` can be taken; other rings' hints | each ring's front run, as above, home ring first; on a lost race the claims are restamped at `now − T` by CAS (Relaxed: it continues the release sequence of the claim's own store); its ring's `others_at` cleared |
-/// | deny | its home ring's head, front and hints (one permit below `others_at`); else the heads, the entries up to the n-th oldest of all, other rings' hints | no entry and no head (or, counting denials, the n oldest entries of all are replaced, as admit); `home_at` once it is an eighth of a grace behind; after a survey for one permit, its ring's `others_at` |
+/// | admit across rings | every head; each ring's front entries until `n` can be taken; other rings' hints | each ring's front run, as above, home ring first; on a lost race the claims are restamped at `now − T` by CAS (Relaxed: it continues the release sequence of the claim's own store) |
+/// | deny | its home ring's head, front and hints (one permit whose home front frees no later than `others_at`); else the heads, the entries up to the n-th oldest of all, other rings' hints | no entry and no head (or, counting denials, the n oldest entries of all are replaced, as admit); `home_at` once it is an eighth of a grace behind; after a survey for one permit, its ring's `others_at` |
 /// | snapshot | every head; all N entries | nothing |
 /// | reconfigure | every head (seal, AcqRel); all N entries | new rings, published by pointer (Release) |
 ///
@@ -157,27 +156,25 @@ use stripes::{Plan, Rings};
 /// # Retry-after
 ///
 /// A request denied at reading `t` with [`Denied::RetryAfter`]`(d)` is, on
-/// the log as the denial left it, denied at every reading before `t + d`.
-/// The wait is *exact* — the same request is admitted at `t + d` — in these
-/// cases, at any reading, one older than admissions the log has already made
-/// (a clock that stepped back, a thread preempted after reading it) included:
-///
-/// * a log of one ring ([`SlidingLog::stripes`] is 1: `with_stripes(1)`, a
-///   limit of 1, one CPU, or several rules);
-/// * a log of several rings used by one thread;
-/// * a request for more than one permit, or any request of a log that counts
-///   denied attempts.
-///
-/// When several threads use a log of several rings, a denial of one permit
-/// can name a time before the exact one, never after: a thread that finds
-/// nothing free keeps, on its home ring, the earliest time the other rings
-/// can serve it, and denies below that time without reading them again; if
-/// another thread has since taken the entry that time was read from, the
-/// thread asks again at `t + d` and is denied with the rest of the wait. If
-/// a retry must be exact under several threads, give the log one ring
-/// (`with_stripes(1)`).
-/// Decisions that race are exact as of the entries they read, as any
+/// the log as the denial left it, denied at every reading before `t + d` and
+/// admitted at `t + d`, when made again by the same thread (with several
+/// rings, which entries a thread may take first depends on its ring): the
+/// wait is *exact*, to the nanosecond. That holds on one ring or several,
+/// from one thread or several, for one permit or more, at any reading — one
+/// older than admissions the log has already made (a clock that stepped
+/// back, a thread preempted after reading it) included. Counting denied
+/// attempts, the wait is for the same request made after the denied one was
+/// logged. Decisions that race are exact as of the entries they read, as any
 /// limiter's are.
+///
+/// Every wait is read from the entries its decision saw. With several
+/// rings, a thread that found nothing free keeps, on its home ring's line,
+/// a lower bound of when the other rings can next serve it (`others_at`),
+/// and denies one permit without reading their lines again only while its
+/// home ring's own front frees no later than that bound: the wait is then
+/// its home ring's, as with one ring. A bound that comes first says
+/// nothing exact — another thread may since have taken the entry it was
+/// read from — so such a denial reads the rings.
 ///
 /// ```
 /// use std::time::Duration;
@@ -649,6 +646,102 @@ impl<C: Clock> RateLimiter for SlidingLog<C> {
                 Ok(reported) => return reported,
                 // Sealed: as in `try_acquire_n`.
                 Err(_sealed) => backoff.pause(),
+            }
+        }
+    }
+}
+
+/// The retry-after of logs of several rings shared by threads, played in
+/// turn on one thread, each request with its thread's home ring.
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::time::Duration;
+
+    use super::{LockingSlidingLog, SlidingLog};
+    use crate::clock::ManualClock;
+    use crate::error::Denied;
+    use crate::limiter::RateLimiter;
+    use crate::rate::Rate;
+    use crate::stripe::set_thread_hint;
+
+    const WINDOW: u64 = 2_000;
+
+    /// One request: the home ring of the thread that makes it, its reading.
+    type Request = (usize, u64);
+
+    fn retry(ns: u64) -> Result<(), Denied> {
+        Err(Denied::RetryAfter(Duration::from_nanos(ns)))
+    }
+
+    /// A fresh log and twin of `limit` permits per [`WINDOW`] over `rings`
+    /// rings, each sent `history` in order, answering each request as it
+    /// says; then `last` asked of each, whose answers are returned.
+    fn replay(
+        limit: u32,
+        rings: usize,
+        history: &[(Request, Result<(), Denied>)],
+        last: Request,
+    ) -> [Result<(), Denied>; 2] {
+        let clock = ManualClock::new();
+        let rate = Rate::new(limit, Duration::from_nanos(WINDOW));
+        let log = SlidingLog::with_clock(rate, clock.clone())
+            .unwrap()
+            .with_stripes(rings);
+        let twin = LockingSlidingLog::with_clock(rate, clock.clone())
+            .unwrap()
+            .with_stripes(rings);
+        assert_eq!((log.stripes(), twin.stripes()), (rings, rings));
+        let ask = |(home, at): Request| {
+            set_thread_hint(home);
+            clock.set(at);
+            [log.try_acquire(), twin.try_acquire()]
+        };
+        for &(request, expected) in history {
+            assert_eq!(ask(request), [expected; 2], "{request:?}");
+        }
+        ask(last)
+    }
+
+    /// With several threads, one per ring: the thread of ring 1 surveys
+    /// every ring at 198,526 and learns that ring 0's front frees at
+    /// 199,526; there every thread takes its own ring's entries; then the
+    /// thread of ring 1 decides on a reading from before all of it. Every
+    /// permit is in the window until 201,526, and that is the wait it must
+    /// be told — not 199,526, the bound its survey left, where the request
+    /// is still denied. A nanosecond earlier it is denied; then, admitted.
+    #[test]
+    fn a_stale_reading_after_other_threads_admissions_gets_the_exact_wait() {
+        let (first, surveyed, second, stale) = (197_526, 198_526, 199_526, 166_658);
+        let free = second + WINDOW;
+        for rings in [2, 4] {
+            for per_ring in [1, 2] {
+                let limit = (rings * per_ring) as u32;
+                let mut history = Vec::new();
+                for home in 0..rings {
+                    history.extend((0..per_ring).map(|_| ((home, first), Ok(()))));
+                }
+                history.push(((1, surveyed), retry(second - surveyed)));
+                for home in 0..rings {
+                    history.extend((0..per_ring).map(|_| ((home, second), Ok(()))));
+                }
+                let case = format!("{limit} permits over {rings} rings");
+                let stale_request = (1, stale);
+                assert_eq!(
+                    replay(limit, rings, &history, stale_request),
+                    [retry(free - stale); 2],
+                    "{case}"
+                );
+                history.push((stale_request, retry(free - stale)));
+                assert_eq!(
+                    replay(limit, rings, &history, (1, free - 1)),
+                    [retry(1); 2],
+                    "{case}"
+                );
+                assert_eq!(
+                    replay(limit, rings, &history, (1, free)),
+                    [Ok(()); 2],
+                    "{case}"
+                );
             }
         }
     }

@@ -81,18 +81,19 @@ struct Hints {
     /// its newly freed entries for its own threads that long.
     home_at: AtomicU64,
     /// This ring's home threads can take no entry of another ring before
-    /// this time: the earliest the denying surveys since it was last cleared
-    /// found (for one permit); their own ring they ask first, on every
-    /// request. Fronts only move later — an admission replaces a front with a
-    /// newer stamp — and a busy ring only keeps its entries longer, so it is
-    /// a lower bound for every later reading, stale ones included. The one
-    /// exception is a spanning request's rollback, which frees its entries
-    /// at once: a denial on the strength of this value can then miss a free
-    /// entry until the time passes (under-admission, never over). Zero (no
-    /// bound) when a home thread has just taken entries of another ring
-    /// ([`Rings::forget_others`]): the fronts it was read from may be gone.
-    /// For a thread that is the log's only user the bound is then exact: no
-    /// other ring's front moves but by its own crossing admissions.
+    /// this time: the latest of the earliest times the denying surveys of
+    /// one permit found (zero: none yet); their own ring they ask first, on
+    /// every request. Fronts only move later — an admission replaces a front
+    /// with a newer stamp — and a busy ring only keeps its entries longer, so
+    /// it is a lower bound for every later reading, stale ones included. The
+    /// one exception is a spanning request's rollback, which frees its
+    /// entries at once: a denial on the strength of this value can then miss
+    /// a free entry until the time passes (under-admission, never over).
+    ///
+    /// Only a bound: once another thread has replaced the front it was read
+    /// from, the other rings serve later than it says. So a denial answers
+    /// from it only when the home ring's own front frees no later (the wait
+    /// is then the home ring's, exact); otherwise it surveys.
     others_at: AtomicU64,
 }
 
@@ -260,19 +261,15 @@ impl Rings {
             // bound and only sends the request on to the survey, which
             // decides on the rings themselves.
             let others_at = self.hints[home].others_at.load(Ordering::Relaxed);
-            if now < others_at {
-                // Nothing for this thread in another ring, and its own ring's
-                // front is in the window: the survey would deny too. The
-                // request fits once its home ring's front frees, as just
-                // read, or another ring's can be taken, whichever is first.
-                // Exact while the other rings are as the survey that left the
-                // bound read them — always, for a thread that is the log's
-                // only user, at any reading (`forget_others`); once another
-                // thread has taken one of their fronts, earlier than a survey
-                // would say, never later (but for a rollback: see `Hints`).
-                // Both times are after `now`: at least 1 ns.
-                let at = now.saturating_add(home_wait).min(others_at);
-                return Ok(Err(retry_after(at - now)));
+            if now.saturating_add(home_wait) <= others_at {
+                // No other ring can serve this thread before its home ring's
+                // front frees (that is after `now`), so the survey would deny,
+                // and the request fits exactly when that front frees: the
+                // wait is the home ring's own, from the entries this decision
+                // read, as with one ring. Where the bound comes first it
+                // cannot say when: another thread may have taken the front it
+                // was read from since, and a wait read from it would be early.
+                return Ok(Err(retry_after(home_wait)));
             }
         }
         self.across(now, n, home)
@@ -325,12 +322,7 @@ impl Rings {
             }
             if total == n {
                 match self.claim_all(now, &free, home)? {
-                    true => {
-                        if total > free[home] {
-                            self.forget_others(home);
-                        }
-                        return Ok(Ok(()));
-                    }
+                    true => return Ok(Ok(())),
                     false => {
                         backoff.wait();
                         continue 'survey;
@@ -351,8 +343,7 @@ impl Rings {
                 // Relaxed: see `Hints`; `fetch_max`, as every survey's
                 // earliest other front is a lower bound for all later times,
                 // and so is the largest of them. An older value only sends a
-                // later request to the survey, or gives it an earlier
-                // retry-after (at least 1 ns).
+                // later request to the survey.
                 self.hints[home]
                     .others_at
                     .fetch_max(earliest_other, Ordering::Relaxed);
@@ -425,25 +416,6 @@ impl Rings {
             at.saturating_add(self.grace)
                 .min((asked - 1).saturating_add(self.grace)),
         )
-    }
-
-    /// Clears ring `home`'s bound on the other rings' fronts
-    /// ([`Hints::others_at`]) after one of its home threads took entries of
-    /// another ring, whose front the bound may have been read from: the next
-    /// one-permit denial surveys the rings again. Without it a thread that
-    /// took the fronts and then read a stale or stepped-back clock would be
-    /// told to come back when they freed before, not when the new ones free.
-    /// A spanning or crossing admission is the slow path already; the store
-    /// is skipped when there is no bound.
-    #[inline]
-    fn forget_others(&self, home: usize) {
-        let others_at = &self.hints[home].others_at;
-        // Relaxed: see `Hints`. Zero is the bound that holds for every
-        // reading, and a survey of another home thread that raced this store
-        // still only wrote a lower bound: fronts only move later.
-        if others_at.load(Ordering::Relaxed) != 0 {
-            others_at.store(0, Ordering::Relaxed);
-        }
     }
 
     /// Records that a home thread of ring `home` asked it for permits at
@@ -585,7 +557,7 @@ impl Rings {
 mod grace {
     use std::time::Duration;
 
-    use super::{Plan, Rings};
+    use super::{Ordering, Plan, Rings};
     use crate::rate::Rate;
     use crate::sliding_log::LogConfig;
     use crate::stripe::set_thread_hint;
@@ -647,7 +619,6 @@ mod grace {
             admit(&rings, 0, now),
             Err(Duration::from_nanos(WINDOW + grace - now))
         );
-        // A denial on the home ring's hint says the same, without a survey.
         assert_eq!(
             admit(&rings, 0, now + 5),
             Err(Duration::from_nanos(WINDOW + grace - now - 5))
@@ -655,13 +626,15 @@ mod grace {
         // Its own thread takes it at once.
         assert_eq!(admit(&rings, 1, now), Ok(()));
         // Now both rings are full until `t + WINDOW`. Ring 0's hint still
-        // says `WINDOW + grace`, a lower bound: the denial comes back then
-        // (early, as a raced retry-after may), and that survey finds the
-        // exact time.
+        // says `WINDOW + grace`, the front just taken: below its home
+        // ring's front, so a denial surveys, and says the exact time at any
+        // reading. The survey leaves the new bound, which no longer hides
+        // an earlier front: the next denial answers from its home ring alone.
         assert_eq!(
             admit(&rings, 0, now),
-            Err(Duration::from_nanos(WINDOW + grace - now))
+            Err(Duration::from_nanos(t + WINDOW - now))
         );
+        assert_eq!(rings.hints[0].others_at.load(Ordering::Relaxed), t + WINDOW);
         assert_eq!(
             admit(&rings, 0, WINDOW + grace),
             Err(Duration::from_nanos(t - grace))
@@ -751,8 +724,7 @@ mod grace {
 /// The retry-after of a log of several rings, from one thread and from
 /// several (played here in turn on one thread, each with its home ring), at
 /// readings that step back: on the log as a denial left it, the request is
-/// denied at every reading before the wait runs out; from one thread it is
-/// admitted when it does.
+/// denied a nanosecond before the wait runs out and admitted when it does.
 #[cfg(all(test, not(loom)))]
 mod retry {
     use std::time::Duration;
@@ -884,13 +856,11 @@ mod retry {
         assert!(denials > 1_000, "only {denials} denials checked");
     }
 
-    /// Several threads: a one-permit denial can answer from what its ring
-    /// last learned of the other rings, so its wait can be early (below),
-    /// never late: before it runs out the request is still denied. Requests
-    /// for more permits, and every request of a log counting denied
-    /// attempts, read every ring: their waits are exact.
+    /// Several threads, any reading: every wait is exact too, one permit's
+    /// included — a denial that answers from its ring's bound on the other
+    /// rings does so only where its own ring binds.
     #[test]
-    fn several_threads_are_never_told_to_wait_too_long() {
+    fn several_threads_get_the_exact_wait_at_every_reading() {
         let mut rng = Rng(0x2545_f491_4f6c_dd1d);
         let mut denials = 0;
         for case in 0..300 {
@@ -901,27 +871,20 @@ mod retry {
             let requests = requests(&mut rng, 2 + case as u64 % 2, limit, window, 60);
             for (request, then) in probe(&make, &requests) {
                 denials += 1;
-                // About one wait in fourteen here, all of one permit, runs
-                // out early: asked again then, the request is denied with
-                // the rest.
-                if request.n > 1 || counting {
-                    assert_eq!(then, Ok(()), "case {case}, {request:?}: {requests:?}");
-                }
+                assert_eq!(then, Ok(()), "case {case}, {request:?}: {requests:?}");
             }
         }
         assert!(denials > 1_000, "only {denials} denials checked");
     }
 
-    /// Two threads, as the property above plays them: the thread of ring 1
-    /// surveyed both rings at 198,526 (ring 0's front frees at 199,526);
-    /// at 199,526 each thread took its own ring's entry; then ring 1's
-    /// thread, with a reading from before all that, is told 199,526 — the
-    /// bound its survey left — while both fronts now free at 201,526. From
-    /// one thread the same stale reading gets 201,526
-    /// (`a_stale_reading_after_later_admissions_gets_the_exact_wait` in
-    /// `tests/sliding_log.rs`).
+    /// Two threads: the thread of ring 1 surveyed both rings at 198,526
+    /// (ring 0's front frees at 199,526); at 199,526 each thread took its
+    /// own ring's entry; then ring 1's thread, with a reading from before
+    /// all that, must be told 201,526, when both fronts free — not 199,526,
+    /// the bound its survey left, which another thread's admission made
+    /// stale.
     #[test]
-    fn another_threads_admission_makes_a_stale_wait_early() {
+    fn another_threads_admission_leaves_a_stale_wait_exact() {
         let log = rings(2, 2_000, 2, false);
         let request = |home, at| Request { home, at, n: 1 };
         for home in [0, 1] {
@@ -931,10 +894,8 @@ mod retry {
         for home in [0, 1] {
             assert_eq!(ask(&log, request(home, 199_526)), Ok(()));
         }
-        assert_eq!(wait(ask(&log, request(1, 166_658))), Some(32_868));
-        // Early, not late: denied until then, and then told the rest.
-        assert_eq!(wait(ask(&log, request(1, 199_525))), Some(1));
-        assert_eq!(wait(ask(&log, request(1, 199_526))), Some(2_000));
+        assert_eq!(wait(ask(&log, request(1, 166_658))), Some(34_868));
+        assert_eq!(wait(ask(&log, request(1, 201_525))), Some(1));
         assert_eq!(ask(&log, request(1, 201_526)), Ok(()));
     }
 }
