@@ -4,9 +4,14 @@
 //!
 //! One process: each server on a tokio runtime of its own (2 workers), the
 //! client on another (2 workers) with `STREAMS` calls in flight over one
-//! HTTP/2 connection. Rounds alternate between the servers (paired), each
-//! round a fixed time; the table shows each server's median round and the
-//! ratio of the medians, for three regimes:
+//! HTTP/2 connection. The tollgate servers are served as the binary serves
+//! them: their in-flight bound off (`unbounded`), at its default (`default`:
+//! 1,024 calls), and `adaptive` (a bound that follows round-trip times;
+//! calls past it are shed with `UNAVAILABLE`, counted apart: `shed` is the
+//! share of its calls shed, and only decisions count as requests/s). Rounds
+//! rotate between the servers (paired), each round a fixed time; the table
+//! shows each server's median round and its ratio to the empty service's,
+//! for three regimes:
 //!
 //! * `allow`: every request admitted (a key per stream, a limit no stream
 //!   reaches);
@@ -31,7 +36,7 @@ use tollgate_server::proto::envoy::service::ratelimit::v3::rate_limit_service_se
     RateLimitService, RateLimitServiceServer,
 };
 use tollgate_server::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use tollgate_server::{Options, Server};
+use tollgate_server::{InFlight, Options, Server};
 use tonic::transport::Channel;
 
 const CONFIG: &str = "
@@ -65,6 +70,27 @@ fn env(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+/// Serves a tollgate server as the binary does ([`tollgate_server::serve`],
+/// its in-flight bound included) on a runtime of its own.
+fn start_tollgate(server: Server) -> (SocketAddr, tokio::runtime::Runtime) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let grpc = runtime.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
+    let http = runtime.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
+    let addr = grpc.local_addr().unwrap();
+    runtime.spawn(tollgate_server::serve(
+        server,
+        grpc,
+        http,
+        None,
+        std::future::pending(),
+    ));
+    (addr, runtime)
 }
 
 /// Serves `service` on a runtime of its own; returns its address and the
@@ -102,9 +128,11 @@ fn request(key: &str, value: String) -> RateLimitRequest {
     }
 }
 
-/// Calls per second from `streams` tasks over `channel` for `round`.
-async fn round(channel: &Channel, regime: &str, streams: u64, round: Duration) -> f64 {
+/// Decisions per second from `streams` tasks over `channel` for `round`,
+/// and the share of calls shed.
+async fn round(channel: &Channel, regime: &str, streams: u64, round: Duration) -> (f64, f64) {
     let done = Arc::new(AtomicU64::new(0));
+    let shed = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
     for stream in 0..streams {
@@ -114,24 +142,33 @@ async fn round(channel: &Channel, regime: &str, streams: u64, round: Duration) -
             "deny" => request("deny", "all".into()),
             _ => request("at_limit", "all".into()),
         };
-        let (done, stop) = (done.clone(), stop.clone());
+        let (done, shed, stop) = (done.clone(), shed.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
-                client.should_rate_limit(req.clone()).await.unwrap();
-                done.fetch_add(1, Ordering::Relaxed);
+                // A shed call (UNAVAILABLE) is counted apart: only
+                // decisions count as throughput.
+                match client.should_rate_limit(req.clone()).await {
+                    Ok(_) => done.fetch_add(1, Ordering::Relaxed),
+                    Err(status) => {
+                        assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+                        shed.fetch_add(1, Ordering::Relaxed)
+                    }
+                };
             }
         }));
     }
     let start = Instant::now();
-    let before = done.load(Ordering::Relaxed);
+    let (before, shed_before) = (done.load(Ordering::Relaxed), shed.load(Ordering::Relaxed));
     tokio::time::sleep(round).await;
     let calls = done.load(Ordering::Relaxed) - before;
+    let shed_calls = shed.load(Ordering::Relaxed) - shed_before;
     let elapsed = start.elapsed();
     stop.store(true, Ordering::Relaxed);
     for t in tasks {
         t.await.unwrap();
     }
-    calls as f64 / elapsed.as_secs_f64()
+    let share = shed_calls as f64 / (calls + shed_calls).max(1) as f64;
+    (calls as f64 / elapsed.as_secs_f64(), share)
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -158,8 +195,16 @@ fn main() {
         round_time.as_millis()
     );
     println!(
-        "{:<10} {:>14} {:>14} {:>7}",
-        "regime", "empty req/s", "tollgate req/s", "ratio"
+        "{:<10} {:>12} {:>10} {:>6} {:>10} {:>6} {:>10} {:>6} {:>6}",
+        "regime",
+        "empty req/s",
+        "unbounded",
+        "ratio",
+        "default",
+        "ratio",
+        "adaptive",
+        "ratio",
+        "shed"
     );
     let client_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -167,8 +212,17 @@ fn main() {
         .build()
         .unwrap();
     for regime in ["allow", "deny", "at-limit"] {
-        let config = Config::from_files([("bench.yaml".to_owned(), CONFIG.to_owned())]).unwrap();
-        let server = Server::new(config, Options::default()).unwrap();
+        let make = |in_flight: InFlight| {
+            let config = Config::from_files([("bench.yaml", CONFIG)]).unwrap();
+            let mut options = Options::default();
+            options.in_flight = in_flight;
+            Server::new(config, options).unwrap()
+        };
+        let (unbounded, default, adaptive) = (
+            make(InFlight::Unlimited),
+            make(InFlight::default()),
+            make(InFlight::Adaptive),
+        );
         // The empty service answers what the limiter answers this regime's
         // requests, so both send the same bytes.
         let sample = match regime {
@@ -177,40 +231,64 @@ fn main() {
             _ => request("at_limit", "all".into()),
         };
         let mut response = client_rt
-            .block_on(server.should_rate_limit(&sample))
+            .block_on(unbounded.should_rate_limit(&sample))
             .unwrap();
         if regime == "deny" {
             response = client_rt
-                .block_on(server.should_rate_limit(&sample))
+                .block_on(unbounded.should_rate_limit(&sample))
+                .unwrap();
+            client_rt
+                .block_on(adaptive.should_rate_limit(&sample))
                 .unwrap();
         }
-        let (ours, _ours_rt) = start(server);
-        let (empty, _empty_rt) = start(Empty(Arc::new(response)));
-        let connect = |addr: SocketAddr| {
-            client_rt.block_on(async move {
-                Channel::from_shared(format!("http://{addr}"))
-                    .unwrap()
-                    .connect()
-                    .await
-                    .unwrap()
+        let targets = [
+            start(Empty(Arc::new(response))),
+            start_tollgate(unbounded),
+            start_tollgate(default),
+            start_tollgate(adaptive),
+        ];
+        let channels: Vec<Channel> = targets
+            .iter()
+            .map(|(addr, _)| {
+                let addr = *addr;
+                client_rt.block_on(async move {
+                    Channel::from_shared(format!("http://{addr}"))
+                        .unwrap()
+                        .connect()
+                        .await
+                        .unwrap()
+                })
             })
-        };
-        let (ours_ch, empty_ch) = (connect(ours), connect(empty));
-        // One warm-up round each.
-        client_rt.block_on(round(&ours_ch, regime, streams, round_time / 4));
-        client_rt.block_on(round(&empty_ch, regime, streams, round_time / 4));
-        let (mut a, mut b) = (Vec::new(), Vec::new());
+            .collect();
+        // One warm-up round each (the adaptive bound finds its level).
+        for ch in &channels {
+            client_rt.block_on(round(ch, regime, streams, round_time / 2));
+        }
+        let mut results = vec![Vec::new(); channels.len()];
+        let mut shed = Vec::new();
         for i in 0..rounds {
-            // Alternate which goes first, so drift favours neither.
-            if i % 2 == 0 {
-                b.push(client_rt.block_on(round(&empty_ch, regime, streams, round_time)));
-                a.push(client_rt.block_on(round(&ours_ch, regime, streams, round_time)));
-            } else {
-                a.push(client_rt.block_on(round(&ours_ch, regime, streams, round_time)));
-                b.push(client_rt.block_on(round(&empty_ch, regime, streams, round_time)));
+            // Rotate which goes first, so drift favours none.
+            for k in 0..channels.len() {
+                let j = (i + k) % channels.len();
+                let (rate, share) =
+                    client_rt.block_on(round(&channels[j], regime, streams, round_time));
+                results[j].push(rate);
+                if j == 3 {
+                    shed.push(share);
+                }
             }
         }
-        let (ma, mb) = (median(&mut a), median(&mut b));
-        println!("{regime:<10} {mb:>14.0} {ma:>14.0} {:>7.2}", ma / mb);
+        let m: Vec<f64> = results.iter_mut().map(|r| median(r)).collect();
+        println!(
+            "{regime:<10} {:>12.0} {:>10.0} {:>6.2} {:>10.0} {:>6.2} {:>10.0} {:>6.2} {:>5.1}%",
+            m[0],
+            m[1],
+            m[1] / m[0],
+            m[2],
+            m[2] / m[0],
+            m[3],
+            m[3] / m[0],
+            100.0 * median(&mut shed)
+        );
     }
 }

@@ -1140,8 +1140,14 @@ pub enum Algorithm {
     /// At most `requests_per_unit` in any window of one unit, exactly
     /// (tollgate's sliding log).
     SlidingLog,
-    /// At most about `requests_per_unit` in any window of one unit, from
-    /// sub-window counts (tollgate's sliding window).
+    /// About `requests_per_unit` in any window of one unit, from a few
+    /// counts. On the memory backend, at most `requests_per_unit` in any ten
+    /// consecutive aligned sub-windows (tollgate's `SlidingWindow`). On the
+    /// Redis backend, the two-window estimate (tollgate-redis's
+    /// `ApproxSlidingWindow`): the current window's count plus the previous
+    /// window's, weighted by the share of it the sliding window still
+    /// covers. Neither is exact over every span of one unit; `sliding_log`
+    /// is.
     SlidingWindow,
     /// `requests_per_unit` per unit on average, up to `burst` at once.
     TokenBucket {

@@ -21,7 +21,7 @@ mod server;
 pub use decide::{BadRequest, Bounds};
 pub use redis::{Failure, RedisSettings};
 pub use serve::{serve, watch_config};
-pub use server::{InvalidRule, Options, Server};
+pub use server::{InFlight, InvalidRule, Options, Server};
 
 /// The messages and the service of Envoy's rate limit protocol, generated
 /// from the `.proto` files under `proto/` (field names and numbers as Envoy's

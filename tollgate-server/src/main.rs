@@ -10,7 +10,9 @@ use std::time::Duration;
 use clap::Parser;
 use tokio::net::TcpListener;
 use tollgate_server::config::Config;
-use tollgate_server::{Bounds, Failure, Options, RedisSettings, Server, serve, watch_config};
+use tollgate_server::{
+    Bounds, Failure, InFlight, Options, RedisSettings, Server, serve, watch_config,
+};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -38,6 +40,11 @@ struct Args {
     /// Limits one request's descriptors may match.
     #[arg(long, env = "TOLLGATE_MAX_LIMITS", default_value_t = Bounds::default().max_limits)]
     max_limits: usize,
+    /// Calls let in at once before the next is shed with `UNAVAILABLE`: a
+    /// number, `unlimited`, or `adaptive` (a bound that follows round-trip
+    /// times).
+    #[arg(long, env = "TOLLGATE_IN_FLIGHT", default_value = "1024")]
+    in_flight: InFlight,
     /// How often the configuration directory is looked at, in milliseconds.
     #[arg(long, env = "TOLLGATE_RELOAD_CHECK_MS", default_value_t = 1000)]
     reload_check_ms: u64,
@@ -118,6 +125,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
     options.max_keys_per_limit = args.max_keys_per_limit;
     options.bounds.max_descriptors = args.max_descriptors;
     options.bounds.max_limits = args.max_limits;
+    options.in_flight = args.in_flight;
     let server = if args.backend == "redis" {
         let mut settings = RedisSettings::default();
         settings.prefix = args.redis_prefix.clone();

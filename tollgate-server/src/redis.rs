@@ -23,7 +23,9 @@ use crate::server::InvalidRule;
 pub enum Failure {
     /// Admitted, by no limit: the service stays up, the limits lapse.
     Open,
-    /// Refused: `OVER_LIMIT` for every limited descriptor.
+    /// Refused: `OVER_LIMIT` for every descriptor with an enforced limit
+    /// (shadow-mode and quota-mode limits are not asked). A request without
+    /// an enforced limit is admitted.
     Closed,
     /// Decided by this replica alone, on the memory backend's limits: each
     /// replica admits up to the whole limit, so N replicas admit up to N
@@ -53,7 +55,11 @@ impl std::str::FromStr for Failure {
 pub struct RedisSettings {
     /// The prefix of every Redis key the server writes (default
     /// `tollgate-server`): give two servers that must not share limits
-    /// different prefixes.
+    /// different prefixes. Without `{` or `}`: every key is
+    /// `<prefix>:{<domain>}:…`, the domain its hash tag, and
+    /// [`Server::with_redis`](crate::Server::with_redis) refuses a prefix
+    /// with a brace ([`InvalidRule`](crate::InvalidRule), for the first rule
+    /// that keeps state).
     pub prefix: String,
     /// What a request gets when Redis cannot answer.
     pub failure: Failure,

@@ -6,13 +6,17 @@ use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
+use tollgate::{AdaptiveLimit, ConcurrencyLimit, RoundTrip};
+use tollgate_tower::ConcurrencyLayer;
 
 use crate::config::Config;
-use crate::server::Server;
+use crate::server::{InFlight, Server};
 
 /// Serves `server` over gRPC on `grpc` and HTTP on `http` until `shutdown`
 /// completes; then stops accepting and lets the calls in flight finish.
@@ -31,11 +35,37 @@ pub async fn serve(
     let wait = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let grpc_task = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(server.grpc())
-            .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), wait(stopped.clone())),
-    );
+    let grpc_task = match server.options().in_flight {
+        InFlight::Unlimited => tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(server.grpc())
+                .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), wait(stopped.clone())),
+        ),
+        InFlight::Fixed(n) => {
+            let limit = Arc::new(ConcurrencyLimit::new(n)?);
+            tokio::spawn(
+                tonic::transport::Server::builder()
+                    .layer(ConcurrencyLayer::new(limit))
+                    .add_service(server.grpc())
+                    .serve_with_incoming_shutdown(
+                        TcpListenerStream::new(grpc),
+                        wait(stopped.clone()),
+                    ),
+            )
+        }
+        InFlight::Adaptive => {
+            let limit = Arc::new(AdaptiveLimit::new(RoundTrip::default())?);
+            tokio::spawn(
+                tonic::transport::Server::builder()
+                    .layer(ConcurrencyLayer::new(limit))
+                    .add_service(server.grpc())
+                    .serve_with_incoming_shutdown(
+                        TcpListenerStream::new(grpc),
+                        wait(stopped.clone()),
+                    ),
+            )
+        }
+    };
     let http_task = tokio::spawn(
         axum::serve(http, crate::http::router(server.clone(), metrics))
             .with_graceful_shutdown(wait(stopped))

@@ -26,6 +26,10 @@ pub struct Options {
     /// Keys each limit keeps before new keys share one overflow state (which
     /// admits no more than one key's limit: never an over-admission).
     pub max_keys_per_limit: usize,
+    /// How many calls [`serve`](crate::serve) lets in at once before it
+    /// sheds the next with `UNAVAILABLE` (HTTP `503`) instead of queueing
+    /// it.
+    pub in_flight: InFlight,
 }
 
 impl Default for Options {
@@ -33,6 +37,52 @@ impl Default for Options {
         Options {
             bounds: Bounds::default(),
             max_keys_per_limit: 1 << 20,
+            in_flight: InFlight::default(),
+        }
+    }
+}
+
+/// The server's own bound on calls in flight: past it, a call is shed at
+/// once with gRPC `UNAVAILABLE` (which clients and Envoy retry or fail
+/// over), so an overloaded server answers fast instead of queueing every
+/// call past its deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum InFlight {
+    /// No bound.
+    Unlimited,
+    /// At most this many (a [`tollgate::ConcurrencyLimit`]). The default
+    /// is 1,024: far above what a healthy server holds (a decision takes
+    /// microseconds), so it sheds only a pile-up.
+    Fixed(u32),
+    /// A bound that follows the calls' round-trip times
+    /// ([`tollgate::RoundTrip`]'s defaults): it grows while latency holds
+    /// and shrinks when it rises. A decision's round trip is mostly the
+    /// network's and the client's, so on a busy loopback it sheds calls a
+    /// fixed bound would have answered (docs/benchmarks.md measures it):
+    /// for servers whose latency is their own.
+    Adaptive,
+}
+
+impl Default for InFlight {
+    fn default() -> Self {
+        InFlight::Fixed(1024)
+    }
+}
+
+impl std::str::FromStr for InFlight {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<InFlight, String> {
+        match s {
+            "unlimited" => Ok(InFlight::Unlimited),
+            "adaptive" => Ok(InFlight::Adaptive),
+            n => match n.parse::<u32>() {
+                Ok(n) if n > 0 => Ok(InFlight::Fixed(n)),
+                _ => Err(format!(
+                    "{s:?}: `unlimited`, `adaptive`, or a number of calls above 0"
+                )),
+            },
         }
     }
 }
@@ -349,6 +399,11 @@ impl Server {
                 loaded.stores.decide(plan)?
             }
         })
+    }
+
+    /// The options the server was made with.
+    pub fn options(&self) -> &Options {
+        &self.inner.options
     }
 
     /// Keys held by every limit now.

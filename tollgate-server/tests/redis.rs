@@ -286,3 +286,46 @@ async fn a_grpc_client_is_decided_in_redis() {
     assert_eq!(codes, [Code::Ok, Code::Ok, Code::Ok, Code::OverLimit]);
     running.stop().await;
 }
+
+/// The server's own bound on calls in flight, with a call stuck on a paused
+/// Redis: the next calls are shed at once with `UNAVAILABLE`, and the stuck
+/// one is answered by the failure mode when its timeout ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_stuck_on_paused_redis_holds_the_bound_and_the_next_are_shed() {
+    let redis = RedisServer::start();
+    let mut settings = RedisSettings::default();
+    settings.failure = Failure::Closed;
+    let mut options = Options::default();
+    options.in_flight = tollgate_server::InFlight::Fixed(1);
+    let server = Server::with_redis(config(&[API]), options, settings).unwrap();
+    let slow = tollgate_redis::Options::new().timeout(Duration::from_secs(2));
+    server.connect_redis(
+        tollgate_redis::Client::connect_with(&redis.url(), slow)
+            .await
+            .unwrap(),
+    );
+    let running = Running::serve(server).await;
+    let mut client = running.client().await;
+    // Loads the script while Redis answers.
+    client.should_rate_limit(both("warm-up")).await.unwrap();
+    redis.pause();
+    let mut stuck_client = client.clone();
+    let stuck = tokio::spawn(async move { stuck_client.should_rate_limit(both("ivan")).await });
+    let mut shed = 0;
+    while !stuck.is_finished() {
+        match client.should_rate_limit(both("judy")).await {
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+                shed += 1;
+            }
+            // Only before the stuck call took the one slot.
+            Ok(answer) => assert_eq!(answer.into_inner().overall_code(), Code::OverLimit),
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let answer = stuck.await.unwrap().unwrap().into_inner();
+    assert_eq!(answer.overall_code(), Code::OverLimit, "closed: refused");
+    assert!(shed > 0, "no call was shed while one was stuck");
+    redis.resume();
+    running.stop().await;
+}
