@@ -129,10 +129,11 @@ fn request(key: &str, value: String) -> RateLimitRequest {
 }
 
 /// Decisions per second from `streams` tasks over `channel` for `round`,
-/// and the share of calls shed.
-async fn round(channel: &Channel, regime: &str, streams: u64, round: Duration) -> (f64, f64) {
+/// the share of calls shed, and the calls that failed in transport.
+async fn round(channel: &Channel, regime: &str, streams: u64, round: Duration) -> (f64, f64, u64) {
     let done = Arc::new(AtomicU64::new(0));
     let shed = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
     for stream in 0..streams {
@@ -142,17 +143,20 @@ async fn round(channel: &Channel, regime: &str, streams: u64, round: Duration) -
             "deny" => request("deny", "all".into()),
             _ => request("at_limit", "all".into()),
         };
-        let (done, shed, stop) = (done.clone(), shed.clone(), stop.clone());
+        let (done, shed, failed, stop) = (done.clone(), shed.clone(), failed.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
                 // A shed call (UNAVAILABLE) is counted apart: only
                 // decisions count as throughput.
                 match client.should_rate_limit(req.clone()).await {
                     Ok(_) => done.fetch_add(1, Ordering::Relaxed),
-                    Err(status) => {
-                        assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+                    Err(status) if status.code() == tonic::Code::Unavailable => {
                         shed.fetch_add(1, Ordering::Relaxed)
                     }
+                    // A transport error (the connection closed under the
+                    // client: tonic reconnects) is no decision: counted
+                    // apart and shown.
+                    Err(_) => failed.fetch_add(1, Ordering::Relaxed),
                 };
             }
         }));
@@ -168,7 +172,11 @@ async fn round(channel: &Channel, regime: &str, streams: u64, round: Duration) -
         t.await.unwrap();
     }
     let share = shed_calls as f64 / (calls + shed_calls).max(1) as f64;
-    (calls as f64 / elapsed.as_secs_f64(), share)
+    (
+        calls as f64 / elapsed.as_secs_f64(),
+        share,
+        failed.load(Ordering::Relaxed),
+    )
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -266,13 +274,15 @@ fn main() {
         }
         let mut results = vec![Vec::new(); channels.len()];
         let mut shed = Vec::new();
+        let mut failed = vec![0; channels.len()];
         for i in 0..rounds {
             // Rotate which goes first, so drift favours none.
             for k in 0..channels.len() {
                 let j = (i + k) % channels.len();
-                let (rate, share) =
+                let (rate, share, lost) =
                     client_rt.block_on(round(&channels[j], regime, streams, round_time));
                 results[j].push(rate);
+                failed[j] += lost;
                 if j == 3 {
                     shed.push(share);
                 }
@@ -280,7 +290,7 @@ fn main() {
         }
         let m: Vec<f64> = results.iter_mut().map(|r| median(r)).collect();
         println!(
-            "{regime:<10} {:>12.0} {:>10.0} {:>6.2} {:>10.0} {:>6.2} {:>10.0} {:>6.2} {:>5.1}%",
+            "{regime:<10} {:>12.0} {:>10.0} {:>6.2} {:>10.0} {:>6.2} {:>10.0} {:>6.2} {:>5.1}%  {:?}",
             m[0],
             m[1],
             m[1] / m[0],
@@ -288,7 +298,8 @@ fn main() {
             m[2] / m[0],
             m[3],
             m[3] / m[0],
-            100.0 * median(&mut shed)
+            100.0 * median(&mut shed),
+            failed
         );
     }
 }
