@@ -13,7 +13,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
 use tollgate::{AdaptiveLimit, ConcurrencyLimit, RoundTrip};
-use tollgate_tower::ConcurrencyLayer;
+use tollgate_tower::{ConcurrencyLayer, InFlightLimit};
 
 use crate::config::Config;
 use crate::server::{InFlight, Server};
@@ -35,36 +35,25 @@ pub async fn serve(
     let wait = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
+    let grpc = TcpListenerStream::new(grpc);
     let grpc_task = match server.options().in_flight {
         InFlight::Unlimited => tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(server.grpc())
-                .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), wait(stopped.clone())),
+                .serve_with_incoming_shutdown(grpc, wait(stopped.clone())),
         ),
-        InFlight::Fixed(n) => {
-            let limit = Arc::new(ConcurrencyLimit::new(n)?);
-            tokio::spawn(
-                tonic::transport::Server::builder()
-                    .layer(ConcurrencyLayer::new(limit))
-                    .add_service(server.grpc())
-                    .serve_with_incoming_shutdown(
-                        TcpListenerStream::new(grpc),
-                        wait(stopped.clone()),
-                    ),
-            )
-        }
-        InFlight::Adaptive => {
-            let limit = Arc::new(AdaptiveLimit::new(RoundTrip::default())?);
-            tokio::spawn(
-                tonic::transport::Server::builder()
-                    .layer(ConcurrencyLayer::new(limit))
-                    .add_service(server.grpc())
-                    .serve_with_incoming_shutdown(
-                        TcpListenerStream::new(grpc),
-                        wait(stopped.clone()),
-                    ),
-            )
-        }
+        InFlight::Fixed(n) => bounded(
+            &server,
+            Arc::new(ConcurrencyLimit::new(n)?),
+            grpc,
+            wait(stopped.clone()),
+        ),
+        InFlight::Adaptive => bounded(
+            &server,
+            Arc::new(AdaptiveLimit::new(RoundTrip::default())?),
+            grpc,
+            wait(stopped.clone()),
+        ),
     };
     let http_task = tokio::spawn(
         axum::serve(http, crate::http::router(server.clone(), metrics))
@@ -76,6 +65,22 @@ pub async fn serve(
     grpc_task.await??;
     http_task.await??;
     Ok(())
+}
+
+/// The gRPC service behind `limit`: past it, a call is shed with
+/// `UNAVAILABLE` (tollgate-tower's concurrency layer).
+fn bounded<L: InFlightLimit>(
+    server: &Server,
+    limit: Arc<L>,
+    grpc: TcpListenerStream,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> tokio::task::JoinHandle<Result<(), tonic::transport::Error>> {
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .layer(ConcurrencyLayer::new(limit))
+            .add_service(server.grpc())
+            .serve_with_incoming_shutdown(grpc, shutdown),
+    )
 }
 
 /// What a configuration directory held when last read: each file's path
