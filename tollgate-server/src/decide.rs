@@ -7,6 +7,7 @@ use std::time::Duration;
 use tollgate::{Denied, Rejection, Snapshot};
 
 use crate::config::{Config, Match, Rule, Unit, apply_replaces, override_key, override_stat_name};
+use crate::proto::envoy::config::core::v3::HeaderValue;
 use crate::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use crate::proto::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit as WireLimit,
@@ -308,6 +309,7 @@ pub(crate) fn answer(
     plan: Plan<'_>,
     seen: Vec<Seen>,
     admitted: bool,
+    headers: ResponseHeaders,
 ) -> (RateLimitResponse, Outcome) {
     let Plan {
         checks,
@@ -361,14 +363,76 @@ pub(crate) fn answer(
         }
     }
     let overall = if admitted { Code::Ok } else { Code::OverLimit };
+    let response_headers_to_add = match headers {
+        ResponseHeaders::Off => Vec::new(),
+        ResponseHeaders::RateLimit => ratelimit_headers(&statuses),
+    };
     (
         RateLimitResponse {
             overall_code: overall as i32,
             statuses,
+            response_headers_to_add,
             ..Default::default()
         },
         outcome,
     )
+}
+
+/// Which headers the answer asks the proxy to add to the client's response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ResponseHeaders {
+    /// None. The default.
+    #[default]
+    Off,
+    /// envoyproxy/ratelimit's (`LIMIT_RESPONSE_HEADERS_ENABLED`):
+    /// `RateLimit-Limit` (requests per unit), `RateLimit-Remaining` and
+    /// `RateLimit-Reset` (whole seconds, rounded up) of the descriptor
+    /// closest to its limit — one over its limit first, else the one with
+    /// the fewest left. `RateLimit-Reset` is tollgate's exact time: for a
+    /// refused request, until it fits; otherwise until the limit is whole
+    /// again.
+    RateLimit,
+}
+
+impl std::str::FromStr for ResponseHeaders {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<ResponseHeaders, String> {
+        match s {
+            "off" => Ok(ResponseHeaders::Off),
+            "ratelimit" => Ok(ResponseHeaders::RateLimit),
+            other => Err(format!("{other:?}: `off` or `ratelimit`")),
+        }
+    }
+}
+
+/// The `RateLimit-*` headers of the status closest to its limit.
+fn ratelimit_headers(statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
+    let closest = statuses
+        .iter()
+        .filter(|s| s.current_limit.is_some())
+        .min_by_key(|s| (s.code != Code::OverLimit as i32, s.limit_remaining));
+    let Some(status) = closest else {
+        return Vec::new();
+    };
+    let limit = status
+        .current_limit
+        .as_ref()
+        .map_or(0, |l| l.requests_per_unit);
+    let reset = status
+        .duration_until_reset
+        .map_or(0, |d| d.seconds.max(0) as u64 + u64::from(d.nanos > 0));
+    let header = |key: &str, value: u64| HeaderValue {
+        key: key.to_owned(),
+        value: value.to_string(),
+        ..Default::default()
+    };
+    vec![
+        header("RateLimit-Limit", u64::from(limit)),
+        header("RateLimit-Remaining", u64::from(status.limit_remaining)),
+        header("RateLimit-Reset", reset),
+    ]
 }
 
 /// A request of `hits` that the limit can never hold.

@@ -18,7 +18,7 @@ mod redis;
 mod serve;
 mod server;
 
-pub use decide::{BadRequest, Bounds};
+pub use decide::{BadRequest, Bounds, ResponseHeaders};
 pub use redis::{Failure, RedisSettings};
 pub use serve::{serve, watch_config};
 pub use server::{InFlight, InvalidRule, Options, Server};

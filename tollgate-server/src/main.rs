@@ -11,7 +11,7 @@ use clap::Parser;
 use tokio::net::TcpListener;
 use tollgate_server::config::Config;
 use tollgate_server::{
-    Bounds, Failure, InFlight, Options, RedisSettings, Server, serve, watch_config,
+    Bounds, Failure, InFlight, Options, RedisSettings, ResponseHeaders, Server, serve, watch_config,
 };
 
 #[derive(Parser, Debug)]
@@ -45,6 +45,10 @@ struct Args {
     /// times).
     #[arg(long, env = "TOLLGATE_IN_FLIGHT", default_value = "1024")]
     in_flight: InFlight,
+    /// Headers the answers ask the proxy to add: `off`, or `ratelimit`
+    /// (envoyproxy/ratelimit's `RateLimit-Limit`, `-Remaining`, `-Reset`).
+    #[arg(long, env = "TOLLGATE_RESPONSE_HEADERS", default_value = "off")]
+    response_headers: ResponseHeaders,
     /// How often the configuration directory is looked at, in milliseconds.
     #[arg(long, env = "TOLLGATE_RELOAD_CHECK_MS", default_value_t = 1000)]
     reload_check_ms: u64,
@@ -126,6 +130,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
     options.bounds.max_descriptors = args.max_descriptors;
     options.bounds.max_limits = args.max_limits;
     options.in_flight = args.in_flight;
+    options.response_headers = args.response_headers;
     let server = if args.backend == "redis" {
         let mut settings = RedisSettings::default();
         settings.prefix = args.redis_prefix.clone();

@@ -8,7 +8,7 @@ use arc_swap::ArcSwap;
 use tonic::{Request, Response, Status};
 
 use crate::config::Config;
-use crate::decide::{BadRequest, Bounds, Mode, Outcome, Plan, Seen, answer, plan};
+use crate::decide::{BadRequest, Bounds, Mode, Outcome, Plan, ResponseHeaders, Seen, answer, plan};
 use crate::memory::{Definition, Stores};
 use crate::metrics;
 use crate::proto::envoy::service::ratelimit::v3::rate_limit_service_server::{
@@ -30,6 +30,8 @@ pub struct Options {
     /// sheds the next with `UNAVAILABLE` (HTTP `503`) instead of queueing
     /// it.
     pub in_flight: InFlight,
+    /// Headers the answers ask the proxy to add to the client's response.
+    pub response_headers: ResponseHeaders,
 }
 
 impl Default for Options {
@@ -38,6 +40,7 @@ impl Default for Options {
             bounds: Bounds::default(),
             max_keys_per_limit: 1 << 20,
             in_flight: InFlight::default(),
+            response_headers: ResponseHeaders::default(),
         }
     }
 }
@@ -348,7 +351,12 @@ impl Server {
             started.elapsed(),
         );
         metrics::decided(domain, &plan, &seen, admitted);
-        Ok(answer(plan, seen, admitted))
+        Ok(answer(
+            plan,
+            seen,
+            admitted,
+            self.inner.options.response_headers,
+        ))
     }
 
     /// The backend's decision of `plan`: Redis's when the server has it and

@@ -313,3 +313,58 @@ async fn the_json_endpoint_answers_curl() {
     assert_eq!(health.status(), 200);
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_answers_carry_ratelimit_headers_when_asked() {
+    let mut options = Options::default();
+    options.response_headers = tollgate_server::ResponseHeaders::RateLimit;
+    let running = Running::start(config(&[API]), options).await;
+    let mut client = running.client().await;
+    let headers = |answer: &RateLimitResponse| -> Vec<(String, String)> {
+        answer
+            .response_headers_to_add
+            .iter()
+            .map(|h| (h.key.clone(), h.value.clone()))
+            .collect()
+    };
+    let both = request(
+        "api",
+        vec![
+            descriptor(&[("route", "upload")]),
+            descriptor(&[("user", "grace")]),
+        ],
+    );
+    // The user limit (3 a minute) is the closer: its figures.
+    let answer = client
+        .should_rate_limit(both.clone())
+        .await
+        .unwrap()
+        .into_inner();
+    let got = headers(&answer);
+    assert_eq!(got[0], ("RateLimit-Limit".to_owned(), "3".to_owned()));
+    assert_eq!(got[1], ("RateLimit-Remaining".to_owned(), "2".to_owned()));
+    assert_eq!(got[2].0, "RateLimit-Reset");
+    let reset: u64 = got[2].1.parse().unwrap();
+    assert!((1..=60).contains(&reset), "{reset}");
+    for _ in 0..2 {
+        client.should_rate_limit(both.clone()).await.unwrap();
+    }
+    // Refused: the limit over, 0 left, and when the request fits.
+    let refused = client.should_rate_limit(both).await.unwrap().into_inner();
+    assert_eq!(refused.overall_code(), Code::OverLimit);
+    let got = headers(&refused);
+    assert_eq!(got[1], ("RateLimit-Remaining".to_owned(), "0".to_owned()));
+    let reset: u64 = got[2].1.parse().unwrap();
+    assert!((1..=60).contains(&reset), "{reset}");
+    // Off by default.
+    let plain = Running::start(config(&[API]), Options::default()).await;
+    let mut plain_client = plain.client().await;
+    let answer = plain_client
+        .should_rate_limit(request("api", vec![descriptor(&[("user", "x")])]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(answer.response_headers_to_add.is_empty());
+    plain.stop().await;
+    running.stop().await;
+}
