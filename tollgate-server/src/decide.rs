@@ -420,9 +420,11 @@ fn ratelimit_headers(statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
         .current_limit
         .as_ref()
         .map_or(0, |l| l.requests_per_unit);
-    let reset = status
-        .duration_until_reset
-        .map_or(0, |d| d.seconds.max(0) as u64 + u64::from(d.nanos > 0));
+    // Whole seconds rounded up, as tollgate-tower writes `Retry-After`.
+    let reset = status.duration_until_reset.map_or(0, |d| {
+        let exact = Duration::new(u64::try_from(d.seconds).unwrap_or(0), d.nanos.max(0) as u32);
+        tollgate_tower::retry_after_secs(exact)
+    });
     let header = |key: &str, value: u64| HeaderValue {
         key: key.to_owned(),
         value: value.to_string(),
