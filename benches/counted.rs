@@ -8,8 +8,16 @@
 //! and `counted`, and `all_of/token_buckets/<workload>/<threads>t` with
 //! `two-calls`, `all_of` (reported) and `all_of-plain`. Each iteration is one check on each thread.
 //!
+//! With the `metrics` feature, the token bucket's allow-heavy groups and
+//! its at-the-limit groups (`counted/token_bucket/limit/<threads>t`, which
+//! run with or without the feature) add `published`: the counted bucket
+//! while a thread of its own publishes its counts to a recorder (metrics-util's
+//! debugging recorder, installed for the bench) every millisecond, a
+//! thousand times more often than a Prometheus scrape.
+//!
 //! ```sh
 //! cargo bench --bench counted
+//! cargo bench --features metrics --bench counted -- 'counted/token_bucket/(allow|limit)'
 //! ```
 
 use std::time::Duration;
@@ -55,6 +63,66 @@ impl Check for BothOfPlain {
     #[inline]
     fn check(&self) -> bool {
         self.0.try_acquire().is_ok()
+    }
+}
+
+/// A counted limiter published every millisecond by a thread of its own,
+/// from construction until dropped (after the timed run).
+#[cfg(feature = "metrics")]
+struct Published<L: RateLimiter + Send + Sync + 'static> {
+    counted: std::sync::Arc<Counted<L>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    publisher: Option<std::thread::JoinHandle<()>>,
+}
+
+#[cfg(feature = "metrics")]
+impl<L: RateLimiter + Send + Sync + 'static> Published<L> {
+    fn new(limiter: L) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::{Arc, Once};
+        static RECORDER: Once = Once::new();
+        RECORDER.call_once(|| {
+            metrics_util::debugging::DebuggingRecorder::new()
+                .install()
+                .expect("the bench's recorder")
+        });
+        let counted = Arc::new(Counted::new("bench", limiter));
+        let stop = Arc::new(AtomicBool::new(false));
+        let published = tollgate::Published::new().with(&counted);
+        let publisher = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    published.publish();
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                // The last counts, with every check returned.
+                published.publish();
+            })
+        };
+        Published {
+            counted,
+            stop,
+            publisher: Some(publisher),
+        }
+    }
+}
+
+#[cfg(feature = "metrics")]
+impl<L: RateLimiter + Send + Sync + 'static> Drop for Published<L> {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(publisher) = self.publisher.take() {
+            publisher.join().expect("the publisher");
+        }
+    }
+}
+
+#[cfg(feature = "metrics")]
+impl<L: RateLimiter + Send + Sync + 'static> Check for Published<L> {
+    #[inline]
+    fn check(&self) -> bool {
+        self.counted.try_acquire().is_ok()
     }
 }
 
@@ -111,6 +179,12 @@ fn counted(c: &mut Criterion) {
             bench(c, &name, workload, threads, "counted", || {
                 Bare(Counted::new("bench", bucket(workload)))
             });
+            #[cfg(feature = "metrics")]
+            if workload == Workload::Allow {
+                bench(c, &name, workload, threads, "published", || {
+                    Published::new(bucket(workload))
+                });
+            }
             let name = format!("counted/fixed_window/{w}/{threads}t");
             bench(c, &name, workload, threads, "bare", || {
                 Bare(window(workload))
@@ -129,6 +203,28 @@ fn counted(c: &mut Criterion) {
                 BothOfPlain(AllOf::new((bucket(workload), bucket(workload))))
             });
         }
+    }
+}
+
+/// A token bucket at the limit (`common::limit_rate`: offered load about
+/// twice the rate), bare, counted, and (with the `metrics` feature) counted
+/// and published every millisecond.
+fn counted_at_the_limit(c: &mut Criterion) {
+    let workload = Workload::Limit;
+    for threads in [1, 2] {
+        let name = format!("counted/token_bucket/{}/{threads}t", workload.name());
+        let bucket = || {
+            let (capacity, rate) = common::limit_rate(threads);
+            TokenBucket::new(capacity, rate).unwrap()
+        };
+        bench(c, &name, workload, threads, "bare", || Bare(bucket()));
+        bench(c, &name, workload, threads, "counted", || {
+            Bare(Counted::new("bench", bucket()))
+        });
+        #[cfg(feature = "metrics")]
+        bench(c, &name, workload, threads, "published", || {
+            Published::new(bucket())
+        });
     }
 }
 
@@ -158,6 +254,6 @@ fn all_of_at_the_limit(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = common::config();
-    targets = counted, all_of_at_the_limit
+    targets = counted, counted_at_the_limit, all_of_at_the_limit
 }
 criterion_main!(benches);

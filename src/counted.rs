@@ -55,6 +55,11 @@ struct Stripe {
 /// and the retry-after) and for every admission (level `DEBUG`), each carrying
 /// the name the limiter was given. Limiters that are not wrapped emit nothing.
 ///
+/// With the `metrics` feature, its `publish` sets the
+/// `tollgate_permits_total` counters of the [`metrics`](https://docs.rs/metrics)
+/// facade to the sums, labelled with the name, when an exporter's upkeep
+/// asks; the decisions stay as above.
+///
 /// ```
 /// use tollgate::{Counted, ManualClock, Rate, RateLimiter, TokenBucket};
 ///
@@ -70,6 +75,10 @@ pub struct Counted<L> {
     limiter: L,
     name: &'static str,
     stripes: Box<[CachePadded<Stripe>]>,
+    /// The facade's counters, registered at the first publish; never
+    /// touched by a decision.
+    #[cfg(feature = "metrics")]
+    published: crate::published::LazyPermitCounters,
 }
 
 /// What a [`Counted`] limiter has decided so far, in permits.
@@ -99,7 +108,8 @@ pub struct Counts {
 }
 
 impl<L: RateLimiter> Counted<L> {
-    /// Wraps `limiter`; `name` labels its `tracing` events.
+    /// Wraps `limiter`; `name` labels its `tracing` events and its
+    /// published metrics.
     ///
     /// ```
     /// use tollgate::{Counted, FixedWindow, Rate};
@@ -120,6 +130,8 @@ impl<L: RateLimiter> Counted<L> {
             limiter,
             name,
             stripes,
+            #[cfg(feature = "metrics")]
+            published: Default::default(),
         }
     }
 
@@ -162,6 +174,53 @@ impl<L: RateLimiter> Counted<L> {
             counts.refunded += stripe.refunded.load(Ordering::Relaxed);
         }
         counts
+    }
+
+    /// Publishes the counts to the [`metrics`](https://docs.rs/metrics)
+    /// facade (the `metrics` feature): `tollgate_permits_total{limiter,
+    /// outcome}` with `limiter` the name given at construction and `outcome`
+    /// `admitted`, `denied` or `refunded`, each set to its sum over the
+    /// stripes. Call it (or [`Published::publish`](crate::Published::publish)
+    /// on a list holding this limiter) from the exporter's upkeep, before a
+    /// scrape: the decisions themselves touch only the stripes, so a shared
+    /// counter's cache line never enters the decision path, and the facade's
+    /// counters move only when published.
+    ///
+    /// The counters are registered with the installed recorder at the first
+    /// publish and kept. Give each published limiter a name of its own: two
+    /// with one name would publish to one series (which would show the larger
+    /// of their sums). Refunded permits are also among the admitted ones: the
+    /// permits an admission kept are `admitted − refunded`.
+    ///
+    /// ```
+    /// use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    /// use tollgate::{Counted, Rate, RateLimiter, TokenBucket};
+    ///
+    /// let recorder = DebuggingRecorder::new();
+    /// let snapshotter = recorder.snapshotter();
+    /// metrics::with_local_recorder(&recorder, || {
+    ///     let counted = Counted::new("api", TokenBucket::new(2, Rate::per_hour(2)).unwrap());
+    ///     counted.try_acquire_n(2).unwrap();
+    ///     assert!(counted.try_acquire().is_err());
+    ///     counted.publish();
+    /// });
+    /// let mut admitted = None;
+    /// for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+    ///     let key = key.key();
+    ///     let outcome = key.labels().find(|l| l.key() == "outcome").unwrap().value().to_owned();
+    ///     assert_eq!(key.name(), "tollgate_permits_total");
+    ///     if outcome == "admitted" {
+    ///         admitted = Some(value);
+    ///     }
+    /// }
+    /// assert_eq!(admitted, Some(DebugValue::Counter(2)));
+    /// ```
+    #[cfg(feature = "metrics")]
+    pub fn publish(&self) {
+        let counts = self.counts();
+        self.published
+            .get(self.name)
+            .set(counts.admitted, counts.denied, counts.refunded);
     }
 
     #[inline]
@@ -310,3 +369,11 @@ impl<L: Refundable> Refundable for Counted<L> {
 }
 
 impl<L: RateLimiter> crate::waiting::RetryAcquire for Counted<L> {}
+
+/// [`Counted::publish`], for a [`Published`](crate::Published) list.
+#[cfg(feature = "metrics")]
+impl<L: RateLimiter + Send + Sync> crate::published::Publish for Counted<L> {
+    fn publish(&self) {
+        Counted::publish(self);
+    }
+}

@@ -96,6 +96,12 @@
 //! - `tracing`: an event for every decision of a [`Counted`] limiter (denials
 //!   at `INFO`, admissions and refunds at `DEBUG`); unwrapped limiters emit
 //!   nothing.
+//! - `metrics`: through the [`metrics`](https://docs.rs/metrics) facade, a
+//!   named [`AdaptiveLimit`]'s limit, in-flight count and samples, and a
+//!   [`Counted`] limiter's admitted, denied and refunded permits, summed from
+//!   its stripes when published (`Publish`, `Published`: from an exporter's
+//!   upkeep); no decision touches a shared counter. Unnamed, unwrapped
+//!   limiters report nothing.
 
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]
@@ -114,6 +120,8 @@ mod leaky_bucket;
 mod limiter;
 mod limits;
 mod machine;
+#[cfg(feature = "metrics")]
+mod published;
 mod rate;
 mod refund;
 mod sliding_log;
@@ -142,6 +150,8 @@ pub use fixed_window::{FixedWindow, LeasedFixedWindow, LockingFixedWindow};
 pub use leaky_bucket::{LeakyBucket, LockingLeakyBucket, LockingShaper, Shaper};
 pub use limiter::{RateLimiter, Rejection, Snapshot, check_request};
 pub use limits::{MAX_COLD_FACTOR, MAX_SUB_WINDOWS};
+#[cfg(feature = "metrics")]
+pub use published::{Publish, Published};
 pub use rate::{ParseRateError, ParseRateErrorKind, Rate};
 pub use refund::{Receipt, Receipted, Refundable};
 pub use sliding_log::{LockingSlidingLog, LogConfig, SlidingLog};

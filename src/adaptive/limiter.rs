@@ -62,6 +62,11 @@ pub struct AdaptiveLimit<A, C = MonotonicClock> {
     gate: Arc<ConcurrencyLimit>,
     algorithm: A,
     clock: C,
+    name: Option<&'static str>,
+    /// The facade's handles (a named limit's only), registered at the first
+    /// sample or publish.
+    #[cfg(feature = "metrics")]
+    metrics: crate::published::LazyAdaptiveMetrics,
 }
 
 impl<A: LimitAlgorithm> AdaptiveLimit<A> {
@@ -99,7 +104,88 @@ impl<A: LimitAlgorithm, C: Clock> AdaptiveLimit<A, C> {
             gate,
             algorithm,
             clock,
+            name: None,
+            #[cfg(feature = "metrics")]
+            metrics: Default::default(),
         })
+    }
+
+    /// This limit, named: with the `metrics` feature, the name labels the
+    /// metrics it reports through the [`metrics`](https://docs.rs/metrics)
+    /// facade (`limiter="…"`). A limit without a name reports nothing.
+    ///
+    /// | metric | kind | when |
+    /// |---|---|---|
+    /// | `tollgate_adaptive_samples_total{limiter, outcome}` | counter | each permit's end: `outcome` as the permit reported it, `success`, `dropped` or `ignored` (a permit dropped unended is `ignored`) |
+    /// | `tollgate_adaptive_limit{limiter}` | gauge | each change of the limit, and when published |
+    /// | `tollgate_adaptive_in_flight{limiter}` | gauge | when published |
+    /// | `tollgate_adaptive_limit_changes_total{limiter}` | counter | when published: the changes the algorithm's [`history`](Self::history) has counted |
+    ///
+    /// "When published" is at each `publish` (the limit's own, or that of a
+    /// `Published` list holding it), which an exporter's upkeep calls before
+    /// a scrape. The handles are registered with the installed recorder at
+    /// the first sample or publish, and kept; acquiring a permit touches
+    /// none of them. Give each named limit a name of its own.
+    ///
+    /// ```
+    /// use tollgate::{AdaptiveLimit, Aimd};
+    /// let limit = AdaptiveLimit::new(Aimd::builder().build()?)?.named("backend");
+    /// assert_eq!(limit.name(), Some("backend"));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn named(mut self, name: &'static str) -> Self {
+        self.name = Some(name);
+        self
+    }
+
+    /// The name given by [`named`](Self::named), if any.
+    pub fn name(&self) -> Option<&'static str> {
+        self.name
+    }
+
+    /// Publishes this limit's gauges and its changes counter to the
+    /// [`metrics`](https://docs.rs/metrics) facade (the `metrics` feature;
+    /// see [`named`](Self::named) for the metrics): from the exporter's
+    /// upkeep, before a scrape. A limit without a name publishes nothing.
+    ///
+    /// ```
+    /// use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    /// use tollgate::{AdaptiveLimit, Aimd};
+    ///
+    /// let recorder = DebuggingRecorder::new();
+    /// let snapshotter = recorder.snapshotter();
+    /// metrics::with_local_recorder(&recorder, || {
+    ///     let aimd = Aimd::builder().min_limit(1).initial_limit(4).build().unwrap();
+    ///     let limit = AdaptiveLimit::new(aimd).unwrap().named("backend");
+    ///     let _held = limit.try_acquire().unwrap();
+    ///     limit.publish();
+    /// });
+    /// let in_flight = snapshotter.snapshot().into_vec().into_iter().find_map(|(key, _, _, value)| {
+    ///     (key.key().name() == "tollgate_adaptive_in_flight").then_some(value)
+    /// });
+    /// assert_eq!(in_flight, Some(DebugValue::Gauge(1.0.into())));
+    /// ```
+    #[cfg(feature = "metrics")]
+    pub fn publish(&self) {
+        if let Some(metrics) = self.metrics() {
+            let (limit, in_flight, changes) = self.readings();
+            metrics.publish(limit, in_flight, changes);
+        }
+    }
+
+    /// A named limit's handles, registered at the first call.
+    #[cfg(feature = "metrics")]
+    fn metrics(&self) -> Option<&crate::published::AdaptiveMetrics> {
+        let name = self.name?;
+        Some(self.metrics.get(name, || self.readings()))
+    }
+
+    /// What the gauges and the changes counter show: the limit, what is in
+    /// flight, the changes the history counted.
+    #[cfg(feature = "metrics")]
+    fn readings(&self) -> (u32, u32, Option<u64>) {
+        let changes = self.algorithm.history().map(LimitHistory::changes);
+        (self.gate.limit(), self.gate.in_flight(), changes)
     }
 
     /// A permit if fewer than the limit are in flight; `None` (and nothing
@@ -276,6 +362,12 @@ impl<A: LimitAlgorithm, C: Clock> AdaptiveLimit<A, C> {
     /// follow any change, before the permit goes back (so that a smaller
     /// limit is in force before its release can admit a waiter).
     fn finish(&self, started: Started, outcome: Outcome) {
+        #[cfg(feature = "metrics")]
+        let metrics = self.metrics();
+        #[cfg(feature = "metrics")]
+        if let Some(metrics) = metrics {
+            metrics.sample(outcome);
+        }
         if outcome == Outcome::Ignored {
             return;
         }
@@ -287,6 +379,10 @@ impl<A: LimitAlgorithm, C: Clock> AdaptiveLimit<A, C> {
         };
         if self.algorithm.on_sample(sample, now).is_some() {
             self.follow();
+            #[cfg(feature = "metrics")]
+            if let Some(metrics) = metrics {
+                metrics.limit(self.gate.limit());
+            }
         }
     }
 
@@ -329,10 +425,19 @@ impl<A: LimitAlgorithm, C: Clock> AdaptiveLimit<A, C> {
 impl<A: fmt::Debug, C> fmt::Debug for AdaptiveLimit<A, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AdaptiveLimit")
+            .field("name", &self.name)
             .field("limit", &self.gate.limit())
             .field("in_flight", &self.gate.in_flight())
             .field("algorithm", &self.algorithm)
             .finish()
+    }
+}
+
+/// [`AdaptiveLimit::publish`], for a [`Published`](crate::Published) list.
+#[cfg(feature = "metrics")]
+impl<A: LimitAlgorithm, C: Clock + Send + Sync> crate::published::Publish for AdaptiveLimit<A, C> {
+    fn publish(&self) {
+        AdaptiveLimit::publish(self);
     }
 }
 
@@ -396,6 +501,19 @@ macro_rules! adaptive_permit {
             /// granted, itself included.
             pub fn granted_in_flight(&self) -> u32 {
                 self.started.in_flight
+            }
+        }
+
+        /// A permit dropped unended is an `ignored` sample of a named
+        /// limit's metrics (and, as ever, nothing to the algorithm).
+        #[cfg(feature = "metrics")]
+        impl<$($lt,)? A: LimitAlgorithm, C: Clock> Drop for $permit<$($lt,)? A, C> {
+            fn drop(&mut self) {
+                if self.permit.is_some() {
+                    if let Some(metrics) = self.limit.metrics() {
+                        metrics.sample(Outcome::Ignored);
+                    }
+                }
             }
         }
 
