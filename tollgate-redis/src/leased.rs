@@ -411,7 +411,11 @@ impl Shared {
 
     fn want_refill(&self) {
         // Relaxed: the swap only dedups wake-ups; Notify orders the rest.
-        if self.wanted.swap(1, Ordering::Relaxed) == 0 {
+        // The load first keeps refusals from writing the shared line while
+        // a refill is already wanted (the exhausted budget's steady state);
+        // a stale 1 skips one wake-up, and the task looks again within
+        // 50 ms or at the next request's.
+        if self.wanted.load(Ordering::Relaxed) == 0 && self.wanted.swap(1, Ordering::Relaxed) == 0 {
             self.wake.notify_one();
         }
     }
@@ -430,7 +434,7 @@ impl Shared {
     /// The answer when the pool cannot cover `n`: the policy while degraded;
     /// otherwise a denial, with the script's retry-after while the budget is
     /// known to be exhausted, else one emission interval per permit (a hint).
-    fn fallback(&self, n: u32, now: u64) -> Result<(), Error> {
+    fn fallback(&self, n: u32, now: u64) -> Result<u32, Error> {
         // Relaxed: the mode is advisory; either answer is a valid decision.
         if self.degraded.load(Ordering::Relaxed) {
             return self.by_policy(n);
@@ -454,14 +458,15 @@ impl Shared {
         Err(Error::Denied(Denied::RetryAfter(wait)))
     }
 
-    /// The [`Policy`]'s decision: Redis did not answer.
-    fn by_policy(&self, n: u32) -> Result<(), Error> {
+    /// The [`Policy`]'s decision: Redis did not answer. An admission takes
+    /// nothing from the pool.
+    fn by_policy(&self, n: u32) -> Result<u32, Error> {
         // Relaxed: a statistic.
         self.degraded_decisions.fetch_add(1, Ordering::Relaxed);
         match &self.policy {
             Policy::Closed => Err(Error::Unavailable),
-            Policy::Open => Ok(()),
-            Policy::Local(local) => local.try_acquire_n(n).map_err(Error::Denied),
+            Policy::Open => Ok(0),
+            Policy::Local(local) => local.try_acquire_n(n).map(|()| 0).map_err(Error::Denied),
         }
     }
 }
@@ -614,7 +619,7 @@ impl LeasedLimiter {
             return Ok(());
         }
         shared.want_refill();
-        shared.fallback(n, now)
+        shared.fallback(n, now).map(drop)
     }
 
     /// `n` permits, all or none, decided at once when it can be and
@@ -645,19 +650,130 @@ impl LeasedLimiter {
     /// # }
     /// ```
     pub fn try_acquire_n_or_wait(&self, n: u32) -> Attempt {
+        match self.decide_or_wait(n) {
+            Ok(decision) => Attempt::Decided(decision.map(drop)),
+            Err(wait) => Attempt::Waiting(wait),
+        }
+    }
+
+    /// The decision and the permits it took from the pool, or the wait for
+    /// the next lease call.
+    fn decide_or_wait(&self, n: u32) -> Result<Result<u32, Error>, LeaseWait> {
         let shared = &*self.shared;
         if let Err(never) = check_request(n, shared.capacity) {
-            return Attempt::Decided(Err(Error::Denied(never)));
+            return Ok(Err(Error::Denied(never)));
         }
         let now = shared.now();
         if shared.take(n, now) {
-            return Attempt::Decided(Ok(()));
+            return Ok(Ok(n));
         }
         if !shared.can_wait(now) {
             shared.want_refill();
-            return Attempt::Decided(shared.fallback(n, now));
+            return Ok(shared.fallback(n, now));
         }
-        Attempt::Waiting(LeaseWait::new(Registration::new(self.shared.clone(), n)))
+        Err(LeaseWait::new(Registration::new(self.shared.clone(), n)))
+    }
+
+    /// [`LeasedLimiter::try_acquire_n`]'s decision (never waiting), with a
+    /// [`LeaseReceipt`] that can hand the permits back to the pool.
+    ///
+    /// ```no_run
+    /// # fn demo(leased: &tollgate_redis::LeasedLimiter) {
+    /// if let Ok(receipt) = leased.try_acquire_n_receipt(1) {
+    ///     leased.refund(receipt); // changed our mind: the pool has it back
+    /// }
+    /// # }
+    /// ```
+    pub fn try_acquire_n_receipt(&self, n: u32) -> Result<LeaseReceipt<'_>, Error> {
+        let shared = &*self.shared;
+        check_request(n, shared.capacity)?;
+        let now = shared.now();
+        let pooled = if shared.take(n, now) {
+            n
+        } else {
+            shared.want_refill();
+            shared.fallback(n, now)?
+        };
+        Ok(LeaseReceipt {
+            limiter: self,
+            pooled,
+        })
+    }
+
+    /// Whether the pool holds a lease that has not expired (with permits
+    /// left or not): `false` before the first lease and after an idle spell
+    /// longer than [`LeaseOptions::lifetime`]. A caller can wait for a
+    /// lease call only when this is `false` (a cold start, which a refusal
+    /// would wrong) and refuse at once when a live pool ran dry (the budget
+    /// is at its limit, and a refill is on its way).
+    ///
+    /// ```no_run
+    /// # async fn demo(leased: &tollgate_redis::LeasedLimiter) {
+    /// let decision = if leased.holds_lease() {
+    ///     leased.try_acquire_n(1)
+    /// } else {
+    ///     leased.try_acquire_n_waiting(1).await
+    /// };
+    /// # let _ = decision; }
+    /// ```
+    pub fn holds_lease(&self) -> bool {
+        // Relaxed: a report; see Shared::take.
+        self.shared.now() < self.shared.deadline.load(Ordering::Relaxed)
+    }
+
+    /// [`LeasedLimiter::try_acquire_n_waiting`]'s decision, with a
+    /// [`LeaseReceipt`] that can hand the permits back to the pool: for a caller
+    /// that decides several limits all or nothing and learns after this one
+    /// admitted that another refuses.
+    ///
+    /// ```no_run
+    /// # async fn demo(leased: &tollgate_redis::LeasedLimiter, other: &tollgate::TokenBucket) {
+    /// use tollgate::RateLimiter;
+    /// if let Ok(receipt) = leased.try_acquire_n_receipt_waiting(1).await {
+    ///     if other.try_acquire().is_err() {
+    ///         leased.refund(receipt); // refused by the other: this one charges nothing
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub async fn try_acquire_n_receipt_waiting(&self, n: u32) -> Result<LeaseReceipt<'_>, Error> {
+        let pooled = match self.decide_or_wait(n) {
+            Ok(decision) => decision?,
+            Err(wait) => wait.inner.await?,
+        };
+        Ok(LeaseReceipt {
+            limiter: self,
+            pooled,
+        })
+    }
+
+    /// Hands the permits of `receipt` back to the local pool, where this
+    /// process can spend them again: they stay debited in Redis, so a refund
+    /// never creates a permit. Permits admitted by the [`Policy`] while
+    /// degraded were taken from no pool: their refund does nothing (the
+    /// [`Policy::Local`] limiter keeps its charge). A receipt of another
+    /// limiter refunds nothing. Permits refunded after the pool expired are
+    /// returned with it (or carried over by the next lease, as a lease taken
+    /// before expiry carries the pool over).
+    ///
+    /// ```no_run
+    /// # async fn demo(leased: &tollgate_redis::LeasedLimiter) {
+    /// let before = leased.pool();
+    /// let receipt = leased.try_acquire_n_receipt_waiting(2).await.unwrap();
+    /// leased.refund(receipt);
+    /// assert!(leased.pool() >= before);
+    /// # }
+    /// ```
+    pub fn refund(&self, receipt: LeaseReceipt<'_>) {
+        if receipt.pooled == 0 || !std::ptr::eq(receipt.limiter, self) {
+            return;
+        }
+        let n = u64::from(receipt.pooled);
+        // Relaxed: see Shared::take; the permits came out of this pool and
+        // were debited in Redis before it held them.
+        self.shared.pool.fetch_add(n, Ordering::Relaxed);
+        // Relaxed: a statistic; `take` added these `n` before.
+        self.shared.spent.fetch_sub(n, Ordering::Relaxed);
     }
 
     /// `n` permits, all or none; a cold pool waits for one lease call
@@ -737,13 +853,13 @@ impl LeasedLimiter {
         }
         if !shared.can_wait(now) {
             shared.want_refill();
-            return shared.fallback(n, now);
+            return shared.fallback(n, now).map(drop);
         }
         let registration = Registration::new(self.shared.clone(), n);
         let deadline = Instant::now() + shared.wait_limit;
         match block_on_until(registration.wait(), deadline) {
-            Some(decision) => decision,
-            None => registration.timed_out(),
+            Some(decision) => decision.map(drop),
+            None => registration.timed_out().map(drop),
         }
     }
 
@@ -895,6 +1011,25 @@ impl LeasedLimiter {
     }
 }
 
+/// Permits a [`LeasedLimiter`] admitted, which
+/// [`LeasedLimiter::refund`] can hand back to its pool; dropped, they stay
+/// spent.
+#[derive(Debug)]
+#[must_use = "dropping a receipt keeps the permits spent; refund() hands them back"]
+pub struct LeaseReceipt<'a> {
+    limiter: &'a LeasedLimiter,
+    /// The permits taken from the pool (0: admitted by the policy).
+    pooled: u32,
+}
+
+impl LeaseReceipt<'_> {
+    /// The permits this admission took from the local pool: what a refund
+    /// hands back (0 for an admission by the [`Policy`] while degraded).
+    pub fn pooled(&self) -> u32 {
+        self.pooled
+    }
+}
+
 /// What [`LeasedLimiter::try_acquire_n_or_wait`] found.
 #[must_use = "a waiting attempt decides nothing until it is awaited"]
 pub enum Attempt {
@@ -919,7 +1054,8 @@ impl std::fmt::Debug for Attempt {
 /// timeout. `Send` and `'static`; dropping it withdraws the request.
 #[must_use = "futures do nothing unless polled; dropping it withdraws the request"]
 pub struct LeaseWait {
-    inner: Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>,
+    /// The decision, and the permits it took from the pool.
+    inner: Pin<Box<dyn Future<Output = Result<u32, Error>> + Send>>,
 }
 
 impl std::fmt::Debug for LeaseWait {
@@ -960,7 +1096,10 @@ impl Future for LeaseWait {
     type Output = Result<(), Error>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.inner.as_mut().poll(cx)
+        self.inner
+            .as_mut()
+            .poll(cx)
+            .map(|decision| decision.map(drop))
     }
 }
 
@@ -996,7 +1135,7 @@ impl Registration {
 
     /// Waits for lease calls until the pool covers `n` or a call says that
     /// waiting cannot help.
-    async fn wait(&self) -> Result<(), Error> {
+    async fn wait(&self) -> Result<u32, Error> {
         let shared = &*self.shared;
         let mut seen = self.seen;
         loop {
@@ -1010,7 +1149,7 @@ impl Registration {
             let word = shared.attempt.load(Ordering::Acquire);
             let now = shared.now();
             if shared.take(self.n, now) {
-                return Ok(());
+                return Ok(self.n);
             }
             if word >> 2 != seen {
                 seen = word >> 2;
@@ -1035,7 +1174,7 @@ impl Registration {
     /// The answer when the wait ran out: the [`Policy`] if no lease call
     /// completed meanwhile (Redis did not answer within the timeout),
     /// otherwise what a request that does not wait gets.
-    fn timed_out(&self) -> Result<(), Error> {
+    fn timed_out(&self) -> Result<u32, Error> {
         // Acquire: as in `wait`.
         if self.shared.attempt.load(Ordering::Acquire) >> 2 == self.seen {
             self.shared.by_policy(self.n)

@@ -109,7 +109,8 @@ pub use client::{Client, Options};
 pub use error::Error;
 pub use fixed_window::FixedWindow;
 pub use leased::{
-    Attempt, LeaseOptions, LeaseRecord, LeaseStats, LeaseWait, LeasedLimiter, Mode, Policy,
+    Attempt, LeaseOptions, LeaseReceipt, LeaseRecord, LeaseStats, LeaseWait, LeasedLimiter, Mode,
+    Policy,
 };
 pub use limiter::{Limiter, Plan};
 /// The `redis` crate this one is built on, at the version it uses: name its

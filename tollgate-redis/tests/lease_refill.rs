@@ -478,3 +478,77 @@ async fn a_damaged_lease_key_admits_nothing_and_says_why() {
     }
     assert_eq!(limiter.last_error(), None);
 }
+
+/// A refunded receipt puts its permits back in the pool, where they are
+/// spent again: a 10-permit budget that refills once an hour admits 10, then
+/// (3 refunded) exactly 3 more, and the limiter counts 10 spent. A receipt of
+/// another limiter, and one of an admission by the policy while Redis is
+/// paused (taken from no pool), refund nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_goes_back_to_the_pool_and_never_beyond_the_lease() {
+    let server = RedisServer::start();
+    let options = Options::new()
+        .timeout(Duration::from_millis(200))
+        .connect_timeout(Duration::from_millis(200));
+    let bucket = TokenBucket::new(10, Rate::per_hour(1)).unwrap();
+    let start = |key: &'static str, client: Client| {
+        LeasedLimiter::start(
+            client,
+            bucket.clone(),
+            key,
+            LeaseOptions::new()
+                .initial_lease(10)
+                .max_lease(10)
+                .lifetime(Duration::from_secs(60))
+                .breaker(1, Duration::from_secs(60))
+                .policy(tollgate_redis::Policy::Open),
+        )
+    };
+    let limiter = start(
+        "refund",
+        Client::connect_with(&server.url(), options).await.unwrap(),
+    );
+    let mut receipts = Vec::new();
+    while let Ok(receipt) = limiter.try_acquire_n_receipt_waiting(1).await {
+        assert_eq!(receipt.pooled(), 1);
+        receipts.push(receipt);
+        assert!(receipts.len() <= 10, "more than the budget admitted");
+    }
+    assert_eq!(receipts.len(), 10);
+    for receipt in receipts.drain(..3) {
+        limiter.refund(receipt);
+    }
+    assert_eq!(limiter.pool(), 3);
+    let mut again = 0;
+    while limiter.try_acquire_n_waiting(1).await.is_ok() {
+        again += 1;
+        assert!(again <= 3, "a refund admitted more than it gave back");
+    }
+    assert_eq!(again, 3);
+    assert_eq!(limiter.stats().spent, 10);
+
+    // Another limiter's receipt refunds nothing here.
+    let other = start(
+        "refund-other",
+        Client::connect_with(&server.url(), options).await.unwrap(),
+    );
+    let foreign = other.try_acquire_n_receipt_waiting(1).await.unwrap();
+    limiter.refund(foreign);
+    assert_eq!(limiter.pool(), 0);
+
+    // Paused from its start: the first lease call fails, the breaker opens,
+    // the policy admits from no pool, and its refund adds nothing.
+    let client = Client::connect_with(&server.url(), options).await.unwrap();
+    server.pause();
+    let paused = start("refund-paused", client);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while paused.mode() != tollgate_redis::Mode::Degraded {
+        assert!(Instant::now() < deadline, "never degraded");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let by_policy = paused.try_acquire_n_receipt_waiting(1).await.unwrap();
+    assert_eq!(by_policy.pooled(), 0);
+    paused.refund(by_policy);
+    assert_eq!(paused.pool(), 0);
+    server.resume();
+}

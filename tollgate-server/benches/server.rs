@@ -19,6 +19,12 @@
 //! * `at-limit`: one key shared by every stream, its limit about the rate
 //!   the server answers, so admissions and refusals interleave.
 //!
+//! A second table compares the backends on token-bucket limits, same
+//! regimes, same client: `memory` (default bound), `redis` (one script call
+//! per request to a `redis-server` the bench starts on loopback) and
+//! `leased` (every token bucket leased; a request spends from the pool and
+//! calls Redis only for a lease). Skipped when `redis-server` is missing.
+//!
 //! Run: `cargo bench -p tollgate-server --bench server` (env `STREAMS`,
 //! `ROUNDS`, `ROUND_MS` to change the shape).
 
@@ -36,8 +42,12 @@ use tollgate_server::proto::envoy::service::ratelimit::v3::rate_limit_service_se
     RateLimitService, RateLimitServiceServer,
 };
 use tollgate_server::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use tollgate_server::{InFlight, Options, Server};
+use tollgate_server::{Failure, InFlight, Leasing, Options, RedisSettings, Server};
 use tonic::transport::Channel;
+
+#[allow(dead_code)]
+#[path = "../../tollgate-redis/tests/support/server.rs"]
+mod redis_server;
 
 const CONFIG: &str = "
 domain: bench
@@ -46,6 +56,19 @@ descriptors:
     rate_limit: { unit: second, requests_per_unit: 1000000000 }
   - key: deny
     rate_limit: { unit: day, requests_per_unit: 1 }
+  - key: at_limit
+    rate_limit: { unit: second, requests_per_unit: 8000, algorithm: token_bucket, burst: 100 }
+";
+
+/// The same regimes as token buckets, which the leased backend can lease
+/// (Redis rates stop at 1,000,000 a second).
+const BUCKETS: &str = "
+domain: bench
+descriptors:
+  - key: allow
+    rate_limit: { unit: second, requests_per_unit: 1000000, algorithm: token_bucket, burst: 1000000 }
+  - key: deny
+    rate_limit: { unit: day, requests_per_unit: 1, algorithm: token_bucket, burst: 1 }
   - key: at_limit
     rate_limit: { unit: second, requests_per_unit: 8000, algorithm: token_bucket, burst: 100 }
 ";
@@ -255,40 +278,8 @@ fn main() {
             start_tollgate(default),
             start_tollgate(adaptive),
         ];
-        let channels: Vec<Channel> = targets
-            .iter()
-            .map(|(addr, _)| {
-                let addr = *addr;
-                client_rt.block_on(async move {
-                    Channel::from_shared(format!("http://{addr}"))
-                        .unwrap()
-                        .connect()
-                        .await
-                        .unwrap()
-                })
-            })
-            .collect();
-        // One warm-up round each (the adaptive bound finds its level).
-        for ch in &channels {
-            client_rt.block_on(round(ch, regime, streams, round_time / 2));
-        }
-        let mut results = vec![Vec::new(); channels.len()];
-        let mut shed = Vec::new();
-        let mut failed = vec![0; channels.len()];
-        for i in 0..rounds {
-            // Rotate which goes first, so drift favours none.
-            for k in 0..channels.len() {
-                let j = (i + k) % channels.len();
-                let (rate, share, lost) =
-                    client_rt.block_on(round(&channels[j], regime, streams, round_time));
-                results[j].push(rate);
-                failed[j] += lost;
-                if j == 3 {
-                    shed.push(share);
-                }
-            }
-        }
-        let m: Vec<f64> = results.iter_mut().map(|r| median(r)).collect();
+        let (m, mut shed, failed) =
+            measure(&client_rt, &targets, regime, streams, rounds, round_time);
         println!(
             "{regime:<10} {:>12.0} {:>10.0} {:>6.2} {:>10.0} {:>6.2} {:>10.0} {:>6.2} {:>5.1}%  {:?}",
             m[0],
@@ -298,7 +289,134 @@ fn main() {
             m[2] / m[0],
             m[3],
             m[3] / m[0],
-            100.0 * median(&mut shed),
+            100.0 * median(&mut shed[3]),
+            failed
+        );
+    }
+    backends(&client_rt, streams, rounds, round_time);
+}
+
+/// One HTTP/2 connection to `addr`.
+fn connect(client_rt: &tokio::runtime::Runtime, addr: SocketAddr) -> Channel {
+    client_rt.block_on(async move {
+        Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap()
+    })
+}
+
+/// Paired rounds over `targets` (after a warm-up round each): each one's
+/// median decisions per second, its rounds' shed shares, and its transport
+/// failures.
+fn measure(
+    client_rt: &tokio::runtime::Runtime,
+    targets: &[(SocketAddr, tokio::runtime::Runtime)],
+    regime: &str,
+    streams: u64,
+    rounds: usize,
+    round_time: Duration,
+) -> (Vec<f64>, Vec<Vec<f64>>, Vec<u64>) {
+    let channels: Vec<Channel> = targets
+        .iter()
+        .map(|(addr, _)| connect(client_rt, *addr))
+        .collect();
+    // One warm-up round each (the adaptive bound finds its level, leases
+    // their size).
+    for ch in &channels {
+        client_rt.block_on(round(ch, regime, streams, round_time / 2));
+    }
+    let mut results = vec![Vec::new(); channels.len()];
+    let mut shed = vec![Vec::new(); channels.len()];
+    let mut failed = vec![0; channels.len()];
+    for i in 0..rounds {
+        // Rotate which goes first, so drift favours none.
+        for k in 0..channels.len() {
+            let j = (i + k) % channels.len();
+            let (rate, share, lost) =
+                client_rt.block_on(round(&channels[j], regime, streams, round_time));
+            results[j].push(rate);
+            shed[j].push(share);
+            failed[j] += lost;
+        }
+    }
+    let m = results.iter_mut().map(|r| median(r)).collect();
+    (m, shed, failed)
+}
+
+/// The backends side by side on token buckets: memory, Redis, leased.
+fn backends(
+    client_rt: &tokio::runtime::Runtime,
+    streams: u64,
+    rounds: usize,
+    round_time: Duration,
+) {
+    if std::process::Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        println!("backends: skipped (no redis-server; scripts/install-redis installs it)");
+        return;
+    }
+    let redis = redis_server::RedisServer::start();
+    println!(
+        "{:<10} {:>12} {:>10} {:>6} {:>10} {:>6}  redis calls/request (redis, leased)",
+        "backends", "memory req/s", "redis", "ratio", "leased", "ratio"
+    );
+    for regime in ["allow", "deny", "at-limit"] {
+        let config = || Config::from_files([("bench.yaml", BUCKETS)]).unwrap();
+        let memory = Server::new(config(), Options::default()).unwrap();
+        let on_redis = |lease: Option<Leasing>, prefix: &str| {
+            let mut settings = RedisSettings::default();
+            settings.failure = Failure::Closed;
+            settings.lease = lease;
+            settings.prefix = format!("{prefix}-{regime}");
+            let server = Server::with_redis(config(), Options::default(), settings).unwrap();
+            let url = redis.url();
+            let client = client_rt.block_on(async move {
+                tollgate_redis::Client::connect_with(
+                    &url,
+                    tollgate_redis::Options::new().timeout(Duration::from_millis(15)),
+                )
+                .await
+                .unwrap()
+            });
+            server.connect_redis(client);
+            server
+        };
+        let mut leasing = Leasing::default();
+        leasing.min_rate_per_second = 0.0;
+        let targets = [
+            start_tollgate(memory),
+            start_tollgate(on_redis(None, "redis")),
+            start_tollgate(on_redis(Some(leasing), "leased")),
+        ];
+        // Script calls per request of each Redis backend, from one round
+        // each alone (the paired rounds below interleave them).
+        let mut per_request = [0.0; 2];
+        for (j, target) in targets[1..].iter().enumerate() {
+            let calls =
+                |redis: &redis_server::RedisServer| redis.calls("evalsha") + redis.calls("eval");
+            let channel = connect(client_rt, target.0);
+            client_rt.block_on(round(&channel, regime, streams, round_time / 4));
+            let before = calls(&redis);
+            let started = Instant::now();
+            let (rate, _, _) = client_rt.block_on(round(&channel, regime, streams, round_time));
+            let requests = rate * started.elapsed().as_secs_f64();
+            per_request[j] = (calls(&redis) - before) as f64 / requests.max(1.0);
+        }
+        let (m, _, failed) = measure(client_rt, &targets, regime, streams, rounds, round_time);
+        println!(
+            "{regime:<10} {:>12.0} {:>10.0} {:>6.2} {:>10.0} {:>6.2}  {:.3} {:.4}  {:?}",
+            m[0],
+            m[1],
+            m[1] / m[0],
+            m[2],
+            m[2] / m[0],
+            per_request[0],
+            per_request[1],
             failed
         );
     }

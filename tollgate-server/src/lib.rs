@@ -12,6 +12,7 @@
 pub mod config;
 mod decide;
 mod http;
+mod leased;
 mod memory;
 mod metrics;
 mod redis;
@@ -19,6 +20,7 @@ mod serve;
 mod server;
 
 pub use decide::{BadRequest, Bounds, ResponseHeaders};
+pub use leased::Leasing;
 pub use redis::{Failure, RedisSettings};
 pub use serve::{serve, watch_config};
 pub use server::{InFlight, InvalidRule, Options, Server};

@@ -11,7 +11,8 @@ use clap::Parser;
 use tokio::net::TcpListener;
 use tollgate_server::config::Config;
 use tollgate_server::{
-    Bounds, Failure, InFlight, Options, RedisSettings, ResponseHeaders, Server, serve, watch_config,
+    Bounds, Failure, InFlight, Leasing, Options, RedisSettings, ResponseHeaders, Server, serve,
+    watch_config,
 };
 
 #[derive(Parser, Debug)]
@@ -52,10 +53,27 @@ struct Args {
     /// How often the configuration directory is looked at, in milliseconds.
     #[arg(long, env = "TOLLGATE_RELOAD_CHECK_MS", default_value_t = 1000)]
     reload_check_ms: u64,
-    /// Where the limits' state lives: `memory` (this process) or `redis`
-    /// (shared by every replica on the same Redis and prefix).
-    #[arg(long, env = "TOLLGATE_BACKEND", default_value = "memory", value_parser = ["memory", "redis"])]
+    /// Where the limits' state lives: `memory` (this process), `redis`
+    /// (shared by every replica on the same Redis and prefix), or `leased`
+    /// (`redis`, with fast token-bucket limits leased in batches and spent
+    /// here).
+    #[arg(long, env = "TOLLGATE_BACKEND", default_value = "memory", value_parser = ["memory", "redis", "leased"])]
     backend: String,
+    /// The `leased` backend leases `token_bucket` rules of at least this
+    /// many requests per second; the others are decided in Redis.
+    #[arg(long, env = "TOLLGATE_LEASE_MIN_RATE", default_value_t = Leasing::default().min_rate_per_second)]
+    lease_min_rate: f64,
+    /// Keys the `leased` backend holds leases of at once; further keys are
+    /// decided in Redis until an idle one leaves.
+    #[arg(long, env = "TOLLGATE_LEASE_MAX_KEYS", default_value_t = Leasing::default().max_keys)]
+    lease_max_keys: usize,
+    /// How long leased permits may wait in this process, in milliseconds,
+    /// before they go back to Redis.
+    #[arg(long, env = "TOLLGATE_LEASE_LIFETIME_MS", default_value_t = 1000)]
+    lease_lifetime_ms: u64,
+    /// The largest lease, in permits.
+    #[arg(long, env = "TOLLGATE_LEASE_MAX", default_value_t = Leasing::default().max_lease)]
+    lease_max: u32,
     /// Redis URL (`redis://host:port/db`) of the `redis` backend; several,
     /// comma-separated, for a Redis Cluster's nodes with `--redis-cluster`.
     #[arg(
@@ -131,10 +149,18 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
     options.bounds.max_limits = args.max_limits;
     options.in_flight = args.in_flight;
     options.response_headers = args.response_headers;
-    let server = if args.backend == "redis" {
+    let server = if args.backend == "redis" || args.backend == "leased" {
         let mut settings = RedisSettings::default();
         settings.prefix = args.redis_prefix.clone();
         settings.failure = args.redis_failure;
+        if args.backend == "leased" {
+            let mut leasing = Leasing::default();
+            leasing.min_rate_per_second = args.lease_min_rate;
+            leasing.max_keys = args.lease_max_keys;
+            leasing.lifetime = Duration::from_millis(args.lease_lifetime_ms.max(1));
+            leasing.max_lease = args.lease_max.max(1);
+            settings.lease = Some(leasing);
+        }
         let server = Server::with_redis(config, options, settings)?;
         tokio::spawn(connect_redis(server.clone(), args_redis(&args)));
         server

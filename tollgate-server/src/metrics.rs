@@ -7,7 +7,8 @@
 //! | `tollgate_server_hits_total` | counter | `domain`, `descriptor` | hits asked of a limit (envoyproxy/ratelimit's `total_hits`) |
 //! | `tollgate_server_limit_hits_total` | counter | `domain`, `descriptor`, `outcome` | the same hits by outcome: `within_limit`, `near_limit` (admitted with more than 80 % of the limit in use, counted in `within_limit` too), `over_limit`, `shadow_mode` (refused by a limit in shadow mode, so admitted) |
 //! | `tollgate_server_backend_failures_total` | counter | `domain`, `failure` (`open`, `closed`, `local`) | requests Redis did not decide, answered by the failure mode |
-//! | `tollgate_server_backend_duration_seconds` | histogram | `backend` (`memory`, `redis`) | time to decide a request's limits |
+//! | `tollgate_server_backend_duration_seconds` | histogram | `backend` (`memory`, `redis`, `leased`) | time to decide a request's limits |
+//! | `tollgate_server_leased_keys` | gauge | | keys whose limits this process holds leases of (the leased backend) |
 //! | `tollgate_server_reloads_total` | counter | `outcome` (`ok`, `error`) | configuration reloads |
 //!
 //! `domain` is a configured domain's name, or `unknown` for a request of
@@ -79,6 +80,11 @@ pub(crate) fn backend_failure(domain: &str, failure: &'static str) {
 pub(crate) fn backend_duration(backend: &'static str, took: Duration) {
     metrics::histogram!("tollgate_server_backend_duration_seconds", "backend" => backend)
         .record(took.as_secs_f64());
+}
+
+/// The leased backend's keys held in leases.
+pub(crate) fn leased_keys(keys: usize) {
+    metrics::gauge!("tollgate_server_leased_keys").set(keys as f64);
 }
 
 /// Counts a reload.

@@ -63,6 +63,10 @@ pub struct RedisSettings {
     pub prefix: String,
     /// What a request gets when Redis cannot answer.
     pub failure: Failure,
+    /// Lease fast token-bucket limits instead of calling Redis for each of
+    /// their decisions (the leased backend); `None` (the default) calls
+    /// Redis for every decision.
+    pub lease: Option<crate::Leasing>,
 }
 
 impl Default for RedisSettings {
@@ -70,6 +74,7 @@ impl Default for RedisSettings {
         RedisSettings {
             prefix: "tollgate-server".to_owned(),
             failure: Failure::default(),
+            lease: None,
         }
     }
 }
@@ -156,7 +161,7 @@ impl RedisLimits {
 /// request's limits can be decided by one script. The rest tells the
 /// rules of one descriptor apart (`#<index>`), and a request's own limit
 /// (`#o<permits>/<unit>`) from the configured ones.
-fn caller_key(domain: &str, check: &Check<'_>) -> String {
+pub(crate) fn caller_key(domain: &str, check: &Check<'_>) -> String {
     // A brace in the domain would end (or open) the tag early: left out,
     // which only ever puts two domains in one slot.
     let tag: String = domain.chars().filter(|c| !matches!(c, '{' | '}')).collect();
@@ -206,15 +211,16 @@ impl std::fmt::Display for Unanswered {
 /// in one call, all or nothing; then each shadow-mode and quota-mode limit
 /// in a call of its own, only when the enforced ones admitted (a request
 /// refused by every quota limit is then charged by its enforced ones:
-/// Redis gives nothing back).
+/// Redis gives nothing back). Checks `seen` already admitted (the leased
+/// backend's) are not asked again.
 pub(crate) async fn decide(
     limits: &RedisLimits,
     client: &Client,
     domain: &str,
     plan: &Plan<'_>,
+    mut seen: Vec<Seen>,
 ) -> Result<(Vec<Seen>, bool), Unanswered> {
     let checks = &plan.checks;
-    let mut seen = vec![Seen::NotAsked; checks.len()];
     let mut limiters: Vec<Option<Arc<dyn Limiter>>> = Vec::with_capacity(checks.len());
     let mut keys = Vec::with_capacity(checks.len());
     let mut refused_now = false;
@@ -260,6 +266,7 @@ pub(crate) async fn decide(
     let shadows = asked(Mode::Shadow);
     let quotas = asked(Mode::Quota);
     let asks: Vec<Ask<'_>> = enforced.iter().map(|&i| ask(i)).collect();
+    // No call when every enforced limit was leased: an empty ask admits.
     match client.try_acquire_all(&asks).await {
         Ok(admitted) => {
             for (&i, report) in enforced.iter().zip(admitted.reports()) {

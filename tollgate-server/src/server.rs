@@ -9,6 +9,7 @@ use tonic::{Request, Response, Status};
 
 use crate::config::Config;
 use crate::decide::{BadRequest, Bounds, Mode, Outcome, Plan, ResponseHeaders, Seen, answer, plan};
+use crate::leased::Leases;
 use crate::memory::{Definition, Stores};
 use crate::metrics;
 use crate::proto::envoy::service::ratelimit::v3::rate_limit_service_server::{
@@ -98,6 +99,8 @@ struct Loaded {
     stores: Stores,
     /// The Redis backend's limiters, when the server has one.
     redis: Option<RedisLimits>,
+    /// The leased backend's leases, when the server leases.
+    leases: Option<Leases>,
 }
 
 /// Envoy's rate limit service on tollgate's limits, in this process.
@@ -197,6 +200,25 @@ fn stores(
     })
 }
 
+/// The Redis backend's limiters and the leased backend's leases of
+/// `config`, as `redis`'s settings ask.
+fn redis_limits(
+    config: &Config,
+    redis: Option<&Redis>,
+    previous: Option<&Leases>,
+) -> Result<(Option<RedisLimits>, Option<Leases>), InvalidRule> {
+    let Some(redis) = redis else {
+        return Ok((None, None));
+    };
+    let prefix = &redis.settings.prefix;
+    let limits = RedisLimits::build(config, prefix)?;
+    let leases = match redis.settings.lease {
+        Some(leasing) => Some(Leases::build(config, prefix, leasing, previous)?),
+        None => None,
+    };
+    Ok((Some(limits), leases))
+}
+
 impl Server {
     /// A server deciding on `config`'s rules in this process (the memory
     /// backend), every limit full.
@@ -238,16 +260,14 @@ impl Server {
         redis: Option<Redis>,
     ) -> Result<Server, InvalidRule> {
         let stores = stores(&config, None, &options)?;
-        let limits = match &redis {
-            Some(r) => Some(RedisLimits::build(&config, &r.settings.prefix)?),
-            None => None,
-        };
+        let (limits, leases) = redis_limits(&config, redis.as_ref(), None)?;
         Ok(Server {
             inner: Arc::new(Inner {
                 loaded: ArcSwap::from_pointee(Loaded {
                     config,
                     stores,
                     redis: limits,
+                    leases,
                 }),
                 options,
                 redis,
@@ -288,18 +308,17 @@ impl Server {
         let previous = self.inner.loaded.load();
         let built =
             stores(&config, Some(&previous.stores), &self.inner.options).and_then(|stores| {
-                let redis = match &self.inner.redis {
-                    Some(r) => Some(RedisLimits::build(&config, &r.settings.prefix)?),
-                    None => None,
-                };
+                let redis =
+                    redis_limits(&config, self.inner.redis.as_ref(), previous.leases.as_ref())?;
                 Ok((stores, redis))
             });
         metrics::reload(built.is_ok());
-        let (stores, redis) = built?;
+        let (stores, (redis, leases)) = built?;
         self.inner.loaded.store(Arc::new(Loaded {
             config,
             stores,
             redis,
+            leases,
         }));
         Ok(())
     }
@@ -343,10 +362,10 @@ impl Server {
             }
         };
         metrics::backend_duration(
-            if loaded.redis.is_some() {
-                "redis"
-            } else {
-                "memory"
+            match (&loaded.redis, &loaded.leases) {
+                (_, Some(_)) => "leased",
+                (Some(_), None) => "redis",
+                (None, None) => "memory",
             },
             started.elapsed(),
         );
@@ -373,7 +392,13 @@ impl Server {
         };
         let client = redis.client.load_full();
         let decided = match &client {
-            Some(client) => crate::redis::decide(limits, client, domain, plan).await,
+            Some(client) => match &loaded.leases {
+                Some(leases) => crate::leased::decide(leases, limits, client, domain, plan).await,
+                None => {
+                    let seen = vec![Seen::NotAsked; plan.checks.len()];
+                    crate::redis::decide(limits, client, domain, plan, seen).await
+                }
+            },
             None => Err(crate::redis::Unanswered::NotConnected),
         };
         let why = match decided {
@@ -414,9 +439,21 @@ impl Server {
         &self.inner.options
     }
 
-    /// Keys held by every limit now.
+    /// Keys held by every limit of the memory backend now (on the Redis
+    /// backends: the keys the failure mode `local` decided).
     pub fn keys(&self) -> usize {
         self.inner.loaded.load().stores.keys()
+    }
+
+    /// Keys whose limits this process holds leases of now (the leased
+    /// backend; 0 on the others).
+    pub fn leased_keys(&self) -> usize {
+        self.inner
+            .loaded
+            .load()
+            .leases
+            .as_ref()
+            .map_or(0, Leases::keys)
     }
 
     /// The gRPC service, for a tonic server's `add_service`.

@@ -7,11 +7,14 @@ mod support;
 #[allow(dead_code)]
 #[path = "../../tollgate-redis/tests/support/recorded.rs"]
 mod recorded;
+#[allow(dead_code)]
+#[path = "../../tollgate-redis/tests/support/server.rs"]
+mod server;
 
 use metrics_util::debugging::DebuggingRecorder;
-use recorded::{counter, histogram, read};
+use recorded::{counter, gauge, histogram, read};
 use support::{config, descriptor, request};
-use tollgate_server::{Options, Server};
+use tollgate_server::{Failure, Leasing, Options, RedisSettings, Server};
 
 const API: &str = "
 domain: api
@@ -25,6 +28,12 @@ descriptors:
     rate_limit:
       unit: hour
       requests_per_unit: 1
+  - key: tenant
+    rate_limit:
+      unit: second
+      requests_per_unit: 1000
+      algorithm: token_bucket
+      burst: 1000
 ";
 
 #[tokio::test]
@@ -52,7 +61,33 @@ async fn every_decision_is_counted_by_domain_limit_and_outcome() {
     );
     server.reload(config(&[API])).unwrap();
 
+    // The leased backend: two tenants' leases held, each request timed.
+    let redis = server::RedisServer::start();
+    let mut settings = RedisSettings::default();
+    settings.failure = Failure::Closed;
+    settings.lease = Some(Leasing::default());
+    let leased = Server::with_redis(config(&[API]), Options::default(), settings).unwrap();
+    leased.connect_redis(tollgate_redis::Client::connect(&redis.url()).await.unwrap());
+    for tenant in ["a", "b", "a"] {
+        let request = request("api", vec![descriptor(&[("tenant", tenant)])]);
+        let answer = leased.should_rate_limit(&request).await.unwrap();
+        assert_eq!(
+            answer.overall_code(),
+            tollgate_server::proto::envoy::service::ratelimit::v3::rate_limit_response::Code::Ok
+        );
+    }
+
     let m = read(&snapshotter);
+    assert_eq!(gauge(&m, "tollgate_server_leased_keys", &[]), 2.0);
+    assert_eq!(
+        histogram(
+            &m,
+            "tollgate_server_backend_duration_seconds",
+            &[("backend", "leased")]
+        )
+        .len(),
+        3
+    );
     let requests = |domain, code| {
         counter(
             &m,
@@ -60,7 +95,8 @@ async fn every_decision_is_counted_by_domain_limit_and_outcome() {
             &[("domain", domain), ("code", code)],
         )
     };
-    assert_eq!(requests("api", "ok"), 5 + 3);
+    // alice's 5, the probe's 3, the leased backend's 3.
+    assert_eq!(requests("api", "ok"), 5 + 3 + 3);
     assert_eq!(requests("api", "over_limit"), 2);
     assert_eq!(requests("api", "invalid"), 1);
     // A domain no file names is counted under one value, whatever it is.

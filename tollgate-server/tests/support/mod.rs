@@ -10,6 +10,7 @@ use tollgate_server::config::Config;
 use tollgate_server::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use tollgate_server::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use tollgate_server::proto::envoy::service::ratelimit::v3::RateLimitRequest;
+use tollgate_server::proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use tollgate_server::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use tollgate_server::{Options, Server};
 
@@ -98,4 +99,13 @@ pub fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimit
         descriptors,
         hits_addend: 0,
     }
+}
+
+/// The overall code `server` answers `request` with.
+pub async fn code(server: &Server, request: &RateLimitRequest) -> Code {
+    server
+        .should_rate_limit(request)
+        .await
+        .unwrap()
+        .overall_code()
 }
