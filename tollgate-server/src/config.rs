@@ -356,6 +356,8 @@ fn collect_yaml_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), ConfigFi
 #[derive(Debug)]
 pub struct Domain {
     name: String,
+    /// `failure_mode`, if the file sets it.
+    failure: Option<Failure>,
     root: Level,
     /// Every descriptor, parents before children, in file order.
     nodes: Vec<Node>,
@@ -432,9 +434,25 @@ impl Domain {
         let root = build_level(&raw.domain, &mut path, raw.descriptors, &mut nodes);
         Domain {
             name: raw.domain,
+            failure: raw.failure,
             root,
             nodes,
         }
+    }
+
+    /// The file's `failure_mode` (a tollgate extension): what the Redis
+    /// backends answer for this domain when Redis cannot; `None` for the
+    /// server's default.
+    ///
+    /// ```
+    /// use tollgate_server::Failure;
+    /// use tollgate_server::config::Config;
+    /// let config = Config::from_files([("x.yaml", "domain: x\nfailure_mode: closed\n")])?;
+    /// assert_eq!(config.domain("x").unwrap().failure(), Some(Failure::Closed));
+    /// # Ok::<(), tollgate_server::config::ConfigFileError>(())
+    /// ```
+    pub fn failure(&self) -> Option<Failure> {
+        self.failure
     }
 
     /// The domain's name.
@@ -1278,5 +1296,42 @@ impl Error for ConfigFileError {
         self.source
             .as_deref()
             .map(|source| source as &(dyn Error + 'static))
+    }
+}
+
+/// What a request gets when Redis cannot answer within the client's
+/// timeout (down, paused, unreachable, or a key holding something that is
+/// not a limit's state): the server's default
+/// ([`RedisSettings::failure`](crate::RedisSettings::failure)), or a
+/// domain's own (`failure_mode: open`, `closed` or `local` at the top of
+/// its file, beside `domain`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Failure {
+    /// Admitted, by no limit: the service stays up, the limits lapse.
+    Open,
+    /// Refused: `OVER_LIMIT` for every descriptor with an enforced limit
+    /// (shadow-mode and quota-mode limits are not asked). A request without
+    /// an enforced limit is admitted.
+    Closed,
+    /// Decided by this replica alone, on the memory backend's limits: each
+    /// replica admits up to the whole limit, so N replicas admit up to N
+    /// times it while Redis is away. The default.
+    #[default]
+    Local,
+}
+
+impl std::str::FromStr for Failure {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Failure, String> {
+        match s {
+            "open" | "fail_open" => Ok(Failure::Open),
+            "closed" | "fail_closed" => Ok(Failure::Closed),
+            "local" => Ok(Failure::Local),
+            other => Err(format!(
+                "unknown failure mode {other:?}: open, closed or local"
+            )),
+        }
     }
 }

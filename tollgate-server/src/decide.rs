@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use tollgate::{Denied, Rejection, Snapshot};
 
-use crate::config::{Config, Match, Rule, Unit, apply_replaces, override_key, override_stat_name};
+use crate::config::{
+    Algorithm, Config, Match, Rule, Unit, apply_replaces, override_key, override_stat_name,
+};
 use crate::proto::envoy::config::core::v3::HeaderValue;
 use crate::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use crate::proto::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -321,6 +323,8 @@ pub(crate) fn answer(
     };
     // Per descriptor: a refusal shows; else the tightest limit.
     let mut best: Vec<Option<(Snapshot, usize)>> = vec![None; statuses.len()];
+    // Per descriptor: the refusing limit's state, for the IETF fields.
+    let mut refusing: Vec<Option<(Snapshot, usize)>> = vec![None; statuses.len()];
     for (i, (check, seen)) in checks.iter().zip(seen).enumerate() {
         let status = &mut statuses[check.descriptor];
         if status.code == Code::OverLimit as i32 {
@@ -332,6 +336,7 @@ pub(crate) fn answer(
                 keep_tighter(&mut best[check.descriptor], rejection.snapshot, i);
             }
             Seen::Refused(rejection) => {
+                refusing[check.descriptor] = Some((rejection.snapshot, i));
                 status.code = Code::OverLimit as i32;
                 status.current_limit = Some(check.wire_limit());
                 status.limit_remaining = rejection.snapshot.available;
@@ -352,10 +357,11 @@ pub(crate) fn answer(
             Seen::NotAsked => {}
         }
     }
-    for (status, best) in statuses.iter_mut().zip(best) {
+    for (status, best) in statuses.iter_mut().zip(&best) {
         if status.code == Code::OverLimit as i32 {
             continue;
         }
+        let best = *best;
         if let Some((snapshot, i)) = best {
             status.current_limit = Some(checks[i].wire_limit());
             status.limit_remaining = snapshot.available;
@@ -366,6 +372,10 @@ pub(crate) fn answer(
     let response_headers_to_add = match headers {
         ResponseHeaders::Off => Vec::new(),
         ResponseHeaders::RateLimit => ratelimit_headers(&statuses),
+        ResponseHeaders::Ietf => {
+            let shown = refusing.iter().zip(&best).map(|(r, b)| r.or(*b));
+            ietf_fields(&checks, shown)
+        }
     };
     (
         RateLimitResponse {
@@ -393,6 +403,15 @@ pub enum ResponseHeaders {
     /// refused request, until it fits; otherwise until the limit is whole
     /// again.
     RateLimit,
+    /// The IETF httpapi fields, as tollgate-tower writes them
+    /// (draft-ietf-httpapi-ratelimit-headers-10): `RateLimit-Policy` with a
+    /// member per descriptor that has a limit — its statistics name (with
+    /// characters a policy name cannot hold as `_`, at most 64), `q` the
+    /// limit's capacity and `w` its unit in seconds for the windowed
+    /// algorithms — and `RateLimit` with the same members' `r` (permits
+    /// left) and `t` (whole seconds until the limit is whole again, rounded
+    /// up). The refusing limit of a refused descriptor, else its tightest.
+    Ietf,
 }
 
 impl std::str::FromStr for ResponseHeaders {
@@ -402,7 +421,8 @@ impl std::str::FromStr for ResponseHeaders {
         match s {
             "off" => Ok(ResponseHeaders::Off),
             "ratelimit" => Ok(ResponseHeaders::RateLimit),
-            other => Err(format!("{other:?}: `off` or `ratelimit`")),
+            "ietf" => Ok(ResponseHeaders::Ietf),
+            other => Err(format!("{other:?}: `off`, `ratelimit` or `ietf`")),
         }
     }
 }
@@ -434,6 +454,57 @@ fn ratelimit_headers(statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
         header("RateLimit-Limit", u64::from(limit)),
         header("RateLimit-Remaining", u64::from(status.limit_remaining)),
         header("RateLimit-Reset", reset),
+    ]
+}
+
+/// The IETF `RateLimit-Policy` and `RateLimit` fields: a member for each
+/// descriptor whose limit `shown` a state of.
+fn ietf_fields(
+    checks: &[Check<'_>],
+    shown: impl Iterator<Item = Option<(Snapshot, usize)>>,
+) -> Vec<HeaderValue> {
+    let mut fields = tollgate_tower::RateLimitFields::new();
+    for (snapshot, i) in shown.flatten() {
+        let check = &checks[i];
+        let name: String = check
+            .stat_name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || "-_.:/".contains(c) {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .take(64)
+            .collect();
+        let Ok(mut policy) = tollgate_tower::PolicyName::new(&name) else {
+            continue;
+        };
+        let window = match check.limit {
+            Limit::Rule(rule) => match rule.algorithm {
+                Algorithm::TokenBucket { .. } => None,
+                _ => rule.unit,
+            },
+            Limit::Override { unit, .. } => Some(unit),
+        };
+        if let Some(unit) = window {
+            policy = policy.window(unit.duration());
+        }
+        fields.push(&policy, &snapshot);
+    }
+    let Some((policy, state)) = fields.values() else {
+        return Vec::new();
+    };
+    // The values are ASCII: checked names, digits and `";=, `.
+    let header = |key: &str, value: &[u8]| HeaderValue {
+        key: key.to_owned(),
+        value: String::from_utf8_lossy(value).into_owned(),
+        ..Default::default()
+    };
+    vec![
+        header("RateLimit-Policy", policy.as_bytes()),
+        header("RateLimit", state.as_bytes()),
     ]
 }
 

@@ -19,9 +19,10 @@ mod redis;
 mod serve;
 mod server;
 
+pub use config::Failure;
 pub use decide::{BadRequest, Bounds, ResponseHeaders};
 pub use leased::Leasing;
-pub use redis::{Failure, RedisSettings};
+pub use redis::RedisSettings;
 pub use serve::{serve, watch_config};
 pub use server::{InFlight, InvalidRule, Options, Server};
 

@@ -11,43 +11,9 @@ use arc_swap::ArcSwapOption;
 use tollgate::{Denied, Rejection, Snapshot};
 use tollgate_redis::{Ask, Client, Limiter};
 
-use crate::config::{Algorithm, Config, RuleId, Unit};
+use crate::config::{Algorithm, Config, Failure, RuleId, Unit};
 use crate::decide::{Check, Limit, Mode, Plan, Seen, never_fits};
 use crate::server::InvalidRule;
-
-/// What a request gets when Redis cannot answer within the client's
-/// timeout (down, paused, unreachable, or a key holding something that is
-/// not a limit's state).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum Failure {
-    /// Admitted, by no limit: the service stays up, the limits lapse.
-    Open,
-    /// Refused: `OVER_LIMIT` for every descriptor with an enforced limit
-    /// (shadow-mode and quota-mode limits are not asked). A request without
-    /// an enforced limit is admitted.
-    Closed,
-    /// Decided by this replica alone, on the memory backend's limits: each
-    /// replica admits up to the whole limit, so N replicas admit up to N
-    /// times it while Redis is away. The default.
-    #[default]
-    Local,
-}
-
-impl std::str::FromStr for Failure {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Failure, String> {
-        match s {
-            "open" | "fail_open" => Ok(Failure::Open),
-            "closed" | "fail_closed" => Ok(Failure::Closed),
-            "local" => Ok(Failure::Local),
-            other => Err(format!(
-                "unknown failure mode {other:?}: open, closed or local"
-            )),
-        }
-    }
-}
 
 /// The Redis backend's settings.
 #[derive(Debug, Clone)]
@@ -61,7 +27,8 @@ pub struct RedisSettings {
     /// with a brace ([`InvalidRule`](crate::InvalidRule), for the first rule
     /// that keeps state).
     pub prefix: String,
-    /// What a request gets when Redis cannot answer.
+    /// What a request gets when Redis cannot answer, in a domain whose
+    /// file does not say (`failure_mode`).
     pub failure: Failure,
     /// Lease fast token-bucket limits instead of calling Redis for each of
     /// their decisions (the leased backend); `None` (the default) calls

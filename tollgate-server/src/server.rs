@@ -8,6 +8,7 @@ use arc_swap::ArcSwap;
 use tonic::{Request, Response, Status};
 
 use crate::config::Config;
+use crate::config::Failure;
 use crate::decide::{BadRequest, Bounds, Mode, Outcome, Plan, ResponseHeaders, Seen, answer, plan};
 use crate::leased::Leases;
 use crate::memory::{Definition, Stores};
@@ -16,7 +17,7 @@ use crate::proto::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use crate::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use crate::redis::{Failure, Redis, RedisLimits, RedisSettings};
+use crate::redis::{Redis, RedisLimits, RedisSettings};
 
 /// Settings of a [`Server`] beyond its configuration files.
 #[derive(Debug, Clone, Copy)]
@@ -405,7 +406,11 @@ impl Server {
             Ok(decided) => return Ok(decided),
             Err(why) => why,
         };
-        let failure = redis.settings.failure;
+        let failure = loaded
+            .config
+            .domain(domain)
+            .and_then(|d| d.failure())
+            .unwrap_or(redis.settings.failure);
         tracing::warn!(%domain, error = %why, ?failure, "Redis did not decide; answered by the failure mode");
         Ok(match failure {
             Failure::Open => {

@@ -1043,6 +1043,12 @@ fn extension_refusals() {
             7,
             "invalid rate limit unit ''",
         ),
+        (
+            "tollgate/bad_failure_mode.yaml",
+            2,
+            15,
+            "unknown failure mode \"sometimes\": open, closed or local",
+        ),
     ];
     for &(file, line, column, reason) in cases {
         assert_refused(&refuse(&[file]), line, column, reason);

@@ -368,3 +368,63 @@ async fn the_answers_carry_ratelimit_headers_when_asked() {
     plain.stop().await;
     running.stop().await;
 }
+
+/// `--response-headers ietf`: the IETF `RateLimit-Policy` and `RateLimit`
+/// fields, a member per descriptor, written by tollgate-tower's formatter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_answers_carry_the_ietf_fields_when_asked() {
+    let mut options = Options::default();
+    options.response_headers = tollgate_server::ResponseHeaders::Ietf;
+    let running = Running::start(config(&[API]), options).await;
+    let mut client = running.client().await;
+    let both = request(
+        "api",
+        vec![
+            descriptor(&[("route", "upload")]),
+            descriptor(&[("user", "heidi")]),
+        ],
+    );
+    // Each member's `t`, checked against its window, and the rest as text.
+    let fields = |answer: &RateLimitResponse| -> (String, Vec<String>) {
+        let got: Vec<(&str, &str)> = answer
+            .response_headers_to_add
+            .iter()
+            .map(|h| (h.key.as_str(), h.value.as_str()))
+            .collect();
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got[0].0, "RateLimit-Policy");
+        assert_eq!(got[1].0, "RateLimit");
+        let states = got[1]
+            .1
+            .split(", ")
+            .zip([3600, 60])
+            .map(|(member, window)| {
+                let (rest, t) = member.rsplit_once(";t=").unwrap();
+                let t: u64 = t.parse().unwrap();
+                assert!((1..=window).contains(&t), "{member}");
+                rest.to_owned()
+            })
+            .collect();
+        (got[0].1.to_owned(), states)
+    };
+    let answer = client
+        .should_rate_limit(both.clone())
+        .await
+        .unwrap()
+        .into_inner();
+    let (policy, states) = fields(&answer);
+    assert_eq!(
+        policy,
+        r#""api.route_upload";q=100;w=3600, "api.user";q=3;w=60"#
+    );
+    assert_eq!(states, [r#""api.route_upload";r=99"#, r#""api.user";r=2"#]);
+    for _ in 0..2 {
+        client.should_rate_limit(both.clone()).await.unwrap();
+    }
+    // Refused by the user limit: 0 left; the route, charged nothing, 97.
+    let refused = client.should_rate_limit(both).await.unwrap().into_inner();
+    assert_eq!(refused.overall_code(), Code::OverLimit);
+    let (_, states) = fields(&refused);
+    assert_eq!(states, [r#""api.route_upload";r=97"#, r#""api.user";r=0"#]);
+    running.stop().await;
+}

@@ -333,3 +333,58 @@ async fn a_call_stuck_on_paused_redis_holds_the_bound_and_the_next_are_shed() {
     redis.resume();
     running.stop().await;
 }
+
+/// A domain's `failure_mode` overrides the server's for that domain only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_domain_answers_by_its_own_failure_mode() {
+    let redis = RedisServer::start();
+    let domain = |name: &str, mode: &str| {
+        format!(
+            "domain: {name}\n{mode}descriptors:\n  - key: user\n    rate_limit: {{unit: hour, requests_per_unit: 10}}\n"
+        )
+    };
+    let (open, closed, local, default) = (
+        domain("open", "failure_mode: open\n"),
+        domain("closed", "failure_mode: fail_closed\n"),
+        domain("local", "failure_mode: local\n"),
+        domain("default", ""),
+    );
+    let mut settings = RedisSettings::default();
+    settings.failure = Failure::Closed;
+    let server = Server::with_redis(
+        config(&[&open, &closed, &local, &default]),
+        Options::default(),
+        settings,
+    )
+    .unwrap();
+    server.connect_redis(
+        tollgate_redis::Client::connect_with(
+            &redis.url(),
+            tollgate_redis::Options::new().timeout(TIMEOUT),
+        )
+        .await
+        .unwrap(),
+    );
+    let ask = |domain: &str| request(domain, vec![descriptor(&[("user", "kim")])]);
+    for name in ["open", "closed", "local", "default"] {
+        assert_eq!(code(&server, &ask(name)).await, Code::Ok, "{name}");
+    }
+    redis.pause();
+    for (name, expected) in [
+        ("open", Code::Ok),
+        ("closed", Code::OverLimit),
+        ("local", Code::Ok),
+        ("default", Code::OverLimit),
+    ] {
+        assert_eq!(code(&server, &ask(name)).await, expected, "{name}");
+    }
+    // Local: this replica's own 10, no more.
+    let mut admitted = 0;
+    for _ in 0..15 {
+        if code(&server, &ask("local")).await == Code::Ok {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 9, "one local admission before, 9 more");
+    redis.resume();
+}

@@ -368,6 +368,61 @@ impl Fields {
     }
 }
 
+/// The `RateLimit-Policy` and `RateLimit` fields of one response, as the
+/// layer writes them, for code that answers outside a layer: a rate limit
+/// service that tells a proxy which fields to add, say. One member per
+/// policy pushed, in order.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::Snapshot;
+/// use tollgate_tower::{PolicyName, RateLimitFields};
+///
+/// let mut fields = RateLimitFields::new();
+/// let per_ip = PolicyName::new("per-ip").unwrap().window(Duration::from_secs(60));
+/// fields.push(&per_ip, &Snapshot::new(42, 100, Duration::from_millis(16_001)));
+/// let (policy, state) = fields.values().unwrap();
+/// assert_eq!(policy, r#""per-ip";q=100;w=60"#);
+/// assert_eq!(state, r#""per-ip";r=42;t=17"#);
+/// assert!(RateLimitFields::new().values().is_none());
+/// ```
+#[derive(Debug, Default)]
+pub struct RateLimitFields {
+    fields: Fields,
+}
+
+impl RateLimitFields {
+    /// No member yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `name`'s members for the state `snapshot` reports: its capacity
+    /// as `q`, its available permits as `r`, and the seconds until it is
+    /// whole again (rounded up) as `t`.
+    pub fn push(&mut self, name: &PolicyName, snapshot: &Snapshot) {
+        self.fields.push(name, Some(snapshot));
+    }
+
+    /// The `RateLimit-Policy` and `RateLimit` values, or `None` if no
+    /// member was pushed.
+    pub fn values(self) -> Option<(HeaderValue, HeaderValue)> {
+        match self.fields {
+            Fields {
+                policy: Some(policy),
+                state: Some(state),
+            } => Some((policy, state)),
+            _ => None,
+        }
+    }
+
+    /// Sets both fields on `headers` (replacing any there), if a member was
+    /// pushed.
+    pub fn apply(self, headers: &mut HeaderMap) {
+        self.fields.apply(headers);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

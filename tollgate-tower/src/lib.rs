@@ -275,7 +275,8 @@ pub use concurrency::{
     ConcurrencyLayer, DefaultClassify, Face, InFlightLimit, PermitBody, ServerFace,
 };
 pub use fields::{
-    IntoPolicyName, InvalidName, PolicyName, RATELIMIT, RATELIMIT_POLICY, retry_after_secs,
+    IntoPolicyName, InvalidName, PolicyName, RATELIMIT, RATELIMIT_POLICY, RateLimitFields,
+    retry_after_secs,
 };
 pub use forwarded::{Cidr, ForwardedIp, ParseCidrError};
 pub use key::{Global, HeaderKey, KeyError, KeyExtractor, KeyFn, PeerIp};

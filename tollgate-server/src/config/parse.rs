@@ -18,7 +18,7 @@ use tollgate::{
     ConfigError, FixedWindow, LogConfig, ManualClock, Rate, SlidingWindow, TokenBucket,
 };
 
-use super::{Algorithm, MAX_RULES_PER_DESCRIPTOR, MetadataValue, Unit};
+use super::{Algorithm, Failure, MAX_RULES_PER_DESCRIPTOR, MetadataValue, Unit};
 
 /// What the checks of one file need from the files before it.
 pub(super) struct Ctx<'a> {
@@ -31,6 +31,7 @@ pub(super) struct Ctx<'a> {
 
 pub(super) struct RawFile {
     pub(super) domain: String,
+    pub(super) failure: Option<Failure>,
     pub(super) descriptors: Vec<RawDescriptor>,
 }
 
@@ -76,7 +77,7 @@ pub(super) fn parse_file(
     Ok(Some(file))
 }
 
-const FILE_FIELDS: &[&str] = &["domain", "descriptors"];
+const FILE_FIELDS: &[&str] = &["domain", "descriptors", "failure_mode"];
 const DESCRIPTOR_FIELDS: &[&str] = &[
     "key",
     "value",
@@ -448,6 +449,7 @@ impl<'de> Visitor<'de> for FileSeed<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawFile, A::Error> {
         let mut seen = 0;
         let mut domain = None;
+        let mut failure = None;
         let mut descriptors = Vec::new();
         while let Some(field) = map.next_key_seed(Field {
             names: FILE_FIELDS,
@@ -455,15 +457,40 @@ impl<'de> Visitor<'de> for FileSeed<'_> {
         })? {
             match field {
                 0 => domain = Some(map.next_value_seed(DomainField { ctx: self.ctx })?),
-                _ => descriptors = map.next_value_seed(Descriptors { ctx: self.ctx })?,
+                1 => descriptors = map.next_value_seed(Descriptors { ctx: self.ctx })?,
+                _ => failure = Some(map.next_value_seed(FailureField)?),
             }
         }
         let domain =
             domain.ok_or_else(|| A::Error::custom("config file cannot have empty domain"))?;
         Ok(RawFile {
             domain,
+            failure,
             descriptors,
         })
+    }
+}
+
+/// A domain's `failure_mode`: refused at its own line.
+struct FailureField;
+
+impl<'de> DeserializeSeed<'de> for FailureField {
+    type Value = Failure;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Failure, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for FailureField {
+    type Value = Failure;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a failure mode: open, closed or local")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Failure, E> {
+        v.parse().map_err(E::custom)
     }
 }
 
