@@ -13,7 +13,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
 use tollgate::{AdaptiveLimit, ConcurrencyLimit, RoundTrip};
-use tollgate_tower::{ConcurrencyLayer, InFlightLimit};
+use tollgate_tower::{ConcurrencyLayer, DrainLayer, InFlightLimit};
 
 use crate::config::Config;
 use crate::server::{InFlight, Server};
@@ -68,15 +68,25 @@ pub async fn serve(
 }
 
 /// The gRPC service behind `limit`: past it, a call is shed with
-/// `UNAVAILABLE` (tollgate-tower's concurrency layer).
+/// `UNAVAILABLE` (tollgate-tower's concurrency layer). A shed call's body,
+/// which the layer drops unread, is read to its end in the background
+/// ([`DrainLayer`]): h2 would otherwise keep the small DATA frames that
+/// arrive after the drop charged to the connection's flood budget, and
+/// close the connection once enough calls were shed.
 fn bounded<L: InFlightLimit>(
     server: &Server,
     limit: Arc<L>,
     grpc: TcpListenerStream,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> tokio::task::JoinHandle<Result<(), tonic::transport::Error>> {
+    let drain = DrainLayer::new();
     tokio::spawn(
         tonic::transport::Server::builder()
+            .layer(tower::util::MapRequestLayer::new(
+                move |call: http::Request<tonic::body::Body>| {
+                    call.map(|body| tonic::body::Body::new(drain.wrap(body)))
+                },
+            ))
             .layer(ConcurrencyLayer::new(limit))
             .add_service(server.grpc())
             .serve_with_incoming_shutdown(grpc, shutdown),

@@ -388,3 +388,79 @@ async fn each_domain_answers_by_its_own_failure_mode() {
     assert_eq!(admitted, 9, "one local admission before, 9 more");
     redis.resume();
 }
+
+/// Thousands of calls shed on one HTTP/2 connection while a call holds the
+/// only slot: every one is answered `UNAVAILABLE`, none fails in transport.
+/// (The shed calls' bodies, dropped unread, are read in the background:
+/// h2 would otherwise keep their late DATA frames charged to the
+/// connection's flood budget and close the connection with `GOAWAY`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shedding_thousands_of_calls_keeps_the_connection() {
+    let redis = RedisServer::start();
+    let mut settings = RedisSettings::default();
+    settings.failure = Failure::Closed;
+    let mut options = Options::default();
+    options.in_flight = tollgate_server::InFlight::Fixed(1);
+    let server = Server::with_redis(config(&[API]), options, settings).unwrap();
+    let slow = tollgate_redis::Options::new().timeout(Duration::from_secs(30));
+    server.connect_redis(
+        tollgate_redis::Client::connect_with(&redis.url(), slow)
+            .await
+            .unwrap(),
+    );
+    let running = Running::serve(server).await;
+    let client = running.client().await;
+    client
+        .clone()
+        .should_rate_limit(both("warm-up"))
+        .await
+        .unwrap();
+    redis.pause();
+    let mut holder = client.clone();
+    let held = tokio::spawn(async move { holder.should_rate_limit(both("holder")).await });
+    // Until the holder has the slot, a call may be let in (and be stuck).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut probe = client.clone();
+        let answer = tokio::time::timeout(
+            Duration::from_millis(200),
+            probe.should_rate_limit(both("probe")),
+        )
+        .await;
+        if matches!(&answer, Ok(Err(s)) if s.code() == tonic::Code::Unavailable) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the slot was never held");
+    }
+    let mut tasks = Vec::new();
+    for _ in 0..32 {
+        let mut client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut failed = Vec::new();
+            for _ in 0..100 {
+                let call = client.should_rate_limit(both("shed"));
+                match tokio::time::timeout(Duration::from_secs(5), call).await {
+                    Ok(Err(status)) if status.code() == tonic::Code::Unavailable => {}
+                    other => {
+                        failed.push(format!("{other:?}"));
+                        break;
+                    }
+                }
+            }
+            failed
+        }));
+    }
+    let mut failed = Vec::new();
+    for task in tasks {
+        failed.extend(task.await.unwrap());
+    }
+    assert!(
+        failed.is_empty(),
+        "{} failed: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(3)]
+    );
+    redis.resume();
+    let _ = held.await;
+    running.stop().await;
+}

@@ -229,6 +229,36 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! ## Over HTTP/2: read what a refusal drops
+//!
+//! A refusal (shed, `429`, or a gRPC status) answers without reading the
+//! request's body. Over HTTP/2, h2 keeps each small DATA frame that
+//! arrives after the body was dropped charged to the connection's budget
+//! against framing floods, and closes the connection once enough are
+//! (`GOAWAY ENHANCE_YOUR_CALM "too_many_data_frames"`), failing every call
+//! on it — under load, where refusals are many. Put a [`DrainLayer`]
+//! outside the refusing layers: a body dropped before its end is read to it
+//! (bounded in bytes and time) by a background task. For tonic, whose
+//! routes take its own body type, re-box the wrapped body:
+//!
+//! ```no_run
+//! # async fn serve(routes: tonic::service::Routes) -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use tollgate_tower::{ConcurrencyLayer, DrainLayer};
+//!
+//! let drain = DrainLayer::new();
+//! tonic::transport::Server::builder()
+//!     .layer(tower::util::MapRequestLayer::new(move |call: http::Request<tonic::body::Body>| {
+//!         call.map(|body| tonic::body::Body::new(drain.wrap(body)))
+//!     }))
+//!     .layer(ConcurrencyLayer::new(Arc::new(tollgate::ConcurrencyLimit::new(256)?)))
+//!     .add_routes(routes)
+//!     .serve("127.0.0.1:50051".parse()?)
+//!     .await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Features
 //!
 //! - `axum` (default): read the peer address from axum's `ConnectInfo`.
@@ -257,6 +287,7 @@
 #![warn(rust_2018_idioms, unreachable_pub)]
 
 mod concurrency;
+pub mod drain;
 mod fields;
 mod forwarded;
 mod key;
@@ -274,6 +305,7 @@ pub use concurrency::{
     Classify, ClientFace, Concurrency, ConcurrencyBuilder, ConcurrencyError, ConcurrencyFuture,
     ConcurrencyLayer, DefaultClassify, Face, InFlightLimit, PermitBody, ServerFace,
 };
+pub use drain::{Drain, DrainLayer, Drained};
 pub use fields::{
     IntoPolicyName, InvalidName, PolicyName, RATELIMIT, RATELIMIT_POLICY, RateLimitFields,
     retry_after_secs,
