@@ -279,24 +279,30 @@ async fn a_grpc_client_is_decided_in_redis() {
     running.stop().await;
 }
 
-/// The server's own bound on calls in flight, with a call stuck on a paused
-/// Redis: the next calls are shed at once with `UNAVAILABLE`, and the stuck
-/// one is answered by the failure mode when its timeout ends.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_call_stuck_on_paused_redis_holds_the_bound_and_the_next_are_shed() {
+/// A server bound to one call in flight, on a Redis whose calls wait up to
+/// `timeout` (failure mode closed), served on loopback.
+async fn one_slot(timeout: Duration) -> (RedisServer, Running) {
     let redis = RedisServer::start();
     let mut settings = RedisSettings::default();
     settings.failure = Failure::Closed;
     let mut options = Options::default();
     options.in_flight = tollgate_server::InFlight::Fixed(1);
     let server = Server::with_redis(config(&[API]), options, settings).unwrap();
-    let slow = tollgate_redis::Options::new().timeout(Duration::from_secs(2));
+    let slow = tollgate_redis::Options::new().timeout(timeout);
     server.connect_redis(
         tollgate_redis::Client::connect_with(&redis.url(), slow)
             .await
             .unwrap(),
     );
-    let running = Running::serve(server).await;
+    (redis, Running::serve(server).await)
+}
+
+/// The server's own bound on calls in flight, with a call stuck on a paused
+/// Redis: the next calls are shed at once with `UNAVAILABLE`, and the stuck
+/// one is answered by the failure mode when its timeout ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_stuck_on_paused_redis_holds_the_bound_and_the_next_are_shed() {
+    let (redis, running) = one_slot(Duration::from_secs(2)).await;
     let mut client = running.client().await;
     // Loads the script while Redis answers.
     client.should_rate_limit(both("warm-up")).await.unwrap();
@@ -396,19 +402,7 @@ async fn each_domain_answers_by_its_own_failure_mode() {
 /// connection's flood budget and close the connection with `GOAWAY`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shedding_thousands_of_calls_keeps_the_connection() {
-    let redis = RedisServer::start();
-    let mut settings = RedisSettings::default();
-    settings.failure = Failure::Closed;
-    let mut options = Options::default();
-    options.in_flight = tollgate_server::InFlight::Fixed(1);
-    let server = Server::with_redis(config(&[API]), options, settings).unwrap();
-    let slow = tollgate_redis::Options::new().timeout(Duration::from_secs(30));
-    server.connect_redis(
-        tollgate_redis::Client::connect_with(&redis.url(), slow)
-            .await
-            .unwrap(),
-    );
-    let running = Running::serve(server).await;
+    let (redis, running) = one_slot(Duration::from_secs(30)).await;
     let client = running.client().await;
     client
         .clone()
