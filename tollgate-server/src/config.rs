@@ -187,6 +187,9 @@ pub struct Config {
     /// In name order.
     domains: Vec<Domain>,
     index: HashMap<Box<str>, usize, RandomState>,
+    /// A hash of the files' names and texts, in order: two loads of the same
+    /// files have the same.
+    sources: u64,
 }
 
 impl Config {
@@ -258,8 +261,10 @@ impl Config {
     {
         let mut taken: HashMap<String, PathBuf> = HashMap::new();
         let mut domains = Vec::new();
+        let mut sources = std::hash::DefaultHasher::new();
         for (file, text) in files {
             let file = file.into();
+            std::hash::Hash::hash(&(&file, text.as_ref()), &mut sources);
             let parsed = {
                 let ctx = parse::Ctx {
                     taken: &taken,
@@ -286,7 +291,17 @@ impl Config {
             .enumerate()
             .map(|(at, domain)| (Box::from(domain.name.as_str()), at))
             .collect();
-        Ok(Config { domains, index })
+        Ok(Config {
+            domains,
+            index,
+            sources: std::hash::Hasher::finish(&sources),
+        })
+    }
+
+    /// Whether `self` was loaded from the same files, with the same texts,
+    /// as `other`.
+    pub(crate) fn same_sources(&self, other: &Config) -> bool {
+        self.sources == other.sources
     }
 
     /// The domain called `name`.

@@ -137,6 +137,10 @@ fn seen(dir: &Path) -> std::io::Result<Seen> {
 /// Loads `dir` into `server` whenever a file in it changes (looked at every
 /// `every`) or `reload` is notified (e.g. on `SIGHUP`). A directory that does not load is reported
 /// through `report` and the server keeps deciding with what it had.
+///
+/// It starts by loading `dir` once: if the files differ from those the
+/// server was made with (changed between that load and this watcher's
+/// first look), that is a reload too, so no change is missed.
 pub async fn watch_config(
     server: Server,
     dir: PathBuf,
@@ -145,6 +149,18 @@ pub async fn watch_config(
     report: impl Fn(Result<(), String>) + Send,
 ) {
     let mut last = seen(&dir).ok();
+    // Files changed since the server's load show only here: the first look
+    // above already counts them as seen.
+    match Config::load_dir(&dir) {
+        Ok(config) if !server.loaded_from(&config) => {
+            report(server.reload(config).map_err(|e| e.to_string()));
+        }
+        Ok(_) => {}
+        Err(e) => {
+            crate::metrics::reload(false);
+            report(Err(e.to_string()));
+        }
+    }
     loop {
         tokio::select! {
             _ = tokio::time::sleep(every) => {

@@ -439,6 +439,12 @@ impl Server {
         })
     }
 
+    /// Whether the server decides with a configuration loaded from the same
+    /// files and texts as `config`.
+    pub(crate) fn loaded_from(&self, config: &Config) -> bool {
+        self.inner.loaded.load().config.same_sources(config)
+    }
+
     /// The options the server was made with.
     pub fn options(&self) -> &Options {
         &self.inner.options

@@ -116,3 +116,36 @@ async fn a_changed_file_reloads_and_a_malformed_one_is_refused() {
     watcher.abort();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A file changed after the server loaded the directory but before the
+/// watcher first looked at it is loaded when the watcher starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_before_the_watcher_starts_is_not_missed() {
+    let dir = std::env::temp_dir().join(format!("tollgate-reload-early-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("api.yaml");
+    std::fs::write(&file, domain(1)).unwrap();
+    let server = Server::new(Config::load_dir(&dir).unwrap(), Options::default()).unwrap();
+    std::fs::write(&file, domain(4)).unwrap();
+    let (tx, mut reports) = mpsc::unbounded_channel();
+    let _watcher = tokio::spawn(watch_config(
+        server.clone(),
+        dir.clone(),
+        Duration::from_secs(3600),
+        Arc::new(Notify::new()),
+        move |result| {
+            let _ = tx.send(result);
+        },
+    ));
+    assert_eq!(next(&mut reports, "the start").await, Ok(()));
+    let bob = request("api", vec![descriptor(&[("user", "bob")])]);
+    let mut admitted = 0;
+    for _ in 0..6 {
+        if server.should_rate_limit(&bob).await.unwrap().overall_code() == Code::Ok {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 4);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -2,7 +2,10 @@
 //! Redis, a client spraying requests across them over gRPC: a replica
 //! SIGKILLed and restarted mid-load, the configuration directory rewritten
 //! mid-load (every replica reloads), and Redis paused — nothing is ever
-//! admitted beyond the limit across the replicas.
+//! admitted beyond the limit across the replicas. Once on the Redis
+//! backend (an exact sliding log, checked against what Redis recorded),
+//! once with two replicas leasing a token bucket beside one calling Redis
+//! for each decision.
 
 #[allow(dead_code)]
 #[path = "../../tollgate-redis/tests/support/server.rs"]
@@ -25,7 +28,9 @@ use tollgate_server::proto::envoy::service::ratelimit::v3::rate_limit_service_cl
 
 const LIMIT: u64 = 250;
 
-fn config_text(other: u32) -> String {
+/// The tenant's limit of `LIMIT` an hour by `algorithm` (a YAML line), and
+/// another of `other` a minute.
+fn config_text(other: u32, algorithm: &str) -> String {
     format!(
         "
 domain: fleet
@@ -34,7 +39,7 @@ descriptors:
     rate_limit:
       unit: hour
       requests_per_unit: {LIMIT}
-      algorithm: sliding_log
+      {algorithm}
   - key: other
     rate_limit:
       unit: minute
@@ -47,16 +52,20 @@ descriptors:
 struct Replica {
     child: Option<Child>,
     grpc: SocketAddr,
-    args: Vec<String>,
+    backend: &'static str,
 }
 
 impl Replica {
-    fn start(config_dir: &Path, redis: &str, grpc: &str) -> Replica {
+    /// A replica on `backend` (`redis`, or `leased` leasing every token
+    /// bucket).
+    fn start(config_dir: &Path, redis: &str, grpc: &str, backend: &'static str) -> Replica {
         let args: Vec<String> = [
             "--config-dir",
             config_dir.to_str().unwrap(),
             "--backend",
-            "redis",
+            backend,
+            "--lease-min-rate",
+            "0",
             "--redis-url",
             redis,
             "--redis-failure",
@@ -97,7 +106,7 @@ impl Replica {
         Replica {
             child: Some(child),
             grpc,
-            args,
+            backend,
         }
     }
 
@@ -111,8 +120,7 @@ impl Replica {
     /// Starts the process again on the same gRPC port.
     fn restart(&mut self, config_dir: &Path, redis: &str) {
         self.kill();
-        let _ = &self.args;
-        *self = Replica::start(config_dir, redis, &self.grpc.to_string());
+        *self = Replica::start(config_dir, redis, &self.grpc.to_string(), self.backend);
     }
 }
 
@@ -123,12 +131,16 @@ impl Drop for Replica {
 }
 
 fn request(tenant: &str) -> RateLimitRequest {
+    request_of("tenant", tenant)
+}
+
+fn request_of(key: &str, value: &str) -> RateLimitRequest {
     RateLimitRequest {
         domain: "fleet".into(),
         descriptors: vec![RateLimitDescriptor {
             entries: vec![Entry {
-                key: "tenant".into(),
-                value: tenant.into(),
+                key: key.into(),
+                value: value.into(),
             }],
             ..Default::default()
         }],
@@ -201,14 +213,35 @@ async fn ready(addr: SocketAddr) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_killed_reloaded_and_redis_paused_never_over_admit() {
+    fleet(["redis"; 3], "algorithm: sliding_log").await;
+}
+
+/// The same with leases: a killed leased replica takes its pool with it
+/// (under-admission), and the bucket's promise holds across the fleet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leased_and_redis_replicas_killed_reloaded_and_paused_never_over_admit() {
+    fleet(
+        ["leased", "redis", "leased"],
+        "algorithm: token_bucket\n      burst: 250",
+    )
+    .await;
+}
+
+async fn fleet(backends: [&'static str; 3], algorithm: &str) {
     let redis = RedisServer::start();
     let url = redis.url();
-    let dir = std::env::temp_dir().join(format!("tollgate-replicas-{}", std::process::id()));
+    // A directory of its own per fleet: the tests of this file run at once.
+    let dir = std::env::temp_dir().join(format!(
+        "tollgate-replicas-{}-{}",
+        std::process::id(),
+        backends.join("-")
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("fleet.yaml");
-    std::fs::write(&file, config_text(5)).unwrap();
-    let mut replicas: Vec<Replica> = (0..3)
-        .map(|_| Replica::start(&dir, &url, "127.0.0.1:0"))
+    std::fs::write(&file, config_text(5, algorithm)).unwrap();
+    let mut replicas: Vec<Replica> = backends
+        .iter()
+        .map(|backend| Replica::start(&dir, &url, "127.0.0.1:0", backend))
         .collect();
     for r in &replicas {
         ready(r.grpc).await;
@@ -224,7 +257,7 @@ async fn replicas_killed_reloaded_and_redis_paused_never_over_admit() {
     replicas[1].kill();
     tokio::time::sleep(Duration::from_millis(100)).await;
     replicas[1].restart(&dir, &url);
-    std::fs::write(&file, config_text(7)).unwrap();
+    std::fs::write(&file, config_text(7, algorithm)).unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     redis.pause();
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -239,6 +272,38 @@ async fn replicas_killed_reloaded_and_redis_paused_never_over_admit() {
     eprintln!("admitted {admitted}, refused {refused}, failed {failed}");
     assert_eq!(admitted + refused + failed, 6 * 60);
     assert!(admitted <= LIMIT, "over-admitted: {admitted} of {LIMIT}");
+    // Every replica reloaded: the other limit is 7 a minute on each (a key
+    // of its own per replica, so each count is that replica's view).
+    for (i, replica) in replicas.iter().enumerate() {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for attempt in 0.. {
+            let key = format!("reloaded-{i}-{attempt}");
+            let mut admitted = 0;
+            let mut client = RateLimitServiceClient::connect(format!("http://{}", replica.grpc))
+                .await
+                .unwrap();
+            for _ in 0..10 {
+                let answer = client.should_rate_limit(request_of("other", &key)).await;
+                if answer.unwrap().into_inner().overall_code() == Code::Ok {
+                    admitted += 1;
+                }
+            }
+            if admitted == 7 {
+                break;
+            }
+            // Asked before it reloaded (or across a minute's boundary):
+            // a fresh key.
+            assert!(Instant::now() < deadline, "replica {i} admitted {admitted}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    if algorithm.contains("token_bucket") {
+        // 250 an hour: one more permit at most in the test's seconds.
+        assert!(admitted <= LIMIT + 1, "over-admitted: {admitted}");
+        assert!(refused > 0);
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
     // What Redis recorded is the truth: never more than the limit, and
     // every admission a client saw is in it. (It may hold more than the
     // client saw: a call lost with the killed replica, or one that timed
