@@ -177,12 +177,15 @@ where
 /// | `5xx` | [`Dropped`](tollgate::Outcome::Dropped) | the service failed; under load, mostly from overload |
 /// | `429`, `408` | [`Dropped`](tollgate::Outcome::Dropped) | the service (or a layer inside this one) says it is too busy, or a request timed out |
 /// | other `4xx` | [`Ignored`](tollgate::Outcome::Ignored) | the client's mistake: often answered without the work, its latency would make the service look faster than it is |
+/// | a gRPC `grpc-status` (in the head of a trailers-only answer, or in the trailers) of `UNAVAILABLE` (14), `RESOURCE_EXHAUSTED` (8) or `DEADLINE_EXCEEDED` (4) | [`Dropped`](tollgate::Outcome::Dropped) | gRPC answers `200` and says in `grpc-status` how the call ended; these three are overload |
 /// | an error from the inner service | [`Dropped`](tollgate::Outcome::Dropped) | a timeout, a refused or reset connection |
 /// | the response future or body dropped unfinished (the client went away) | [`Ignored`](tollgate::Outcome::Ignored), unless the head already said `Dropped` | abandoned work says nothing about capacity |
 ///
 /// A `5xx` that is a bug rather than overload (a handler failing at once)
 /// still backs the limit off; classify such routes yourself if they are
-/// common.
+/// common. The gRPC rule for trailers holds whatever the classifier: a
+/// response whose trailers carry one of those three codes is recorded as
+/// dropped (the head, `200`, could not say so).
 ///
 /// ```
 /// use http::{HeaderMap, StatusCode};
@@ -195,18 +198,30 @@ where
 /// assert_eq!(head(429), Outcome::Dropped);
 /// assert_eq!(head(404), Outcome::Ignored);
 /// assert_eq!(DefaultClassify.error(&()), Outcome::Dropped);
+/// let mut grpc = HeaderMap::new();
+/// grpc.insert("grpc-status", "14".parse().unwrap());
+/// assert_eq!(Classify::<()>::response(&DefaultClassify, StatusCode::OK, &grpc), Outcome::Dropped);
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DefaultClassify;
 
 impl<E> Classify<E> for DefaultClassify {
-    fn response(&self, status: StatusCode, _: &HeaderMap) -> tollgate::Outcome {
+    fn response(&self, status: StatusCode, headers: &HeaderMap) -> tollgate::Outcome {
         use tollgate::Outcome::{Dropped, Ignored, Success};
         match status.as_u16() {
             500..=599 | 429 | 408 => Dropped,
             400..=499 => Ignored,
-            _ => Success,
+            _ => grpc_overload(headers).unwrap_or(Success),
         }
+    }
+}
+
+/// `Dropped` for a gRPC status that means overload: `UNAVAILABLE` (14),
+/// `RESOURCE_EXHAUSTED` (8), `DEADLINE_EXCEEDED` (4).
+fn grpc_overload(headers: &HeaderMap) -> Option<tollgate::Outcome> {
+    match headers.get("grpc-status")?.as_bytes() {
+        b"14" | b"8" | b"4" => Some(tollgate::Outcome::Dropped),
+        _ => None,
     }
 }
 
@@ -1070,6 +1085,10 @@ where
                 match &frame {
                     None => this.held.record(None),
                     Some(Err(_)) => this.held.record(Some(tollgate::Outcome::Dropped)),
+                    // gRPC says how a call ended in its trailers.
+                    Some(Ok(f)) if f.is_trailers() => {
+                        this.held.record(f.trailers_ref().and_then(grpc_overload));
+                    }
                     Some(Ok(_)) if body.is_end_stream() => this.held.record(None),
                     Some(Ok(_)) => {}
                 }

@@ -466,3 +466,69 @@ async fn a_throttle_in_front_composes_and_spends_no_permit() {
     drop(admitted);
     assert_eq!(limit.in_flight(), 0);
 }
+
+/// A gRPC body: its message, then trailers with `grpc-status`.
+struct GrpcBody(Vec<Frame<Bytes>>);
+
+impl http_body::Body for GrpcBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        Poll::Ready(if self.0.is_empty() {
+            None
+        } else {
+            Some(Ok(self.0.remove(0)))
+        })
+    }
+}
+
+/// gRPC answers `200` and says how a call ended in `grpc-status`, in its
+/// trailers (or in the head of a trailers-only answer): `UNAVAILABLE`,
+/// `RESOURCE_EXHAUSTED` and `DEADLINE_EXCEEDED` back the adaptive limit off;
+/// `OK` is a success.
+#[tokio::test]
+async fn a_grpc_status_of_overload_backs_the_adaptive_limit_off() {
+    let (limit, _clock) = aimd(1, 4, 10);
+    let service = ConcurrencyLayer::new(Arc::clone(&limit)).layer(tower::service_fn(
+        |request: Request<()>| async move {
+            let code = request.uri().path().trim_start_matches('/').to_owned();
+            let mut response = http::Response::builder().header("content-type", "application/grpc");
+            let mut frames = Vec::new();
+            if let Some(head_only) = code.strip_prefix("head-") {
+                // Trailers-only: the status in the head, no body.
+                response = response.header("grpc-status", head_only);
+            } else {
+                let mut trailers = http::HeaderMap::new();
+                trailers.insert("grpc-status", code.parse().unwrap());
+                frames.push(Frame::data(Bytes::from_static(b"\0\0\0\0\0")));
+                frames.push(Frame::trailers(trailers));
+            }
+            Ok::<_, std::convert::Infallible>(response.body(GrpcBody(frames)).unwrap())
+        },
+    ));
+    // One call at a time: a success with 1 of ≥ 3 in flight changes nothing;
+    // a drop is × 0.9; other codes (NOT_FOUND) are successes: at a limit of
+    // 1, + 1.
+    for (code, after) in [
+        ("0", 4),
+        ("14", 3),
+        ("0", 3),
+        ("8", 2),
+        ("head-4", 1),
+        ("5", 2),
+    ] {
+        let response = service
+            .clone()
+            .oneshot(Request::get(format!("/{code}")).body(()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        response.into_body().collect().await.unwrap();
+        assert_eq!(limit.in_flight(), 0);
+        assert_eq!(limit.limit(), after, "after grpc-status {code}");
+    }
+}
