@@ -16,7 +16,7 @@ use axum::Router;
 use axum::routing::get;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use tollgate::keyed::{BucketConfig, Keyed};
-use tollgate::{AdaptiveLimit, Rate, RoundTrip, TokenBucket};
+use tollgate::{AdaptiveLimit, Counted, Published, Rate, RoundTrip, TokenBucket};
 use tollgate_tower::{ConcurrencyLayer, HeaderKey, Limit, PerKey, RedisLimit, ThrottleLayer};
 
 /// The value after `flag` on the command line.
@@ -36,7 +36,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Three requests an hour per API key, a thousand an hour in all.
     let per_key = Keyed::<String, TokenBucket>::new(BucketConfig::new(3, Rate::per_hour(3))?);
     let burst = PerKey::new("burst", per_key)?;
-    let global = Limit::new("global", TokenBucket::new(1_000, Rate::per_hour(1_000))?)?;
+    // The global bucket counted (the core crate's `Counted`), its counts
+    // published at each scrape.
+    let counted = Arc::new(Counted::new(
+        "global",
+        TokenBucket::new(1_000, Rate::per_hour(1_000))?,
+    ));
+    let global = Limit::shared("global", Arc::clone(&counted))?;
     let mut throttle = ThrottleLayer::builder(HeaderKey::new("x-api-key"))
         .policy(burst)
         .policy(global);
@@ -48,7 +54,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         throttle = throttle.policy(RedisLimit::new("shared", client, shared)?);
     }
     let throttle = throttle.build();
-    let concurrency = ConcurrencyLayer::new(Arc::new(AdaptiveLimit::new(RoundTrip::default())?));
+    let adaptive = Arc::new(AdaptiveLimit::new(RoundTrip::default())?.named("service"));
+    let published = Arc::new(Published::new().with(&counted).with(&adaptive));
+    let concurrency = ConcurrencyLayer::new(adaptive);
     // The throttle outermost: a request it refuses never takes a permit
     // (nor teaches an adaptive limit that the service is busy).
     let api = Router::new()
@@ -59,6 +67,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let app = api.route(
         "/metrics",
         get(move || {
+            // The counts summed from their stripes, the gauges read, then
+            // everything rendered.
+            published.publish();
             let prometheus = prometheus.clone();
             async move { prometheus.render() }
         }),
