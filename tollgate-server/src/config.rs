@@ -1350,3 +1350,21 @@ impl std::str::FromStr for Failure {
         }
     }
 }
+
+/// A configuration the server cannot decide with: a rule whose rate the
+/// limiters refuse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidRule {
+    /// The rule's identity.
+    pub rule: String,
+    /// The limiters' reason.
+    pub error: tollgate::ConfigError,
+}
+
+impl std::fmt::Display for InvalidRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "rule {}: {}", self.rule, self.error)
+    }
+}
+
+impl std::error::Error for InvalidRule {}

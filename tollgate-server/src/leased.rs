@@ -13,10 +13,9 @@ use std::time::{Duration, Instant};
 use tollgate::Rejection;
 use tollgate_redis::{Client, LeaseOptions, LeaseReceipt, LeasedLimiter, Limiter, Policy};
 
-use crate::config::{Algorithm, Config, RuleId};
+use crate::config::{Algorithm, Config, InvalidRule, RuleId};
 use crate::decide::{Check, Limit, Mode, Plan, Seen};
 use crate::redis::{RedisLimits, Unanswered, caller_key};
-use crate::server::InvalidRule;
 
 /// Which limits the leased backend leases, and how.
 ///

@@ -19,12 +19,12 @@ mod redis;
 mod serve;
 mod server;
 
-pub use config::Failure;
+pub use config::{Failure, InvalidRule};
 pub use decide::{BadRequest, Bounds, ResponseHeaders};
 pub use leased::Leasing;
 pub use redis::RedisSettings;
 pub use serve::{serve, watch_config};
-pub use server::{InFlight, InvalidRule, Options, Server};
+pub use server::{InFlight, Options, Server};
 
 /// The messages and the service of Envoy's rate limit protocol, generated
 /// from the `.proto` files under `proto/` (field names and numbers as Envoy's

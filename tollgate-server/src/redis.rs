@@ -11,9 +11,8 @@ use arc_swap::ArcSwapOption;
 use tollgate::{Denied, Rejection, Snapshot};
 use tollgate_redis::{Ask, Client, Limiter};
 
-use crate::config::{Algorithm, Config, Failure, RuleId, Unit};
+use crate::config::{Algorithm, Config, Failure, InvalidRule, RuleId, Unit};
 use crate::decide::{Check, Limit, Mode, Plan, Seen, never_fits};
-use crate::server::InvalidRule;
 
 /// The Redis backend's settings.
 #[derive(Debug, Clone)]

@@ -7,8 +7,7 @@ use std::time::Instant;
 use arc_swap::ArcSwap;
 use tonic::{Request, Response, Status};
 
-use crate::config::Config;
-use crate::config::Failure;
+use crate::config::{Config, Failure, InvalidRule};
 use crate::decide::{BadRequest, Bounds, Mode, Outcome, Plan, ResponseHeaders, Seen, answer, plan};
 use crate::leased::Leases;
 use crate::memory::{Definition, Stores};
@@ -160,24 +159,6 @@ impl std::fmt::Debug for Server {
             .finish_non_exhaustive()
     }
 }
-
-/// A configuration the server cannot decide with: a rule whose rate the
-/// limiters refuse.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InvalidRule {
-    /// The rule's identity.
-    pub rule: String,
-    /// The limiters' reason.
-    pub error: tollgate::ConfigError,
-}
-
-impl std::fmt::Display for InvalidRule {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "rule {}: {}", self.rule, self.error)
-    }
-}
-
-impl std::error::Error for InvalidRule {}
 
 fn stores(
     config: &Config,
