@@ -410,19 +410,19 @@ async fn shedding_thousands_of_calls_keeps_the_connection() {
         .await
         .unwrap();
     redis.pause();
-    let mut holder = client.clone();
-    let held = tokio::spawn(async move { holder.should_rate_limit(both("holder")).await });
-    // Until the holder has the slot, a call may be let in (and be stuck).
+    // Calls until one is shed: then the slot is held by a call stuck on the
+    // paused Redis. No call that may hold it is ever abandoned (an abandoned
+    // call would give the slot back): each runs in a task of its own, kept.
+    let mut held = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let mut probe = client.clone();
-        let answer = tokio::time::timeout(
-            Duration::from_millis(200),
-            probe.should_rate_limit(both("probe")),
-        )
-        .await;
-        if matches!(&answer, Ok(Err(s)) if s.code() == tonic::Code::Unavailable) {
-            break;
+        let mut call = tokio::spawn(async move { probe.should_rate_limit(both("holder")).await });
+        match tokio::time::timeout(Duration::from_millis(200), &mut call).await {
+            Ok(Ok(Err(status))) if status.code() == tonic::Code::Unavailable => break,
+            // Stuck: it holds the slot now, and keeps it.
+            Err(_) => held.push(call),
+            Ok(other) => panic!("a call answered while Redis is paused: {other:?}"),
         }
         assert!(Instant::now() < deadline, "the slot was never held");
     }
@@ -455,6 +455,8 @@ async fn shedding_thousands_of_calls_keeps_the_connection() {
         &failed[..failed.len().min(3)]
     );
     redis.resume();
-    let _ = held.await;
+    for call in held {
+        let _ = call.await;
+    }
     running.stop().await;
 }
