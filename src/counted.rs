@@ -8,16 +8,34 @@ use crossbeam_utils::CachePadded;
 use crate::error::Denied;
 use crate::limiter::{RateLimiter, Rejection, Snapshot};
 use crate::refund::{Receipted, Refundable};
-use crate::stripe::{default_stripes, thread_hint};
+use crate::stripe::{MAX_STRIPES, default_stripes, thread_slot};
 use crate::sync::{AtomicU64, Ordering};
 
-/// One thread stripe's counters. Both on one line: a decision touches one of
-/// them, and only threads sharing the stripe write the line.
-#[derive(Debug)]
-struct Stripe {
+/// One cell of counters. The three on one line: a decision touches one of
+/// them, and only the cell's writers write the line.
+#[derive(Debug, Default)]
+struct Counters {
     admitted: AtomicU64,
     denied: AtomicU64,
     refunded: AtomicU64,
+}
+
+/// Which of a cell's counters a count goes to.
+#[derive(Clone, Copy)]
+enum Counter {
+    Admitted,
+    Denied,
+    Refunded,
+}
+
+impl Counters {
+    fn counter(&self, counter: Counter) -> &AtomicU64 {
+        match counter {
+            Counter::Admitted => &self.admitted,
+            Counter::Denied => &self.denied,
+            Counter::Refunded => &self.refunded,
+        }
+    }
 }
 
 /// A limiter with counters of what it decided.
@@ -44,11 +62,14 @@ struct Stripe {
 ///
 /// [`Counted`] wraps any [`RateLimiter`]. It is opt-in: a limiter that is not
 /// wrapped pays nothing, and the counting is this module's alone. Each
-/// decision adds its permits to one of two counters on the calling thread's
-/// own cache-padded stripe (one uncontended `fetch_add`), so threads on
-/// different cores do not trade a counter's cache line; a read sums the
-/// stripes. What it costs on the allow path is in docs/benchmarks.md
-/// ("Counting decisions").
+/// decision adds its permits to a counter in a cache-padded cell that only
+/// the calling thread writes, with a plain load and store (no locked
+/// instruction, no cache line traded between cores); a read sums the cells.
+/// Cells are held by the first threads to count — twice the machine's
+/// parallelism, at least 8, a thread's cell passing to a later thread when
+/// it exits — and threads beyond them share one further cell, counted with
+/// an atomic add. What it costs is in docs/benchmarks.md ("Counting
+/// decisions", "Publishing counts").
 ///
 /// With the `tracing` feature, a `Counted` limiter also emits a `tracing`
 /// event for every denial (level `INFO`, with the permits asked, the reason
@@ -74,7 +95,11 @@ struct Stripe {
 pub struct Counted<L> {
     limiter: L,
     name: &'static str,
-    stripes: Box<[CachePadded<Stripe>]>,
+    /// A cell per thread number ([`thread_slot`]): written only by the
+    /// thread holding the number.
+    owned: Box<[CachePadded<Counters>]>,
+    /// The cell of threads whose number has no cell of its own.
+    shared: CachePadded<Counters>,
     /// The facade's counters, registered at the first publish; never
     /// touched by a decision.
     #[cfg(feature = "metrics")]
@@ -85,7 +110,7 @@ pub struct Counted<L> {
 ///
 /// Each figure is exact once the decisions it counts have returned; read
 /// while decisions run, the three figures are not one instant's (each is
-/// summed over the stripes, and may lag a decision in flight).
+/// summed over the threads' cells, and may lag a decision in flight).
 ///
 /// ```
 /// use tollgate::{Counted, Rate, RateLimiter, TokenBucket};
@@ -117,19 +142,14 @@ impl<L: RateLimiter> Counted<L> {
     /// assert_eq!(counted.name(), "per-minute");
     /// ```
     pub fn new(name: &'static str, limiter: L) -> Self {
-        let stripes = (0..default_stripes())
-            .map(|_| {
-                CachePadded::new(Stripe {
-                    admitted: AtomicU64::new(0),
-                    denied: AtomicU64::new(0),
-                    refunded: AtomicU64::new(0),
-                })
-            })
+        let owned = (0..Self::owned_cells())
+            .map(|_| CachePadded::new(Counters::default()))
             .collect();
         Counted {
             limiter,
             name,
-            stripes,
+            owned,
+            shared: CachePadded::new(Counters::default()),
             #[cfg(feature = "metrics")]
             published: Default::default(),
         }
@@ -156,7 +176,7 @@ impl<L: RateLimiter> Counted<L> {
         self.name
     }
 
-    /// The counts so far: a sum over the stripes, without locks.
+    /// The counts so far: a sum over the threads' cells, without locks.
     ///
     /// ```
     /// use tollgate::{Counted, Rate, RateLimiter, TokenBucket};
@@ -166,12 +186,18 @@ impl<L: RateLimiter> Counted<L> {
     /// ```
     pub fn counts(&self) -> Counts {
         let mut counts = Counts::default();
-        for stripe in self.stripes.iter() {
+        for cell in self.owned.iter().chain(std::iter::once(&self.shared)) {
             // Relaxed: each counter is a monotonic sum read on its own; no
             // other memory is published through it.
-            counts.admitted += stripe.admitted.load(Ordering::Relaxed);
-            counts.denied += stripe.denied.load(Ordering::Relaxed);
-            counts.refunded += stripe.refunded.load(Ordering::Relaxed);
+            counts.admitted = counts
+                .admitted
+                .wrapping_add(cell.admitted.load(Ordering::Relaxed));
+            counts.denied = counts
+                .denied
+                .wrapping_add(cell.denied.load(Ordering::Relaxed));
+            counts.refunded = counts
+                .refunded
+                .wrapping_add(cell.refunded.load(Ordering::Relaxed));
         }
         counts
     }
@@ -180,9 +206,9 @@ impl<L: RateLimiter> Counted<L> {
     /// facade (the `metrics` feature): `tollgate_permits_total{limiter,
     /// outcome}` with `limiter` the name given at construction and `outcome`
     /// `admitted`, `denied` or `refunded`, each set to its sum over the
-    /// stripes. Call it (or [`Published::publish`](crate::Published::publish)
+    /// threads' cells. Call it (or [`Published::publish`](crate::Published::publish)
     /// on a list holding this limiter) from the exporter's upkeep, before a
-    /// scrape: the decisions themselves touch only the stripes, so a shared
+    /// scrape: the decisions themselves touch only those cells, so a shared
     /// counter's cache line never enters the decision path, and the facade's
     /// counters move only when published.
     ///
@@ -223,28 +249,51 @@ impl<L: RateLimiter> Counted<L> {
             .set(counts.admitted, counts.denied, counts.refunded);
     }
 
+    /// How many threads count in cells of their own: enough for every core
+    /// twice over (a service's workers and the threads beside them), and
+    /// never so few that a small machine's handful of threads share.
+    fn owned_cells() -> usize {
+        (2 * default_stripes()).clamp(8, MAX_STRIPES)
+    }
+
+    /// Adds `n` to the calling thread's `counter`.
     #[inline]
-    fn stripe(&self) -> &Stripe {
-        // `default_stripes` is a power of two.
-        &self.stripes[thread_hint() & (self.stripes.len() - 1)]
+    fn add(&self, counter: Counter, n: u32) {
+        match thread_slot().and_then(|slot| self.owned.get(slot)) {
+            Some(cell) => {
+                // A load and a store, not an atomic add: no other thread
+                // writes this cell while this one holds its number
+                // (`thread_slot`), so nothing can land between the two, and
+                // the number's hand-over orders a previous holder's last
+                // store before this load. Relaxed: a count publishes no
+                // other memory; readers only sum. Wrapping: 2^64 permits are
+                // never reached, and a count must not panic.
+                let counter = cell.counter(counter);
+                counter.store(
+                    counter.load(Ordering::Relaxed).wrapping_add(u64::from(n)),
+                    Ordering::Relaxed,
+                );
+            }
+            None => {
+                // Several threads write the shared cell: an atomic add.
+                // Relaxed: as above, a count orders nothing.
+                self.shared
+                    .counter(counter)
+                    .fetch_add(u64::from(n), Ordering::Relaxed);
+            }
+        }
     }
 
     #[inline]
     fn count_admitted(&self, n: u32) {
-        // Relaxed: a counter orders nothing; the decision is the limiter's.
-        self.stripe()
-            .admitted
-            .fetch_add(u64::from(n), Ordering::Relaxed);
+        self.add(Counter::Admitted, n);
         #[cfg(feature = "tracing")]
         tracing::debug!(limiter = self.name, permits = n, "admitted");
     }
 
     #[inline]
     fn count_denied(&self, n: u32, denied: &Denied) {
-        // Relaxed: as in `count_admitted`.
-        self.stripe()
-            .denied
-            .fetch_add(u64::from(n), Ordering::Relaxed);
+        self.add(Counter::Denied, n);
         #[cfg(feature = "tracing")]
         tracing::info!(
             limiter = self.name,
@@ -304,10 +353,7 @@ impl<L: RateLimiter> RateLimiter for Counted<L> {
             }
             let kept = keep(answer);
             if admitted && !kept {
-                // Relaxed: as in `count_admitted`.
-                self.stripe()
-                    .refunded
-                    .fetch_add(u64::from(n), Ordering::Relaxed);
+                self.add(Counter::Refunded, n);
             }
             kept
         })
@@ -358,10 +404,7 @@ impl<L: Refundable> Refundable for Counted<L> {
     }
 
     fn refund<'a>(&'a self, receipt: Self::Receipt<'a>) {
-        // Relaxed: as in `count_admitted`.
-        self.stripe()
-            .refunded
-            .fetch_add(u64::from(receipt.permits), Ordering::Relaxed);
+        self.add(Counter::Refunded, receipt.permits);
         #[cfg(feature = "tracing")]
         tracing::debug!(limiter = self.name, permits = receipt.permits, "refunded");
         self.limiter.refund(receipt.receipt);

@@ -3,8 +3,8 @@
 //! list of limiters an exporter's upkeep publishes.
 //!
 //! Nothing here is on a decision's path. A [`Counted`](crate::Counted)
-//! limiter keeps counting on its own per-thread stripes; publishing sums the
-//! stripes and sets the facade's counters to the sums. A named
+//! limiter keeps counting in its own per-thread cells; publishing sums the
+//! cells and sets the facade's counters to the sums. A named
 //! [`AdaptiveLimit`](crate::AdaptiveLimit) counts a sample where its
 //! algorithm is fed one (the permit's release), and sets its gauges where
 //! the limit changes and when published. Every handle is registered with
@@ -64,7 +64,7 @@ pub trait Publish: Send + Sync {
 /// [`publish`](Self::publish), called from the exporter's upkeep or a timer
 /// before each scrape, publishes every one still alive.
 ///
-/// A [`Counted`](crate::Counted) limiter counts on per-thread stripes that
+/// A [`Counted`](crate::Counted) limiter counts in per-thread cells that
 /// only a read sums, so its `tollgate_permits_total` counters move when it
 /// is published, not at each decision; a named
 /// [`AdaptiveLimit`](crate::AdaptiveLimit) counts its samples as they come,

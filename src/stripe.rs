@@ -150,6 +150,79 @@ pub(crate) fn thread_hint() -> usize {
         .fold(0, |acc, d| acc * 10 + usize::from(d - b'0'))
 }
 
+/// A number no other live thread holds: the lowest free one, taken at the
+/// calling thread's first ask and given back when it exits (its successor
+/// may take it). `None` while the thread is being torn down (its number is
+/// already given back).
+///
+/// Unlike [`thread_hint`], which only spreads threads out, this one is
+/// *exclusive*: a cell indexed by it has one writer at a time, which may
+/// then add to it with a plain load and store instead of a locked
+/// read-modify-write (`Counted`'s counts). A number passes from an exiting
+/// thread to the next through the registry's lock, which orders the old
+/// owner's last store before the new owner's first load.
+///
+/// The registry is `std`'s on purpose: it is a process-wide `static`, which
+/// loom's primitives cannot be. Under loom the number is the model thread's
+/// (unique among a model's threads, and deterministic).
+#[cfg(not(loom))]
+#[inline]
+pub(crate) fn thread_slot() -> Option<usize> {
+    SLOT.try_with(|slot| slot.0).ok()
+}
+
+#[cfg(loom)]
+pub(crate) fn thread_slot() -> Option<usize> {
+    Some(thread_hint())
+}
+
+/// A thread's exclusive number, given back to [`FREE_SLOTS`] at thread exit.
+#[cfg(not(loom))]
+struct Slot(usize);
+
+/// The numbers given back by exited threads (a min-heap: the lowest is
+/// reused first, so long-lived processes keep numbers small), and the next
+/// never-used one.
+#[cfg(not(loom))]
+static FREE_SLOTS: std::sync::Mutex<(
+    std::collections::BinaryHeap<std::cmp::Reverse<usize>>,
+    usize,
+)> = std::sync::Mutex::new((std::collections::BinaryHeap::new(), 0));
+
+#[cfg(not(loom))]
+impl Slot {
+    fn take() -> Slot {
+        // A poisoned lock still holds a consistent heap (no code here panics
+        // between its writes), so its content is taken as it is.
+        let mut free = FREE_SLOTS
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let number = match free.0.pop() {
+            Some(std::cmp::Reverse(number)) => number,
+            None => {
+                free.1 += 1;
+                free.1 - 1
+            }
+        };
+        Slot(number)
+    }
+}
+
+#[cfg(not(loom))]
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut free = FREE_SLOTS
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        free.0.push(std::cmp::Reverse(self.0));
+    }
+}
+
+#[cfg(not(loom))]
+std::thread_local! {
+    static SLOT: Slot = Slot::take();
+}
+
 #[cfg(all(test, target_os = "linux", not(loom)))]
 mod tests {
     use super::*;
@@ -173,5 +246,38 @@ mod tests {
             refresh_thread_hint();
             assert!(thread_hint() < cpus);
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod slot_tests {
+    use super::thread_slot;
+    use std::sync::{Arc, Barrier};
+
+    /// Threads alive at one time hold different numbers: the exclusivity a
+    /// cell written with plain stores rests on. (Other tests' threads take
+    /// numbers too, so which numbers is not asserted.)
+    #[test]
+    fn live_threads_hold_different_slots() {
+        let threads = 16;
+        let barrier = Arc::new(Barrier::new(threads));
+        let mut slots: Vec<usize> = (0..threads)
+            .map(|_| {
+                let barrier = Arc::clone(&barrier);
+                std::thread::spawn(move || {
+                    let slot = thread_slot().expect("a live thread has a slot");
+                    // Every thread holds its number until all have one.
+                    barrier.wait();
+                    assert_eq!(thread_slot(), Some(slot), "a thread keeps its number");
+                    slot
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|handle| handle.join().expect("the thread ran"))
+            .collect();
+        slots.sort_unstable();
+        slots.dedup();
+        assert_eq!(slots.len(), threads);
     }
 }

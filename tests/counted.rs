@@ -41,6 +41,48 @@ fn counts_are_exact_under_contention() {
     );
 }
 
+/// More threads than a counted limiter has cells of their own (at least
+/// 8, twice the parallelism), in waves: the later waves take the numbers
+/// of exited threads, so a cell passes between threads, and the threads
+/// beyond the cells count in the shared one. Every permit is counted.
+#[test]
+fn counts_are_exact_with_more_threads_than_cells_and_threads_that_come_and_go() {
+    let threads_per_wave = 4 * std::thread::available_parallelism().map_or(1, usize::from) + 16;
+    let clock = ManualClock::new();
+    let counted = Counted::new(
+        "waves",
+        TokenBucket::with_clock(20_000, Rate::per_hour(20_000), clock).unwrap(),
+    );
+    let (admitted, denied) = (AtomicU64::new(0), AtomicU64::new(0));
+    for _wave in 0..3 {
+        std::thread::scope(|s| {
+            for thread in 0..threads_per_wave {
+                let (counted, admitted, denied) = (&counted, &admitted, &denied);
+                s.spawn(move || {
+                    for i in 0..300u32 {
+                        let n = 1 + (thread as u32 + i) % 4;
+                        match counted.try_acquire_n(n) {
+                            Ok(()) => admitted.fetch_add(u64::from(n), Ordering::Relaxed),
+                            Err(_) => denied.fetch_add(u64::from(n), Ordering::Relaxed),
+                        };
+                    }
+                });
+            }
+        });
+    }
+    let counts = counted.counts();
+    assert_eq!(counts.admitted, admitted.load(Ordering::Relaxed));
+    assert_eq!(counts.denied, denied.load(Ordering::Relaxed));
+    assert!(
+        counts.denied > 0,
+        "the waves asked for more than the bucket holds"
+    );
+    assert_eq!(
+        counts.admitted,
+        20_000 - u64::from(counted.snapshot().available)
+    );
+}
+
 #[test]
 fn every_decision_path_is_counted() {
     let clock = ManualClock::new();
