@@ -18,7 +18,7 @@ use metrics_util::debugging::DebuggingRecorder;
 use tollgate::{ConcurrencyLimit, Rate, TokenBucket};
 use tollgate_tower::{ConcurrencyLayer, HeaderKey, Limit, ThrottleLayer};
 
-use recorded::{counter, gauge, read};
+use recorded::{counter, gauge, histogram, read};
 
 async fn status(client: &reqwest::Client, url: &str, key: Option<&str>) -> StatusCode {
     let mut request = client.get(url);
@@ -166,5 +166,44 @@ async fn every_metric_counts_what_happened() {
     assert_eq!(
         gauge(&metrics, "tollgate_tower_concurrency_in_flight", &[]),
         1.0
+    );
+
+    // A queue of one: a request that waits out its 100 ms is shed, one
+    // whose permit comes back while it waits is granted; each wait is a
+    // sample of the histogram.
+    let limit = Arc::new(ConcurrencyLimit::new(1).unwrap());
+    let addr = support::serve(
+        Router::new().route("/", get(|| async { "ok" })).layer(
+            ConcurrencyLayer::builder(Arc::clone(&limit))
+                .queue(1, std::time::Duration::from_millis(100))
+                .build(),
+        ),
+    )
+    .await;
+    let url = format!("http://{addr}/");
+    let held = limit.try_acquire().unwrap();
+    assert_eq!(
+        status(&client, &url, None).await,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    let granted = tokio::spawn({
+        let (client, url) = (client.clone(), url.clone());
+        async move { status(&client, &url, None).await }
+    });
+    // The permit comes back only once the request is queued for it.
+    while !limit.has_waiters() {
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    drop(held);
+    assert_eq!(granted.await.unwrap(), StatusCode::OK);
+    let waits = histogram(
+        &read(&snapshotter),
+        "tollgate_tower_concurrency_queue_wait_seconds",
+        &[],
+    );
+    assert_eq!(waits.len(), 2, "one wait shed, one granted: {waits:?}");
+    assert!(
+        waits.iter().any(|&wait| wait >= 0.1),
+        "the shed request waited its whole timeout: {waits:?}"
     );
 }
