@@ -163,6 +163,11 @@ pub use token_bucket::{LeasedTokenBucket, LockingTokenBucket, TokenBucket};
 pub use waiting::{Reservation, Reserve, RetryAcquire};
 pub use warm_up::{DEFAULT_COLD_FACTOR, LockingWarmUp, WarmUp};
 
+// The loom models (`loom-tests/`) switch the known-bad variants they must
+// catch through this; a normal build has no such module.
+#[cfg(loom)]
+pub use sync::fault;
+
 // The README and the guide's pages (docs/guide/), compiled and run as
 // doctests, so that an example that stops compiling fails `cargo test`. Only
 // under `doctest`: the packaged crate holds no docs/guide/.

@@ -19,6 +19,7 @@ use std::sync::Mutex;
 
 use loom::sync::Arc;
 use loom::thread;
+use tollgate::fault::{Fault, inject};
 use tollgate::{
     AdaptiveLimit, Aimd, Gradient2, LimitAlgorithm, ManualClock, Outcome, Sample, Vegas, Windowed,
 };
@@ -387,7 +388,7 @@ fn adaptive_limit_releases_race() {
 #[test]
 #[should_panic(expected = "the gate did not follow the algorithm")]
 fn known_bad_unfollowed_is_caught() {
-    AdaptiveLimit::<Aimd>::known_bad_unfollowed(true);
+    inject(Fault::Unfollowed, true);
     explore("adaptive::known_bad_unfollowed_is_caught", 3, || {
         releases_race(false)
     });

@@ -30,6 +30,7 @@ use std::task::{Context, Poll, Waker};
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicU32, Ordering};
 use loom::thread;
+use tollgate::fault::{Fault, inject};
 use tollgate::{ConcurrencyLimit, LockingConcurrencyLimit, Permit, PermitSource};
 use tollgate_loom_tests::explore;
 
@@ -156,7 +157,7 @@ fn acquires_and_releases_race_under_a_limit_of_two() {
 #[test]
 #[should_panic(expected = "concurrency invariant violated")]
 fn known_bad_load_then_store_is_caught() {
-    ConcurrencyLimit::known_bad_load_then_store(true);
+    inject(Fault::LoadThenStore, true);
     explore(
         "concurrency::known_bad_load_then_store_is_caught",
         3,
@@ -393,7 +394,7 @@ fn a_woken_waiter_dropped_passes_the_wake_up_on() {
 #[test]
 #[should_panic(expected = "deadlock")]
 fn known_bad_forgetful_leave_is_caught() {
-    ConcurrencyLimit::known_bad_forgetful_leave(true);
+    inject(Fault::ForgetfulLeave, true);
     explore(
         "concurrency::known_bad_forgetful_leave_is_caught",
         3,

@@ -29,10 +29,8 @@ use std::time::Duration;
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::thread;
-use tollgate::keyed::{
-    KeyedAdaptiveLimit, known_bad_adaptive_busy_overflow_insert,
-    known_bad_adaptive_unlocked_acquire, known_bad_adaptive_unpinned_waiters,
-};
+use tollgate::fault::{Fault, inject};
+use tollgate::keyed::KeyedAdaptiveLimit;
 use tollgate::{Aimd, ManualClock, OwnedAdaptivePermit};
 use tollgate_loom_tests::explore;
 
@@ -165,7 +163,7 @@ fn eviction_races_an_acquire_on_the_same_key() {
 #[test]
 #[should_panic(expected = "in flight for key 1 under a limit of 1")]
 fn known_bad_unlocked_acquire_is_caught() {
-    known_bad_adaptive_unlocked_acquire(true);
+    inject(Fault::AdaptiveUnlockedAcquire, true);
     explore(
         "keyed_adaptive::known_bad_unlocked_acquire_is_caught",
         3,
@@ -215,7 +213,7 @@ fn a_waiter_keeps_its_key_from_eviction() {
 #[test]
 #[should_panic(expected = "in flight for key 1 under a limit of 1")]
 fn known_bad_unpinned_waiter_is_caught() {
-    known_bad_adaptive_unpinned_waiters(true);
+    inject(Fault::AdaptiveUnpinnedWaiters, true);
     explore(
         "keyed_adaptive::known_bad_unpinned_waiter_is_caught",
         3,
@@ -263,7 +261,7 @@ fn at_the_cap_a_key_keeps_one_gate() {
 #[test]
 #[should_panic(expected = "in flight for key 2 under a limit of 1")]
 fn known_bad_busy_overflow_insert_is_caught() {
-    known_bad_adaptive_busy_overflow_insert(true);
+    inject(Fault::AdaptiveBusyOverflowInsert, true);
     explore(
         "keyed_adaptive::known_bad_busy_overflow_insert_is_caught",
         3,

@@ -26,10 +26,8 @@ use std::time::Duration;
 
 use loom::sync::Arc;
 use loom::thread;
-use tollgate::keyed::{
-    BucketConfig, FLOOR_STEP, Keyed, known_bad_unchecked_bias, known_bad_unlocked_lookups,
-    known_bad_unwaited_readers,
-};
+use tollgate::fault::{Fault, inject};
+use tollgate::keyed::{BucketConfig, FLOOR_STEP, Keyed};
 use tollgate::{ManualClock, Rate, TokenBucket};
 use tollgate_loom_tests::{Op, RecordingClock, assert_bucket_bound, explore, record};
 
@@ -112,7 +110,7 @@ fn eviction_races_requests_on_the_key_it_evicts() {
 #[test]
 #[should_panic(expected = "Causality violation")]
 fn known_bad_unlocked_lookup_is_caught() {
-    known_bad_unlocked_lookups(true);
+    inject(Fault::UnlockedLookups, true);
     explore(
         "keyed_eviction::known_bad_unlocked_lookup_is_caught",
         2,
@@ -126,7 +124,7 @@ fn known_bad_unlocked_lookup_is_caught() {
 #[test]
 #[should_panic(expected = "Causality violation")]
 fn known_bad_unchecked_bias_is_caught() {
-    known_bad_unchecked_bias(true);
+    inject(Fault::UncheckedBias, true);
     explore(
         "keyed_eviction::known_bad_unchecked_bias_is_caught",
         3,
@@ -139,7 +137,7 @@ fn known_bad_unchecked_bias_is_caught() {
 #[test]
 #[should_panic(expected = "Causality violation")]
 fn known_bad_unwaited_readers_is_caught() {
-    known_bad_unwaited_readers(true);
+    inject(Fault::UnwaitedReaders, true);
     explore(
         "keyed_eviction::known_bad_unwaited_readers_is_caught",
         3,

@@ -19,7 +19,8 @@ use std::time::Duration;
 use loom::sync::Arc;
 use loom::thread;
 use tollgate::LogConfig;
-use tollgate::keyed::{Keyed, Tunable, known_bad_unsealed_log_refunds};
+use tollgate::fault::{Fault, inject};
+use tollgate::keyed::{Keyed, Tunable};
 use tollgate::{ManualClock, Rate, RateLimiter, Refundable, SlidingLog};
 use tollgate_loom_tests::{
     Op, RecordingClock, admissions_in_order, explore, record, single_threaded_tail,
@@ -178,7 +179,7 @@ fn a_refund_races_a_decision_on_its_entry() {
 #[should_panic(expected = "keyed sliding log invariant violated")]
 fn known_bad_unsealed_refund_is_caught() {
     explore("keyed_log::known_bad_unsealed_refund_is_caught", 3, || {
-        known_bad_unsealed_log_refunds(true);
+        inject(Fault::UnsealedLogRefunds, true);
         // No tail: the in-place refund also leaves entries that look in
         // flight for good (a stuck key, which the tail reports first); the
         // model is after the over-admission.

@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use loom::sync::{Arc, Mutex};
 use loom::thread;
+use tollgate::fault::{Fault, inject};
 use tollgate::keyed::{SlidingWindowConfig, Tunable};
 use tollgate::{Clock, Denied, ManualClock, Rate, RateLimiter, SlidingWindow};
 use tollgate_loom_tests::{Op, RecordingClock, explore, record, single_threaded_tail};
@@ -239,7 +240,7 @@ fn known_bad_open_before_publish_is_caught() {
         "keyed_window::known_bad_open_before_publish_is_caught",
         3,
         || {
-            tollgate::keyed::known_bad_window_open_before_publish(true);
+            inject(Fault::WindowOpenBeforePublish, true);
             a_later_opener_reads_the_history(|| window(2, 3));
         },
     );

@@ -22,6 +22,7 @@ use std::time::Duration;
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicI32, AtomicI64, Ordering};
 use loom::thread;
+use tollgate::fault::{Fault, inject};
 use tollgate::{Clock, Denied, ManualClock, Rate, RateLimiter, SlidingLog};
 use tollgate_loom_tests::{Op, RecordingClock, explore, record, single_threaded_tail};
 
@@ -629,7 +630,7 @@ fn verify_rules(log: &SlidingLog<RecordingClock>, clock: &ManualClock, mut threa
 /// back, whichever thread wrote them and whenever it read the clock.
 fn rules_race_a_ticking_clock(name: &'static str, largest_only: bool) {
     let explored = explore(name, 2, move || {
-        SlidingLog::known_bad_largest_rule_only(largest_only);
+        inject(Fault::LargestRuleOnly, largest_only);
         let (log, clock) = ruled_log(false);
         let acquirers: Vec<_> = (0..2)
             .map(|_| {

@@ -10,6 +10,8 @@ use super::{LimitAlgorithm, Outcome, Sample};
 use crate::clock::{Clock, MonotonicClock};
 use crate::concurrency::{ConcurrencyLimit, OwnedPermit, Permit};
 use crate::error::ConfigError;
+#[cfg(loom)]
+use crate::sync::fault::{Fault, injected};
 
 /// A concurrency limit that finds a service's capacity by itself: at most
 /// [`limit`](Self::limit) permits at once, the limit moved by an algorithm
@@ -401,7 +403,7 @@ impl<A: LimitAlgorithm, C: Clock> AdaptiveLimit<A, C> {
             // ignored (the gate keeps its limit) rather than a panic here.
             let _ = self.gate.set_limit(limit);
             #[cfg(loom)]
-            if UNFOLLOWED.with(std::cell::Cell::get) {
+            if injected(Fault::Unfollowed) {
                 // The known-bad copy: once, without the re-read.
                 return;
             }
@@ -409,16 +411,6 @@ impl<A: LimitAlgorithm, C: Clock> AdaptiveLimit<A, C> {
                 return;
             }
         }
-    }
-
-    /// Loom builds only: a release copies the algorithm's limit to the gate
-    /// once, without re-reading it — the known-bad follow the models must
-    /// catch (a stale copy can land last), for the calling OS thread (a loom
-    /// model runs on it). Never compiled into a normal build.
-    #[cfg(loom)]
-    #[doc(hidden)]
-    pub fn known_bad_unfollowed(on: bool) {
-        UNFOLLOWED.with(|bad| bad.set(on));
     }
 }
 
@@ -530,10 +522,3 @@ macro_rules! adaptive_permit {
 
 adaptive_permit!(AdaptivePermit<'a>);
 adaptive_permit!(OwnedAdaptivePermit);
-
-#[cfg(loom)]
-std::thread_local! {
-    /// Test-only: `follow` without its re-read. Per OS thread: loom runs a
-    /// model's threads on the test's own thread.
-    static UNFOLLOWED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}

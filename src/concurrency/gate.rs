@@ -66,6 +66,8 @@ use std::task::Waker;
 use crossbeam_utils::CachePadded;
 
 use crate::cell::{AtomicCell, LockedCell, Orders, StateCell};
+#[cfg(loom)]
+use crate::sync::fault::{Fault, injected};
 use crate::sync::park::{self, Thread};
 use crate::sync::{Mutex, Ordering};
 
@@ -171,16 +173,6 @@ pub(crate) enum Step {
     Asleep(u64),
 }
 
-#[cfg(loom)]
-std::thread_local! {
-    /// Test-only, per OS thread (a loom model runs on the test's thread):
-    /// `try_acquire` decides on a load and stores its result without
-    /// checking the word is unchanged.
-    pub(crate) static LOAD_THEN_STORE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    /// Test-only: a woken waiter that leaves does not pass its wake-up on.
-    pub(crate) static FORGETFUL_LEAVE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
 /// The word, on its own cache line (every admission and release writes it),
 /// and the queue.
 #[derive(Debug)]
@@ -215,7 +207,7 @@ impl<S: StateCell<Word = u64>> Gate<S> {
     #[inline]
     pub(crate) fn try_acquire(&self) -> Option<Granted> {
         #[cfg(loom)]
-        if LOAD_THEN_STORE.with(std::cell::Cell::get) {
+        if injected(Fault::LoadThenStore) {
             // The known-bad acquire: the store does not check the word it
             // decided on is still there.
             let word = self.word.load();
@@ -373,7 +365,7 @@ impl<S: StateCell<Word = u64>> Gate<S> {
 fn forgetful_leave() -> bool {
     #[cfg(loom)]
     {
-        FORGETFUL_LEAVE.with(std::cell::Cell::get)
+        injected(Fault::ForgetfulLeave)
     }
     #[cfg(not(loom))]
     {

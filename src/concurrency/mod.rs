@@ -543,23 +543,3 @@ macro_rules! concurrency_limit {
 
 concurrency_limit!(ConcurrencyLimit);
 concurrency_limit!(LockingConcurrencyLimit);
-
-impl ConcurrencyLimit {
-    /// Loom builds only: `try_acquire` on the calling OS thread (a loom model
-    /// runs on it) decides on a load and stores its result without checking
-    /// the word is unchanged — the known-bad acquire the models must catch.
-    /// Never compiled into a normal build.
-    #[cfg(loom)]
-    #[doc(hidden)]
-    pub fn known_bad_load_then_store(on: bool) {
-        gate::LOAD_THEN_STORE.with(|bad| bad.set(on));
-    }
-
-    /// Loom builds only: a woken waiter that gives up does not pass its
-    /// wake-up on — the known-bad cancellation the models must catch.
-    #[cfg(loom)]
-    #[doc(hidden)]
-    pub fn known_bad_forgetful_leave(on: bool) {
-        gate::FORGETFUL_LEAVE.with(|bad| bad.set(on));
-    }
-}

@@ -18,6 +18,8 @@ use super::map::{Entry, Map, WriteGuard};
 use crate::adaptive::{AdaptiveLimit, LimitAlgorithm, OwnedAdaptivePermit};
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::ConfigError;
+#[cfg(loom)]
+use crate::sync::fault::{Fault, injected};
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 use crate::timeline::Timeline;
 
@@ -810,7 +812,7 @@ where
         if let Some(state) = self.map.get(key) {
             state.touch(now);
             #[cfg(loom)]
-            if UNLOCKED_ACQUIRE.with(std::cell::Cell::get) {
+            if injected(Fault::AdaptiveUnlockedAcquire) {
                 // The known-bad protocol: the read side is let go before the
                 // admission, which then lands on whatever state was found,
                 // removed or not.
@@ -975,7 +977,7 @@ impl<K, A: fmt::Debug, C, S> fmt::Debug for KeyedAdaptiveLimit<K, A, C, S> {
 fn unpinned_waiters() -> bool {
     #[cfg(loom)]
     {
-        UNPINNED.with(std::cell::Cell::get)
+        injected(Fault::AdaptiveUnpinnedWaiters)
     }
     #[cfg(not(loom))]
     {
@@ -987,52 +989,10 @@ fn unpinned_waiters() -> bool {
 fn busy_overflow_insert() -> bool {
     #[cfg(loom)]
     {
-        BUSY_OVERFLOW.with(std::cell::Cell::get)
+        injected(Fault::AdaptiveBusyOverflowInsert)
     }
     #[cfg(not(loom))]
     {
         false
     }
-}
-
-#[cfg(loom)]
-std::thread_local! {
-    /// Test-only: a lookup lets go of the shard before it admits. Per OS
-    /// thread: loom runs a model's threads on the test's own thread.
-    static UNLOCKED_ACQUIRE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    /// Test-only: a waiter's pin is never counted down.
-    static UNPINNED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    /// Test-only: a key is inserted while the overflow has permits out.
-    static BUSY_OVERFLOW: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Loom builds only: a keyed adaptive lookup lets go of its shard's read
-/// side before it admits on the state it found — the known-bad protocol the
-/// models must catch (an eviction can remove the state and a new one be
-/// made for the same key: two gates for one key). For the calling OS thread.
-/// Never compiled into a normal build.
-#[cfg(loom)]
-#[doc(hidden)]
-pub fn known_bad_adaptive_unlocked_acquire(on: bool) {
-    UNLOCKED_ACQUIRE.with(|bad| bad.set(on));
-}
-
-/// Loom builds only: a waiter that finds its key's gate full waits on it
-/// without pinning the state — the known-bad waiter the models must catch
-/// (an eviction can remove the state it waits on and a new one be made). Never compiled into a normal
-/// build.
-#[cfg(loom)]
-#[doc(hidden)]
-pub fn known_bad_adaptive_unpinned_waiters(on: bool) {
-    UNPINNED.with(|bad| bad.set(on));
-}
-
-/// Loom builds only: a key gets a state of its own while the overflow still
-/// has permits out — the known-bad insert the models must catch (a key's
-/// overflow permits and its own state's: two gates). Never compiled into a
-/// normal build.
-#[cfg(loom)]
-#[doc(hidden)]
-pub fn known_bad_adaptive_busy_overflow_insert(on: bool) {
-    BUSY_OVERFLOW.with(|bad| bad.set(on));
 }

@@ -55,8 +55,8 @@
 //! `loom_seq_cst_fence`); without those fences the models fail at the first
 //! interleaving, which shows that acquire/release is not enough. Two
 //! known-bad locks, switched on in loom builds only, are caught: readers that
-//! skip the second bias check (`known_bad_unchecked_bias`) and writers that do
-//! not wait for the readers in their slots (`known_bad_unwaited_readers`).
+//! skip the second bias check (`Fault::UncheckedBias`) and writers that do
+//! not wait for the readers in their slots (`Fault::UnwaitedReaders`).
 //! That the accesses' own `SeqCst` suffices without the fence is the C11
 //! rule for `SeqCst` operations, which loom cannot show.
 //!
@@ -87,6 +87,8 @@ use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 
 use crate::stripe::{refresh_thread_hint, thread_hint};
+#[cfg(loom)]
+use crate::sync::fault::{Fault, injected};
 use crate::sync::{
     AtomicBool, AtomicUsize, Backoff, ConstPtr, MutPtr, Ordering, RwLock, RwLockReadGuard,
     RwLockWriteGuard, UnsafeCell, loom_seq_cst_fence,
@@ -307,7 +309,7 @@ impl<K: Eq + Hash, V, S: BuildHasher> Map<K, V, S> {
         let (_, value) = unsafe { table.deref() }.find(hash, |(k, _)| k.borrow() == key)?;
         let value: *const V = value;
         #[cfg(loom)]
-        if UNLOCKED_LOOKUPS.with(std::cell::Cell::get) {
+        if injected(Fault::UnlockedLookups) {
             // The known-bad protocol: the hold is let go before the caller
             // decides on the state. loom's cell tracking sees the table read
             // while a writer may change it.
@@ -355,25 +357,11 @@ impl<K: Eq + Hash, V, S: BuildHasher> Map<K, V, S> {
     }
 }
 
-#[cfg(loom)]
-std::thread_local! {
-    /// Test-only: lookups that let go of the shard before the caller decides
-    /// (the known-bad protocol the eviction models must catch). Outside
-    /// loom's view, and per OS thread: loom runs a model's threads on the
-    /// test's own thread, so one test's setting reaches all of its model and
-    /// no other test.
-    pub(crate) static UNLOCKED_LOOKUPS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    /// Test-only: biased readers that skip the second bias check.
-    pub(crate) static UNCHECKED_BIAS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    /// Test-only: writers that clear the bias without waiting for readers.
-    pub(crate) static UNWAITED_READERS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
 #[inline(always)]
 fn unchecked_bias() -> bool {
     #[cfg(loom)]
     {
-        UNCHECKED_BIAS.with(std::cell::Cell::get)
+        injected(Fault::UncheckedBias)
     }
     #[cfg(not(loom))]
     {
@@ -385,7 +373,7 @@ fn unchecked_bias() -> bool {
 fn unwaited_readers() -> bool {
     #[cfg(loom)]
     {
-        UNWAITED_READERS.with(std::cell::Cell::get)
+        injected(Fault::UnwaitedReaders)
     }
     #[cfg(not(loom))]
     {

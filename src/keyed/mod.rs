@@ -112,12 +112,6 @@ use std::hash::{BuildHasher, Hash};
 use crossbeam_utils::CachePadded;
 
 pub use adaptive::{DEFAULT_IDLE, DEFAULT_MAX_ADAPTIVE_KEYS, KeyedAdaptiveLimit, TOUCH_STEP};
-#[cfg(loom)]
-#[doc(hidden)]
-pub use adaptive::{
-    known_bad_adaptive_busy_overflow_insert, known_bad_adaptive_unlocked_acquire,
-    known_bad_adaptive_unpinned_waiters,
-};
 pub use evict::IDLE_BEFORE_EVICTION;
 pub use for_key::{ForKey, KeyedReceipt};
 pub use hasher::{KeyHash, KeyHasher};
@@ -129,9 +123,6 @@ pub use crate::kind::combined;
 pub use crate::kind::{BucketConfig, MeterConfig, WindowConfig};
 pub use crate::kind::{Carry, Keyable};
 pub use crate::kind::{ShaperConfig, Tunable, WarmUpConfig};
-#[cfg(loom)]
-#[doc(hidden)]
-pub use crate::kind::{known_bad_unsealed_log_refunds, known_bad_window_open_before_publish};
 
 use crate::clock::MonotonicClock;
 use crate::error::Denied;
@@ -143,37 +134,6 @@ use crate::timeline::Timeline;
 use evict::Sweeper;
 use map::Map;
 use quota::Overrides;
-
-/// Loom builds only: makes every keyed lookup let go of its shard's read lock
-/// before deciding on the state it found — the known-bad protocol the
-/// eviction models must catch (an eviction can then erase a state a request
-/// is admitting on), for the calling OS thread (a loom model runs on it).
-/// Never compiled into a normal build.
-#[cfg(loom)]
-#[doc(hidden)]
-pub fn known_bad_unlocked_lookups(on: bool) {
-    map::UNLOCKED_LOOKUPS.with(|unlocked| unlocked.set(on));
-}
-
-/// Loom builds only: biased readers of the keyed map skip the second bias
-/// check after claiming their slot, so a writer that cleared the bias in
-/// between does not see them — a known-bad biased lock the models must catch
-/// (for the calling OS thread). Never compiled into a normal build.
-#[cfg(loom)]
-#[doc(hidden)]
-pub fn known_bad_unchecked_bias(on: bool) {
-    map::UNCHECKED_BIAS.with(|unchecked| unchecked.set(on));
-}
-
-/// Loom builds only: writers of the keyed map clear the bias without waiting
-/// for the readers in their slots — the other known-bad biased lock the
-/// models must catch (for the calling OS thread). Never compiled into a
-/// normal build.
-#[cfg(loom)]
-#[doc(hidden)]
-pub fn known_bad_unwaited_readers(on: bool) {
-    map::UNWAITED_READERS.with(|unwaited| unwaited.set(on));
-}
 
 /// The default [`Keyed::max_keys`]: 2^20 keys (about 35 MB with `u64` keys and
 /// token buckets).

@@ -56,6 +56,8 @@ use crate::sliding_log::log::{
 use crate::sliding_log::ring::stamp_entry;
 use crate::sliding_log::ring::{Claim, Outcome, Settled, View as RingView, claim_on, load_head};
 use crate::sliding_log::{LogConfig, SlidingLog};
+#[cfg(loom)]
+use crate::sync::fault::{Fault, injected};
 use crate::sync::{AtomicU64, Backoff, Guard, Mutex, Ordering, Shared, pin};
 
 /// One key's ring: the tag it was written under, the head of its tickets and
@@ -362,27 +364,10 @@ impl KeyRing {
 }
 
 #[cfg(loom)]
-std::thread_local! {
-    /// Test-only: refunds that move the head back in place.
-    static UNSEALED_REFUNDS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Loom builds only: a keyed sliding log's refund moves its ring's head back
-/// in place (and writes back the overwritten entries) instead of publishing
-/// a copy — the known-bad refund the models must catch: a decision made on
-/// the refunded admission's entry can still claim once the head has come
-/// back to the same ticket. For the calling OS thread. Never compiled into a
-/// normal build.
-#[cfg(loom)]
-#[doc(hidden)]
-pub fn known_bad_unsealed_log_refunds(on: bool) {
-    UNSEALED_REFUNDS.with(|bad| bad.set(on));
-}
-
-#[cfg(loom)]
 impl KeyRing {
-    /// The known-bad refund: the ring sealed at `claimed.after` is unsealed
-    /// at `claimed.before`, then the overwritten entries are written back.
+    /// The known-bad refund (`Fault::UnsealedLogRefunds`): the ring sealed
+    /// at `claimed.after` is unsealed at `claimed.before`, then the
+    /// overwritten entries are written back.
     fn refund_in_place(&self, claimed: &Claim, n: u32) {
         let geometry = self.geometry(1);
         self.head.store(claimed.before, Ordering::Release);
@@ -626,7 +611,7 @@ impl<C: Clock> Keyable for SlidingLog<C> {
             return;
         }
         #[cfg(loom)]
-        if UNSEALED_REFUNDS.with(std::cell::Cell::get) {
+        if injected(Fault::UnsealedLogRefunds) {
             ring.refund_in_place(&receipt.claimed, n);
             return;
         }

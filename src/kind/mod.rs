@@ -31,14 +31,8 @@ use crate::limiter::Snapshot;
 
 pub use crate::machine::Carry;
 pub use kinds::{BucketConfig, MeterConfig, WindowConfig};
-#[cfg(loom)]
-#[doc(hidden)]
-pub use log::known_bad_unsealed_log_refunds;
 pub use reconfig::Tunable;
 pub use sliding::SlidingWindowConfig;
-#[cfg(loom)]
-#[doc(hidden)]
-pub use sliding::known_bad_window_open_before_publish;
 pub use two_word::{ShaperConfig, WarmUpConfig};
 
 /// The tag bit of a state word: which of two consecutive configurations the

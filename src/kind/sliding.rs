@@ -82,6 +82,8 @@ use crate::machine::scale_up;
 use crate::rate::Rate;
 use crate::sliding_window::SlidingWindow;
 use crate::sliding_window::ring::Geometry;
+#[cfg(loom)]
+use crate::sync::fault::{Fault, injected};
 use crate::sync::{AtomicU64, AtomicU128, Backoff, Guard, MaybeShared, Ordering, pin};
 
 /// The configuration of a keyed or tunable [`SlidingWindow`]: at most `N`
@@ -784,7 +786,7 @@ impl WindowCell {
         }
         let opened = Seen { pool, history, geo }.opened(j);
         #[cfg(loom)]
-        if OPEN_BEFORE_PUBLISH.with(std::cell::Cell::get) {
+        if injected(Fault::WindowOpenBeforePublish) {
             // The known-bad order: the pool moves before the entry is written.
             let next = self.move_to(word, opened);
             if next == opened.pack() {
@@ -982,22 +984,6 @@ impl WindowCell {
             }
         }
     }
-}
-
-#[cfg(loom)]
-std::thread_local! {
-    static OPEN_BEFORE_PUBLISH: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Loom builds only: the keyed sliding window's openers move the pool to the
-/// new sub-window *before* writing the one they leave into the history — the
-/// known-bad order the models must catch (an opener of the sub-window after
-/// can then miss a count still in its window), for the calling OS thread.
-/// Never compiled into a normal build.
-#[cfg(loom)]
-#[doc(hidden)]
-pub fn known_bad_window_open_before_publish(on: bool) {
-    OPEN_BEFORE_PUBLISH.with(|bad| bad.set(on));
 }
 
 /// Writes `pool`'s newest charge, if any, into `history` (which `open` has

@@ -586,18 +586,6 @@ impl<C: Clock> SlidingLog<C> {
     }
 }
 
-impl SlidingLog {
-    /// Loom builds only: a log of several rules decides by the rule of the
-    /// largest count alone — the known-bad log the models must catch, for
-    /// the calling OS thread (a loom model runs on it). Never compiled into
-    /// a normal build.
-    #[cfg(loom)]
-    #[doc(hidden)]
-    pub fn known_bad_largest_rule_only(on: bool) {
-        stripes::LARGEST_RULE_ONLY.with(|bad| bad.set(on));
-    }
-}
-
 impl<C: Clock> RateLimiter for SlidingLog<C> {
     #[inline]
     fn try_acquire_n(&self, n: u32) -> Result<(), Denied> {

@@ -11,6 +11,8 @@ use super::rules::LogConfig;
 use crate::error::Denied;
 use crate::limiter::Snapshot;
 use crate::stripe::{refresh_thread_hint, thread_hint};
+#[cfg(loom)]
+use crate::sync::fault::{Fault, injected};
 use crate::sync::{AtomicU64, Ordering};
 
 /// The most rings a log splits into: a request that its own ring cannot serve
@@ -97,12 +99,6 @@ struct Hints {
     others_at: AtomicU64,
 }
 
-#[cfg(loom)]
-std::thread_local! {
-    /// Test-only: a log of several rules checks only the largest.
-    pub(super) static LARGEST_RULE_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
 impl Rings {
     /// An empty log built to `plan`.
     pub(crate) fn new(plan: Plan) -> Self {
@@ -172,7 +168,7 @@ impl Rings {
     #[inline]
     fn rule_pairs(&self) -> &[(u32, u64)] {
         #[cfg(loom)]
-        if LARGEST_RULE_ONLY.with(std::cell::Cell::get) {
+        if injected(Fault::LargestRuleOnly) {
             let pairs = self.rules.pairs();
             let largest = pairs.iter().max_by_key(|r| r.0).expect("a rule");
             return std::slice::from_ref(largest);

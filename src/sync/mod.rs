@@ -18,14 +18,22 @@
 //! there is nothing for a model to order: process-wide `static`s (the stripe
 //! hint's round-robin counter, the cached clock's reading; loom's atomics
 //! cannot be `static`s) and the keyed log's immutable rule list (a `std` `Arc`
-//! of a slice, which loom's `Arc` cannot hold). The `cfg(loom)` left outside
-//! picks no primitive: loom-only test hooks and known-bad switches, model
-//! sizes (the keyed map's shard and line counts), the stripe hint (the model
-//! thread's number, deterministic across executions) and the sliding log's
-//! entry store, which is a swap under loom for a loom limitation that its
-//! comment (`stamp_entry`) explains.
+//! of a slice, which loom's `Arc` cannot hold).
+//!
+//! The switches of the known-bad variants the models must catch are here
+//! too, in `fault` (loom builds only): one `Fault` per variant, the tests'
+//! `inject` and the algorithms' `injected`. The `cfg(loom)` left outside
+//! picks no primitive and holds no switch: the branches to the known-bad
+//! variants (each asking `fault::injected`), one loom-only test hook
+//! (`LeasedTokenBucket::always_striped`), model sizes (the keyed map's shard
+//! and line counts), the stripe hint (the model thread's number,
+//! deterministic across executions) and the sliding log's entry store, which
+//! is a swap under loom for a loom limitation that its comment
+//! (`stamp_entry`) explains.
 
 mod epoch;
+#[cfg(loom)]
+pub mod fault;
 mod lock;
 pub(crate) mod park;
 mod wait;

@@ -228,18 +228,12 @@ impl<C: Clock> LeasedTokenBucket<C> {
         self.stripes.len()
     }
 
-    /// Sends every request through the stripes, as if every thread had just
-    /// lost a race for the word: for tests and models of the lease protocol,
-    /// which one thread alone would otherwise never reach.
-    ///
-    /// ```
-    /// use tollgate::{LeasedTokenBucket, ManualClock, RateLimiter, Rate};
-    /// let bucket = LeasedTokenBucket::with_clock(10, Rate::per_second(10), ManualClock::new())
-    ///     .unwrap()
-    ///     .always_striped();
-    /// assert!(bucket.try_acquire().is_ok());
-    /// ```
-    #[doc(hidden)]
+    /// Loom builds only: sends every request through the stripes, as if
+    /// every thread had just lost a race for the word, so that a model of
+    /// the lease protocol reaches it in every execution rather than only in
+    /// those where a CAS on the word fails. Not a setting for users: the
+    /// contended-until hint already moves a contended bucket to its stripes.
+    #[cfg(loom)]
     pub fn always_striped(self) -> Self {
         // Relaxed: nothing else is shared yet.
         self.contended_until.store(u64::MAX, Ordering::Relaxed);
@@ -329,10 +323,10 @@ impl<C: Clock> LeasedTokenBucket<C> {
         let until = now + CONTENDED_FOR;
         // Relaxed: a hint (see `contended_until`). Racing raises may lower it
         // a little; never below a reading of this window, and never from the
-        // `u64::MAX` of `always_striped`, which no raise exceeds. Raised only
-        // once less than half the window is left: every check reads this
-        // line, and under steady contention a store per lost race would
-        // make the hint itself a line the cores trade.
+        // `u64::MAX` of a loom model's `always_striped`, which no raise
+        // exceeds. Raised only once less than half the window is left: every
+        // check reads this line, and under steady contention a store per lost
+        // race would make the hint itself a line the cores trade.
         if self.contended_until.load(Ordering::Relaxed) < until - CONTENDED_FOR / 2 {
             self.contended_until.store(until, Ordering::Relaxed);
         }
