@@ -259,7 +259,14 @@ impl<L: RateLimiter> Counted<L> {
     /// Adds `n` to the calling thread's `counter`.
     #[inline]
     fn add(&self, counter: Counter, n: u32) {
-        match thread_slot().and_then(|slot| self.owned.get(slot)) {
+        let slot = thread_slot();
+        #[cfg(loom)]
+        let slot = if crate::sync::fault::injected(crate::sync::fault::Fault::SharedCountCell) {
+            Some(0)
+        } else {
+            slot
+        };
+        match slot.and_then(|slot| self.owned.get(slot)) {
             Some(cell) => {
                 // A load and a store, not an atomic add: no other thread
                 // writes this cell while this one holds its number

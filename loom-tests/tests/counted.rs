@@ -3,10 +3,12 @@
 //! with a load and a store (no atomic add), and a read sums the cells. The
 //! invariant: once the deciding threads are joined, the counts equal the
 //! decisions the threads saw, permit for permit — no count lost to two
-//! writers of one cell.
+//! writers of one cell. The known-bad variant (every thread on one cell,
+//! still with a load and a store) must fail the same model.
 
 use loom::sync::Arc;
 use loom::thread;
+use tollgate::fault::{Fault, inject};
 use tollgate::{Counted, ManualClock, Rate, RateLimiter, TokenBucket};
 use tollgate_loom_tests::explore;
 
@@ -54,4 +56,11 @@ fn counts_match_decisions() {
 #[test]
 fn counts_are_exact_across_threads() {
     explore("counted: counts equal decisions", 3, counts_match_decisions);
+}
+
+#[test]
+#[should_panic(expected = "the counts lost or invented a decision")]
+fn known_bad_shared_count_cell_is_caught() {
+    inject(Fault::SharedCountCell, true);
+    explore("counted: known-bad shared cell", 3, counts_match_decisions);
 }

@@ -85,6 +85,11 @@ pub enum Fault {
     /// count alone, and over-admits against the shorter rules. Caught by
     /// `sliding_log::known_bad_largest_rule_only_is_caught`.
     LargestRuleOnly,
+    /// A counted limiter's threads all add to one cell with a load and a
+    /// store, as if each held the cell alone: two threads' counts land on
+    /// the same value and one is lost. Caught by
+    /// `counted::known_bad_shared_count_cell_is_caught`.
+    SharedCountCell,
 }
 
 impl Fault {
@@ -96,7 +101,7 @@ impl Fault {
 
 // The last variant: one past the set's width would share a bit with another
 // and switch it on too.
-const _: () = assert!((Fault::LargestRuleOnly as u32) < u32::BITS);
+const _: () = assert!((Fault::SharedCountCell as u32) < u32::BITS);
 
 std::thread_local! {
     /// The calling OS thread's switched-on faults, a bit per [`Fault`].

@@ -16,7 +16,8 @@
 //!
 //! Outside it, `std::sync` appears only where loom's types cannot serve and
 //! there is nothing for a model to order: process-wide `static`s (the stripe
-//! hint's round-robin counter, the cached clock's reading; loom's atomics
+//! hint's round-robin counter, the registry of exclusive thread numbers
+//! behind `Counted`'s cells, the cached clock's reading; loom's primitives
 //! cannot be `static`s) and the keyed log's immutable rule list (a `std` `Arc`
 //! of a slice, which loom's `Arc` cannot hold).
 //!
@@ -26,8 +27,8 @@
 //! picks no primitive and holds no switch: the branches to the known-bad
 //! variants (each asking `fault::injected`), one loom-only test hook
 //! (`LeasedTokenBucket::always_striped`), model sizes (the keyed map's shard
-//! and line counts), the stripe hint (the model thread's number,
-//! deterministic across executions) and the sliding log's entry store, which
+//! and line counts), the stripe hint and the exclusive thread number (the
+//! model thread's number, deterministic across executions) and the sliding log's entry store, which
 //! is a swap under loom for a loom limitation that its comment
 //! (`stamp_entry`) explains.
 
