@@ -23,7 +23,8 @@ use crate::sync::{AtomicU64, AtomicU128, Backoff, Mutex, Ordering};
 
 /// Where a state word lives. `update` runs a decision on the current word and
 /// stores the new word only if the decision admits; a refusal writes nothing.
-pub(crate) trait StateCell: Send + Sync {
+#[allow(unreachable_pub)] // sealed: public only as a bound of the concurrency limit's home
+pub trait StateCell: Send + Sync {
     /// The word's width.
     type Word: Word;
 

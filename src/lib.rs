@@ -142,7 +142,8 @@ pub use adaptive::{
 pub use all_of::{AllOf, Blocked, Members, Tightest};
 pub use clock::{CachedClock, Clock, ManualClock, MonotonicClock};
 pub use concurrency::{
-    ConcurrencyLimit, LockingConcurrencyLimit, OwnedPermit, Permit, PermitSource,
+    ConcurrencyLimit, ConcurrencyLimitOf, LockingConcurrencyLimit, OwnedPermit, Permit,
+    PermitSource,
 };
 pub use counted::{Counted, CountedReceipt, Counts};
 pub use error::{ConfigError, Denied};

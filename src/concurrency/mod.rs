@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::ConfigError;
-use gate::{AtomicWord, Gate, Granted, LockedWord};
+use gate::{Gate, Granted};
 
 /// A source of permits: [`ConcurrencyLimit`] or [`LockingConcurrencyLimit`],
 /// what a [`Permit`] gives its permit back to. Sealed: implemented by those
@@ -243,13 +243,12 @@ impl<L: PermitSource> fmt::Debug for OwnedPermit<L> {
 ///            "a concurrency limit of 0 is outside 1..=2147483647");
 /// # Ok::<(), tollgate::ConfigError>(())
 /// ```
-pub struct ConcurrencyLimit {
-    gate: Gate<AtomicWord>,
-}
+pub type ConcurrencyLimit = ConcurrencyLimitOf<Atomic>;
 
 /// The locking twin of [`ConcurrencyLimit`]: the same word under a mutex
-/// (parking_lot's), the same decisions and the same waiting; for benchmarks,
-/// for property tests, and for anyone who prefers a lock.
+/// (parking_lot's), the same decisions and the same waiting, with every
+/// method of the lock-free limit; for benchmarks, for property tests, and
+/// for anyone who prefers a lock.
 ///
 /// ```
 /// use tollgate::LockingConcurrencyLimit;
@@ -261,285 +260,328 @@ pub struct ConcurrencyLimit {
 /// assert!(limit.try_acquire().is_some());
 /// # Ok::<(), tollgate::ConfigError>(())
 /// ```
-pub struct LockingConcurrencyLimit {
-    gate: Gate<LockedWord>,
+pub type LockingConcurrencyLimit = ConcurrencyLimitOf<Locked>;
+
+/// The one type behind [`ConcurrencyLimit`] (its word in an atomic) and
+/// [`LockingConcurrencyLimit`] (under a mutex): every method and promise is
+/// the same for both, and documented here. Name it through those two; the
+/// parameter says only where the word lives.
+pub struct ConcurrencyLimitOf<H: Home> {
+    gate: Gate<H::Cell>,
 }
 
-/// The methods of both limits, each with its example on the type it is on.
-macro_rules! concurrency_limit {
-    ($name:ident) => {
-        impl sealed::Sealed for $name {}
+use home::{Atomic, Home, Locked};
 
-        impl PermitSource for $name {
-            #[inline]
-            fn release_permit(&self) {
-                self.gate.release();
-            }
-        }
+/// Where a concurrency limit keeps its word: the parameter that makes one
+/// type of the lock-free limit and its locking twin.
+mod home {
+    use super::gate::{AtomicWord, LockedWord};
+    use crate::cell::StateCell;
 
-        impl fmt::Debug for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.debug_struct(stringify!($name))
-                    .field("limit", &self.limit())
-                    .field("in_flight", &self.in_flight())
-                    .finish()
-            }
-        }
+    /// Where a [`ConcurrencyLimitOf`](super::ConcurrencyLimitOf) keeps its
+    /// word: [`Atomic`] (lock-free) or [`Locked`] (under a
+    /// mutex: [`LockingConcurrencyLimit`](super::LockingConcurrencyLimit)).
+    /// Sealed: implemented by those two only.
+    #[allow(unreachable_pub)] // sealed: public only as the limit's parameter
+    pub trait Home: Send + Sync + 'static {
+        /// The cell holding the word.
+        #[doc(hidden)]
+        type Cell: StateCell<Word = u64>;
+        /// The limit's name in `Debug` output (its alias's).
+        #[doc(hidden)]
+        const NAME: &'static str;
+    }
 
-        impl $name {
-            /// The largest limit: 2^31 − 1 permits (the count and the limit
-            /// share one 64-bit word with a flag).
-            ///
-            /// ```
-            #[doc = concat!("use tollgate::", stringify!($name), ";")]
-            #[doc = concat!("assert!(", stringify!($name), "::new(", stringify!($name), "::MAX_LIMIT).is_ok());")]
-            #[doc = concat!("assert!(", stringify!($name), "::new(", stringify!($name), "::MAX_LIMIT + 1).is_err());")]
-            /// ```
-            pub const MAX_LIMIT: u32 = gate::MAX_LIMIT;
+    /// The lock-free home of a concurrency limit's word: one atomic,
+    /// changed by compare-and-swap.
+    #[derive(Debug)]
+    #[allow(unreachable_pub)] // sealed: public only as the limit's parameter
+    pub enum Atomic {}
 
-            /// A limit of `limit` permits at once, none in flight.
-            ///
-            /// Errors: [`ConfigError::InvalidConcurrencyLimit`] for 0 or more than
-            /// [`MAX_LIMIT`](Self::MAX_LIMIT).
-            ///
-            /// ```
-            #[doc = concat!("use tollgate::{ConfigError, ", stringify!($name), "};")]
-            #[doc = concat!("let limit = ", stringify!($name), "::new(8)?;")]
-            /// assert_eq!((limit.limit(), limit.in_flight()), (8, 0));
-            #[doc = concat!("assert!(matches!(", stringify!($name), "::new(0), Err(ConfigError::InvalidConcurrencyLimit { .. })));")]
-            /// # Ok::<(), ConfigError>(())
-            /// ```
-            pub fn new(limit: u32) -> Result<Self, ConfigError> {
-                Ok($name {
-                    gate: Gate::new(check_limit(limit)?),
-                })
-            }
+    /// The locking home of a concurrency limit's word: the same word under a
+    /// mutex.
+    #[derive(Debug)]
+    #[allow(unreachable_pub)] // sealed: public only as the limit's parameter
+    pub enum Locked {}
 
-            /// A permit if one is free now (`in_flight < limit`), else `None`
-            /// at once. Never waits and never queues; it does not wait behind
-            /// sleeping waiters either (see the type's docs on fairness).
-            ///
-            /// ```
-            #[doc = concat!("use tollgate::", stringify!($name), ";")]
-            #[doc = concat!("let limit = ", stringify!($name), "::new(1)?;")]
-            /// let held = limit.try_acquire().expect("one free");
-            /// assert!(limit.try_acquire().is_none());
-            /// drop(held);
-            /// assert!(limit.try_acquire().is_some());
-            /// # Ok::<(), tollgate::ConfigError>(())
-            /// ```
-            #[inline]
-            pub fn try_acquire(&self) -> Option<Permit<'_, Self>> {
-                let granted = self.gate.try_acquire()?;
-                Some(Permit {
-                    source: self,
-                    granted,
-                })
-            }
+    impl Home for Atomic {
+        type Cell = AtomicWord;
+        const NAME: &'static str = "ConcurrencyLimit";
+    }
 
-            /// As [`try_acquire`](Self::try_acquire), for a permit that holds
-            /// an `Arc` of the limit.
-            ///
-            /// ```
-            /// use std::sync::Arc;
-            #[doc = concat!("use tollgate::", stringify!($name), ";")]
-            #[doc = concat!("let limit = Arc::new(", stringify!($name), "::new(1)?);")]
-            /// let permit = limit.try_acquire_owned().unwrap();
-            /// assert!(limit.try_acquire_owned().is_none());
-            /// drop(permit);
-            /// assert_eq!(limit.in_flight(), 0);
-            /// # Ok::<(), tollgate::ConfigError>(())
-            /// ```
-            #[inline]
-            pub fn try_acquire_owned(self: &Arc<Self>) -> Option<OwnedPermit<Self>> {
-                let granted = self.gate.try_acquire()?;
-                Some(OwnedPermit {
-                    source: Arc::clone(self),
-                    granted,
-                })
-            }
-
-            /// Parks the thread until a permit is granted.
-            ///
-            /// ```
-            /// use std::sync::Arc;
-            #[doc = concat!("use tollgate::", stringify!($name), ";")]
-            #[doc = concat!("let limit = Arc::new(", stringify!($name), "::new(1)?);")]
-            /// let held = limit.acquire(); // free: at once
-            /// let other = Arc::clone(&limit);
-            /// let waiter = std::thread::spawn(move || drop(other.acquire()));
-            /// drop(held); // wakes the waiter
-            /// waiter.join().unwrap();
-            /// # Ok::<(), tollgate::ConfigError>(())
-            /// ```
-            pub fn acquire(&self) -> Permit<'_, Self> {
-                loop {
-                    if let Some(granted) = wait::block(&self.gate, None) {
-                        return Permit {
-                            source: self,
-                            granted,
-                        };
-                    }
-                }
-            }
-
-            /// Parks the thread until a permit is granted or `timeout` has
-            /// passed; `None` then, having left the queue (holding no permit,
-            /// and passing on a wake-up it had been given). A zero timeout is
-            /// [`try_acquire`](Self::try_acquire).
-            ///
-            /// ```
-            /// use std::time::Duration;
-            #[doc = concat!("use tollgate::", stringify!($name), ";")]
-            #[doc = concat!("let limit = ", stringify!($name), "::new(1)?;")]
-            /// let _held = limit.acquire_timeout(Duration::from_secs(1)).unwrap();
-            /// assert!(limit.acquire_timeout(Duration::from_millis(5)).is_none());
-            /// assert_eq!(limit.in_flight(), 1);
-            /// # Ok::<(), tollgate::ConfigError>(())
-            /// ```
-            pub fn acquire_timeout(&self, timeout: Duration) -> Option<Permit<'_, Self>> {
-                let granted = wait::block(&self.gate, Some(timeout))?;
-                Some(Permit {
-                    source: self,
-                    granted,
-                })
-            }
-
-            /// Waits asynchronously until a permit is granted. Runs on any
-            /// executor (it needs no timer, so no feature). Cancel-safe:
-            /// dropping the future at any point leaves nothing held, and a
-            /// wake-up it had been given goes to the next waiter.
-            ///
-            /// ```
-            /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-            #[doc = concat!("use tollgate::", stringify!($name), ";")]
-            #[doc = concat!("let limit = ", stringify!($name), "::new(1).unwrap();")]
-            /// let permit = limit.acquire_async().await;
-            /// assert_eq!(permit.granted_in_flight(), 1);
-            /// # });
-            /// ```
-            pub async fn acquire_async(&self) -> Permit<'_, Self> {
-                let granted = wait::Acquire::new(&self.gate).await;
-                Permit {
-                    source: self,
-                    granted,
-                }
-            }
-
-            /// As [`acquire_async`](Self::acquire_async), for a permit that
-            /// holds an `Arc` of the limit (to move into a spawned task).
-            ///
-            /// ```
-            /// use std::sync::Arc;
-            /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-            #[doc = concat!("use tollgate::", stringify!($name), ";")]
-            #[doc = concat!("let limit = Arc::new(", stringify!($name), "::new(1).unwrap());")]
-            /// let permit = Arc::clone(&limit).acquire_owned_async().await;
-            /// assert_eq!(limit.in_flight(), 1);
-            /// drop(permit);
-            /// # });
-            /// ```
-            pub async fn acquire_owned_async(self: Arc<Self>) -> OwnedPermit<Self> {
-                let granted = wait::Acquire::new(&self.gate).await;
-                OwnedPermit {
-                    source: self,
-                    granted,
-                }
-            }
-
-            /// As [`acquire_async`](Self::acquire_async), giving up after
-            /// `timeout` on tokio's timer (the `tokio` feature): `None` then,
-            /// holding nothing.
-            ///
-            /// ```
-            /// use std::time::Duration;
-            /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
-            #[doc = concat!("use tollgate::", stringify!($name), ";")]
-            #[doc = concat!("let limit = ", stringify!($name), "::new(1).unwrap();")]
-            /// let _held = limit.acquire_async().await;
-            /// assert!(limit.acquire_timeout_async(Duration::from_millis(5)).await.is_none());
-            /// # });
-            /// ```
-            #[cfg(feature = "tokio")]
-            pub async fn acquire_timeout_async(&self, timeout: Duration) -> Option<Permit<'_, Self>> {
-                tokio::time::timeout(timeout, self.acquire_async()).await.ok()
-            }
-
-            /// Changes the limit. A smaller limit revokes no permit: in flight
-            /// may stay above it until releases bring it under, and nothing is
-            /// admitted meanwhile. A larger one wakes waiters for the room it
-            /// opens.
-            ///
-            /// Errors: [`ConfigError::InvalidConcurrencyLimit`] for 0 or more than
-            /// [`MAX_LIMIT`](Self::MAX_LIMIT); the limit is then unchanged.
-            ///
-            /// ```
-            #[doc = concat!("use tollgate::", stringify!($name), ";")]
-            #[doc = concat!("let limit = ", stringify!($name), "::new(2)?;")]
-            /// let (a, b) = (limit.try_acquire().unwrap(), limit.try_acquire().unwrap());
-            /// limit.set_limit(1)?;
-            /// drop(a);
-            /// assert!(limit.try_acquire().is_none()); // b alone fills the new limit
-            /// drop(b);
-            /// assert!(limit.try_acquire().is_some());
-            /// assert!(limit.set_limit(0).is_err());
-            /// assert_eq!(limit.limit(), 1);
-            /// # Ok::<(), tollgate::ConfigError>(())
-            /// ```
-            pub fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
-                self.gate.set_limit(check_limit(limit)?);
-                Ok(())
-            }
-
-            /// The limit now.
-            ///
-            /// ```
-            #[doc = concat!("use tollgate::", stringify!($name), ";")]
-            #[doc = concat!("assert_eq!(", stringify!($name), "::new(3)?.limit(), 3);")]
-            /// # Ok::<(), tollgate::ConfigError>(())
-            /// ```
-            pub fn limit(&self) -> u32 {
-                self.gate.limit()
-            }
-
-            /// Permits held now (a reading: others may change it at once). May
-            /// exceed [`limit`](Self::limit) after the limit was made smaller.
-            ///
-            /// ```
-            #[doc = concat!("use tollgate::", stringify!($name), ";")]
-            #[doc = concat!("let limit = ", stringify!($name), "::new(3)?;")]
-            /// let _p = limit.try_acquire();
-            /// assert_eq!(limit.in_flight(), 1);
-            /// # Ok::<(), tollgate::ConfigError>(())
-            /// ```
-            pub fn in_flight(&self) -> u32 {
-                self.gate.in_flight()
-            }
-
-            /// Whether a waiter sleeps in the queue now (a reading: the
-            /// `WAITING` flag of the limit's word). A woken waiter that has
-            /// not yet asked again is not counted.
-            ///
-            /// ```
-            /// use std::future::Future;
-            /// use std::pin::pin;
-            /// use std::task::{Context, Waker};
-            #[doc = concat!("use tollgate::", stringify!($name), ";")]
-            #[doc = concat!("let limit = ", stringify!($name), "::new(1)?;")]
-            /// let held = limit.try_acquire();
-            /// let mut waiter = pin!(limit.acquire_async());
-            /// assert!(waiter.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending());
-            /// assert!(limit.has_waiters());
-            /// drop(held); // wakes it: out of the queue
-            /// assert!(!limit.has_waiters());
-            /// # Ok::<(), tollgate::ConfigError>(())
-            /// ```
-            pub fn has_waiters(&self) -> bool {
-                self.gate.has_waiters()
-            }
-        }
-    };
+    impl Home for Locked {
+        type Cell = LockedWord;
+        const NAME: &'static str = "LockingConcurrencyLimit";
+    }
 }
 
-concurrency_limit!(ConcurrencyLimit);
-concurrency_limit!(LockingConcurrencyLimit);
+impl<H: Home> sealed::Sealed for ConcurrencyLimitOf<H> {}
+
+impl<H: Home> PermitSource for ConcurrencyLimitOf<H> {
+    #[inline]
+    fn release_permit(&self) {
+        self.gate.release();
+    }
+}
+
+impl<H: Home> fmt::Debug for ConcurrencyLimitOf<H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct(H::NAME)
+            .field("limit", &self.limit())
+            .field("in_flight", &self.in_flight())
+            .finish()
+    }
+}
+
+/// The methods of the limit and its twin (each example runs on the
+/// lock-free one; the twin answers the same).
+impl<H: Home> ConcurrencyLimitOf<H> {
+    /// The largest limit: 2^31 − 1 permits (the count and the limit
+    /// share one 64-bit word with a flag).
+    ///
+    /// ```
+    /// use tollgate::ConcurrencyLimit;
+    /// assert!(ConcurrencyLimit::new(ConcurrencyLimit::MAX_LIMIT).is_ok());
+    /// assert!(ConcurrencyLimit::new(ConcurrencyLimit::MAX_LIMIT + 1).is_err());
+    /// ```
+    pub const MAX_LIMIT: u32 = gate::MAX_LIMIT;
+
+    /// A limit of `limit` permits at once, none in flight.
+    ///
+    /// Errors: [`ConfigError::InvalidConcurrencyLimit`] for 0 or more than
+    /// [`MAX_LIMIT`](Self::MAX_LIMIT).
+    ///
+    /// ```
+    /// use tollgate::{ConfigError, ConcurrencyLimit};
+    /// let limit = ConcurrencyLimit::new(8)?;
+    /// assert_eq!((limit.limit(), limit.in_flight()), (8, 0));
+    /// assert!(matches!(ConcurrencyLimit::new(0), Err(ConfigError::InvalidConcurrencyLimit { .. })));
+    /// # Ok::<(), ConfigError>(())
+    /// ```
+    pub fn new(limit: u32) -> Result<Self, ConfigError> {
+        Ok(Self {
+            gate: Gate::new(check_limit(limit)?),
+        })
+    }
+
+    /// A permit if one is free now (`in_flight < limit`), else `None`
+    /// at once. Never waits and never queues; it does not wait behind
+    /// sleeping waiters either (see the type's docs on fairness).
+    ///
+    /// ```
+    /// use tollgate::ConcurrencyLimit;
+    /// let limit = ConcurrencyLimit::new(1)?;
+    /// let held = limit.try_acquire().expect("one free");
+    /// assert!(limit.try_acquire().is_none());
+    /// drop(held);
+    /// assert!(limit.try_acquire().is_some());
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire(&self) -> Option<Permit<'_, Self>> {
+        let granted = self.gate.try_acquire()?;
+        Some(Permit {
+            source: self,
+            granted,
+        })
+    }
+
+    /// As [`try_acquire`](Self::try_acquire), for a permit that holds
+    /// an `Arc` of the limit.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::ConcurrencyLimit;
+    /// let limit = Arc::new(ConcurrencyLimit::new(1)?);
+    /// let permit = limit.try_acquire_owned().unwrap();
+    /// assert!(limit.try_acquire_owned().is_none());
+    /// drop(permit);
+    /// assert_eq!(limit.in_flight(), 0);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire_owned(self: &Arc<Self>) -> Option<OwnedPermit<Self>> {
+        let granted = self.gate.try_acquire()?;
+        Some(OwnedPermit {
+            source: Arc::clone(self),
+            granted,
+        })
+    }
+
+    /// Parks the thread until a permit is granted.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::ConcurrencyLimit;
+    /// let limit = Arc::new(ConcurrencyLimit::new(1)?);
+    /// let held = limit.acquire(); // free: at once
+    /// let other = Arc::clone(&limit);
+    /// let waiter = std::thread::spawn(move || drop(other.acquire()));
+    /// drop(held); // wakes the waiter
+    /// waiter.join().unwrap();
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn acquire(&self) -> Permit<'_, Self> {
+        Permit {
+            source: self,
+            granted: wait::block(&self.gate),
+        }
+    }
+
+    /// Parks the thread until a permit is granted or `timeout` has
+    /// passed; `None` then, having left the queue (holding no permit,
+    /// and passing on a wake-up it had been given). A zero timeout is
+    /// [`try_acquire`](Self::try_acquire).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::ConcurrencyLimit;
+    /// let limit = ConcurrencyLimit::new(1)?;
+    /// let _held = limit.acquire_timeout(Duration::from_secs(1)).unwrap();
+    /// assert!(limit.acquire_timeout(Duration::from_millis(5)).is_none());
+    /// assert_eq!(limit.in_flight(), 1);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn acquire_timeout(&self, timeout: Duration) -> Option<Permit<'_, Self>> {
+        let granted = wait::block_timeout(&self.gate, timeout)?;
+        Some(Permit {
+            source: self,
+            granted,
+        })
+    }
+
+    /// Waits asynchronously until a permit is granted. Runs on any
+    /// executor (it needs no timer, so no feature). Cancel-safe:
+    /// dropping the future at any point leaves nothing held, and a
+    /// wake-up it had been given goes to the next waiter.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// use tollgate::ConcurrencyLimit;
+    /// let limit = ConcurrencyLimit::new(1).unwrap();
+    /// let permit = limit.acquire_async().await;
+    /// assert_eq!(permit.granted_in_flight(), 1);
+    /// # });
+    /// ```
+    pub async fn acquire_async(&self) -> Permit<'_, Self> {
+        let granted = wait::Acquire::new(&self.gate).await;
+        Permit {
+            source: self,
+            granted,
+        }
+    }
+
+    /// As [`acquire_async`](Self::acquire_async), for a permit that
+    /// holds an `Arc` of the limit (to move into a spawned task).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// use tollgate::ConcurrencyLimit;
+    /// let limit = Arc::new(ConcurrencyLimit::new(1).unwrap());
+    /// let permit = Arc::clone(&limit).acquire_owned_async().await;
+    /// assert_eq!(limit.in_flight(), 1);
+    /// drop(permit);
+    /// # });
+    /// ```
+    pub async fn acquire_owned_async(self: Arc<Self>) -> OwnedPermit<Self> {
+        let granted = wait::Acquire::new(&self.gate).await;
+        OwnedPermit {
+            source: self,
+            granted,
+        }
+    }
+
+    /// As [`acquire_async`](Self::acquire_async), giving up after
+    /// `timeout` on tokio's timer (the `tokio` feature): `None` then,
+    /// holding nothing.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// use tollgate::ConcurrencyLimit;
+    /// let limit = ConcurrencyLimit::new(1).unwrap();
+    /// let _held = limit.acquire_async().await;
+    /// assert!(limit.acquire_timeout_async(Duration::from_millis(5)).await.is_none());
+    /// # });
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub async fn acquire_timeout_async(&self, timeout: Duration) -> Option<Permit<'_, Self>> {
+        tokio::time::timeout(timeout, self.acquire_async())
+            .await
+            .ok()
+    }
+
+    /// Changes the limit. A smaller limit revokes no permit: in flight
+    /// may stay above it until releases bring it under, and nothing is
+    /// admitted meanwhile. A larger one wakes waiters for the room it
+    /// opens.
+    ///
+    /// Errors: [`ConfigError::InvalidConcurrencyLimit`] for 0 or more than
+    /// [`MAX_LIMIT`](Self::MAX_LIMIT); the limit is then unchanged.
+    ///
+    /// ```
+    /// use tollgate::ConcurrencyLimit;
+    /// let limit = ConcurrencyLimit::new(2)?;
+    /// let (a, b) = (limit.try_acquire().unwrap(), limit.try_acquire().unwrap());
+    /// limit.set_limit(1)?;
+    /// drop(a);
+    /// assert!(limit.try_acquire().is_none()); // b alone fills the new limit
+    /// drop(b);
+    /// assert!(limit.try_acquire().is_some());
+    /// assert!(limit.set_limit(0).is_err());
+    /// assert_eq!(limit.limit(), 1);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn set_limit(&self, limit: u32) -> Result<(), ConfigError> {
+        self.gate.set_limit(check_limit(limit)?);
+        Ok(())
+    }
+
+    /// The limit now.
+    ///
+    /// ```
+    /// use tollgate::ConcurrencyLimit;
+    /// assert_eq!(ConcurrencyLimit::new(3)?.limit(), 3);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn limit(&self) -> u32 {
+        self.gate.limit()
+    }
+
+    /// Permits held now (a reading: others may change it at once). May
+    /// exceed [`limit`](Self::limit) after the limit was made smaller.
+    ///
+    /// ```
+    /// use tollgate::ConcurrencyLimit;
+    /// let limit = ConcurrencyLimit::new(3)?;
+    /// let _p = limit.try_acquire();
+    /// assert_eq!(limit.in_flight(), 1);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn in_flight(&self) -> u32 {
+        self.gate.in_flight()
+    }
+
+    /// Whether a waiter sleeps in the queue now (a reading: the
+    /// `WAITING` flag of the limit's word). A woken waiter that has
+    /// not yet asked again is not counted.
+    ///
+    /// ```
+    /// use std::future::Future;
+    /// use std::pin::pin;
+    /// use std::task::{Context, Waker};
+    /// use tollgate::ConcurrencyLimit;
+    /// let limit = ConcurrencyLimit::new(1)?;
+    /// let held = limit.try_acquire();
+    /// let mut waiter = pin!(limit.acquire_async());
+    /// assert!(waiter.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending());
+    /// assert!(limit.has_waiters());
+    /// drop(held); // wakes it: out of the queue
+    /// assert!(!limit.has_waiters());
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn has_waiters(&self) -> bool {
+        self.gate.has_waiters()
+    }
+}

@@ -2,6 +2,7 @@
 //! wait (parks the thread). Both are loops over [`Gate::wait_step`]; the
 //! protocol that makes them lose no wake-up is in the `gate` module's docs.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -59,38 +60,58 @@ impl<S: StateCell<Word = u64>> Drop for Acquire<'_, S> {
     }
 }
 
-/// Parks the thread until a permit is admitted, or until `timeout` has passed
-/// (`None`: no timeout); then `None`, having left the queue.
-pub(crate) fn block<S: StateCell<Word = u64>>(
+/// Parks the thread until a permit is admitted.
+pub(crate) fn block<S: StateCell<Word = u64>>(gate: &Gate<S>) -> Granted {
+    let Ok(granted) = park_until(gate, |_| {
+        park::park();
+        Ok::<(), Infallible>(())
+    });
+    granted
+}
+
+/// Parks the thread until a permit is admitted, or until `timeout` has
+/// passed; then `None`, having left the queue. A zero timeout only tries.
+pub(crate) fn block_timeout<S: StateCell<Word = u64>>(
     gate: &Gate<S>,
-    timeout: Option<Duration>,
+    timeout: Duration,
 ) -> Option<Granted> {
-    if let Some(granted) = gate.try_acquire() {
-        return Some(granted);
-    }
-    if timeout == Some(Duration::ZERO) {
-        return None;
+    if timeout.is_zero() {
+        return gate.try_acquire();
     }
     // A timeout past what `Instant` can hold never ends.
-    let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+    let Some(deadline) = Instant::now().checked_add(timeout) else {
+        return Some(block(gate));
+    };
+    park_until(gate, |queued| {
+        let now = Instant::now();
+        if now >= deadline {
+            gate.leave(queued);
+            return Err(());
+        }
+        park::park_timeout(deadline - now);
+        Ok(())
+    })
+    .ok()
+}
+
+/// The blocking wait: steps of the queue protocol until one admits, with
+/// `park` between them (an unpark, a timeout or a spurious return: the next
+/// step tells). `park` gives up by returning an error, having left the
+/// queue under the id it was given.
+fn park_until<S: StateCell<Word = u64>, E>(
+    gate: &Gate<S>,
+    mut park: impl FnMut(u64) -> Result<(), E>,
+) -> Result<Granted, E> {
+    if let Some(granted) = gate.try_acquire() {
+        return Ok(granted);
+    }
     let mut id = None;
     loop {
         let queued = match gate.wait_step(id, None) {
-            Step::Acquired(granted) => return Some(granted),
+            Step::Acquired(granted) => return Ok(granted),
             Step::Asleep(queued) => queued,
         };
         id = Some(queued);
-        // An unpark, a timeout or a spurious return: the next step tells.
-        match deadline {
-            None => park::park(),
-            Some(deadline) => {
-                let now = Instant::now();
-                if now >= deadline {
-                    gate.leave(queued);
-                    return None;
-                }
-                park::park_timeout(deadline - now);
-            }
-        }
+        park(queued)?;
     }
 }
