@@ -186,7 +186,7 @@ impl Orders for Alone {
     const FAILURE: Ordering = Ordering::Relaxed;
 }
 
-/// The keyed words' orderings (`kind::kinds`, `kind::two_word`): a word
+/// The keyed words' orderings (`kind::one_word`, `kind::two_word`): a word
 /// carried over to a newer configuration record (published `Release`, see
 /// `kind::reconfig`) must be seen together with that record, so not the
 /// direct limiters' `Relaxed`. On x86 the same plain load and `lock cmpxchg`.

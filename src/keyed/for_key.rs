@@ -172,14 +172,14 @@ where
         // Pinned before anything is read: see the module docs.
         let guard = pin();
         let table = self.keyed.overrides.table_id(&guard);
-        let answer = WithTicket {
+        let answer = WithKeyReceipt {
             overflow: &*self.keyed.overflow as *const L::State as usize,
         };
-        let (snapshot, ticket) = self.keyed.answer(self.key, n, answer)?;
+        let (snapshot, key_receipt) = self.keyed.answer(self.key, n, answer)?;
         Ok(Receipted::new(
             snapshot,
             KeyedReceipt {
-                ticket,
+                key_receipt,
                 n,
                 table,
                 owner: self as *const Self as usize,
@@ -190,7 +190,7 @@ where
     }
 
     fn refund<'r>(&'r self, receipt: KeyedReceipt<'r, L>) {
-        let Some(ticket) = receipt.ticket else {
+        let Some(key_receipt) = receipt.key_receipt else {
             return;
         };
         if receipt.owner != self as *const Self as usize
@@ -205,8 +205,8 @@ where
         // SAFETY: `state` holds its shard for reading (a reader slot or the read lock) until it drops.
         unsafe {
             read(&self.keyed.default, |view| {
-                if view.current as *const L::Config as usize == ticket.config {
-                    L::refund(view, &state, ticket.receipt, receipt.n);
+                if view.current as *const L::Config as usize == key_receipt.config {
+                    L::refund(view, &state, key_receipt.receipt, receipt.n);
                 }
                 Some(())
             })
@@ -218,7 +218,7 @@ where
 /// guard (so it is neither `Send` nor `Sync`): refund it, or drop it, soon.
 pub struct KeyedReceipt<'a, L: Keyable> {
     /// `None` when the admission cannot be refunded (overflow or override).
-    ticket: Option<Ticket<L>>,
+    key_receipt: Option<KeyReceipt<L>>,
     n: u32,
     table: usize,
     /// The view that issued it: a view is one key of one `Keyed`.
@@ -230,7 +230,7 @@ pub struct KeyedReceipt<'a, L: Keyable> {
 impl<L: Keyable> std::fmt::Debug for KeyedReceipt<'_, L> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KeyedReceipt")
-            .field("refundable", &self.ticket.is_some())
+            .field("refundable", &self.key_receipt.is_some())
             .field("n", &self.n)
             .finish_non_exhaustive()
     }
@@ -239,29 +239,29 @@ impl<L: Keyable> std::fmt::Debug for KeyedReceipt<'_, L> {
 /// What a refund needs from an admission decided on a key's own state under
 /// the default configuration: the kind's receipt and that configuration's
 /// address.
-struct Ticket<L: Keyable> {
+struct KeyReceipt<L: Keyable> {
     receipt: L::Receipt,
     config: usize,
 }
 
-impl<L: Keyable> Clone for Ticket<L> {
+impl<L: Keyable> Clone for KeyReceipt<L> {
     fn clone(&self) -> Self {
         *self
     }
 }
 
-impl<L: Keyable> Copy for Ticket<L> {}
+impl<L: Keyable> Copy for KeyReceipt<L> {}
 
 /// The answer shape of a refundable keyed decision: `Reported`'s, with a
-/// ticket beside an admission's snapshot.
+/// key receipt beside an admission's snapshot.
 #[derive(Clone, Copy)]
-struct WithTicket {
+struct WithKeyReceipt {
     /// The address of the keyed limiter's overflow state.
     overflow: usize,
 }
 
-impl<L: Keyable> Answer<L> for WithTicket {
-    type Admitted = (Snapshot, Option<Ticket<L>>);
+impl<L: Keyable> Answer<L> for WithKeyReceipt {
+    type Admitted = (Snapshot, Option<KeyReceipt<L>>);
     type Denied = Rejection;
 
     #[inline]
@@ -272,13 +272,14 @@ impl<L: Keyable> Answer<L> for WithTicket {
         receipt: L::Receipt,
         now: u64,
     ) -> Self::Admitted {
-        let ticket = (state as *const L::State as usize != self.overflow).then_some(Ticket {
-            receipt,
-            config: view.current as *const L::Config as usize,
-        });
+        let key_receipt =
+            (state as *const L::State as usize != self.overflow).then_some(KeyReceipt {
+                receipt,
+                config: view.current as *const L::Config as usize,
+            });
         (
             Answer::<L>::admitted(Reported, view, state, receipt, now),
-            ticket,
+            key_receipt,
         )
     }
 
@@ -303,7 +304,9 @@ impl<L: Keyable> Answer<L> for WithTicket {
         answer: Result<Self::Admitted, Rejection>,
     ) -> Result<Self::Admitted, Rejection> {
         match answer {
-            Ok((snapshot, ticket)) => Ok((later_snapshot(snapshot, reading, now), ticket)),
+            Ok((snapshot, key_receipt)) => {
+                Ok((later_snapshot(snapshot, reading, now), key_receipt))
+            }
             Err(rejection) => Answer::<L>::measured_from(Reported, reading, now, Err(rejection))
                 .map(|snapshot| (snapshot, None)),
         }

@@ -54,7 +54,7 @@ use crate::sliding_log::log::{
 };
 #[cfg(loom)]
 use crate::sliding_log::ring::stamp_entry;
-use crate::sliding_log::ring::{Claim, Outcome, Settled, View as RingView, claim_on, load_head};
+use crate::sliding_log::ring::{Claim, RingOutcome, RingView, Settled, claim_on, load_head};
 use crate::sliding_log::{LogConfig, SlidingLog};
 #[cfg(loom)]
 use crate::sync::fault::{Fault, injected};
@@ -159,8 +159,10 @@ impl KeyRing {
             |view, head| geometry.decide_rules(view, head, now, n, config.pairs(), 0),
         );
         match outcome.map_err(|_sealed| Replacing)? {
-            Outcome::Admitted(claim) => Ok(Ok(claim)),
-            Outcome::Denied { retry_ns } | Outcome::Logged { retry_ns } => Ok(Err(retry_ns)),
+            RingOutcome::Admitted(claim) => Ok(Ok(claim)),
+            RingOutcome::Denied { retry_ns } | RingOutcome::Logged { retry_ns } => {
+                Ok(Err(retry_ns))
+            }
         }
     }
 

@@ -7,7 +7,7 @@
 //! This file is the contract between the keyed layer and a limiter kind: a
 //! shared, validated configuration and a small per-key state, with the
 //! operations the layer needs (decide, peek, refund, snapshot, "is this state
-//! fresh?", carry over a reconfiguration). The kinds: `kinds` (the one-word
+//! fresh?", carry over a reconfiguration). The kinds: `one_word` (the one-word
 //! limiters), `two_word` (the shaper and warm-up), `log` (the exact sliding
 //! log), `sliding` (the sliding window) and `combined` (pairs of kinds); the
 //! one-word and two-word kinds run the algorithms' own machines
@@ -17,11 +17,12 @@
 
 pub(crate) mod answer;
 pub mod combined;
-mod kinds;
 mod log;
+mod one_word;
 pub(crate) mod reconfig;
 mod sliding;
 mod two_word;
+mod word;
 
 use std::fmt;
 
@@ -30,7 +31,7 @@ use crate::error::Denied;
 use crate::limiter::Snapshot;
 
 pub use crate::machine::Carry;
-pub use kinds::{BucketConfig, MeterConfig, WindowConfig};
+pub use one_word::{BucketConfig, MeterConfig, WindowConfig};
 pub use reconfig::Tunable;
 pub use sliding::SlidingWindowConfig;
 pub use two_word::{ShaperConfig, WarmUpConfig};
@@ -42,7 +43,7 @@ pub use two_word::{ShaperConfig, WarmUpConfig};
 /// bucket's TAT and a meter's `empty_at` are at most `END + capacity·interval
 /// <= 2^63 − 1`, a fixed window's index at most `END / window < 2^(63 − b)` —
 /// so bit 63 is free. The test `states_stay_below_the_tag_at_the_end_of_time`
-/// in `kinds.rs` checks all three. Two-word states (`u128`) keep the tag in
+/// in `one_word.rs` checks all three. Two-word states (`u128`) keep the tag in
 /// the same bit 63, of their low word: the shaper's latest start and
 /// warm-up's spent idle time never reach it (`two_word.rs` and its test
 /// `two_word_states_stay_below_the_tag_at_the_end_of_time`).

@@ -6,7 +6,7 @@
 //! One key's traffic is rarely contended, and a stripe per core per key
 //! would cost kilobytes a key, so the keyed window keeps one pool word and a
 //! history of the finished sub-windows' charges per key, and decides as the
-//! twin does: the same [`Geometry`] functions, so the same decisions,
+//! twin does: the same [`WindowShape`] functions, so the same decisions,
 //! retry-afters and snapshots as a [`LockingSlidingWindow`] built when the
 //! keyed limiter was built (property tests in `tests/keyed.rs`), and the same
 //! bound: **at most `N` permits in any `S` consecutive aligned sub-windows**,
@@ -21,7 +21,7 @@
 //! | | `newest` | the newest sub-window opened (by any decision, admitted or not — the twin's rule); readings in an older sub-window are denied |
 //! | | `used` | what the `S − 1` sub-windows before `newest` had charged when it opened |
 //! | | `count` | what `newest` has charged |
-//! | history (behind an epoch-protected pointer; none until a sub-window with a charge is first left) | `tag` | the configuration whose geometry its entries use |
+//! | history (behind an epoch-protected pointer; none until a sub-window with a charge is first left) | `tag` | the configuration whose shape its entries use |
 //! | | `S` slots | sub-window `i`'s entry `(i, charge)` at `i mod S`, written before the pool leaves `i` |
 //!
 //! # Protocol
@@ -50,7 +50,7 @@
 //!
 //! **A carry-over never rewrites a history in place.** An opener can be
 //! overtaken between reading the pool and writing its entry; if the entry
-//! then landed in a history of another geometry, it could overwrite a count
+//! then landed in a history of another shape, it could overwrite a count
 //! still in that window. So the carry-over seals the pool (every other write
 //! of it fails from then on), reads the window, installs a new history (or
 //! none) and unseals; the old one is retired through the epoch, and writes
@@ -69,7 +69,7 @@
 //!
 //! [`SlidingWindow`]: crate::SlidingWindow
 //! [`LockingSlidingWindow`]: crate::LockingSlidingWindow
-//! [`Geometry`]: crate::sliding_window::ring::Geometry
+//! [`WindowShape`]: crate::sliding_window::ring::WindowShape
 
 use std::fmt;
 use std::time::Duration;
@@ -81,7 +81,7 @@ use crate::limiter::{Snapshot, check_request};
 use crate::machine::scale_up;
 use crate::rate::Rate;
 use crate::sliding_window::SlidingWindow;
-use crate::sliding_window::ring::Geometry;
+use crate::sliding_window::ring::WindowShape;
 #[cfg(loom)]
 use crate::sync::fault::{Fault, injected};
 use crate::sync::{AtomicU64, AtomicU128, Backoff, Guard, MaybeShared, Ordering, pin};
@@ -119,7 +119,7 @@ use crate::sync::{AtomicU64, AtomicU128, Backoff, Guard, MaybeShared, Ordering, 
 #[derive(Clone, Copy)]
 pub struct SlidingWindowConfig {
     rate: Rate,
-    geo: Geometry,
+    geo: WindowShape,
 }
 
 impl SlidingWindowConfig {
@@ -136,7 +136,7 @@ impl SlidingWindowConfig {
     /// # Ok::<(), ConfigError>(())
     /// ```
     pub fn new(rate: Rate) -> Result<Self, ConfigError> {
-        Self::with_sub_windows(rate, Geometry::default_subs(rate))
+        Self::with_sub_windows(rate, WindowShape::default_subs(rate))
     }
 
     /// Cut into `sub_windows` sub-windows, with the errors of
@@ -159,7 +159,7 @@ impl SlidingWindowConfig {
     pub fn with_sub_windows(rate: Rate, sub_windows: u32) -> Result<Self, ConfigError> {
         Ok(SlidingWindowConfig {
             rate,
-            geo: Geometry::new(rate, sub_windows)?,
+            geo: WindowShape::new(rate, sub_windows)?,
         })
     }
 
@@ -213,7 +213,7 @@ impl SlidingWindowConfig {
 
 impl PartialEq for SlidingWindowConfig {
     fn eq(&self, other: &Self) -> bool {
-        // The geometry is a function of these two.
+        // The shape is a function of these two.
         (self.rate, self.geo.subs()) == (other.rate, other.geo.subs())
     }
 }
@@ -251,7 +251,7 @@ impl Win {
     }
 
     /// The window that ends with `newest` under `geo`, read through `charge`.
-    fn read(geo: &Geometry, newest: u64, charge: impl Fn(u64) -> u32) -> Self {
+    fn read(geo: &WindowShape, newest: u64, charge: impl Fn(u64) -> u32) -> Self {
         let subs = u64::from(geo.subs());
         let mut counts = vec![0u32; geo.subs() as usize].into_boxed_slice();
         let mut total = 0u64;
@@ -360,7 +360,7 @@ impl Win {
 /// (or later); otherwise `n` fits if the window ending with the reading's
 /// sub-window has room (sub-windows after `newest` have charged nothing).
 fn check(
-    geo: &Geometry,
+    geo: &WindowShape,
     now: u64,
     n: u32,
     newest: u64,
@@ -381,7 +381,7 @@ fn check(
 /// new one: no reading from `now` on is older than `newest`, and every charge
 /// has left the window ending with `now`'s sub-window, so it has left every
 /// later one.
-fn is_fresh(geo: &Geometry, now: u64, newest: u64, charge: impl Fn(u64) -> u32) -> bool {
+fn is_fresh(geo: &WindowShape, now: u64, newest: u64, charge: impl Fn(u64) -> u32) -> bool {
     let q = geo.index(now);
     if q < newest {
         return false;
@@ -452,11 +452,11 @@ impl Pool {
 }
 
 /// Finished sub-windows' charges: sub-window `i`'s entry,
-/// `Geometry::pack(i, count)`, at `i mod S`, written before the pool leaves
+/// `WindowShape::pack(i, count)`, at `i mod S`, written before the pool leaves
 /// `i`. A slot holding another index is an older sub-window's: `i` charged
 /// nothing.
 struct History {
-    /// The tag of the configuration whose geometry the entries use.
+    /// The tag of the configuration whose shape the entries use.
     tag: u64,
     slots: Box<[AtomicU64]>,
 }
@@ -478,7 +478,7 @@ impl History {
     /// that is not (allocated by an opener that a carry-over overtook) holds
     /// nothing: nothing is written into a history before the writer has
     /// checked it is its configuration's (see `WindowCell::open`).
-    fn serves(&self, tag: u64, geo: &Geometry) -> bool {
+    fn serves(&self, tag: u64, geo: &WindowShape) -> bool {
         self.tag == tag && self.slots.len() == geo.subs() as usize
     }
 }
@@ -488,7 +488,7 @@ impl History {
 struct Seen<'g> {
     pool: Pool,
     history: Option<&'g History>,
-    geo: &'g Geometry,
+    geo: &'g WindowShape,
 }
 
 impl Seen<'_> {
@@ -550,7 +550,7 @@ impl WindowCell {
     }
 
     /// A cell holding `win`, tagged `tag`, under `geo`.
-    fn holding(win: &Win, tag: u64, geo: &Geometry) -> Self {
+    fn holding(win: &Win, tag: u64, geo: &WindowShape) -> Self {
         let (pool, history) = split(win, tag, geo);
         WindowCell::with(pool, history)
     }
@@ -575,7 +575,7 @@ impl WindowCell {
     /// The history that goes with `pool` (tagged as the pool, under `geo`),
     /// or `None` if the pool moved to another configuration meanwhile (read
     /// the pool again).
-    fn seen<'g>(&self, pool: Pool, geo: &'g Geometry, guard: &'g Guard) -> Option<Seen<'g>> {
+    fn seen<'g>(&self, pool: Pool, geo: &'g WindowShape, guard: &'g Guard) -> Option<Seen<'g>> {
         let history = self.history.load(guard);
         if let Some(h) = history {
             if h.serves(pool.tag, geo) {
@@ -602,12 +602,12 @@ impl WindowCell {
 
     /// Runs `f` on the key's window under the view's configuration —
     /// carried over without writing anything if the key is still under the
-    /// previous one — as `(geometry, newest, charge)`.
+    /// previous one — as `(shape, newest, charge)`.
     fn with_window<R>(
         &self,
         view: &View<'_, SlidingWindowConfig>,
         now: u64,
-        f: impl FnOnce(&Geometry, u64, &dyn Fn(u64) -> u32) -> R,
+        f: impl FnOnce(&WindowShape, u64, &dyn Fn(u64) -> u32) -> R,
     ) -> Result<R, Refusal> {
         let guard = pin();
         loop {
@@ -719,7 +719,7 @@ impl WindowCell {
     fn denial(
         &self,
         pool: Pool,
-        geo: &Geometry,
+        geo: &WindowShape,
         f: impl FnOnce(&Seen<'_>) -> Denied,
     ) -> Option<Denied> {
         let guard = pin();
@@ -780,7 +780,7 @@ impl WindowCell {
         // still the one in force: the tag changes only after a new
         // configuration is published, and the pool's tag matched the view's
         // when it was read (after the view). Writing a stamp into a history
-        // of another geometry could overwrite a count still in its window.
+        // of another shape could overwrite a count still in its window.
         if !(view.still_current)() {
             return Err(Refusal::Stale);
         }
@@ -988,7 +988,7 @@ impl WindowCell {
 
 /// Writes `pool`'s newest charge, if any, into `history` (which `open` has
 /// installed and checked for a charged pool) before the pool leaves it.
-fn publish(history: Option<&History>, pool: Pool, geo: &Geometry) {
+fn publish(history: Option<&History>, pool: Pool, geo: &WindowShape) {
     if pool.count == 0 {
         return;
     }
@@ -1007,7 +1007,7 @@ fn publish(history: Option<&History>, pool: Pool, geo: &Geometry) {
 
 /// `win` as a pool tagged `tag` and the history of its finished
 /// sub-windows (none if it has none), under `geo`.
-fn split(win: &Win, tag: u64, geo: &Geometry) -> (Pool, Option<History>) {
+fn split(win: &Win, tag: u64, geo: &WindowShape) -> (Pool, Option<History>) {
     if win.counts.is_empty() {
         let pool = Pool {
             newest: win.newest,
@@ -1311,7 +1311,7 @@ mod tests {
     const TAG_OTHER: u64 = super::super::TAG;
 
     /// A carry-over rewrites the pool and the history under the new
-    /// geometry; a stale view neither decides nor carries.
+    /// shape; a stale view neither decides nor carries.
     #[test]
     fn a_carry_over_rewrites_pool_and_history() {
         let (a, b) = (cfg(4, 100, 4), cfg(8, 100, 2));

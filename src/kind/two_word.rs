@@ -5,8 +5,8 @@
 //! the keyed layer's tag in bit 63 — the low word, which holds a start time
 //! (shaper) or the idle time the bank lacks (warm-up), both far below `2^63`.
 //! The machines, with their freshness, carry-over and refund, are the direct
-//! limiters' own; the tag handling and the cells are the one-word kinds' (see
-//! `kinds.rs`); this file gives each its configuration.
+//! limiters' own; the tag handling and the cells are the shared word driver's (see
+//! `word.rs`); this file gives each its configuration.
 //!
 //! Per key, these kinds decide as the direct limiters' [`RateLimiter`] calls
 //! do: a request is admitted only if it can start at once (the shaper and
@@ -18,7 +18,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::kinds::{
+use super::word::{
     AtomicWideWord, LockedWideWord, WordConfig, WordOf, acquire, admitted, fork, is_fresh, peek,
     refund, settle, snapshot, word_kind,
 };

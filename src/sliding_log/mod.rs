@@ -624,7 +624,7 @@ impl<C: Clock> RateLimiter for SlidingLog<C> {
             let outcome = self.ring.with(|ring| {
                 if let Err(denied) = check_request(n, ring.limit()) {
                     let snapshot = ring.snapshot(self.timeline.now());
-                    return Ok::<_, ring::Sealed>(Err(Rejection::new(denied, snapshot)));
+                    return Ok::<_, ring::SealedRing>(Err(Rejection::new(denied, snapshot)));
                 }
                 let now = *now.get_or_insert_with(|| self.timeline.now());
                 let decided = ring.try_acquire_n(now, n)?;

@@ -2,7 +2,7 @@
 
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{Backoff, Backoff as Pause};
+use crate::sync::Backoff;
 
 use super::log::{
     EMPTY, Entries, Entry, Geometry, Inheritance, Moved, SEALED, Verdict, entry_word, lap_bit,
@@ -12,7 +12,7 @@ use crate::sync::{AtomicU64, Ordering};
 
 /// The ring was sealed by a reconfiguration: look up the current ring and retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Sealed;
+pub(crate) struct SealedRing;
 
 /// What a claim needs of the entries its tickets replace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,7 +25,7 @@ pub(crate) enum Mode {
 
 /// What one ring made of a request.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Outcome {
+pub(crate) enum RingOutcome {
     /// Admitted: the tickets are claimed and stamped.
     Admitted(Claim),
     /// Denied, and logged (counting mode); retry after `retry_ns` for this ring.
@@ -70,18 +70,18 @@ pub(crate) struct AtomicRing {
 /// A ring as one decision sees it: entries are classified against the head
 /// that decision loaded. Any ring of this layout — the direct log's stripes,
 /// a key's ring in the keyed log — is read through it.
-pub(crate) struct View<'a> {
+pub(crate) struct RingView<'a> {
     head_word: &'a AtomicU64,
     slots: &'a [AtomicU64],
     head: u64,
 }
 
-impl<'a> View<'a> {
+impl<'a> RingView<'a> {
     /// The ring whose head word is `head_word` and entry words `slots`, as
     /// seen by a decision made on the head value `head`.
     #[inline]
     pub(crate) fn new(head_word: &'a AtomicU64, slots: &'a [AtomicU64], head: u64) -> Self {
-        View {
+        RingView {
             head_word,
             slots,
             head,
@@ -89,7 +89,7 @@ impl<'a> View<'a> {
     }
 }
 
-impl Entries for View<'_> {
+impl Entries for RingView<'_> {
     #[inline]
     fn read(&self, index: usize, lap: u64) -> Entry {
         // Acquire: pairs with the Release store of whoever wrote the word we read.
@@ -135,8 +135,8 @@ impl AtomicRing {
     }
 
     #[inline]
-    fn view(&self, head: u64) -> View<'_> {
-        View::new(&self.head, &self.slots, head)
+    fn view(&self, head: u64) -> RingView<'_> {
+        RingView::new(&self.head, &self.slots, head)
     }
 
     pub(crate) fn geometry(&self) -> &Geometry {
@@ -154,7 +154,7 @@ impl AtomicRing {
     /// [`Mode::Log`] (counting denied attempts) also logs a denied attempt,
     /// unless an entry it would replace is still in flight.
     #[inline]
-    pub(crate) fn claim(&self, now: u64, n: u32, mode: Mode) -> Result<Outcome, Sealed> {
+    pub(crate) fn claim(&self, now: u64, n: u32, mode: Mode) -> Result<RingOutcome, SealedRing> {
         self.claim_noting(now, n, mode, &mut false)
     }
 
@@ -167,7 +167,7 @@ impl AtomicRing {
         n: u32,
         mode: Mode,
         lost: &mut bool,
-    ) -> Result<Outcome, Sealed> {
+    ) -> Result<RingOutcome, SealedRing> {
         let geometry = self.geometry.with_count_denied(matches!(mode, Mode::Log));
         claim_on(
             &self.head,
@@ -187,7 +187,7 @@ impl AtomicRing {
         now: u64,
         n: u32,
         rules: &[(u32, u64)],
-    ) -> Result<Outcome, Sealed> {
+    ) -> Result<RingOutcome, SealedRing> {
         claim_on(
             &self.head,
             &self.slots,
@@ -221,7 +221,7 @@ impl AtomicRing {
         for (lap, index) in self.geometry.tickets(claim.before, claim.n) {
             // Relaxed on success: a reader that reads the restamped word needs
             // only what reading our claim's word gave it — that our head CAS
-            // happens before its own (see `View::read`) — and still gets it:
+            // happens before its own (see `RingView::read`) — and still gets it:
             // this CAS is an RMW, so it continues the release sequence headed
             // by our claim's Release store of this very word (a success means
             // nothing else was stored in between), and an Acquire load that
@@ -241,7 +241,7 @@ impl AtomicRing {
 
     /// The head, for a decision to be made on; `Err` once the ring is sealed.
     #[inline]
-    pub(crate) fn head(&self) -> Result<u64, Sealed> {
+    pub(crate) fn head(&self) -> Result<u64, SealedRing> {
         load_head(&self.head)
     }
 
@@ -285,7 +285,7 @@ impl AtomicRing {
 /// The head of a ring of this layout, for a decision to be made on; `Err`
 /// once the ring is sealed.
 #[inline]
-pub(crate) fn load_head(head: &AtomicU64) -> Result<u64, Sealed> {
+pub(crate) fn load_head(head: &AtomicU64) -> Result<u64, SealedRing> {
     // Acquire: pairs with the Release of the CAS that wrote this head (and,
     // through the release sequence of the head's RMWs, of every earlier
     // claim). Each of those claimers read, with Acquire, the entry its
@@ -295,7 +295,7 @@ pub(crate) fn load_head(head: &AtomicU64) -> Result<u64, Sealed> {
     // classify to exactly one lap, though the word keeps one lap bit.
     let head = head.load(Ordering::Acquire);
     if head & SEALED != 0 {
-        Err(Sealed)
+        Err(SealedRing)
     } else {
         Ok(head)
     }
@@ -313,34 +313,34 @@ pub(crate) fn claim_on(
     geometry: &Geometry,
     n: u32,
     lost: &mut bool,
-    decide: impl Fn(&View<'_>, u64) -> Verdict,
-) -> Result<Outcome, Sealed> {
+    decide: impl Fn(&RingView<'_>, u64) -> Verdict,
+) -> Result<RingOutcome, SealedRing> {
     // Lost races back off a little: a retry re-reads two contended lines (the
     // head and the slot's), and retrying at once mostly loses again.
     let mut backoff = Backoff::new();
     loop {
         let head = load_head(head_word)?;
-        let (next, stamp, replaced, denied) = match decide(&View::new(head_word, slots, head), head)
-        {
-            Verdict::Moved => {
-                *lost = true;
-                backoff.wait();
-                continue;
-            }
-            Verdict::Admit {
-                next,
-                stamp,
-                replaced,
-            } => (next, stamp, replaced, None),
-            Verdict::Deny {
-                retry_ns,
-                record: Some((next, stamp)),
-            } => (next, stamp, 0, Some(retry_ns)),
-            Verdict::Deny {
-                retry_ns,
-                record: None,
-            } => return Ok(Outcome::Denied { retry_ns }),
-        };
+        let (next, stamp, replaced, denied) =
+            match decide(&RingView::new(head_word, slots, head), head) {
+                Verdict::Moved => {
+                    *lost = true;
+                    backoff.wait();
+                    continue;
+                }
+                Verdict::Admit {
+                    next,
+                    stamp,
+                    replaced,
+                } => (next, stamp, replaced, None),
+                Verdict::Deny {
+                    retry_ns,
+                    record: Some((next, stamp)),
+                } => (next, stamp, 0, Some(retry_ns)),
+                Verdict::Deny {
+                    retry_ns,
+                    record: None,
+                } => return Ok(RingOutcome::Denied { retry_ns }),
+            };
         // Release: see `load_head`; this claim must carry our entry reads to
         // later claimers (and to a sealer). Relaxed on failure: we start over
         // with a fresh Acquire load. A sealed head also fails the CAS (it
@@ -357,21 +357,21 @@ pub(crate) fn claim_on(
             .compare_exchange_weak(head, next, Ordering::Release, Ordering::Relaxed)
             .is_ok()
         {
-            // Release: pairs with the readers' Acquire (see `View::read`).
+            // Release: pairs with the readers' Acquire (see `RingView::read`).
             stamp_entry(first, first_word, Ordering::Release);
             for (lap, i) in geometry.tickets(head, n).skip(1) {
                 // Release: as above.
                 stamp_entry(&slots[i], entry_word(stamp, lap), Ordering::Release);
             }
             return Ok(match denied {
-                None => Outcome::Admitted(Claim {
+                None => RingOutcome::Admitted(Claim {
                     before: head,
                     after: next,
                     n,
                     stamp,
                     replaced,
                 }),
-                Some(retry_ns) => Outcome::Logged { retry_ns },
+                Some(retry_ns) => RingOutcome::Logged { retry_ns },
             });
         }
         *lost = true;
@@ -420,7 +420,7 @@ pub(crate) struct Settled<'a>(pub(crate) &'a [AtomicU64]);
 
 impl Entries for Settled<'_> {
     fn read(&self, index: usize, lap: u64) -> Entry {
-        let mut pause = Pause::default();
+        let mut pause = Backoff::default();
         loop {
             // Relaxed: the seal's Acquire already ordered every claim (and the
             // reads each claimer made of the entry it replaced) before this

@@ -6,7 +6,7 @@ use crossbeam_utils::CachePadded;
 use crate::sync::Backoff;
 
 use super::log::{Geometry, Inheritance, Moved, retry_after};
-use super::ring::{AtomicRing, Claim, Mode, Outcome, Sealed};
+use super::ring::{AtomicRing, Claim, Mode, RingOutcome, SealedRing};
 use super::rules::LogConfig;
 use crate::error::Denied;
 use crate::limiter::Snapshot;
@@ -200,7 +200,7 @@ impl Rings {
     /// Decides `n` permits (`1 <= n <= limit`) at `now`, and on admission stamps
     /// them.
     #[inline]
-    pub(crate) fn try_acquire_n(&self, now: u64, n: u32) -> Result<Result<(), Denied>, Sealed> {
+    pub(crate) fn try_acquire_n(&self, now: u64, n: u32) -> Result<Result<(), Denied>, SealedRing> {
         if self.mask == 0 {
             // One ring: its own decision is the log's, retry-after included.
             let outcome = if self.rules.is_several() {
@@ -214,8 +214,8 @@ impl Rings {
                 self.rings[0].claim(now, n, mode)?
             };
             return Ok(match outcome {
-                Outcome::Admitted(_) => Ok(()),
-                Outcome::Logged { retry_ns } | Outcome::Denied { retry_ns } => {
+                RingOutcome::Admitted(_) => Ok(()),
+                RingOutcome::Logged { retry_ns } | RingOutcome::Denied { retry_ns } => {
                     Err(retry_after(retry_ns))
                 }
             });
@@ -246,10 +246,10 @@ impl Rings {
         // How long until the home ring alone can serve the request, as its
         // decision just read it (for one permit, until its front frees).
         let home_wait = match outcome {
-            Some(Outcome::Admitted(_)) => return Ok(Ok(())),
-            Some(Outcome::Denied { retry_ns }) => retry_ns,
+            Some(RingOutcome::Admitted(_)) => return Ok(Ok(())),
+            Some(RingOutcome::Denied { retry_ns }) => retry_ns,
             // `Mode::Admit` logs nothing; `None`: more than the ring holds.
-            Some(Outcome::Logged { .. }) | None => u64::MAX,
+            Some(RingOutcome::Logged { .. }) | None => u64::MAX,
         };
         if n == 1 && !self.shape.count_denied() {
             // Relaxed: a lower bound of when this thread may take an entry of
@@ -274,7 +274,7 @@ impl Rings {
     /// The request the home ring could not serve alone: admitted if the rings
     /// together have `n` entries at their fronts that this thread may take
     /// ([`Rings::takeable_at`]).
-    fn across(&self, now: u64, n: u32, home: usize) -> Result<Result<(), Denied>, Sealed> {
+    fn across(&self, now: u64, n: u32, home: usize) -> Result<Result<(), Denied>, SealedRing> {
         let mut backoff = Backoff::new();
         'survey: loop {
             let mut heads: PerRing<u64> = [0; MAX_RINGS];
@@ -359,7 +359,7 @@ impl Rings {
                 // retry-after is for the same request made after it.
                 for (ring, &count) in self.rings.iter().zip(oldest.iter()) {
                     if count > 0 {
-                        // `Outcome::Denied`: an entry in flight; that share is
+                        // `RingOutcome::Denied`: an entry in flight; that share is
                         // not logged, which only makes the log less strict
                         // than asked, never admits.
                         ring.claim(now, count, Mode::Log)?;
@@ -437,7 +437,7 @@ impl Rings {
 
     /// Claims `free[i]` tickets from each ring `i`, home first; `Ok(false)` if a
     /// ring no longer has them (a race), with every claim taken back.
-    fn claim_all(&self, now: u64, free: &[u32], home: usize) -> Result<bool, Sealed> {
+    fn claim_all(&self, now: u64, free: &[u32], home: usize) -> Result<bool, SealedRing> {
         let mut claims: PerRing<Option<Claim>> = [None; MAX_RINGS];
         for step in 0..self.rings.len() {
             let index = (home + step) & self.mask;
@@ -445,7 +445,7 @@ impl Rings {
                 continue;
             }
             match self.rings[index].claim(now, free[index], Mode::Admit) {
-                Ok(Outcome::Admitted(claim)) => claims[index] = Some(claim),
+                Ok(RingOutcome::Admitted(claim)) => claims[index] = Some(claim),
                 outcome => {
                     self.undo(&claims, now);
                     return outcome.map(|_| false);

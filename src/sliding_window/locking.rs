@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use super::ring::Geometry;
+use super::ring::WindowShape;
 use super::{SlidingWindowBuilder, SubWindows};
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::{ConfigError, Denied};
@@ -54,7 +54,7 @@ impl Counts {
 /// ```
 #[derive(Debug)]
 pub struct LockingSlidingWindow<C = MonotonicClock> {
-    geo: Geometry,
+    geo: WindowShape,
     counts: CachePadded<Mutex<Counts>>,
     timeline: Timeline<C>,
 }
@@ -100,7 +100,7 @@ impl<C: Clock> LockingSlidingWindow<C> {
     }
 
     pub(super) fn build(rate: Rate, subs: SubWindows, clock: C) -> Result<Self, ConfigError> {
-        let geo = Geometry::new(rate, subs.resolve(rate))?;
+        let geo = WindowShape::new(rate, subs.resolve(rate))?;
         Ok(LockingSlidingWindow {
             geo,
             counts: CachePadded::new(Mutex::new(Counts {

@@ -19,7 +19,7 @@ use crate::error::{ConfigError, Denied};
 use crate::limiter::{RateLimiter, Rejection, Snapshot, check_request, report};
 use crate::rate::Rate;
 use crate::timeline::Timeline;
-use ring::Geometry;
+use ring::WindowShape;
 use striped::Striped;
 
 /// How many sub-windows the builder was asked for.
@@ -34,7 +34,7 @@ pub(crate) enum SubWindows {
 impl SubWindows {
     fn resolve(self, rate: Rate) -> u32 {
         match self {
-            SubWindows::Default => Geometry::default_subs(rate),
+            SubWindows::Default => WindowShape::default_subs(rate),
             SubWindows::Exactly(n) => n,
         }
     }
@@ -244,7 +244,7 @@ impl<C: Clock> SlidingWindow<C> {
         stripes: Option<usize>,
         clock: C,
     ) -> Result<Self, ConfigError> {
-        let geo = Geometry::new(rate, subs.resolve(rate))?;
+        let geo = WindowShape::new(rate, subs.resolve(rate))?;
         let stripes = stripes.unwrap_or_else(crate::stripe::default_stripes);
         Ok(SlidingWindow {
             core: Striped::new(geo, stripes),
@@ -260,7 +260,7 @@ impl<C: Clock> SlidingWindow<C> {
     /// assert_eq!(window.sub_windows(), 4);
     /// ```
     pub fn sub_windows(&self) -> u32 {
-        self.core.geometry().subs()
+        self.core.shape().subs()
     }
 
     /// The length of one sub-window: the rate's period divided by the number of
@@ -274,7 +274,7 @@ impl<C: Clock> SlidingWindow<C> {
     /// assert_eq!(window.sub_window(), Duration::from_nanos(333_333_334));
     /// ```
     pub fn sub_window(&self) -> Duration {
-        Duration::from_nanos(self.core.geometry().sub())
+        Duration::from_nanos(self.core.shape().sub())
     }
 
     /// The number of stripes: what was asked for, rounded up to a power of two,
@@ -319,7 +319,7 @@ impl<C: Clock> SlidingWindow<C> {
 impl<C: Clock> RateLimiter for SlidingWindow<C> {
     #[inline]
     fn try_acquire_n(&self, n: u32) -> Result<(), Denied> {
-        check_request(n, self.core.geometry().limit())?;
+        check_request(n, self.core.shape().limit())?;
         // One reading per request: every step of the decision, retries included,
         // uses it, and it is the time the admission counts at.
         self.core.try_acquire_n(self.timeline.now(), n)
@@ -333,7 +333,7 @@ impl<C: Clock> RateLimiter for SlidingWindow<C> {
     /// reading: the state is spread over the pool and the stripes' leases, and
     /// no one word holds it (see the trait method).
     fn try_acquire_n_with_snapshot(&self, n: u32) -> Result<Snapshot, Rejection> {
-        if let Err(denied) = check_request(n, self.core.geometry().limit()) {
+        if let Err(denied) = check_request(n, self.core.shape().limit()) {
             return Err(Rejection::new(denied, self.snapshot()));
         }
         let now = self.timeline.now();

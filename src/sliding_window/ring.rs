@@ -1,5 +1,5 @@
 //! The sliding window's arithmetic, shared by the striped limiter and its twin:
-//! the geometry (limit, sub-window length, sub-window count), the packing of an
+//! the shape (limit, sub-window length, sub-window count), the packing of an
 //! index with a count into one word, and the pure functions that turn per
 //! sub-window charges into room, retry-after and snapshots.
 //!
@@ -20,7 +20,7 @@ pub(crate) const DEFAULT_SUB_WINDOWS: u32 = 10;
 /// The shape of a sliding window: `limit` permits in any `subs` consecutive
 /// aligned sub-windows of `sub` nanoseconds each.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Geometry {
+pub(crate) struct WindowShape {
     limit: u32,
     sub: u64,
     subs: u32,
@@ -28,13 +28,13 @@ pub(crate) struct Geometry {
     count_bits: u32,
 }
 
-impl Geometry {
+impl WindowShape {
     /// Validates `rate` and cuts its period into `subs` sub-windows of
     /// `ceil(period / subs)` ns each, so that `subs` sub-windows span at least the
     /// period and the limiter is never faster than asked.
     ///
     /// Errors: those of [`Rate`]'s validation; [`ConfigError::InvalidSubWindows`]
-    /// for `subs` outside `1..=`[`Geometry::max_subs`]: zero (each sub-window
+    /// for `subs` outside `1..=`[`WindowShape::max_subs`]: zero (each sub-window
     /// would last no time), more than [`MAX_SUB_WINDOWS`], or so many that a
     /// sub-window is shorter than `limit` ns. That last rule is what lets an
     /// index and a count share one word for the limiter's whole 2^62 ns life: a
@@ -52,7 +52,7 @@ impl Geometry {
         }
         let sub = period.div_ceil(u64::from(subs));
         debug_assert!(sub >= u64::from(limit));
-        Ok(Geometry {
+        Ok(WindowShape {
             limit,
             sub,
             subs,
@@ -78,7 +78,7 @@ impl Geometry {
     }
 
     /// The most sub-windows, up to [`DEFAULT_SUB_WINDOWS`], that `rate` can be cut
-    /// into under the rule of [`Geometry::new`]; 1 if the rate is invalid (then
+    /// into under the rule of [`WindowShape::new`]; 1 if the rate is invalid (then
     /// `new` reports why).
     pub(crate) fn default_subs(rate: Rate) -> u32 {
         let Ok((limit, period)) = rate.validate() else {
@@ -115,7 +115,7 @@ impl Geometry {
     }
 
     /// `(index << count_bits) | count`. Callers keep `count <= limit` and the index
-    /// below `2^(64 - count_bits)` (see [`Geometry::new`]).
+    /// below `2^(64 - count_bits)` (see [`WindowShape::new`]).
     #[inline]
     pub(crate) fn pack(&self, index: u64, count: u32) -> u64 {
         (index << self.count_bits) | u64::from(count)

@@ -5,7 +5,7 @@
 
 use crossbeam_utils::CachePadded;
 
-use super::ring::Geometry;
+use super::ring::WindowShape;
 use crate::error::Denied;
 use crate::limiter::Snapshot;
 use crate::stripe::{MAX_STRIPES, refresh_thread_hint, thread_hint};
@@ -14,7 +14,7 @@ use crate::sync::{AtomicU64, Ordering};
 /// The striped, leased sliding window state.
 #[derive(Debug)]
 pub(crate) struct Striped {
-    geo: Geometry,
+    geo: WindowShape,
     /// `(index p, charged c)`: the newest sub-window opened and the permits leased
     /// out of it so far. Only ever changed by CAS, so every modification is a
     /// read-modify-write (which keeps release sequences unbroken).
@@ -43,7 +43,7 @@ enum Stale {
 }
 
 impl Striped {
-    pub(crate) fn new(geo: Geometry, stripes: usize) -> Self {
+    pub(crate) fn new(geo: WindowShape, stripes: usize) -> Self {
         let stripes = stripes.clamp(1, MAX_STRIPES).next_power_of_two();
         // `subs` is a u32, so the rounded length fits a usize on 64-bit targets
         // (the only ones with the 64-bit atomics this needs).
@@ -62,7 +62,7 @@ impl Striped {
         }
     }
 
-    pub(crate) fn geometry(&self) -> &Geometry {
+    pub(crate) fn shape(&self) -> &WindowShape {
         &self.geo
     }
 
