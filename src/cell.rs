@@ -65,15 +65,12 @@ pub trait Word:
 {
     /// The atomic that holds the word (under loom, loom's, or for `u128` the
     /// facade's stand-in).
-    #[doc(hidden)]
     type Atomic: AtomicWord<Self>;
 
     /// The word in a reservation's ticket, which holds either width.
-    #[doc(hidden)]
     fn widen(self) -> u128;
 
     /// The word back from a ticket `widen` filled (lossless for it).
-    #[doc(hidden)]
     fn narrow(wide: u128) -> Self;
 }
 
@@ -211,9 +208,8 @@ impl Orders for Published {
 
 /// The lock-free cell: the word's atomic, updated by a compare-and-swap loop
 /// with the orderings `O`. Unpadded (see the module docs).
-#[doc(hidden)]
 #[derive(Debug)]
-#[allow(unreachable_pub)] // sealed: public only as `Keyable::State`
+#[allow(unreachable_pub)] // sealed: public only as `Kind::State`
 pub struct AtomicCell<W: Word, O = Alone>(W::Atomic, PhantomData<fn() -> O>);
 
 impl<W: Word, O: Orders> StateCell for AtomicCell<W, O> {
@@ -263,9 +259,8 @@ impl<W: Word, O: Orders> StateCell for AtomicCell<W, O> {
 
 /// The locking twins' cell: the same word under a mutex (parking_lot's; 16
 /// bytes for a `u64`). Unpadded (see the module docs).
-#[doc(hidden)]
 #[derive(Debug)]
-#[allow(unreachable_pub)] // sealed: public only as `Keyable::State`
+#[allow(unreachable_pub)] // sealed: public only as `Kind::State`
 pub struct LockedCell<W>(Mutex<W>);
 
 impl<W: Word> StateCell for LockedCell<W> {

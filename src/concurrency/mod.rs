@@ -285,10 +285,8 @@ mod home {
     #[allow(unreachable_pub)] // sealed: public only as the limit's parameter
     pub trait Home: Send + Sync + 'static {
         /// The cell holding the word.
-        #[doc(hidden)]
         type Cell: StateCell<Word = u64>;
         /// The limit's name in `Debug` output (its alias's).
-        #[doc(hidden)]
         const NAME: &'static str;
     }
 

@@ -79,11 +79,9 @@
 //! loom model `loom-tests/tests/combined.rs` races a refund made at a stale
 //! reading against admissions at a later one.
 
-use super::{Keyable, Refusal, View, sealed::Sealed};
+use super::{Keyable, Refusal, View, sealed::Kind};
 use crate::error::Denied;
 use crate::limiter::{Snapshot, check_request};
-
-impl<A: Keyable, B: Keyable<Clock = A::Clock>> Sealed for (A, B) {}
 
 /// The longer of two waits; a stale or permanent answer wins over a wait.
 fn longest(first: Refusal, second: Result<(), Refusal>) -> Refusal {
@@ -97,7 +95,7 @@ fn longest(first: Refusal, second: Result<(), Refusal>) -> Refusal {
     }
 }
 
-impl<A: Keyable, B: Keyable<Clock = A::Clock>> Keyable for (A, B) {
+impl<A: Keyable, B: Keyable<Clock = A::Clock>> Kind for (A, B) {
     type Config = (A::Config, B::Config);
     type Clock = A::Clock;
     type State = (A::State, B::State);

@@ -46,7 +46,7 @@
 
 use std::fmt;
 
-use super::{Carry, Keyable, Refusal, View, sealed::Sealed};
+use super::{Carry, Refusal, View, sealed::Kind};
 use crate::clock::Clock;
 use crate::limiter::{Snapshot, check_request};
 use crate::sliding_log::log::{
@@ -385,8 +385,7 @@ impl KeyRing {
 
 /// A key's log: its current ring, behind an epoch-protected pointer that a
 /// refund or a carry-over replaces.
-#[doc(hidden)]
-#[allow(unreachable_pub)] // sealed: public only as `Keyable::State`
+#[allow(unreachable_pub)] // sealed: public only as `Kind::State`
 pub struct LogCell(Shared<KeyRing>);
 
 impl LogCell {
@@ -511,17 +510,14 @@ fn current<'g>(
 
 /// What an admission leaves: the ring it claimed on (by address) and its
 /// tickets.
-#[doc(hidden)]
 #[derive(Debug, Clone, Copy)]
-#[allow(unreachable_pub)] // sealed: public only as `Keyable::Receipt`
+#[allow(unreachable_pub)] // sealed: public only as `Kind::Receipt`
 pub struct LogReceipt {
     ring: usize,
     claimed: Claim,
 }
 
-impl<C: Clock> Sealed for SlidingLog<C> {}
-
-impl<C: Clock> Keyable for SlidingLog<C> {
+impl<C: Clock> Kind for SlidingLog<C> {
     type Config = LogConfig;
     type Clock = C;
     type State = LogCell;

@@ -50,9 +50,8 @@ pub use two_word::{ShaperConfig, WarmUpConfig};
 pub(crate) const TAG: u64 = 1 << 63;
 
 /// A decision a kind could not make, and why.
-#[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[allow(unreachable_pub)] // sealed: public only because `Keyable` mentions it
+#[allow(unreachable_pub)] // sealed: public only because `Kind` mentions it
 pub enum Refusal {
     /// The limiter's answer: denied.
     Denied(Denied),
@@ -77,8 +76,7 @@ impl From<Denied> for Refusal {
 /// is a run of decisions under one configuration, one carry, a run under the
 /// next. `still_current` tells a state that looks stale from one that has moved
 /// on to a newer record than this view's (see `reconfig.rs`).
-#[doc(hidden)]
-#[allow(unreachable_pub)] // sealed: public only because `Keyable` mentions it
+#[allow(unreachable_pub)] // sealed: public only because `Kind` mentions it
 pub struct View<'a, G> {
     pub(crate) current: &'a G,
     pub(crate) previous: &'a G,
@@ -121,16 +119,96 @@ impl<G: fmt::Debug> fmt::Debug for View<'_, G> {
 }
 
 pub(crate) mod sealed {
-    /// Only tollgate's limiters (and combinations of them) are keyable: the
-    /// layer relies on their states being exactly comparable with a fresh one.
+    use super::{Clock, Refusal, Snapshot, View, fmt};
+
+    /// The keyed layer's contract with a kind, described in `docs/keyed.md`
+    /// for whoever adds a kind to tollgate. Only tollgate's limiters (and
+    /// combinations of them) implement it: the layer relies on their states
+    /// being exactly comparable with a fresh one. [`Keyable`](super::Keyable)
+    /// is its public face.
     #[allow(unreachable_pub)]
-    pub trait Sealed {}
+    pub trait Kind: Sized {
+        /// The validated configuration shared by every key (e.g.
+        /// [`BucketConfig`](crate::keyed::BucketConfig)).
+        type Config: Clone + fmt::Debug + PartialEq + Send + Sync + 'static;
+        /// The clock the limiter reads.
+        type Clock: Clock;
+        type State: Send + Sync;
+        type Receipt: Copy;
+
+        /// The most permits one request can get under `config`.
+        fn capacity(config: &Self::Config) -> u32;
+
+        /// A state that has admitted nothing, tagged `tag`.
+        fn fresh(tag: u64) -> Self::State;
+
+        /// Admits `n` permits at `now` or says why not; a denial writes nothing
+        /// (a state not yet carried over may be carried over). The receipt is what
+        /// `refund` needs to give the permits back.
+        fn acquire(
+            view: &View<'_, Self::Config>,
+            state: &Self::State,
+            now: u64,
+            n: u32,
+        ) -> Result<Self::Receipt, Refusal>;
+
+        /// The snapshot of the state an admission left, from the word it wrote:
+        /// what [`Keyed::try_acquire_n_with_snapshot`](crate::keyed::Keyed::try_acquire_n_with_snapshot)
+        /// reports. Called only in the call that admitted, pinned throughout and
+        /// with the state alive (the sliding log reads its ring here).
+        fn admitted(view: &View<'_, Self::Config>, receipt: Self::Receipt, now: u64) -> Snapshot;
+
+        /// What `acquire` would answer, without writing anything.
+        fn peek(
+            view: &View<'_, Self::Config>,
+            state: &Self::State,
+            now: u64,
+            n: u32,
+        ) -> Result<(), Refusal>;
+
+        /// Gives back permits admitted with `receipt`, as far as that is safe: the
+        /// state afterwards never admits more than if the permits had never been
+        /// taken, whatever was admitted in between and at whatever times (stale
+        /// ones included). See [`combined`](crate::keyed::combined) for what each kind
+        /// returns.
+        fn refund(
+            view: &View<'_, Self::Config>,
+            state: &Self::State,
+            receipt: Self::Receipt,
+            n: u32,
+        );
+
+        /// A new state, tagged with the view's tag, that decides exactly as
+        /// `state` does under the view's configuration (carried over first if it
+        /// is stale); `None` if the view is stale. The keyed layer gives it to a
+        /// key that leaves the shared overflow state (see `evict`).
+        fn fork(
+            view: &View<'_, Self::Config>,
+            state: &Self::State,
+            now: u64,
+        ) -> Option<Self::State>;
+
+        /// The state as a snapshot; `None` if the view is stale.
+        fn snapshot(
+            view: &View<'_, Self::Config>,
+            state: &Self::State,
+            now: u64,
+        ) -> Option<Snapshot>;
+
+        /// Whether the state decides, at `now` and at every later time, exactly as
+        /// `fresh` does; `None` if the view is stale.
+        fn is_fresh(view: &View<'_, Self::Config>, state: &Self::State, now: u64) -> Option<bool>;
+
+        /// Carries a state written under the view's previous configuration over to
+        /// its current one. `false` if the view is stale.
+        fn settle(view: &View<'_, Self::Config>, state: &Self::State, now: u64) -> bool;
+    }
 }
 
 /// A limiter kind that the keyed layer can run per key: [`Keyed`](crate::keyed::Keyed)
 /// and [`Tunable`](crate::keyed::Tunable) are generic over it.
 ///
-/// It splits a limiter into a shared, validated [`Config`](Keyable::Config) and
+/// It splits a limiter into a shared, validated configuration and
 /// a small per-key state (one `AtomicU64` for the token bucket and the fixed
 /// window, the same word as the direct limiter's), so a key costs what the key
 /// and its word cost and nothing else. It is implemented for [`TokenBucket`],
@@ -143,8 +221,12 @@ pub(crate) mod sealed {
 /// (`(TokenBucket, TokenBucket)` is "both limits must admit", see
 /// [`combined`](crate::keyed::combined)).
 ///
-/// The trait is sealed; its hidden methods are the layer's contract with a kind,
-/// described in `docs/keyed.md` for whoever adds a kind to tollgate.
+/// Its associated types name the configuration (`L::Config`, e.g.
+/// [`BucketConfig`](crate::keyed::BucketConfig): validated once, shared by
+/// every key) and the clock (`L::Clock`, as in `Keyable<Clock =
+/// ManualClock>`); `L::capacity(&config)` is the most permits one request
+/// can get. The trait is sealed: the rest of it is the layer's contract with
+/// a kind, described in `docs/keyed.md` for whoever adds a kind to tollgate.
 ///
 /// [`TokenBucket`]: crate::TokenBucket
 /// [`FixedWindow`]: crate::FixedWindow
@@ -153,77 +235,6 @@ pub(crate) mod sealed {
 /// [`WarmUp`]: crate::WarmUp
 /// [`SlidingLog`]: crate::SlidingLog
 /// [`SlidingWindow`]: crate::SlidingWindow
-pub trait Keyable: sealed::Sealed + Sized {
-    /// The validated configuration shared by every key (e.g.
-    /// [`BucketConfig`](crate::keyed::BucketConfig)).
-    type Config: Clone + fmt::Debug + PartialEq + Send + Sync + 'static;
-    /// The clock the limiter reads.
-    type Clock: Clock;
-    #[doc(hidden)]
-    type State: Send + Sync;
-    #[doc(hidden)]
-    type Receipt: Copy;
+pub trait Keyable: sealed::Kind {}
 
-    /// The most permits one request can get under `config`.
-    fn capacity(config: &Self::Config) -> u32;
-
-    /// A state that has admitted nothing, tagged `tag`.
-    #[doc(hidden)]
-    fn fresh(tag: u64) -> Self::State;
-
-    /// Admits `n` permits at `now` or says why not; a denial writes nothing
-    /// (a state not yet carried over may be carried over). The receipt is what
-    /// [`refund`](Keyable::refund) needs to give the permits back.
-    #[doc(hidden)]
-    fn acquire(
-        view: &View<'_, Self::Config>,
-        state: &Self::State,
-        now: u64,
-        n: u32,
-    ) -> Result<Self::Receipt, Refusal>;
-
-    /// The snapshot of the state an admission left, from the word it wrote:
-    /// what [`Keyed::try_acquire_n_with_snapshot`](crate::keyed::Keyed::try_acquire_n_with_snapshot)
-    /// reports. Called only in the call that admitted, pinned throughout and
-    /// with the state alive (the sliding log reads its ring here).
-    #[doc(hidden)]
-    fn admitted(view: &View<'_, Self::Config>, receipt: Self::Receipt, now: u64) -> Snapshot;
-
-    /// What `acquire` would answer, without writing anything.
-    #[doc(hidden)]
-    fn peek(
-        view: &View<'_, Self::Config>,
-        state: &Self::State,
-        now: u64,
-        n: u32,
-    ) -> Result<(), Refusal>;
-
-    /// Gives back permits admitted with `receipt`, as far as that is safe: the
-    /// state afterwards never admits more than if the permits had never been
-    /// taken, whatever was admitted in between and at whatever times (stale
-    /// ones included). See [`combined`](crate::keyed::combined) for what each kind
-    /// returns.
-    #[doc(hidden)]
-    fn refund(view: &View<'_, Self::Config>, state: &Self::State, receipt: Self::Receipt, n: u32);
-
-    /// A new state, tagged with the view's tag, that decides exactly as
-    /// `state` does under the view's configuration (carried over first if it
-    /// is stale); `None` if the view is stale. The keyed layer gives it to a
-    /// key that leaves the shared overflow state (see `evict`).
-    #[doc(hidden)]
-    fn fork(view: &View<'_, Self::Config>, state: &Self::State, now: u64) -> Option<Self::State>;
-
-    /// The state as a snapshot; `None` if the view is stale.
-    #[doc(hidden)]
-    fn snapshot(view: &View<'_, Self::Config>, state: &Self::State, now: u64) -> Option<Snapshot>;
-
-    /// Whether the state decides, at `now` and at every later time, exactly as
-    /// [`fresh`](Keyable::fresh) does; `None` if the view is stale.
-    #[doc(hidden)]
-    fn is_fresh(view: &View<'_, Self::Config>, state: &Self::State, now: u64) -> Option<bool>;
-
-    /// Carries a state written under the view's previous configuration over to
-    /// its current one. `false` if the view is stale.
-    #[doc(hidden)]
-    fn settle(view: &View<'_, Self::Config>, state: &Self::State, now: u64) -> bool;
-}
+impl<K: sealed::Kind> Keyable for K {}

@@ -18,7 +18,7 @@ use super::word::{
     AtomicWord, LockedWord, WordConfig, WordOf, acquire, admitted, fork, is_fresh, peek, refund,
     settle, snapshot, word_kind,
 };
-use super::{Keyable, Refusal, View, sealed::Sealed};
+use super::{Refusal, View};
 use crate::clock::Clock;
 use crate::error::ConfigError;
 use crate::fixed_window::counter::WindowCounter;
@@ -294,6 +294,7 @@ mod tests {
     use super::*;
     use crate::cell::StateCell;
     use crate::kind::TAG;
+    use crate::kind::sealed::Kind;
     use crate::machine::Carry;
     use crate::machine::Machine;
 

@@ -74,7 +74,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::{Carry, Keyable, Refusal, View, sealed::Sealed};
+use super::{Carry, Refusal, View, sealed::Kind};
 use crate::clock::Clock;
 use crate::error::{ConfigError, Denied};
 use crate::limiter::{Snapshot, check_request};
@@ -534,8 +534,7 @@ impl Seen<'_> {
 /// A key's window without a lock: one 128-bit pool word and a history of
 /// finished sub-windows behind an epoch-protected pointer (see the module's
 /// state table and protocol).
-#[doc(hidden)]
-#[allow(unreachable_pub)] // sealed: public only as `Keyable::State`
+#[allow(unreachable_pub)] // sealed: public only as `Kind::State`
 pub struct WindowCell {
     pool: AtomicU128,
     history: MaybeShared<History>,
@@ -1047,18 +1046,15 @@ impl fmt::Debug for WindowCell {
 
 /// What an admission leaves: the sub-window it charged, the tag it was
 /// written under, and the snapshot after it.
-#[doc(hidden)]
 #[derive(Debug, Clone, Copy)]
-#[allow(unreachable_pub)] // sealed: public only as `Keyable::Receipt`
+#[allow(unreachable_pub)] // sealed: public only as `Kind::Receipt`
 pub struct WindowReceipt {
     sub_window: u64,
     tag: u64,
     after: Snapshot,
 }
 
-impl<C: Clock> Sealed for SlidingWindow<C> {}
-
-impl<C: Clock> Keyable for SlidingWindow<C> {
+impl<C: Clock> Kind for SlidingWindow<C> {
     type Config = SlidingWindowConfig;
     type Clock = C;
     type State = WindowCell;
@@ -1322,20 +1318,18 @@ mod tests {
         cell.decide(&old, 60_000_000, 2).unwrap(); // sub-window 2
         let new = view(&b, &a, Carry::Additive, TAG_OTHER, &yes);
         // At 70 ms: old sub-window 0 ends in new sub-window 0, 2 in 1.
-        assert!(
-            <SlidingWindow<crate::clock::ManualClock> as Keyable>::settle(&new, &cell, 70_000_000)
-        );
+        assert!(<SlidingWindow<crate::clock::ManualClock> as Kind>::settle(
+            &new, &cell, 70_000_000
+        ));
         let pool = Pool::unpack(cell.load());
         assert_eq!(
             (pool.tag, pool.newest, pool.used, pool.count),
             (TAG_OTHER, 1, 1, 2)
         );
         assert_eq!(
-            <SlidingWindow<crate::clock::ManualClock> as Keyable>::snapshot(
-                &new, &cell, 70_000_000
-            )
-            .unwrap()
-            .available,
+            <SlidingWindow<crate::clock::ManualClock> as Kind>::snapshot(&new, &cell, 70_000_000)
+                .unwrap()
+                .available,
             5
         );
         let no = || false;

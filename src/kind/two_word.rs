@@ -22,7 +22,7 @@ use super::word::{
     AtomicWideWord, LockedWideWord, WordConfig, WordOf, acquire, admitted, fork, is_fresh, peek,
     refund, settle, snapshot, word_kind,
 };
-use super::{Keyable, Refusal, View, sealed::Sealed};
+use super::{Refusal, View};
 use crate::clock::Clock;
 use crate::error::ConfigError;
 use crate::leaky_bucket::shaper::Queue;

@@ -14,25 +14,21 @@ use crate::machine::Machine;
 /// where the word needs 8), the atomic ones with the `Published` orderings:
 /// a word carried over to a newer configuration record must be seen together
 /// with that record (see `reconfig`).
-#[doc(hidden)]
-#[allow(unreachable_pub)] // sealed: public only as `Keyable::State`
+#[allow(unreachable_pub)] // sealed: public only as `Kind::State`
 pub type AtomicWord = AtomicCell<u64, Published>;
 
 /// The twins' word: a `u64` under a mutex (parking_lot's; 16 bytes).
-#[doc(hidden)]
-#[allow(unreachable_pub)] // sealed: public only as `Keyable::State`
+#[allow(unreachable_pub)] // sealed: public only as `Kind::State`
 pub type LockedWord = LockedCell<u64>;
 
 /// A two-word state in one 128-bit atomic (`cmpxchg16b` through
 /// portable-atomic): 16 bytes per key, with the one-word keyed cell's
 /// orderings, for the same reason.
-#[doc(hidden)]
-#[allow(unreachable_pub)] // sealed: public only as `Keyable::State`
+#[allow(unreachable_pub)] // sealed: public only as `Kind::State`
 pub type AtomicWideWord = AtomicCell<u128, Published>;
 
 /// The two-word twins' state: a `u128` under a mutex (parking_lot's).
-#[doc(hidden)]
-#[allow(unreachable_pub)] // sealed: public only as `Keyable::State`
+#[allow(unreachable_pub)] // sealed: public only as `Kind::State`
 pub type LockedWideWord = LockedCell<u128>;
 
 /// A configuration with a keyable machine inside.
@@ -183,9 +179,7 @@ pub(super) fn admitted<G: WordConfig>(
 /// [`StateCell`]: one line per keyable kind, whatever its word's width.
 macro_rules! word_kind {
     ($limiter:ident, $config:ty, $cell:ty, $word:ty) => {
-        impl<C: Clock> Sealed for $limiter<C> {}
-
-        impl<C: Clock> Keyable for $limiter<C> {
+        impl<C: Clock> $crate::kind::sealed::Kind for $limiter<C> {
             type Config = $config;
             type Clock = C;
             type State = $cell;
