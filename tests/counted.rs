@@ -7,6 +7,36 @@ use tollgate::{
     AllOf, Counted, Denied, FixedWindow, ManualClock, Rate, RateLimiter, SlidingLog, TokenBucket,
 };
 
+/// What the deciding threads saw, in permits.
+#[derive(Default)]
+struct Seen {
+    admitted: AtomicU64,
+    denied: AtomicU64,
+}
+
+impl Seen {
+    /// `rounds` requests of 1 to `sizes` permits (varied by thread and
+    /// round), each answer added to what was seen.
+    fn decide<L: RateLimiter>(&self, counted: &Counted<L>, thread: u32, rounds: u32, sizes: u32) {
+        for i in 0..rounds {
+            let n = 1 + (thread + i) % sizes;
+            let seen = match counted.try_acquire_n(n) {
+                Ok(()) => &self.admitted,
+                Err(_) => &self.denied,
+            };
+            seen.fetch_add(u64::from(n), Ordering::Relaxed);
+        }
+    }
+
+    /// The counts, checked against what was seen.
+    fn matches<L: RateLimiter>(&self, counted: &Counted<L>) -> tollgate::Counts {
+        let counts = counted.counts();
+        assert_eq!(counts.admitted, self.admitted.load(Ordering::Relaxed));
+        assert_eq!(counts.denied, self.denied.load(Ordering::Relaxed));
+        counts
+    }
+}
+
 /// Four threads decide through one `Counted` bucket with time frozen: the
 /// counters equal what the threads saw, permit for permit, and the admitted
 /// count is the bucket's capacity.
@@ -17,24 +47,14 @@ fn counts_are_exact_under_contention() {
         "shared",
         TokenBucket::with_clock(1_000, Rate::per_hour(1_000), clock).unwrap(),
     );
-    let (admitted, denied) = (AtomicU64::new(0), AtomicU64::new(0));
+    let seen = Seen::default();
     std::thread::scope(|s| {
         for thread in 0..4u32 {
-            let (counted, admitted, denied) = (&counted, &admitted, &denied);
-            s.spawn(move || {
-                for i in 0..500u32 {
-                    let n = 1 + (thread + i) % 3;
-                    match counted.try_acquire_n(n) {
-                        Ok(()) => admitted.fetch_add(u64::from(n), Ordering::Relaxed),
-                        Err(_) => denied.fetch_add(u64::from(n), Ordering::Relaxed),
-                    };
-                }
-            });
+            let (counted, seen) = (&counted, &seen);
+            s.spawn(move || seen.decide(counted, thread, 500, 3));
         }
     });
-    let counts = counted.counts();
-    assert_eq!(counts.admitted, admitted.load(Ordering::Relaxed));
-    assert_eq!(counts.denied, denied.load(Ordering::Relaxed));
+    let counts = seen.matches(&counted);
     assert_eq!(
         counts.admitted,
         1_000 - u64::from(counted.snapshot().available)
@@ -53,26 +73,16 @@ fn counts_are_exact_with_more_threads_than_cells_and_threads_that_come_and_go() 
         "waves",
         TokenBucket::with_clock(20_000, Rate::per_hour(20_000), clock).unwrap(),
     );
-    let (admitted, denied) = (AtomicU64::new(0), AtomicU64::new(0));
+    let seen = Seen::default();
     for _wave in 0..3 {
         std::thread::scope(|s| {
-            for thread in 0..threads_per_wave {
-                let (counted, admitted, denied) = (&counted, &admitted, &denied);
-                s.spawn(move || {
-                    for i in 0..300u32 {
-                        let n = 1 + (thread as u32 + i) % 4;
-                        match counted.try_acquire_n(n) {
-                            Ok(()) => admitted.fetch_add(u64::from(n), Ordering::Relaxed),
-                            Err(_) => denied.fetch_add(u64::from(n), Ordering::Relaxed),
-                        };
-                    }
-                });
+            for thread in 0..threads_per_wave as u32 {
+                let (counted, seen) = (&counted, &seen);
+                s.spawn(move || seen.decide(counted, thread, 300, 4));
             }
         });
     }
-    let counts = counted.counts();
-    assert_eq!(counts.admitted, admitted.load(Ordering::Relaxed));
-    assert_eq!(counts.denied, denied.load(Ordering::Relaxed));
+    let counts = seen.matches(&counted);
     assert!(
         counts.denied > 0,
         "the waves asked for more than the bucket holds"
