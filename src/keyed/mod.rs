@@ -120,7 +120,7 @@ pub use hasher::{KeyHash, KeyHasher};
 // cell, its views) are public in that private module and nameable nowhere.
 pub use crate::kind::SlidingWindowConfig;
 pub use crate::kind::combined;
-pub use crate::kind::{BucketConfig, MeterConfig, WindowConfig};
+pub use crate::kind::{BucketConfig, CapacityRate, MeterConfig, WindowConfig};
 pub use crate::kind::{Carry, Keyable};
 pub use crate::kind::{ShaperConfig, Tunable, WarmUpConfig};
 

@@ -31,7 +31,7 @@ use crate::error::Denied;
 use crate::limiter::Snapshot;
 
 pub use crate::machine::Carry;
-pub use one_word::{BucketConfig, MeterConfig, WindowConfig};
+pub use one_word::{BucketConfig, CapacityRate, MeterConfig, WindowConfig};
 pub use reconfig::Tunable;
 pub use sliding::SlidingWindowConfig;
 pub use two_word::{ShaperConfig, WarmUpConfig};

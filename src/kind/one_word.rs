@@ -26,12 +26,13 @@ use crate::fixed_window::{FixedWindow, LockingFixedWindow};
 use crate::leaky_bucket::meter::Meter;
 use crate::leaky_bucket::{LeakyBucket, LockingLeakyBucket};
 use crate::limiter::Snapshot;
+use crate::machine::Machine;
 use crate::rate::Rate;
 use crate::token_bucket::gcra::Gcra;
 use crate::token_bucket::{LockingTokenBucket, TokenBucket};
 
 /// The configuration of a keyed or tunable [`TokenBucket`]: a capacity and a
-/// refill rate, validated once.
+/// refill rate, validated once (with the errors of [`TokenBucket::new`]).
 ///
 /// ```
 /// use tollgate::keyed::BucketConfig;
@@ -41,31 +42,80 @@ use crate::token_bucket::{LockingTokenBucket, TokenBucket};
 /// assert_eq!((cfg.capacity(), cfg.rate()), (10, Rate::per_second(5)));
 /// assert_eq!(BucketConfig::new(0, Rate::per_second(5)).unwrap_err(), ConfigError::ZeroCapacity);
 /// ```
+pub type BucketConfig = CapacityRate<Gcra>;
+
+/// The configuration of a keyed or tunable [`LeakyBucket`] meter: a capacity
+/// and a drain rate, validated once (with the errors of
+/// [`LeakyBucket::new`]).
+///
+/// ```
+/// use tollgate::keyed::{Keyed, MeterConfig};
+/// use tollgate::{ConfigError, LeakyBucket, Rate};
+///
+/// let cfg = MeterConfig::new(10, Rate::per_second(5)).unwrap();
+/// assert_eq!((cfg.capacity(), cfg.rate()), (10, Rate::per_second(5)));
+/// assert_eq!(MeterConfig::new(0, Rate::per_second(5)).unwrap_err(), ConfigError::ZeroCapacity);
+/// assert_eq!(MeterConfig::new(1, Rate::per_second(0)).unwrap_err(), ConfigError::ZeroRate);
+/// let per_user = Keyed::<String, LeakyBucket>::new(cfg);
+/// assert!(per_user.try_acquire_n("alice", 10).is_ok());
+/// assert!(per_user.try_acquire("alice").is_err());
+/// ```
+pub type MeterConfig = CapacityRate<Meter>;
+
+/// A capacity and a rate, validated once into the machine `M` every key
+/// decides with: the one type behind [`BucketConfig`] (a token bucket's
+/// burst and refill rate) and [`MeterConfig`] (a leaky bucket's size and
+/// drain rate). Name it through those two.
 #[derive(Clone, Copy)]
-pub struct BucketConfig {
+pub struct CapacityRate<M: Rated> {
     capacity: u32,
     rate: Rate,
-    gcra: Gcra,
+    machine: M,
 }
 
-impl BucketConfig {
-    /// A bucket of `capacity` permits refilled at `rate`, with the errors of
-    /// [`TokenBucket::new`].
+/// A machine built from a capacity and a rate: the parameter of
+/// [`CapacityRate`]. Sealed: the token bucket's and the meter's.
+#[allow(unreachable_pub)] // sealed: public only as `CapacityRate`'s parameter
+pub trait Rated: Copy + Send + Sync + 'static {
+    /// The configuration's name in `Debug` output.
+    const CONFIG: &'static str;
+    /// Validates `capacity` and `rate` into the machine.
+    fn build(capacity: u32, rate: Rate) -> Result<Self, ConfigError>;
+}
+
+impl Rated for Gcra {
+    const CONFIG: &'static str = "BucketConfig";
+    fn build(capacity: u32, rate: Rate) -> Result<Self, ConfigError> {
+        Gcra::new(capacity, rate)
+    }
+}
+
+impl Rated for Meter {
+    const CONFIG: &'static str = "MeterConfig";
+    fn build(capacity: u32, rate: Rate) -> Result<Self, ConfigError> {
+        Meter::new(capacity, rate)
+    }
+}
+
+impl<M: Rated> CapacityRate<M> {
+    /// `capacity` permits at `rate`, validated as the direct limiter's
+    /// constructor does.
     ///
     /// ```
-    /// use tollgate::keyed::BucketConfig;
+    /// use tollgate::keyed::{BucketConfig, MeterConfig};
     /// use tollgate::Rate;
     /// assert!(BucketConfig::new(100, Rate::per_minute(100)).is_ok());
+    /// assert!(MeterConfig::new(30, Rate::per_minute(30)).is_ok());
     /// ```
     pub fn new(capacity: u32, rate: Rate) -> Result<Self, ConfigError> {
-        Ok(BucketConfig {
+        Ok(CapacityRate {
             capacity,
             rate,
-            gcra: Gcra::new(capacity, rate)?,
+            machine: M::build(capacity, rate)?,
         })
     }
 
-    /// The burst capacity.
+    /// The capacity: a token bucket's burst, the most a leaky bucket holds.
     ///
     /// ```
     /// # use tollgate::{keyed::BucketConfig, Rate};
@@ -75,85 +125,7 @@ impl BucketConfig {
         self.capacity
     }
 
-    /// The refill rate.
-    ///
-    /// ```
-    /// # use tollgate::{keyed::BucketConfig, Rate};
-    /// assert_eq!(BucketConfig::new(3, Rate::per_second(1)).unwrap().rate(), Rate::per_second(1));
-    /// ```
-    pub fn rate(&self) -> Rate {
-        self.rate
-    }
-}
-
-impl PartialEq for BucketConfig {
-    fn eq(&self, other: &Self) -> bool {
-        // The machine is a function of these two.
-        (self.capacity, self.rate) == (other.capacity, other.rate)
-    }
-}
-
-impl Eq for BucketConfig {}
-
-impl fmt::Debug for BucketConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BucketConfig")
-            .field("capacity", &self.capacity)
-            .field("rate", &self.rate)
-            .finish()
-    }
-}
-
-/// The configuration of a keyed or tunable [`LeakyBucket`] meter: a capacity
-/// and a drain rate, validated once.
-///
-/// ```
-/// use tollgate::keyed::{Keyed, MeterConfig};
-/// use tollgate::{ConfigError, LeakyBucket, Rate};
-///
-/// let cfg = MeterConfig::new(10, Rate::per_second(5)).unwrap();
-/// assert_eq!((cfg.capacity(), cfg.rate()), (10, Rate::per_second(5)));
-/// assert_eq!(MeterConfig::new(0, Rate::per_second(5)).unwrap_err(), ConfigError::ZeroCapacity);
-/// let per_user = Keyed::<String, LeakyBucket>::new(cfg);
-/// assert!(per_user.try_acquire_n("alice", 10).is_ok());
-/// assert!(per_user.try_acquire("alice").is_err());
-/// ```
-#[derive(Clone, Copy)]
-pub struct MeterConfig {
-    capacity: u32,
-    rate: Rate,
-    meter: Meter,
-}
-
-impl MeterConfig {
-    /// A bucket holding up to `capacity` permits, draining at `rate`, with the
-    /// errors of [`LeakyBucket::new`].
-    ///
-    /// ```
-    /// use tollgate::keyed::MeterConfig;
-    /// use tollgate::{ConfigError, Rate};
-    /// assert!(MeterConfig::new(30, Rate::per_minute(30)).is_ok());
-    /// assert_eq!(MeterConfig::new(1, Rate::per_second(0)).unwrap_err(), ConfigError::ZeroRate);
-    /// ```
-    pub fn new(capacity: u32, rate: Rate) -> Result<Self, ConfigError> {
-        Ok(MeterConfig {
-            capacity,
-            rate,
-            meter: Meter::new(capacity, rate)?,
-        })
-    }
-
-    /// The most the bucket holds.
-    ///
-    /// ```
-    /// # use tollgate::{keyed::MeterConfig, Rate};
-    /// assert_eq!(MeterConfig::new(3, Rate::per_second(1)).unwrap().capacity(), 3);
-    /// ```
-    pub fn capacity(&self) -> u32 {
-        self.capacity
-    }
-
-    /// The drain rate.
+    /// The rate: a token bucket's refill, a leaky bucket's drain.
     ///
     /// ```
     /// # use tollgate::{keyed::MeterConfig, Rate};
@@ -164,18 +136,18 @@ impl MeterConfig {
     }
 }
 
-impl PartialEq for MeterConfig {
+impl<M: Rated> PartialEq for CapacityRate<M> {
     fn eq(&self, other: &Self) -> bool {
         // The machine is a function of these two.
         (self.capacity, self.rate) == (other.capacity, other.rate)
     }
 }
 
-impl Eq for MeterConfig {}
+impl<M: Rated> Eq for CapacityRate<M> {}
 
-impl fmt::Debug for MeterConfig {
+impl<M: Rated> fmt::Debug for CapacityRate<M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MeterConfig")
+        f.debug_struct(M::CONFIG)
             .field("capacity", &self.capacity)
             .field("rate", &self.rate)
             .finish()
@@ -261,17 +233,10 @@ fn count_bits(limit: u32) -> u32 {
     u32::BITS - limit.leading_zeros()
 }
 
-impl WordConfig for BucketConfig {
-    type Machine = Gcra;
-    fn machine(&self) -> &Gcra {
-        &self.gcra
-    }
-}
-
-impl WordConfig for MeterConfig {
-    type Machine = Meter;
-    fn machine(&self) -> &Meter {
-        &self.meter
+impl<M: Rated + Machine> WordConfig for CapacityRate<M> {
+    type Machine = M;
+    fn machine(&self) -> &M {
+        &self.machine
     }
 }
 
@@ -296,7 +261,6 @@ mod tests {
     use crate::kind::TAG;
     use crate::kind::sealed::Kind;
     use crate::machine::Carry;
-    use crate::machine::Machine;
 
     /// `count_bits` and the refund rely on the documented packing of the fixed
     /// window's word; this fails if that layout ever changes.

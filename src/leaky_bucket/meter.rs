@@ -15,7 +15,8 @@ use crate::waiting::schedule;
 /// `max(empty_at − now, 0)` nanoseconds of drain, i.e. that divided by the
 /// drain interval in permits; the level is never stored, so nothing has to drip.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Meter {
+#[allow(unreachable_pub)] // sealed: public only as `MeterConfig`'s machine
+pub struct Meter {
     /// Nanoseconds for one permit to drain, rounded up (never drains faster than asked).
     interval: u64,
     capacity: u32,

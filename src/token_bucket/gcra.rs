@@ -13,7 +13,8 @@ use crate::waiting::schedule;
 /// theoretical arrival time (TAT), the instant at which the bucket will be full
 /// again if nothing more is admitted.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Gcra {
+#[allow(unreachable_pub)] // sealed: public only as `BucketConfig`'s machine
+pub struct Gcra {
     /// Nanoseconds per permit (the emission interval), rounded up.
     interval: u64,
     capacity: u32,
