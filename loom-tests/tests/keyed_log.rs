@@ -286,10 +286,16 @@ fn a_carry_over_two_laps_behind_the_head() {
 /// whose lap bit is the second lap's, reads as a stamp of 0 and admits a
 /// second permit at 10. (The entry's Release store: the link from a claim
 /// to the entry it replaced.)
+///
+/// Preemption bound 2, as the keyed map's three-thread model: the
+/// execution it was written for needs no preemption at all (the three
+/// threads run one after another; what differs is which store a load may
+/// still read), and at bound 3 it explored 4.4 million interleavings in
+/// about 530 s (the suite's longest model); bound 2 explores 528k in 49 s.
 #[test]
 fn a_reader_behind_two_claimers() {
     const RULE: (u32, u64) = (1, 10);
-    explore("keyed_log::a_reader_behind_two_claimers", 3, || {
+    explore("keyed_log::a_reader_behind_two_claimers", 2, || {
         let (log, clock) = logged(RULE);
         let l = Arc::clone(&log);
         let first = thread::spawn(move || vec![record(1, || l.try_acquire())]);
