@@ -8,7 +8,8 @@ use crossbeam_utils::CachePadded;
 use crate::error::Denied;
 use crate::limiter::{RateLimiter, Rejection, Snapshot};
 use crate::refund::{Receipted, Refundable};
-use crate::stripe::{MAX_STRIPES, default_stripes, thread_slot};
+use crate::stripe::{MAX_STRIPES, default_stripes};
+use crate::sync::thread::thread_slot;
 use crate::sync::{AtomicU64, Ordering};
 
 /// One cell of counters. The three on one line: a decision touches one of

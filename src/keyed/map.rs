@@ -17,7 +17,7 @@
 //! side (after Dice and Kogan's BRAVO, "Biased Locking for Reader-Writer
 //! Locks", USENIX ATC 2019). Each map has a small table of *reader slots*,
 //! one cache line per thread group; a thread's line is its stripe hint
-//! (`stripe::thread_hint`, the one the striped limiters use: the rank of the
+//! (`sync::thread::thread_hint`, the one the striped limiters use: the rank of the
 //! CPU it ran on when it first asked, or when it last found its slot taken),
 //! and the slot within the line is the shard's index modulo 8. A
 //! reader announces itself by a compare-and-swap of its slot from 0 to
@@ -86,9 +86,9 @@ use std::hash::{BuildHasher, Hash};
 use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 
-use crate::stripe::{refresh_thread_hint, thread_hint};
 #[cfg(loom)]
 use crate::sync::fault::{Fault, injected};
+use crate::sync::thread::{refresh_thread_hint, thread_hint};
 use crate::sync::{
     AtomicBool, AtomicUsize, Backoff, ConstPtr, MutPtr, Ordering, RwLock, RwLockReadGuard,
     RwLockWriteGuard, UnsafeCell, loom_seq_cst_fence,

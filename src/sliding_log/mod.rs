@@ -650,7 +650,7 @@ mod tests {
     use crate::error::Denied;
     use crate::limiter::RateLimiter;
     use crate::rate::Rate;
-    use crate::stripe::set_thread_hint;
+    use crate::sync::thread::set_thread_hint;
 
     const WINDOW: u64 = 2_000;
 

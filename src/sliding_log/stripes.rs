@@ -10,9 +10,9 @@ use super::ring::{AtomicRing, Claim, Mode, RingOutcome, SealedRing};
 use super::rules::LogConfig;
 use crate::error::Denied;
 use crate::limiter::Snapshot;
-use crate::stripe::{refresh_thread_hint, thread_hint};
 #[cfg(loom)]
 use crate::sync::fault::{Fault, injected};
+use crate::sync::thread::{refresh_thread_hint, thread_hint};
 use crate::sync::{AtomicU64, Ordering};
 
 /// The most rings a log splits into: a request that its own ring cannot serve
@@ -556,7 +556,7 @@ mod grace {
     use super::{Ordering, Plan, Rings};
     use crate::rate::Rate;
     use crate::sliding_log::LogConfig;
-    use crate::stripe::set_thread_hint;
+    use crate::sync::thread::set_thread_hint;
 
     const WINDOW: u64 = 1_000_000;
 
@@ -729,7 +729,7 @@ mod retry {
     use crate::error::Denied;
     use crate::rate::Rate;
     use crate::sliding_log::LogConfig;
-    use crate::stripe::set_thread_hint;
+    use crate::sync::thread::set_thread_hint;
 
     /// One request: the thread's home ring, its reading, its permits.
     #[derive(Debug, Clone, Copy)]
@@ -905,7 +905,7 @@ mod tests {
     use crate::limiter::RateLimiter;
     use crate::rate::Rate;
     use crate::sliding_log::SlidingLog;
-    use crate::stripe::thread_hint;
+    use crate::sync::thread::thread_hint;
 
     /// The CPUs this process may run on.
     fn allowed_cpus() -> Vec<usize> {

@@ -8,7 +8,8 @@ use crossbeam_utils::CachePadded;
 use super::ring::WindowShape;
 use crate::error::Denied;
 use crate::limiter::Snapshot;
-use crate::stripe::{MAX_STRIPES, refresh_thread_hint, thread_hint};
+use crate::stripe::MAX_STRIPES;
+use crate::sync::thread::{refresh_thread_hint, thread_hint};
 use crate::sync::{AtomicU64, Ordering};
 
 /// The striped, leased sliding window state.

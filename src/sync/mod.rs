@@ -1,6 +1,8 @@
 //! The one door to the concurrency primitives: atomics (here), locks
 //! ([`lock`]), epoch-protected pointers ([`epoch`]), the 128-bit atomic and
-//! the ways a thread waits ([`wait`]).
+//! the ways a thread waits ([`wait`]), and who the calling thread is
+//! ([`thread`]: the stripe hint and an exclusive thread number, the OS's
+//! under `std`, the model thread's under loom).
 //!
 //! Every one of them in tollgate is imported through this module: `std`'s (or
 //! parking_lot's, crossbeam-epoch's, portable-atomic's) normally, loom's or a
@@ -14,11 +16,12 @@
 //! `sync` stands on the ground floor: it imports nothing from the rest of the
 //! crate, so every other module may use it.
 //!
-//! Outside it, `std::sync` appears only where loom's types cannot serve and
-//! there is nothing for a model to order: process-wide `static`s (the stripe
-//! hint's round-robin counter, the registry of exclusive thread numbers
-//! behind `Counted`'s cells, the cached clock's reading; loom's primitives
-//! cannot be `static`s) and the keyed log's immutable rule list (a `std` `Arc`
+//! Outside it (and in `thread`, whose state is the OS's, not a model's),
+//! `std::sync` appears only where loom's types cannot serve and there is
+//! nothing for a model to order: process-wide `static`s (the stripe hint's
+//! round-robin counter, the registry of exclusive thread numbers behind
+//! `Counted`'s cells, the cached clock's reading; loom's primitives cannot
+//! be `static`s) and the keyed log's immutable rule list (a `std` `Arc`
 //! of a slice, which loom's `Arc` cannot hold).
 //!
 //! The switches of the known-bad variants the models must catch are here
@@ -27,16 +30,16 @@
 //! picks no primitive and holds no switch: the branches to the known-bad
 //! variants (each asking `fault::injected`), one loom-only test hook
 //! (`LeasedTokenBucket::always_striped`), model sizes (the keyed map's shard
-//! and line counts), the stripe hint and the exclusive thread number (the
-//! model thread's number, deterministic across executions) and the sliding log's entry store, which
-//! is a swap under loom for a loom limitation that its comment
-//! (`stamp_entry`) explains.
+//! and line counts) and the sliding log's entry store, which is a swap
+//! under loom for a loom limitation that its comment (`stamp_entry`)
+//! explains.
 
 mod epoch;
 #[cfg(loom)]
 pub mod fault;
 mod lock;
 pub(crate) mod park;
+pub(crate) mod thread;
 mod wait;
 #[cfg(loom)]
 mod wide;

@@ -63,7 +63,8 @@ use crate::error::{ConfigError, Denied};
 use crate::limiter::{RateLimiter, Rejection, Snapshot, check_request, report};
 use crate::machine::Machine;
 use crate::rate::Rate;
-use crate::stripe::{MAX_STRIPES, default_stripes, refresh_thread_hint, thread_hint};
+use crate::stripe::{MAX_STRIPES, default_stripes};
+use crate::sync::thread::{refresh_thread_hint, thread_hint};
 use crate::sync::{AtomicU64, Ordering};
 use crate::timeline::Timeline;
 
