@@ -798,157 +798,180 @@ impl RoundTrip {
     }
 }
 
-impl LimitAlgorithm for RoundTrip {
-    fn on_sample(&self, sample: Sample, now_ns: u64) -> Option<u32> {
+impl RoundTrip {
+    /// A drop: back off (once per round), and open a new round if it did.
+    fn on_drop(&self, sample: Sample, now_ns: u64) -> Option<u32> {
         let started_ns = now_ns.saturating_sub(sample.rtt_ns);
-        match sample.outcome {
-            Outcome::Ignored => None,
-            Outcome::Dropped => {
-                let mut backed_off = false;
-                let changed = apply(
-                    &self.control,
-                    &self.history,
-                    now_ns,
-                    |w| self.limit_of(Control::unpack(w)),
-                    |w| {
-                        let next = self.back_off(
-                            Control::unpack(w),
-                            (started_ns / 1_000) & US_MASK,
-                            (now_ns / 1_000) & US_MASK,
-                            sample.in_flight,
-                        );
-                        // The decision the loop stores is the last one made.
-                        backed_off = next.is_some();
-                        next.map(Control::pack)
-                    },
+        let mut backed_off = false;
+        let changed = apply(
+            &self.control,
+            &self.history,
+            now_ns,
+            |w| self.limit_of(Control::unpack(w)),
+            |w| {
+                let next = self.back_off(
+                    Control::unpack(w),
+                    (started_ns / 1_000) & US_MASK,
+                    (now_ns / 1_000) & US_MASK,
+                    sample.in_flight,
                 );
-                if backed_off {
-                    // The back-off opens a new round: what was admitted
-                    // before it measures the congestion it answered.
-                    let now_us = (now_ns / 1_000) & US_MASK;
-                    let _ = self.round.update(|w| {
-                        if Round::unpack(w).opened_us < now_us {
-                            Ok(Round::opened(now_us).pack())
-                        } else {
-                            Err(())
-                        }
-                    });
+                // The decision the loop stores is the last one made.
+                backed_off = next.is_some();
+                next.map(Control::pack)
+            },
+        );
+        if backed_off {
+            // The back-off opens a new round: what was admitted
+            // before it measures the congestion it answered.
+            let now_us = (now_ns / 1_000) & US_MASK;
+            let _ = self.round.update(|w| {
+                if Round::unpack(w).opened_us < now_us {
+                    Ok(Round::opened(now_us).pack())
+                } else {
+                    Err(())
                 }
-                changed
+            });
+        }
+        changed
+    }
+
+    /// A success: into the open round, or closing it — then the round's
+    /// decision on the limit.
+    fn on_success(&self, sample: Sample, now_ns: u64) -> Option<u32> {
+        let Some(round) = self.add_to_round(sample, now_ns) else {
+            return self.grow_if_waiting(sample, now_ns);
+        };
+        let probing = Control::unpack(self.control.load()).probing;
+        let filters = self.feed_filters(round, probing, sample.rtt_ns);
+        let rtt = sample.rtt_ns.max(1);
+        let mut probed = None;
+        let changed = apply(
+            &self.control,
+            &self.history,
+            now_ns,
+            |w| self.limit_of(Control::unpack(w)),
+            |w| {
+                let c = Control::unpack(w);
+                let next = self.close(c, round, filters, rtt, sample.in_flight);
+                // The decision the loop stores is the last one made.
+                probed = (c.probing && !next.probing).then_some(next.probe_stat);
+                (next != c).then_some(next.pack())
+            },
+        );
+        if let Some(stat) = probed {
+            self.baseline_after_probe(filters, stat);
+        }
+        changed
+    }
+
+    /// Adds a success to the open round, or closes it if the sample started
+    /// after it opened: one compare-and-swap, so the sample is in exactly
+    /// one round and the round closes once. The closed round, if this
+    /// sample closed one.
+    fn add_to_round(&self, sample: Sample, now_ns: u64) -> Option<Round> {
+        let started_us = (now_ns.saturating_sub(sample.rtt_ns) / 1_000) & US_MASK;
+        let now_us = (now_ns / 1_000) & US_MASK;
+        // A round trip counts at most twice the smoothed one: a rare
+        // straggler (a GC pause, a cold cache) would otherwise read
+        // as a queue of the whole round.
+        let srtt = Filters::unpack(self.filters.load()).srtt;
+        let counted = if srtt == 0 {
+            sample.rtt_ns
+        } else {
+            sample.rtt_ns.min(srtt.saturating_mul(2))
+        };
+        let mut closed = None;
+        let _ = self.round.update(|w| {
+            let round = Round::unpack(w).with(counted, sample.in_flight);
+            if started_us >= round.opened_us {
+                closed = Some(round);
+                Ok::<_, ()>(Round::opened(now_us.max(round.opened_us)).pack())
+            } else {
+                closed = None;
+                Ok(round.pack())
             }
-            Outcome::Success => {
-                let started_us = (started_ns / 1_000) & US_MASK;
-                let now_us = (now_ns / 1_000) & US_MASK;
-                // Add the sample to the open round, or close it: one
-                // compare-and-swap, so the sample is in exactly one round
-                // and the round closes once.
-                // A round trip counts at most twice the smoothed one: a rare
-                // straggler (a GC pause, a cold cache) would otherwise read
-                // as a queue of the whole round.
-                let srtt = Filters::unpack(self.filters.load()).srtt;
-                let counted = if srtt == 0 {
-                    sample.rtt_ns
-                } else {
-                    sample.rtt_ns.min(srtt.saturating_mul(2))
-                };
-                let mut closed = None;
-                let _ = self.round.update(|w| {
-                    let round = Round::unpack(w).with(counted, sample.in_flight);
-                    if started_us >= round.opened_us {
-                        closed = Some(round);
-                        Ok::<_, ()>(Round::opened(now_us.max(round.opened_us)).pack())
-                    } else {
-                        closed = None;
-                        Ok(round.pack())
-                    }
-                });
-                let Some(round) = closed else {
-                    // A success that filled the limit after the round that
-                    // allowed growth closed without one: the growth it was
-                    // waiting for.
-                    let c = Control::unpack(self.control.load());
-                    if !(c.pending && !c.probing && sample.in_flight >= c.limit) {
-                        return None;
-                    }
-                    return apply(
-                        &self.control,
-                        &self.history,
-                        now_ns,
-                        |w| self.limit_of(Control::unpack(w)),
-                        |w| {
-                            let c = Control::unpack(w);
-                            (c.pending && !c.probing && sample.in_flight >= c.limit)
-                                .then(|| self.grow(c).pack())
-                        },
-                    );
-                };
-                let probing = Control::unpack(self.control.load()).probing;
-                // A probe's round trips are not the operating point's: they
-                // go to the control word's probe, not to the filters.
-                let filters = if probing {
-                    // The probe's round trips are kept relative to the
-                    // baseline; the very first one, before there is a
-                    // baseline, becomes it for the rest of the probe.
-                    let first = sample.rtt_ns.clamp(1, RTT_MAX);
-                    self.filters
-                        .update(|w| {
-                            let f = Filters::unpack(w);
-                            if f.baseline == 0 {
-                                Ok(Filters {
-                                    baseline: first,
-                                    ..f
-                                }
-                                .pack())
-                            } else {
-                                Err(f)
-                            }
-                        })
-                        .map_or_else(|f| f, Filters::unpack)
-                } else {
-                    let mean = round.mean().max(1);
-                    self.filters
-                        .update(|w| Ok::<_, ()>(Filters::unpack(w).after(mean, round.count).pack()))
-                        .map_or_else(|()| Filters::default(), Filters::unpack)
-                };
-                let rtt = sample.rtt_ns.max(1);
-                let mut probed = None;
-                let changed = apply(
-                    &self.control,
-                    &self.history,
-                    now_ns,
-                    |w| self.limit_of(Control::unpack(w)),
-                    |w| {
-                        let c = Control::unpack(w);
-                        let next = self.close(c, round, filters, rtt, sample.in_flight);
-                        // The decision the loop stores is the last one made.
-                        probed = (c.probing && !next.probing).then_some(next.probe_stat);
-                        (next != c).then_some(next.pack())
-                    },
-                );
-                if let Some(stat) = probed {
-                    // The probe is over: the longest of the first probe's
-                    // round trips is the first baseline; the shortest of a
-                    // later one raises a lower baseline (never above the
-                    // smoothed round trip, which a queue only lengthens).
-                    let measured = (u128::from(filters.baseline) * u128::from(stat) / 64) as u64;
-                    let _ = self.filters.update(|w| {
-                        let f = Filters::unpack(w);
-                        let baseline = if f.srtt == 0 {
-                            measured
-                        } else if measured.min(f.srtt) > f.baseline {
-                            measured.min(f.srtt)
-                        } else {
-                            return Err(());
-                        };
+        });
+        closed
+    }
+
+    /// A success that filled the limit after the round that allowed growth
+    /// closed without one: the growth it was waiting for.
+    fn grow_if_waiting(&self, sample: Sample, now_ns: u64) -> Option<u32> {
+        let waiting = |c: Control| c.pending && !c.probing && sample.in_flight >= c.limit;
+        if !waiting(Control::unpack(self.control.load())) {
+            return None;
+        }
+        apply(
+            &self.control,
+            &self.history,
+            now_ns,
+            |w| self.limit_of(Control::unpack(w)),
+            |w| {
+                let c = Control::unpack(w);
+                waiting(c).then(|| self.grow(c).pack())
+            },
+        )
+    }
+
+    /// The filters after a closed round. A probe's round trips are not the
+    /// operating point's: they go to the control word's probe, not to the
+    /// filters; the probe's very first one, before there is a baseline,
+    /// becomes it for the rest of the probe.
+    fn feed_filters(&self, round: Round, probing: bool, rtt_ns: u64) -> Filters {
+        if probing {
+            let first = rtt_ns.clamp(1, RTT_MAX);
+            self.filters
+                .update(|w| {
+                    let f = Filters::unpack(w);
+                    if f.baseline == 0 {
                         Ok(Filters {
-                            baseline: baseline.clamp(1, RTT_MAX),
+                            baseline: first,
                             ..f
                         }
                         .pack())
-                    });
-                }
-                changed
+                    } else {
+                        Err(f)
+                    }
+                })
+                .map_or_else(|f| f, Filters::unpack)
+        } else {
+            let mean = round.mean().max(1);
+            self.filters
+                .update(|w| Ok::<_, ()>(Filters::unpack(w).after(mean, round.count).pack()))
+                .map_or_else(|()| Filters::default(), Filters::unpack)
+        }
+    }
+
+    /// The probe is over: the longest of the first probe's round trips is
+    /// the first baseline; the shortest of a later one raises a lower
+    /// baseline (never above the smoothed round trip, which a queue only
+    /// lengthens).
+    fn baseline_after_probe(&self, filters: Filters, stat: u32) {
+        let measured = (u128::from(filters.baseline) * u128::from(stat) / 64) as u64;
+        let _ = self.filters.update(|w| {
+            let f = Filters::unpack(w);
+            let baseline = if f.srtt == 0 {
+                measured
+            } else if measured.min(f.srtt) > f.baseline {
+                measured.min(f.srtt)
+            } else {
+                return Err(());
+            };
+            Ok(Filters {
+                baseline: baseline.clamp(1, RTT_MAX),
+                ..f
             }
+            .pack())
+        });
+    }
+}
+
+impl LimitAlgorithm for RoundTrip {
+    fn on_sample(&self, sample: Sample, now_ns: u64) -> Option<u32> {
+        match sample.outcome {
+            Outcome::Ignored => None,
+            Outcome::Dropped => self.on_drop(sample, now_ns),
+            Outcome::Success => self.on_success(sample, now_ns),
         }
     }
 
