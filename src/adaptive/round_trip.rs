@@ -640,37 +640,43 @@ impl RoundTrip {
         Some(next)
     }
 
+    /// The control word after a probe's round: only a request admitted
+    /// under the probe's limit measured the service with (at most) the
+    /// minimum in flight; one admitted before the limit came down is not a
+    /// measurement.
+    fn close_probe(&self, c: Control, f: Filters, rtt: u64, in_flight: u32) -> Control {
+        let mut next = c;
+        if in_flight <= self.min {
+            // The probe's round trips are kept in 1/64 of the baseline
+            // (at most 1 024 times it): the first probe keeps the
+            // longest, an upper estimate the smoothed round trips bring
+            // down once they are many; a later one the shortest, a
+            // lower estimate that may only raise the baseline.
+            let ratio =
+                (u128::from(rtt) * 64 / u128::from(f.baseline.max(1))).clamp(1, 0xffff) as u32;
+            next.probe_stat = if c.probe_stat == 0 {
+                ratio
+            } else if f.srtt == 0 {
+                c.probe_stat.max(ratio)
+            } else {
+                c.probe_stat.min(ratio)
+            };
+            next.held = c.held + 1;
+            if next.held >= PROBE_SAMPLES {
+                next.probing = false;
+                next.held = 0;
+            }
+        }
+        next
+    }
+
     /// The control word after round `r`, closed by a success of `rtt`
     /// admitted with `in_flight`, with `f` the latency filters after it.
     fn close(&self, c: Control, r: Round, f: Filters, rtt: u64, in_flight: u32) -> Control {
-        let mut next = c;
         if c.probing {
-            // Only a request admitted under the probe's limit measured the
-            // service with (at most) the minimum in flight; one admitted
-            // before the limit came down is not a measurement.
-            if in_flight <= self.min {
-                // The probe's round trips are kept in 1/64 of the baseline
-                // (at most 1 024 times it): the first probe keeps the
-                // longest, an upper estimate the smoothed round trips bring
-                // down once they are many; a later one the shortest, a
-                // lower estimate that may only raise the baseline.
-                let ratio =
-                    (u128::from(rtt) * 64 / u128::from(f.baseline.max(1))).clamp(1, 0xffff) as u32;
-                next.probe_stat = if c.probe_stat == 0 {
-                    ratio
-                } else if f.srtt == 0 {
-                    c.probe_stat.max(ratio)
-                } else {
-                    c.probe_stat.min(ratio)
-                };
-                next.held = c.held + 1;
-                if next.held >= PROBE_SAMPLES {
-                    next.probing = false;
-                    next.held = 0;
-                }
-            }
-            return next;
+            return self.close_probe(c, f, rtt, in_flight);
         }
+        let mut next = c;
         if c.ceiling != 0
             && c.limit >= c.ceiling
             && r.max_in_flight >= c.ceiling
@@ -691,32 +697,7 @@ impl RoundTrip {
         let used = r.max_in_flight.min(limit);
         let rtt = r.mean().max(1);
         let (alpha, beta) = self.thresholds(limit);
-        // queue = used · (rtt − baseline − tolerance) / rtt: the requests
-        // waiting, by Little's law, beyond what the round trip's own noise
-        // explains. The tolerance is the deviation to shrink, half of it to
-        // grow: noise must not push the limit down, nor let it climb into a
-        // queue. Compared in integers: used < 2^16, rtt < 2^36.
-        // While the filters warm up, the stored baseline is an upper
-        // estimate that only a warm smoothed round trip may bring down (a
-        // few noisy round trips must not leave it low for good); the
-        // decisions meanwhile use the lower of it and the smoothed round trip
-        // so far, so that a limit growing into a queue before the filters
-        // are warm sees it.
-        let baseline = if f.rounds < WARM_SAMPLES && f.srtt != 0 {
-            f.baseline.min(f.srtt)
-        } else {
-            f.baseline
-        };
-        let queue_num = |tolerance: u64| {
-            u128::from(used) * u128::from(rtt.saturating_sub(baseline).saturating_sub(tolerance))
-        };
-        // The deviation measures noise, but also a change of level that the
-        // smoothed round trip has not caught up with yet (a queue that just
-        // formed): past an eighth of the smoothed round trip it is not
-        // noise to tolerate.
-        let tolerance = f.dev.min(f.srtt / 8);
-        let (shrink_num, grow_num) = (queue_num(tolerance), queue_num(tolerance / 2));
-        let rtt_den = u128::from(rtt);
+        let (shrink_num, grow_num, rtt_den) = queue_terms(used, rtt, f);
         if shrink_num > u128::from(beta) * rtt_den {
             let queue = (shrink_num / rtt_den) as u64;
             let step = ((queue - (alpha + beta) / 2) / 2).max(1);
@@ -796,6 +777,37 @@ impl RoundTrip {
         }
         next
     }
+}
+
+/// The queue a round measured, as `(shrink, grow, den)`: the queue is
+/// `shrink / den` against the shrinking threshold and `grow / den` against
+/// the growing one — `used · (rtt − baseline − tolerance) / rtt`, the
+/// requests waiting, by Little's law, beyond what the round trip's own
+/// noise explains. The tolerance is the deviation to shrink, half of it to
+/// grow: noise must not push the limit down, nor let it climb into a queue.
+/// Compared in integers: used < 2^16, rtt < 2^36.
+fn queue_terms(used: u32, rtt: u64, f: Filters) -> (u128, u128, u128) {
+    // While the filters warm up, the stored baseline is an upper
+    // estimate that only a warm smoothed round trip may bring down (a
+    // few noisy round trips must not leave it low for good); the
+    // decisions meanwhile use the lower of it and the smoothed round trip
+    // so far, so that a limit growing into a queue before the filters
+    // are warm sees it.
+    let baseline = if f.rounds < WARM_SAMPLES && f.srtt != 0 {
+        f.baseline.min(f.srtt)
+    } else {
+        f.baseline
+    };
+    let queue_num = |tolerance: u64| {
+        u128::from(used) * u128::from(rtt.saturating_sub(baseline).saturating_sub(tolerance))
+    };
+    // The deviation measures noise, but also a change of level that the
+    // smoothed round trip has not caught up with yet (a queue that just
+    // formed): past an eighth of the smoothed round trip it is not
+    // noise to tolerate.
+    let tolerance = f.dev.min(f.srtt / 8);
+    let (shrink_num, grow_num) = (queue_num(tolerance), queue_num(tolerance / 2));
+    (shrink_num, grow_num, u128::from(rtt))
 }
 
 impl RoundTrip {
