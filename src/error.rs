@@ -146,6 +146,20 @@ pub enum ConfigError {
     /// );
     /// ```
     InvalidPrefix,
+    /// A limiter's name is empty, longer than 128 bytes, or contains `{` or
+    /// `}`. Limiters that keep their state under named keys (tollgate-redis)
+    /// put their name before the Redis Cluster hash tag that holds the
+    /// caller's key, and those tag braces must be the first of the key.
+    ///
+    /// ```
+    /// use tollgate::ConfigError;
+    ///
+    /// assert_eq!(
+    ///     ConfigError::InvalidName.to_string(),
+    ///     "a limiter's name must be 1 to 128 bytes long and must not contain '{' or '}'"
+    /// );
+    /// ```
+    InvalidName,
     /// An adaptive limit's bounds are out of order: they must satisfy
     /// `1 <= min <= initial <= max <=` [`MAX_ADAPTIVE_LIMIT`](crate::MAX_ADAPTIVE_LIMIT).
     ///
@@ -237,6 +251,9 @@ impl fmt::Display for ConfigError {
                 write!(f, "a sliding log of {limit} entries is longer than {max}")
             }
             ConfigError::InvalidPrefix => f.write_str("a key prefix must not contain '{' or '}'"),
+            ConfigError::InvalidName => f.write_str(
+                "a limiter's name must be 1 to 128 bytes long and must not contain '{' or '}'",
+            ),
             ConfigError::InvalidLimits { min, initial, max } => write!(
                 f,
                 "adaptive limits must satisfy 1 <= min ({min}) <= initial ({initial}) <= max \

@@ -53,7 +53,7 @@ fn table_run() -> Duration {
 }
 
 fn budget() -> TokenBucket {
-    TokenBucket::new(BURST, Rate::per_second(RATE)).unwrap()
+    TokenBucket::new("bucket", BURST, Rate::per_second(RATE)).unwrap()
 }
 
 /// Log-linear latency histogram (ns): 16 sub-buckets per power of two.

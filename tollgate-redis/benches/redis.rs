@@ -199,23 +199,19 @@ fn designs(runtime: &tokio::runtime::Runtime, server: &RedisServer) -> Vec<(Stri
         let unbatched = Client::connect_with(&url, Options::new().max_batch(1))
             .await
             .unwrap();
-        let bucket =
-            || -> Arc<dyn Limiter> { Arc::new(TokenBucket::new(1_000_000, rate()).unwrap()) };
-        let daily = || -> Arc<dyn Limiter> {
-            Arc::new(
-                FixedWindow::new(rate())
-                    .unwrap()
-                    .with_prefix("daily")
-                    .unwrap(),
-            )
+        let bucket = || -> Arc<dyn Limiter> {
+            Arc::new(TokenBucket::new("bucket", 1_000_000, rate()).unwrap())
         };
+        let daily = || -> Arc<dyn Limiter> { Arc::new(FixedWindow::new("daily", rate()).unwrap()) };
         let plain = redis::Client::open(url.as_str()).unwrap();
         let connection = plain.get_multiplexed_async_connection().await.unwrap();
         let ours = |limiter: Arc<dyn Limiter>| Design::Ours(client.clone(), limiter);
         vec![
             (
                 "TokenBucket (GCRA)".to_owned(),
-                ours(Arc::new(TokenBucket::new(1_000_000, rate()).unwrap())),
+                ours(Arc::new(
+                    TokenBucket::new("bucket", 1_000_000, rate()).unwrap(),
+                )),
             ),
             (
                 "TokenBucket, one call per decision (max_batch 1)".to_owned(),
@@ -231,17 +227,19 @@ fn designs(runtime: &tokio::runtime::Runtime, server: &RedisServer) -> Vec<(Stri
             ),
             (
                 "FixedWindow".to_owned(),
-                ours(Arc::new(FixedWindow::new(rate()).unwrap())),
+                ours(Arc::new(FixedWindow::new("window", rate()).unwrap())),
             ),
             (
                 "ApproxSlidingWindow (counter)".to_owned(),
                 ours(Arc::new(
-                    ApproxSlidingWindow::new(Rate::per_second(1_000)).unwrap(),
+                    ApproxSlidingWindow::new("approx", Rate::per_second(1_000)).unwrap(),
                 )),
             ),
             (
                 "SlidingLog, N = 100 (sorted set)".to_owned(),
-                ours(Arc::new(SlidingLog::new(Rate::per_second(100)).unwrap())),
+                ours(Arc::new(
+                    SlidingLog::new("log", Rate::per_second(100)).unwrap(),
+                )),
             ),
             (
                 "SlidingLog, N = 100 (list, bench only)".to_owned(),

@@ -25,7 +25,7 @@ const LIMIT: u32 = 200;
 const RUN: Duration = Duration::from_secs(3);
 
 fn limiter() -> SlidingLog {
-    SlidingLog::new(Rate::per_second(LIMIT)).expect("a valid rate")
+    SlidingLog::new("shared-example", Rate::per_second(LIMIT)).expect("a valid limiter")
 }
 
 fn url() -> String {

@@ -17,7 +17,7 @@ use crate::script::{Admission, Reply, reply};
 /// ```
 /// use tollgate::Rate;
 /// use tollgate_redis::{Ask, TokenBucket};
-/// let bucket = TokenBucket::new(10, Rate::per_second(10)).unwrap();
+/// let bucket = TokenBucket::new("tenant", 10, Rate::per_second(10)).unwrap();
 /// let ask = Ask::new(&bucket, "tenant:7").n(3);
 /// assert_eq!(ask.permits(), 3);
 /// ```
@@ -33,7 +33,7 @@ impl<'a> Ask<'a> {
     ///
     /// ```
     /// use tollgate::Rate;
-    /// let window = tollgate_redis::FixedWindow::new(Rate::per_minute(60)).unwrap();
+    /// let window = tollgate_redis::FixedWindow::new("per-ip", Rate::per_minute(60)).unwrap();
     /// let ask = tollgate_redis::Ask::new(&window, "203.0.113.9");
     /// assert_eq!(ask.permits(), 1);
     /// ```
@@ -45,7 +45,7 @@ impl<'a> Ask<'a> {
     ///
     /// ```
     /// use tollgate::Rate;
-    /// let window = tollgate_redis::FixedWindow::new(Rate::per_minute(60)).unwrap();
+    /// let window = tollgate_redis::FixedWindow::new("per-ip", Rate::per_minute(60)).unwrap();
     /// assert_eq!(tollgate_redis::Ask::new(&window, "k").n(5).permits(), 5);
     /// ```
     pub fn n(mut self, n: u32) -> Self {
@@ -57,7 +57,7 @@ impl<'a> Ask<'a> {
     ///
     /// ```
     /// use tollgate::Rate;
-    /// let window = tollgate_redis::FixedWindow::new(Rate::per_minute(60)).unwrap();
+    /// let window = tollgate_redis::FixedWindow::new("per-ip", Rate::per_minute(60)).unwrap();
     /// assert_eq!(tollgate_redis::Ask::new(&window, "k").permits(), 1);
     /// ```
     pub fn permits(&self) -> u32 {
@@ -233,9 +233,8 @@ impl Client {
     /// use tollgate::Rate;
     /// use tollgate_redis::{Ask, FixedWindow, TokenBucket};
     ///
-    /// let per_second = TokenBucket::new(20, Rate::per_second(10))?;
-    /// let per_day = FixedWindow::new(Rate::new(10_000, Duration::from_secs(86_400)))?
-    ///     .with_prefix("daily")?;
+    /// let per_second = TokenBucket::new("per-second", 20, Rate::per_second(10))?;
+    /// let per_day = FixedWindow::new("per-day", Rate::new(10_000, Duration::from_secs(86_400)))?;
     /// let admitted = client
     ///     .try_acquire_all(&[Ask::new(&per_second, "tenant:7"), Ask::new(&per_day, "tenant:7")])
     ///     .await?;
@@ -287,7 +286,7 @@ impl Client {
                     Some(member),
                     Error::InvalidCall(format!(
                         "two limits of one request name the Redis key {key:?}: give the \
-                         limiters different prefixes, or ask one of them for the sum"
+                         limiters different names, or ask one of them for the sum"
                     )),
                 ));
             }

@@ -25,7 +25,7 @@ use crate::script::Admission;
 /// use tollgate_redis::{TokenBucket, blocking};
 ///
 /// let client = blocking::Client::connect("redis://127.0.0.1:6379/").unwrap();
-/// let bucket = TokenBucket::new(10, Rate::per_second(10)).unwrap();
+/// let bucket = TokenBucket::new("api", 10, Rate::per_second(10)).unwrap();
 /// if client.try_acquire(&bucket, "user:42").is_ok() {
 ///     // serve the request
 /// }
@@ -101,7 +101,8 @@ impl Client {
     ///
     /// ```no_run
     /// # let client = tollgate_redis::blocking::Client::connect("redis://127.0.0.1/").unwrap();
-    /// let window = tollgate_redis::FixedWindow::new(tollgate::Rate::per_minute(100)).unwrap();
+    /// let rate = tollgate::Rate::per_minute(100);
+    /// let window = tollgate_redis::FixedWindow::new("per-ip", rate).unwrap();
     /// let admitted = client.try_acquire(&window, "203.0.113.9").is_ok();
     /// # let _ = admitted;
     /// ```
@@ -117,7 +118,8 @@ impl Client {
     ///
     /// ```no_run
     /// # let client = tollgate_redis::blocking::Client::connect("redis://127.0.0.1/").unwrap();
-    /// let log = tollgate_redis::SlidingLog::new(tollgate::Rate::per_minute(30)).unwrap();
+    /// let rate = tollgate::Rate::per_minute(30);
+    /// let log = tollgate_redis::SlidingLog::new("per-user", rate).unwrap();
     /// let admission = client.try_acquire_n(&log, "user:42", 2);
     /// # let _ = admission;
     /// ```

@@ -153,7 +153,7 @@ enum Connection {
 /// use tollgate_redis::{Client, Error, TokenBucket};
 ///
 /// let client = Client::connect("redis://127.0.0.1:6379/").await?;
-/// let bucket = TokenBucket::new(20, Rate::per_second(100))?;
+/// let bucket = TokenBucket::new("api", 20, Rate::per_second(100))?;
 /// match client.try_acquire(&bucket, "user:42").await {
 ///     Ok(_) => println!("serve the request"),
 ///     Err(Error::Denied(Denied::RetryAfter(wait))) => println!("429, Retry-After: {wait:?}"),
@@ -342,7 +342,7 @@ impl Client {
     /// ```no_run
     /// # async fn demo(client: tollgate_redis::Client) -> Result<(), tollgate_redis::Error> {
     /// use tollgate::Rate;
-    /// let window = tollgate_redis::FixedWindow::new(Rate::per_minute(100)).unwrap();
+    /// let window = tollgate_redis::FixedWindow::new("per-ip", Rate::per_minute(100)).unwrap();
     /// client.try_acquire(&window, "203.0.113.9").await?;
     /// # Ok(()) }
     /// ```
@@ -364,7 +364,7 @@ impl Client {
     /// ```no_run
     /// # async fn demo(client: tollgate_redis::Client) -> Result<(), tollgate_redis::Error> {
     /// use tollgate::Rate;
-    /// let log = tollgate_redis::SlidingLog::new(Rate::per_minute(30)).unwrap();
+    /// let log = tollgate_redis::SlidingLog::new("per-user", Rate::per_minute(30)).unwrap();
     /// let admission = client.try_acquire_n(&log, "user:42", 3).await?;
     /// println!("{} left this minute", admission.remaining);
     /// # Ok(()) }

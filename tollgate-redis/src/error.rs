@@ -108,8 +108,9 @@ pub enum Error {
     BlockingInAsync,
     /// The call cannot be made as asked, and nothing was sent: two limits of
     /// one all-or-nothing call name the same Redis key (one limiter asked
-    /// twice for the same caller, or two limiters sharing a prefix and a
-    /// kind), or, on a Cluster, the keys of one call lie in different slots.
+    /// twice for the same caller, or two limiters sharing a prefix, a name
+    /// and a kind), or, on a Cluster, the keys of one call lie in different
+    /// slots.
     InvalidCall(String),
 }
 

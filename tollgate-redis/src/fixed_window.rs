@@ -20,7 +20,7 @@
 //! ```no_run
 //! # async fn demo(client: tollgate_redis::Client) -> Result<(), Box<dyn std::error::Error>> {
 //! use tollgate::Rate;
-//! let per_minute = tollgate_redis::FixedWindow::new(Rate::per_minute(100))?;
+//! let per_minute = tollgate_redis::FixedWindow::new("per-ip", Rate::per_minute(100))?;
 //! let admission = client.try_acquire(&per_minute, "203.0.113.9").await?;
 //! println!("{} left this minute", admission.remaining);
 //! # Ok(()) }
@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use tollgate::{ConfigError, Rate};
 
-use crate::keys::{DEFAULT_PREFIX, check_prefix, redis_key};
+use crate::keys::{DEFAULT_PREFIX, check_name, check_prefix, redis_key};
 use crate::limiter::{Kind, Limiter, Plan};
 use crate::micros::validate;
 use crate::script::Admission;
@@ -41,7 +41,7 @@ use crate::script::Admission;
 /// ```
 /// use std::time::Duration;
 /// use tollgate::Rate;
-/// let window = tollgate_redis::FixedWindow::new(Rate::per_minute(100)).unwrap();
+/// let window = tollgate_redis::FixedWindow::new("per-ip", Rate::per_minute(100)).unwrap();
 /// assert_eq!(window.window(), Duration::from_secs(60));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,38 +49,54 @@ pub struct FixedWindow {
     limit: u32,
     window: u64,
     prefix: String,
+    name: String,
 }
 
 impl FixedWindow {
-    /// `rate.permits()` per aligned window of `rate.period()` (rounded up to a
-    /// whole microsecond).
+    /// The window `name`: `rate.permits()` per aligned window of
+    /// `rate.period()` (rounded up to a whole microsecond).
     ///
-    /// Errors: [`ConfigError::ZeroRate`], [`ConfigError::ZeroPeriod`],
+    /// The name sets the limiter apart: its state lives under
+    /// `<prefix>:<name>:{<key>}:fw`, so limiters with different names never
+    /// share state, whatever keys they are asked about. Processes that share
+    /// one limit give it the same name, prefix and configuration.
+    ///
+    /// Errors: [`ConfigError::InvalidName`] (empty, longer than
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes, or with `{` or `}`),
+    /// [`ConfigError::ZeroRate`], [`ConfigError::ZeroPeriod`],
     /// [`ConfigError::TooFine`] (more than one permit per µs),
     /// [`ConfigError::Overflow`] (a window above 2^51 µs).
     ///
     /// ```
     /// use tollgate::{ConfigError, Rate};
     /// use tollgate_redis::FixedWindow;
-    /// assert!(FixedWindow::new(Rate::per_hour(1000)).is_ok());
-    /// assert_eq!(FixedWindow::new(Rate::per_hour(0)), Err(ConfigError::ZeroRate));
+    /// assert!(FixedWindow::new("exports", Rate::per_hour(1000)).is_ok());
+    /// assert_eq!(FixedWindow::new("exports", Rate::per_hour(0)), Err(ConfigError::ZeroRate));
+    /// assert_eq!(FixedWindow::new("a{b}", Rate::per_hour(1)), Err(ConfigError::InvalidName));
     /// ```
-    pub fn new(rate: Rate) -> Result<Self, ConfigError> {
+    pub fn new(name: &str, rate: Rate) -> Result<Self, ConfigError> {
+        let name = check_name(name)?;
         let (limit, window) = validate(rate)?;
         Ok(FixedWindow {
             limit,
             window,
             prefix: DEFAULT_PREFIX.to_owned(),
+            name,
         })
     }
 
-    /// The same window under another key prefix (default `tollgate`).
+    /// The same window under another key prefix (default `tollgate`): the
+    /// namespace of an application that shares its Redis with others. Its
+    /// limiters keep apart by their names.
+    ///
+    /// Errors: [`ConfigError::InvalidPrefix`] (a prefix with `{` or `}`).
     ///
     /// ```
     /// use tollgate::Rate;
     /// use tollgate_redis::{FixedWindow, Limiter};
-    /// let api = FixedWindow::new(Rate::per_minute(60)).unwrap().with_prefix("api").unwrap();
-    /// assert_eq!(api.redis_key("k"), "api:{k}:fw");
+    /// let api = FixedWindow::new("api", Rate::per_minute(60)).unwrap();
+    /// let api = api.with_prefix("shop").unwrap();
+    /// assert_eq!(api.redis_key("k"), "shop:api:{k}:fw");
     /// ```
     pub fn with_prefix(mut self, prefix: &str) -> Result<Self, ConfigError> {
         self.prefix = check_prefix(prefix)?;
@@ -91,7 +107,7 @@ impl FixedWindow {
     ///
     /// ```
     /// use tollgate::Rate;
-    /// let window = tollgate_redis::FixedWindow::new(Rate::per_second(10)).unwrap();
+    /// let window = tollgate_redis::FixedWindow::new("api", Rate::per_second(10)).unwrap();
     /// assert_eq!(window.window().as_secs(), 1);
     /// ```
     pub fn window(&self) -> Duration {
@@ -104,8 +120,12 @@ impl Limiter for FixedWindow {
         self.limit
     }
 
+    fn name(&self) -> &str {
+        &self.name
+    }
+
     fn redis_key(&self, key: &str) -> String {
-        redis_key(&self.prefix, key, "fw")
+        redis_key(&self.prefix, &self.name, key, "fw")
     }
 
     /// Whole again when the admission's window ends.

@@ -4,7 +4,7 @@
 //! tollgate's striped limiters lease budget to per-core stripes.
 //!
 //! * **Exact globally.** A lease is debited in Redis (by `lease.lua`, at
-//!   server `TIME`, on the same `<prefix>:{key}:tb` state as
+//!   server `TIME`, on the same `<prefix>:<name>:{<key>}:tb` state as
 //!   [`TokenBucket`]) before any of its permits is spent.
 //!   The permits every process spends never exceed what was debited, so all
 //!   processes together stay within the bucket's promise by lease time: at
@@ -55,7 +55,7 @@
 //! use tollgate_redis::{Client, LeaseOptions, LeasedLimiter, Policy, TokenBucket};
 //!
 //! let client = Client::connect("redis://127.0.0.1:6379/").await?;
-//! let global = TokenBucket::new(10_000, Rate::per_second(50_000))?;
+//! let global = TokenBucket::new("api", 10_000, Rate::per_second(50_000))?;
 //! let local = tollgate::TokenBucket::new(2_500, Rate::per_second(12_500))?;
 //! let options = LeaseOptions::new().policy(Policy::Local(Box::new(local)));
 //! let mut limiter = LeasedLimiter::start(client, global, "api", options);
@@ -508,7 +508,7 @@ impl LeasedLimiter {
     /// # async fn demo(client: tollgate_redis::Client) -> Result<(), Box<dyn std::error::Error>> {
     /// use tollgate::Rate;
     /// use tollgate_redis::{LeaseOptions, LeasedLimiter, TokenBucket};
-    /// let bucket = TokenBucket::new(1_000, Rate::per_second(10_000))?;
+    /// let bucket = TokenBucket::new("search", 1_000, Rate::per_second(10_000))?;
     /// let limiter = LeasedLimiter::start(client, bucket, "search", LeaseOptions::new());
     /// # let _ = limiter; Ok(()) }
     /// ```
@@ -1233,7 +1233,7 @@ impl Drop for LeasedLimiter {
 struct Refill {
     shared: Arc<Shared>,
     client: Client,
-    /// The limiter's name, `key` at its start: its `limit` label in metrics.
+    /// The key the limiter was started for: its `limit` label in metrics.
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     name: String,
     redis_key: String,

@@ -19,7 +19,10 @@
 //! * reads the time from **Redis `TIME`** inside the script, so client clocks
 //!   never matter, and copes with a server clock that steps back by denying,
 //!   never by over-admitting;
-//! * touches **one key**, `<prefix>:{<your key>}:<kind>`, whose hash tag keeps
+//! * touches **one key**, `<prefix>:<name>:{<your key>}:<kind>`: the
+//!   limiter's name, which every constructor requires (1 to
+//!   [`MAX_NAME_LEN`] bytes, no braces), keeps limiters apart, so no
+//!   caller's key can reach another limiter's state; the hash tag keeps
 //!   every key of a caller in one Redis Cluster slot;
 //! * sets a **TTL** on every key it writes, so that idle keys vanish when
 //!   forgetting them changes nothing;
@@ -47,7 +50,7 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let options = Options::new().timeout(Duration::from_millis(50));
 //! let client = Client::connect_with("redis://127.0.0.1:6379/", options).await?;
-//! let api = TokenBucket::new(20, Rate::per_second(100))?;
+//! let api = TokenBucket::new("api", 20, Rate::per_second(100))?;
 //! match client.try_acquire(&api, "user:42").await {
 //!     Ok(admission) => println!("serve; {} left", admission.remaining),
 //!     Err(Error::Denied(Denied::RetryAfter(wait))) => println!("429, Retry-After {wait:?}"),
@@ -73,7 +76,7 @@
 //!   | `tollgate_redis_calls_total` | `script` (`decide`, `lease`, `lease_return`), `outcome` (`ok` or a failure as above) | script calls to Redis |
 //!   | `tollgate_redis_call_duration_seconds` | `script` | histogram: a call's time, queueing on the connection included |
 //!   | `tollgate_redis_batch_requests`, `tollgate_redis_batch_decisions` | | histograms: requests and decisions per decision call |
-//!   | `tollgate_redis_lease_calls_total`, `tollgate_redis_leases_total`, `tollgate_redis_lease_exhausted_total`, `tollgate_redis_lease_waits_total`, `tollgate_redis_lease_degraded_decisions_total` | `limit` (the leased limiter's name) | a [`LeasedLimiter`]'s [`LeaseStats`] |
+//!   | `tollgate_redis_lease_calls_total`, `tollgate_redis_leases_total`, `tollgate_redis_lease_exhausted_total`, `tollgate_redis_lease_waits_total`, `tollgate_redis_lease_degraded_decisions_total` | `limit` (the key the leased limiter was started for) | a [`LeasedLimiter`]'s [`LeaseStats`] |
 //!   | `tollgate_redis_lease_permits_total` | `limit`, `event` (`leased`, `returned`, `forfeited`, `spent`) | permits through its leases |
 //!   | `tollgate_redis_lease_degraded`, `tollgate_redis_lease_pool_permits` | `limit` | gauges: 1 while degraded; the permits the process holds |
 //!
@@ -108,6 +111,7 @@ pub use all::{Admitted, Ask, Refused};
 pub use client::{Client, Options};
 pub use error::Error;
 pub use fixed_window::FixedWindow;
+pub use keys::MAX_NAME_LEN;
 pub use leased::{
     Attempt, LeaseOptions, LeaseReceipt, LeaseRecord, LeaseStats, LeaseWait, LeasedLimiter, Mode,
     Policy,
@@ -134,7 +138,7 @@ pub use token_bucket::TokenBucket;
 /// The error every constructor returns: tollgate's own
 /// [`ConfigError`](tollgate::ConfigError), whose variants name the same
 /// limits for Redis (`TooFine` at a microsecond's resolution, `Overflow`
-/// above 2^51 µs, `LogTooLong`, `InvalidPrefix`).
+/// above 2^51 µs, `LogTooLong`, `InvalidPrefix`, `InvalidName`).
 #[deprecated(
     note = "use `tollgate::ConfigError`, which the constructors return; this alias will be removed in the next release"
 )]

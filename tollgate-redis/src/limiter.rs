@@ -8,7 +8,9 @@ use crate::script::Admission;
 /// Limiters hold no connection: ask a [`Client`](crate::Client) (async) or a
 /// [`blocking::Client`](crate::blocking::Client) to decide with one. The same
 /// limiter may be used with any number of clients, and any number of processes
-/// built with the same configuration share one limit per key.
+/// that build it with the same name, prefix and configuration share one limit
+/// per key. Limiters with different names never share state: each name is a
+/// limit of its own, whatever keys its callers give.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -16,8 +18,9 @@ use crate::script::Admission;
 /// use tollgate_redis::{Ask, Client, FixedWindow, TokenBucket};
 ///
 /// let client = Client::connect("redis://127.0.0.1:6379/").await?;
-/// let per_second = TokenBucket::new(20, Rate::per_second(10))?;
-/// let per_day = FixedWindow::new(Rate::new(10_000, std::time::Duration::from_secs(86_400)))?;
+/// let per_second = TokenBucket::new("per-second", 20, Rate::per_second(10))?;
+/// let day = std::time::Duration::from_secs(86_400);
+/// let per_day = FixedWindow::new("per-day", Rate::new(10_000, day))?;
 /// // Both must admit, in one call: refused by either, charged on neither.
 /// let both = [Ask::new(&per_second, "tenant:7"), Ask::new(&per_day, "tenant:7")];
 /// client.try_acquire_all(&both).await?;
@@ -29,13 +32,26 @@ pub trait Limiter: Send + Sync {
     /// a round trip.
     fn capacity(&self) -> u32;
 
-    /// The Redis key that holds the state of the caller's `key`.
+    /// The limiter's name, as given to its constructor: what sets its state
+    /// apart from every other limiter's.
     ///
     /// ```
     /// use tollgate::Rate;
     /// use tollgate_redis::{Limiter, TokenBucket};
-    /// let bucket = TokenBucket::new(1, Rate::per_second(1)).unwrap();
-    /// assert_eq!(bucket.redis_key("user:42"), "tollgate:{user:42}:tb");
+    /// let bucket = TokenBucket::new("login", 1, Rate::per_second(1)).unwrap();
+    /// assert_eq!(bucket.name(), "login");
+    /// ```
+    fn name(&self) -> &str;
+
+    /// The Redis key that holds the state of the caller's `key`:
+    /// `<prefix>:<name>:{<key>}:<kind>`, the caller's key in the Redis
+    /// Cluster hash tag and the limiter's prefix and name before it.
+    ///
+    /// ```
+    /// use tollgate::Rate;
+    /// use tollgate_redis::{Limiter, TokenBucket};
+    /// let bucket = TokenBucket::new("login", 1, Rate::per_second(1)).unwrap();
+    /// assert_eq!(bucket.redis_key("user:42"), "tollgate:login:{user:42}:tb");
     /// ```
     fn redis_key(&self, key: &str) -> String;
 
@@ -52,7 +68,7 @@ pub trait Limiter: Send + Sync {
     /// use tollgate::Rate;
     /// use tollgate_redis::{Admission, FixedWindow, Limiter};
     ///
-    /// let window = FixedWindow::new(Rate::per_second(10)).unwrap();
+    /// let window = FixedWindow::new("api", Rate::per_second(10)).unwrap();
     /// let report = window.report(&Admission::new(2_300_000, 7)); // 2.3 s
     /// assert_eq!((report.available, report.capacity), (7, 10));
     /// assert_eq!(report.until_full, Duration::from_millis(700));

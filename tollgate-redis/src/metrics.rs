@@ -2,7 +2,8 @@
 //! facade under the `metrics` feature; without it every function here is
 //! empty and compiles away. Names follow Prometheus conventions (`_total`
 //! counters, seconds); labels are few and bounded: a script's name, an
-//! outcome, a leased limiter's own name — never a caller's key.
+//! outcome, the key a leased limiter was started for (one per limiter) —
+//! never the key of a request.
 
 use std::time::Duration;
 
@@ -77,7 +78,7 @@ pub(crate) fn batch(requests: usize, decisions: usize) {
 pub(crate) fn batch(_: usize, _: usize) {}
 
 /// A leased limiter's counters, as its background task last saw them,
-/// labelled `limit` with the limiter's name.
+/// labelled `limit` with the key it was started for.
 #[cfg(feature = "metrics")]
 pub(crate) fn lease(limit: &str, stats: &crate::LeaseStats, degraded: bool, pool: u64) {
     let limit = limit.to_owned();

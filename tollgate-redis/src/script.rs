@@ -73,7 +73,7 @@ impl LuaScript {
 /// use tollgate::Rate;
 /// use tollgate_redis::TokenBucket;
 ///
-/// let bucket = TokenBucket::new(10, Rate::per_second(10)).unwrap();
+/// let bucket = TokenBucket::new("api", 10, Rate::per_second(10)).unwrap();
 /// let admission = client.try_acquire(&bucket, "user:42").await?;
 /// println!("admitted at {:?}, {} left", admission.time(), admission.remaining);
 /// # Ok(()) }

@@ -51,10 +51,11 @@
 //! use tollgate_redis::SlidingLog;
 //!
 //! // A third-party API allows 30 calls a minute and silently drops the rest.
-//! let log = SlidingLog::new(Rate::per_minute(30))?.with_history(Duration::from_secs(3600))?;
+//! let hour = Duration::from_secs(3600);
+//! let log = SlidingLog::new("partner", Rate::per_minute(30))?.with_history(hour)?;
 //! client.try_acquire(&log, "partner-api").await?;
-//! // Later the partner raises the limit: same key, same log, new rule.
-//! let raised = SlidingLog::new(Rate::per_minute(60))?.with_history(Duration::from_secs(3600))?;
+//! // Later the partner raises the limit: same name and key, same log, new rule.
+//! let raised = SlidingLog::new("partner", Rate::per_minute(60))?.with_history(hour)?;
 //! client.try_acquire(&raised, "partner-api").await?;
 //! # Ok(()) }
 //! ```
@@ -63,7 +64,7 @@ use std::time::Duration;
 
 use tollgate::{ConfigError, Rate};
 
-use crate::keys::{DEFAULT_PREFIX, check_prefix, redis_key};
+use crate::keys::{DEFAULT_PREFIX, check_name, check_prefix, redis_key};
 use crate::limiter::{Kind, Limiter, Plan};
 use crate::micros::{span, validate};
 use crate::script::Admission;
@@ -78,7 +79,7 @@ pub const MAX_LOG_LIMIT: u32 = 1 << 20;
 /// ```
 /// use std::time::Duration;
 /// use tollgate::Rate;
-/// let log = tollgate_redis::SlidingLog::new(Rate::per_minute(30)).unwrap();
+/// let log = tollgate_redis::SlidingLog::new("partner", Rate::per_minute(30)).unwrap();
 /// assert_eq!(log.window(), Duration::from_secs(60));
 /// assert_eq!(log.history(), Duration::from_secs(60));
 /// ```
@@ -89,13 +90,23 @@ pub struct SlidingLog {
     /// How long entries are kept, at least the window.
     history: u64,
     prefix: String,
+    name: String,
 }
 
 impl SlidingLog {
-    /// At most `rate.permits()` in any window of `rate.period()` (rounded up to
-    /// a whole microsecond); entries are kept for one window.
+    /// The log `name`: at most `rate.permits()` in any window of
+    /// `rate.period()` (rounded up to a whole microsecond); entries are kept
+    /// for one window.
     ///
-    /// Errors: [`ConfigError::ZeroRate`], [`ConfigError::ZeroPeriod`],
+    /// The name sets the limiter apart: its state lives under
+    /// `<prefix>:<name>:{<key>}:sl`, so limiters with different names never
+    /// share state, whatever keys they are asked about. Processes that share
+    /// one limit give it the same name, prefix and configuration; a rule
+    /// change that keeps the log keeps the name.
+    ///
+    /// Errors: [`ConfigError::InvalidName`] (empty, longer than
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes, or with `{` or `}`),
+    /// [`ConfigError::ZeroRate`], [`ConfigError::ZeroPeriod`],
     /// [`ConfigError::TooFine`] (more than one permit per µs),
     /// [`ConfigError::Overflow`] (a window above 2^51 µs),
     /// [`ConfigError::LogTooLong`] (more than [`MAX_LOG_LIMIT`]).
@@ -104,13 +115,18 @@ impl SlidingLog {
     /// use tollgate::{ConfigError, Rate};
     /// use tollgate_redis::SlidingLog;
     /// use tollgate_redis::sliding_log::MAX_LOG_LIMIT;
-    /// assert!(SlidingLog::new(Rate::per_second(100)).is_ok());
+    /// assert!(SlidingLog::new("search", Rate::per_second(100)).is_ok());
     /// assert_eq!(
-    ///     SlidingLog::new(Rate::per_hour(2_000_000)),
+    ///     SlidingLog::new("search", Rate::per_hour(2_000_000)),
     ///     Err(ConfigError::LogTooLong { limit: 2_000_000, max: MAX_LOG_LIMIT })
     /// );
+    /// assert_eq!(
+    ///     SlidingLog::new(&"n".repeat(129), Rate::per_second(1)),
+    ///     Err(ConfigError::InvalidName)
+    /// );
     /// ```
-    pub fn new(rate: Rate) -> Result<Self, ConfigError> {
+    pub fn new(name: &str, rate: Rate) -> Result<Self, ConfigError> {
+        let name = check_name(name)?;
         let (limit, window) = validate(rate)?;
         if limit > MAX_LOG_LIMIT {
             return Err(ConfigError::LogTooLong {
@@ -123,6 +139,7 @@ impl SlidingLog {
             window,
             history: window,
             prefix: DEFAULT_PREFIX.to_owned(),
+            name,
         })
     }
 
@@ -136,7 +153,7 @@ impl SlidingLog {
     /// ```
     /// use std::time::Duration;
     /// use tollgate::Rate;
-    /// let log = tollgate_redis::SlidingLog::new(Rate::per_minute(30))
+    /// let log = tollgate_redis::SlidingLog::new("partner", Rate::per_minute(30))
     ///     .unwrap()
     ///     .with_history(Duration::from_secs(3600))
     ///     .unwrap();
@@ -148,13 +165,18 @@ impl SlidingLog {
         Ok(self)
     }
 
-    /// The same log under another key prefix (default `tollgate`).
+    /// The same log under another key prefix (default `tollgate`): the
+    /// namespace of an application that shares its Redis with others. Its
+    /// limiters keep apart by their names.
+    ///
+    /// Errors: [`ConfigError::InvalidPrefix`] (a prefix with `{` or `}`).
     ///
     /// ```
     /// use tollgate::Rate;
     /// use tollgate_redis::{Limiter, SlidingLog};
-    /// let log = SlidingLog::new(Rate::per_minute(5)).unwrap().with_prefix("login").unwrap();
-    /// assert_eq!(log.redis_key("alice"), "login:{alice}:sl");
+    /// let log = SlidingLog::new("login", Rate::per_minute(5)).unwrap();
+    /// let log = log.with_prefix("shop").unwrap();
+    /// assert_eq!(log.redis_key("alice"), "shop:login:{alice}:sl");
     /// ```
     pub fn with_prefix(mut self, prefix: &str) -> Result<Self, ConfigError> {
         self.prefix = check_prefix(prefix)?;
@@ -165,7 +187,7 @@ impl SlidingLog {
     ///
     /// ```
     /// use tollgate::Rate;
-    /// let log = tollgate_redis::SlidingLog::new(Rate::per_second(10)).unwrap();
+    /// let log = tollgate_redis::SlidingLog::new("api", Rate::per_second(10)).unwrap();
     /// assert_eq!(log.window().as_secs(), 1);
     /// ```
     pub fn window(&self) -> Duration {
@@ -176,7 +198,7 @@ impl SlidingLog {
     ///
     /// ```
     /// use tollgate::Rate;
-    /// let log = tollgate_redis::SlidingLog::new(Rate::per_second(10)).unwrap();
+    /// let log = tollgate_redis::SlidingLog::new("api", Rate::per_second(10)).unwrap();
     /// assert_eq!(log.history().as_secs(), 1);
     /// ```
     pub fn history(&self) -> Duration {
@@ -189,8 +211,12 @@ impl Limiter for SlidingLog {
         self.limit
     }
 
+    fn name(&self) -> &str {
+        &self.name
+    }
+
     fn redis_key(&self, key: &str) -> String {
-        redis_key(&self.prefix, key, "sl")
+        redis_key(&self.prefix, &self.name, key, "sl")
     }
 
     /// Whole again when the admission's own entries leave the window: one

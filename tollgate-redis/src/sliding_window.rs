@@ -31,7 +31,7 @@
 //! ```no_run
 //! # async fn demo(client: tollgate_redis::Client) -> Result<(), Box<dyn std::error::Error>> {
 //! use tollgate::Rate;
-//! let window = tollgate_redis::ApproxSlidingWindow::new(Rate::per_minute(100))?;
+//! let window = tollgate_redis::ApproxSlidingWindow::new("api", Rate::per_minute(100))?;
 //! client.try_acquire(&window, "user:42").await?;
 //! # Ok(()) }
 //! ```
@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use tollgate::{ConfigError, Rate};
 
-use crate::keys::{DEFAULT_PREFIX, check_prefix, redis_key};
+use crate::keys::{DEFAULT_PREFIX, check_name, check_prefix, redis_key};
 use crate::limiter::{Kind, Limiter, Plan};
 use crate::micros::{product, validate};
 use crate::script::Admission;
@@ -51,7 +51,7 @@ use crate::script::Admission;
 ///
 /// ```
 /// use tollgate::Rate;
-/// let window = tollgate_redis::ApproxSlidingWindow::new(Rate::per_minute(100)).unwrap();
+/// let window = tollgate_redis::ApproxSlidingWindow::new("api", Rate::per_minute(100)).unwrap();
 /// assert_eq!(window.window().as_secs(), 60);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,6 +59,7 @@ pub struct ApproxSlidingWindow {
     limit: u32,
     window: u64,
     prefix: String,
+    name: String,
 }
 
 /// The former name of [`ApproxSlidingWindow`], which is the approximate
@@ -70,10 +71,17 @@ pub struct ApproxSlidingWindow {
 pub type SlidingWindow = ApproxSlidingWindow;
 
 impl ApproxSlidingWindow {
-    /// About `rate.permits()` per sliding `rate.period()` (rounded up to a whole
-    /// microsecond).
+    /// The window `name`: about `rate.permits()` per sliding `rate.period()`
+    /// (rounded up to a whole microsecond).
     ///
-    /// Errors: [`ConfigError::ZeroRate`], [`ConfigError::ZeroPeriod`],
+    /// The name sets the limiter apart: its state lives under
+    /// `<prefix>:<name>:{<key>}:sw`, so limiters with different names never
+    /// share state, whatever keys they are asked about. Processes that share
+    /// one limit give it the same name, prefix and configuration.
+    ///
+    /// Errors: [`ConfigError::InvalidName`] (empty, longer than
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes, or with `{` or `}`),
+    /// [`ConfigError::ZeroRate`], [`ConfigError::ZeroPeriod`],
     /// [`ConfigError::TooFine`] (more than one permit per µs),
     /// [`ConfigError::Overflow`] (the limit times the
     /// window in µs above 2^51: 100,000 per hour fits, `u32::MAX` per day
@@ -83,29 +91,40 @@ impl ApproxSlidingWindow {
     /// use std::time::Duration;
     /// use tollgate::{ConfigError, Rate};
     /// use tollgate_redis::ApproxSlidingWindow;
-    /// assert!(ApproxSlidingWindow::new(Rate::per_hour(100_000)).is_ok());
+    /// assert!(ApproxSlidingWindow::new("api", Rate::per_hour(100_000)).is_ok());
     /// assert!(matches!(
-    ///     ApproxSlidingWindow::new(Rate::new(u32::MAX, Duration::from_secs(86_400))),
+    ///     ApproxSlidingWindow::new("api", Rate::new(u32::MAX, Duration::from_secs(86_400))),
     ///     Err(ConfigError::Overflow { .. })
     /// ));
+    /// assert_eq!(
+    ///     ApproxSlidingWindow::new("}", Rate::per_hour(1)),
+    ///     Err(ConfigError::InvalidName)
+    /// );
     /// ```
-    pub fn new(rate: Rate) -> Result<Self, ConfigError> {
+    pub fn new(name: &str, rate: Rate) -> Result<Self, ConfigError> {
+        let name = check_name(name)?;
         let (limit, window) = validate(rate)?;
         product(window, u64::from(limit), "the limit × the window")?;
         Ok(ApproxSlidingWindow {
             limit,
             window,
             prefix: DEFAULT_PREFIX.to_owned(),
+            name,
         })
     }
 
-    /// The same window under another key prefix (default `tollgate`).
+    /// The same window under another key prefix (default `tollgate`): the
+    /// namespace of an application that shares its Redis with others. Its
+    /// limiters keep apart by their names.
+    ///
+    /// Errors: [`ConfigError::InvalidPrefix`] (a prefix with `{` or `}`).
     ///
     /// ```
     /// use tollgate::Rate;
     /// use tollgate_redis::{ApproxSlidingWindow, Limiter};
-    /// let api = ApproxSlidingWindow::new(Rate::per_minute(60)).unwrap().with_prefix("api").unwrap();
-    /// assert_eq!(api.redis_key("k"), "api:{k}:sw");
+    /// let api = ApproxSlidingWindow::new("api", Rate::per_minute(60)).unwrap();
+    /// let api = api.with_prefix("shop").unwrap();
+    /// assert_eq!(api.redis_key("k"), "shop:api:{k}:sw");
     /// ```
     pub fn with_prefix(mut self, prefix: &str) -> Result<Self, ConfigError> {
         self.prefix = check_prefix(prefix)?;
@@ -116,7 +135,7 @@ impl ApproxSlidingWindow {
     ///
     /// ```
     /// use tollgate::Rate;
-    /// let window = tollgate_redis::ApproxSlidingWindow::new(Rate::per_second(10)).unwrap();
+    /// let window = tollgate_redis::ApproxSlidingWindow::new("api", Rate::per_second(10)).unwrap();
     /// assert_eq!(window.window().as_secs(), 1);
     /// ```
     pub fn window(&self) -> Duration {
@@ -129,8 +148,12 @@ impl Limiter for ApproxSlidingWindow {
         self.limit
     }
 
+    fn name(&self) -> &str {
+        &self.name
+    }
+
     fn redis_key(&self, key: &str) -> String {
-        redis_key(&self.prefix, key, "sw")
+        redis_key(&self.prefix, &self.name, key, "sw")
     }
 
     /// Whole again once the admission's window and the next have passed:

@@ -23,7 +23,7 @@
 //! use tollgate_redis::{Error, TokenBucket};
 //!
 //! // Bursts of up to 5, refilling 100 per second (one per 10 ms).
-//! let bucket = TokenBucket::new(5, Rate::per_second(100))?;
+//! let bucket = TokenBucket::new("api", 5, Rate::per_second(100))?;
 //! client.try_acquire_n(&bucket, "user:42", 5).await?;
 //! match client.try_acquire(&bucket, "user:42").await {
 //!     Err(Error::Denied(Denied::RetryAfter(wait))) => assert!(wait <= Duration::from_millis(10)),
@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use tollgate::{ConfigError, Rate};
 
-use crate::keys::{DEFAULT_PREFIX, check_prefix, redis_key};
+use crate::keys::{DEFAULT_PREFIX, check_name, check_prefix, redis_key};
 use crate::limiter::{Kind, Limiter, Plan};
 use crate::micros::{product, validate};
 use crate::script::Admission;
@@ -49,7 +49,7 @@ use crate::script::Admission;
 /// use tollgate::Rate;
 /// use tollgate_redis::TokenBucket;
 ///
-/// let bucket = TokenBucket::new(20, Rate::per_second(100)).unwrap();
+/// let bucket = TokenBucket::new("api", 20, Rate::per_second(100)).unwrap();
 /// assert_eq!(bucket.emission_interval(), Duration::from_millis(10));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,15 +60,23 @@ pub struct TokenBucket {
     /// `capacity · interval`.
     tolerance: u64,
     prefix: String,
+    name: String,
 }
 
 impl TokenBucket {
-    /// A bucket of `capacity` permits refilled at `rate`; a key never seen is
-    /// full.
+    /// The bucket `name`: `capacity` permits refilled at `rate`; a key never
+    /// seen is full.
+    ///
+    /// The name sets the limiter apart: its state lives under
+    /// `<prefix>:<name>:{<key>}:tb`, so limiters with different names never
+    /// share state, whatever keys they are asked about. Processes that share
+    /// one limit give it the same name, prefix and configuration.
     ///
     /// The time per permit is `rate`'s period over its permits, rounded up to a
     /// whole microsecond (Redis `TIME`'s resolution), so the bucket never runs
-    /// faster than asked. Errors: [`ConfigError::ZeroCapacity`],
+    /// faster than asked. Errors: [`ConfigError::InvalidName`] (empty, longer
+    /// than [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes, or with `{` or `}`),
+    /// [`ConfigError::ZeroCapacity`],
     /// [`ConfigError::ZeroRate`], [`ConfigError::ZeroPeriod`],
     /// [`ConfigError::TooFine`] (more than one permit per µs),
     /// [`ConfigError::Overflow`] (capacity × time per permit above 2^51 µs).
@@ -76,10 +84,12 @@ impl TokenBucket {
     /// ```
     /// use tollgate::{ConfigError, Rate};
     /// use tollgate_redis::TokenBucket;
-    /// assert!(TokenBucket::new(30, Rate::per_minute(30)).is_ok());
-    /// assert_eq!(TokenBucket::new(1, Rate::per_second(0)), Err(ConfigError::ZeroRate));
+    /// assert!(TokenBucket::new("login", 30, Rate::per_minute(30)).is_ok());
+    /// assert_eq!(TokenBucket::new("login", 1, Rate::per_second(0)), Err(ConfigError::ZeroRate));
+    /// assert_eq!(TokenBucket::new("", 1, Rate::per_second(1)), Err(ConfigError::InvalidName));
     /// ```
-    pub fn new(capacity: u32, rate: Rate) -> Result<Self, ConfigError> {
+    pub fn new(name: &str, capacity: u32, rate: Rate) -> Result<Self, ConfigError> {
+        let name = check_name(name)?;
         let (permits, period) = validate(rate)?;
         if capacity == 0 {
             return Err(ConfigError::ZeroCapacity);
@@ -91,17 +101,22 @@ impl TokenBucket {
             interval,
             tolerance,
             prefix: DEFAULT_PREFIX.to_owned(),
+            name,
         })
     }
 
-    /// The same bucket under another key prefix (default `tollgate`), so that
-    /// two limiters on the same caller keys keep apart.
+    /// The same bucket under another key prefix (default `tollgate`): the
+    /// namespace of an application that shares its Redis with others. Its
+    /// limiters keep apart by their names.
+    ///
+    /// Errors: [`ConfigError::InvalidPrefix`] (a prefix with `{` or `}`).
     ///
     /// ```
     /// use tollgate::Rate;
     /// use tollgate_redis::{Limiter, TokenBucket};
-    /// let login = TokenBucket::new(5, Rate::per_minute(5)).unwrap().with_prefix("login").unwrap();
-    /// assert_eq!(login.redis_key("alice"), "login:{alice}:tb");
+    /// let login = TokenBucket::new("login", 5, Rate::per_minute(5)).unwrap();
+    /// let login = login.with_prefix("shop").unwrap();
+    /// assert_eq!(login.redis_key("alice"), "shop:login:{alice}:tb");
     /// ```
     pub fn with_prefix(mut self, prefix: &str) -> Result<Self, ConfigError> {
         self.prefix = check_prefix(prefix)?;
@@ -113,7 +128,7 @@ impl TokenBucket {
     /// ```
     /// use std::time::Duration;
     /// use tollgate::Rate;
-    /// let bucket = tollgate_redis::TokenBucket::new(1, Rate::per_second(7)).unwrap();
+    /// let bucket = tollgate_redis::TokenBucket::new("api", 1, Rate::per_second(7)).unwrap();
     /// assert_eq!(bucket.emission_interval(), Duration::from_micros(142_858));
     /// ```
     pub fn emission_interval(&self) -> Duration {
@@ -132,8 +147,12 @@ impl Limiter for TokenBucket {
         self.capacity
     }
 
+    fn name(&self) -> &str {
+        &self.name
+    }
+
     fn redis_key(&self, key: &str) -> String {
-        redis_key(&self.prefix, key, "tb")
+        redis_key(&self.prefix, &self.name, key, "tb")
     }
 
     /// Each missing permit refills in one interval: the bucket is whole

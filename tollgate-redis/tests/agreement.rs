@@ -123,7 +123,7 @@ fn token_bucket_agrees_with_gcra() {
             let rate = Rate::new(permits, Duration::from_micros(period));
             let clock = ManualClock::new();
             let local = LockingTokenBucket::with_clock(capacity, rate, clock.clone()).unwrap();
-            let remote = TokenBucket::new(capacity, rate).unwrap();
+            let remote = TokenBucket::new("bucket", capacity, rate).unwrap();
             replay(&client, &remote, &local, &clock, start, &ops)
         })
         .unwrap();
@@ -140,7 +140,7 @@ fn fixed_window_agrees() {
             let rate = Rate::new(permits, Duration::from_micros(period));
             let clock = ManualClock::new();
             let local = LockingFixedWindow::with_clock(rate, clock.clone()).unwrap();
-            let remote = FixedWindow::new(rate).unwrap();
+            let remote = FixedWindow::new("window", rate).unwrap();
             replay(&client, &remote, &local, &clock, start, &ops)
         })
         .unwrap();
@@ -160,7 +160,7 @@ fn sliding_window_agrees_with_the_approximate_window() {
             let rate = Rate::new(permits, Duration::from_micros(period));
             let clock = ManualClock::new();
             let local = LockingApproxSlidingWindow::with_clock(rate, clock.clone()).unwrap();
-            let remote = ApproxSlidingWindow::new(rate).unwrap();
+            let remote = ApproxSlidingWindow::new("approx", rate).unwrap();
             replay(&client, &remote, &local, &clock, start, &ops)
         })
         .unwrap();
@@ -180,7 +180,7 @@ fn sliding_log_agrees_with_the_exact_log() {
             let local = LockingSlidingLog::with_clock(rate, clock.clone())
                 .unwrap()
                 .with_stripes(1);
-            let remote = SlidingLog::new(rate).unwrap();
+            let remote = SlidingLog::new("log", rate).unwrap();
             replay(&client, &remote, &local, &clock, start, &ops)
         })
         .unwrap();

@@ -21,10 +21,10 @@ use support::{RedisCluster, gcra_violations};
 fn limiters() -> Vec<Box<dyn Limiter>> {
     let hourly = Rate::per_hour(3);
     vec![
-        Box::new(TokenBucket::new(3, hourly).unwrap()),
-        Box::new(FixedWindow::new(hourly).unwrap()),
-        Box::new(ApproxSlidingWindow::new(hourly).unwrap()),
-        Box::new(SlidingLog::new(hourly).unwrap()),
+        Box::new(TokenBucket::new("bucket", 3, hourly).unwrap()),
+        Box::new(FixedWindow::new("window", hourly).unwrap()),
+        Box::new(ApproxSlidingWindow::new("approx", hourly).unwrap()),
+        Box::new(SlidingLog::new("log", hourly).unwrap()),
     ]
 }
 
@@ -107,7 +107,7 @@ fn leases_on_a_cluster_keep_each_keys_global_invariant() {
         .enable_all()
         .build()
         .unwrap();
-    let bucket = || TokenBucket::new(BURST, Rate::per_second(20_000)).unwrap();
+    let bucket = || TokenBucket::new("bucket", BURST, Rate::per_second(20_000)).unwrap();
     let keys: Vec<String> = (0..6).map(|i| format!("tenant:{i}")).collect();
     let owners: BTreeSet<u16> = keys
         .iter()
@@ -189,7 +189,7 @@ async fn a_paused_or_killed_node_reports_that_the_script_may_have_run() {
     let client = Client::connect_cluster_with(&nodes, Options::new().timeout(timeout))
         .await
         .unwrap();
-    let bucket = TokenBucket::new(1_000, Rate::per_hour(1_000)).unwrap();
+    let bucket = TokenBucket::new("bucket", 1_000, Rate::per_hour(1_000)).unwrap();
     let key = "paused";
     client.try_acquire(&bucket, key).await.unwrap();
     let owner = cluster

@@ -24,10 +24,10 @@ fn hourly(permits: u32) -> Rate {
 /// One limiter of each kind, each allowing `permits` per hour.
 fn limiters(permits: u32) -> Vec<Arc<dyn Limiter>> {
     vec![
-        Arc::new(TokenBucket::new(permits, hourly(permits)).unwrap()),
-        Arc::new(FixedWindow::new(hourly(permits)).unwrap()),
-        Arc::new(ApproxSlidingWindow::new(hourly(permits)).unwrap()),
-        Arc::new(SlidingLog::new(hourly(permits)).unwrap()),
+        Arc::new(TokenBucket::new("bucket", permits, hourly(permits)).unwrap()),
+        Arc::new(FixedWindow::new("window", hourly(permits)).unwrap()),
+        Arc::new(ApproxSlidingWindow::new("approx", hourly(permits)).unwrap()),
+        Arc::new(SlidingLog::new("log", hourly(permits)).unwrap()),
     ]
 }
 
@@ -53,7 +53,7 @@ async fn every_call_that_expires_under_client_pause_is_a_timeout_that_may_have_r
     let timeout = Duration::from_millis(50);
     let client = connect(&server, timeout).await;
     let limiters = limiters(100_000);
-    let big = Arc::new(SlidingLog::new(hourly(200_000)).unwrap());
+    let big = Arc::new(SlidingLog::new("log", hourly(200_000)).unwrap());
     // Load every script first: the pause is about decisions, not loading.
     for limiter in &limiters {
         client.try_acquire(&**limiter, "warm").await.unwrap();
@@ -163,7 +163,7 @@ async fn a_server_killed_mid_call_reports_that_the_script_may_have_run() {
     // A long deadline: the failure must come from the connection, not the
     // timer.
     let client = connect(&server, Duration::from_secs(20)).await;
-    let bucket = Arc::new(TokenBucket::new(3, hourly(3)).unwrap());
+    let bucket = Arc::new(TokenBucket::new("bucket", 3, hourly(3)).unwrap());
     client.try_acquire(&*bucket, "killed").await.unwrap();
     // Scripts count as writes: the call reaches the server and is held there,
     // while the admin connection can still look.
@@ -216,7 +216,7 @@ async fn a_refused_connection_reports_that_the_script_did_not_run() {
     // meet a refused reconnection, and say the script did not run.
     let mut server = RedisServer::start();
     let client = connect(&server, Duration::from_secs(2)).await;
-    let bucket = TokenBucket::new(3, hourly(3)).unwrap();
+    let bucket = TokenBucket::new("bucket", 3, hourly(3)).unwrap();
     client.try_acquire(&bucket, "gone").await.unwrap();
     server.kill();
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -325,7 +325,7 @@ fn bad_values() -> Vec<&'static str> {
 async fn a_damaged_token_bucket_is_unknown_state_naming_tat_and_admits_nothing() {
     let server = RedisServer::start();
     let client = connect(&server, Duration::from_secs(2)).await;
-    let bucket = TokenBucket::new(3, hourly(3)).unwrap();
+    let bucket = TokenBucket::new("bucket", 3, hourly(3)).unwrap();
     let key = bucket.redis_key("tb");
     let now = server_now_us(&server);
     for bad in bad_values() {
@@ -358,7 +358,7 @@ async fn a_damaged_token_bucket_is_unknown_state_naming_tat_and_admits_nothing()
 async fn a_damaged_fixed_window_is_unknown_state_naming_the_field_and_admits_nothing() {
     let server = RedisServer::start();
     let client = connect(&server, Duration::from_secs(2)).await;
-    let window = FixedWindow::new(hourly(3)).unwrap();
+    let window = FixedWindow::new("window", hourly(3)).unwrap();
     let key = window.redis_key("fw");
     let hour_us = 3_600_000_000u64;
     let current = (server_now_us(&server) / hour_us).to_string();
@@ -425,7 +425,7 @@ async fn a_damaged_fixed_window_is_unknown_state_naming_the_field_and_admits_not
 async fn a_damaged_sliding_window_is_unknown_state_naming_the_field_and_admits_nothing() {
     let server = RedisServer::start();
     let client = connect(&server, Duration::from_secs(2)).await;
-    let window = ApproxSlidingWindow::new(hourly(3)).unwrap();
+    let window = ApproxSlidingWindow::new("approx", hourly(3)).unwrap();
     let key = window.redis_key("sw");
     let hour_us = 3_600_000_000u64;
     let current = (server_now_us(&server) / hour_us).to_string();
@@ -472,7 +472,7 @@ async fn a_damaged_sliding_window_is_unknown_state_naming_the_field_and_admits_n
 async fn a_damaged_sliding_log_is_unknown_state_naming_the_member_and_admits_nothing() {
     let server = RedisServer::start();
     let client = connect(&server, Duration::from_secs(2)).await;
-    let log = SlidingLog::new(hourly(3)).unwrap();
+    let log = SlidingLog::new("log", hourly(3)).unwrap();
     let key = log.redis_key("sl");
     let marker = "~tollgate-sl1";
     let now = server_now_us(&server);
@@ -605,7 +605,7 @@ async fn validation_leaves_keys_the_scripts_wrote_alone() {
 async fn the_lease_scripts_refuse_damaged_token_bucket_state() {
     let server = RedisServer::start();
     let client = connect(&server, Duration::from_secs(2)).await;
-    let bucket = TokenBucket::new(10, hourly(3_600)).unwrap();
+    let bucket = TokenBucket::new("bucket", 10, hourly(3_600)).unwrap();
     let key = bucket.redis_key("global");
     let refuse = |names: &'static str| {
         let (server, client, bucket, key) = (&server, &client, &bucket, key.clone());

@@ -274,7 +274,12 @@ fn replay(
     start: u64,
     ops: &[Op],
 ) -> Result<(), TestCaseError> {
-    let bucket = TokenBucket::new(capacity, Rate::new(1, Duration::from_micros(interval))).unwrap();
+    let bucket = TokenBucket::new(
+        "bucket",
+        capacity,
+        Rate::new(1, Duration::from_micros(interval)),
+    )
+    .unwrap();
     let key = fresh_key("lease");
     let mut budget = Budget::new(capacity, interval);
     let mut core = Core::new(capacity, interval);
@@ -359,7 +364,7 @@ fn lease_scripts_agree_with_the_reference_and_gcra() {
 
 /// The bucket the edge cases share: 4 permits, one per 1,000 µs.
 fn small() -> (TokenBucket, Budget) {
-    let bucket = TokenBucket::new(4, Rate::per_second(1_000)).unwrap();
+    let bucket = TokenBucket::new("bucket", 4, Rate::per_second(1_000)).unwrap();
     (bucket, Budget::new(4, 1_000))
 }
 

@@ -70,7 +70,7 @@ async fn limiters_sharing_an_exhausted_budget_each_call_once_per_retry_after() {
 
 async fn exhausted_budget(limiters: usize, sync_threads: usize, blocking: usize, tasks: usize) {
     let server = RedisServer::start();
-    let bucket = TokenBucket::new(2, Rate::per_second(10)).unwrap();
+    let bucket = TokenBucket::new("bucket", 2, Rate::per_second(10)).unwrap();
     let interval = bucket.emission_interval();
     let mut shared = Vec::new();
     for _ in 0..limiters {
@@ -212,7 +212,7 @@ async fn exhausted_budget(limiters: usize, sync_threads: usize, blocking: usize,
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cold_pool_waits_for_one_lease_shared_by_its_waiters() {
     let server = RedisServer::start();
-    let bucket = TokenBucket::new(1_000, Rate::per_second(1_000)).unwrap();
+    let bucket = TokenBucket::new("bucket", 1_000, Rate::per_second(1_000)).unwrap();
     let limiter = Arc::new(LeasedLimiter::start(
         client(&server).await,
         bucket,
@@ -260,7 +260,7 @@ async fn a_cold_pool_waits_for_one_lease_shared_by_its_waiters() {
 async fn a_cold_request_on_an_exhausted_budget_gets_the_retry_after_without_calls() {
     let server = RedisServer::start();
     // 10 s a permit: the retry-after stays in the future for the whole test.
-    let bucket = TokenBucket::new(3, Rate::per_minute(6)).unwrap();
+    let bucket = TokenBucket::new("bucket", 3, Rate::per_minute(6)).unwrap();
     let interval = bucket.emission_interval();
     let client = client(&server).await;
     let limiter = Arc::new(LeasedLimiter::start(
@@ -330,7 +330,7 @@ async fn a_cold_request_during_an_outage_gets_the_policy() {
         .timeout(Duration::from_millis(100))
         .connect_timeout(Duration::from_millis(100));
     let client = Client::connect_with(&server.url(), options).await.unwrap();
-    let bucket = TokenBucket::new(1_000, Rate::per_second(1_000)).unwrap();
+    let bucket = TokenBucket::new("bucket", 1_000, Rate::per_second(1_000)).unwrap();
     let limiter = Arc::new(LeasedLimiter::start(
         client,
         bucket,
@@ -376,7 +376,7 @@ async fn a_cold_request_during_an_outage_gets_the_policy() {
 async fn first_request_after_idle_latency() {
     let server = RedisServer::start();
     let client = client(&server).await;
-    let bucket = TokenBucket::new(1_000, Rate::per_second(1_000)).unwrap();
+    let bucket = TokenBucket::new("bucket", 1_000, Rate::per_second(1_000)).unwrap();
     let lifetime = Duration::from_millis(300);
     let idle = lifetime + Duration::from_millis(200);
     let limiter = Arc::new(LeasedLimiter::start(
@@ -452,7 +452,7 @@ async fn first_request_after_idle_latency() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_lease_key_admits_nothing_and_says_why() {
     let server = RedisServer::start();
-    let bucket = TokenBucket::new(5, Rate::per_hour(5)).unwrap();
+    let bucket = TokenBucket::new("bucket", 5, Rate::per_hour(5)).unwrap();
     let key = tollgate_redis::Limiter::redis_key(&bucket, "damaged");
     let _: () = server.cmd(&["HSET", &key, "tat", "nan"]);
     let _: () = server.cmd(&["PEXPIRE", &key, "3600000"]);
@@ -490,7 +490,7 @@ async fn a_refund_goes_back_to_the_pool_and_never_beyond_the_lease() {
     let options = Options::new()
         .timeout(Duration::from_millis(200))
         .connect_timeout(Duration::from_millis(200));
-    let bucket = TokenBucket::new(10, Rate::per_hour(1)).unwrap();
+    let bucket = TokenBucket::new("bucket", 10, Rate::per_hour(1)).unwrap();
     let start = |key: &'static str, client: Client| {
         LeasedLimiter::start(
             client,

@@ -28,7 +28,7 @@ const CAPACITY: u32 = 20_000;
 const INTERVAL_US: u64 = 5;
 
 fn budget() -> TokenBucket {
-    TokenBucket::new(CAPACITY, Rate::per_second(200_000)).unwrap()
+    TokenBucket::new("budget", CAPACITY, Rate::per_second(200_000)).unwrap()
 }
 
 /// The child: `decisions` decisions on THREADS threads (with
@@ -351,7 +351,7 @@ async fn a_full_memory_server_degrades_and_recovers() {
     drive_until(&limiter, leased_ok).await;
     // Drop the key so that the next lease must write a new one.
     let _: () = server.cmd(&["CONFIG", "SET", "maxmemory", "1"]);
-    let _: i64 = server.cmd(&["DEL", "tollgate:{global}:tb"]);
+    let _: i64 = server.cmd(&["DEL", "tollgate:budget:{global}:tb"]);
     let down = drive_until(&limiter, |l, r| {
         l.mode() == Mode::Degraded && matches!(r, Err(Error::Unavailable))
     })
@@ -368,7 +368,7 @@ async fn bad_requests_are_errors_and_shutdown_returns_unused_permits() {
     let client = Client::connect(&server.url()).await.unwrap();
     // A budget that refills slowly, so the lease's debit is still pending
     // at shutdown.
-    let slow = TokenBucket::new(1_000, Rate::per_hour(1_000)).unwrap();
+    let slow = TokenBucket::new("budget", 1_000, Rate::per_hour(1_000)).unwrap();
     let mut limiter =
         LeasedLimiter::start(client, slow, KEY, LeaseOptions::new().initial_lease(100));
     assert!(matches!(
@@ -393,7 +393,7 @@ async fn bad_requests_are_errors_and_shutdown_returns_unused_permits() {
     assert_eq!(stats.spent, 1);
     assert_eq!(stats.forfeited, 0);
     assert_eq!(stats.returned, stats.leased - 1);
-    let tat: Option<String> = server.cmd(&["HGET", "tollgate:{global}:tb", "tat"]);
+    let tat: Option<String> = server.cmd(&["HGET", "tollgate:budget:{global}:tb", "tat"]);
     let time: Vec<String> = server.cmd(&["TIME"]);
     let now = time[0].parse::<u64>().unwrap() * 1_000_000 + time[1].parse::<u64>().unwrap();
     // One permit spent: the TAT is one interval (3.6 s) past the lease time.

@@ -72,7 +72,7 @@ fn main() -> Result<()> {
 }
 
 fn global() -> TokenBucket {
-    TokenBucket::new(BURST, Rate::per_second(RATE)).expect("a valid bucket")
+    TokenBucket::new("bucket", BURST, Rate::per_second(RATE)).expect("a valid bucket")
 }
 
 // ---------------------------------------------------------------------------

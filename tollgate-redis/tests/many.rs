@@ -40,22 +40,12 @@ enum Kind {
 }
 
 impl Kind {
-    fn remote(self, rate: Rate, prefix: &str) -> Box<dyn Limiter> {
+    fn remote(self, rate: Rate, name: &str) -> Box<dyn Limiter> {
         match self {
-            Kind::Bucket(capacity) => Box::new(
-                TokenBucket::new(capacity, rate)
-                    .unwrap()
-                    .with_prefix(prefix)
-                    .unwrap(),
-            ),
-            Kind::Window => Box::new(FixedWindow::new(rate).unwrap().with_prefix(prefix).unwrap()),
-            Kind::Approx => Box::new(
-                ApproxSlidingWindow::new(rate)
-                    .unwrap()
-                    .with_prefix(prefix)
-                    .unwrap(),
-            ),
-            Kind::Log => Box::new(SlidingLog::new(rate).unwrap().with_prefix(prefix).unwrap()),
+            Kind::Bucket(capacity) => Box::new(TokenBucket::new(name, capacity, rate).unwrap()),
+            Kind::Window => Box::new(FixedWindow::new(name, rate).unwrap()),
+            Kind::Approx => Box::new(ApproxSlidingWindow::new(name, rate).unwrap()),
+            Kind::Log => Box::new(SlidingLog::new(name, rate).unwrap()),
         }
     }
 
@@ -271,11 +261,8 @@ fn all_or_nothing_agrees_with_the_twins() {
 async fn one_call_decides_a_request_and_reports_its_tightest_limit() {
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
-    let burst = TokenBucket::new(10, Rate::per_hour(10)).unwrap();
-    let daily = FixedWindow::new(Rate::per_hour(3))
-        .unwrap()
-        .with_prefix("daily")
-        .unwrap();
+    let burst = TokenBucket::new("bucket", 10, Rate::per_hour(10)).unwrap();
+    let daily = FixedWindow::new("daily", Rate::per_hour(3)).unwrap();
     let asks = [Ask::new(&burst, "tenant:7"), Ask::new(&daily, "tenant:7")];
     client.try_acquire_all(&asks).await.unwrap(); // loads the script
     let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
@@ -324,8 +311,8 @@ async fn one_call_decides_a_request_and_reports_its_tightest_limit() {
 async fn bad_requests_are_refused_before_any_call() {
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
-    let bucket = TokenBucket::new(2, Rate::per_second(1)).unwrap();
-    let other = TokenBucket::new(5, Rate::per_second(1)).unwrap();
+    let bucket = TokenBucket::new("api", 2, Rate::per_second(1)).unwrap();
+    let other = TokenBucket::new("api", 5, Rate::per_second(1)).unwrap();
     let refused = client
         .try_acquire_all(&[Ask::new(&other, "k"), Ask::new(&bucket, "k").n(3)])
         .await
@@ -343,13 +330,14 @@ async fn bad_requests_are_refused_before_any_call() {
         .await
         .unwrap_err();
     assert!(matches!(zero.error, Error::Denied(Denied::ZeroPermits)));
-    // Same prefix, same kind, same caller: one Redis key asked twice.
+    // Same prefix, same name, same kind, same caller: one Redis key asked
+    // twice.
     let twice = client
         .try_acquire_all(&[Ask::new(&bucket, "k"), Ask::new(&other, "k")])
         .await
         .unwrap_err();
     assert_eq!(twice.member, Some(1));
-    assert!(matches!(&twice.error, Error::InvalidCall(why) if why.contains("tollgate:{k}:tb")));
+    assert!(matches!(&twice.error, Error::InvalidCall(why) if why.contains("tollgate:api:{k}:tb")));
     assert!(!twice.error.may_have_run());
     assert_eq!(server.calls("evalsha") + server.calls("eval"), 0);
     let _: () = server.cmd(&["GET", "nothing"]);
@@ -363,15 +351,9 @@ async fn bad_requests_are_refused_before_any_call() {
 async fn a_damaged_key_refuses_the_request_and_charges_nothing() {
     let server = RedisServer::start();
     let client = Client::connect(&server.url()).await.unwrap();
-    let bucket = TokenBucket::new(5, Rate::per_hour(5)).unwrap();
-    let window = FixedWindow::new(Rate::per_hour(5))
-        .unwrap()
-        .with_prefix("w")
-        .unwrap();
-    let log = SlidingLog::new(Rate::per_hour(5))
-        .unwrap()
-        .with_prefix("l")
-        .unwrap();
+    let bucket = TokenBucket::new("bucket", 5, Rate::per_hour(5)).unwrap();
+    let window = FixedWindow::new("w", Rate::per_hour(5)).unwrap();
+    let log = SlidingLog::new("l", Rate::per_hour(5)).unwrap();
     let _: () = server.cmd(&["SET", &window.redis_key("u"), "a string"]);
     let _: () = server.cmd(&["HSET", &log.redis_key("v"), "v", "tb1"]);
     let asks = [Ask::new(&bucket, "u"), Ask::new(&window, "u")];
@@ -451,15 +433,9 @@ async fn requests_that_queue_during_a_call_go_as_one_call() {
         .timeout(Duration::from_secs(20))
         .max_calls_in_flight(1);
     let client = Client::connect_with(&server.url(), options).await.unwrap();
-    let bucket = TokenBucket::new(10, Rate::per_hour(10)).unwrap();
-    let spent = FixedWindow::new(Rate::per_hour(1))
-        .unwrap()
-        .with_prefix("spent")
-        .unwrap();
-    let other = TokenBucket::new(4, Rate::per_hour(4))
-        .unwrap()
-        .with_prefix("other")
-        .unwrap();
+    let bucket = TokenBucket::new("bucket", 10, Rate::per_hour(10)).unwrap();
+    let spent = FixedWindow::new("spent", Rate::per_hour(1)).unwrap();
+    let other = TokenBucket::new("other", 4, Rate::per_hour(4)).unwrap();
     client.try_acquire(&spent, "u").await.unwrap();
     let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
 
@@ -529,7 +505,7 @@ async fn a_server_killed_mid_batch_fails_every_request_in_it() {
         .timeout(Duration::from_secs(5))
         .max_calls_in_flight(1);
     let client = Client::connect_with(&server.url(), options).await.unwrap();
-    let bucket = TokenBucket::new(100, Rate::per_hour(100)).unwrap();
+    let bucket = TokenBucket::new("bucket", 100, Rate::per_hour(100)).unwrap();
     client.try_acquire(&bucket, "warm").await.unwrap();
     let keys: Vec<String> = (0..20).map(|i| format!("k{}", i % 3)).collect();
     let client = &client;
@@ -564,8 +540,8 @@ async fn a_cluster_request_must_keep_to_one_slot() {
     let urls = cluster.urls();
     let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
     let client = Client::connect_cluster(&nodes).await.unwrap();
-    let bucket = TokenBucket::new(3, Rate::per_hour(3)).unwrap();
-    let log = SlidingLog::new(Rate::per_hour(2)).unwrap();
+    let bucket = TokenBucket::new("bucket", 3, Rate::per_hour(3)).unwrap();
+    let log = SlidingLog::new("log", Rate::per_hour(2)).unwrap();
     for i in 0..8 {
         let caller = format!("user:{i}");
         let asks = [Ask::new(&bucket, &caller), Ask::new(&log, &caller)];
@@ -615,7 +591,7 @@ async fn every_request_of_a_batch_gets_its_own_answer() {
     )
     .await
     .unwrap();
-    let window = FixedWindow::new(Rate::per_hour(1000)).unwrap();
+    let window = FixedWindow::new("window", Rate::per_hour(1000)).unwrap();
     let mut tasks = tokio::task::JoinSet::new();
     for task in 0..16u32 {
         let (client, window) = (client.clone(), window.clone());
@@ -646,9 +622,9 @@ async fn a_long_call_never_forgets_what_it_wrote() {
         .timeout(Duration::from_secs(20))
         .max_calls_in_flight(1);
     let client = Client::connect_with(&server.url(), options).await.unwrap();
-    let bucket = TokenBucket::new(1, Rate::per_second(1_000_000)).unwrap();
-    let fine_log = SlidingLog::new(Rate::new(1, Duration::from_millis(1))).unwrap();
-    let log = SlidingLog::new(Rate::per_hour(20_000)).unwrap();
+    let bucket = TokenBucket::new("bucket", 1, Rate::per_second(1_000_000)).unwrap();
+    let fine_log = SlidingLog::new("log", Rate::new(1, Duration::from_millis(1))).unwrap();
+    let log = SlidingLog::new("log", Rate::per_hour(20_000)).unwrap();
     client.try_acquire(&bucket, "warm").await.unwrap();
     let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
     let client = &client;
@@ -697,7 +673,7 @@ async fn a_client_on_your_own_connection() {
         .await
         .unwrap();
     let client = Client::from_connection_manager(manager.clone(), Options::new());
-    let bucket = TokenBucket::new(2, Rate::per_hour(2)).unwrap();
+    let bucket = TokenBucket::new("bucket", 2, Rate::per_hour(2)).unwrap();
     assert_eq!(
         client.try_acquire(&bucket, "mine").await.unwrap().remaining,
         1
@@ -762,7 +738,7 @@ fn batches_agree_with_the_twins_in_queue_order() {
         .unwrap();
     // Loads the script (its replayed-time form), so that no round's call
     // meets NOSCRIPT.
-    let warm = TokenBucket::new(1, Rate::per_hour(1)).unwrap();
+    let warm = TokenBucket::new("bucket", 1, Rate::per_hour(1)).unwrap();
     runtime
         .block_on(client.try_acquire_n_at(&warm, "warm", 1, 1 << 40))
         .unwrap();
@@ -859,11 +835,8 @@ async fn a_damaged_key_in_a_batch_fails_only_its_own_request() {
         .timeout(Duration::from_secs(10))
         .max_calls_in_flight(1);
     let client = Client::connect_with(&server.url(), options).await.unwrap();
-    let bucket = TokenBucket::new(3, Rate::per_hour(3)).unwrap();
-    let window = FixedWindow::new(Rate::per_hour(3))
-        .unwrap()
-        .with_prefix("w")
-        .unwrap();
+    let bucket = TokenBucket::new("bucket", 3, Rate::per_hour(3)).unwrap();
+    let window = FixedWindow::new("w", Rate::per_hour(3)).unwrap();
     let _: () = server.cmd(&["HSET", &bucket.redis_key("bad"), "v", "tb1", "tat", "-5"]);
     let _: () = server.cmd(&["PEXPIRE", &bucket.redis_key("bad"), "60000"]);
     client.try_acquire(&window, "warm").await.unwrap();

@@ -33,11 +33,8 @@ async fn every_metric_counts_what_happened() {
     )
     .await
     .unwrap();
-    let bucket = TokenBucket::new(2, Rate::per_hour(2)).unwrap();
-    let window = FixedWindow::new(Rate::per_hour(1))
-        .unwrap()
-        .with_prefix("w")
-        .unwrap();
+    let bucket = TokenBucket::new("bucket", 2, Rate::per_hour(2)).unwrap();
+    let window = FixedWindow::new("w", Rate::per_hour(1)).unwrap();
     let _: () = server.cmd(&["SET", &bucket.redis_key("typed"), "a string"]);
 
     // One limit: 2 admitted, 1 denied, 1 that can never pass (no call),
@@ -102,12 +99,9 @@ async fn every_metric_counts_what_happened() {
     assert_eq!(requests, [1.0; 6]);
     assert_eq!(decisions, [1.0, 1.0, 1.0, 1.0, 2.0, 2.0]);
 
-    // A leased limiter: its counters as its own stats say, labelled by its
-    // name, after it stops.
-    let global = TokenBucket::new(100, Rate::per_hour(100))
-        .unwrap()
-        .with_prefix("global")
-        .unwrap();
+    // A leased limiter: its counters as its own stats say, labelled by the
+    // key it was started for, after it stops.
+    let global = TokenBucket::new("global", 100, Rate::per_hour(100)).unwrap();
     let mut leased = LeasedLimiter::start(client.clone(), global, "api", LeaseOptions::new());
     let mut admitted = 0;
     for _ in 0..20 {

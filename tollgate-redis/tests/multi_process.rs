@@ -31,17 +31,17 @@ const MAX_N: u32 = 3;
 fn limiter(kind: &str) -> Box<dyn Limiter> {
     match kind {
         // 10 at once, one per 200 µs.
-        "token_bucket" => {
-            Box::new(TokenBucket::new(10, Rate::new(5, Duration::from_millis(1))).unwrap())
-        }
+        "token_bucket" => Box::new(
+            TokenBucket::new("bucket", 10, Rate::new(5, Duration::from_millis(1))).unwrap(),
+        ),
         "fixed_window" => {
-            Box::new(FixedWindow::new(Rate::new(40, Duration::from_millis(7))).unwrap())
+            Box::new(FixedWindow::new("window", Rate::new(40, Duration::from_millis(7))).unwrap())
         }
-        "sliding_window" => {
-            Box::new(ApproxSlidingWindow::new(Rate::new(40, Duration::from_millis(7))).unwrap())
-        }
+        "sliding_window" => Box::new(
+            ApproxSlidingWindow::new("approx", Rate::new(40, Duration::from_millis(7))).unwrap(),
+        ),
         "sliding_log" => {
-            Box::new(SlidingLog::new(Rate::new(25, Duration::from_millis(5))).unwrap())
+            Box::new(SlidingLog::new("log", Rate::new(25, Duration::from_millis(5))).unwrap())
         }
         other => panic!("unknown limiter {other}"),
     }

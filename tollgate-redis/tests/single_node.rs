@@ -22,10 +22,10 @@ fn hourly(permits: u32) -> Rate {
 /// One limiter of each kind, each allowing 3 per hour.
 fn limiters() -> Vec<Box<dyn Limiter>> {
     vec![
-        Box::new(TokenBucket::new(3, hourly(3)).unwrap()),
-        Box::new(FixedWindow::new(hourly(3)).unwrap()),
-        Box::new(ApproxSlidingWindow::new(hourly(3)).unwrap()),
-        Box::new(SlidingLog::new(hourly(3)).unwrap()),
+        Box::new(TokenBucket::new("bucket", 3, hourly(3)).unwrap()),
+        Box::new(FixedWindow::new("window", hourly(3)).unwrap()),
+        Box::new(ApproxSlidingWindow::new("approx", hourly(3)).unwrap()),
+        Box::new(SlidingLog::new("log", hourly(3)).unwrap()),
     ]
 }
 
@@ -86,7 +86,7 @@ async fn the_token_bucket_retry_after_is_exact() {
     let client = connect(&server).await;
     // One permit per 1200 s (3 an hour): after taking all 3, the next one is
     // due exactly 1200 s after the first admission's time.
-    let bucket = TokenBucket::new(3, hourly(3)).unwrap();
+    let bucket = TokenBucket::new("bucket", 3, hourly(3)).unwrap();
     let first = client.try_acquire_n(&bucket, "k", 3).await.unwrap();
     let denied = client.try_acquire(&bucket, "k").await.unwrap_err();
     let wait = denied.retry_after().unwrap();
@@ -145,18 +145,24 @@ async fn every_written_key_gets_a_ttl_no_longer_than_its_state_matters() {
     let history = Duration::from_secs(7200);
     let cases: Vec<(Box<dyn Limiter>, i64)> = vec![
         // Full again one hour after the 3 permits' hour of refill.
-        (Box::new(TokenBucket::new(3, hourly(3)).unwrap()), hour_ms),
+        (
+            Box::new(TokenBucket::new("bucket", 3, hourly(3)).unwrap()),
+            hour_ms,
+        ),
         // The current window's end: at most an hour away.
-        (Box::new(FixedWindow::new(hourly(3)).unwrap()), hour_ms),
+        (
+            Box::new(FixedWindow::new("window", hourly(3)).unwrap()),
+            hour_ms,
+        ),
         // The window after the current one ends: at most two hours away.
         (
-            Box::new(ApproxSlidingWindow::new(hourly(3)).unwrap()),
+            Box::new(ApproxSlidingWindow::new("approx", hourly(3)).unwrap()),
             2 * hour_ms,
         ),
         // The history after the newest stamp.
         (
             Box::new(
-                SlidingLog::new(hourly(3))
+                SlidingLog::new("log", hourly(3))
                     .unwrap()
                     .with_history(history)
                     .unwrap(),
@@ -251,7 +257,7 @@ async fn state_from_another_format_is_never_reinterpreted() {
         ));
     }
     // A tagged hash whose fields were damaged.
-    let bucket = TokenBucket::new(3, hourly(3)).unwrap();
+    let bucket = TokenBucket::new("bucket", 3, hourly(3)).unwrap();
     let key = bucket.redis_key("damaged");
     let _: () = server.cmd(&["HSET", &key, "v", "tb1", "tat", "soon"]);
     assert!(matches!(
@@ -265,7 +271,7 @@ async fn a_frozen_server_is_a_bounded_timeout_then_recovers() {
     let server = RedisServer::start();
     let options = Options::new().timeout(Duration::from_millis(100));
     let client = Client::connect_with(&server.url(), options).await.unwrap();
-    let bucket = TokenBucket::new(3, hourly(3)).unwrap();
+    let bucket = TokenBucket::new("bucket", 3, hourly(3)).unwrap();
     client.try_acquire(&bucket, "frozen").await.unwrap();
     server.pause();
     let started = std::time::Instant::now();
@@ -357,7 +363,7 @@ fn the_blocking_client_decides_the_same_and_refuses_to_block_a_runtime() {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    let bucket = TokenBucket::new(3, hourly(3)).unwrap();
+    let bucket = TokenBucket::new("bucket", 3, hourly(3)).unwrap();
     let inside = runtime.block_on(async { client.try_acquire(&bucket, "c") });
     assert!(matches!(inside, Err(Error::BlockingInAsync)));
     drop(runtime);
@@ -370,7 +376,7 @@ async fn a_sliding_log_keeps_its_entries_across_rule_changes() {
     let client = connect(&server).await;
     let history = Duration::from_secs(4 * 3600);
     let rule = |permits: u32, hours: u64| {
-        SlidingLog::new(Rate::new(permits, Duration::from_secs(3600 * hours)))
+        SlidingLog::new("log", Rate::new(permits, Duration::from_secs(3600 * hours)))
             .unwrap()
             .with_history(history)
             .unwrap()

@@ -15,7 +15,7 @@ use tollgate_redis::{Client, LeaseOptions, LeaseReceipt, LeasedLimiter, Limiter,
 
 use crate::config::{Algorithm, Config, InvalidRule, RuleId};
 use crate::decide::{Check, Limit, Mode, Plan, Seen};
-use crate::redis::{RedisLimits, Unanswered, caller_key};
+use crate::redis::{RedisLimits, Unanswered, caller_key, rule_name};
 
 /// Which limits the leased backend leases, and how.
 ///
@@ -75,6 +75,7 @@ pub(crate) struct Leases {
     settings: Leasing,
     /// The bucket of every rule that leases.
     buckets: HashMap<RuleId, tollgate_redis::TokenBucket>,
+    /// The keys held, by their Redis key (one per rule and caller key).
     held: parking_lot::RwLock<HashMap<String, Arc<Held>>>,
     epoch: Instant,
     /// Milliseconds since `epoch` of the last sweep of idle keys.
@@ -101,7 +102,9 @@ impl Leases {
             if rule.blocks_all() || per_second < settings.min_rate_per_second {
                 continue;
             }
-            let bucket = tollgate_redis::TokenBucket::new(burst, rate)
+            // The Redis backend's name for the rule: a key beyond the
+            // leased ones, decided in Redis, is on the same state.
+            let bucket = tollgate_redis::TokenBucket::new(&rule_name(&rule.id), burst, rate)
                 .and_then(|b| b.with_prefix(prefix))
                 .map_err(|error| InvalidRule {
                     rule: rule.id.to_string(),
@@ -149,7 +152,8 @@ impl Leases {
         }
         let now = self.now_ms();
         self.sweep(now);
-        let key = caller_key(domain, check);
+        let caller = caller_key(domain, check);
+        let key = bucket.redis_key(&caller);
         if let Some(held) = self.held.read().get(&key) {
             // Relaxed: an idle clock; a stale value moves an eviction by
             // one sweep. Written once a millisecond at most: a hot key's
@@ -173,7 +177,7 @@ impl Leases {
             // a lease cannot be had: see `decide`.
             .policy(Policy::Closed);
         let held = Arc::new(Held {
-            limiter: LeasedLimiter::start(client.clone(), bucket.clone(), &key, options),
+            limiter: LeasedLimiter::start(client.clone(), bucket.clone(), &caller, options),
             rule: rule.id.clone(),
             bucket: bucket.clone(),
             used: AtomicU64::new(now),

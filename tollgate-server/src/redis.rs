@@ -21,7 +21,7 @@ pub struct RedisSettings {
     /// The prefix of every Redis key the server writes (default
     /// `tollgate-server`): give two servers that must not share limits
     /// different prefixes. Without `{` or `}`: every key is
-    /// `<prefix>:{<domain>}:…`, the domain its hash tag, and
+    /// `<prefix>:<limit>:{<domain>}:…`, the domain its hash tag, and
     /// [`Server::with_redis`](crate::Server::with_redis) refuses a prefix
     /// with a brace ([`InvalidRule`](crate::InvalidRule), for the first rule
     /// that keeps state).
@@ -52,26 +52,45 @@ pub(crate) struct RedisLimits {
     prefix: String,
 }
 
-/// One rule's limiter in Redis.
+/// The name of a configured rule's limiter in Redis: `rule-<index>`, the
+/// rule's index in its descriptor's `rate_limits`. The rest of the rule's
+/// identity is in the caller key ([`caller_key`]): its domain, and the state
+/// key, which spells the descriptor entries it matched. So two rules never
+/// share a Redis key: rules of one descriptor differ by name, rules of
+/// different descriptors or domains by caller key. The leased backend's
+/// buckets take the same names, so both backends keep one rule's state
+/// under one key.
+pub(crate) fn rule_name(rule: &RuleId) -> String {
+    format!("rule-{}", rule.index)
+}
+
+/// The name of the limiter of a request's own limit (an override):
+/// `override-<permits>-per-<unit>`, apart from every rule's.
+fn override_name(permits: u32, unit: Unit) -> String {
+    format!("override-{permits}-per-{}", unit.name())
+}
+
+/// One limit's limiter in Redis, named `name`.
 fn limiter(
     algorithm: Algorithm,
     rate: tollgate::Rate,
     prefix: &str,
+    name: &str,
 ) -> Result<Arc<dyn Limiter>, tollgate::ConfigError> {
     Ok(match algorithm {
         Algorithm::FixedWindow => {
-            Arc::new(tollgate_redis::FixedWindow::new(rate)?.with_prefix(prefix)?)
+            Arc::new(tollgate_redis::FixedWindow::new(name, rate)?.with_prefix(prefix)?)
         }
         Algorithm::TokenBucket { burst } => {
-            Arc::new(tollgate_redis::TokenBucket::new(burst, rate)?.with_prefix(prefix)?)
+            Arc::new(tollgate_redis::TokenBucket::new(name, burst, rate)?.with_prefix(prefix)?)
         }
         Algorithm::SlidingLog => {
-            Arc::new(tollgate_redis::SlidingLog::new(rate)?.with_prefix(prefix)?)
+            Arc::new(tollgate_redis::SlidingLog::new(name, rate)?.with_prefix(prefix)?)
         }
         // Redis keeps the two-window estimate (the memory backend keeps
         // sub-windows): see `Algorithm::SlidingWindow`.
         Algorithm::SlidingWindow => {
-            Arc::new(tollgate_redis::ApproxSlidingWindow::new(rate)?.with_prefix(prefix)?)
+            Arc::new(tollgate_redis::ApproxSlidingWindow::new(name, rate)?.with_prefix(prefix)?)
         }
     })
 }
@@ -84,10 +103,13 @@ impl RedisLimits {
             let Some(rate) = rule.rate().filter(|_| !rule.blocks_all()) else {
                 continue;
             };
-            let limiter = limiter(rule.algorithm, rate, prefix).map_err(|error| InvalidRule {
-                rule: rule.id.to_string(),
-                error,
-            })?;
+            let limiter =
+                limiter(rule.algorithm, rate, prefix, &rule_name(&rule.id)).map_err(|error| {
+                    InvalidRule {
+                        rule: rule.id.to_string(),
+                        error,
+                    }
+                })?;
             by_rule.insert(rule.id.clone(), limiter);
         }
         Ok(RedisLimits {
@@ -108,7 +130,8 @@ impl RedisLimits {
             return overrides.get(&(permits, unit)).cloned();
         }
         let rate = tollgate::Rate::new(permits, unit.duration());
-        let made = limiter(Algorithm::FixedWindow, rate, &self.prefix).ok()?;
+        let name = override_name(permits, unit);
+        let made = limiter(Algorithm::FixedWindow, rate, &self.prefix, &name).ok()?;
         Some(overrides.entry((permits, unit)).or_insert(made).clone())
     }
 
@@ -120,23 +143,19 @@ impl RedisLimits {
     }
 }
 
-/// The caller key of a check in Redis. Its domain comes first and ends
-/// with `}`: tollgate-redis puts the caller key in a hash tag
-/// (`<prefix>:{<caller key>}:<kind>`), and Redis Cluster hashes only up to
-/// the first `}`, so every key of one domain lands in one slot and a
-/// request's limits can be decided by one script. The rest tells the
-/// rules of one descriptor apart (`#<index>`), and a request's own limit
-/// (`#o<permits>/<unit>`) from the configured ones.
+/// The caller key of a check in Redis: `<domain>}:<state key>`. Its domain
+/// comes first and ends with `}`: tollgate-redis puts the caller key in a
+/// hash tag (`<prefix>:<name>:{<caller key>}:<kind>`, the limiter's name
+/// before the tag), and Redis Cluster hashes only up to the first `}`, so
+/// every key of one domain, under every limiter's name, lands in one slot
+/// and a request's limits can be decided by one script. Which limit the key
+/// belongs to — a rule of the descriptor, or a request's own limit — is the
+/// limiter's name ([`rule_name`]).
 pub(crate) fn caller_key(domain: &str, check: &Check<'_>) -> String {
     // A brace in the domain would end (or open) the tag early: left out,
     // which only ever puts two domains in one slot.
     let tag: String = domain.chars().filter(|c| !matches!(c, '{' | '}')).collect();
-    match check.limit {
-        Limit::Rule(rule) => format!("{tag}}}:{}#{}", check.key, rule.id.index),
-        Limit::Override { permits, unit } => {
-            format!("{tag}}}:{}#o{permits}/{}", check.key, unit.wire())
-        }
-    }
+    format!("{tag}}}:{}", check.key)
 }
 
 /// The Redis side of a server: its limiters and, once connected, its

@@ -258,6 +258,87 @@ async fn a_cluster_decides_a_request_in_one_call_on_one_node() {
     );
 }
 
+const SHOP: &str = "
+domain: shop
+descriptors:
+  - key: user
+    rate_limits:
+      - {unit: hour, requests_per_unit: 3}
+      - {unit: hour, requests_per_unit: 5}
+";
+
+/// Two rules of one descriptor and a request's own limit, all fixed windows
+/// on one state key, each keep a Redis key of their own (`rule-0`, `rule-1`,
+/// `override-2-per-hour`), and all of them lie in the domain's slot: one
+/// call on one node decides them together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_limit_of_a_state_key_has_its_own_key_in_the_domains_slot() {
+    use tollgate_server::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+    use tollgate_server::proto::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+
+    let cluster = RedisCluster::start();
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let server = Server::with_redis(
+        config(&[SHOP]),
+        Options::default(),
+        RedisSettings::default(),
+    )
+    .unwrap();
+    let client = tollgate_redis::Client::connect_cluster_with(
+        &nodes,
+        tollgate_redis::Options::new().timeout(Duration::from_secs(2)),
+    )
+    .await
+    .unwrap();
+    server.connect_redis(client);
+    let mut own = descriptor(&[("user", "alice")]);
+    own.limit = Some(RateLimitOverride {
+        requests_per_unit: 2,
+        unit: Unit::Hour as i32,
+    });
+    let both = request("shop", vec![descriptor(&[("user", "alice")]), own]);
+    // The request's own limit, 2 an hour, binds; the refusal charges nothing.
+    let mut codes = Vec::new();
+    for _ in 0..3 {
+        codes.push(code(&server, &both).await);
+    }
+    assert_eq!(codes, [Code::Ok, Code::Ok, Code::OverLimit]);
+    let mut keys: Vec<(u16, String)> = Vec::new();
+    for node in &cluster.nodes {
+        let found: Vec<String> = node.cmd(&["KEYS", "tollgate-server:*"]);
+        keys.extend(found.into_iter().map(|k| (node.port(), k)));
+    }
+    keys.sort_by(|a, b| a.1.cmp(&b.1));
+    let names: Vec<&str> = keys
+        .iter()
+        .map(|(_, k)| k.split(':').nth(1).unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["override-2-per-hour", "rule-0", "rule-1"],
+        "{keys:?}"
+    );
+    assert!(
+        keys.iter().all(|(port, _)| *port == keys[0].0),
+        "one node: {keys:?}"
+    );
+    let slot = |key: &str| -> i64 { cluster.nodes[0].cmd(&["CLUSTER", "KEYSLOT", key]) };
+    for (port, key) in &keys {
+        assert!(key.contains(":{shop}:"), "{key}");
+        assert_eq!(slot(key), slot("shop"), "{key}");
+        let node = cluster.nodes.iter().find(|n| n.port() == *port).unwrap();
+        let count: String = node.cmd(&["HGET", key, "c"]);
+        assert_eq!(count, "2", "{key}");
+    }
+    // The rules go on by their own counts: rule 0 has 1 left, rule 1 has 3.
+    let plain = request("shop", vec![descriptor(&[("user", "alice")])]);
+    let answer = server.should_rate_limit(&plain).await.unwrap();
+    assert_eq!(answer.overall_code(), Code::Ok);
+    assert_eq!(answer.statuses[0].limit_remaining, 0);
+    assert_eq!(code(&server, &plain).await, Code::OverLimit);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grpc_client_is_decided_in_redis() {
     let redis = RedisServer::start();

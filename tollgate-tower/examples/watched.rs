@@ -49,8 +49,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(url) = arg("--redis") {
         // Ten an hour per key across every process of the service.
         let client = tollgate_redis::Client::connect(&url).await?;
-        let shared =
-            tollgate_redis::FixedWindow::new(Rate::per_hour(10))?.with_prefix("watched")?;
+        let shared = tollgate_redis::FixedWindow::new("watched", Rate::per_hour(10))?;
         throttle = throttle.policy(RedisLimit::new("shared", client, shared)?);
     }
     let throttle = throttle.build();

@@ -12,8 +12,12 @@ use crate::policy::{Decision, Outcome, Policy, Scope};
 
 /// A [`tollgate_redis`] limiter (token bucket, fixed window, sliding window,
 /// sliding log) as a policy: each request's key — printed with `Display`, so
-/// an `IpAddr`, a `String` or `()` — is the Redis-side key, and the decision
-/// is one script call on the shared server ([`Client::try_acquire_n`]).
+/// an `IpAddr`, a `String` or `()` — is the limiter's caller key, and the
+/// decision is one script call on the shared server
+/// ([`Client::try_acquire_n`]). The limiter's own name (its constructor's
+/// first argument), not the policy's, is what keeps its state in Redis apart
+/// from every other limiter's: no request's key can reach another limiter's
+/// state.
 ///
 /// A denial is the script's exact retry-after (a `429` like any other); a
 /// server that cannot be reached within the client's timeout is
@@ -30,7 +34,7 @@ use crate::policy::{Decision, Outcome, Policy, Scope};
 /// use tollgate_tower::{PeerIp, RedisLimit, ThrottleLayer};
 ///
 /// let client = tollgate_redis::Client::connect("redis://127.0.0.1/").await?;
-/// let per_ip = tollgate_redis::SlidingLog::new(Rate::per_minute(60))?;
+/// let per_ip = tollgate_redis::SlidingLog::new("per-ip", Rate::per_minute(60))?;
 /// let layer = ThrottleLayer::builder(PeerIp)
 ///     .policy(RedisLimit::new("per-ip", client, per_ip)?)
 ///     .build();
@@ -51,7 +55,7 @@ impl<L: Limiter + 'static> RedisLimit<L> {
     /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
     /// use tollgate::Rate;
     /// let client = tollgate_redis::Client::connect("redis://127.0.0.1/").await?;
-    /// let bucket = tollgate_redis::TokenBucket::new(10, Rate::per_second(5))?;
+    /// let bucket = tollgate_redis::TokenBucket::new("shared", 10, Rate::per_second(5))?;
     /// let _ = tollgate_tower::RedisLimit::new("shared", client, bucket)?;
     /// # Ok(()) }
     /// ```
@@ -106,7 +110,7 @@ impl<K: Display, L: Limiter + 'static> Policy<K> for RedisLimit<L> {
 /// request's key, printed with `Display`, is every member's caller key, so
 /// the members' Redis keys share one hash tag (one Cluster slot); two
 /// members must not name the same Redis key (give limiters of one kind
-/// different prefixes), or every request is `503`.
+/// different names), or every request is `503`.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -115,9 +119,9 @@ impl<K: Display, L: Limiter + 'static> Policy<K> for RedisLimit<L> {
 /// use tollgate_tower::{PeerIp, RedisAllOf, ThrottleLayer};
 ///
 /// let client = tollgate_redis::Client::connect("redis://127.0.0.1/").await?;
-/// let burst = tollgate_redis::TokenBucket::new(20, Rate::per_second(10))?;
-/// let daily = tollgate_redis::FixedWindow::new(Rate::new(10_000, Duration::from_secs(86_400)))?
-///     .with_prefix("daily")?;
+/// let burst = tollgate_redis::TokenBucket::new("burst", 20, Rate::per_second(10))?;
+/// let per_day = Rate::new(10_000, Duration::from_secs(86_400));
+/// let daily = tollgate_redis::FixedWindow::new("daily", per_day)?;
 /// let layer = ThrottleLayer::builder(PeerIp)
 ///     .policy(RedisAllOf::new(client, "burst", burst)?.and("daily", daily)?)
 ///     .build();
@@ -139,7 +143,7 @@ impl RedisAllOf {
     /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
     /// use tollgate::Rate;
     /// let client = tollgate_redis::Client::connect("redis://127.0.0.1/").await?;
-    /// let bucket = tollgate_redis::TokenBucket::new(10, Rate::per_second(5))?;
+    /// let bucket = tollgate_redis::TokenBucket::new("burst", 10, Rate::per_second(5))?;
     /// let _ = tollgate_tower::RedisAllOf::new(client, "burst", bucket)?;
     /// # Ok(()) }
     /// ```
@@ -163,8 +167,8 @@ impl RedisAllOf {
     /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
     /// use tollgate::Rate;
     /// let client = tollgate_redis::Client::connect("redis://127.0.0.1/").await?;
-    /// let bucket = tollgate_redis::TokenBucket::new(10, Rate::per_second(5))?;
-    /// let log = tollgate_redis::SlidingLog::new(Rate::per_hour(100))?;
+    /// let bucket = tollgate_redis::TokenBucket::new("burst", 10, Rate::per_second(5))?;
+    /// let log = tollgate_redis::SlidingLog::new("hourly", Rate::per_hour(100))?;
     /// let _ = tollgate_tower::RedisAllOf::new(client, "burst", bucket)?.and("hourly", log)?;
     /// # Ok(()) }
     /// ```
@@ -260,7 +264,7 @@ fn outcome(decision: Result<(), Error>) -> Outcome {
 /// use tollgate_tower::{Global, LeasedLimit, ThrottleLayer};
 ///
 /// let client = tollgate_redis::Client::connect("redis://127.0.0.1/").await?;
-/// let bucket = TokenBucket::new(1_000, Rate::per_second(1_000))?;
+/// let bucket = TokenBucket::new("cluster", 1_000, Rate::per_second(1_000))?;
 /// let leased = LeasedLimiter::start(client, bucket, "api", LeaseOptions::new());
 /// let layer = ThrottleLayer::builder(Global)
 ///     .policy(LeasedLimit::new("cluster", leased)?)

@@ -20,7 +20,7 @@ async fn a_redis_limit_throttles_and_a_dead_server_is_503() {
     let redis = server::RedisServer::start();
     let client = tollgate_redis::Client::connect(&redis.url()).await.unwrap();
     // An hour-long window: nothing refills during the test.
-    let window = tollgate_redis::FixedWindow::new(Rate::per_hour(3)).unwrap();
+    let window = tollgate_redis::FixedWindow::new("shared", Rate::per_hour(3)).unwrap();
     let layer = ThrottleLayer::builder(PeerIp)
         .policy(RedisLimit::new("shared", client, window).unwrap())
         .build();
@@ -75,7 +75,7 @@ async fn a_leased_limit_never_admits_more_than_the_global_budget() {
     let redis = server::RedisServer::start();
     let client = tollgate_redis::Client::connect(&redis.url()).await.unwrap();
     // Five permits an hour for the whole cluster of servers.
-    let bucket = tollgate_redis::TokenBucket::new(5, Rate::per_hour(5)).unwrap();
+    let bucket = tollgate_redis::TokenBucket::new("api", 5, Rate::per_hour(5)).unwrap();
     let leased = LeasedLimiter::start(client, bucket, "api", LeaseOptions::new());
     let layer = ThrottleLayer::builder(Global)
         .policy(LeasedLimit::new("cluster", leased).unwrap())
@@ -123,7 +123,8 @@ async fn a_leased_route_admits_the_first_request_after_idle() {
 
     let redis = server::RedisServer::start();
     let client = tollgate_redis::Client::connect(&redis.url()).await.unwrap();
-    let bucket = tollgate_redis::TokenBucket::new(1_000, Rate::per_second(1_000)).unwrap();
+    let bucket =
+        tollgate_redis::TokenBucket::new("search", 1_000, Rate::per_second(1_000)).unwrap();
     let options = LeaseOptions::new().lifetime(Duration::from_secs(1));
     let leased = LeasedLimiter::start(client, bucket, "search", options);
     let layer = ThrottleLayer::builder(Global)
@@ -182,11 +183,8 @@ async fn a_leased_route_admits_the_first_request_after_idle() {
 async fn redis_limits_of_a_route_go_in_one_call_all_or_nothing() {
     let redis = server::RedisServer::start();
     let client = tollgate_redis::Client::connect(&redis.url()).await.unwrap();
-    let burst = tollgate_redis::TokenBucket::new(5, Rate::per_hour(5)).unwrap();
-    let hourly = tollgate_redis::FixedWindow::new(Rate::per_hour(3))
-        .unwrap()
-        .with_prefix("hourly")
-        .unwrap();
+    let burst = tollgate_redis::TokenBucket::new("burst", 5, Rate::per_hour(5)).unwrap();
+    let hourly = tollgate_redis::FixedWindow::new("hourly", Rate::per_hour(3)).unwrap();
     let policy = RedisAllOf::new(client.clone(), "burst", burst.clone())
         .unwrap()
         .and("hourly", hourly)
