@@ -183,9 +183,9 @@ pub(crate) enum Seen {
     Unanswered,
 }
 
-/// The decision's outcome, for metrics and logs.
+/// What a request's decision came to, for metrics and logs.
 #[derive(Debug, Default, Clone)]
-pub(crate) struct Outcome {
+pub(crate) struct Decided {
     /// Whether the request was admitted.
     pub admitted: bool,
     /// Limits in shadow mode that would have refused it.
@@ -312,12 +312,12 @@ pub(crate) fn answer(
     seen: Vec<Seen>,
     admitted: bool,
     headers: ResponseHeaders,
-) -> (RateLimitResponse, Outcome) {
+) -> (RateLimitResponse, Decided) {
     let Plan {
         checks,
         mut statuses,
     } = plan;
-    let mut outcome = Outcome {
+    let mut outcome = Decided {
         admitted,
         shadow_refusals: 0,
     };

@@ -8,7 +8,7 @@ use arc_swap::ArcSwap;
 use tonic::{Request, Response, Status};
 
 use crate::config::{Config, Failure, InvalidRule};
-use crate::decide::{BadRequest, Bounds, Mode, Outcome, Plan, ResponseHeaders, Seen, answer, plan};
+use crate::decide::{BadRequest, Bounds, Decided, Mode, Plan, ResponseHeaders, Seen, answer, plan};
 use crate::leased::Leases;
 use crate::memory::{Definition, Stores};
 use crate::metrics;
@@ -319,7 +319,7 @@ impl Server {
     pub(crate) async fn decide(
         &self,
         request: &RateLimitRequest,
-    ) -> Result<(RateLimitResponse, Outcome), BadRequest> {
+    ) -> Result<(RateLimitResponse, Decided), BadRequest> {
         // Held across the Redis call: a reload meanwhile swaps in another.
         let loaded = self.inner.loaded.load_full();
         // A label value the configuration bounds: clients choose domains.

@@ -20,7 +20,7 @@ use tower_service::Service;
 use crate::fields::{Fields, retry_after_value};
 use crate::key::KeyExtractor;
 use crate::metrics;
-use crate::policy::{Decision, Outcome, OutcomeFuture, Policy};
+use crate::policy::{Decision, OutcomeFuture, Policy, PolicyOutcome};
 use crate::response::{Refusal, grpc_response, is_grpc, problem_response};
 
 type CostFn = Arc<dyn Fn(&Parts) -> u32 + Send + Sync>;
@@ -363,12 +363,12 @@ impl<E: KeyExtractor> Shared<E> {
 fn judge<E: KeyExtractor, B: From<Bytes>>(
     shared: &Shared<E>,
     policy: &dyn Policy<E::Key>,
-    outcome: Outcome,
+    outcome: PolicyOutcome,
     fields: &mut Fields,
     request: &HeaderMap,
 ) -> Result<(), Response<B>> {
     match outcome {
-        Outcome::Admitted(snapshot) => {
+        PolicyOutcome::Admitted(snapshot) => {
             fields.push(policy.name(), snapshot.as_ref());
             metrics::decision(policy.name(), "admitted");
             Ok(())
@@ -387,31 +387,31 @@ fn judge<E: KeyExtractor, B: From<Bytes>>(
 fn judge_cold<E: KeyExtractor, B: From<Bytes>>(
     shared: &Shared<E>,
     policy: &dyn Policy<E::Key>,
-    outcome: Outcome,
+    outcome: PolicyOutcome,
     fields: &mut Fields,
     request: &HeaderMap,
 ) -> Result<(), Response<B>> {
     let (name, denied, reason) = match outcome {
-        Outcome::Admitted(snapshot) => {
+        PolicyOutcome::Admitted(snapshot) => {
             fields.push(policy.name(), snapshot.as_ref());
             metrics::decision(policy.name(), "admitted");
             return Ok(());
         }
-        Outcome::AdmittedBy { member, snapshot } => {
+        PolicyOutcome::AdmittedBy { member, snapshot } => {
             fields.push(policy.member_name(member), Some(&snapshot));
             metrics::decision(policy.member_name(member), "admitted");
             return Ok(());
         }
-        Outcome::Denied { denied, snapshot } => {
+        PolicyOutcome::Denied { denied, snapshot } => {
             fields.push(policy.name(), snapshot.as_ref());
             (policy.name(), Some(denied), None)
         }
-        Outcome::DeniedBy { member, rejection } => {
+        PolicyOutcome::DeniedBy { member, rejection } => {
             let name = policy.member_name(member);
             fields.push(name, Some(&rejection.snapshot));
             (name, Some(rejection.denied), None)
         }
-        Outcome::Unavailable(reason) => (policy.name(), None, Some(reason)),
+        PolicyOutcome::Unavailable(reason) => (policy.name(), None, Some(reason)),
     };
     let label = match denied {
         Some(Denied::RetryAfter(_)) => "rate",

@@ -314,7 +314,7 @@ pub use forwarded::{Cidr, ForwardedIp, ParseCidrError};
 pub use key::{Global, HeaderKey, KeyError, KeyExtractor, KeyFn, PeerIp};
 pub use layer::{ResponseFuture, Route, Throttle, ThrottleBuilder, ThrottleLayer};
 pub use policy::{
-    AllOfLimit, AsyncLimit, Decision, Limit, Outcome, OutcomeFuture, PerKey, Policy, Scope,
+    AllOfLimit, AsyncLimit, Decision, Limit, OutcomeFuture, PerKey, Policy, PolicyOutcome, Scope,
 };
 #[cfg(feature = "redis")]
 pub use redis::{LeasedLimit, RedisAllOf, RedisLimit};

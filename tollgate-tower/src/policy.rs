@@ -20,14 +20,14 @@ use crate::fields::{IntoPolicyName, InvalidName, PolicyName};
 ///
 /// ```
 /// use tollgate::{Rate, RateLimiter, TokenBucket};
-/// use tollgate_tower::Outcome;
+/// use tollgate_tower::PolicyOutcome;
 ///
 /// let bucket = TokenBucket::new(1, Rate::per_hour(1)).unwrap();
-/// assert!(matches!(Outcome::from(bucket.try_acquire_with_snapshot()), Outcome::Admitted(Some(_))));
-/// assert!(matches!(Outcome::from(bucket.try_acquire_with_snapshot()), Outcome::Denied { .. }));
+/// assert!(matches!(PolicyOutcome::from(bucket.try_acquire_with_snapshot()), PolicyOutcome::Admitted(Some(_))));
+/// assert!(matches!(PolicyOutcome::from(bucket.try_acquire_with_snapshot()), PolicyOutcome::Denied { .. }));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub enum PolicyOutcome {
     /// Admitted; with the state the admission left when the limiter reports it.
     Admitted(Option<Snapshot>),
     /// Denied: [`Denied::RetryAfter`] becomes a `429`, the others a request
@@ -60,11 +60,11 @@ pub enum Outcome {
     },
 }
 
-impl From<Result<Snapshot, Rejection>> for Outcome {
+impl From<Result<Snapshot, Rejection>> for PolicyOutcome {
     fn from(decision: Result<Snapshot, Rejection>) -> Self {
         match decision {
-            Ok(snapshot) => Outcome::Admitted(Some(snapshot)),
-            Err(rejection) => Outcome::Denied {
+            Ok(snapshot) => PolicyOutcome::Admitted(Some(snapshot)),
+            Err(rejection) => PolicyOutcome::Denied {
                 denied: rejection.denied,
                 snapshot: Some(rejection.snapshot),
             },
@@ -72,25 +72,25 @@ impl From<Result<Snapshot, Rejection>> for Outcome {
     }
 }
 
-/// A future of an [`Outcome`], for policies that decide asynchronously.
+/// A future of an [`PolicyOutcome`], for policies that decide asynchronously.
 ///
 /// ```
-/// use tollgate_tower::{Outcome, OutcomeFuture};
-/// let later: OutcomeFuture = Box::pin(async { Outcome::Admitted(None) });
+/// use tollgate_tower::{PolicyOutcome, OutcomeFuture};
+/// let later: OutcomeFuture = Box::pin(async { PolicyOutcome::Admitted(None) });
 /// # drop(later);
 /// ```
-pub type OutcomeFuture = Pin<Box<dyn Future<Output = Outcome> + Send + 'static>>;
+pub type OutcomeFuture = Pin<Box<dyn Future<Output = PolicyOutcome> + Send + 'static>>;
 
 /// A policy's decision: at once (every in-process limiter), or later.
 ///
 /// ```
-/// use tollgate_tower::{AsyncLimit, Decision, Outcome, Policy};
-/// let remote = AsyncLimit::new("remote", |_: &(), _| async { Outcome::Admitted(None) }).unwrap();
+/// use tollgate_tower::{AsyncLimit, Decision, PolicyOutcome, Policy};
+/// let remote = AsyncLimit::new("remote", |_: &(), _| async { PolicyOutcome::Admitted(None) }).unwrap();
 /// assert!(matches!(remote.decide(&(), 1), Decision::Later(_)));
 /// ```
 pub enum Decision {
     /// Decided during the call.
-    Now(Outcome),
+    Now(PolicyOutcome),
     /// Decided when the future completes. Dropping it (the client went away)
     /// must leave the limiter as a cancelled request should: a
     /// [`Shaped`](crate::Shaped) wait gives its reservation back.
@@ -138,19 +138,19 @@ pub enum Scope {
 ///
 /// ```
 /// use tollgate::{Rate, TokenBucket};
-/// use tollgate_tower::{Decision, Limit, Outcome, Policy};
+/// use tollgate_tower::{Decision, Limit, PolicyOutcome, Policy};
 ///
 /// let global = Limit::new("global", TokenBucket::new(1, Rate::per_hour(1)).unwrap()).unwrap();
 /// assert_eq!(Policy::<()>::name(&global).as_str(), "global");
-/// assert!(matches!(global.decide(&(), 1), Decision::Now(Outcome::Admitted(_))));
-/// assert!(matches!(global.decide(&(), 1), Decision::Now(Outcome::Denied { .. })));
+/// assert!(matches!(global.decide(&(), 1), Decision::Now(PolicyOutcome::Admitted(_))));
+/// assert!(matches!(global.decide(&(), 1), Decision::Now(PolicyOutcome::Denied { .. })));
 /// ```
 pub trait Policy<K>: Send + Sync + 'static {
     /// The policy's name in the `RateLimit` fields.
     fn name(&self) -> &PolicyName;
 
     /// The name of member `member` of a combined policy, for the
-    /// [`Outcome::AdmittedBy`] and [`Outcome::DeniedBy`] it reports; a
+    /// [`PolicyOutcome::AdmittedBy`] and [`PolicyOutcome::DeniedBy`] it reports; a
     /// single policy is its own only member.
     fn member_name(&self, member: usize) -> &PolicyName {
         let _ = member;
@@ -369,8 +369,8 @@ where
                     let waited = limiter.acquire_timeout_async(&key, n, max_wait).await;
                     let snapshot = Some(limiter.snapshot(&key));
                     match waited {
-                        Ok(()) => Outcome::Admitted(snapshot),
-                        Err(denied) => Outcome::Denied { denied, snapshot },
+                        Ok(()) => PolicyOutcome::Admitted(snapshot),
+                        Err(denied) => PolicyOutcome::Denied { denied, snapshot },
                     }
                 }))
             }
@@ -410,17 +410,17 @@ where
 }
 
 /// A policy that decides asynchronously, from a closure that returns a
-/// future of an [`Outcome`]: a limiter on another machine (the `redis`
+/// future of an [`PolicyOutcome`]: a limiter on another machine (the `redis`
 /// feature's `RedisLimit` is one), or any async check.
 /// The future must own what it uses (`'static`); dropping it must be safe.
 ///
 /// ```
-/// use tollgate_tower::{AsyncLimit, Outcome};
+/// use tollgate_tower::{AsyncLimit, PolicyOutcome};
 /// let _ = AsyncLimit::new("remote", |key: &String, n: u32| {
 ///     let key = key.clone();
 ///     async move {
 ///         let _ = (key, n); // ask the remote limiter here
-///         Outcome::Admitted(None)
+///         PolicyOutcome::Admitted(None)
 ///     }
 /// })
 /// .unwrap();
@@ -436,13 +436,13 @@ impl<F> AsyncLimit<F> {
     /// Errors: [`InvalidName`].
     ///
     /// ```
-    /// use tollgate_tower::{AsyncLimit, Outcome};
-    /// let _ = AsyncLimit::new("always", |_: &(), _| async { Outcome::Admitted(None) }).unwrap();
+    /// use tollgate_tower::{AsyncLimit, PolicyOutcome};
+    /// let _ = AsyncLimit::new("always", |_: &(), _| async { PolicyOutcome::Admitted(None) }).unwrap();
     /// ```
     pub fn new<K, Fut>(name: impl IntoPolicyName, decide: F) -> Result<Self, InvalidName>
     where
         F: Fn(&K, u32) -> Fut,
-        Fut: Future<Output = Outcome> + Send + 'static,
+        Fut: Future<Output = PolicyOutcome> + Send + 'static,
     {
         Ok(AsyncLimit {
             name: name.into_policy_name()?,
@@ -454,7 +454,7 @@ impl<F> AsyncLimit<F> {
 impl<K, F, Fut> Policy<K> for AsyncLimit<F>
 where
     F: Fn(&K, u32) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Outcome> + Send + 'static,
+    Fut: Future<Output = PolicyOutcome> + Send + 'static,
 {
     fn name(&self) -> &PolicyName {
         &self.name
@@ -491,7 +491,7 @@ where
 /// use std::sync::Arc;
 /// use tollgate::keyed::{BucketConfig, Keyed, WindowConfig};
 /// use tollgate::{AllOf, FixedWindow, Rate, TokenBucket};
-/// use tollgate_tower::{AllOfLimit, Decision, Outcome, Policy};
+/// use tollgate_tower::{AllOfLimit, Decision, PolicyOutcome, Policy};
 ///
 /// let global = Arc::new(TokenBucket::new(100, Rate::per_second(100))?);
 /// let per_ip = Arc::new(Keyed::<IpAddr, TokenBucket>::new(BucketConfig::new(10, Rate::per_second(5))?));
@@ -500,8 +500,8 @@ where
 ///     AllOf::new((&*global, per_ip.for_key(ip), logins.for_key(ip))).try_acquire_n_reporting(n)
 /// })?;
 /// let ip: IpAddr = "192.0.2.7".parse()?;
-/// assert!(matches!(login.decide(&ip, 1), Decision::Now(Outcome::AdmittedBy { member: 2, .. })));
-/// assert!(matches!(login.decide(&ip, 1), Decision::Now(Outcome::DeniedBy { member: 2, .. })));
+/// assert!(matches!(login.decide(&ip, 1), Decision::Now(PolicyOutcome::AdmittedBy { member: 2, .. })));
+/// assert!(matches!(login.decide(&ip, 1), Decision::Now(PolicyOutcome::DeniedBy { member: 2, .. })));
 /// assert_eq!(login.member_name(2).as_str(), "login");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -556,11 +556,11 @@ where
     #[inline]
     fn decide(&self, key: &K, n: u32) -> Decision {
         Decision::Now(match (self.decide)(key, n) {
-            Ok(tightest) => Outcome::AdmittedBy {
+            Ok(tightest) => PolicyOutcome::AdmittedBy {
                 member: tightest.member,
                 snapshot: tightest.snapshot,
             },
-            Err(blocked) => Outcome::DeniedBy {
+            Err(blocked) => PolicyOutcome::DeniedBy {
                 member: blocked.member,
                 rejection: blocked.rejection,
             },

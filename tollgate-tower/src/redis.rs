@@ -8,7 +8,7 @@ use tollgate::Rejection;
 use tollgate_redis::{Ask, Attempt, Client, Error, LeasedLimiter, Limiter, Refused};
 
 use crate::fields::{IntoPolicyName, InvalidName, PolicyName};
-use crate::policy::{Decision, Outcome, Policy, Scope};
+use crate::policy::{Decision, Policy, PolicyOutcome, Scope};
 
 /// A [`tollgate_redis`] limiter (token bucket, fixed window, sliding window,
 /// sliding log) as a policy: each request's key — printed with `Display`, so
@@ -21,7 +21,7 @@ use crate::policy::{Decision, Outcome, Policy, Scope};
 ///
 /// A denial is the script's exact retry-after (a `429` like any other); a
 /// server that cannot be reached within the client's timeout is
-/// [`Outcome::Unavailable`] (`503`). For a policy that keeps deciding while
+/// [`PolicyOutcome::Unavailable`] (`503`). For a policy that keeps deciding while
 /// Redis is gone, use a [`LeasedLimit`].
 /// An admission adds the policy's `RateLimit` members: the permits the
 /// script reports remaining, and the time until the quota is whole again
@@ -89,7 +89,7 @@ impl<K: Display, L: Limiter + 'static> Policy<K> for RedisLimit<L> {
         let key = key.to_string();
         Decision::Later(Box::pin(async move {
             match client.try_acquire_n(&*limiter, &key, n).await {
-                Ok(admission) => Outcome::Admitted(Some(limiter.report(&admission))),
+                Ok(admission) => PolicyOutcome::Admitted(Some(limiter.report(&admission))),
                 Err(err) => outcome(Err(err)),
             }
         }))
@@ -215,15 +215,15 @@ impl<K: Display> Policy<K> for RedisAllOf {
                 .collect();
             match client.try_acquire_all(&asks).await {
                 Ok(admitted) => match admitted.tightest() {
-                    Some((member, snapshot)) => Outcome::AdmittedBy { member, snapshot },
-                    None => Outcome::Admitted(None),
+                    Some((member, snapshot)) => PolicyOutcome::AdmittedBy { member, snapshot },
+                    None => PolicyOutcome::Admitted(None),
                 },
                 Err(Refused {
                     member: Some(member),
                     error: Error::Denied(denied),
                     report: Some(snapshot),
                     ..
-                }) => Outcome::DeniedBy {
+                }) => PolicyOutcome::DeniedBy {
                     member,
                     rejection: Rejection::new(denied, snapshot),
                 },
@@ -233,14 +233,14 @@ impl<K: Display> Policy<K> for RedisAllOf {
     }
 }
 
-fn outcome(decision: Result<(), Error>) -> Outcome {
+fn outcome(decision: Result<(), Error>) -> PolicyOutcome {
     match decision {
-        Ok(()) => Outcome::Admitted(None),
-        Err(Error::Denied(denied)) => Outcome::Denied {
+        Ok(()) => PolicyOutcome::Admitted(None),
+        Err(Error::Denied(denied)) => PolicyOutcome::Denied {
             denied,
             snapshot: None,
         },
-        Err(err) => Outcome::Unavailable(err.to_string()),
+        Err(err) => PolicyOutcome::Unavailable(err.to_string()),
     }
 }
 
@@ -312,17 +312,17 @@ impl LeasedLimit {
 }
 
 impl LeasedLimit {
-    fn outcome(&self, decision: Result<(), Error>) -> Outcome {
+    fn outcome(&self, decision: Result<(), Error>) -> PolicyOutcome {
         reported(outcome(decision), self.limiter.report())
     }
 }
 
 /// An outcome with the leased limiter's report: the permits this process
 /// holds, the global capacity, a full refill's time.
-fn reported(outcome: Outcome, report: tollgate::Snapshot) -> Outcome {
+fn reported(outcome: PolicyOutcome, report: tollgate::Snapshot) -> PolicyOutcome {
     match outcome {
-        Outcome::Admitted(_) => Outcome::Admitted(Some(report)),
-        Outcome::Denied { denied, .. } => Outcome::Denied {
+        PolicyOutcome::Admitted(_) => PolicyOutcome::Admitted(Some(report)),
+        PolicyOutcome::Denied { denied, .. } => PolicyOutcome::Denied {
             denied,
             snapshot: Some(report),
         },

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tollgate::{RateLimiter, Reserve};
 
 use crate::fields::{IntoPolicyName, InvalidName, PolicyName};
-use crate::policy::{Decision, Outcome, Policy};
+use crate::policy::{Decision, Policy, PolicyOutcome};
 
 /// A [`Reserve`] limiter ([`TokenBucket`](tollgate::TokenBucket),
 /// [`Shaper`](tollgate::Shaper), [`LeakyBucket`](tollgate::LeakyBucket),
@@ -106,9 +106,9 @@ impl<K, L: Reserve + RateLimiter + Send + Sync + ?Sized + 'static> Policy<K> for
                     // Dropped before its start (the client left), the wait
                     // cancels the reservation.
                     reservation.wait_async().await;
-                    Outcome::Admitted(Some(limiter.snapshot()))
+                    PolicyOutcome::Admitted(Some(limiter.snapshot()))
                 }
-                Err(denied) => Outcome::Denied {
+                Err(denied) => PolicyOutcome::Denied {
                     denied,
                     snapshot: Some(limiter.snapshot()),
                 },

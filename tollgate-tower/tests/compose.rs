@@ -13,7 +13,7 @@ use axum::routing::get;
 use http::StatusCode;
 use tollgate::keyed::{BucketConfig, Keyed};
 use tollgate::{ManualClock, Rate, RateLimiter, SlidingLog, TokenBucket};
-use tollgate_tower::{AsyncLimit, Limit, Outcome, PeerIp, PerKey, Route, ThrottleLayer};
+use tollgate_tower::{AsyncLimit, Limit, PeerIp, PerKey, PolicyOutcome, Route, ThrottleLayer};
 
 mod support;
 use support::{client_from, serve};
@@ -258,7 +258,7 @@ async fn a_remote_policy_is_asked_only_after_every_local_one_admitted() {
         let calls = Arc::clone(&calls);
         AsyncLimit::new("remote", move |_: &IpAddr, _| {
             calls.fetch_add(1, Ordering::Relaxed);
-            async { Outcome::Admitted(None) }
+            async { PolicyOutcome::Admitted(None) }
         })
         .unwrap()
     };

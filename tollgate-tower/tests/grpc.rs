@@ -25,7 +25,7 @@ use tokio::net::TcpListener;
 use tollgate::keyed::{BucketConfig, Keyed};
 use tollgate::{ConcurrencyLimit, Denied, ManualClock, Rate, TokenBucket};
 use tollgate_tower::{
-    AsyncLimit, ConcurrencyLayer, Global, HeaderKey, Layer, Outcome, PerKey, PolicyName,
+    AsyncLimit, ConcurrencyLayer, Global, HeaderKey, Layer, PerKey, PolicyName, PolicyOutcome,
     ThrottleLayer,
 };
 use tonic::transport::server::TcpIncoming;
@@ -259,12 +259,12 @@ async fn an_asynchronous_refusal_and_an_unavailable_policy_are_grpc_statuses() {
         async move {
             tokio::task::yield_now().await; // decided on a later poll
             match count {
-                1 => Outcome::Admitted(None),
-                2 => Outcome::Denied {
+                1 => PolicyOutcome::Admitted(None),
+                2 => PolicyOutcome::Denied {
                     denied: Denied::RetryAfter(Duration::from_millis(1500)),
                     snapshot: None,
                 },
-                _ => Outcome::Unavailable("redis: connection refused".into()),
+                _ => PolicyOutcome::Unavailable("redis: connection refused".into()),
             }
         }
     })

@@ -20,8 +20,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tollgate::keyed::{BucketConfig, Keyed};
 use tollgate::{ManualClock, Rate, RateLimiter, TokenBucket};
 use tollgate_tower::{
-    AsyncLimit, ForwardedIp, Global, HeaderKey, KeyExtractor, Limit, Outcome, PeerIp, PerKey,
-    PolicyName, Route, Shaped, ThrottleLayer,
+    AsyncLimit, ForwardedIp, Global, HeaderKey, KeyExtractor, Limit, PeerIp, PerKey, PolicyName,
+    PolicyOutcome, Route, Shaped, ThrottleLayer,
 };
 
 mod support;
@@ -425,12 +425,14 @@ async fn async_policies_decide_later_and_can_be_unavailable() {
         async move {
             tokio::task::yield_now().await; // decided on a later poll
             match count {
-                1 => Outcome::Admitted(None),
-                2 => Outcome::Denied {
+                1 => PolicyOutcome::Admitted(None),
+                2 => PolicyOutcome::Denied {
                     denied: tollgate::Denied::RetryAfter(Duration::from_millis(1)),
                     snapshot: None,
                 },
-                _ => Outcome::Unavailable(format!("remote limiter unreachable (asked for {n})")),
+                _ => PolicyOutcome::Unavailable(format!(
+                    "remote limiter unreachable (asked for {n})"
+                )),
             }
         }
     })

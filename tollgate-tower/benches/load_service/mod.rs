@@ -21,7 +21,9 @@ use governor::middleware::StateInformationMiddleware;
 use http::{Request, Response};
 use tollgate::keyed::{BucketConfig, Keyed};
 use tollgate::{Denied, Rate, RateLimiter, Rejection, Snapshot, TokenBucket};
-use tollgate_tower::{Decision, Limit, Outcome, PeerIp, PerKey, Policy, PolicyName, ThrottleLayer};
+use tollgate_tower::{
+    Decision, Limit, PeerIp, PerKey, Policy, PolicyName, PolicyOutcome, ThrottleLayer,
+};
 use tower::Service;
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
@@ -99,8 +101,8 @@ impl Policy<IpAddr> for Unreported {
 
     fn decide(&self, key: &IpAddr, n: u32) -> Decision {
         Decision::Now(match self.keyed.try_acquire_n(key, n) {
-            Ok(()) => Outcome::Admitted(None),
-            Err(denied) => Outcome::Denied {
+            Ok(()) => PolicyOutcome::Admitted(None),
+            Err(denied) => PolicyOutcome::Denied {
                 denied,
                 snapshot: None,
             },
