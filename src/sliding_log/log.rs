@@ -52,6 +52,19 @@ pub(crate) trait Entries {
     fn read(&self, index: usize, lap: u64) -> Entry;
 }
 
+/// What a decision read of the entries its tickets compare with.
+#[derive(Debug, Default, Clone, Copy)]
+struct Survey {
+    /// When the last of them leaves its rule's window (0 if all have).
+    until: u64,
+    /// The newest stamp among the entries the tickets replace.
+    replaced: u64,
+    /// The latest stamp read: what logging a denied attempt needs.
+    latest: u64,
+    /// Whether an entry was in flight.
+    pending: bool,
+}
+
 /// What a request gets, before the head is moved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Verdict {
@@ -417,12 +430,46 @@ impl Geometry {
                 record: None,
             };
         };
-        let mut until = 0;
-        let mut replaced = 0;
-        // The latest stamp read and whether an entry was in flight: what
-        // logging a denied attempt needs.
-        let mut latest = 0;
-        let mut pending = false;
+        let Some(survey) = self.survey(entries, head, now, n, rules) else {
+            return Verdict::Moved;
+        };
+        let newest = self.newest(entries, head).max(floor);
+        if survey.until <= now {
+            return Verdict::Admit {
+                next,
+                stamp: now.max(newest),
+                replaced: survey.replaced,
+            };
+        }
+        if !self.count_denied || survey.pending {
+            return Verdict::Deny {
+                retry_ns: survey.until - now,
+                record: None,
+            };
+        }
+        let stamp = now.max(newest).max(survey.latest);
+        let Some(until) = self.logged_until(entries, head, next, now, n, rules, stamp) else {
+            return Verdict::Moved;
+        };
+        Verdict::Deny {
+            retry_ns: until.max(survey.until) - now,
+            record: Some((next, stamp)),
+        }
+    }
+
+    /// What the entries each rule compares a request's tickets with say:
+    /// when the last of them leaves its window, and what admitting or
+    /// logging needs of them. `None` if an entry has moved to a new ring.
+    #[inline]
+    fn survey<E: Entries>(
+        &self,
+        entries: &E,
+        head: u64,
+        now: u64,
+        n: u32,
+        rules: &[(u32, u64)],
+    ) -> Option<Survey> {
+        let mut survey = Survey::default();
         for &(count, window) in rules {
             let back = count.min(self.capacity);
             for (lap, index) in self.tickets(head, n) {
@@ -432,41 +479,43 @@ impl Geometry {
                 let free_at = match entries.read(index, lap) {
                     Entry::Stamp(stamp) => {
                         if back == self.capacity {
-                            replaced = replaced.max(stamp);
+                            survey.replaced = survey.replaced.max(stamp);
                         }
-                        latest = latest.max(stamp);
+                        survey.latest = survey.latest.max(stamp);
                         stamp + window
                     }
                     // Claimed just before our head load: stamped at about now.
                     Entry::Pending => {
-                        pending = true;
+                        survey.pending = true;
                         now + window
                     }
-                    Entry::Moved => return Verdict::Moved,
+                    Entry::Moved => return None,
                 };
                 if free_at > now {
-                    until = until.max(free_at);
+                    survey.until = survey.until.max(free_at);
                 }
             }
         }
-        let newest = self.newest(entries, head).max(floor);
-        if until <= now {
-            return Verdict::Admit {
-                next,
-                stamp: now.max(newest),
-                replaced,
-            };
-        }
-        if !self.count_denied || pending {
-            return Verdict::Deny {
-                retry_ns: until - now,
-                record: None,
-            };
-        }
-        // Logged: its retry-after is for the same request made after it,
-        // whose tickets compare with the entries `count` back from theirs —
-        // ours where those fall on the tickets just logged.
-        let stamp = now.max(newest).max(latest);
+        Some(survey)
+    }
+
+    /// A logged denial's wait: its retry-after is for the same request made
+    /// after it, whose tickets (from `next`) compare with the entries
+    /// `count` back from theirs — ours, stamped `stamp`, where those fall on
+    /// the tickets just logged. `None` if an entry has moved to a new ring.
+    #[inline]
+    #[allow(clippy::too_many_arguments)] // the decision's own inputs, passed on
+    fn logged_until<E: Entries>(
+        &self,
+        entries: &E,
+        head: u64,
+        next: u64,
+        now: u64,
+        n: u32,
+        rules: &[(u32, u64)],
+        stamp: u64,
+    ) -> Option<u64> {
+        let mut until = 0;
         for &(count, window) in rules {
             let back = count.min(self.capacity);
             for (lap, index) in self.tickets(next, n) {
@@ -479,16 +528,13 @@ impl Geometry {
                     match entries.read(index, lap) {
                         Entry::Stamp(s) => s,
                         Entry::Pending => now,
-                        Entry::Moved => return Verdict::Moved,
+                        Entry::Moved => return None,
                     }
                 };
                 until = until.max(at + window);
             }
         }
-        Verdict::Deny {
-            retry_ns: until - now,
-            record: Some((next, stamp)),
-        }
+        Some(until)
     }
 
     /// How many permits a rule `(count, window)` has free at `now` on a ring
