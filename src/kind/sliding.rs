@@ -907,6 +907,16 @@ impl WindowCell {
         } else {
             &view.previous.geo
         };
+        if let Some(pool) = self.refund_newest(j, tag, n) {
+            self.refund_history(view, geo, pool, j, tag, n);
+        }
+    }
+
+    /// The refund of permits of sub-window `j` while it is still the
+    /// pool's newest: lowers the pool's count. `Some(pool)` if the pool had
+    /// left `j` (the history's entry is the one to lower), `None` if the
+    /// refund is done or owes nothing.
+    fn refund_newest(&self, j: u64, tag: u64, n: u32) -> Option<Pool> {
         let mut backoff = Backoff::new();
         let mut word = self.load();
         loop {
@@ -914,13 +924,13 @@ impl WindowCell {
             // A carry-over in between moved the counts to other
             // sub-windows: keep them.
             if pool.tag != tag || j > pool.newest {
-                return;
+                return None;
             }
             if j < pool.newest {
-                break;
+                return Some(pool);
             }
             if pool.count < n {
-                return;
+                return None;
             }
             let next = Pool {
                 count: pool.count - n,
@@ -937,7 +947,7 @@ impl WindowCell {
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => return,
+                Ok(_) => return None,
                 Err(actual) => {
                     word = if actual & POOL_SEALED == 0 {
                         actual
@@ -948,7 +958,20 @@ impl WindowCell {
                 }
             }
         }
-        let pool = Pool::unpack(word);
+    }
+
+    /// The refund of permits of a finished sub-window `j`: lowers its
+    /// history entry, if the history is still the receipt's configuration's
+    /// and `j` still in the window of `pool` (the pool as it left `j`).
+    fn refund_history(
+        &self,
+        view: &View<'_, SlidingWindowConfig>,
+        geo: &WindowShape,
+        pool: Pool,
+        j: u64,
+        tag: u64,
+        n: u32,
+    ) {
         if j + u64::from(geo.subs()) <= pool.newest {
             return;
         }
