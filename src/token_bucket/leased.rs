@@ -395,69 +395,55 @@ impl<C: Clock> LeasedTokenBucket<C> {
         // time has passed is forgotten rather than put back, or each request
         // of its stripe would find it, fail on it and come here again.
         let alive = holding && held.max(now) + self.interval <= held_end;
-        let cost = u64::from(n) * self.interval;
-        let limit = now + self.tolerance;
         // Relaxed: a decision on a stale TAT is checked by the CAS below.
         let mut tat = self.word.load(Ordering::Relaxed);
         let mut backoff = crate::sync::Backoff::new();
         loop {
-            // The word ends exactly where our lease does: nothing was leased
-            // after it, so its unspent part goes back (docs/algorithms.md).
-            let giving_back = holding && tat == held_end;
-            let base = if giving_back { held } else { tat };
-            let start = base.max(now);
-            let spent = start + cost;
-            if spent > limit {
-                let denied = Denied::RetryAfter(Duration::from_nanos(spent - limit));
-                if giving_back {
-                    // Relaxed: as the lease CAS below.
-                    match self.word.compare_exchange_weak(
-                        tat,
-                        base,
-                        Ordering::Relaxed,
-                        Ordering::Relaxed,
-                    ) {
-                        Ok(_) => return Err(denied),
-                        Err(actual) => {
-                            tat = actual;
-                            continue;
-                        }
+            let step = self.word_step(tat, held, holding, held_end, now, n);
+            let (replace, answer) = match step {
+                WordStep::Deny {
+                    denied,
+                    give_back: None,
+                } => {
+                    if alive {
+                        self.keep(stripe, held);
                     }
+                    return Err(denied);
                 }
-                if alive {
-                    self.keep(stripe, held);
-                }
-                return Err(denied);
-            }
-            // The spare run `[spent, end(spent))`, if it holds a slot and is at
-            // most a `1/(2·stripes)` share of what the bucket may still grant
-            // at this reading: leases stop as the bucket runs low.
-            let end = self.end_of(spent);
-            let share = (limit - spent) >> self.share_shift;
-            let lease = end - spent >= self.interval && end - spent <= share;
-            let new_tat = if lease { end } else { spent };
-            // Relaxed on success: the lease is decided on the very TAT it
-            // replaces and publishes nothing. Relaxed on failure: the fresh TAT
-            // is all the next decision needs.
+                WordStep::Deny {
+                    denied,
+                    give_back: Some(base),
+                } => (base, Err(denied)),
+                WordStep::Admit { tat, .. } => (tat, Ok(())),
+            };
+            // Relaxed on success: the decision is made on the very TAT it
+            // replaces and publishes nothing (a lease, a give-back or a
+            // spend alike). Relaxed on failure: the fresh TAT is all the
+            // next decision needs.
             match self.word.compare_exchange_weak(
                 tat,
-                new_tat,
+                replace,
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             ) {
                 Ok(_) => {
-                    if alive && !giving_back {
-                        // Leased after by someone else: it cannot go back to the
-                        // word, but it can stay where it was.
-                        self.keep(stripe, held);
+                    if let WordStep::Admit {
+                        giving_back, spare, ..
+                    } = step
+                    {
+                        if alive && !giving_back {
+                            // Leased after by someone else: it cannot go
+                            // back to the word, but it can stay where it was.
+                            self.keep(stripe, held);
+                        }
+                        if let Some((spent, end)) = spare {
+                            self.keep_or_return(stripe, spent, end);
+                        }
                     }
-                    if lease {
-                        self.keep_or_return(stripe, spent, end);
-                    }
-                    return Ok(());
+                    return answer;
                 }
                 Err(actual) => {
-                    if actual != tat {
+                    if actual != tat && answer.is_ok() {
                         self.mark_contended(now);
                         // Lost to another thread: step aside before deciding
                         // again, as the plain bucket's cell does (see
@@ -470,6 +456,46 @@ impl<C: Clock> LeasedTokenBucket<C> {
                     tat = actual;
                 }
             }
+        }
+    }
+
+    /// What the word `tat` says to a request the stripe could not serve,
+    /// `held` being the lease taken out of the stripe (if `holding`, ending
+    /// at `held_end`): a pure decision, which the caller commits with one
+    /// compare-and-swap of `tat`.
+    #[inline]
+    fn word_step(
+        &self,
+        tat: u64,
+        held: u64,
+        holding: bool,
+        held_end: u64,
+        now: u64,
+        n: u32,
+    ) -> WordStep {
+        let cost = u64::from(n) * self.interval;
+        let limit = now + self.tolerance;
+        // The word ends exactly where our lease does: nothing was leased
+        // after it, so its unspent part goes back (docs/algorithms.md).
+        let giving_back = holding && tat == held_end;
+        let base = if giving_back { held } else { tat };
+        let spent = base.max(now) + cost;
+        if spent > limit {
+            return WordStep::Deny {
+                denied: Denied::RetryAfter(Duration::from_nanos(spent - limit)),
+                give_back: giving_back.then_some(base),
+            };
+        }
+        // The spare run `[spent, end(spent))`, if it holds a slot and is at
+        // most a `1/(2·stripes)` share of what the bucket may still grant
+        // at this reading: leases stop as the bucket runs low.
+        let end = self.end_of(spent);
+        let share = (limit - spent) >> self.share_shift;
+        let lease = end - spent >= self.interval && end - spent <= share;
+        WordStep::Admit {
+            tat: if lease { end } else { spent },
+            spare: lease.then_some((spent, end)),
+            giving_back,
         }
     }
 
@@ -544,4 +570,24 @@ impl<C: Clock> RateLimiter for LeasedTokenBucket<C> {
         };
         report(outcome, self.gcra.snapshot(self.effective_tat(now), now))
     }
+}
+
+/// What the word says to a request the stripe could not serve
+/// (`LeasedTokenBucket::word_step`).
+#[derive(Debug, Clone, Copy)]
+enum WordStep {
+    /// Denied; `give_back`: the word to write first, the start of the
+    /// lease taken out when nothing was leased after it.
+    Deny {
+        denied: Denied,
+        give_back: Option<u64>,
+    },
+    /// Admitted: the word becomes `tat`; `spare`, a run `[spent, end)`
+    /// leased to the stripe; `giving_back`, whether the lease taken out went
+    /// back to the word on the way.
+    Admit {
+        tat: u64,
+        spare: Option<(u64, u64)>,
+        giving_back: bool,
+    },
 }
