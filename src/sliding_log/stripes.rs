@@ -276,106 +276,127 @@ impl Rings {
     /// ([`Rings::takeable_at`]).
     fn across(&self, now: u64, n: u32, home: usize) -> Result<Result<(), Denied>, SealedRing> {
         let mut backoff = Backoff::new();
-        'survey: loop {
-            let mut heads: PerRing<u64> = [0; MAX_RINGS];
+        loop {
+            // `None`: an entry moved to a new ring mid-read; survey again.
+            let Some(survey) = self.survey(now, n, home)? else {
+                backoff.wait();
+                continue;
+            };
+            if survey.total == n {
+                if self.claim_all(now, &survey.free, home)? {
+                    return Ok(Ok(()));
+                }
+                backoff.wait();
+                continue;
+            }
+            match self.denial(now, n, home, survey)? {
+                Some(wait) => return Ok(Err(retry_after(wait))),
+                None => backoff.wait(),
+            }
+        }
+    }
+
+    /// How many entries at the front of each ring this request may take,
+    /// home first, until it has enough. A ring admits its tickets in order,
+    /// so only the front run counts. `None` if an entry moved to a new ring
+    /// while it was read.
+    fn survey(&self, now: u64, n: u32, home: usize) -> Result<Option<Fronts>, SealedRing> {
+        let mut survey = Fronts {
+            heads: [0; MAX_RINGS],
+            free: [0; MAX_RINGS],
+            total: 0,
+            earliest: u64::MAX,
+            earliest_other: u64::MAX,
+        };
+        for (head, ring) in survey.heads.iter_mut().zip(self.rings.iter()) {
+            *head = ring.head()?;
+        }
+        for step in 0..self.rings.len() {
+            let index = (home + step) & self.mask;
+            let ring = &self.rings[index];
+            while survey.total < n && survey.free[index] < ring.geometry().capacity() {
+                let Ok(at) = ring.free_at(survey.heads[index], survey.free[index], now) else {
+                    return Ok(None);
+                };
+                let at = self.takeable_at(at, index, home);
+                if at <= now {
+                    survey.free[index] += 1;
+                    survey.total += 1;
+                    continue;
+                }
+                survey.earliest = survey.earliest.min(at);
+                if index != home {
+                    survey.earliest_other = survey.earliest_other.min(at);
+                }
+                break;
+            }
+        }
+        Ok(Some(survey))
+    }
+
+    /// A request the rings cannot admit: its wait (at least a nanosecond),
+    /// after logging the attempt in counting mode. `None` if an entry moved
+    /// to a new ring while it was read.
+    fn denial(
+        &self,
+        now: u64,
+        n: u32,
+        home: usize,
+        survey: Fronts,
+    ) -> Result<Option<u64>, SealedRing> {
+        let Fronts {
+            mut heads,
+            earliest,
+            earliest_other,
+            ..
+        } = survey;
+        // The request fits once the n-th oldest entry of all — the limit's
+        // (N − n + 1)-th most recent permit — can be taken. For one permit
+        // (and nothing free, so every ring's front was read) that is the
+        // earliest front the survey saw.
+        let mut oldest: PerRing<u32> = [0; MAX_RINGS];
+        let mut free_at = earliest;
+        // Only a front read from its stamp is exact: an entry still in
+        // flight (its writer between claim and store) reads as freeing at
+        // `now + window`, an upper bound, and so do the ends of the time
+        // range. Anything below `now + window` is a stamp's own time.
+        if n == 1 && earliest_other < now.saturating_add(self.shape.window()) {
+            // Relaxed: see `Hints`; `fetch_max`, as every survey's earliest
+            // other front is a lower bound for all later times, and so is
+            // the largest of them. An older value only sends a later
+            // request to the survey.
+            self.hints[home]
+                .others_at
+                .fetch_max(earliest_other, Ordering::Relaxed);
+        }
+        if n > 1 || self.shape.count_denied() {
+            match self.nth_free_at(&heads, home, n, now, &mut oldest) {
+                Ok(at) => free_at = at,
+                Err(Moved) => return Ok(None),
+            }
+        }
+        if self.shape.count_denied() {
+            // The attempt is logged like an admission, replacing the n oldest
+            // entries of all (each ring's share is at its front), and the
+            // retry-after is for the same request made after it.
+            for (ring, &count) in self.rings.iter().zip(oldest.iter()) {
+                if count > 0 {
+                    // `RingOutcome::Denied`: an entry in flight; that share is
+                    // not logged, which only makes the log less strict
+                    // than asked, never admits.
+                    ring.claim(now, count, Mode::Log)?;
+                }
+            }
             for (head, ring) in heads.iter_mut().zip(self.rings.iter()) {
                 *head = ring.head()?;
             }
-            // How many entries at the front of each ring this request may
-            // take, home first, until it has enough. A ring admits its tickets
-            // in order, so only the front run counts.
-            let mut free: PerRing<u32> = [0; MAX_RINGS];
-            let mut total = 0;
-            // The earliest time an entry at a ring's front can be taken, among
-            // the fronts read: for one permit, the retry-after; and the same
-            // over the other rings alone, for the home ring's hint.
-            let mut earliest = u64::MAX;
-            let mut earliest_other = u64::MAX;
-            for step in 0..self.rings.len() {
-                let index = (home + step) & self.mask;
-                let ring = &self.rings[index];
-                while total < n && free[index] < ring.geometry().capacity() {
-                    match ring.free_at(heads[index], free[index], now) {
-                        Ok(at) => {
-                            let at = self.takeable_at(at, index, home);
-                            if at <= now {
-                                free[index] += 1;
-                                total += 1;
-                                continue;
-                            }
-                            earliest = earliest.min(at);
-                            if index != home {
-                                earliest_other = earliest_other.min(at);
-                            }
-                            break;
-                        }
-                        Err(Moved) => {
-                            backoff.wait();
-                            continue 'survey;
-                        }
-                    }
-                }
+            if let Ok(after) = self.nth_free_at(&heads, home, n, now, &mut oldest) {
+                free_at = after;
             }
-            if total == n {
-                match self.claim_all(now, &free, home)? {
-                    true => return Ok(Ok(())),
-                    false => {
-                        backoff.wait();
-                        continue 'survey;
-                    }
-                }
-            }
-            // Denied. The request fits once the n-th oldest entry of all — the
-            // limit's (N − n + 1)-th most recent permit — can be taken. For one
-            // permit (and nothing free, so every ring's front was read) that is
-            // the earliest front the survey saw.
-            let mut oldest: PerRing<u32> = [0; MAX_RINGS];
-            let mut free_at = earliest;
-            // Only a front read from its stamp is exact: an entry still in
-            // flight (its writer between claim and store) reads as freeing at
-            // `now + window`, an upper bound, and so do the ends of the time
-            // range. Anything below `now + window` is a stamp's own time.
-            if n == 1 && earliest_other < now.saturating_add(self.shape.window()) {
-                // Relaxed: see `Hints`; `fetch_max`, as every survey's
-                // earliest other front is a lower bound for all later times,
-                // and so is the largest of them. An older value only sends a
-                // later request to the survey.
-                self.hints[home]
-                    .others_at
-                    .fetch_max(earliest_other, Ordering::Relaxed);
-            }
-            if n > 1 || self.shape.count_denied() {
-                match self.nth_free_at(&heads, home, n, now, &mut oldest) {
-                    Ok(at) => free_at = at,
-                    Err(Moved) => {
-                        backoff.wait();
-                        continue 'survey;
-                    }
-                }
-            }
-            if self.shape.count_denied() {
-                // The attempt is logged like an admission, replacing the n oldest
-                // entries of all (each ring's share is at its front), and the
-                // retry-after is for the same request made after it.
-                for (ring, &count) in self.rings.iter().zip(oldest.iter()) {
-                    if count > 0 {
-                        // `RingOutcome::Denied`: an entry in flight; that share is
-                        // not logged, which only makes the log less strict
-                        // than asked, never admits.
-                        ring.claim(now, count, Mode::Log)?;
-                    }
-                }
-                for (head, ring) in heads.iter_mut().zip(self.rings.iter()) {
-                    *head = ring.head()?;
-                }
-                if let Ok(after) = self.nth_free_at(&heads, home, n, now, &mut oldest) {
-                    free_at = after;
-                }
-            }
-            // Under a race the n-th oldest may have left the window meanwhile: a
-            // denial still says to come back, at the earliest a nanosecond later.
-            return Ok(Err(retry_after(free_at.saturating_sub(now).max(1))));
         }
+        // Under a race the n-th oldest may have left the window meanwhile: a
+        // denial still says to come back, at the earliest a nanosecond later.
+        Ok(Some(free_at.saturating_sub(now).max(1)))
     }
 
     /// When a thread whose home is ring `home` may take an entry of ring
@@ -715,6 +736,22 @@ mod grace {
             assert_eq!(admit(&rings, 0, WINDOW), Ok(()));
         }
     }
+}
+
+/// What a survey of the rings' fronts found for one request.
+#[derive(Clone, Copy)]
+struct Fronts {
+    /// Each ring's head as read.
+    heads: PerRing<u64>,
+    /// How many entries at each ring's front the request may take.
+    free: PerRing<u32>,
+    /// Their sum (at most the request's permits).
+    total: u32,
+    /// The earliest time an entry at a ring's front can be taken, among the
+    /// fronts read: for one permit, the retry-after.
+    earliest: u64,
+    /// The same over the other rings alone, for the home ring's hint.
+    earliest_other: u64,
 }
 
 /// The retry-after of a log of several rings, from one thread and from
