@@ -6,7 +6,7 @@
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 
-use super::map::Entry;
+use super::map::{Entry, VacantEntry};
 use crossbeam_utils::CachePadded;
 
 use super::Keyed;
@@ -238,64 +238,18 @@ where
             };
             let now = self.decision_time(reading);
             if reserved {
-                // SAFETY: `entry` holds the shard's write lock.
-                let record = unsafe { self.default.load_unprotected() };
-                let still_current = || self.default.is_current(record);
-                // Tagged with the record read under the write lock: a
-                // reconfiguration that published a newer one visits this
-                // shard after us (see `Keyed::settle_all`).
-                let view = record.view(&still_current);
-                let Some(state) = self.new_state(&view, now) else {
+                match self.insert_reserved(entry, answer, shard, n, now) {
+                    Some(outcome) => return answer.measured_from(reading, now, outcome),
                     // The overflow state has moved on to a newer record.
-                    drop(entry);
-                    self.sweeper.release(1);
-                    continue;
-                };
-                let outcome = match ask(answer, &view, &state, now, n) {
-                    Ok(Ok(admitted)) => {
-                        drop(entry.insert(state));
-                        Ok(admitted)
-                    }
-                    Ok(Err(denied)) => {
-                        // A denied new state is unchanged: keep nothing.
-                        drop(entry);
-                        self.sweeper.release(1);
-                        Err(denied)
-                    }
-                    // Cannot happen (the state has the record's tag), but
-                    // retrying is always correct.
-                    Err(_stale) => {
-                        drop(entry);
-                        self.sweeper.release(1);
-                        continue;
-                    }
-                };
-                self.sweep_step(shard, STEP, IDLE_BEFORE_EVICTION);
-                return answer.measured_from(reading, now, outcome);
+                    None => continue,
+                }
             }
             // At the cap, and the key is not in. Look for room without the
             // lock (the search takes shards' write locks), at most twice: a
             // racing insert can take the room we made.
             if room_searches < 2 {
                 drop(entry);
-                // The first search takes only idle keys (as an insert's
-                // sweep does), the second any fresh one.
-                let idle = if room_searches == 0 {
-                    IDLE_BEFORE_EVICTION
-                } else {
-                    0
-                };
-                let (evicted, saw_fresh) = self.make_room(shard, idle);
-                room_searches = if evicted > 0 {
-                    room_searches + 1
-                } else if saw_fresh {
-                    // Nothing idle, but fresh keys: next time round, any fresh
-                    // key (a search that saw none would find none again).
-                    1
-                } else {
-                    // Nothing fresh: next time round, the overflow state.
-                    2
-                };
+                room_searches = self.search_room(shard, room_searches);
                 continue;
             }
             // Still under the entry's lock (see above).
@@ -313,6 +267,76 @@ where
             drop(entry);
             return answer.measured_from(reading, now, result);
         }
+    }
+
+    /// One search for room without the entry's lock (the search takes
+    /// shards' write locks), the `searches`-th: the first takes only idle
+    /// keys (as an insert's sweep does), the second any fresh one. Returns
+    /// the searches to count as done: a search that evicted counts; one
+    /// that saw only keys not idle enough leaves the second search to do (a
+    /// search that saw no fresh key would find none again: both done).
+    fn search_room(&self, shard: usize, searches: u32) -> u32 {
+        let idle = if searches == 0 {
+            IDLE_BEFORE_EVICTION
+        } else {
+            0
+        };
+        let (evicted, saw_fresh) = self.make_room(shard, idle);
+        if evicted > 0 {
+            searches + 1
+        } else if saw_fresh {
+            // Nothing idle, but fresh keys: next time round, any fresh key.
+            1
+        } else {
+            // Nothing fresh: next time round, the overflow state.
+            2
+        }
+    }
+
+    /// Inserts the key of `entry` (room reserved) with a new state decided
+    /// at `now`: kept if it admits, dropped if it denies (a denied new state
+    /// is unchanged), then a sweep step. `None`, with the reservation given
+    /// back, if the overflow state has moved on to a newer record: ask again.
+    fn insert_reserved<A: Answer<L>>(
+        &self,
+        entry: VacantEntry<'_, K, L::State, S>,
+        answer: A,
+        shard: usize,
+        n: u32,
+        now: u64,
+    ) -> Option<Result<A::Admitted, A::Denied>> {
+        // SAFETY: `entry` holds the shard's write lock.
+        let record = unsafe { self.default.load_unprotected() };
+        let still_current = || self.default.is_current(record);
+        // Tagged with the record read under the write lock: a
+        // reconfiguration that published a newer one visits this
+        // shard after us (see `Keyed::settle_all`).
+        let view = record.view(&still_current);
+        let Some(state) = self.new_state(&view, now) else {
+            drop(entry);
+            self.sweeper.release(1);
+            return None;
+        };
+        let outcome = match ask(answer, &view, &state, now, n) {
+            Ok(Ok(admitted)) => {
+                drop(entry.insert(state));
+                Ok(admitted)
+            }
+            Ok(Err(denied)) => {
+                drop(entry);
+                self.sweeper.release(1);
+                Err(denied)
+            }
+            // Cannot happen (the state has the record's tag), but
+            // retrying is always correct.
+            Err(_stale) => {
+                drop(entry);
+                self.sweeper.release(1);
+                return None;
+            }
+        };
+        self.sweep_step(shard, STEP, IDLE_BEFORE_EVICTION);
+        Some(outcome)
     }
 
     /// The state a key gets when it is inserted, decided at `now`: a fresh
