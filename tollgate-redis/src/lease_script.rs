@@ -90,16 +90,18 @@ pub(crate) async fn lease(
 }
 
 /// Gives `unused` permits back to the budget at `key` if the lease that left
-/// its TAT at `lease_tat` is still its last debit.
+/// its TAT at `lease_tat` is still its last debit. `interval_us` and
+/// `tolerance_us` are the budget's GCRA terms: the script checks the state
+/// it finds as a decision would.
 pub(crate) async fn give_back(
     client: &Client,
     key: &str,
     unused: u64,
-    interval_us: u64,
+    [interval_us, tolerance_us]: [u64; 2],
     lease_tat: u64,
     now_us: Option<u64>,
 ) -> Result<ReturnReply, Error> {
-    let args = [unused, interval_us, lease_tat];
+    let args = [unused, interval_us, lease_tat, tolerance_us];
     match reply(client.eval(&RETURN, key, &args, now_us).await?, key)? {
         Reply::Done {
             time_us,
@@ -159,8 +161,7 @@ impl Client {
         lease_tat: u64,
         now_us: u64,
     ) -> Result<ReturnReply, Error> {
-        let [interval_us, _] = bucket.terms();
         let key = bucket.redis_key(key);
-        give_back(self, &key, unused, interval_us, lease_tat, Some(now_us)).await
+        give_back(self, &key, unused, bucket.terms(), lease_tat, Some(now_us)).await
     }
 }

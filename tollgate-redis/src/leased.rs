@@ -1491,9 +1491,9 @@ impl Refill {
                 // only the last lease's debit can be undone, and only up to
                 // its size.
                 let unused = unused.min(granted);
-                let interval = self.terms.interval_us;
+                let terms = [self.terms.interval_us, self.terms.tolerance_us];
                 let reply =
-                    give_back(&self.client, &self.redis_key, unused, interval, tat, None).await;
+                    give_back(&self.client, &self.redis_key, unused, terms, tat, None).await;
                 self.book().stats.redis_calls += 1;
                 match reply {
                     Ok(reply) => {

@@ -251,6 +251,7 @@ fn dump(server: &RedisServer, key: &str) -> Vec<String> {
             fields
         }
         "zset" => server.cmd(&["ZRANGE", key, "0", "-1", "WITHSCORES"]),
+        "string" => vec![server.cmd(&["GET", key])],
         other => vec![other.to_owned()],
     }
 }
@@ -286,16 +287,49 @@ async fn assert_damaged(
     assert_eq!(dump(server, &redis_key), before, "{redis_key} was modified");
 }
 
-/// Writes a tagged hash with `fields`, expiring in an hour (as the scripts'
-/// keys do, so that only the fields are wrong).
-fn write_hash(server: &RedisServer, key: &str, fields: &[(&str, String)]) {
+/// How a counter's state is stored: one string `<tag>:<field>:…` (what the
+/// scripts write), or the hash `{v: <tag>, <field>: …}` of earlier versions,
+/// which they still read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    String,
+    Hash,
+}
+
+const FORMATS: [Format; 2] = [Format::String, Format::Hash];
+
+/// Writes a counter's tagged state, `fields` after the tag `("v", tag)`, in
+/// `format`, expiring in an hour (as the scripts' keys do, so that only the
+/// fields are wrong). The string format's tag is the hash's with its version
+/// one higher (`tb1` → `tb2`); a field left out is left out of the string.
+fn write_state(format: Format, server: &RedisServer, key: &str, fields: &[(&str, String)]) {
     let _: () = server.cmd(&["DEL", key]);
-    let mut args: Vec<&str> = vec!["HSET", key];
-    for (name, value) in fields {
-        args.push(name);
-        args.push(value);
+    match format {
+        Format::Hash => {
+            let mut args: Vec<&str> = vec!["HSET", key];
+            for (name, value) in fields {
+                args.push(name);
+                args.push(value);
+            }
+            let _: () = server.cmd(&args);
+        }
+        Format::String => {
+            let mut parts = Vec::new();
+            for (name, value) in fields {
+                if *name == "v" {
+                    parts.push(match value.as_str() {
+                        "tb1" => "tb2".to_owned(),
+                        "fw1" => "fw2".to_owned(),
+                        "sw1" => "sw2".to_owned(),
+                        other => other.to_owned(),
+                    });
+                } else {
+                    parts.push(value.clone());
+                }
+            }
+            let _: () = server.cmd(&["SET", key, &parts.join(":")]);
+        }
     }
-    let _: () = server.cmd(&args);
     let _: () = server.cmd(&["PEXPIRE", key, "3600000"]);
 }
 
@@ -328,30 +362,62 @@ async fn a_damaged_token_bucket_is_unknown_state_naming_tat_and_admits_nothing()
     let bucket = TokenBucket::new("bucket", 3, hourly(3)).unwrap();
     let key = bucket.redis_key("tb");
     let now = server_now_us(&server);
-    for bad in bad_values() {
-        write_hash(&server, &key, &[("v", "tb1".into()), ("tat", bad.into())]);
+    for format in FORMATS {
+        let write = |fields: &[(&str, String)]| write_state(format, &server, &key, fields);
+        for bad in bad_values() {
+            write(&[("v", "tb1".into()), ("tat", bad.into())]);
+            assert_damaged(&server, &client, &bucket, "tb", "field tat", 3).await;
+        }
+        // A time far beyond anything the bucket writes (its TAT is at most one
+        // capacity ahead, and the key expires then): it would refuse for years.
+        let years = now + 10 * 365 * 86_400_000_000;
+        write(&[("v", "tb1".into()), ("tat", years.to_string())]);
         assert_damaged(&server, &client, &bucket, "tb", "field tat", 3).await;
+        // A required field missing.
+        write(&[("v", "tb1".into())]);
+        assert_damaged(&server, &client, &bucket, "tb", "field tat is missing", 3).await;
+        // A key without the expiry every written key has. The string format
+        // reads the expiry only for a TAT beyond what this bucket writes (one
+        // capacity ahead of now, 3 hours), where it must bound the TAT.
+        let ahead = match format {
+            Format::Hash => now,
+            Format::String => now + 4 * 3_600_000_000,
+        };
+        write(&[("v", "tb1".into()), ("tat", ahead.to_string())]);
+        let _: () = server.cmd(&["PERSIST", &key]);
+        assert_damaged(&server, &client, &bucket, "tb", "no expiry", 3).await;
     }
-    // A time far beyond anything the bucket writes (its TAT is at most one
-    // capacity ahead, and the key expires then): it would refuse for years.
-    let years = now + 10 * 365 * 86_400_000_000;
-    write_hash(
-        &server,
-        &key,
-        &[("v", "tb1".into()), ("tat", years.to_string())],
-    );
-    assert_damaged(&server, &client, &bucket, "tb", "field tat", 3).await;
-    // A required field missing.
-    write_hash(&server, &key, &[("v", "tb1".into())]);
-    assert_damaged(&server, &client, &bucket, "tb", "field tat is missing", 3).await;
-    // A tagged key without the expiry every written key has.
-    write_hash(
-        &server,
-        &key,
-        &[("v", "tb1".into()), ("tat", now.to_string())],
-    );
-    let _: () = server.cmd(&["PERSIST", &key]);
-    assert_damaged(&server, &client, &bucket, "tb", "no expiry", 3).await;
+    // Another program's tag, and extra fields, in the string format.
+    for value in ["xx9:5", "tb1:5", "TB2:5", "tb2", "tb2:5:6", "5"] {
+        let _: () = server.cmd(&["SET", &key, value, "PX", "3600000"]);
+        let names = if value.starts_with("tb2:5:") {
+            "fields"
+        } else if value == "tb2" {
+            "field tat is missing"
+        } else {
+            "expected format tb2"
+        };
+        assert_damaged(&server, &client, &bucket, "tb", names, 3).await;
+    }
+}
+
+/// The string format reads a key's expiry only when its state lies beyond
+/// what the limiter writes: a TAT within one capacity of now is taken as it
+/// is, without an expiry, and the admission writes the expiry back.
+#[tokio::test]
+async fn a_token_bucket_state_within_its_capacity_is_trusted_and_gets_its_expiry_back() {
+    let server = RedisServer::start();
+    let client = connect(&server, Duration::from_secs(2)).await;
+    let bucket = TokenBucket::new("bucket", 3, hourly(3)).unwrap();
+    let key = bucket.redis_key("persisted");
+    // Two permits spent, one left: the TAT two intervals (40 minutes) ahead.
+    let tat = server_now_us(&server) + 2 * 1_200_000_000;
+    let _: () = server.cmd(&["SET", &key, &format!("tb2:{tat}")]);
+    let admitted = client.try_acquire(&bucket, "persisted").await.unwrap();
+    assert_eq!(admitted.remaining, 0);
+    assert!(client.try_acquire(&bucket, "persisted").await.is_err());
+    let pttl: i64 = server.cmd(&["PTTL", &key]);
+    assert!(pttl > 3_500_000 && pttl <= 3_600_000, "{pttl}");
 }
 
 #[tokio::test]
@@ -362,62 +428,54 @@ async fn a_damaged_fixed_window_is_unknown_state_naming_the_field_and_admits_not
     let key = window.redis_key("fw");
     let hour_us = 3_600_000_000u64;
     let current = (server_now_us(&server) / hour_us).to_string();
-    // A count of -100 in the current window once admitted 5 of 5 at 3.
-    for bad in bad_values() {
-        write_hash(
-            &server,
-            &key,
-            &[
+    for format in FORMATS {
+        let write = |fields: &[(&str, String)]| write_state(format, &server, &key, fields);
+        // A count of -100 in the current window once admitted 5 of 5 at 3.
+        for bad in bad_values() {
+            write(&[
                 ("v", "fw1".into()),
                 ("w", current.clone()),
                 ("c", bad.into()),
-            ],
-        );
-        assert_damaged(&server, &client, &window, "fw", "field c", 3).await;
-        write_hash(
-            &server,
-            &key,
-            &[("v", "fw1".into()), ("w", bad.into()), ("c", "0".into())],
-        );
-        assert_damaged(&server, &client, &window, "fw", "field w", 3).await;
-    }
-    // Above any u32 limit.
-    write_hash(
-        &server,
-        &key,
-        &[
+            ]);
+            assert_damaged(&server, &client, &window, "fw", "field c", 3).await;
+            write(&[("v", "fw1".into()), ("w", bad.into()), ("c", "0".into())]);
+            assert_damaged(&server, &client, &window, "fw", "field w", 3).await;
+        }
+        // Above any u32 limit.
+        write(&[
             ("v", "fw1".into()),
             ("w", current.clone()),
             ("c", "4294967296".into()),
-        ],
-    );
-    assert_damaged(&server, &client, &window, "fw", "field c", 3).await;
-    // A window that ends long after the key expires would never close.
-    let future = (server_now_us(&server) / hour_us + 1000).to_string();
-    write_hash(
-        &server,
-        &key,
-        &[("v", "fw1".into()), ("w", future), ("c", "0".into())],
-    );
-    assert_damaged(&server, &client, &window, "fw", "field w", 3).await;
-    for missing in ["w", "c"] {
-        let mut fields = vec![("v", "fw1".to_string())];
-        if missing != "w" {
-            fields.push(("w", current.clone()));
+        ]);
+        assert_damaged(&server, &client, &window, "fw", "field c", 3).await;
+        // A window that ends long after the key expires would never close.
+        let future = (server_now_us(&server) / hour_us + 1000).to_string();
+        write(&[("v", "fw1".into()), ("w", future), ("c", "0".into())]);
+        assert_damaged(&server, &client, &window, "fw", "field w", 3).await;
+        for missing in ["w", "c"] {
+            let mut fields = vec![("v", "fw1".to_string())];
+            if missing != "w" {
+                fields.push(("w", current.clone()));
+            }
+            if missing != "c" {
+                fields.push(("c", "0".into()));
+            }
+            write(&fields);
+            assert_damaged(
+                &server,
+                &client,
+                &window,
+                "fw",
+                &match format {
+                    // A string's fields are positional: one left out is
+                    // the last one missing.
+                    Format::String => "is missing".to_owned(),
+                    Format::Hash => format!("field {missing} is missing"),
+                },
+                3,
+            )
+            .await;
         }
-        if missing != "c" {
-            fields.push(("c", "0".into()));
-        }
-        write_hash(&server, &key, &fields);
-        assert_damaged(
-            &server,
-            &client,
-            &window,
-            "fw",
-            &format!("field {missing} is missing"),
-            3,
-        )
-        .await;
     }
 }
 
@@ -429,42 +487,50 @@ async fn a_damaged_sliding_window_is_unknown_state_naming_the_field_and_admits_n
     let key = window.redis_key("sw");
     let hour_us = 3_600_000_000u64;
     let current = (server_now_us(&server) / hour_us).to_string();
-    let good = |k: &str, c: &str, p: &str| {
-        vec![
-            ("v", "sw1".to_string()),
-            ("k", k.to_string()),
-            ("c", c.to_string()),
-            ("p", p.to_string()),
-        ]
-    };
-    for bad in bad_values() {
-        write_hash(&server, &key, &good(&current, bad, "0"));
-        assert_damaged(&server, &client, &window, "sw", "field c", 3).await;
-        write_hash(&server, &key, &good(&current, "0", bad));
+    for format in FORMATS {
+        let write = |fields: &[(&str, String)]| write_state(format, &server, &key, fields);
+        let good = |k: &str, c: &str, p: &str| {
+            vec![
+                ("v", "sw1".to_string()),
+                ("k", k.to_string()),
+                ("c", c.to_string()),
+                ("p", p.to_string()),
+            ]
+        };
+        for bad in bad_values() {
+            write(&good(&current, bad, "0"));
+            assert_damaged(&server, &client, &window, "sw", "field c", 3).await;
+            write(&good(&current, "0", bad));
+            assert_damaged(&server, &client, &window, "sw", "field p", 3).await;
+            write(&good(bad, "0", "0"));
+            assert_damaged(&server, &client, &window, "sw", "field k", 3).await;
+        }
+        write(&good(&current, "0", "4294967296"));
         assert_damaged(&server, &client, &window, "sw", "field p", 3).await;
-        write_hash(&server, &key, &good(bad, "0", "0"));
+        let future = (server_now_us(&server) / hour_us + 1000).to_string();
+        write(&good(&future, "0", "0"));
         assert_damaged(&server, &client, &window, "sw", "field k", 3).await;
-    }
-    write_hash(&server, &key, &good(&current, "0", "4294967296"));
-    assert_damaged(&server, &client, &window, "sw", "field p", 3).await;
-    let future = (server_now_us(&server) / hour_us + 1000).to_string();
-    write_hash(&server, &key, &good(&future, "0", "0"));
-    assert_damaged(&server, &client, &window, "sw", "field k", 3).await;
-    for missing in ["k", "c", "p"] {
-        let fields: Vec<_> = good(&current, "0", "0")
-            .into_iter()
-            .filter(|(name, _)| *name != missing)
-            .collect();
-        write_hash(&server, &key, &fields);
-        assert_damaged(
-            &server,
-            &client,
-            &window,
-            "sw",
-            &format!("field {missing} is missing"),
-            3,
-        )
-        .await;
+        for missing in ["k", "c", "p"] {
+            let fields: Vec<_> = good(&current, "0", "0")
+                .into_iter()
+                .filter(|(name, _)| *name != missing)
+                .collect();
+            write(&fields);
+            assert_damaged(
+                &server,
+                &client,
+                &window,
+                "sw",
+                &match format {
+                    // A string's fields are positional: one left out is
+                    // the last one missing.
+                    Format::String => "is missing".to_owned(),
+                    Format::Hash => format!("field {missing} is missing"),
+                },
+                3,
+            )
+            .await;
+        }
     }
 }
 
@@ -556,11 +622,14 @@ async fn a_key_of_another_type_is_wrong_type_for_every_kind() {
         for kind in ["string", "list", "set", "other"] {
             let _: () = server.cmd(&["DEL", &key]);
             match kind {
+                // A string is a counter's own type: one not in its format is
+                // unknown state (the damaged-state tests above).
+                "string" if !key.ends_with(":sl") => continue,
                 "string" => server.cmd::<()>(&["SET", &key, "7"]),
                 "list" => server.cmd::<()>(&["RPUSH", &key, "7"]),
                 "set" => server.cmd::<()>(&["SADD", &key, "7"]),
                 // The other kind's type: a hash for the log, a sorted set for
-                // the hashes.
+                // the counters.
                 _ if key.ends_with(":sl") => server.cmd::<()>(&["HSET", &key, "v", "tb1"]),
                 _ => server.cmd::<()>(&["ZADD", &key, "1", "0000000000000001"]),
             }
@@ -627,36 +696,96 @@ async fn the_lease_scripts_refuse_damaged_token_bucket_state() {
             assert_eq!(dump(server, &key), before);
         }
     };
-    for bad in bad_values() {
-        write_hash(&server, &key, &[("v", "tb1".into()), ("tat", bad.into())]);
-        refuse("field tat").await;
+    for format in FORMATS {
+        let write = |fields: &[(&str, String)]| write_state(format, &server, &key, fields);
+        for bad in bad_values() {
+            write(&[("v", "tb1".into()), ("tat", bad.into())]);
+            refuse("field tat").await;
+        }
+        // A TAT after the key's own expiry, a missing TAT, no expiry at all
+        // (the string format reads the expiry for a TAT beyond what the
+        // bucket writes: one capacity, 10 s, ahead of now).
+        let years = server_now_us(&server) + 10 * 365 * 86_400_000_000;
+        write(&[("v", "tb1".into()), ("tat", years.to_string())]);
+        refuse("after the key expires").await;
+        write(&[("v", "tb1".into())]);
+        refuse("field tat is missing").await;
+        let ahead = server_now_us(&server) + 60_000_000;
+        write(&[("v", "tb1".into()), ("tat", ahead.to_string())]);
+        let _: () = server.cmd(&["PERSIST", &key]);
+        refuse("no expiry").await;
+        // Another program's tag.
+        write(&[("v", "xx9".into()), ("tat", ahead.to_string())]);
+        refuse(match format {
+            Format::String => "expected format tb2",
+            Format::Hash => "expected format tb1",
+        })
+        .await;
     }
-    // A TAT after the key's own expiry, a missing TAT, no expiry at all.
-    let years = server_now_us(&server) + 10 * 365 * 86_400_000_000;
-    write_hash(
-        &server,
-        &key,
-        &[("v", "tb1".into()), ("tat", years.to_string())],
-    );
-    refuse("after the key expires").await;
-    write_hash(&server, &key, &[("v", "tb1".into())]);
-    refuse("field tat is missing").await;
-    let now = server_now_us(&server);
-    write_hash(
-        &server,
-        &key,
-        &[("v", "tb1".into()), ("tat", now.to_string())],
-    );
-    let _: () = server.cmd(&["PERSIST", &key]);
-    refuse("no expiry").await;
-    // Another program's hash, and another Redis type.
-    write_hash(
-        &server,
-        &key,
-        &[("v", "xx9".into()), ("tat", now.to_string())],
-    );
-    refuse("expected format tb1").await;
+    // Another Redis type.
     let _: () = server.cmd(&["DEL", &key]);
-    let _: () = server.cmd(&["SET", &key, "plain"]);
+    let _: () = server.cmd(&["RPUSH", &key, "plain"]);
     refuse("WRONGTYPE").await;
+}
+
+/// A state's fields, after its tag.
+type Fields<'a> = Vec<(&'a str, String)>;
+
+/// A counter's state in the hash of earlier versions is read as it stands
+/// (the same permits left) and written back in the string format at its
+/// next admission, with its expiry.
+#[tokio::test]
+async fn a_state_in_the_earlier_hash_format_is_read_and_written_anew() {
+    let server = RedisServer::start();
+    let client = connect(&server, Duration::from_secs(2)).await;
+    let now = server_now_us(&server);
+    let hour_us = 3_600_000_000u64;
+    let current = (now / hour_us).to_string();
+    let bucket = TokenBucket::new("bucket", 3, hourly(3)).unwrap();
+    let window = FixedWindow::new("window", hourly(3)).unwrap();
+    let approx = ApproxSlidingWindow::new("approx", hourly(3)).unwrap();
+    // Each with 2 of its 3 permits spent, as the earlier scripts wrote them.
+    let tat = (now + 2 * 1_200_000_000).to_string();
+    let states: [(&dyn Limiter, Fields, &str); 3] = [
+        (&bucket, vec![("v", "tb1".into()), ("tat", tat)], "tb2:"),
+        (
+            &window,
+            vec![
+                ("v", "fw1".into()),
+                ("w", current.clone()),
+                ("c", "2".into()),
+            ],
+            "fw2:",
+        ),
+        (
+            &approx,
+            vec![
+                ("v", "sw1".into()),
+                ("k", current.clone()),
+                ("c", "2".into()),
+                ("p", "0".into()),
+            ],
+            "sw2:",
+        ),
+    ];
+    for (limiter, fields, tag) in states {
+        let key = limiter.redis_key("old");
+        write_state(Format::Hash, &server, &key, &fields);
+        let admitted = client.try_acquire(limiter, "old").await.unwrap();
+        assert_eq!(admitted.remaining, 0, "{key}");
+        let kind: String = server.cmd(&["TYPE", &key]);
+        assert_eq!(kind, "string", "{key}");
+        let state: String = server.cmd(&["GET", &key]);
+        assert!(state.starts_with(tag), "{key}: {state}");
+        let pttl: i64 = server.cmd(&["PTTL", &key]);
+        assert!(pttl > 0, "{key}: {pttl}");
+        assert!(
+            client
+                .try_acquire(limiter, "old")
+                .await
+                .unwrap_err()
+                .is_denied(),
+            "{key}"
+        );
+    }
 }

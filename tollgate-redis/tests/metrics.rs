@@ -35,7 +35,7 @@ async fn every_metric_counts_what_happened() {
     .unwrap();
     let bucket = TokenBucket::new("bucket", 2, Rate::per_hour(2)).unwrap();
     let window = FixedWindow::new("w", Rate::per_hour(1)).unwrap();
-    let _: () = server.cmd(&["SET", &bucket.redis_key("typed"), "a string"]);
+    let _: () = server.cmd(&["RPUSH", &bucket.redis_key("typed"), "a list"]);
 
     // One limit: 2 admitted, 1 denied, 1 that can never pass (no call),
     // 1 on a key of another type.

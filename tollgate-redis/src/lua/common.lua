@@ -19,18 +19,28 @@ local function idiv(a, b)
   return q
 end
 
--- Lets a key vanish once the server's clock has passed `at` (us), when its
--- state has become the same as no state at all. Absolute, from this script's
--- own TIME reading: a relative TTL counts from a millisecond the server picks
--- (inside a script, possibly its start, before TIME was read), so it could end
--- a little before `at`. The key expires after ceil(at / 1000) ms, never sooner.
-local function expire_at(key, at)
+-- The expiry of a key whose state has become the same as no state at all
+-- once the server's clock has passed `at` (us), as the two arguments of SET
+-- or the command of a key already written. Absolute, from this script's own
+-- TIME reading: a relative TTL counts from a millisecond the server picks
+-- (inside a script, possibly its start, before TIME was read), so it could
+-- end a little before `at`. The key expires after ceil(at / 1000) ms, never
+-- sooner.
+local function expiry(at)
   if replayed_time then
     -- A replayed time is not the server's: keep the key the replayed span plus
     -- an hour of real time, however slowly the test replays it.
-    redis.call('PEXPIRE', key, int(idiv(math.max(at - now, 0) + 999, 1000) + 3600000))
+    return 'PX', int(idiv(math.max(at - now, 0) + 999, 1000) + 3600000)
+  end
+  return 'PXAT', int(idiv(at + 999, 1000))
+end
+
+local function expire_at(key, at)
+  local mode, ms = expiry(at)
+  if mode == 'PX' then
+    redis.call('PEXPIRE', key, ms)
   else
-    redis.call('PEXPIREAT', key, int(idiv(at + 999, 1000)))
+    redis.call('PEXPIREAT', key, ms)
   end
 end
 
@@ -107,15 +117,25 @@ local function horizon(key)
   return now + ttl * 1000 + EXPIRY_SLACK
 end
 
--- Reads a limiter's hash: its format tag in field 'v', then `fields`. Returns
--- the values (all false for a new key), with `horizon` set for a tagged key,
--- or nil and the error reply: -1 when the key holds another type, -2 when it
--- is a hash this script did not write or a field is out of what the scripts
--- write (the reply names the field). Every check comes before any write, so
--- a damaged key is reported and left untouched. A 'tat' (a time) must lie
--- within the key's expiry; window indices are checked by the script that
--- knows the window.
-local function read_state(key, version, fields)
+-- The counters (token bucket, fixed window, sliding window counter) keep
+-- their state as one string: the format tag, then the fields, ':'-separated,
+-- e.g. 'tb2:1764000000000000'. One GET (or one MGET for a call's keys) reads
+-- it and one SET ... PXAT writes it with its expiry. Earlier versions kept a
+-- hash {v = 'tb1', tat = ...}; such a key is still read (`read_hash`) and is
+-- written in the string format when it next admits.
+local TB_FIELDS, FW_FIELDS, SW_FIELDS = {'tat'}, {'w', 'c'}, {'k', 'c', 'p'}
+local FIELDS = {tb2 = TB_FIELDS, fw2 = FW_FIELDS, sw2 = SW_FIELDS}
+local PATTERNS = {tb2 = '^tb2:(%d+)$', fw2 = '^fw2:(%d+):(%d+)$', sw2 = '^sw2:(%d+):(%d+):(%d+)$'}
+local HASH_VERSIONS = {tb2 = 'tb1', fw2 = 'fw1', sw2 = 'sw1'}
+
+-- Reads a hash of the earlier format: its tag in field 'v', then `fields`.
+-- Returns the values (all false for a new key), with `horizon` set for a
+-- tagged key, or nil and the error reply: -1 when the key holds another
+-- type, -2 when it is a hash this script did not write or a field is out of
+-- what the scripts write (the reply names the field). A 'tat' (a time) must
+-- lie within the key's expiry; window indices are checked by the script
+-- that knows the window.
+local function read_hash(key, version, fields)
   local reply = redis.pcall('HMGET', key, 'v', unpack(fields))
   if type(reply) == 'table' and reply.err then
     return nil, {-1, reply.err}
@@ -145,54 +165,176 @@ local function read_state(key, version, fields)
   return nil, {-2, 'expected format ' .. version .. ', found ' .. tostring(reply[1])}
 end
 
+-- Why a counter's string is not one these scripts write: the reply naming
+-- the tag or the field.
+local function damaged_counter(s, version, fields)
+  local parts = {}
+  for part in string.gmatch(s .. ':', '([^:]*):') do
+    parts[#parts + 1] = part
+  end
+  if parts[1] ~= version then
+    if #s > 40 then
+      s = string.sub(s, 1, 40) .. '...'
+    end
+    return {-2, 'expected format ' .. version .. ', found ' .. string.format('%q', s)}
+  end
+  for i, name in ipairs(fields) do
+    local _, why = parse_uint(parts[i + 1], FIELD_MAX[name] or MAX_TIME)
+    if why then
+      return {-2, 'field ' .. name .. ' ' .. why}
+    end
+  end
+  return {-2, 'holds ' .. (#parts - 1) .. ' fields; format ' .. version .. ' has ' .. #fields}
+end
+
+-- A counter's string as its values, {version, field values...}, or nil and
+-- the error reply. Every value as `parse_uint` accepts it: digits only, at
+-- most 16 of them, within the field's bound.
+local function parse_counter(s, version, fields)
+  local state = {version, string.match(s, PATTERNS[version])}
+  if #state ~= #fields + 1 then
+    return nil, damaged_counter(s, version, fields)
+  end
+  for i = 2, #state do
+    local digits = state[i]
+    local value = tonumber(digits)
+    if #digits > 16 or value > (FIELD_MAX[fields[i - 1]] or MAX_TIME) then
+      return nil, damaged_counter(s, version, fields)
+    end
+    state[i] = value
+  end
+  return state
+end
+
+-- The counters' strings a call of several read in one MGET (`prefetch`):
+-- the string, or false for a key known to be missing.
+local fetched = {}
+
+-- Reads every counter key of a call in one MGET. MGET answers nil both for a
+-- missing key and for a key of another type (a hash of the earlier format,
+-- or not ours): one EXISTS over those keys tells the usual case, all
+-- missing, from the rest, which each decision then reads for itself.
+local function prefetch(keys)
+  local unique, known = {}, {}
+  for _, key in ipairs(keys) do
+    if not known[key] then
+      known[key] = true
+      unique[#unique + 1] = key
+    end
+  end
+  -- unpack() has a stack limit: read in chunks.
+  for first = 1, #unique, 1000 do
+    local chunk = {unpack(unique, first, math.min(first + 999, #unique))}
+    local values = redis.call('MGET', unpack(chunk))
+    local absent = {}
+    for i, key in ipairs(chunk) do
+      if values[i] then
+        fetched[key] = values[i]
+      else
+        absent[#absent + 1] = key
+      end
+    end
+    if #absent > 0 and redis.call('EXISTS', unpack(absent)) == 0 then
+      for _, key in ipairs(absent) do
+        fetched[key] = false
+      end
+    end
+  end
+end
+
 -- The counters (token bucket, fixed window, sliding window counter) of a
 -- call: each key is read once, on its first decision in the call; every
 -- later decision reads and writes the call's own copy; each key written is
 -- written once, when every decision of the call is made (`flush`). A key
 -- decided a hundred times in one call costs its reads and writes once.
+--
+-- Returns {version or false, field values...} (false: a new key), or nil and
+-- the error reply. The string format's expiry is not read here: a decision
+-- reads it (`horizon`) only when the state lies beyond what its
+-- configuration writes, where a state must lie within its key's expiry.
+-- Every check comes before any write, so a damaged key is reported and left
+-- untouched.
 local function read_counter(key, version, fields)
   local state = seen[key]
   if state then
     return state
   end
+  local value = fetched[key]
+  if value == nil then
+    value = redis.pcall('GET', key)
+  end
   local err
-  state, err = read_state(key, version, fields)
+  if type(value) == 'string' then
+    state, err = parse_counter(value, version, fields)
+  elseif value == false then
+    state = {false}
+  else
+    -- Not a string: a hash of the earlier format, or another type.
+    state, err = read_hash(key, HASH_VERSIONS[version], fields)
+  end
   if state then
     seen[key] = state
   end
   return state, err
 end
 
--- Keeps a counter's new field values (in the order of its `fields`), to be
--- written when the call ends; the key expires at `at` (us), when the state
--- has become the same as no key.
-local function write_counter(key, version, fields, values, at)
+-- The latest time (us) a counter's state may refer to: its key's expiry
+-- (`horizon`), read once, or nil and the error reply.
+local function counter_horizon(key, state)
+  if not state.horizon then
+    local latest, err = horizon(key)
+    if not latest then
+      return nil, err
+    end
+    state.horizon = latest
+  end
+  return state.horizon
+end
+
+-- A GCRA state's TAT (0 for a new key), or nil and the error reply. A TAT
+-- is at most `tolerance` after the decision that wrote it, so one beyond
+-- `now + tolerance` was written before the server clock stepped back or
+-- under a larger capacity, and must lie within the key's expiry.
+local function gcra_tat(key, state, tolerance)
+  local tat = state[2] or 0
+  if tat > now + tolerance then
+    local latest, err = counter_horizon(key, state)
+    if not latest then
+      return nil, err
+    end
+    if tat > latest then
+      return nil, {-2, 'field tat is ' .. int(tat) .. ' us, after the key expires'}
+    end
+  end
+  return tat
+end
+
+-- Keeps a counter's new field values (in the order of its format's fields),
+-- to be written when the call ends; the key expires at `at` (us), when the
+-- state has become the same as no key.
+local function write_counter(key, version, values, at)
   local state = seen[key]
   if not state.written then
     writing[#writing + 1] = key
   end
-  local fresh = {version, written = true, fields = fields, horizon = at + EXPIRY_SLACK, at = at}
+  local fresh = {version, written = true, horizon = at + EXPIRY_SLACK, at = at}
   for i, value in ipairs(values) do
     fresh[i + 1] = value
   end
   seen[key] = fresh
 end
 
--- Writes what the call kept: each counter once, then its expiry, and the
--- expiries of the other keys the call wrote.
+-- Writes what the call kept: each counter once, with its expiry, in one
+-- SET; then the expiries of the other keys the call wrote.
 local function flush()
   for _, key in ipairs(writing) do
     local state = seen[key]
-    local f = state.fields
-    if #f == 1 then
-      redis.call('HSET', key, 'v', state[1], f[1], int(state[2]))
-    elseif #f == 2 then
-      redis.call('HSET', key, 'v', state[1], f[1], int(state[2]), f[2], int(state[3]))
-    else
-      redis.call('HSET', key, 'v', state[1], f[1], int(state[2]), f[2], int(state[3]),
-        f[3], int(state[4]))
+    local value = state[1]
+    for i = 2, #state do
+      value = value .. ':' .. int(state[i])
     end
-    expire_at(key, state.at)
+    local mode, ms = expiry(state.at)
+    redis.call('SET', key, value, mode, ms)
   end
   for _, key in ipairs(expiring) do
     expire_at(key, expiries[key])

@@ -24,19 +24,19 @@
 -- new field values and the time its key expires, or (the log) the function
 -- that writes.
 
--- The counters' fields, as their hashes keep them after the tag 'v'.
-local TB_FIELDS, FW_FIELDS, SW_FIELDS = {'tat'}, {'w', 'c'}, {'k', 'c', 'p'}
-local FIELDS = {tb1 = TB_FIELDS, fw1 = FW_FIELDS, sw1 = SW_FIELDS}
-
 -- GCRA: the state is the theoretical arrival time (TAT), when the bucket is full
 -- again. Terms: interval (us per permit), tolerance (capacity * interval).
 -- Values: now < 2^51, tolerance <= 2^51, so TAT <= now + tolerance < 2^52.
 local function token_bucket(key, n, interval, tolerance)
-  local state, err = read_counter(key, 'tb1', TB_FIELDS)
+  local state, err = read_counter(key, 'tb2', TB_FIELDS)
   if not state then
     return err
   end
-  local tat = state[2] or 0
+  local tat
+  tat, err = gcra_tat(key, state, tolerance)
+  if not tat then
+    return err
+  end
   -- A server clock that stepped back only lowers `limit`: it can deny, never
   -- over-admit.
   local base = math.max(tat, now)
@@ -54,15 +54,23 @@ end
 -- Fixed window: the index of the window last written and its count. Terms:
 -- window (us), limit. Windows are aligned to the Unix epoch.
 local function fixed_window(key, n, window, limit)
-  local state, err = read_counter(key, 'fw1', FW_FIELDS)
+  local state, err = read_counter(key, 'fw2', FW_FIELDS)
   if not state then
     return err
   end
-  -- A window ending after the key's expiry was not written with this window
-  -- length: trusting it would count against a window that never closes.
-  if state[1] and (state[2] + 1) * window > state.horizon then
-    return {-2, 'field w is window ' .. int(state[2]) .. ' of ' .. int(window) ..
-      ' us, which ends after the key expires (damaged, or another window length)'}
+  -- A window after the current one was written before the server clock
+  -- stepped back, or with another window length: it must end within the
+  -- key's expiry, or it would count against a window that never closes.
+  if state[1] and state[2] > idiv(now, window) then
+    local latest
+    latest, err = counter_horizon(key, state)
+    if not latest then
+      return err
+    end
+    if (state[2] + 1) * window > latest then
+      return {-2, 'field w is window ' .. int(state[2]) .. ' of ' .. int(window) ..
+        ' us, which ends after the key expires (damaged, or another window length)'}
+    end
   end
   local index, count
   if state[1] and now < (state[2] + 1) * window then
@@ -85,20 +93,29 @@ end
 -- the limit. Terms: window T (us), limit N, with N * T <= 2^51 so that every
 -- product below (at most 3 * N * T) stays exact.
 local function sliding_window(key, n, t, limit)
-  local state, err = read_counter(key, 'sw1', SW_FIELDS)
+  local state, err = read_counter(key, 'sw2', SW_FIELDS)
   if not state then
     return err
   end
-  -- Window k's state matters until window k + 2 starts, when the key expires:
-  -- a later end was not written with this window length.
-  if state[1] and (state[2] + 2) * t > state.horizon then
-    return {-2, 'field k is window ' .. int(state[2]) .. ' of ' .. int(t) ..
-      ' us, whose state outlives the key (damaged, or another window length)'}
+  local current = idiv(now, t)
+  -- Window k's state matters until window k + 2 starts, when the key expires.
+  -- A window after the current one was written before the server clock
+  -- stepped back, or with another window length: its state must not outlive
+  -- the key.
+  if state[1] and state[2] > current then
+    local latest
+    latest, err = counter_horizon(key, state)
+    if not latest then
+      return err
+    end
+    if (state[2] + 2) * t > latest then
+      return {-2, 'field k is window ' .. int(state[2]) .. ' of ' .. int(t) ..
+        ' us, whose state outlives the key (damaged, or another window length)'}
+    end
   end
   -- k: the newest window; c: its count; p: the count of window k - 1.
   local k, c, p
   local stale = false
-  local current = idiv(now, t)
   if not state[1] then
     k, c, p = current, 0, 0
   elseif current <= state[2] then
@@ -267,7 +284,7 @@ end
 
 local KINDS = {token_bucket, fixed_window, sliding_window, sliding_log}
 -- The counters' format tags (the log writes for itself).
-local VERSIONS = {[token_bucket] = 'tb1', [fixed_window] = 'fw1', [sliding_window] = 'sw1'}
+local VERSIONS = {[token_bucket] = 'tb2', [fixed_window] = 'fw2', [sliding_window] = 'sw2'}
 
 -- The replies, four items a decision: {status, time or message, count,
 -- value}.
@@ -278,6 +295,19 @@ local function answer(reply)
   replies[at + 2] = reply[2]
   replies[at + 3] = reply[3] or 0
   replies[at + 4] = reply[4] or 0
+end
+
+-- A call of several reads its counters' keys in one MGET.
+if #KEYS > 1 then
+  local counters = {}
+  for i = 1, #KEYS do
+    if VERSIONS[KINDS[tonumber(ARGV[6 * (i - 1) + 1])]] then
+      counters[#counters + 1] = KEYS[i]
+    end
+  end
+  if #counters > 1 then
+    prefetch(counters)
+  end
 end
 
 -- The writes of the group being decided: key, value (or function), expiry.
@@ -303,7 +333,7 @@ for i = 1, #KEYS do
     if whole then
       for _, w in ipairs(writes) do
         if w[4] then
-          write_counter(w[1], w[4], FIELDS[w[4]], w[2], w[3])
+          write_counter(w[1], w[4], w[2], w[3])
         else
           w[2]()
         end

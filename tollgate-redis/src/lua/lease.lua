@@ -1,5 +1,5 @@
 -- Takes a lease: up to `want` permits debited at once from the key's GCRA
--- budget (the same state as token_bucket.lua, so per-decision clients and
+-- budget (the same state as the token bucket's decisions, so per-decision clients and
 -- leasing clients share one limit). ARGV: want, interval, tolerance,
 -- low_water (permits), share (divisor). Below `low_water` permits left, a lease
 -- is at most ceil(left / share): the tail is spread over the processes instead
@@ -12,11 +12,15 @@ local tolerance = tonumber(ARGV[3])
 local low_water = tonumber(ARGV[4])
 local share = tonumber(ARGV[5])
 
-local state, err = read_state(key, 'tb1', {'tat'})
+local state, err = read_counter(key, 'tb2', TB_FIELDS)
 if not state then
   return err
 end
-local tat = state[2] or 0
+local tat
+tat, err = gcra_tat(key, state, tolerance)
+if not tat then
+  return err
+end
 local base = math.max(tat, now)
 local limit = now + tolerance
 local left = 0
@@ -31,6 +35,6 @@ if left < low_water then
   granted = math.min(granted, idiv(left + share - 1, share))
 end
 local next_tat = base + granted * interval
-redis.call('HSET', key, 'v', 'tb1', 'tat', int(next_tat))
-expire_at(key, next_tat)
+write_counter(key, 'tb2', {next_tat}, next_tat)
+flush()
 return {1, now, granted, next_tat}
