@@ -1,18 +1,20 @@
 //! The fixed window in Redis: a count per aligned window per key, as tollgate's
 //! in-process [`FixedWindow`](tollgate::FixedWindow).
 //!
-//! The key is a hash `{v: "fw1", w, c}`: the index of the window last written
+//! The key is a string `fw2:<w>:<c>`: the index of the window last written
 //! (server µs since the Unix epoch divided by the window) and its count.
 //! Windows are aligned to the epoch, so every client agrees on them. A reading
 //! older than the stored window (a server clock that stepped back) counts
 //! against the stored window: a closed window never reopens. The key expires
 //! when its window ends. A denial waits exactly until the window ends.
 //!
-//! A key tagged `fw1` whose index or count is not a non-negative integer, a
-//! count above 2^32 − 1, a window that ends after the key's own expiry (the
-//! script sets both together), or a key without expiry, is
-//! [`Error::UnknownState`](crate::Error::UnknownState) naming the field, and is
-//! left untouched: damaged state never admits.
+//! A key that does not hold `fw2:` and two non-negative integers, a count
+//! above 2^32 − 1, or a window after the current one (further than this
+//! window writes) that ends after the key's own expiry or on a key without
+//! expiry, is [`Error::UnknownState`](crate::Error::UnknownState) naming the
+//! field, and is left untouched: damaged state never admits. A hash
+//! `{v: "fw1", w, c}`, the format of earlier versions, is read too and written
+//! anew as a string.
 //!
 //! Guarantee: at most `limit` per aligned window — and, like every fixed
 //! window, up to 2× `limit` in a span of one window that straddles a boundary.

@@ -6,9 +6,9 @@
 //!
 //! | limiter | promise (by server time) | Redis state per key |
 //! |---|---|---|
-//! | [`TokenBucket`] (GCRA) | at most `capacity + rate·(b − a)` in any `[a, b]` | a hash: the theoretical arrival time |
-//! | [`FixedWindow`] | at most `limit` per aligned window (up to 2× across a boundary) | a hash: window index, count |
-//! | [`ApproxSlidingWindow`] | the weighted two-window estimate (Cloudflare's) | a hash: window, count, previous count |
+//! | [`TokenBucket`] (GCRA) | at most `capacity + rate·(b − a)` in any `[a, b]` | a string: the theoretical arrival time |
+//! | [`FixedWindow`] | at most `limit` per aligned window (up to 2× across a boundary) | a string: window index, count |
+//! | [`ApproxSlidingWindow`] | the weighted two-window estimate (Cloudflare's) | a string: window, count, previous count |
 //! | [`SlidingLog`] | **exactly** at most N in any window of length T; rules change without losing the log | a sorted set: one member per permit |
 //!
 //! Every decision:

@@ -2,7 +2,7 @@
 //! estimate, as tollgate's in-process
 //! [`ApproxSlidingWindow`](tollgate::ApproxSlidingWindow).
 //!
-//! The key is a hash `{v: "sw1", k, c, p}`: the newest window `k` (aligned to
+//! The key is a string `sw2:<k>:<c>:<p>`: the newest window `k` (aligned to
 //! the Unix epoch), its count `c`, and the count `p` of window `k − 1`. At a
 //! server reading `e` µs into window `k`, `n` more are admitted if
 //!
@@ -17,11 +17,13 @@
 //! The key expires two windows after its newest window starts, when it weighs
 //! nothing any more.
 //!
-//! A key tagged `sw1` whose index or counts are not non-negative integers, a
-//! count above 2^32 − 1, a newest window whose state outlives the key's own
-//! expiry (the script sets both together), or a key without expiry, is
-//! [`Error::UnknownState`](crate::Error::UnknownState) naming the field, and is
-//! left untouched: damaged state never admits.
+//! A key that does not hold `sw2:` and three non-negative integers, a count
+//! above 2^32 − 1, or a newest window after the current one (further than
+//! this window writes) whose state outlives the key's own expiry or on a key
+//! without expiry, is [`Error::UnknownState`](crate::Error::UnknownState)
+//! naming the field, and is left untouched: damaged state never admits. A
+//! hash `{v: "sw1", k, c, p}`, the format of earlier versions, is read too and
+//! written anew as a string.
 //!
 //! It is an estimate, not a sliding log: it assumes the previous window's
 //! permits were spread evenly, so it can admit more than `N` in some spans of

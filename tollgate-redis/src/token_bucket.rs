@@ -1,17 +1,21 @@
 //! The token bucket in Redis: GCRA over one theoretical arrival time per key,
 //! as tollgate's in-process [`TokenBucket`](tollgate::TokenBucket).
 //!
-//! The key is a hash `{v: "tb1", tat}`: the TAT in µs since the Unix epoch,
-//! when the bucket is full again. An admission of `n` at server time `now`
+//! The key is a string `tb2:<tat>`: the TAT in µs since the Unix epoch, when
+//! the bucket is full again. An admission of `n` at server time `now`
 //! sets `TAT = max(TAT, now) + n·interval` if that is at most
 //! `now + capacity·interval`; a denial writes nothing and carries the exact
 //! wait, `TAT + n·interval − now − capacity·interval`. The key expires at its
 //! TAT, when a missing key means the same thing (a full bucket).
 //!
-//! A key tagged `tb1` whose TAT is not a non-negative integer, or lies after
-//! the key's own expiry (the script sets both together), or that has no
-//! expiry, is [`Error::UnknownState`](crate::Error::UnknownState) naming the
-//! field, and is left untouched: damaged state never admits.
+//! A key that does not hold `tb2:` and one non-negative integer, or whose TAT
+//! lies beyond `now + capacity·interval` (further than this bucket writes)
+//! and after the key's own expiry or on a key without expiry, is
+//! [`Error::UnknownState`](crate::Error::UnknownState) naming the field, and
+//! is left untouched: damaged state never admits. (The expiry is read only for
+//! such a TAT: one within the capacity is what a decision could have written,
+//! and the next admission sets the expiry with it.) A hash `{v: "tb1", tat}`,
+//! the format of earlier versions, is read too and written anew as a string.
 //!
 //! Guarantee, by server decision time: at most `capacity + (b − a)/interval`
 //! permits in any interval `[a, b]`, across every client of the key.

@@ -312,29 +312,31 @@ end
 -- Keeps a counter's new field values (in the order of its format's fields),
 -- to be written when the call ends; the key expires at `at` (us), when the
 -- state has become the same as no key.
+-- The call's copy is replaced in place: a group's checks are all made
+-- before its first write, so no check still reads it.
 local function write_counter(key, version, values, at)
   local state = seen[key]
   if not state.written then
     writing[#writing + 1] = key
   end
-  local fresh = {version, written = true, horizon = at + EXPIRY_SLACK, at = at}
+  state[1], state.written, state.horizon, state.at = version, true, at + EXPIRY_SLACK, at
   for i, value in ipairs(values) do
-    fresh[i + 1] = value
+    state[i + 1] = value
   end
-  seen[key] = fresh
 end
+
+-- A counter's string from its values: '%.0f' never switches to exponent
+-- form.
+local STRINGS = {tb2 = 'tb2:%.0f', fw2 = 'fw2:%.0f:%.0f', sw2 = 'sw2:%.0f:%.0f:%.0f'}
 
 -- Writes what the call kept: each counter once, with its expiry, in one
 -- SET; then the expiries of the other keys the call wrote.
 local function flush()
   for _, key in ipairs(writing) do
     local state = seen[key]
-    local value = state[1]
-    for i = 2, #state do
-      value = value .. ':' .. int(state[i])
-    end
     local mode, ms = expiry(state.at)
-    redis.call('SET', key, value, mode, ms)
+    redis.call('SET', key, string.format(STRINGS[state[1]], unpack(state, 2, #FIELDS[state[1]] + 1)),
+      mode, ms)
   end
   for _, key in ipairs(expiring) do
     expire_at(key, expiries[key])
