@@ -155,6 +155,11 @@ macro_rules! evict_fresh {
         let view = record.view(&still_current);
         let mut evicted = 0usize;
         let mut kept_fresh = 0usize;
+        // One pin for the whole sweep: the states that keep their data
+        // behind an epoch pointer (a log's ring, a window's history) pin
+        // again to read it, and a nested pin costs no fence, where a first
+        // pin per state made a search at the cap a fence per key examined.
+        let _pinned = pin();
         for index in $indices {
             let Some(state) = $table.value_at(index) else {
                 continue;
