@@ -54,7 +54,7 @@ use crate::sliding_log::log::{
 };
 #[cfg(loom)]
 use crate::sliding_log::ring::stamp_entry;
-use crate::sliding_log::ring::{Claim, RingOutcome, RingView, Settled, claim_on, load_head};
+use crate::sliding_log::ring::{Claim, RingCore, RingOutcome, RingView};
 use crate::sliding_log::{LogConfig, SlidingLog};
 #[cfg(loom)]
 use crate::sync::fault::{Fault, injected};
@@ -66,10 +66,8 @@ use crate::sync::{AtomicU64, Backoff, Guard, Mutex, Ordering, Shared, pin};
 /// slots is a key that has admitted nothing yet.
 struct KeyRing {
     tag: u64,
-    /// The next ticket, `(lap << shift) | index`, plus [`SEALED`].
-    head: AtomicU64,
-    /// Entry words, `(stamp << 1) | lap_bit(lap)`; zero = never written.
-    slots: Box<[AtomicU64]>,
+    /// The head and the entry words, as in the direct log's rings.
+    core: RingCore,
     /// Held by whoever seals the ring, until its successor is published (or
     /// a refund finds its admission gone and unseals): requests that meet
     /// the sealed ring wait on it rather than spin. No claim takes it.
@@ -84,8 +82,7 @@ impl KeyRing {
     fn fresh(tag: u64) -> Self {
         KeyRing {
             tag,
-            head: AtomicU64::new(0),
-            slots: Box::new([]),
+            core: RingCore::from_parts(0, Box::new([])),
             replacing: Mutex::new(()),
         }
     }
@@ -93,37 +90,36 @@ impl KeyRing {
     /// A ring of `slots` slots whose first tickets hold `stamps`, oldest
     /// first (at most `slots` of them), its head just past them.
     fn with_stamps(tag: u64, slots: u32, stamps: &[u64]) -> Self {
-        let words: Box<[AtomicU64]> = (0..slots as usize)
-            .map(|i| AtomicU64::new(stamps.get(i).map_or(EMPTY, |&s| entry_word(s, 0))))
-            .collect();
-        let head = Geometry::from_parts(slots, 1, false)
-            .advance(0, stamps.len() as u32)
-            .expect("one lap of tickets always fits");
+        let geometry = Geometry::from_parts(slots, 1, false);
         KeyRing {
             tag,
-            head: AtomicU64::new(head),
-            slots: words,
+            core: RingCore::with_stamps(&geometry, stamps),
             replacing: Mutex::new(()),
         }
+    }
+
+    #[inline]
+    fn slots(&self) -> &[AtomicU64] {
+        self.core.slots()
     }
 
     /// The ticket layout of this ring (`window` only for the time range's
     /// end); the ring has slots.
     #[inline]
     fn geometry(&self, window: u64) -> Geometry {
-        Geometry::from_parts(self.slots.len() as u32, window, false)
+        Geometry::from_parts(self.slots().len() as u32, window, false)
     }
 
     #[inline]
     fn view(&self, head: u64) -> RingView<'_> {
-        RingView::new(&self.head, &self.slots, head)
+        self.core.view(head)
     }
 
     /// The head, for a decision to be made on; `Err` once sealed.
     #[inline]
     fn head(&self) -> Result<u64, Replacing> {
-        // As the direct log's rings' (`load_head`, Acquire).
-        load_head(&self.head).map_err(|_sealed| Replacing)
+        // As the direct log's rings' (`RingCore::head`, Acquire).
+        self.core.head().map_err(|_sealed| Replacing)
     }
 
     /// Whether a replacement has sealed this ring.
@@ -132,7 +128,7 @@ impl KeyRing {
         // Acquire: pairs with the seal's Release, so the sealer's taking of
         // `replacing` (before its seal) happens before our `wait_out`: we
         // wait on the lock it holds, never slip in ahead of it.
-        self.head.load(Ordering::Acquire) & SEALED != 0
+        self.core.head_word().load(Ordering::Acquire) & SEALED != 0
     }
 
     /// Waits until whoever sealed this ring (seen sealed, by `is_sealed` or
@@ -147,17 +143,12 @@ impl KeyRing {
     /// rule admits them: `Ok(Err(retry_ns))` if denied (nothing written).
     fn claim(&self, config: &LogConfig, now: u64, n: u32) -> Result<Result<Claim, u64>, Replacing> {
         let geometry = self.geometry(config.longest_ns());
-        // The direct log's claim (`claim_on`): the same CAS, orderings and
-        // stores. A key's geometry does not count denials, so nothing but an
-        // admission is ever written.
-        let outcome = claim_on(
-            &self.head,
-            &self.slots,
-            &geometry,
-            n,
-            &mut false,
-            |view, head| geometry.decide_rules(view, head, now, n, config.pairs(), 0),
-        );
+        // The direct log's claim: the same CAS, orderings and stores. A
+        // key's geometry does not count denials, so nothing but an admission
+        // is ever written.
+        let outcome = self.core.claim(&geometry, n, &mut false, |view, head| {
+            geometry.decide_rules(view, head, now, n, config.pairs(), 0)
+        });
         match outcome.map_err(|_sealed| Replacing)? {
             RingOutcome::Admitted(claim) => Ok(Ok(claim)),
             RingOutcome::Denied { retry_ns } | RingOutcome::Logged { retry_ns } => {
@@ -169,7 +160,7 @@ impl KeyRing {
     /// What `n` permits at `now` would get under `config`, writing nothing:
     /// `Ok(Err(retry_ns))` if denied.
     fn check(&self, config: &LogConfig, now: u64, n: u32) -> Result<Result<(), u64>, Replacing> {
-        if self.slots.is_empty() {
+        if self.slots().is_empty() {
             return Ok(Ok(()));
         }
         let geometry = self.geometry(config.longest_ns());
@@ -187,18 +178,17 @@ impl KeyRing {
     /// Seals the ring for a replacement, `replacing` held: no ticket can be
     /// claimed after this returns `true`, which it does for one caller only.
     fn seal(&self) -> bool {
-        // AcqRel: Acquire so that the claims before the seal, and through
-        // them the entry reads their claimers made, happen before the copy's
-        // reads (as the direct log's `seal`); Release so that a request that
-        // sees the seal (Acquire) sees `replacing` taken (`is_sealed`).
-        self.head.fetch_or(SEALED, Ordering::AcqRel) & SEALED == 0
+        // The direct log's seal (`RingCore::seal`), whose Release a request
+        // that sees the seal needs here (`is_sealed`).
+        self.core.seal()
     }
 
     /// Seals the ring only if its head is still `head` (`replacing` held):
     /// a refund's "is our admission still the latest?". AcqRel on success
     /// as `seal`; Relaxed on failure: nothing is read on its strength.
     fn seal_at(&self, head: u64) -> bool {
-        self.head
+        self.core
+            .head_word()
             .compare_exchange(head, head | SEALED, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
     }
@@ -213,7 +203,7 @@ impl KeyRing {
     ///
     /// [`seal_at`]: Self::seal_at
     fn holds(&self, claimed: &Claim) -> bool {
-        if self.slots.is_empty() {
+        if self.slots().is_empty() {
             return false;
         }
         let geometry = self.geometry(1);
@@ -221,7 +211,7 @@ impl KeyRing {
             return false;
         };
         // Waits if in flight: the seal ordered every claim before us.
-        Settled(&self.slots).read(index, lap) == Entry::Stamp(claimed.stamp)
+        self.core.settled().read(index, lap) == Entry::Stamp(claimed.stamp)
     }
 
     /// Undoes a [`seal_at`](Self::seal_at) whose ring turned out not to be
@@ -230,19 +220,18 @@ impl KeyRing {
         // Release: the sealer acquired every claim before the seal; this
         // store passes them on to the next head loads (a plain store ends
         // the head's release sequence, so it must head its own).
-        self.head.store(head, Ordering::Release);
+        self.core.head_word().store(head, Ordering::Release);
     }
 
     /// The sealed ring's stamps, oldest first: every logged ticket's, each
     /// waited for if its claimer has not stored it yet.
     fn sealed_stamps(&self, window: u64) -> Vec<u64> {
-        if self.slots.is_empty() {
+        if self.slots().is_empty() {
             return Vec::new();
         }
-        // Relaxed: the seal's Acquire ordered every claim before this.
-        let head = self.head.load(Ordering::Relaxed) & !SEALED;
+        let head = self.core.sealed_head();
         let geometry = self.geometry(window);
-        let settled = Settled(&self.slots);
+        let settled = self.core.settled();
         geometry
             .before(head, geometry.logged(head))
             .filter_map(|(lap, index)| match settled.read(index, lap) {
@@ -255,7 +244,7 @@ impl KeyRing {
     /// The stamps of a ring in use, oldest first, as of one head: retried
     /// while an entry is in flight or the head moves; `Err` once sealed.
     fn live_stamps(&self, window: u64) -> Result<Vec<u64>, Replacing> {
-        if self.slots.is_empty() {
+        if self.slots().is_empty() {
             return Ok(Vec::new());
         }
         let geometry = self.geometry(window);
@@ -263,7 +252,7 @@ impl KeyRing {
         'read: loop {
             let head = self.head()?;
             let view = self.view(head);
-            let mut stamps = Vec::with_capacity(self.slots.len());
+            let mut stamps = Vec::with_capacity(self.slots().len());
             for (lap, index) in geometry.before(head, geometry.logged(head)) {
                 match view.read(index, lap) {
                     Entry::Stamp(stamp) => stamps.push(stamp),
@@ -288,11 +277,11 @@ impl KeyRing {
     fn refunded(&self, claimed: &Claim, n: u32) -> KeyRing {
         let geometry = self.geometry(1);
         let after = claimed.after;
-        let settled = Settled(&self.slots);
+        let settled = self.core.settled();
         // Every slot as the latest ticket below `after` left it, waited for
         // if still in flight (the seal ordered every claim before us).
         let (lap, head_index) = (geometry.lap(after), geometry.index(after));
-        let words: Box<[AtomicU64]> = (0..self.slots.len())
+        let words: Box<[AtomicU64]> = (0..self.slots().len())
             .map(|i| {
                 let latest = if i < head_index {
                     Some(lap)
@@ -310,8 +299,7 @@ impl KeyRing {
             .collect();
         let ring = KeyRing {
             tag: self.tag,
-            head: AtomicU64::new(claimed.before),
-            slots: words,
+            core: RingCore::from_parts(claimed.before, words),
             replacing: Mutex::new(()),
         };
         for (lap, i) in geometry.tickets(claimed.before, n) {
@@ -321,7 +309,7 @@ impl KeyRing {
             };
             // Relaxed: the ring is not published yet; its publication (a
             // Release CAS on the cell) carries every word.
-            ring.slots[i].store(word, Ordering::Relaxed);
+            ring.slots()[i].store(word, Ordering::Relaxed);
         }
         ring
     }
@@ -329,7 +317,7 @@ impl KeyRing {
     /// What this ring reports under `config` at `now` on the head `head`:
     /// the rule that binds first ([`Geometry::snapshot_rules`]).
     fn snapshot(&self, config: &LogConfig, head: u64, now: u64) -> Snapshot {
-        if self.slots.is_empty() {
+        if self.slots().is_empty() {
             return Snapshot::from_ns(config.limit(), config.limit(), 0);
         }
         self.geometry(config.longest_ns()).snapshot_rules(
@@ -346,7 +334,7 @@ impl KeyRing {
     /// so it nearly always answers "no" alone); a "yes" is confirmed on every
     /// entry. An entry in flight is not fresh.
     fn is_fresh(&self, config: &LogConfig, now: u64) -> Result<bool, Replacing> {
-        if self.slots.is_empty() {
+        if self.slots().is_empty() {
             return Ok(true);
         }
         let head = self.head()?;
@@ -372,13 +360,15 @@ impl KeyRing {
     /// overwritten entries are written back.
     fn refund_in_place(&self, claimed: &Claim, n: u32) {
         let geometry = self.geometry(1);
-        self.head.store(claimed.before, Ordering::Release);
+        self.core
+            .head_word()
+            .store(claimed.before, Ordering::Release);
         for (lap, i) in geometry.tickets(claimed.before, n) {
             let word = match lap.checked_sub(1) {
                 Some(lap) => entry_word(claimed.replaced, lap),
                 None => EMPTY,
             };
-            stamp_entry(&self.slots[i], word, Ordering::Release);
+            stamp_entry(&self.slots()[i], word, Ordering::Release);
         }
     }
 }
@@ -436,7 +426,7 @@ fn replace<'g>(
     guard: &'g Guard,
     build: impl FnOnce(&[u64]) -> KeyRing,
 ) -> bool {
-    if ring.slots.is_empty() {
+    if ring.slots().is_empty() {
         return publish(cell, ring, build(&[]), guard);
     }
     let _replacing = ring.replacing.lock();
@@ -482,7 +472,7 @@ fn current<'g>(
             ring.wait_out();
             continue;
         }
-        let fits = ring.slots.is_empty() || ring.slots.len() == config.slots() as usize;
+        let fits = ring.slots().is_empty() || ring.slots().len() == config.slots() as usize;
         if ring.tag == view.tag && fits {
             return Ok(ring);
         }
@@ -542,7 +532,7 @@ impl<C: Clock> Kind for SlidingLog<C> {
         let guard = pin();
         loop {
             let ring = current(view, state, now, &guard)?;
-            if ring.slots.is_empty() {
+            if ring.slots().is_empty() {
                 // The key's first admission allocates its ring; a racing one
                 // may have already.
                 publish(
@@ -644,7 +634,7 @@ impl<C: Clock> Kind for SlidingLog<C> {
         let ring = current(view, state, now, &guard).ok()?;
         // Acquire: as in `KeyRing::head`, so the entries read are those of
         // the laps the head implies (a sealed head: read as it was).
-        let head = ring.head.load(Ordering::Acquire) & !SEALED;
+        let head = ring.core.snapshot_head();
         Some(ring.snapshot(view.current, head, now))
     }
 

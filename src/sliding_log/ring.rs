@@ -1,7 +1,5 @@
 //! The lock-free ring: a head word of tickets and one entry word per slot.
 
-use crossbeam_utils::CachePadded;
-
 use crate::sync::Backoff;
 
 use super::log::{
@@ -48,16 +46,16 @@ pub(crate) struct Claim {
     pub(crate) replaced: u64,
 }
 
-/// `capacity` entry words and the head (the next ticket), updated without locks.
+/// `capacity` entry words and the head (the next ticket), updated without
+/// locks, with the layout they follow. Its holder keeps it on a cache line of
+/// its own (the log's stripes are padded): every admission writes the head,
+/// and a decision reads the layout beside it, while the slots it guards are
+/// spread out.
 ///
 /// See the [module docs](super) for the state table and the orderings' proof.
 #[derive(Debug)]
 pub(crate) struct AtomicRing {
-    /// The next ticket, `(lap << shift) | index`, plus [`SEALED`]. On its own cache
-    /// line: every admission writes it, while the slots it guards are spread out.
-    head: CachePadded<AtomicU64>,
-    /// Entry words, `(stamp << 1) | lap_bit(lap)`; zero = never written.
-    slots: Box<[AtomicU64]>,
+    core: RingCore,
     geometry: Geometry,
     /// Permits dropped by earlier reconfigurations: `(floor, count)`, none of
     /// them stamped after `floor`.
@@ -80,7 +78,7 @@ impl<'a> RingView<'a> {
     /// The ring whose head word is `head_word` and entry words `slots`, as
     /// seen by a decision made on the head value `head`.
     #[inline]
-    pub(crate) fn new(head_word: &'a AtomicU64, slots: &'a [AtomicU64], head: u64) -> Self {
+    fn new(head_word: &'a AtomicU64, slots: &'a [AtomicU64], head: u64) -> Self {
         RingView {
             head_word,
             slots,
@@ -113,11 +111,30 @@ impl Entries for RingView<'_> {
     }
 }
 
-impl AtomicRing {
-    /// A ring whose first tickets (lap 0) hold the inherited stamps, oldest first
-    /// (at most `capacity` of them), the head just past them.
-    pub(crate) fn inheriting(geometry: Geometry, inheritance: Inheritance) -> Self {
-        let stamps = &inheritance.stamps;
+/// A ring's words: the head (the next ticket, `(lap << shift) | index`, plus
+/// [`SEALED`]) and one entry word per slot (`(stamp << 1) | lap_bit(lap)`;
+/// zero = never written). The direct log's rings and a key's ring each hold
+/// one, and every access the two share is here, once: the head a decision
+/// starts from, the claim, the seal, the reads of a sealed ring.
+#[derive(Debug)]
+pub(crate) struct RingCore {
+    head: AtomicU64,
+    slots: Box<[AtomicU64]>,
+}
+
+impl RingCore {
+    /// A ring of `slots` whose head is `head`.
+    pub(crate) fn from_parts(head: u64, slots: Box<[AtomicU64]>) -> Self {
+        RingCore {
+            head: AtomicU64::new(head),
+            slots,
+        }
+    }
+
+    /// A ring of `geometry`'s capacity whose first tickets (lap 0) hold
+    /// `stamps`, oldest first (at most the capacity of them), the head just
+    /// past them.
+    pub(crate) fn with_stamps(geometry: &Geometry, stamps: &[u64]) -> Self {
         let slots: Box<[AtomicU64]> = (0..geometry.capacity() as usize)
             .map(|i| AtomicU64::new(stamps.get(i).map_or(EMPTY, |&s| entry_word(s, 0))))
             .collect();
@@ -125,9 +142,168 @@ impl AtomicRing {
         let head = geometry
             .advance(0, stamps.len() as u32)
             .expect("one lap of tickets always fits");
+        RingCore::from_parts(head, slots)
+    }
+
+    #[inline]
+    pub(crate) fn slots(&self) -> &[AtomicU64] {
+        &self.slots
+    }
+
+    /// The head word itself, for what only a key's ring does with it (a
+    /// refund's conditional seal, its undoing).
+    #[inline]
+    pub(crate) fn head_word(&self) -> &AtomicU64 {
+        &self.head
+    }
+
+    /// The ring as a decision made on the head value `head` reads it.
+    #[inline]
+    pub(crate) fn view(&self, head: u64) -> RingView<'_> {
+        RingView::new(&self.head, &self.slots, head)
+    }
+
+    /// The head, for a decision to be made on; `Err` once the ring is sealed.
+    #[inline]
+    pub(crate) fn head(&self) -> Result<u64, SealedRing> {
+        // Acquire: pairs with the Release of the CAS that wrote this head (and,
+        // through the release sequence of the head's RMWs, of every earlier
+        // claim). Each of those claimers read, with Acquire, the entry its
+        // tickets replace before claiming; so those entries' stores happen
+        // before our reads of the same slots, and coherence lets us see nothing
+        // older. With the Acquire on entry loads this pins every entry we
+        // classify to exactly one lap, though the word keeps one lap bit.
+        let head = self.head.load(Ordering::Acquire);
+        if head & SEALED != 0 {
+            Err(SealedRing)
+        } else {
+            Ok(head)
+        }
+    }
+
+    /// The head a snapshot reads, sealed or not. Advisory: entries in flight
+    /// count as stamped at the snapshot's time.
+    #[inline]
+    pub(crate) fn snapshot_head(&self) -> u64 {
+        // Acquire: as in `head`, so the entries read are those of the laps
+        // the head implies.
+        self.head.load(Ordering::Acquire) & !SEALED
+    }
+
+    /// Seals the ring: no ticket can be claimed after this returns. `true`
+    /// for the one caller that sealed it.
+    pub(crate) fn seal(&self) -> bool {
+        // AcqRel: Acquire so that the claims before the seal (and, through
+        // them, the entry reads their claimers made) happen before our reads
+        // of the sealed ring's entries; Release so that a request that sees
+        // the seal with Acquire (a key ring's `is_sealed`) also sees what the
+        // sealer did before it: the taking of the key ring's replacement lock,
+        // which it then waits on. (The direct log's rings need only the
+        // Acquire; on an RMW the Release costs nothing.)
+        self.head.fetch_or(SEALED, Ordering::AcqRel) & SEALED == 0
+    }
+
+    /// The head of a sealed ring, without the seal.
+    #[inline]
+    pub(crate) fn sealed_head(&self) -> u64 {
+        // Relaxed: the seal's Acquire already synchronized with every claim.
+        self.head.load(Ordering::Relaxed) & !SEALED
+    }
+
+    /// A sealed ring's entries, each waited for while its claimer has not
+    /// stored it yet.
+    #[inline]
+    pub(crate) fn settled(&self) -> Settled<'_> {
+        Settled(&self.slots)
+    }
+
+    /// One request's claim on this ring — a stripe of the direct log, a
+    /// key's ring — the one place its tickets are claimed and stamped:
+    /// `decide` judges the entries as of one head load, and an admission (or
+    /// a logged denial) claims its tickets by one compare-and-swap of the
+    /// head and then stamps them. Sets `lost` when another thread moved the
+    /// head first.
+    #[inline(always)]
+    pub(crate) fn claim(
+        &self,
+        geometry: &Geometry,
+        n: u32,
+        lost: &mut bool,
+        decide: impl Fn(&RingView<'_>, u64) -> Verdict,
+    ) -> Result<RingOutcome, SealedRing> {
+        let (head_word, slots) = (&self.head, &*self.slots);
+        // Lost races back off a little: a retry re-reads two contended lines (the
+        // head and the slot's), and retrying at once mostly loses again.
+        let mut backoff = Backoff::new();
+        loop {
+            let head = self.head()?;
+            let (next, stamp, replaced, denied) =
+                match decide(&RingView::new(head_word, slots, head), head) {
+                    Verdict::Moved => {
+                        *lost = true;
+                        backoff.wait();
+                        continue;
+                    }
+                    Verdict::Admit {
+                        next,
+                        stamp,
+                        replaced,
+                    } => (next, stamp, replaced, None),
+                    Verdict::Deny {
+                        retry_ns,
+                        record: Some((next, stamp)),
+                    } => (next, stamp, 0, Some(retry_ns)),
+                    Verdict::Deny {
+                        retry_ns,
+                        record: None,
+                    } => return Ok(RingOutcome::Denied { retry_ns }),
+                };
+            // Release: see `head`; this claim must carry our entry reads to
+            // later claimers (and to a sealer). Relaxed on failure: we start over
+            // with a fresh Acquire load. A sealed head also fails the CAS (it
+            // differs from `head`), so no ticket is claimed after a seal. Weak: a
+            // spurious failure only costs one more decision.
+            //
+            // The first entry's slot and word are ready before the claim, so the
+            // window in which a claimed ticket is pending — the window in which a
+            // preempted writer makes requests for its slot look elsewhere — is a
+            // single store for n = 1.
+            let first = &slots[geometry.index(head)];
+            let first_word = entry_word(stamp, geometry.lap(head));
+            if head_word
+                .compare_exchange_weak(head, next, Ordering::Release, Ordering::Relaxed)
+                .is_ok()
+            {
+                // Release: pairs with the readers' Acquire (see `RingView::read`).
+                stamp_entry(first, first_word, Ordering::Release);
+                for (lap, i) in geometry.tickets(head, n).skip(1) {
+                    // Release: as above.
+                    stamp_entry(&slots[i], entry_word(stamp, lap), Ordering::Release);
+                }
+                return Ok(match denied {
+                    None => RingOutcome::Admitted(Claim {
+                        before: head,
+                        after: next,
+                        n,
+                        stamp,
+                        replaced,
+                    }),
+                    Some(retry_ns) => RingOutcome::Logged { retry_ns },
+                });
+            }
+            *lost = true;
+            backoff.wait();
+        }
+    }
+}
+
+impl AtomicRing {
+    /// A ring whose first tickets (lap 0) hold the inherited stamps, oldest first
+    /// (at most `capacity` of them), the head just past them.
+    pub(crate) fn inheriting(geometry: Geometry, inheritance: Inheritance) -> Self {
+        let stamps = &inheritance.stamps;
         AtomicRing {
-            head: CachePadded::new(AtomicU64::new(head)),
-            slots,
+            core: RingCore::with_stamps(&geometry, stamps),
             geometry,
             dropped: (inheritance.floor, inheritance.dropped),
             inherited: stamps.last().copied().unwrap_or(0),
@@ -136,7 +312,7 @@ impl AtomicRing {
 
     #[inline]
     fn view(&self, head: u64) -> RingView<'_> {
-        RingView::new(&self.head, &self.slots, head)
+        self.core.view(head)
     }
 
     pub(crate) fn geometry(&self) -> &Geometry {
@@ -145,7 +321,7 @@ impl AtomicRing {
 
     /// Bytes of heap the ring's slots take.
     pub(crate) fn slot_bytes(&self) -> usize {
-        std::mem::size_of_val(&*self.slots)
+        std::mem::size_of_val(self.core.slots())
     }
 
     /// Decides the next `n` tickets (`1 <= n <= capacity`) at `now` for this
@@ -169,14 +345,9 @@ impl AtomicRing {
         lost: &mut bool,
     ) -> Result<RingOutcome, SealedRing> {
         let geometry = self.geometry.with_count_denied(matches!(mode, Mode::Log));
-        claim_on(
-            &self.head,
-            &self.slots,
-            &self.geometry,
-            n,
-            lost,
-            |view, head| geometry.decide(view, head, now, n),
-        )
+        self.core.claim(&self.geometry, n, lost, |view, head| {
+            geometry.decide(view, head, now, n)
+        })
     }
 
     /// Decides `n` permits at `now` on a ring that holds several `rules` at
@@ -188,24 +359,17 @@ impl AtomicRing {
         n: u32,
         rules: &[(u32, u64)],
     ) -> Result<RingOutcome, SealedRing> {
-        claim_on(
-            &self.head,
-            &self.slots,
-            &self.geometry,
-            n,
-            &mut false,
-            |view, head| {
+        self.core
+            .claim(&self.geometry, n, &mut false, |view, head| {
                 self.geometry
                     .decide_rules(view, head, now, n, rules, self.inherited)
-            },
-        )
+            })
     }
 
     /// What a ring of several `rules` reports at `now`
     /// ([`Geometry::snapshot_rules`]).
     pub(crate) fn snapshot_rules(&self, now: u64, rules: &[(u32, u64)]) -> Snapshot {
-        // Acquire: as in `snapshot`.
-        let head = self.head.load(Ordering::Acquire) & !SEALED;
+        let head = self.core.snapshot_head();
         self.geometry
             .snapshot_rules(&self.view(head), head, now, rules)
     }
@@ -230,7 +394,7 @@ impl AtomicRing {
             // moved on and we leave it. No ABA: a word with our lap bit and our
             // stamp can only be ours (two laps later the stamp is at least two
             // windows larger).
-            let _ = self.slots[index].compare_exchange(
+            let _ = self.core.slots()[index].compare_exchange(
                 entry_word(claim.stamp, lap),
                 entry_word(to, lap),
                 Ordering::Relaxed,
@@ -242,7 +406,7 @@ impl AtomicRing {
     /// The head, for a decision to be made on; `Err` once the ring is sealed.
     #[inline]
     pub(crate) fn head(&self) -> Result<u64, SealedRing> {
-        load_head(&self.head)
+        self.core.head()
     }
 
     /// When the entry the `k`-th ticket from `head` (a value [`AtomicRing::head`]
@@ -256,126 +420,23 @@ impl AtomicRing {
     /// What a request could get at `now`. Advisory under concurrency: entries in
     /// flight count as stamped at `now`.
     pub(crate) fn snapshot(&self, now: u64) -> Snapshot {
-        // Acquire: as in `try_acquire_n`, so the entries read are those of the laps
-        // the head implies.
-        let head = self.head.load(Ordering::Acquire) & !SEALED;
+        let head = self.core.snapshot_head();
         self.geometry.snapshot(&self.view(head), head, now)
     }
 
     /// Seals the ring: no ticket can be claimed after this returns. `true` for
     /// the one caller that sealed it.
     pub(crate) fn seal(&self) -> bool {
-        // AcqRel: Acquire so that the claims before the seal (and, through them,
-        // the reads their claimers made) happen before our reads of the entries;
-        // Release is not needed by anyone but costs nothing on an RMW.
-        self.head.fetch_or(SEALED, Ordering::AcqRel) & SEALED == 0
+        self.core.seal()
     }
 
     /// What a ring of `capacity` slots inherits from this sealed one
     /// ([`Geometry::inherit`]). Waits for tickets claimed before the seal to be
     /// stamped: their writers are between their claim and their stores.
     pub(crate) fn inheritance(&self, capacity: u32) -> Inheritance {
-        // Relaxed: `seal` already synchronized with every claim.
-        let head = self.head.load(Ordering::Relaxed) & !SEALED;
+        let head = self.core.sealed_head();
         self.geometry
-            .inherit(&Settled(&self.slots), head, self.dropped, capacity)
-    }
-}
-
-/// The head of a ring of this layout, for a decision to be made on; `Err`
-/// once the ring is sealed.
-#[inline]
-pub(crate) fn load_head(head: &AtomicU64) -> Result<u64, SealedRing> {
-    // Acquire: pairs with the Release of the CAS that wrote this head (and,
-    // through the release sequence of the head's RMWs, of every earlier
-    // claim). Each of those claimers read, with Acquire, the entry its
-    // tickets replace before claiming; so those entries' stores happen
-    // before our reads of the same slots, and coherence lets us see nothing
-    // older. With the Acquire on entry loads this pins every entry we
-    // classify to exactly one lap, though the word keeps one lap bit.
-    let head = head.load(Ordering::Acquire);
-    if head & SEALED != 0 {
-        Err(SealedRing)
-    } else {
-        Ok(head)
-    }
-}
-
-/// One request's claim on a ring of this layout — a stripe of the direct
-/// log, a key's ring — the one place its tickets are claimed and stamped:
-/// `decide` judges the entries as of one head load, and an admission (or a
-/// logged denial) claims its tickets by one compare-and-swap of the head and
-/// then stamps them. Sets `lost` when another thread moved the head first.
-#[inline(always)]
-pub(crate) fn claim_on(
-    head_word: &AtomicU64,
-    slots: &[AtomicU64],
-    geometry: &Geometry,
-    n: u32,
-    lost: &mut bool,
-    decide: impl Fn(&RingView<'_>, u64) -> Verdict,
-) -> Result<RingOutcome, SealedRing> {
-    // Lost races back off a little: a retry re-reads two contended lines (the
-    // head and the slot's), and retrying at once mostly loses again.
-    let mut backoff = Backoff::new();
-    loop {
-        let head = load_head(head_word)?;
-        let (next, stamp, replaced, denied) =
-            match decide(&RingView::new(head_word, slots, head), head) {
-                Verdict::Moved => {
-                    *lost = true;
-                    backoff.wait();
-                    continue;
-                }
-                Verdict::Admit {
-                    next,
-                    stamp,
-                    replaced,
-                } => (next, stamp, replaced, None),
-                Verdict::Deny {
-                    retry_ns,
-                    record: Some((next, stamp)),
-                } => (next, stamp, 0, Some(retry_ns)),
-                Verdict::Deny {
-                    retry_ns,
-                    record: None,
-                } => return Ok(RingOutcome::Denied { retry_ns }),
-            };
-        // Release: see `load_head`; this claim must carry our entry reads to
-        // later claimers (and to a sealer). Relaxed on failure: we start over
-        // with a fresh Acquire load. A sealed head also fails the CAS (it
-        // differs from `head`), so no ticket is claimed after a seal. Weak: a
-        // spurious failure only costs one more decision.
-        //
-        // The first entry's slot and word are ready before the claim, so the
-        // window in which a claimed ticket is pending — the window in which a
-        // preempted writer makes requests for its slot look elsewhere — is a
-        // single store for n = 1.
-        let first = &slots[geometry.index(head)];
-        let first_word = entry_word(stamp, geometry.lap(head));
-        if head_word
-            .compare_exchange_weak(head, next, Ordering::Release, Ordering::Relaxed)
-            .is_ok()
-        {
-            // Release: pairs with the readers' Acquire (see `RingView::read`).
-            stamp_entry(first, first_word, Ordering::Release);
-            for (lap, i) in geometry.tickets(head, n).skip(1) {
-                // Release: as above.
-                stamp_entry(&slots[i], entry_word(stamp, lap), Ordering::Release);
-            }
-            return Ok(match denied {
-                None => RingOutcome::Admitted(Claim {
-                    before: head,
-                    after: next,
-                    n,
-                    stamp,
-                    replaced,
-                }),
-                Some(retry_ns) => RingOutcome::Logged { retry_ns },
-            });
-        }
-        *lost = true;
-        backoff.wait();
+            .inherit(&self.core.settled(), head, self.dropped, capacity)
     }
 }
 
@@ -416,7 +477,7 @@ pub(crate) fn stamp_entry(slot: &AtomicU64, word: u64, order: Ordering) {
 }
 
 /// A sealed ring's entry words, read once its claimed entries have landed.
-pub(crate) struct Settled<'a>(pub(crate) &'a [AtomicU64]);
+pub(crate) struct Settled<'a>(&'a [AtomicU64]);
 
 impl Entries for Settled<'_> {
     fn read(&self, index: usize, lap: u64) -> Entry {

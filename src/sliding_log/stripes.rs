@@ -46,7 +46,9 @@ pub(crate) struct Rings {
     /// The stripe count asked for; the ring count is the largest power of two
     /// at most this, the limit and [`MAX_RINGS`].
     requested: usize,
-    rings: Box<[AtomicRing]>,
+    /// Each on a cache line of its own (its head and the layout a decision
+    /// reads beside it), so that stripes never share one.
+    rings: Box<[CachePadded<AtomicRing>]>,
     /// Per ring, the hints its home threads keep (none with one ring, which
     /// decides alone): see [`Hints`].
     hints: Box<[CachePadded<Hints>]>,
@@ -128,7 +130,9 @@ impl Rings {
         let rings = capacities
             .iter()
             .zip(inheritance.deal(&capacities))
-            .map(|(&capacity, part)| AtomicRing::inheriting(shape.with_capacity(capacity), part))
+            .map(|(&capacity, part)| {
+                CachePadded::new(AtomicRing::inheriting(shape.with_capacity(capacity), part))
+            })
             .collect();
         Rings {
             grace: (shape.window() / 16)
@@ -192,9 +196,13 @@ impl Rings {
 
     /// Bytes of heap the rings take (their heads and bookkeeping, and the slots).
     pub(crate) fn heap_bytes(&self) -> usize {
-        std::mem::size_of_val::<[AtomicRing]>(&self.rings)
+        std::mem::size_of_val::<[CachePadded<AtomicRing>]>(&self.rings)
             + std::mem::size_of_val::<[CachePadded<Hints>]>(&self.hints)
-            + self.rings.iter().map(AtomicRing::slot_bytes).sum::<usize>()
+            + self
+                .rings
+                .iter()
+                .map(|ring| ring.slot_bytes())
+                .sum::<usize>()
     }
 
     /// Decides `n` permits (`1 <= n <= limit`) at `now`, and on admission stamps
