@@ -29,9 +29,12 @@ mod models {
     use std::cell::Cell;
     use std::collections::HashSet;
     use std::fmt::Debug;
+    use std::future::Future;
     use std::hash::Hash;
+    use std::pin::pin;
     use std::sync::Arc as StdArc;
     use std::sync::atomic::{AtomicUsize, Ordering as StdOrdering};
+    use std::task::{Context, Poll, Waker};
     use std::time::{Duration, Instant};
 
     use loom::sync::Arc;
@@ -397,6 +400,31 @@ mod models {
                 }
             }
         })
+    }
+
+    /// Wakes a loom thread parked in [`block_on`].
+    struct Unpark(thread::Thread);
+
+    impl std::task::Wake for Unpark {
+        fn wake(self: StdArc<Self>) {
+            self.0.unpark();
+        }
+    }
+
+    /// Polls `future` on this loom thread until it is ready, parking between
+    /// polls (loom's own `block_on` needs a feature the loom crate is not
+    /// built with here). A wake-up that never comes leaves the thread parked:
+    /// a deadlock loom reports.
+    pub fn block_on<F: Future>(future: F) -> F::Output {
+        let waker = Waker::from(StdArc::new(Unpark(thread::current())));
+        let mut cx = Context::from_waker(&waker);
+        let mut future = pin!(future);
+        loop {
+            if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+                return output;
+            }
+            thread::park();
+        }
     }
 
     /// Joins `handles` in order: each thread's recorded requests.

@@ -32,7 +32,7 @@ use loom::sync::atomic::{AtomicU32, Ordering};
 use loom::thread;
 use tollgate::fault::{Fault, inject};
 use tollgate::{ConcurrencyLimit, LockingConcurrencyLimit, Permit, PermitSource};
-use tollgate_loom_tests::{explore, explore_races};
+use tollgate_loom_tests::{block_on, explore, explore_races};
 
 /// Counts the holders of a limit's permits, as the model sees them.
 struct Holders {
@@ -65,31 +65,6 @@ impl Holders {
         self.now.fetch_sub(1, Ordering::SeqCst);
         drop(permit);
         result
-    }
-}
-
-/// Wakes a loom thread parked in [`block_on`].
-struct Unpark(thread::Thread);
-
-impl std::task::Wake for Unpark {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
-/// Polls `future` on this loom thread until it is ready, parking between
-/// polls (loom's own `block_on` needs a feature the loom crate is not built
-/// with here). A wake-up that never comes leaves the thread parked: a
-/// deadlock loom reports.
-fn block_on<F: Future>(future: F) -> F::Output {
-    let waker = Waker::from(Arc::new(Unpark(thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut future = pin!(future);
-    loop {
-        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
-            return output;
-        }
-        thread::park();
     }
 }
 

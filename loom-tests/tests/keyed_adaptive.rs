@@ -20,10 +20,7 @@
 //! out.
 
 use std::collections::hash_map::DefaultHasher;
-use std::future::Future;
 use std::hash::BuildHasherDefault;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use loom::sync::Arc;
@@ -32,7 +29,7 @@ use loom::thread;
 use tollgate::fault::{Fault, inject};
 use tollgate::keyed::KeyedAdaptiveLimit;
 use tollgate::{Aimd, ManualClock, OwnedAdaptivePermit};
-use tollgate_loom_tests::{explore, explore_races};
+use tollgate_loom_tests::{block_on, explore, explore_races};
 
 /// A fixed hasher: loom replays each execution, so the keys' shards must not
 /// change from one to the next (the default hasher is seeded at random).
@@ -82,30 +79,6 @@ impl Holders {
         count.fetch_sub(1, Ordering::SeqCst);
         permit.ignore();
         true
-    }
-}
-
-/// Wakes a loom thread parked in [`block_on`].
-struct Unpark(thread::Thread);
-
-impl std::task::Wake for Unpark {
-    fn wake(self: std::sync::Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
-/// Polls `future` on this loom thread until it is ready, parking between
-/// polls. A wake-up that never comes leaves the thread parked: a deadlock
-/// loom reports.
-fn block_on<F: Future>(future: F) -> F::Output {
-    let waker = Waker::from(std::sync::Arc::new(Unpark(thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut future = pin!(future);
-    loop {
-        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
-            return output;
-        }
-        thread::park();
     }
 }
 
