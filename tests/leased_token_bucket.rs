@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use support::{
-    Admission, ReferenceTokenBucket, Step, Workers, assert_agree, check_token_bucket,
-    expected_per_round, lockstep, mixed, round_times,
+    Admission, ReferenceTokenBucket, Step, Workers, assert_agree, bucket_config,
+    check_token_bucket, expected_per_round, lockstep, mixed, round_times,
 };
 use tollgate::{Denied, LeasedTokenBucket, LockingTokenBucket, ManualClock, Rate, RateLimiter};
 
@@ -34,17 +34,6 @@ fn ops(capacity: u32, interval: u64) -> impl Strategy<Value = Vec<Op>> {
         1 => (0..=2 * interval).prop_map(Op::Back),
     ];
     proptest::collection::vec(op, 1..200)
-}
-
-fn config() -> impl Strategy<Value = (u32, u32, u64)> {
-    (
-        1..=10u32,
-        1..=50u32,
-        prop_oneof![1_000..=10_000u64, 999_999_937..=1_000_000_000u64],
-    )
-        .prop_filter("at most one permit per ns", |&(_, permits, period)| {
-            period >= u64::from(permits)
-        })
 }
 
 /// Clock times for `ops`, scaled from a 3 µs interval to the bucket's.
@@ -73,7 +62,7 @@ proptest! {
     /// report identical snapshots; what they admit keeps the bound.
     #[test]
     fn leased_twin_and_reference_agree(
-        (capacity, permits, period) in config(),
+        (capacity, permits, period) in bucket_config(),
         seed_ops in ops(10, 3_000),
     ) {
         let rate = Rate::new(permits, Duration::from_nanos(period));
@@ -108,7 +97,7 @@ proptest! {
     /// agree decision for decision and snapshot for snapshot.
     #[test]
     fn leased_and_twin_agree_when_time_steps_back(
-        (capacity, permits, period) in config(),
+        (capacity, permits, period) in bucket_config(),
         seed_ops in ops(10, 3_000),
     ) {
         let rate = Rate::new(permits, Duration::from_nanos(period));
@@ -134,7 +123,7 @@ proptest! {
     /// capacity is available again from any thread (no permit stays stranded).
     #[test]
     fn spread_over_stripes_keeps_the_bound_and_recovers(
-        (capacity, permits, period) in config(),
+        (capacity, permits, period) in bucket_config(),
         seed_ops in ops(10, 3_000),
         who in proptest::collection::vec(0..3usize, 200),
     ) {

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Barrier, Mutex, mpsc};
 use std::time::Duration;
 
+use proptest::prelude::*;
 use tollgate::{Denied, LogConfig, ManualClock, Rate, RateLimiter, Snapshot};
 
 /// One admission: the decision time (ns since the limiter was built) and permits.
@@ -851,4 +852,19 @@ pub fn rule_violations(phases: &[Phase], admitted: &[(u32, u64, u32, usize)]) ->
         }
     }
     violations
+}
+
+/// A bucket's capacity and rate for the property tests, `(capacity, permits,
+/// period in ns)`: periods of a few µs, where rounding bites, or about a
+/// second (a prime just under it among them), never more than one permit a
+/// nanosecond.
+pub fn bucket_config() -> impl Strategy<Value = (u32, u32, u64)> {
+    (
+        1..=10u32,
+        1..=50u32,
+        prop_oneof![1_000..=10_000u64, 999_999_937..=1_000_000_000u64],
+    )
+        .prop_filter("at most one permit per ns", |&(_, permits, period)| {
+            period >= u64::from(permits)
+        })
 }
