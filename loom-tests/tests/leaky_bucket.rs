@@ -12,7 +12,6 @@
 //! schedule, and a final state that is exactly what the granted starts imply.
 
 use std::cell::Cell;
-use std::time::Duration;
 
 use loom::sync::Arc;
 use loom::thread;
@@ -73,6 +72,19 @@ struct ShaperSpec {
 }
 
 impl ShaperSpec {
+    /// The shaper the spec describes, one start per [`INTERVAL`], on a manual
+    /// clock at 0, and a handle to move that clock.
+    fn shaper(&self) -> (Arc<Shaper<RecordingClock>>, ManualClock) {
+        on_manual_clock(|clock| {
+            Shaper::with_clock(
+                Rate::new(1, nanos(INTERVAL)),
+                self.burst,
+                nanos(self.max_wait),
+                clock,
+            )
+        })
+    }
+
     fn start(&self, (end, last): (u64, u64), now: u64) -> u64 {
         end.max(now)
             .saturating_sub(u64::from(self.burst) * INTERVAL)
@@ -154,16 +166,7 @@ fn shaper_queues_racing_requests_while_the_clock_moves() {
                 max_wait: 2 * INTERVAL,
                 capacity: 3,
             };
-            let clock = ManualClock::new();
-            let shaper = Arc::new(
-                Shaper::with_clock(
-                    Rate::new(1, nanos(INTERVAL)),
-                    spec.burst,
-                    nanos(spec.max_wait),
-                    RecordingClock::new(clock.clone()),
-                )
-                .unwrap(),
-            );
+            let (shaper, clock) = spec.shaper();
 
             let (s, c) = (shaper.clone(), clock.clone());
             let advancer = thread::spawn(move || {
@@ -208,16 +211,7 @@ fn shaper_burst_and_try_acquire_race() {
             max_wait: 0,
             capacity: 2,
         };
-        let clock = ManualClock::new();
-        let shaper = Arc::new(
-            Shaper::with_clock(
-                Rate::new(1, nanos(INTERVAL)),
-                spec.burst,
-                Duration::ZERO,
-                RecordingClock::new(clock.clone()),
-            )
-            .unwrap(),
-        );
+        let (shaper, clock) = spec.shaper();
         let (s, c) = (shaper.clone(), clock.clone());
         let a = thread::spawn(move || {
             let ops = vec![record(1, || s.try_acquire())];
@@ -261,16 +255,7 @@ fn shaper_stale_reading_books_behind_a_later_start() {
                 max_wait: INTERVAL,
                 capacity: 4,
             };
-            let clock = ManualClock::new();
-            let shaper = Arc::new(
-                Shaper::with_clock(
-                    Rate::new(1, nanos(INTERVAL)),
-                    spec.burst,
-                    nanos(spec.max_wait),
-                    RecordingClock::new(clock.clone()),
-                )
-                .unwrap(),
-            );
+            let (shaper, clock) = spec.shaper();
             assert_eq!(shaper.capacity(), spec.capacity);
             // Built at 0, so readings and starts share one origin.
             clock.set(90);
