@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use support::{
-    Admission, ReferenceTokenBucket, Step, Workers, assert_agree, bucket_config,
-    check_token_bucket, expected_per_round, lockstep, mixed, round_times,
+    Admission, ReferenceTokenBucket, Step, Workers, admitted_at, assert_agree, bucket_config,
+    check_token_bucket, demanded_and_got, expected_per_round, lockstep, mixed, round_times,
+    stress_mode, stress_round,
 };
 use tollgate::{Denied, LeasedTokenBucket, LockingTokenBucket, ManualClock, Rate, RateLimiter};
 
@@ -280,22 +281,7 @@ fn stress_rounds(
     let times = round_times(ROUNDS, interval * 25);
     let b = bucket.clone();
     let rounds = lockstep(&clock, THREADS, &times, move |thread, round| {
-        let mut mine = Vec::new();
-        for attempt in 0..ATTEMPTS {
-            let n = sizes(thread, attempt + round * ATTEMPTS);
-            match b.try_acquire_n(n) {
-                Ok(()) => mine.push((n, true)),
-                Err(Denied::RetryAfter(wait)) => {
-                    assert!(!wait.is_zero());
-                    mine.push((n, false));
-                    if stop_at_denial {
-                        break;
-                    }
-                }
-                Err(other) => panic!("unexpected {other:?} for n = {n}"),
-            }
-        }
-        mine
+        stress_round(&*b, sizes, (thread, round), ATTEMPTS, stop_at_denial)
     });
     let mut admissions = Vec::new();
     // A sequential GCRA fed the recorded admissions: its room at each round is
@@ -303,25 +289,15 @@ fn stress_rounds(
     let (mut tat, mut admissible, mut missed, mut admitted) = (0u64, 0u64, 0u64, 0u64);
     for (round, requests) in rounds.iter().enumerate() {
         let at = times[round];
-        let got: u64 = requests
-            .iter()
-            .filter(|r| r.1)
-            .map(|r| u64::from(r.0))
-            .sum();
+        let (demand, got) = demanded_and_got(requests);
         let room = (at + u64::from(capacity) * interval).saturating_sub(tat.max(at)) / interval;
-        let demand: u64 = requests.iter().map(|r| u64::from(r.0)).sum();
         admissible += room.min(demand);
         // Permits denied while the room covered them (for single permits,
         // exactly the shortfall; for mixed sizes, an upper estimate).
         missed += room.min(demand).saturating_sub(got);
         admitted += got;
         tat = tat.max(at) + got * interval;
-        admissions.extend(
-            requests
-                .iter()
-                .filter(|r| r.1)
-                .map(|&(n, _)| Admission { at, n }),
-        );
+        admissions.extend(admitted_at(at, requests));
     }
     check_token_bucket(&admissions, capacity, permits as u32, period);
     // What a sequential bucket admits when every round's demand exceeds its
@@ -334,11 +310,7 @@ fn stress_rounds(
         "leased token bucket, {THREADS} threads, {stripes} stripes, capacity {capacity}, \
          {} requests: admitted {admitted} (sequential bucket: {sequential}), \
          admissible {admissible}, denied with room {missed}",
-        if stop_at_denial {
-            "stop at first denial"
-        } else {
-            "64 per round"
-        }
+        stress_mode(stop_at_denial)
     );
 }
 

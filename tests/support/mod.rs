@@ -868,3 +868,60 @@ pub fn bucket_config() -> impl Strategy<Value = (u32, u32, u64)> {
             period >= u64::from(permits)
         })
 }
+
+/// The requests of one thread in one lock-step round of a leased limiter's
+/// stress test, each `(permits, admitted)`: `attempts` requests, the next
+/// size from `sizes(thread, attempt + round · attempts)`, and with
+/// `stop_at_denial` none after the first denial. A denial must name a wait.
+pub fn stress_round<L: RateLimiter + ?Sized>(
+    limiter: &L,
+    sizes: fn(usize, usize) -> u32,
+    (thread, round): (usize, usize),
+    attempts: usize,
+    stop_at_denial: bool,
+) -> Vec<(u32, bool)> {
+    let mut mine = Vec::new();
+    for attempt in 0..attempts {
+        let n = sizes(thread, attempt + round * attempts);
+        match limiter.try_acquire_n(n) {
+            Ok(()) => mine.push((n, true)),
+            Err(Denied::RetryAfter(wait)) => {
+                assert!(!wait.is_zero());
+                mine.push((n, false));
+                if stop_at_denial {
+                    break;
+                }
+            }
+            Err(other) => panic!("unexpected {other:?} for n = {n}"),
+        }
+    }
+    mine
+}
+
+/// The permits a round's requests asked for, and those admitted.
+pub fn demanded_and_got(requests: &[(u32, bool)]) -> (u64, u64) {
+    let demand = requests.iter().map(|r| u64::from(r.0)).sum();
+    let got = requests
+        .iter()
+        .filter(|r| r.1)
+        .map(|r| u64::from(r.0))
+        .sum();
+    (demand, got)
+}
+
+/// A round's admitted requests, at its decision time `at`.
+pub fn admitted_at(at: u64, requests: &[(u32, bool)]) -> impl Iterator<Item = Admission> + '_ {
+    requests
+        .iter()
+        .filter(|r| r.1)
+        .map(move |&(n, _)| Admission { at, n })
+}
+
+/// How a stress test's threads ask, for its report.
+pub fn stress_mode(stop_at_denial: bool) -> &'static str {
+    if stop_at_denial {
+        "stop at first denial"
+    } else {
+        "64 per round"
+    }
+}
