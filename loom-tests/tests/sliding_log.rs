@@ -24,8 +24,9 @@ use tollgate::fault::{Fault, inject};
 use tollgate::{Clock, Denied, ManualClock, Rate, RateLimiter, SlidingLog};
 use tollgate_loom_tests::{
     Move::{By, To},
-    Op, RecordingClock, Subject, advance_between_acquires, explore, explore_races, join_all, nanos,
-    on_manual_clock, race_a_moving_clock, race_an_advance, record, requester, single_threaded_tail,
+    Op, RecordingClock, Subject, advance_between_acquires, clock_mover, explore, explore_races,
+    join_all, nanos, on_manual_clock, race_a_moving_clock, race_an_advance, record, requester,
+    single_threaded_tail,
 };
 
 /// The window: 10 ns.
@@ -215,10 +216,7 @@ fn reconfiguration_races_acquires() {
         const LIMIT: u32 = 1;
         let (log, clock) = sliding_log(LIMIT);
 
-        let l = log.clone();
-        let acquirer = thread::spawn(move || {
-            vec![record(1, || l.try_acquire()), record(1, || l.try_acquire())]
-        });
+        let acquirer = requester(&log, &[1, 1]);
         let (l, c) = (log.clone(), clock.clone());
         let changer = thread::spawn(move || {
             // The same rate: the limit in force never changes, so the plain
@@ -244,10 +242,7 @@ fn growing_reconfiguration_races_acquires() {
         || {
             let (log, clock) = sliding_log(1);
 
-            let l = log.clone();
-            let acquirer = thread::spawn(move || {
-                vec![record(1, || l.try_acquire()), record(1, || l.try_acquire())]
-            });
+            let acquirer = requester(&log, &[1, 1]);
             let l = log.clone();
             let changer = thread::spawn(move || {
                 l.reconfigure(Rate::new(2, nanos(WINDOW))).unwrap();
@@ -281,21 +276,10 @@ fn counting_denied_attempts_races() {
             .with_stripes(1)
             .count_denied(true),
         );
-        let hammers: Vec<_> = (0..2)
-            .map(|_| {
-                let l = log.clone();
-                thread::spawn(move || {
-                    vec![record(1, || l.try_acquire()), record(1, || l.try_acquire())]
-                })
-            })
-            .collect();
+        let hammers: Vec<_> = (0..2).map(|_| requester(&log, &[1, 1])).collect();
         // Half a window, twice: a denial logged at 5 keeps the log closed until 15.
-        let c = clock.clone();
-        let ticker = thread::spawn(move || {
-            c.advance(nanos(WINDOW / 2));
-            c.advance(nanos(WINDOW / 2));
-        });
-        let threads: Vec<_> = hammers.into_iter().map(|h| h.join().unwrap()).collect();
+        let ticker = clock_mover(&clock, &[By(WINDOW / 2), By(WINDOW / 2)]);
+        let threads = join_all(hammers);
         ticker.join().unwrap();
         // Denied attempts are logged, admitted permits still keep the limit.
         assert!(admitted(&threads) >= 1, "{threads:#?}");
@@ -407,8 +391,7 @@ fn late_undo_meets_a_later_lap() {
         const LIMIT: u32 = 2;
         let (log, clock) = striped_log(LIMIT, 2);
 
-        let l = log.clone();
-        let pair = thread::spawn(move || vec![record(2, || l.try_acquire_n(2))]);
+        let pair = requester(&log, &[2]);
         let (l, c) = (log.clone(), clock.clone());
         let mover = thread::spawn(move || {
             let mut ops = vec![record(1, || l.try_acquire())];
@@ -519,20 +502,9 @@ fn rules_race_a_ticking_clock(name: &'static str, largest_only: bool) {
     explore_races(name, 2, move || {
         inject(Fault::LargestRuleOnly, largest_only);
         let (log, clock) = ruled_log(false);
-        let acquirers: Vec<_> = (0..2)
-            .map(|_| {
-                let l = log.clone();
-                thread::spawn(move || {
-                    vec![record(1, || l.try_acquire()), record(1, || l.try_acquire())]
-                })
-            })
-            .collect();
-        let c = clock.clone();
-        let ticker = thread::spawn(move || {
-            c.advance(nanos(WINDOW));
-            c.advance(nanos(WINDOW));
-        });
-        let threads: Vec<_> = acquirers.into_iter().map(|h| h.join().unwrap()).collect();
+        let acquirers: Vec<_> = (0..2).map(|_| requester(&log, &[1, 1])).collect();
+        let ticker = clock_mover(&clock, &[By(WINDOW), By(WINDOW)]);
+        let threads = join_all(acquirers);
         ticker.join().unwrap();
         assert!(admitted(&threads) >= 1, "{threads:#?}");
         verify_rules(&log, &clock, threads);
@@ -589,17 +561,9 @@ fn several_rules_counting_denied_attempts_race() {
         2,
         || {
             let (log, clock) = ruled_log(true);
-            let hammers: Vec<_> = (0..2)
-                .map(|_| {
-                    let l = log.clone();
-                    thread::spawn(move || {
-                        vec![record(1, || l.try_acquire()), record(1, || l.try_acquire())]
-                    })
-                })
-                .collect();
-            let c = clock.clone();
-            let ticker = thread::spawn(move || c.advance(nanos(WINDOW)));
-            let threads: Vec<_> = hammers.into_iter().map(|h| h.join().unwrap()).collect();
+            let hammers: Vec<_> = (0..2).map(|_| requester(&log, &[1, 1])).collect();
+            let ticker = clock_mover(&clock, &[By(WINDOW)]);
+            let threads = join_all(hammers);
             ticker.join().unwrap();
             assert!(admitted(&threads) >= 1, "{threads:#?}");
             for (limit, window) in RULES {
@@ -751,7 +715,7 @@ fn known_bad_multinolock_is_caught() {
                 thread::spawn(move || vec![record(1, || s.try_acquire())])
             })
             .collect();
-        let threads: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let threads = join_all(handles);
         if admitted(&threads) > LIMIT {
             eprintln!(
                 "MultiNoLock state after the over-admission: {}",
