@@ -11,24 +11,13 @@ use std::time::Duration;
 use proptest::prelude::*;
 use support::{
     Admission, Reference, ReferenceLeakyBucket, ReferenceShaper, Start, Step, assert_agree,
-    check_leaky_bucket, check_shaper, check_shaper_any_order, expected_per_round, lockstep, one,
-    round_times, stress,
+    bucket_config, check_leaky_bucket, check_shaper, check_shaper_any_order, expected_per_round,
+    lockstep, one, round_times, stress,
 };
 use tollgate::{
     ConfigError, Denied, LeakyBucket, LockingLeakyBucket, LockingShaper, ManualClock, Rate,
     RateLimiter, Reserve, Shaper, TokenBucket,
 };
-
-fn config() -> impl Strategy<Value = (u32, u32, u64)> {
-    (
-        1..=10u32,
-        1..=50u32,
-        prop_oneof![1_000..=10_000u64, 999_999_937..=1_000_000_000u64],
-    )
-        .prop_filter("at most one permit per ns", |&(_, permits, period)| {
-            period >= u64::from(permits)
-        })
-}
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -90,7 +79,7 @@ proptest! {
     /// nanosecond) and report identical snapshots; the level never overflows.
     #[test]
     fn meter_twin_reference_and_token_bucket_agree(
-        (capacity, permits, period) in config(),
+        (capacity, permits, period) in bucket_config(),
         seed_ops in ops(10),
     ) {
         let rate = Rate::new(permits, Duration::from_nanos(period));

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use support::{
-    Admission, ReferenceFixedWindow, Step, Workers, assert_agree, check_fixed_window, lockstep,
-    mixed, round_times,
+    Admission, ReferenceFixedWindow, Step, Workers, admitted_at, assert_agree, check_fixed_window,
+    demanded_and_got, lockstep, mixed, round_times, stress_mode, stress_round,
 };
 use tollgate::{Denied, LeasedFixedWindow, LockingFixedWindow, ManualClock, Rate, RateLimiter};
 
@@ -263,22 +263,7 @@ fn stress_rounds(stripes: usize, limit: u32, sizes: fn(usize, usize) -> u32, sto
     let times = round_times(ROUNDS, window / 4);
     let l = limiter.clone();
     let rounds = lockstep(&clock, THREADS, &times, move |thread, round| {
-        let mut mine = Vec::new();
-        for attempt in 0..ATTEMPTS {
-            let n = sizes(thread, attempt + round * ATTEMPTS);
-            match l.try_acquire_n(n) {
-                Ok(()) => mine.push((n, true)),
-                Err(Denied::RetryAfter(wait)) => {
-                    assert!(!wait.is_zero());
-                    mine.push((n, false));
-                    if stop_at_denial {
-                        break;
-                    }
-                }
-                Err(other) => panic!("unexpected {other:?} for n = {n}"),
-            }
-        }
-        mine
+        stress_round(&*l, sizes, (thread, round), ATTEMPTS, stop_at_denial)
     });
     let mut admissions = Vec::new();
     let (mut current, mut used) = (u64::MAX, 0u64);
@@ -290,12 +275,7 @@ fn stress_rounds(stripes: usize, limit: u32, sizes: fn(usize, usize) -> u32, sto
             used = 0;
             seq_used = 0;
         }
-        let got: u64 = requests
-            .iter()
-            .filter(|r| r.1)
-            .map(|r| u64::from(r.0))
-            .sum();
-        let demand: u64 = requests.iter().map(|r| u64::from(r.0)).sum();
+        let (demand, got) = demanded_and_got(requests);
         let room = u64::from(limit) - used;
         // Denied while the window, as the recorded admissions leave it, had
         // room for them (single permits: exactly the shortfall).
@@ -306,22 +286,13 @@ fn stress_rounds(stripes: usize, limit: u32, sizes: fn(usize, usize) -> u32, sto
         sequential += seq;
         used += got;
         admitted += got;
-        admissions.extend(
-            requests
-                .iter()
-                .filter(|r| r.1)
-                .map(|&(n, _)| Admission { at, n }),
-        );
+        admissions.extend(admitted_at(at, requests));
     }
     check_fixed_window(&admissions, limit, window);
     println!(
         "leased fixed window, {THREADS} threads, {stripes} stripes, limit {limit}, {}: \
          admitted {admitted} (sequential window: {sequential}), denied with room {missed}",
-        if stop_at_denial {
-            "stop at first denial"
-        } else {
-            "64 per round"
-        }
+        stress_mode(stop_at_denial)
     );
 }
 

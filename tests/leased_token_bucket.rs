@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use support::{
-    Admission, ReferenceTokenBucket, Step, Workers, assert_agree, check_token_bucket,
-    expected_per_round, lockstep, mixed, round_times,
+    Admission, ReferenceTokenBucket, Step, Workers, admitted_at, assert_agree, bucket_config,
+    check_token_bucket, demanded_and_got, expected_per_round, lockstep, mixed, round_times,
+    stress_mode, stress_round,
 };
 use tollgate::{Denied, LeasedTokenBucket, LockingTokenBucket, ManualClock, Rate, RateLimiter};
 
@@ -34,17 +35,6 @@ fn ops(capacity: u32, interval: u64) -> impl Strategy<Value = Vec<Op>> {
         1 => (0..=2 * interval).prop_map(Op::Back),
     ];
     proptest::collection::vec(op, 1..200)
-}
-
-fn config() -> impl Strategy<Value = (u32, u32, u64)> {
-    (
-        1..=10u32,
-        1..=50u32,
-        prop_oneof![1_000..=10_000u64, 999_999_937..=1_000_000_000u64],
-    )
-        .prop_filter("at most one permit per ns", |&(_, permits, period)| {
-            period >= u64::from(permits)
-        })
 }
 
 /// Clock times for `ops`, scaled from a 3 µs interval to the bucket's.
@@ -73,7 +63,7 @@ proptest! {
     /// report identical snapshots; what they admit keeps the bound.
     #[test]
     fn leased_twin_and_reference_agree(
-        (capacity, permits, period) in config(),
+        (capacity, permits, period) in bucket_config(),
         seed_ops in ops(10, 3_000),
     ) {
         let rate = Rate::new(permits, Duration::from_nanos(period));
@@ -108,7 +98,7 @@ proptest! {
     /// agree decision for decision and snapshot for snapshot.
     #[test]
     fn leased_and_twin_agree_when_time_steps_back(
-        (capacity, permits, period) in config(),
+        (capacity, permits, period) in bucket_config(),
         seed_ops in ops(10, 3_000),
     ) {
         let rate = Rate::new(permits, Duration::from_nanos(period));
@@ -134,7 +124,7 @@ proptest! {
     /// capacity is available again from any thread (no permit stays stranded).
     #[test]
     fn spread_over_stripes_keeps_the_bound_and_recovers(
-        (capacity, permits, period) in config(),
+        (capacity, permits, period) in bucket_config(),
         seed_ops in ops(10, 3_000),
         who in proptest::collection::vec(0..3usize, 200),
     ) {
@@ -291,22 +281,7 @@ fn stress_rounds(
     let times = round_times(ROUNDS, interval * 25);
     let b = bucket.clone();
     let rounds = lockstep(&clock, THREADS, &times, move |thread, round| {
-        let mut mine = Vec::new();
-        for attempt in 0..ATTEMPTS {
-            let n = sizes(thread, attempt + round * ATTEMPTS);
-            match b.try_acquire_n(n) {
-                Ok(()) => mine.push((n, true)),
-                Err(Denied::RetryAfter(wait)) => {
-                    assert!(!wait.is_zero());
-                    mine.push((n, false));
-                    if stop_at_denial {
-                        break;
-                    }
-                }
-                Err(other) => panic!("unexpected {other:?} for n = {n}"),
-            }
-        }
-        mine
+        stress_round(&*b, sizes, (thread, round), ATTEMPTS, stop_at_denial)
     });
     let mut admissions = Vec::new();
     // A sequential GCRA fed the recorded admissions: its room at each round is
@@ -314,25 +289,15 @@ fn stress_rounds(
     let (mut tat, mut admissible, mut missed, mut admitted) = (0u64, 0u64, 0u64, 0u64);
     for (round, requests) in rounds.iter().enumerate() {
         let at = times[round];
-        let got: u64 = requests
-            .iter()
-            .filter(|r| r.1)
-            .map(|r| u64::from(r.0))
-            .sum();
+        let (demand, got) = demanded_and_got(requests);
         let room = (at + u64::from(capacity) * interval).saturating_sub(tat.max(at)) / interval;
-        let demand: u64 = requests.iter().map(|r| u64::from(r.0)).sum();
         admissible += room.min(demand);
         // Permits denied while the room covered them (for single permits,
         // exactly the shortfall; for mixed sizes, an upper estimate).
         missed += room.min(demand).saturating_sub(got);
         admitted += got;
         tat = tat.max(at) + got * interval;
-        admissions.extend(
-            requests
-                .iter()
-                .filter(|r| r.1)
-                .map(|&(n, _)| Admission { at, n }),
-        );
+        admissions.extend(admitted_at(at, requests));
     }
     check_token_bucket(&admissions, capacity, permits as u32, period);
     // What a sequential bucket admits when every round's demand exceeds its
@@ -345,11 +310,7 @@ fn stress_rounds(
         "leased token bucket, {THREADS} threads, {stripes} stripes, capacity {capacity}, \
          {} requests: admitted {admitted} (sequential bucket: {sequential}), \
          admissible {admissible}, denied with room {missed}",
-        if stop_at_denial {
-            "stop at first denial"
-        } else {
-            "64 per round"
-        }
+        stress_mode(stop_at_denial)
     );
 }
 

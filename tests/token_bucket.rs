@@ -5,7 +5,7 @@ mod support;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use support::{ReferenceTokenBucket, Step, assert_agree, check_token_bucket};
+use support::{ReferenceTokenBucket, Step, assert_agree, bucket_config, check_token_bucket};
 use tollgate::{Denied, LockingTokenBucket, ManualClock, Rate, RateLimiter, TokenBucket};
 
 #[derive(Debug, Clone)]
@@ -26,17 +26,6 @@ fn ops(capacity: u32, interval: u64) -> impl Strategy<Value = Vec<Op>> {
     proptest::collection::vec(op, 1..200)
 }
 
-fn config() -> impl Strategy<Value = (u32, u32, u64)> {
-    (
-        1..=10u32,
-        1..=50u32,
-        prop_oneof![1_000..=10_000u64, 999_999_937..=1_000_000_000u64],
-    )
-        .prop_filter("at most one permit per ns", |&(_, permits, period)| {
-            period >= u64::from(permits)
-        })
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
@@ -45,7 +34,7 @@ proptest! {
     /// keeps the bound.
     #[test]
     fn atomic_twin_and_reference_agree(
-        (capacity, permits, period) in config(),
+        (capacity, permits, period) in bucket_config(),
         seed_ops in ops(10, 3_000),
     ) {
         let rate = Rate::new(permits, Duration::from_nanos(period));
@@ -74,7 +63,7 @@ proptest! {
     /// waiting one nanosecond less does not.
     #[test]
     fn retry_after_is_exact(
-        (capacity, permits, period) in config(),
+        (capacity, permits, period) in bucket_config(),
         drain in 1..=10u32,
         n in 1..=10u32,
     ) {

@@ -29,12 +29,17 @@ mod models {
     use std::cell::Cell;
     use std::collections::HashSet;
     use std::fmt::Debug;
+    use std::future::Future;
     use std::hash::Hash;
+    use std::pin::pin;
     use std::sync::Arc as StdArc;
     use std::sync::atomic::{AtomicUsize, Ordering as StdOrdering};
+    use std::task::{Context, Poll, Waker};
     use std::time::{Duration, Instant};
 
-    use tollgate::{Clock, Denied, ManualClock, RateLimiter};
+    use loom::sync::Arc;
+    use loom::thread::{self, JoinHandle};
+    use tollgate::{Clock, ConfigError, Denied, ManualClock, RateLimiter};
 
     loom::thread_local! {
         /// Clock readings taken by this loom thread since the last [`record`], and
@@ -200,6 +205,231 @@ mod models {
             model();
         });
         report.iterations.load(StdOrdering::Relaxed)
+    }
+
+    /// [`explore`], and asserts that the model raced: a model that ran in a
+    /// single interleaving explored nothing.
+    pub fn explore_races(
+        name: &str,
+        preemption_bound: usize,
+        model: impl Fn() + Sync + Send + 'static,
+    ) {
+        let explored = explore(name, preemption_bound, model);
+        assert!(explored > 1);
+    }
+
+    /// `ns` nanoseconds: the models' clocks move by a few at a time.
+    pub fn nanos(ns: u64) -> Duration {
+        Duration::from_nanos(ns)
+    }
+
+    /// A limiter that `build` makes on a [`RecordingClock`] of a fresh
+    /// manual clock at 0, and a handle to move that clock.
+    ///
+    /// Panics if `build` refuses its configuration.
+    pub fn on_manual_clock<L>(
+        build: impl FnOnce(RecordingClock) -> Result<L, ConfigError>,
+    ) -> (Arc<L>, ManualClock) {
+        let clock = ManualClock::new();
+        let limiter = build(RecordingClock::new(clock.clone())).expect("a valid configuration");
+        (Arc::new(limiter), clock)
+    }
+
+    /// A limiter the shared model shapes run on: how a model makes a fresh one
+    /// of a given capacity (burst or limit) on a manual clock at 0, and every
+    /// check it makes once its threads are joined.
+    pub struct Subject<L> {
+        /// A fresh limiter of the capacity, and a handle to move its clock.
+        pub build: fn(u32) -> (Arc<L>, ManualClock),
+        /// The checks on the joined threads' requests, given the clock and
+        /// the capacity.
+        pub verify: fn(&L, &ManualClock, u32, Vec<Vec<Op>>),
+    }
+
+    impl<L: RateLimiter + Send + Sync + 'static> Subject<L> {
+        /// [`explore_races`] with a fresh limiter of `capacity` in every
+        /// interleaving: `model` races its threads on it and returns their
+        /// requests, which the subject's checks then judge.
+        pub fn explore(
+            &self,
+            name: &str,
+            preemption_bound: usize,
+            capacity: u32,
+            model: impl Fn(&Arc<L>, &ManualClock) -> Vec<Vec<Op>> + Sync + Send + 'static,
+        ) {
+            let (build, verify) = (self.build, self.verify);
+            explore_races(name, preemption_bound, move || {
+                let (limiter, clock) = build(capacity);
+                let threads = model(&limiter, &clock);
+                verify(&limiter, &clock, capacity, threads);
+            });
+        }
+    }
+
+    /// Requests that can never be admitted (none, one more than `capacity`,
+    /// `u32::MAX`), made while other threads race: they must be rejected as
+    /// such, without reading the clock or touching the state.
+    pub fn invalid_requests(limiter: &impl RateLimiter, capacity: u32) -> Vec<Op> {
+        let ops = [0, capacity + 1, u32::MAX].map(|n| record(n, || limiter.try_acquire_n(n)));
+        assert_eq!(ops[0].result, Err(Denied::ZeroPermits));
+        for op in &ops[1..] {
+            assert_eq!(
+                op.result,
+                Err(Denied::ExceedsCapacity {
+                    requested: op.n,
+                    capacity
+                })
+            );
+        }
+        ops.to_vec()
+    }
+
+    /// Two threads race single permits across a move of the clock: one asks,
+    /// moves the clock on by `step` ns and asks again; the other asks twice,
+    /// then makes [`invalid_requests`].
+    pub fn advance_between_acquires<L: RateLimiter + Send + Sync + 'static>(
+        limiter: &Arc<L>,
+        clock: &ManualClock,
+        capacity: u32,
+        step: u64,
+    ) -> Vec<Vec<Op>> {
+        let advancer = advancer(limiter, clock, &[1], step, &[1]);
+        let racer = racer_with_invalid_requests(limiter, capacity);
+        join_all(vec![advancer, racer])
+    }
+
+    /// Spawns a thread that asks `limiter` for one permit twice, then makes
+    /// [`invalid_requests`].
+    pub fn racer_with_invalid_requests<L: RateLimiter + Send + Sync + 'static>(
+        limiter: &Arc<L>,
+        capacity: u32,
+    ) -> JoinHandle<Vec<Op>> {
+        let l = limiter.clone();
+        thread::spawn(move || {
+            let mut ops = vec![record(1, || l.try_acquire()), record(1, || l.try_acquire())];
+            ops.extend(invalid_requests(&*l, capacity));
+            ops
+        })
+    }
+
+    /// A thread for each of `requests` (its permits, request by request),
+    /// racing a last thread that moves the clock on by `step` ns and then
+    /// makes the `late` requests.
+    pub fn race_an_advance<L: RateLimiter + Send + Sync + 'static>(
+        limiter: &Arc<L>,
+        clock: &ManualClock,
+        requests: &[&[u32]],
+        step: u64,
+        late: &[u32],
+    ) -> Vec<Vec<Op>> {
+        let mut handles: Vec<_> = requests.iter().map(|r| requester(limiter, r)).collect();
+        handles.push(advancer(limiter, clock, &[], step, late));
+        join_all(handles)
+    }
+
+    /// A move of a model's clock.
+    #[derive(Debug, Clone, Copy)]
+    pub enum Move {
+        /// On by this many nanoseconds ([`ManualClock::advance`]).
+        By(u64),
+        /// To this reading in nanoseconds, backwards as well as forwards
+        /// ([`ManualClock::set`]).
+        To(u64),
+    }
+
+    /// A thread for each of `requests`, racing a thread that makes each of
+    /// `moves` of the clock in turn.
+    pub fn race_a_moving_clock<L: RateLimiter + Send + Sync + 'static>(
+        limiter: &Arc<L>,
+        clock: &ManualClock,
+        requests: &[&[u32]],
+        moves: &[Move],
+    ) -> Vec<Vec<Op>> {
+        let handles: Vec<_> = requests.iter().map(|r| requester(limiter, r)).collect();
+        let mover = clock_mover(clock, moves);
+        let threads = join_all(handles);
+        mover.join().unwrap();
+        threads
+    }
+
+    /// Spawns a thread that asks `limiter` for each of `requests` permits in
+    /// turn and returns the recorded requests.
+    pub fn requester<L: RateLimiter + Send + Sync + 'static>(
+        limiter: &Arc<L>,
+        requests: &[u32],
+    ) -> JoinHandle<Vec<Op>> {
+        let (l, requests) = (limiter.clone(), requests.to_vec());
+        thread::spawn(move || {
+            requests
+                .iter()
+                .map(|&n| record(n, || l.try_acquire_n(n)))
+                .collect()
+        })
+    }
+
+    /// Spawns a thread that asks `limiter` for each of `before` permits in
+    /// turn, moves `clock` on by `by` ns, then asks for each of `after`.
+    pub fn advancer<L: RateLimiter + Send + Sync + 'static>(
+        limiter: &Arc<L>,
+        clock: &ManualClock,
+        before: &[u32],
+        by: u64,
+        after: &[u32],
+    ) -> JoinHandle<Vec<Op>> {
+        let (l, c) = (limiter.clone(), clock.clone());
+        let (before, after) = (before.to_vec(), after.to_vec());
+        thread::spawn(move || {
+            let mut ops: Vec<Op> = before
+                .iter()
+                .map(|&n| record(n, || l.try_acquire_n(n)))
+                .collect();
+            c.advance(nanos(by));
+            ops.extend(after.iter().map(|&n| record(n, || l.try_acquire_n(n))));
+            ops
+        })
+    }
+
+    /// Spawns a thread that makes each of `moves` of `clock` in turn.
+    pub fn clock_mover(clock: &ManualClock, moves: &[Move]) -> JoinHandle<()> {
+        let (c, moves) = (clock.clone(), moves.to_vec());
+        thread::spawn(move || {
+            for &one in &moves {
+                match one {
+                    Move::By(ns) => c.advance(nanos(ns)),
+                    Move::To(reading) => c.set(reading),
+                }
+            }
+        })
+    }
+
+    /// Wakes a loom thread parked in [`block_on`].
+    struct Unpark(thread::Thread);
+
+    impl std::task::Wake for Unpark {
+        fn wake(self: StdArc<Self>) {
+            self.0.unpark();
+        }
+    }
+
+    /// Polls `future` on this loom thread until it is ready, parking between
+    /// polls (loom's own `block_on` needs a feature the loom crate is not
+    /// built with here). A wake-up that never comes leaves the thread parked:
+    /// a deadlock loom reports.
+    pub fn block_on<F: Future>(future: F) -> F::Output {
+        let waker = Waker::from(StdArc::new(Unpark(thread::current())));
+        let mut cx = Context::from_waker(&waker);
+        let mut future = pin!(future);
+        loop {
+            if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+                return output;
+            }
+            thread::park();
+        }
+    }
+
+    /// Joins `handles` in order: each thread's recorded requests.
+    pub fn join_all(handles: Vec<JoinHandle<Vec<Op>>>) -> Vec<Vec<Op>> {
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
     }
 
     /// Prints a model's statistics when it finishes, and also when it unwinds

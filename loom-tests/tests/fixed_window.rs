@@ -9,34 +9,27 @@
 //! (exact retry-afters included) and an exact single-threaded tail.
 //! `docs/verification.md` lists what each model explores and how long it takes.
 
-use std::time::Duration;
-
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::thread;
 use tollgate::{Clock, Denied, FixedWindow, ManualClock, Rate, RateLimiter};
 use tollgate_loom_tests::{
-    Op, RecordingClock, WindowSpec, assert_linearizable, assert_window_bound,
-    assert_window_bound_then, explore, record, single_threaded_tail,
+    Move::{By, To},
+    Op, RecordingClock, Subject, WindowSpec, advancer, assert_linearizable, assert_window_bound,
+    assert_window_bound_then, clock_mover, explore, join_all, nanos, on_manual_clock,
+    race_a_moving_clock, race_an_advance, racer_with_invalid_requests, record, requester,
+    single_threaded_tail,
 };
 
 /// The window's length in nanoseconds.
 const WINDOW: u64 = 10;
 
-fn nanos(ns: u64) -> Duration {
-    Duration::from_nanos(ns)
-}
-
 /// A fresh window limiter on a manual clock at 0, and a handle to move that clock.
 fn limiter(limit: u32) -> (Arc<FixedWindow<RecordingClock>>, ManualClock) {
-    let clock = ManualClock::new();
-    let window = FixedWindow::with_clock(
-        Rate::new(limit, nanos(WINDOW)),
-        RecordingClock::new(clock.clone()),
-    )
-    .expect("a valid configuration");
+    let (window, clock) =
+        on_manual_clock(|clock| FixedWindow::with_clock(Rate::new(limit, nanos(WINDOW)), clock));
     assert_eq!(window.window(), nanos(WINDOW));
-    (Arc::new(window), clock)
+    (window, clock)
 }
 
 /// Every check a model makes once its threads are joined.
@@ -58,182 +51,81 @@ fn verify(
     assert_window_bound_then(limit, WINDOW, &threads, &tail);
 }
 
-/// Requests that can never be admitted, made while other threads race: they
-/// must be rejected as such, without reading the clock or touching the state.
-fn invalid_requests(window: &FixedWindow<RecordingClock>, limit: u32) -> Vec<Op> {
-    let ops = [0, limit + 1, u32::MAX].map(|n| record(n, || window.try_acquire_n(n)));
-    assert_eq!(ops[0].result, Err(Denied::ZeroPermits));
-    for op in &ops[1..] {
-        assert_eq!(
-            op.result,
-            Err(Denied::ExceedsCapacity {
-                requested: op.n,
-                capacity: limit
-            })
-        );
-    }
-    ops.to_vec()
-}
+/// The window as the shared model shapes run it.
+const WINDOWED: Subject<FixedWindow<RecordingClock>> = Subject {
+    build: limiter,
+    verify,
+};
 
 #[test]
 fn clock_crosses_boundary_while_threads_race() {
-    let explored = explore(
-        "fixed_window::clock_crosses_boundary_while_threads_race",
-        3,
-        || {
-            const LIMIT: u32 = 2;
-            let (window, clock) = limiter(LIMIT);
-
-            let w = window.clone();
-            let first = thread::spawn(move || {
-                vec![record(1, || w.try_acquire()), record(1, || w.try_acquire())]
-            });
-            let w = window.clone();
-            let second = thread::spawn(move || {
-                let mut ops = vec![record(1, || w.try_acquire()), record(1, || w.try_acquire())];
-                ops.extend(invalid_requests(&w, LIMIT));
-                ops
-            });
-            let c = clock.clone();
-            // 0 → 6 → 12: the first step stays in window 0, the second crosses into
-            // window 1, both racing with the four acquires.
-            let ticker = thread::spawn(move || {
-                c.advance(nanos(6));
-                c.advance(nanos(6));
-            });
-
-            let threads = vec![first.join().unwrap(), second.join().unwrap()];
-            ticker.join().unwrap();
-            verify(&window, &clock, LIMIT, threads);
-        },
-    );
-    assert!(explored > 1);
+    let name = "fixed_window::clock_crosses_boundary_while_threads_race";
+    WINDOWED.explore(name, 3, 2, |window, clock| {
+        let first = requester(window, &[1, 1]);
+        let second = racer_with_invalid_requests(window, 2);
+        // 0 → 6 → 12: the first step stays in window 0, the second crosses into
+        // window 1, both racing with the four acquires.
+        let ticker = clock_mover(clock, &[By(6), By(6)]);
+        let threads = join_all(vec![first, second]);
+        ticker.join().unwrap();
+        threads
+    });
 }
 
 #[test]
 fn one_thread_crosses_boundary_between_its_acquires() {
-    let explored = explore(
-        "fixed_window::one_thread_crosses_boundary_between_its_acquires",
-        3,
-        || {
-            const LIMIT: u32 = 1;
-            let (window, clock) = limiter(LIMIT);
-
-            let (w, c) = (window.clone(), clock.clone());
-            let advancer = thread::spawn(move || {
-                let mut ops = vec![record(1, || w.try_acquire())];
-                c.advance(nanos(WINDOW));
-                ops.push(record(1, || w.try_acquire()));
-                ops
-            });
-            let w = window.clone();
-            let racer = thread::spawn(move || {
-                vec![record(1, || w.try_acquire()), record(1, || w.try_acquire())]
-            });
-
-            let threads = vec![advancer.join().unwrap(), racer.join().unwrap()];
-            // Two windows of one permit each, four requests: exactly one admission
-            // per window, in every interleaving (the advancing thread reads window
-            // 1 after its own advance, so window 1 is always reached).
-            let admitted = threads
-                .iter()
-                .flatten()
-                .filter(|op| op.result.is_ok())
-                .count();
-            assert_eq!(admitted, 2, "{threads:#?}");
-            verify(&window, &clock, LIMIT, threads);
-        },
-    );
-    assert!(explored > 1);
+    let name = "fixed_window::one_thread_crosses_boundary_between_its_acquires";
+    WINDOWED.explore(name, 3, 1, |window, clock| {
+        let advancer = advancer(window, clock, &[1], WINDOW, &[1]);
+        let racer = requester(window, &[1, 1]);
+        let threads = join_all(vec![advancer, racer]);
+        // Two windows of one permit each, four requests: exactly one admission
+        // per window, in every interleaving (the advancing thread reads window
+        // 1 after its own advance, so window 1 is always reached).
+        let admitted = threads
+            .iter()
+            .flatten()
+            .filter(|op| op.result.is_ok())
+            .count();
+        assert_eq!(admitted, 2, "{threads:#?}");
+        threads
+    });
 }
 
 #[test]
 fn three_threads_acquire_n_mixed_with_acquire() {
-    let explored = explore(
-        "fixed_window::three_threads_acquire_n_mixed_with_acquire",
-        3,
-        || {
-            const LIMIT: u32 = 2;
-            let (window, clock) = limiter(LIMIT);
-
-            let w = window.clone();
-            let pair = thread::spawn(move || vec![record(2, || w.try_acquire_n(2))]);
-            let w = window.clone();
-            let single = thread::spawn(move || vec![record(1, || w.try_acquire())]);
-            let (w, c) = (window.clone(), clock.clone());
-            let advancer = thread::spawn(move || {
-                c.advance(nanos(WINDOW));
-                vec![record(1, || w.try_acquire())]
-            });
-
-            let threads = vec![
-                pair.join().unwrap(),
-                single.join().unwrap(),
-                advancer.join().unwrap(),
-            ];
-            verify(&window, &clock, LIMIT, threads);
-        },
-    );
-    assert!(explored > 1);
+    let name = "fixed_window::three_threads_acquire_n_mixed_with_acquire";
+    WINDOWED.explore(name, 3, 2, |window, clock| {
+        race_an_advance(window, clock, &[&[2], &[1]], WINDOW, &[1])
+    });
 }
 
 #[test]
 fn demand_within_limit_is_all_admitted() {
-    let explored = explore(
-        "fixed_window::demand_within_limit_is_all_admitted",
-        3,
-        || {
-            const LIMIT: u32 = 3;
-            let (window, clock) = limiter(LIMIT);
-
-            let w = window.clone();
-            let pair = thread::spawn(move || vec![record(2, || w.try_acquire_n(2))]);
-            let (w, c) = (window.clone(), clock.clone());
-            let advancer = thread::spawn(move || {
-                // Within window 0: the limit is never reached.
-                c.advance(nanos(WINDOW / 2));
-                vec![record(1, || w.try_acquire())]
-            });
-
-            let threads = vec![pair.join().unwrap(), advancer.join().unwrap()];
-            for op in threads.iter().flatten() {
-                assert_eq!(op.result, Ok(()), "spurious denial: {threads:#?}");
-            }
-            verify(&window, &clock, LIMIT, threads);
-        },
-    );
-    assert!(explored > 1);
+    let name = "fixed_window::demand_within_limit_is_all_admitted";
+    WINDOWED.explore(name, 3, 3, |window, clock| {
+        // Within window 0: the limit is never reached.
+        let threads = race_an_advance(window, clock, &[&[2]], WINDOW / 2, &[1]);
+        for op in threads.iter().flatten() {
+            assert_eq!(op.result, Ok(()), "spurious denial: {threads:#?}");
+        }
+        threads
+    });
 }
 
 #[test]
 fn clock_stepping_back_across_boundary_races_with_acquires() {
-    let explored = explore(
-        "fixed_window::clock_stepping_back_across_boundary_races_with_acquires",
-        3,
-        || {
-            const LIMIT: u32 = 2;
-            let (window, clock) = limiter(LIMIT);
-
-            let w = window.clone();
-            let twice = thread::spawn(move || {
-                vec![record(1, || w.try_acquire()), record(1, || w.try_acquire())]
-            });
-            let w = window.clone();
-            let once = thread::spawn(move || vec![record(1, || w.try_acquire())]);
-            let c = clock.clone();
-            let stepper = thread::spawn(move || {
-                c.set(WINDOW + 2);
-                // Back into window 0: a reading there must count against window 1
-                // once window 1 is stored, never reopen window 0.
-                c.set(WINDOW - 2);
-            });
-
-            let threads = vec![twice.join().unwrap(), once.join().unwrap()];
-            stepper.join().unwrap();
-            verify(&window, &clock, LIMIT, threads);
-        },
-    );
-    assert!(explored > 1);
+    let name = "fixed_window::clock_stepping_back_across_boundary_races_with_acquires";
+    WINDOWED.explore(name, 3, 2, |window, clock| {
+        // Into window 1, then back into window 0: a reading there must count
+        // against window 1 once window 1 is stored, never reopen window 0.
+        race_a_moving_clock(
+            window,
+            clock,
+            &[&[1, 1], &[1]],
+            &[To(WINDOW + 2), To(WINDOW - 2)],
+        )
+    });
 }
 
 /// The simple window of Jianfeng Fu's "Throttling Solutions in Standalone and

@@ -12,92 +12,51 @@
 //! schedule, and a final state that is exactly what the granted starts imply.
 
 use std::cell::Cell;
-use std::time::Duration;
 
 use loom::sync::Arc;
 use loom::thread;
 use tollgate::{Denied, LeakyBucket, ManualClock, Rate, RateLimiter, Reserve, Shaper};
 use tollgate_loom_tests::{
-    Op, RecordingClock, Spec, assert_linearizable, explore, record, verify_gcra,
+    Move::To, Op, RecordingClock, Spec, Subject, advancer, assert_linearizable, explore_races,
+    join_all, nanos, on_manual_clock, race_a_moving_clock, record, requester, verify_gcra,
 };
 
 /// Nanoseconds per permit.
 const INTERVAL: u64 = 10;
 
-fn nanos(ns: u64) -> Duration {
-    Duration::from_nanos(ns)
-}
+/// The meter as the shared model shapes run it, checked as GCRA.
+const METER: Subject<LeakyBucket<RecordingClock>> = Subject {
+    build: meter,
+    verify: |bucket, clock, capacity, threads| {
+        verify_gcra(bucket, clock, capacity, INTERVAL, threads)
+    },
+};
 
 fn meter(capacity: u32) -> (Arc<LeakyBucket<RecordingClock>>, ManualClock) {
-    let clock = ManualClock::new();
-    let bucket = LeakyBucket::with_clock(
-        capacity,
-        Rate::new(1, nanos(INTERVAL)),
-        RecordingClock::new(clock.clone()),
-    )
-    .expect("a valid configuration");
-    (Arc::new(bucket), clock)
+    on_manual_clock(|clock| LeakyBucket::with_clock(capacity, Rate::new(1, nanos(INTERVAL)), clock))
 }
 
 #[test]
 fn meter_two_threads_pour_while_the_clock_moves() {
-    let explored = explore(
-        "leaky_bucket::meter_two_threads_pour_while_the_clock_moves",
-        3,
-        || {
-            const CAPACITY: u32 = 2;
-            let (bucket, clock) = meter(CAPACITY);
-
-            let (b, c) = (bucket.clone(), clock.clone());
-            let advancer = thread::spawn(move || {
-                let mut ops = vec![record(1, || b.try_acquire())];
-                c.advance(nanos(INTERVAL));
-                ops.push(record(1, || b.try_acquire()));
-                ops
-            });
-            let b = bucket.clone();
-            let pourer = thread::spawn(move || {
-                vec![
-                    record(2, || b.try_acquire_n(2)),
-                    record(1, || b.try_acquire()),
-                    record(0, || b.try_acquire_n(0)),
-                ]
-            });
-
-            let threads = vec![advancer.join().unwrap(), pourer.join().unwrap()];
-            verify_gcra(&*bucket, &clock, CAPACITY, INTERVAL, threads);
-        },
-    );
-    assert!(explored > 1);
+    let name = "leaky_bucket::meter_two_threads_pour_while_the_clock_moves";
+    METER.explore(name, 3, 2, |bucket, clock| {
+        let advancer = advancer(bucket, clock, &[1], INTERVAL, &[1]);
+        let pourer = requester(bucket, &[2, 1, 0]);
+        join_all(vec![advancer, pourer])
+    });
 }
 
 #[test]
 fn meter_clock_steps_back_while_pouring() {
-    let explored = explore(
-        "leaky_bucket::meter_clock_steps_back_while_pouring",
-        3,
-        || {
-            const CAPACITY: u32 = 1;
-            let (bucket, clock) = meter(CAPACITY);
-
-            let acquirers: Vec<_> = (0..2)
-                .map(|_| {
-                    let b = bucket.clone();
-                    thread::spawn(move || vec![record(1, || b.try_acquire())])
-                })
-                .collect();
-            let c = clock.clone();
-            let stepper = thread::spawn(move || {
-                c.set(2 * INTERVAL);
-                c.set(INTERVAL / 2);
-            });
-
-            let threads: Vec<_> = acquirers.into_iter().map(|h| h.join().unwrap()).collect();
-            stepper.join().unwrap();
-            verify_gcra(&*bucket, &clock, CAPACITY, INTERVAL, threads);
-        },
-    );
-    assert!(explored > 1);
+    let name = "leaky_bucket::meter_clock_steps_back_while_pouring";
+    METER.explore(name, 3, 1, |bucket, clock| {
+        race_a_moving_clock(
+            bucket,
+            clock,
+            &[&[1], &[1]],
+            &[To(2 * INTERVAL), To(INTERVAL / 2)],
+        )
+    });
 }
 
 /// The shaper's sequential schedule, for the linearizability check: the state is
@@ -113,6 +72,19 @@ struct ShaperSpec {
 }
 
 impl ShaperSpec {
+    /// The shaper the spec describes, one start per [`INTERVAL`], on a manual
+    /// clock at 0, and a handle to move that clock.
+    fn shaper(&self) -> (Arc<Shaper<RecordingClock>>, ManualClock) {
+        on_manual_clock(|clock| {
+            Shaper::with_clock(
+                Rate::new(1, nanos(INTERVAL)),
+                self.burst,
+                nanos(self.max_wait),
+                clock,
+            )
+        })
+    }
+
     fn start(&self, (end, last): (u64, u64), now: u64) -> u64 {
         end.max(now)
             .saturating_sub(u64::from(self.burst) * INTERVAL)
@@ -184,7 +156,7 @@ fn assert_starts(spec: &ShaperSpec, granted: &[(Op, Option<u64>)]) {
 
 #[test]
 fn shaper_queues_racing_requests_while_the_clock_moves() {
-    let explored = explore(
+    explore_races(
         "leaky_bucket::shaper_queues_racing_requests_while_the_clock_moves",
         3,
         || {
@@ -194,16 +166,7 @@ fn shaper_queues_racing_requests_while_the_clock_moves() {
                 max_wait: 2 * INTERVAL,
                 capacity: 3,
             };
-            let clock = ManualClock::new();
-            let shaper = Arc::new(
-                Shaper::with_clock(
-                    Rate::new(1, nanos(INTERVAL)),
-                    spec.burst,
-                    nanos(spec.max_wait),
-                    RecordingClock::new(clock.clone()),
-                )
-                .unwrap(),
-            );
+            let (shaper, clock) = spec.shaper();
 
             let (s, c) = (shaper.clone(), clock.clone());
             let advancer = thread::spawn(move || {
@@ -237,28 +200,18 @@ fn shaper_queues_racing_requests_while_the_clock_moves() {
             }
         },
     );
-    assert!(explored > 1);
 }
 
 #[test]
 fn shaper_burst_and_try_acquire_race() {
-    let explored = explore("leaky_bucket::shaper_burst_and_try_acquire_race", 3, || {
+    explore_races("leaky_bucket::shaper_burst_and_try_acquire_race", 3, || {
         // Two may start at once, none may wait: nginx `burst=1 nodelay`.
         let spec = ShaperSpec {
             burst: 1,
             max_wait: 0,
             capacity: 2,
         };
-        let clock = ManualClock::new();
-        let shaper = Arc::new(
-            Shaper::with_clock(
-                Rate::new(1, nanos(INTERVAL)),
-                spec.burst,
-                Duration::ZERO,
-                RecordingClock::new(clock.clone()),
-            )
-            .unwrap(),
-        );
+        let (shaper, clock) = spec.shaper();
         let (s, c) = (shaper.clone(), clock.clone());
         let a = thread::spawn(move || {
             let ops = vec![record(1, || s.try_acquire())];
@@ -281,7 +234,6 @@ fn shaper_burst_and_try_acquire_race() {
             .count();
         assert!((2..=3).contains(&admitted), "{threads:#?}");
     });
-    assert!(explored > 1);
 }
 
 /// Issue 17, item 4: a request whose reading is older than a start granted
@@ -294,7 +246,7 @@ fn shaper_burst_and_try_acquire_race() {
 /// be linearizable to the sequential schedule with its floor.
 #[test]
 fn shaper_stale_reading_books_behind_a_later_start() {
-    let explored = explore(
+    explore_races(
         "leaky_bucket::shaper_stale_reading_books_behind_a_later_start",
         2,
         || {
@@ -303,16 +255,7 @@ fn shaper_stale_reading_books_behind_a_later_start() {
                 max_wait: INTERVAL,
                 capacity: 4,
             };
-            let clock = ManualClock::new();
-            let shaper = Arc::new(
-                Shaper::with_clock(
-                    Rate::new(1, nanos(INTERVAL)),
-                    spec.burst,
-                    nanos(spec.max_wait),
-                    RecordingClock::new(clock.clone()),
-                )
-                .unwrap(),
-            );
+            let (shaper, clock) = spec.shaper();
             assert_eq!(shaper.capacity(), spec.capacity);
             // Built at 0, so readings and starts share one origin.
             clock.set(90);
@@ -329,5 +272,4 @@ fn shaper_stale_reading_books_behind_a_later_start() {
             assert_linearizable(&spec, &threads);
         },
     );
-    assert!(explored > 1);
 }

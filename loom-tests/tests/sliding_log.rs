@@ -17,21 +17,20 @@
 //! line: loom must find the interleaving in which it admits more than N, which
 //! proves the models can fail. `docs/sliding_log.md` shows that interleaving.
 
-use std::time::Duration;
-
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicI32, AtomicI64, Ordering};
 use loom::thread;
 use tollgate::fault::{Fault, inject};
 use tollgate::{Clock, Denied, ManualClock, Rate, RateLimiter, SlidingLog};
-use tollgate_loom_tests::{Op, RecordingClock, explore, record, single_threaded_tail};
+use tollgate_loom_tests::{
+    Move::{By, To},
+    Op, RecordingClock, Subject, advance_between_acquires, clock_mover, explore, explore_races,
+    join_all, nanos, on_manual_clock, race_a_moving_clock, race_an_advance, record, requester,
+    single_threaded_tail,
+};
 
 /// The window: 10 ns.
 const WINDOW: u64 = 10;
-
-fn nanos(ns: u64) -> Duration {
-    Duration::from_nanos(ns)
-}
 
 /// A log of `limit` permits per [`WINDOW`] in one ring, on a manual clock at 0,
 /// and a handle to move that clock. The ring's own models use this.
@@ -42,15 +41,12 @@ fn sliding_log(limit: u32) -> (Arc<SlidingLog<RecordingClock>>, ManualClock) {
 /// As [`sliding_log`], split over `stripes` rings. Model threads 1, 2, 3 have
 /// home rings 1, 0, 1 of two.
 fn striped_log(limit: u32, stripes: usize) -> (Arc<SlidingLog<RecordingClock>>, ManualClock) {
-    let clock = ManualClock::new();
-    let log = SlidingLog::with_clock(
-        Rate::new(limit, nanos(WINDOW)),
-        RecordingClock::new(clock.clone()),
-    )
-    .expect("a valid configuration")
-    .with_stripes(stripes);
+    let (log, clock) = on_manual_clock(|clock| {
+        SlidingLog::with_clock(Rate::new(limit, nanos(WINDOW)), clock)
+            .map(|log| log.with_stripes(stripes))
+    });
     assert_eq!(log.stripes(), stripes);
-    (Arc::new(log), clock)
+    (log, clock)
 }
 
 /// The sliding log's promise on exact decision times: every half-open window
@@ -123,21 +119,11 @@ fn assert_whole_limit_fits_a_window_later(
     );
 }
 
-/// Requests that can never be admitted, made while other threads race.
-fn invalid_requests(log: &SlidingLog<RecordingClock>, limit: u32) -> Vec<Op> {
-    let ops = [0, limit + 1, u32::MAX].map(|n| record(n, || log.try_acquire_n(n)));
-    assert_eq!(ops[0].result, Err(Denied::ZeroPermits));
-    for op in &ops[1..] {
-        assert_eq!(
-            op.result,
-            Err(Denied::ExceedsCapacity {
-                requested: op.n,
-                capacity: limit
-            })
-        );
-    }
-    ops.to_vec()
-}
+/// The log of one ring as the shared model shapes run it.
+const LOG: Subject<SlidingLog<RecordingClock>> = Subject {
+    build: sliding_log,
+    verify: |log, clock, _, threads| verify(log, clock, threads),
+};
 
 /// Three threads, one permit each, time standing still, N = 2 in `stripes`
 /// rings: exactly two get in, in every interleaving. With one ring the first
@@ -145,20 +131,14 @@ fn invalid_requests(log: &SlidingLog<RecordingClock>, limit: u32) -> Vec<Op> {
 /// flight; with two rings of one slot, threads 1 and 3 share a home ring, and
 /// whoever finds its home taken crosses to the other ring.
 fn race_for_two_slots(name: &'static str, stripes: usize) {
-    let explored = explore(name, 3, move || {
+    explore_races(name, 3, move || {
         const LIMIT: u32 = 2;
         let (log, clock) = striped_log(LIMIT, stripes);
-        let handles: Vec<_> = (0..3)
-            .map(|_| {
-                let l = log.clone();
-                thread::spawn(move || vec![record(1, || l.try_acquire())])
-            })
-            .collect();
-        let threads: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let handles = (0..3).map(|_| requester(&log, &[1])).collect();
+        let threads = join_all(handles);
         assert_eq!(admitted(&threads), LIMIT, "{threads:#?}");
         verify(&log, &clock, threads);
     });
-    assert!(explored > 1);
 }
 
 #[test]
@@ -168,66 +148,24 @@ fn three_threads_race_for_two_slots() {
 
 #[test]
 fn two_threads_wrap_the_ring_with_concurrent_advance() {
-    let explored = explore(
-        "sliding_log::two_threads_wrap_the_ring_with_concurrent_advance",
-        3,
-        || {
-            const LIMIT: u32 = 2;
-            let (log, clock) = sliding_log(LIMIT);
-
-            let (l, c) = (log.clone(), clock.clone());
-            let advancer = thread::spawn(move || {
-                let mut ops = vec![record(1, || l.try_acquire())];
-                c.advance(nanos(WINDOW));
-                ops.push(record(1, || l.try_acquire()));
-                ops
-            });
-            let l = log.clone();
-            let racer = thread::spawn(move || {
-                let mut ops = vec![record(1, || l.try_acquire()), record(1, || l.try_acquire())];
-                ops.extend(invalid_requests(&l, LIMIT));
-                ops
-            });
-
-            let threads = vec![advancer.join().unwrap(), racer.join().unwrap()];
-            // Four single permits, two per window and one window passing: at
-            // least the first two, never more than the two windows' four.
-            assert!((2..=4).contains(&admitted(&threads)), "{threads:#?}");
-            verify(&log, &clock, threads);
-        },
-    );
-    assert!(explored > 1);
+    let name = "sliding_log::two_threads_wrap_the_ring_with_concurrent_advance";
+    LOG.explore(name, 3, 2, |log, clock| {
+        let threads = advance_between_acquires(log, clock, 2, WINDOW);
+        // Four single permits, two per window and one window passing: at
+        // least the first two, never more than the two windows' four.
+        assert!((2..=4).contains(&admitted(&threads)), "{threads:#?}");
+        threads
+    });
 }
 
 #[test]
 fn one_slot_many_laps_with_a_ticking_clock() {
-    let explored = explore(
-        "sliding_log::one_slot_many_laps_with_a_ticking_clock",
-        2,
-        || {
-            const LIMIT: u32 = 1;
-            let (log, clock) = sliding_log(LIMIT);
-            let acquirers: Vec<_> = (0..2)
-                .map(|_| {
-                    let l = log.clone();
-                    thread::spawn(move || {
-                        vec![record(1, || l.try_acquire()), record(1, || l.try_acquire())]
-                    })
-                })
-                .collect();
-            // 0 → 6 → 12: one window passes on the second tick. Every admission
-            // wraps the one-slot ring, so the lap bit flips on every ticket.
-            let c = clock.clone();
-            let ticker = thread::spawn(move || {
-                c.advance(nanos(6));
-                c.advance(nanos(6));
-            });
-            let threads: Vec<_> = acquirers.into_iter().map(|h| h.join().unwrap()).collect();
-            ticker.join().unwrap();
-            verify(&log, &clock, threads);
-        },
-    );
-    assert!(explored > 1);
+    let name = "sliding_log::one_slot_many_laps_with_a_ticking_clock";
+    LOG.explore(name, 2, 1, |log, clock| {
+        // 0 → 6 → 12: one window passes on the second tick. Every admission
+        // wraps the one-slot ring, so the lap bit flips on every ticket.
+        race_a_moving_clock(log, clock, &[&[1, 1], &[1, 1]], &[By(6), By(6)])
+    });
 }
 
 /// The log of `limit` in `stripes` rings, all taken at 0 by one request; then
@@ -235,25 +173,11 @@ fn one_slot_many_laps_with_a_ticking_clock() {
 /// window and asks for `late` permits. Everything after the first lap needs
 /// entries written by other threads.
 fn pair_races_single_across_a_window(name: &'static str, limit: u32, stripes: usize, late: u32) {
-    let explored = explore(name, 2, move || {
+    explore_races(name, 2, move || {
         let (log, clock) = striped_log(limit, stripes);
         assert_eq!(log.try_acquire_n(limit), Ok(()));
 
-        let l = log.clone();
-        let pair = thread::spawn(move || vec![record(2, || l.try_acquire_n(2))]);
-        let l = log.clone();
-        let single = thread::spawn(move || vec![record(1, || l.try_acquire())]);
-        let (l, c) = (log.clone(), clock.clone());
-        let advancer = thread::spawn(move || {
-            c.advance(nanos(WINDOW));
-            vec![record(late, || l.try_acquire_n(late))]
-        });
-
-        let mut threads = vec![
-            pair.join().unwrap(),
-            single.join().unwrap(),
-            advancer.join().unwrap(),
-        ];
+        let mut threads = race_an_advance(&log, &clock, &[&[2], &[1]], WINDOW, &[late]);
         threads.push(vec![Op {
             n: limit,
             at: Some(0),
@@ -261,7 +185,6 @@ fn pair_races_single_across_a_window(name: &'static str, limit: u32, stripes: us
         }]);
         verify(&log, &clock, threads);
     });
-    assert!(explored > 1);
 }
 
 #[test]
@@ -277,47 +200,23 @@ fn acquire_n_races_single_permits_across_a_window() {
 
 #[test]
 fn clock_stepping_back_races_with_acquires() {
-    let explored = explore(
-        "sliding_log::clock_stepping_back_races_with_acquires",
-        2,
-        || {
-            const LIMIT: u32 = 2;
-            let (log, clock) = sliding_log(LIMIT);
-
-            let l = log.clone();
-            let twice = thread::spawn(move || {
-                vec![record(1, || l.try_acquire()), record(1, || l.try_acquire())]
-            });
-            let l = log.clone();
-            let pair = thread::spawn(move || vec![record(2, || l.try_acquire_n(2))]);
-            let c = clock.clone();
-            let stepper = thread::spawn(move || {
-                c.set(3 * WINDOW);
-                // Back by two windows: readings of 30 and of 10 race with the
-                // acquires in both orders.
-                c.set(WINDOW);
-            });
-
-            let threads = vec![twice.join().unwrap(), pair.join().unwrap()];
-            stepper.join().unwrap();
-            // Entries may be stamped at 30 while the clock reads 10: the tail
-            // starts from there and must still find the exact retry-after.
-            verify(&log, &clock, threads);
-        },
-    );
-    assert!(explored > 1);
+    let name = "sliding_log::clock_stepping_back_races_with_acquires";
+    LOG.explore(name, 2, 2, |log, clock| {
+        // Back by two windows: readings of 30 and of 10 race with the acquires
+        // in both orders. Entries may be stamped at 30 while the clock reads
+        // 10: the tail starts from there and must still find the exact
+        // retry-after.
+        race_a_moving_clock(log, clock, &[&[1, 1], &[2]], &[To(3 * WINDOW), To(WINDOW)])
+    });
 }
 
 #[test]
 fn reconfiguration_races_acquires() {
-    let explored = explore("sliding_log::reconfiguration_races_acquires", 2, || {
+    explore_races("sliding_log::reconfiguration_races_acquires", 2, || {
         const LIMIT: u32 = 1;
         let (log, clock) = sliding_log(LIMIT);
 
-        let l = log.clone();
-        let acquirer = thread::spawn(move || {
-            vec![record(1, || l.try_acquire()), record(1, || l.try_acquire())]
-        });
+        let acquirer = requester(&log, &[1, 1]);
         let (l, c) = (log.clone(), clock.clone());
         let changer = thread::spawn(move || {
             // The same rate: the limit in force never changes, so the plain
@@ -333,21 +232,17 @@ fn reconfiguration_races_acquires() {
         assert!(admitted(&threads) >= 1, "{threads:#?}");
         verify(&log, &clock, threads);
     });
-    assert!(explored > 1);
 }
 
 #[test]
 fn growing_reconfiguration_races_acquires() {
-    let explored = explore(
+    explore_races(
         "sliding_log::growing_reconfiguration_races_acquires",
         2,
         || {
             let (log, clock) = sliding_log(1);
 
-            let l = log.clone();
-            let acquirer = thread::spawn(move || {
-                vec![record(1, || l.try_acquire()), record(1, || l.try_acquire())]
-            });
+            let acquirer = requester(&log, &[1, 1]);
             let l = log.clone();
             let changer = thread::spawn(move || {
                 l.reconfigure(Rate::new(2, nanos(WINDOW))).unwrap();
@@ -365,12 +260,11 @@ fn growing_reconfiguration_races_acquires() {
             verify(&log, &clock, threads);
         },
     );
-    assert!(explored > 1);
 }
 
 #[test]
 fn counting_denied_attempts_races() {
-    let explored = explore("sliding_log::counting_denied_attempts_races", 2, || {
+    explore_races("sliding_log::counting_denied_attempts_races", 2, || {
         const LIMIT: u32 = 1;
         let clock = ManualClock::new();
         let log = Arc::new(
@@ -382,21 +276,10 @@ fn counting_denied_attempts_races() {
             .with_stripes(1)
             .count_denied(true),
         );
-        let hammers: Vec<_> = (0..2)
-            .map(|_| {
-                let l = log.clone();
-                thread::spawn(move || {
-                    vec![record(1, || l.try_acquire()), record(1, || l.try_acquire())]
-                })
-            })
-            .collect();
+        let hammers: Vec<_> = (0..2).map(|_| requester(&log, &[1, 1])).collect();
         // Half a window, twice: a denial logged at 5 keeps the log closed until 15.
-        let c = clock.clone();
-        let ticker = thread::spawn(move || {
-            c.advance(nanos(WINDOW / 2));
-            c.advance(nanos(WINDOW / 2));
-        });
-        let threads: Vec<_> = hammers.into_iter().map(|h| h.join().unwrap()).collect();
+        let ticker = clock_mover(&clock, &[By(WINDOW / 2), By(WINDOW / 2)]);
+        let threads = join_all(hammers);
         ticker.join().unwrap();
         // Denied attempts are logged, admitted permits still keep the limit.
         assert!(admitted(&threads) >= 1, "{threads:#?}");
@@ -421,7 +304,6 @@ fn counting_denied_attempts_races() {
         threads.push(tail);
         assert_sliding_bound(LIMIT, WINDOW, &threads);
     });
-    assert!(explored > 1);
 }
 
 #[test]
@@ -444,7 +326,7 @@ fn two_rings_spanning_requests_race_and_roll_back() {
 
 #[test]
 fn two_rings_reconfiguration_races_spanning_acquires() {
-    let explored = explore(
+    explore_races(
         "sliding_log::two_rings_reconfiguration_races_spanning_acquires",
         2,
         || {
@@ -473,7 +355,6 @@ fn two_rings_reconfiguration_races_spanning_acquires() {
             verify(&log, &clock, threads);
         },
     );
-    assert!(explored > 1);
 }
 
 /// The ring's second lap, time standing still and demand within the limit:
@@ -484,27 +365,20 @@ fn two_rings_reconfiguration_races_spanning_acquires() {
 /// (First-lap tickets replace nothing and read no entry, hence the lap.)
 #[test]
 fn demand_within_capacity_is_all_admitted() {
-    let explored = explore(
-        "sliding_log::demand_within_capacity_is_all_admitted",
-        3,
-        || {
-            const LIMIT: u32 = 4;
-            let (log, clock) = sliding_log(LIMIT);
-            let first_lap = vec![record(LIMIT, || log.try_acquire_n(LIMIT))];
-            clock.advance(nanos(WINDOW));
+    const LIMIT: u32 = 4;
+    let name = "sliding_log::demand_within_capacity_is_all_admitted";
+    LOG.explore(name, 3, LIMIT, |log, clock| {
+        let first_lap = vec![record(LIMIT, || log.try_acquire_n(LIMIT))];
+        clock.advance(nanos(WINDOW));
 
-            let l = log.clone();
-            let one = thread::spawn(move || vec![record(2, || l.try_acquire_n(2))]);
-            let l = log.clone();
-            let two = thread::spawn(move || vec![record(2, || l.try_acquire_n(2))]);
+        let one = requester(log, &[2]);
+        let two = requester(log, &[2]);
 
-            let mut threads = vec![one.join().unwrap(), two.join().unwrap()];
-            assert_eq!(admitted(&threads), LIMIT, "{threads:#?}");
-            threads.push(first_lap);
-            verify(&log, &clock, threads);
-        },
-    );
-    assert!(explored > 1);
+        let mut threads = join_all(vec![one, two]);
+        assert_eq!(admitted(&threads), LIMIT, "{threads:#?}");
+        threads.push(first_lap);
+        threads
+    });
 }
 
 /// A request spanning two rings of one slot claims its home ring, loses the
@@ -513,12 +387,11 @@ fn demand_within_capacity_is_all_admitted() {
 /// late undo must leave the newer lap's entry alone.
 #[test]
 fn late_undo_meets_a_later_lap() {
-    let explored = explore("sliding_log::late_undo_meets_a_later_lap", 1, || {
+    explore_races("sliding_log::late_undo_meets_a_later_lap", 1, || {
         const LIMIT: u32 = 2;
         let (log, clock) = striped_log(LIMIT, 2);
 
-        let l = log.clone();
-        let pair = thread::spawn(move || vec![record(2, || l.try_acquire_n(2))]);
+        let pair = requester(&log, &[2]);
         let (l, c) = (log.clone(), clock.clone());
         let mover = thread::spawn(move || {
             let mut ops = vec![record(1, || l.try_acquire())];
@@ -530,7 +403,6 @@ fn late_undo_meets_a_later_lap() {
         let threads = vec![pair.join().unwrap(), mover.join().unwrap()];
         verify(&log, &clock, threads);
     });
-    assert!(explored > 1);
 }
 
 /// A reconfiguration seals a one-slot ring while another thread laps it three
@@ -539,7 +411,7 @@ fn late_undo_meets_a_later_lap() {
 /// laps old would pass for the newest one and be inherited as free.
 #[test]
 fn reconfiguration_seals_a_ring_being_lapped() {
-    let explored = explore(
+    explore_races(
         "sliding_log::reconfiguration_seals_a_ring_being_lapped",
         3,
         || {
@@ -565,14 +437,13 @@ fn reconfiguration_seals_a_ring_being_lapped() {
             verify(&log, &clock, threads);
         },
     );
-    assert!(explored > 1);
 }
 
 /// Two reconfigurations at once, while a thread acquires: the second to seal
 /// replaces the rings the first published, so it must see them whole.
 #[test]
 fn two_reconfigurations_race() {
-    let explored = explore("sliding_log::two_reconfigurations_race", 3, || {
+    explore_races("sliding_log::two_reconfigurations_race", 3, || {
         const LIMIT: u32 = 1;
         let (log, clock) = sliding_log(LIMIT);
 
@@ -590,7 +461,6 @@ fn two_reconfigurations_race() {
         second.join().unwrap();
         verify(&log, &clock, threads);
     });
-    assert!(explored > 1);
 }
 
 /// Two rules on one log: 1 per [`WINDOW`] and 2 per four of them.
@@ -629,28 +499,16 @@ fn verify_rules(log: &SlidingLog<RecordingClock>, clock: &ManualClock, mut threa
 /// window since the entry one back and the long rule's since the entry two
 /// back, whichever thread wrote them and whenever it read the clock.
 fn rules_race_a_ticking_clock(name: &'static str, largest_only: bool) {
-    let explored = explore(name, 2, move || {
+    explore_races(name, 2, move || {
         inject(Fault::LargestRuleOnly, largest_only);
         let (log, clock) = ruled_log(false);
-        let acquirers: Vec<_> = (0..2)
-            .map(|_| {
-                let l = log.clone();
-                thread::spawn(move || {
-                    vec![record(1, || l.try_acquire()), record(1, || l.try_acquire())]
-                })
-            })
-            .collect();
-        let c = clock.clone();
-        let ticker = thread::spawn(move || {
-            c.advance(nanos(WINDOW));
-            c.advance(nanos(WINDOW));
-        });
-        let threads: Vec<_> = acquirers.into_iter().map(|h| h.join().unwrap()).collect();
+        let acquirers: Vec<_> = (0..2).map(|_| requester(&log, &[1, 1])).collect();
+        let ticker = clock_mover(&clock, &[By(WINDOW), By(WINDOW)]);
+        let threads = join_all(acquirers);
         ticker.join().unwrap();
         assert!(admitted(&threads) >= 1, "{threads:#?}");
         verify_rules(&log, &clock, threads);
     });
-    assert!(explored > 1);
 }
 
 #[test]
@@ -672,7 +530,7 @@ fn known_bad_largest_rule_only_is_caught() {
 /// inherited) or decides again on the new ring; both rules hold throughout.
 #[test]
 fn several_rules_reconfiguration_races_acquires() {
-    let explored = explore(
+    explore_races(
         "sliding_log::several_rules_reconfiguration_races_acquires",
         2,
         || {
@@ -692,29 +550,20 @@ fn several_rules_reconfiguration_races_acquires() {
             verify_rules(&log, &clock, threads);
         },
     );
-    assert!(explored > 1);
 }
 
 /// Counting denied attempts with two rules: denials are logged on the one
 /// ring while a clock ticks, and the admitted permits still keep both rules.
 #[test]
 fn several_rules_counting_denied_attempts_race() {
-    let explored = explore(
+    explore_races(
         "sliding_log::several_rules_counting_denied_attempts_race",
         2,
         || {
             let (log, clock) = ruled_log(true);
-            let hammers: Vec<_> = (0..2)
-                .map(|_| {
-                    let l = log.clone();
-                    thread::spawn(move || {
-                        vec![record(1, || l.try_acquire()), record(1, || l.try_acquire())]
-                    })
-                })
-                .collect();
-            let c = clock.clone();
-            let ticker = thread::spawn(move || c.advance(nanos(WINDOW)));
-            let threads: Vec<_> = hammers.into_iter().map(|h| h.join().unwrap()).collect();
+            let hammers: Vec<_> = (0..2).map(|_| requester(&log, &[1, 1])).collect();
+            let ticker = clock_mover(&clock, &[By(WINDOW)]);
+            let threads = join_all(hammers);
             ticker.join().unwrap();
             assert!(admitted(&threads) >= 1, "{threads:#?}");
             for (limit, window) in RULES {
@@ -722,7 +571,6 @@ fn several_rules_counting_denied_attempts_race() {
             }
         },
     );
-    assert!(explored > 1);
 }
 
 /// Henidak's non-locking throttle, translated line by line from its C#
@@ -867,7 +715,7 @@ fn known_bad_multinolock_is_caught() {
                 thread::spawn(move || vec![record(1, || s.try_acquire())])
             })
             .collect();
-        let threads: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let threads = join_all(handles);
         if admitted(&threads) > LIMIT {
             eprintln!(
                 "MultiNoLock state after the over-admission: {}",

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use super::{LimitAlgorithm, LimitHistory, Outcome, PPM, Sample, apply, check_limits, ppm};
+use super::{LimitAlgorithm, LimitHistory, Outcome, PPM, Sample, apply, backoff_ppm, check_limits};
 use crate::cell::{AtomicCell, StateCell};
 use crate::error::ConfigError;
 
@@ -76,41 +76,28 @@ impl Default for AimdBuilder {
 }
 
 impl AimdBuilder {
-    /// The limit to start from (default 20). It must be at least the
-    /// minimum, which is also 20 by default: to start lower, lower
-    /// [`min_limit`](Self::min_limit) too, or `build` refuses the pair
-    /// ([`ConfigError::InvalidLimits`]).
-    pub fn initial_limit(mut self, limit: u32) -> Self {
-        self.initial = limit;
-        self
-    }
+    setters! {
+        /// The limit to start from (default 20). It must be at least the
+        /// minimum, which is also 20 by default: to start lower, lower
+        /// [`min_limit`](Self::min_limit) too, or `build` refuses the pair
+        /// ([`ConfigError::InvalidLimits`]).
+        initial_limit(limit: u32) -> initial;
 
-    /// The lowest the limit goes (default 20, the anchor's: a limit that
-    /// never sheds below 20 in flight, which may be more than a slow
-    /// backend's whole capacity; set it to what the backend can take at
-    /// its worst).
-    pub fn min_limit(mut self, limit: u32) -> Self {
-        self.min = limit;
-        self
-    }
+        /// The lowest the limit goes (default 20, the anchor's: a limit that
+        /// never sheds below 20 in flight, which may be more than a slow
+        /// backend's whole capacity; set it to what the backend can take at
+        /// its worst).
+        min_limit(limit: u32) -> min;
 
-    /// The highest the limit goes (default 200).
-    pub fn max_limit(mut self, limit: u32) -> Self {
-        self.max = limit;
-        self
-    }
+        /// The highest the limit goes (default 200).
+        max_limit(limit: u32) -> max;
 
-    /// What a drop multiplies the limit by, in `[0.5, 1)` (default 0.9).
-    pub fn backoff_ratio(mut self, ratio: f64) -> Self {
-        self.backoff_ratio = ratio;
-        self
-    }
+        /// What a drop multiplies the limit by, in `[0.5, 1)` (default 0.9).
+        backoff_ratio(ratio: f64) -> backoff_ratio;
 
-    /// A round trip longer than this counts as a drop (default 5 s; longer
-    /// than zero).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
+        /// A round trip longer than this counts as a drop (default 5 s; longer
+        /// than zero).
+        timeout(timeout: Duration) -> timeout;
     }
 
     /// The algorithm, or why the configuration cannot be honoured:
@@ -132,14 +119,7 @@ impl AimdBuilder {
     /// ```
     pub fn build(self) -> Result<Aimd, ConfigError> {
         check_limits(self.min, self.initial, self.max)?;
-        let backoff_ppm = ppm(
-            self.backoff_ratio,
-            0.5,
-            1.0,
-            true,
-            "backoff ratio",
-            "[0.5, 1)",
-        )?;
+        let backoff_ppm = backoff_ppm(self.backoff_ratio, "backoff ratio")?;
         let timeout_ns = u64::try_from(self.timeout.as_nanos()).unwrap_or(u64::MAX);
         if timeout_ns == 0 {
             return Err(ConfigError::InvalidParameter {

@@ -8,7 +8,8 @@
 //! | state, bits 44..128 | 84 | the long-term round trip, Q.16 ns (1/65 536 of a ns) |
 
 use super::{
-    LIMIT_FRAC_BITS, LimitAlgorithm, LimitHistory, Outcome, PPM, Sample, apply, check_limits, ppm,
+    LIMIT_FRAC_BITS, LimitAlgorithm, LimitHistory, Outcome, PPM, Sample, apply, backoff_ppm,
+    check_limits, ppm,
 };
 use crate::cell::{AtomicCell, StateCell};
 use crate::error::ConfigError;
@@ -116,62 +117,40 @@ impl Default for Gradient2Builder {
 }
 
 impl Gradient2Builder {
-    /// The limit to start from (default 20). It must be at least the
-    /// minimum, which is also 20 by default: to start lower, lower
-    /// [`min_limit`](Self::min_limit) too, or `build` refuses the pair
-    /// ([`ConfigError::InvalidLimits`]).
-    pub fn initial_limit(mut self, limit: u32) -> Self {
-        self.initial = limit;
-        self
-    }
+    setters! {
+        /// The limit to start from (default 20). It must be at least the
+        /// minimum, which is also 20 by default: to start lower, lower
+        /// [`min_limit`](Self::min_limit) too, or `build` refuses the pair
+        /// ([`ConfigError::InvalidLimits`]).
+        initial_limit(limit: u32) -> initial;
 
-    /// The lowest the limit goes (default 20, the anchor's: a limit that
-    /// never sheds below 20 in flight, which may be more than a slow
-    /// backend's whole capacity; set it to what the backend can take at
-    /// its worst).
-    pub fn min_limit(mut self, limit: u32) -> Self {
-        self.min = limit;
-        self
-    }
+        /// The lowest the limit goes (default 20, the anchor's: a limit that
+        /// never sheds below 20 in flight, which may be more than a slow
+        /// backend's whole capacity; set it to what the backend can take at
+        /// its worst).
+        min_limit(limit: u32) -> min;
 
-    /// The highest the limit goes (`maxConcurrency`, default 200).
-    pub fn max_limit(mut self, limit: u32) -> Self {
-        self.max = limit;
-        self
-    }
+        /// The highest the limit goes (`maxConcurrency`, default 200).
+        max_limit(limit: u32) -> max;
 
-    /// How far each change goes, in `(0, 1]` (default 0.2).
-    pub fn smoothing(mut self, smoothing: f64) -> Self {
-        self.smoothing = smoothing;
-        self
-    }
+        /// How far each change goes, in `(0, 1]` (default 0.2).
+        smoothing(smoothing: f64) -> smoothing;
 
-    /// How much slower than the long-term round trip the current one may be
-    /// before the limit shrinks (`rttTolerance`, in `[1, 1000]`, default 1.5).
-    pub fn rtt_tolerance(mut self, tolerance: f64) -> Self {
-        self.tolerance = tolerance;
-        self
-    }
+        /// How much slower than the long-term round trip the current one may be
+        /// before the limit shrinks (`rttTolerance`, in `[1, 1000]`, default 1.5).
+        rtt_tolerance(tolerance: f64) -> tolerance;
 
-    /// The queue allowed on top of `limit · gradient` (default 4; at most
-    /// [`MAX_ADAPTIVE_LIMIT`](crate::MAX_ADAPTIVE_LIMIT)).
-    pub fn queue_size(mut self, queue_size: u32) -> Self {
-        self.queue_size = queue_size;
-        self
-    }
+        /// The queue allowed on top of `limit · gradient` (default 4; at most
+        /// [`MAX_ADAPTIVE_LIMIT`](crate::MAX_ADAPTIVE_LIMIT)).
+        queue_size(queue_size: u32) -> queue_size;
 
-    /// Samples in the long-term round trip's average (default 600; in
-    /// `1..=1_000_000`).
-    pub fn long_window(mut self, samples: u32) -> Self {
-        self.long_window = samples;
-        self
-    }
+        /// Samples in the long-term round trip's average (default 600; in
+        /// `1..=1_000_000`).
+        long_window(samples: u32) -> long_window;
 
-    /// Multiply the limit by `ratio` (in `[0.5, 1)`) on a drop, instead of
-    /// ignoring drops as `Gradient2Limit` does (default: ignored).
-    pub fn drop_backoff(mut self, ratio: f64) -> Self {
-        self.drop_backoff = Some(ratio);
-        self
+        /// Multiply the limit by `ratio` (in `[0.5, 1)`) on a drop, instead of
+        /// ignoring drops as `Gradient2Limit` does (default: ignored).
+        drop_backoff(ratio: f64) -> drop_backoff = Some(ratio);
     }
 
     /// The algorithm, or why the configuration cannot be honoured:
@@ -218,7 +197,7 @@ impl Gradient2Builder {
         }
         let drop_backoff_ppm = self
             .drop_backoff
-            .map(|r| ppm(r, 0.5, 1.0, true, "drop backoff", "[0.5, 1)"))
+            .map(|r| backoff_ppm(r, "drop backoff"))
             .transpose()?;
         let initial = G2State {
             estimate: u64::from(self.initial) << LIMIT_FRAC_BITS,
@@ -347,31 +326,7 @@ fn div_round(num: u128, den: u128) -> u128 {
     (num + den / 2) / den
 }
 
-impl LimitAlgorithm for Gradient2 {
-    fn on_sample(&self, sample: Sample, now_ns: u64) -> Option<u32> {
-        if sample.outcome == Outcome::Ignored {
-            return None;
-        }
-        apply(
-            &self.state,
-            &self.history,
-            now_ns,
-            |word| G2State::unpack(word).limit(),
-            |word| {
-                self.decide(G2State::unpack(word), &sample)
-                    .map(G2State::pack)
-            },
-        )
-    }
-
-    fn limit(&self) -> u32 {
-        G2State::unpack(self.state.load()).limit()
-    }
-
-    fn history(&self) -> Option<&LimitHistory> {
-        Some(&self.history)
-    }
-}
+packed_algorithm!(Gradient2, G2State);
 
 #[cfg(all(test, not(loom)))]
 mod tests {

@@ -50,6 +50,58 @@
 //! The integer limit an algorithm reports is the estimate's floor, as
 //! Netflix's `(int) estimatedLimit`.
 
+/// The builders' setters, each setting one field to its argument (or to
+/// the value given after `=`, such as `Some` of it where no value means the
+/// algorithm's own default) and handing the builder back.
+macro_rules! setters {
+    ($($(#[$attr:meta])* $name:ident($arg:ident: $ty:ty) -> $field:ident $(= $value:expr)?;)*) => {
+        $(
+            $(#[$attr])*
+            pub fn $name(mut self, $arg: $ty) -> Self {
+                self.$field = setters!(@value $arg $($value)?);
+                self
+            }
+        )*
+    };
+    (@value $arg:ident) => {
+        $arg
+    };
+    (@value $arg:ident $value:expr) => {
+        $value
+    };
+}
+
+/// `LimitAlgorithm` for an algorithm whose whole state is one word of
+/// `self.state`, packed from `$state` (which tells its limit): an ignored
+/// sample changes nothing; any other goes through [`apply`] to
+/// `self.decide`, and a changed limit into `self.history`.
+macro_rules! packed_algorithm {
+    ($algorithm:ty, $state:ident) => {
+        impl LimitAlgorithm for $algorithm {
+            fn on_sample(&self, sample: Sample, now_ns: u64) -> Option<u32> {
+                if sample.outcome == Outcome::Ignored {
+                    return None;
+                }
+                apply(
+                    &self.state,
+                    &self.history,
+                    now_ns,
+                    |word| $state::unpack(word).limit(),
+                    |word| self.decide($state::unpack(word), &sample).map($state::pack),
+                )
+            }
+
+            fn limit(&self) -> u32 {
+                $state::unpack(self.state.load()).limit()
+            }
+
+            fn history(&self) -> Option<&LimitHistory> {
+                Some(&self.history)
+            }
+        }
+    };
+}
+
 mod aimd;
 mod gradient2;
 mod history;
@@ -247,60 +299,46 @@ pub trait LimitAlgorithm: Send + Sync {
     }
 }
 
-impl<A: LimitAlgorithm + ?Sized> LimitAlgorithm for &A {
-    fn on_sample(&self, sample: Sample, now_ns: u64) -> Option<u32> {
-        (**self).on_sample(sample, now_ns)
-    }
+/// A reference, a box or an `Arc` of an algorithm is one, sharing it.
+macro_rules! forward_limit_algorithm {
+    ($($(#[$attr:meta])* $pointer:ty;)*) => {
+        $(
+            $(#[$attr])*
+            impl<A: LimitAlgorithm + ?Sized> LimitAlgorithm for $pointer {
+                fn on_sample(&self, sample: Sample, now_ns: u64) -> Option<u32> {
+                    (**self).on_sample(sample, now_ns)
+                }
 
-    fn limit(&self) -> u32 {
-        (**self).limit()
-    }
+                fn limit(&self) -> u32 {
+                    (**self).limit()
+                }
 
-    fn history(&self) -> Option<&LimitHistory> {
-        (**self).history()
-    }
+                fn history(&self) -> Option<&LimitHistory> {
+                    (**self).history()
+                }
+            }
+        )*
+    };
 }
 
-/// A boxed algorithm is one: choose it at runtime, from configuration.
-///
-/// ```
-/// use tollgate::{AdaptiveLimit, Aimd, LimitAlgorithm, RoundTrip};
-///
-/// let from_config = "round-trip";
-/// let algorithm: Box<dyn LimitAlgorithm> = match from_config {
-///     "aimd" => Box::new(Aimd::builder().min_limit(1).build()?),
-///     _ => Box::new(RoundTrip::default()),
-/// };
-/// let limit = AdaptiveLimit::new(algorithm)?;
-/// assert_eq!(limit.limit(), 1);
-/// # Ok::<(), tollgate::ConfigError>(())
-/// ```
-impl<A: LimitAlgorithm + ?Sized> LimitAlgorithm for Box<A> {
-    fn on_sample(&self, sample: Sample, now_ns: u64) -> Option<u32> {
-        (**self).on_sample(sample, now_ns)
-    }
-
-    fn limit(&self) -> u32 {
-        (**self).limit()
-    }
-
-    fn history(&self) -> Option<&LimitHistory> {
-        (**self).history()
-    }
-}
-
-impl<A: LimitAlgorithm + ?Sized> LimitAlgorithm for std::sync::Arc<A> {
-    fn on_sample(&self, sample: Sample, now_ns: u64) -> Option<u32> {
-        (**self).on_sample(sample, now_ns)
-    }
-
-    fn limit(&self) -> u32 {
-        (**self).limit()
-    }
-
-    fn history(&self) -> Option<&LimitHistory> {
-        (**self).history()
-    }
+forward_limit_algorithm! {
+    &A;
+    /// A boxed algorithm is one: choose it at runtime, from configuration.
+    ///
+    /// ```
+    /// use tollgate::{AdaptiveLimit, Aimd, LimitAlgorithm, RoundTrip};
+    ///
+    /// let from_config = "round-trip";
+    /// let algorithm: Box<dyn LimitAlgorithm> = match from_config {
+    ///     "aimd" => Box::new(Aimd::builder().min_limit(1).build()?),
+    ///     _ => Box::new(RoundTrip::default()),
+    /// };
+    /// let limit = AdaptiveLimit::new(algorithm)?;
+    /// assert_eq!(limit.limit(), 1);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    Box<A>;
+    std::sync::Arc<A>;
 }
 
 /// Checks `1 <= min <= initial <= max <= MAX_ADAPTIVE_LIMIT`.
@@ -330,6 +368,13 @@ fn ppm(
     } else {
         Err(ConfigError::InvalidParameter { name, range })
     }
+}
+
+/// A ratio a drop multiplies the limit by (the parameter `name`), in
+/// millionths: it must be in `[0.5, 1)`, so that a drop always shrinks the
+/// limit and never by more than half.
+fn backoff_ppm(ratio: f64, name: &'static str) -> Result<u64, ConfigError> {
+    ppm(ratio, 0.5, 1.0, true, name, "[0.5, 1)")
 }
 
 /// `floor(log10(x))`, at least 1: Netflix's `Log10RootIntFunction` (which

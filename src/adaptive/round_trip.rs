@@ -34,7 +34,7 @@
 //! the filters costs one round's decision its precision, never the limit's
 //! bounds.
 
-use super::{LimitAlgorithm, LimitHistory, Outcome, PPM, Sample, apply, check_limits, ppm};
+use super::{LimitAlgorithm, LimitHistory, Outcome, PPM, Sample, apply, backoff_ppm, check_limits};
 use crate::cell::{AtomicCell, StateCell};
 use crate::error::ConfigError;
 
@@ -198,44 +198,28 @@ impl Default for RoundTripBuilder {
 }
 
 impl RoundTripBuilder {
-    /// The limit to start from (default: the minimum). Above the minimum,
-    /// the first four round trips still run at the minimum, to measure the
-    /// service unloaded.
-    pub fn initial_limit(mut self, limit: u32) -> Self {
-        self.initial = Some(limit);
-        self
-    }
+    setters! {
+        /// The limit to start from (default: the minimum). Above the minimum,
+        /// the first four round trips still run at the minimum, to measure the
+        /// service unloaded.
+        initial_limit(limit: u32) -> initial = Some(limit);
 
-    /// The lowest the limit goes, and the limit a probe drains to (default 1).
-    pub fn min_limit(mut self, limit: u32) -> Self {
-        self.min = limit;
-        self
-    }
+        /// The lowest the limit goes, and the limit a probe drains to (default 1).
+        min_limit(limit: u32) -> min;
 
-    /// The highest the limit goes (default 1000).
-    pub fn max_limit(mut self, limit: u32) -> Self {
-        self.max = limit;
-        self
-    }
+        /// The highest the limit goes (default 1000).
+        max_limit(limit: u32) -> max;
 
-    /// What a drop multiplies the limit by, in `[0.5, 1)` (default 0.7).
-    pub fn backoff_ratio(mut self, ratio: f64) -> Self {
-        self.backoff_ratio = ratio;
-        self
-    }
+        /// What a drop multiplies the limit by, in `[0.5, 1)` (default 0.7).
+        backoff_ratio(ratio: f64) -> backoff_ratio;
 
-    /// The queue, in requests, below which a limit-bound round grows the
-    /// limit (default 2; at least `limit / 50`).
-    pub fn alpha(mut self, alpha: u32) -> Self {
-        self.alpha = alpha;
-        self
-    }
+        /// The queue, in requests, below which a limit-bound round grows the
+        /// limit (default 2; at least `limit / 50`).
+        alpha(alpha: u32) -> alpha;
 
-    /// The queue, in requests, above which a round shrinks the limit
-    /// (default 4; at least `limit / 20`).
-    pub fn beta(mut self, beta: u32) -> Self {
-        self.beta = beta;
-        self
+        /// The queue, in requests, above which a round shrinks the limit
+        /// (default 4; at least `limit / 20`).
+        beta(beta: u32) -> beta;
     }
 
     /// The algorithm, or why the configuration cannot be honoured:
@@ -257,14 +241,7 @@ impl RoundTripBuilder {
     pub fn build(self) -> Result<RoundTrip, ConfigError> {
         let initial = self.initial.unwrap_or(self.min);
         check_limits(self.min, initial, self.max)?;
-        let backoff_ppm = ppm(
-            self.backoff_ratio,
-            0.5,
-            1.0,
-            true,
-            "backoff ratio",
-            "[0.5, 1)",
-        )?;
+        let backoff_ppm = backoff_ppm(self.backoff_ratio, "backoff ratio")?;
         if self.alpha == 0 || self.alpha > self.beta {
             return Err(ConfigError::InvalidParameter {
                 name: "alpha",

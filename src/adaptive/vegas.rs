@@ -105,47 +105,28 @@ impl Default for VegasBuilder {
 }
 
 impl VegasBuilder {
-    /// The limit to start from (default 20).
-    pub fn initial_limit(mut self, limit: u32) -> Self {
-        self.initial = limit;
-        self
-    }
+    setters! {
+        /// The limit to start from (default 20).
+        initial_limit(limit: u32) -> initial;
 
-    /// The lowest the limit goes (default 1).
-    pub fn min_limit(mut self, limit: u32) -> Self {
-        self.min = limit;
-        self
-    }
+        /// The lowest the limit goes (default 1).
+        min_limit(limit: u32) -> min;
 
-    /// The highest the limit goes (`maxConcurrency`, default 1000).
-    pub fn max_limit(mut self, limit: u32) -> Self {
-        self.max = limit;
-        self
-    }
+        /// The highest the limit goes (`maxConcurrency`, default 1000).
+        max_limit(limit: u32) -> max;
 
-    /// A fixed α, the queue below which the limit grows (default `3 · log`).
-    pub fn alpha(mut self, alpha: u32) -> Self {
-        self.alpha = Some(alpha);
-        self
-    }
+        /// A fixed α, the queue below which the limit grows (default `3 · log`).
+        alpha(alpha: u32) -> alpha = Some(alpha);
 
-    /// A fixed β, the queue above which the limit shrinks (default `6 · log`).
-    pub fn beta(mut self, beta: u32) -> Self {
-        self.beta = Some(beta);
-        self
-    }
+        /// A fixed β, the queue above which the limit shrinks (default `6 · log`).
+        beta(beta: u32) -> beta = Some(beta);
 
-    /// How far each change goes, in `(0, 1]` (default 1.0: all the way).
-    pub fn smoothing(mut self, smoothing: f64) -> Self {
-        self.smoothing = smoothing;
-        self
-    }
+        /// How far each change goes, in `(0, 1]` (default 1.0: all the way).
+        smoothing(smoothing: f64) -> smoothing;
 
-    /// Probe for a new no-load round trip every `jitter · multiplier · limit`
-    /// samples (default 30; at least 1).
-    pub fn probe_multiplier(mut self, multiplier: u32) -> Self {
-        self.probe_multiplier = multiplier;
-        self
+        /// Probe for a new no-load round trip every `jitter · multiplier · limit`
+        /// samples (default 30; at least 1).
+        probe_multiplier(multiplier: u32) -> probe_multiplier;
     }
 
     /// The algorithm, or why the configuration cannot be honoured:
@@ -340,31 +321,7 @@ fn jitter_from(rtt: u64, probes: u32) -> u8 {
     (z ^ (z >> 31)) as u8
 }
 
-impl LimitAlgorithm for Vegas {
-    fn on_sample(&self, sample: Sample, now_ns: u64) -> Option<u32> {
-        if sample.outcome == Outcome::Ignored {
-            return None;
-        }
-        apply(
-            &self.state,
-            &self.history,
-            now_ns,
-            |word| VegasState::unpack(word).limit(),
-            |word| {
-                self.decide(VegasState::unpack(word), &sample)
-                    .map(VegasState::pack)
-            },
-        )
-    }
-
-    fn limit(&self) -> u32 {
-        VegasState::unpack(self.state.load()).limit()
-    }
-
-    fn history(&self) -> Option<&LimitHistory> {
-        Some(&self.history)
-    }
-}
+packed_algorithm!(Vegas, VegasState);
 
 #[cfg(all(test, not(loom)))]
 mod tests {

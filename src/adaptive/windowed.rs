@@ -124,23 +124,16 @@ pub struct WindowStats {
 }
 
 impl WindowedBuilder {
-    /// How long a window lasts (default 1 s; between 1 µs and 2^62 ns).
-    pub fn window(mut self, window: Duration) -> Self {
-        self.window = window;
-        self
-    }
+    setters! {
+        /// How long a window lasts (default 1 s; between 1 µs and 2^62 ns).
+        window(window: Duration) -> window;
 
-    /// The fewest samples a window must hold to reach the inner algorithm
-    /// (default 10; at least 1).
-    pub fn min_samples(mut self, samples: u32) -> Self {
-        self.min_samples = samples;
-        self
-    }
+        /// The fewest samples a window must hold to reach the inner algorithm
+        /// (default 10; at least 1).
+        min_samples(samples: u32) -> min_samples;
 
-    /// Samples faster than this are passed over (default 100 µs).
-    pub fn min_rtt(mut self, min_rtt: Duration) -> Self {
-        self.min_rtt = min_rtt;
-        self
+        /// Samples faster than this are passed over (default 100 µs).
+        min_rtt(min_rtt: Duration) -> min_rtt;
     }
 
     /// The wrapper around `inner`, or why the configuration cannot be

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Barrier, Mutex, mpsc};
 use std::time::Duration;
 
+use proptest::prelude::*;
 use tollgate::{Denied, LogConfig, ManualClock, Rate, RateLimiter, Snapshot};
 
 /// One admission: the decision time (ns since the limiter was built) and permits.
@@ -851,4 +852,76 @@ pub fn rule_violations(phases: &[Phase], admitted: &[(u32, u64, u32, usize)]) ->
         }
     }
     violations
+}
+
+/// A bucket's capacity and rate for the property tests, `(capacity, permits,
+/// period in ns)`: periods of a few µs, where rounding bites, or about a
+/// second (a prime just under it among them), never more than one permit a
+/// nanosecond.
+pub fn bucket_config() -> impl Strategy<Value = (u32, u32, u64)> {
+    (
+        1..=10u32,
+        1..=50u32,
+        prop_oneof![1_000..=10_000u64, 999_999_937..=1_000_000_000u64],
+    )
+        .prop_filter("at most one permit per ns", |&(_, permits, period)| {
+            period >= u64::from(permits)
+        })
+}
+
+/// The requests of one thread in one lock-step round of a leased limiter's
+/// stress test, each `(permits, admitted)`: `attempts` requests, the next
+/// size from `sizes(thread, attempt + round · attempts)`, and with
+/// `stop_at_denial` none after the first denial. A denial must name a wait.
+pub fn stress_round<L: RateLimiter + ?Sized>(
+    limiter: &L,
+    sizes: fn(usize, usize) -> u32,
+    (thread, round): (usize, usize),
+    attempts: usize,
+    stop_at_denial: bool,
+) -> Vec<(u32, bool)> {
+    let mut mine = Vec::new();
+    for attempt in 0..attempts {
+        let n = sizes(thread, attempt + round * attempts);
+        match limiter.try_acquire_n(n) {
+            Ok(()) => mine.push((n, true)),
+            Err(Denied::RetryAfter(wait)) => {
+                assert!(!wait.is_zero());
+                mine.push((n, false));
+                if stop_at_denial {
+                    break;
+                }
+            }
+            Err(other) => panic!("unexpected {other:?} for n = {n}"),
+        }
+    }
+    mine
+}
+
+/// The permits a round's requests asked for, and those admitted.
+pub fn demanded_and_got(requests: &[(u32, bool)]) -> (u64, u64) {
+    let demand = requests.iter().map(|r| u64::from(r.0)).sum();
+    let got = requests
+        .iter()
+        .filter(|r| r.1)
+        .map(|r| u64::from(r.0))
+        .sum();
+    (demand, got)
+}
+
+/// A round's admitted requests, at its decision time `at`.
+pub fn admitted_at(at: u64, requests: &[(u32, bool)]) -> impl Iterator<Item = Admission> + '_ {
+    requests
+        .iter()
+        .filter(|r| r.1)
+        .map(move |&(n, _)| Admission { at, n })
+}
+
+/// How a stress test's threads ask, for its report.
+pub fn stress_mode(stop_at_denial: bool) -> &'static str {
+    if stop_at_denial {
+        "stop at first denial"
+    } else {
+        "64 per round"
+    }
 }

@@ -16,14 +16,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::routing::get;
 use http::StatusCode;
 use tollgate::{AdaptiveLimit, RoundTrip};
 use tollgate_tower::ConcurrencyLayer;
 
 mod support;
-use support::serve;
+use support::{answer, recent_limits, serve, slow_service};
 
 /// The handler's latency alone, below the knee.
 const BASE: Duration = Duration::from_millis(10);
@@ -42,37 +40,6 @@ const SETTLED: Duration = Duration::from_secs(2);
 const SAMPLE_EVERY: Duration = Duration::from_millis(50);
 /// What a client waits after a `503` before it tries again.
 const BACKOFF: Duration = Duration::from_millis(20);
-
-/// Decrements the handler's count however the request ends.
-struct InFlight(Arc<AtomicUsize>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// A service that slows with concurrency past a knee the test moves: a
-/// request that finds `n` in flight (itself included, counted by the
-/// handler) when the knee is `k` takes `BASE · max(1, n / k)²`, fixed when
-/// it starts.
-fn slow_service(knee: Arc<AtomicUsize>) -> Router {
-    let in_flight = Arc::new(AtomicUsize::new(0));
-    Router::new().route(
-        "/",
-        get(move || {
-            let in_flight = Arc::clone(&in_flight);
-            let knee = knee.load(Ordering::SeqCst) as f64;
-            async move {
-                let n = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-                let _guard = InFlight(in_flight);
-                let factor = (n as f64 / knee).max(1.0).powi(2);
-                tokio::time::sleep(BASE.mul_f64(factor)).await;
-                "done"
-            }
-        }),
-    )
-}
 
 /// One answered request: when it was sent and answered (since the start of
 /// the first phase) and whether it was admitted.
@@ -94,7 +61,7 @@ async fn drive(url: &str, start: Instant, end: Duration) -> Vec<Answer> {
                 let mut answers = Vec::new();
                 while start.elapsed() < end {
                     let sent = start.elapsed();
-                    let response = client.get(&url).send().await.unwrap();
+                    let response = answer(client.get(&url)).await;
                     let status = response.status();
                     response.bytes().await.unwrap();
                     let answered = start.elapsed();
@@ -179,12 +146,12 @@ async fn an_adaptive_layer_follows_a_halving_and_recovery_of_capacity() {
     let knee = Arc::new(AtomicUsize::new(KNEES[0]));
 
     // Unloaded: one request at a time (below either knee).
-    let addr = serve(slow_service(Arc::clone(&knee))).await;
+    let addr = serve(slow_service(BASE, Arc::clone(&knee))).await;
     let client = reqwest::Client::new();
     let mut unloaded = Vec::new();
     for _ in 0..40 {
         let sent = Instant::now();
-        let response = client.get(format!("http://{addr}/")).send().await.unwrap();
+        let response = answer(client.get(format!("http://{addr}/"))).await;
         assert_eq!(response.status(), StatusCode::OK);
         response.bytes().await.unwrap();
         unloaded.push(sent.elapsed());
@@ -195,7 +162,7 @@ async fn an_adaptive_layer_follows_a_halving_and_recovery_of_capacity() {
     // Loaded, behind the layer, on a fresh server.
     let limit = Arc::new(AdaptiveLimit::new(RoundTrip::default()).unwrap());
     let layer = ConcurrencyLayer::new(Arc::clone(&limit));
-    let addr = serve(slow_service(Arc::clone(&knee)).layer(layer)).await;
+    let addr = serve(slow_service(BASE, Arc::clone(&knee)).layer(layer)).await;
     let end = PHASE * KNEES.len() as u32;
     let start = Instant::now();
 
@@ -272,13 +239,7 @@ async fn an_adaptive_layer_follows_a_halving_and_recovery_of_capacity() {
         })
         .collect();
 
-    let recent: Vec<u32> = limit
-        .history()
-        .unwrap()
-        .recent()
-        .iter()
-        .map(|c| c.limit)
-        .collect();
+    let recent = recent_limits(limit.history());
     println!("unloaded p50 {:.1} ms", ms(unloaded));
     for (i, phase) in phases.iter().enumerate() {
         println!(

@@ -16,7 +16,7 @@ use tollgate::{ManualClock, Rate, RateLimiter, SlidingLog, TokenBucket};
 use tollgate_tower::{AsyncLimit, Limit, PeerIp, PerKey, PolicyOutcome, Route, ThrottleLayer};
 
 mod support;
-use support::{client_from, serve};
+use support::{answer, client_from, serve};
 
 type PerIp = Keyed<IpAddr, TokenBucket<ManualClock>>;
 type Bucket = TokenBucket<ManualClock>;
@@ -97,7 +97,7 @@ async fn send(
             tokio::spawn(async move {
                 let (mut ok, mut throttled) = (0, 0);
                 while next.fetch_add(1, Ordering::Relaxed) < count {
-                    match client.get(&url).send().await.unwrap().status() {
+                    match answer(client.get(&url)).await.status() {
                         StatusCode::OK => ok += 1,
                         StatusCode::TOO_MANY_REQUESTS => throttled += 1,
                         other => panic!("unexpected status {other}"),
@@ -160,7 +160,7 @@ async fn a_request_refused_by_a_later_policy_is_charged_by_none() {
         // The global budget is spent: the next client is refused by it.
         let client = client_from("127.0.0.5");
         for _ in 0..3 {
-            let refused = client.get(&url).send().await.unwrap();
+            let refused = answer(client.get(&url)).await;
             assert_eq!(
                 refused.status(),
                 StatusCode::TOO_MANY_REQUESTS,
@@ -203,12 +203,12 @@ async fn a_request_that_can_never_pass_spends_nothing() {
         let ip: IpAddr = "127.0.0.6".parse().unwrap();
 
         // Above the per-IP capacity, within the global one.
-        let huge = client
-            .get(format!("http://{addr}/search"))
-            .header("x-cost", "1000")
-            .send()
-            .await
-            .unwrap();
+        let huge = answer(
+            client
+                .get(format!("http://{addr}/search"))
+                .header("x-cost", "1000"),
+        )
+        .await;
         assert_eq!(huge.status(), StatusCode::FORBIDDEN, "{layout:?}");
         assert!(huge.headers().get("retry-after").is_none());
         assert_eq!(huge.headers()["ratelimit-policy"], "\"per-ip\";q=20");
@@ -222,23 +222,23 @@ async fn a_request_that_can_never_pass_spends_nothing() {
         assert_eq!(per_ip.snapshot(&ip).available, 20, "{layout:?}");
 
         // Above both: refused all the same, nothing spent.
-        let larger = client
-            .get(format!("http://{addr}/search"))
-            .header("x-cost", "5000")
-            .send()
-            .await
-            .unwrap();
+        let larger = answer(
+            client
+                .get(format!("http://{addr}/search"))
+                .header("x-cost", "5000"),
+        )
+        .await;
         assert_eq!(larger.status(), StatusCode::FORBIDDEN, "{layout:?}");
         assert_eq!(global.snapshot().available, 1_000, "{layout:?}");
         assert_eq!(per_ip.snapshot(&ip).available, 20, "{layout:?}");
 
         // Within both: admitted and charged by both.
-        let fits = client
-            .get(format!("http://{addr}/search"))
-            .header("x-cost", "20")
-            .send()
-            .await
-            .unwrap();
+        let fits = answer(
+            client
+                .get(format!("http://{addr}/search"))
+                .header("x-cost", "20"),
+        )
+        .await;
         assert_eq!(fits.status(), StatusCode::OK, "{layout:?}");
         assert_eq!(global.snapshot().available, 980, "{layout:?}");
         assert_eq!(per_ip.snapshot(&ip).available, 0, "{layout:?}");
@@ -298,11 +298,11 @@ async fn serve_puts_the_layer_in_front_of_the_router_with_peer_addresses() {
     let url = format!("http://{addr}/search");
     for ip in ["127.0.0.8", "127.0.0.9"] {
         let client = client_from(ip);
-        let first = client.get(&url).send().await.unwrap();
+        let first = answer(client.get(&url)).await;
         assert_eq!(first.status(), StatusCode::OK);
         assert_eq!(first.text().await.unwrap(), "results");
         assert_eq!(
-            client.get(&url).send().await.unwrap().status(),
+            answer(client.get(&url)).await.status(),
             StatusCode::TOO_MANY_REQUESTS
         );
     }

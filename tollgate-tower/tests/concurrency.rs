@@ -29,7 +29,7 @@ use tollgate_tower::{ConcurrencyError, ConcurrencyLayer, InFlightLimit, Layer};
 use tower::ServiceExt;
 
 mod support;
-use support::serve;
+use support::{answer, recent_limits, serve};
 
 type Adaptive = AdaptiveLimit<Aimd, ManualClock>;
 
@@ -81,7 +81,7 @@ async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
 }
 
 async fn get_status(client: &reqwest::Client, url: String) -> StatusCode {
-    let response = client.get(url).send().await.unwrap();
+    let response = answer(client.get(url)).await;
     let status = response.status();
     response.bytes().await.unwrap();
     status
@@ -104,11 +104,7 @@ async fn sheds_when_full<L: InFlightLimit>(limit: Arc<L>) {
         .collect();
     eventually("both permits taken", || limit.in_flight() == 2).await;
 
-    let shed = client
-        .get(format!("http://{addr}/ok"))
-        .send()
-        .await
-        .unwrap();
+    let shed = answer(client.get(format!("http://{addr}/ok"))).await;
     assert_eq!(shed.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(shed.headers()["content-type"], "application/problem+json");
     assert!(shed.headers().get("retry-after").is_none());
@@ -244,13 +240,7 @@ async fn responses_move_the_adaptive_limit_by_their_class() {
         assert_eq!(limit.limit(), after, "after {path}");
     }
     // The 404 changed nothing: the history holds exactly the other changes.
-    let changes: Vec<u32> = limit
-        .history()
-        .unwrap()
-        .recent()
-        .iter()
-        .map(|c| c.limit)
-        .collect();
+    let changes = recent_limits(limit.history());
     assert_eq!(changes, [3, 2, 1, 2]);
 }
 

@@ -25,7 +25,7 @@ use tollgate_tower::{
 };
 
 mod support;
-use support::{client_from, serve};
+use support::{answer, client_from, serve};
 
 type PerIp = Keyed<IpAddr, TokenBucket<ManualClock>>;
 
@@ -155,36 +155,21 @@ async fn a_request_above_capacity_is_forbidden_not_throttled() {
         .build();
     let addr = serve(app().layer(layer)).await;
     let client = reqwest::Client::new();
-    let huge = client
-        .get(format!("http://{addr}/"))
-        .header("x-cost", "6")
-        .send()
-        .await
-        .unwrap();
+    let huge = answer(client.get(format!("http://{addr}/")).header("x-cost", "6")).await;
     assert_eq!(huge.status(), StatusCode::FORBIDDEN);
     assert!(huge.headers().get("retry-after").is_none());
     assert_eq!(huge.headers()["ratelimit-policy"], "\"per-ip\";q=5");
     let body = huge.text().await.unwrap();
     assert!(body.contains("at most 5 can ever be granted"), "{body}");
     // Nothing was spent: the whole capacity is still there.
-    let all = client
-        .get(format!("http://{addr}/"))
-        .header("x-cost", "5")
-        .send()
-        .await
-        .unwrap();
+    let all = answer(client.get(format!("http://{addr}/")).header("x-cost", "5")).await;
     assert_eq!(all.status(), StatusCode::OK);
     assert_eq!(
         parse_ratelimit(all.headers()["ratelimit"].to_str().unwrap(), "per-ip").0,
         0
     );
     // Cost 0 is free: passed on without asking, no fields.
-    let free = client
-        .get(format!("http://{addr}/"))
-        .header("x-cost", "0")
-        .send()
-        .await
-        .unwrap();
+    let free = answer(client.get(format!("http://{addr}/")).header("x-cost", "0")).await;
     assert_eq!(free.status(), StatusCode::OK);
     assert!(free.headers().get("ratelimit").is_none());
 }
@@ -315,10 +300,10 @@ async fn route_groups_and_everyone_all_must_admit() {
     // The login denial came first: the global bucket was not charged for it.
     assert_eq!(global.snapshot().available, 1);
     // Other routes see only the global policy.
-    let page = client.get(format!("http://{addr}/")).send().await.unwrap();
+    let page = answer(client.get(format!("http://{addr}/"))).await;
     assert_eq!(page.status(), StatusCode::OK);
     assert_eq!(page.headers()["ratelimit-policy"], "\"global\";q=3");
-    let denied = client.get(format!("http://{addr}/")).send().await.unwrap();
+    let denied = answer(client.get(format!("http://{addr}/"))).await;
     assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(denied.headers()["retry-after"], "1200");
 }
@@ -362,52 +347,36 @@ async fn the_layer_in_front_of_the_router_keys_by_peer_and_matches_routes() {
     });
 
     let a = client_from("127.0.0.2");
-    let login = a.post(format!("http://{addr}/login")).send().await.unwrap();
+    let login = answer(a.post(format!("http://{addr}/login"))).await;
     assert_eq!(login.status(), StatusCode::OK);
     assert_eq!(
         login.headers()["ratelimit"],
         "\"login\";r=0;t=3600, \"per-ip\";r=2;t=1200"
     );
     assert_eq!(
-        a.post(format!("http://{addr}/login"))
-            .send()
+        answer(a.post(format!("http://{addr}/login")))
             .await
-            .unwrap()
             .status(),
         StatusCode::TOO_MANY_REQUESTS
     );
     // A path the router does not know is still counted: the layer decides
     // before routing (the router answers it 404, with the fields).
-    let unknown = a
-        .get(format!("http://{addr}/nowhere"))
-        .send()
-        .await
-        .unwrap();
+    let unknown = answer(a.get(format!("http://{addr}/nowhere"))).await;
     assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
     assert_eq!(unknown.headers()["ratelimit"], "\"per-ip\";r=1;t=2400");
     assert_eq!(
-        a.get(format!("http://{addr}/counted"))
-            .send()
+        answer(a.get(format!("http://{addr}/counted")))
             .await
-            .unwrap()
             .status(),
         StatusCode::OK
     );
     // The key is the peer's: 127.0.0.2 is spent, 127.0.0.3 is not; the
     // refused request never reached the handler.
-    let refused = a
-        .get(format!("http://{addr}/counted"))
-        .send()
-        .await
-        .unwrap();
+    let refused = answer(a.get(format!("http://{addr}/counted"))).await;
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(refused.headers()["retry-after"], "1200");
     let b = client_from("127.0.0.3");
-    let other = b
-        .get(format!("http://{addr}/counted"))
-        .send()
-        .await
-        .unwrap();
+    let other = answer(b.get(format!("http://{addr}/counted"))).await;
     assert_eq!(other.status(), StatusCode::OK);
     assert_eq!(other.headers()["ratelimit"], "\"per-ip\";r=2;t=1200");
     assert_eq!(reached.load(Ordering::Relaxed), 2);
@@ -479,12 +448,7 @@ async fn a_shaped_request_waits_within_its_bound() {
         .policy(Shaped::new("smooth", bucket, Duration::from_secs(1)).unwrap())
         .build();
     let addr = serve(app().layer(layer)).await;
-    let client = reqwest::Client::new();
-    let requests = (0..3).map(|_| client.get(format!("http://{addr}/")).send());
-    for response in futures_join_all(requests).await {
-        assert_eq!(response.status(), StatusCode::OK);
-        assert!(response.headers().get("ratelimit").is_some());
-    }
+    three_at_once_pass(addr).await;
 
     // A bound of zero on a frozen clock: the second request is refused with
     // the exact wait rounded up, and books nothing.
@@ -494,6 +458,23 @@ async fn a_shaped_request_waits_within_its_bound() {
         .policy(Shaped::shared("strict", Arc::clone(&bucket), Duration::ZERO).unwrap())
         .build();
     let addr = serve(app().layer(layer)).await;
+    one_passes_then_a_minute_to_wait(addr).await;
+    assert_eq!(bucket.snapshot().until_full, Duration::from_secs(60));
+}
+
+/// Three requests to `addr` at once: all pass, each with the fields.
+async fn three_at_once_pass(addr: SocketAddr) {
+    let client = reqwest::Client::new();
+    let requests = (0..3).map(|_| client.get(format!("http://{addr}/")).send());
+    for response in futures_join_all(requests).await {
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(response.headers().get("ratelimit").is_some());
+    }
+}
+
+/// Two requests to `addr`, on a frozen clock that grants one a minute: the
+/// first passes, the second is refused at once with the whole minute to wait.
+async fn one_passes_then_a_minute_to_wait(addr: SocketAddr) {
     assert_eq!(
         reqwest::get(format!("http://{addr}/"))
             .await
@@ -504,7 +485,6 @@ async fn a_shaped_request_waits_within_its_bound() {
     let refused = reqwest::get(format!("http://{addr}/")).await.unwrap();
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(refused.headers()["retry-after"], "60");
-    assert_eq!(bucket.snapshot().until_full, Duration::from_secs(60));
 }
 
 /// Polls `cond` every 10 ms for up to 20 s: waits for an event the server
@@ -647,12 +627,7 @@ async fn a_per_key_policy_can_wait_for_its_key() {
         )
         .build();
     let addr = serve(app().layer(layer)).await;
-    let client = reqwest::Client::new();
-    let requests = (0..3).map(|_| client.get(format!("http://{addr}/")).send());
-    for response in futures_join_all(requests).await {
-        assert_eq!(response.status(), StatusCode::OK);
-        assert!(response.headers().get("ratelimit").is_some());
-    }
+    three_at_once_pass(addr).await;
 
     // A frozen clock and a wait beyond the bound: refused at once with the
     // exact retry-after, nothing spent.
@@ -666,16 +641,7 @@ async fn a_per_key_policy_can_wait_for_its_key() {
         )
         .build();
     let addr = serve(app().layer(layer)).await;
-    assert_eq!(
-        reqwest::get(format!("http://{addr}/"))
-            .await
-            .unwrap()
-            .status(),
-        StatusCode::OK
-    );
-    let refused = reqwest::get(format!("http://{addr}/")).await.unwrap();
-    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(refused.headers()["retry-after"], "60");
+    one_passes_then_a_minute_to_wait(addr).await;
     let ip: IpAddr = "127.0.0.1".parse().unwrap();
     assert_eq!(limiter.snapshot(&ip).until_full, Duration::from_secs(60));
 }

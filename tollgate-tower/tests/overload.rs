@@ -10,22 +10,20 @@
 //! loaded two-core machine passes it too. It prints what it measured.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::routing::get;
 use http::StatusCode;
 use tollgate::{AdaptiveLimit, RoundTrip};
 use tollgate_tower::ConcurrencyLayer;
 
 mod support;
-use support::serve;
+use support::{answer, recent_limits, serve, slow_service};
 
 /// The handler's latency alone, unloaded.
 const BASE: Duration = Duration::from_millis(10);
 /// In flight beyond which the handler slows down.
-const KNEE: f64 = 8.0;
+const KNEE: usize = 8;
 /// Concurrent client loops: 8 × the knee.
 const CLIENTS: usize = 64;
 /// How long each loaded phase runs, and the part of it discarded as warm-up
@@ -34,35 +32,6 @@ const PHASE: Duration = Duration::from_secs(3);
 const WARM_UP: Duration = Duration::from_secs(1);
 /// What a client waits after a `503` before it tries again.
 const BACKOFF: Duration = Duration::from_millis(20);
-
-/// Decrements the handler's count however the request ends.
-struct InFlight(Arc<AtomicUsize>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// A service that slows with concurrency: a request that finds `n` in flight
-/// (itself included, counted by the handler) takes
-/// `BASE · max(1, n / KNEE)²` — at 64 in flight, 64 × the base.
-fn slow_service() -> Router {
-    let in_flight = Arc::new(AtomicUsize::new(0));
-    Router::new().route(
-        "/",
-        get(move || {
-            let in_flight = Arc::clone(&in_flight);
-            async move {
-                let n = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-                let _guard = InFlight(in_flight);
-                let factor = (n as f64 / KNEE).max(1.0).powi(2);
-                tokio::time::sleep(BASE.mul_f64(factor)).await;
-                "done"
-            }
-        }),
-    )
-}
 
 /// What the clients saw after the warm-up.
 #[derive(Debug, Default)]
@@ -96,7 +65,7 @@ async fn drive(url: &str) -> Seen {
                 let mut seen = Seen::default();
                 while start.elapsed() < PHASE {
                     let sent = Instant::now();
-                    let response = client.get(&url).send().await.unwrap();
+                    let response = answer(client.get(&url)).await;
                     let status = response.status();
                     response.bytes().await.unwrap();
                     let latency = sent.elapsed();
@@ -149,12 +118,12 @@ fn ms(d: Duration) -> f64 {
 async fn an_adaptive_layer_keeps_p99_bounded_past_capacity() {
     let test_start = Instant::now();
     // Unloaded: one request at a time.
-    let addr = serve(slow_service()).await;
+    let addr = serve(slow_service(BASE, Arc::new(AtomicUsize::new(KNEE)))).await;
     let client = reqwest::Client::new();
     let mut unloaded = Vec::new();
     for _ in 0..40 {
         let sent = Instant::now();
-        let response = client.get(format!("http://{addr}/")).send().await.unwrap();
+        let response = answer(client.get(format!("http://{addr}/"))).await;
         assert_eq!(response.status(), StatusCode::OK);
         response.bytes().await.unwrap();
         unloaded.push(sent.elapsed());
@@ -164,24 +133,18 @@ async fn an_adaptive_layer_keeps_p99_bounded_past_capacity() {
     assert!(unloaded >= BASE);
 
     // Without the layer, on a fresh server.
-    let addr = serve(slow_service()).await;
+    let addr = serve(slow_service(BASE, Arc::new(AtomicUsize::new(KNEE)))).await;
     let without = drive(&format!("http://{addr}/")).await;
     assert_eq!(without.shed, 0);
 
     // With it.
     let limit = Arc::new(AdaptiveLimit::new(RoundTrip::default()).unwrap());
     let layer = ConcurrencyLayer::new(Arc::clone(&limit));
-    let addr = serve(slow_service().layer(layer)).await;
+    let addr = serve(slow_service(BASE, Arc::new(AtomicUsize::new(KNEE))).layer(layer)).await;
     let with = drive(&format!("http://{addr}/")).await;
 
     let (p99_without, p99_with) = (without.p(0.99), with.p(0.99));
-    let recent: Vec<u32> = limit
-        .history()
-        .unwrap()
-        .recent()
-        .iter()
-        .map(|c| c.limit)
-        .collect();
+    let recent = recent_limits(limit.history());
     println!(
         "unloaded p50 {:.1} ms | without the layer: {} answered, p50 {:.1} ms, p99 {:.1} ms ({:.1} ×) \
          | with it: {} answered, p50 {:.1} ms, p99 {:.1} ms ({:.2} ×), {:.0} % shed, limit {} (last changes {recent:?}) \

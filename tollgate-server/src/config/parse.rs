@@ -108,6 +108,83 @@ const ALGORITHMS: &[&str] = &[
     "token_bucket",
 ];
 
+/// A seed and its visitor, the two serde traits every node of the file is
+/// read through, from the one `Deserializer` method that reads the node
+/// (`read`), what the node should be (`expecting`) and the visitor's other
+/// methods.
+///
+/// Most fields may be null (or `~`, or nothing after the key): for those,
+/// `null` instead of `read` is what null gives, and the node is read through
+/// `deserialize_option`; a present value goes to `some`, a `Deserializer`
+/// method given the visitor itself (or, without `some`, to a `visit_some`
+/// among the methods).
+macro_rules! seed {
+    ($seed:ty => $value:ty {
+        read: $read:ident,
+        expecting: $expecting:expr,
+        $($methods:tt)*
+    }) => {
+        impl<'de> DeserializeSeed<'de> for $seed {
+            type Value = $value;
+
+            fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<$value, D::Error> {
+                d.$read(self)
+            }
+        }
+
+        impl<'de> Visitor<'de> for $seed {
+            type Value = $value;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str($expecting)
+            }
+
+            $($methods)*
+        }
+    };
+    ($seed:ty => $value:ty {
+        expecting: $expecting:expr,
+        null: $null:expr,
+        some: $some:ident,
+        $($methods:tt)*
+    }) => {
+        seed! {
+            $seed => $value {
+                expecting: $expecting,
+                null: $null,
+
+                fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<$value, D::Error> {
+                    d.$some(self)
+                }
+
+                $($methods)*
+            }
+        }
+    };
+    ($seed:ty => $value:ty {
+        expecting: $expecting:expr,
+        null: $null:expr,
+        $($methods:tt)*
+    }) => {
+        seed! {
+            $seed => $value {
+                read: deserialize_option,
+                expecting: $expecting,
+
+                fn visit_none<E: de::Error>(self) -> Result<$value, E> {
+                    $null
+                }
+
+                fn visit_unit<E: de::Error>(self) -> Result<$value, E> {
+                    $null
+                }
+
+                $($methods)*
+            }
+        }
+    };
+}
+
 /// A map key, checked against the fields of its mapping while it is read
 /// (so that an unknown or repeated field is reported at the key itself).
 struct Field<'s> {
@@ -115,30 +192,21 @@ struct Field<'s> {
     seen: &'s mut u32,
 }
 
-impl<'de> DeserializeSeed<'de> for Field<'_> {
-    type Value = usize;
+seed! {
+    Field<'_> => usize {
+        read: deserialize_str,
+        expecting: "a field name",
 
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<usize, D::Error> {
-        deserializer.deserialize_str(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Field<'_> {
-    type Value = usize;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a field name")
-    }
-
-    fn visit_str<E: de::Error>(self, name: &str) -> Result<usize, E> {
-        let Some(index) = self.names.iter().position(|&known| known == name) else {
-            return Err(E::unknown_field(name, self.names));
-        };
-        if *self.seen & (1 << index) != 0 {
-            return Err(E::custom(format_args!("duplicate field `{name}`")));
+        fn visit_str<E: de::Error>(self, name: &str) -> Result<usize, E> {
+            let Some(index) = self.names.iter().position(|&known| known == name) else {
+                return Err(E::unknown_field(name, self.names));
+            };
+            if *self.seen & (1 << index) != 0 {
+                return Err(E::custom(format_args!("duplicate field `{name}`")));
+            }
+            *self.seen |= 1 << index;
+            Ok(index)
         }
-        *self.seen |= 1 << index;
-        Ok(index)
     }
 }
 
@@ -147,31 +215,14 @@ impl<'de> Visitor<'de> for Field<'_> {
 /// absent is `None`.
 struct Text;
 
-impl<'de> DeserializeSeed<'de> for Text {
-    type Value = Option<String>;
+seed! {
+    Text => Option<String> {
+        expecting: "a string",
+        null: Ok(None),
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<String>, D::Error> {
-        d.deserialize_option(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Text {
-    type Value = Option<String>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a string")
-    }
-
-    fn visit_none<E: de::Error>(self) -> Result<Option<String>, E> {
-        Ok(None)
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Option<String>, E> {
-        Ok(None)
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Option<String>, D::Error> {
-        d.deserialize_str(Scalar).map(Some)
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Option<String>, D::Error> {
+            d.deserialize_str(Scalar).map(Some)
+        }
     }
 }
 
@@ -193,45 +244,25 @@ impl Visitor<'_> for Scalar {
 /// envoyproxy's yaml.v2 accepts; null is false.
 struct Flag;
 
-impl<'de> DeserializeSeed<'de> for Flag {
-    type Value = bool;
+seed! {
+    Flag => bool {
+        expecting: "a boolean (true or false)",
+        null: Ok(false),
+        some: deserialize_str,
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
-        d.deserialize_option(self)
-    }
-}
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<bool, E> {
+            Ok(v)
+        }
 
-impl<'de> Visitor<'de> for Flag {
-    type Value = bool;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a boolean (true or false)")
-    }
-
-    fn visit_none<E: de::Error>(self) -> Result<bool, E> {
-        Ok(false)
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<bool, E> {
-        Ok(false)
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
-        d.deserialize_str(self)
-    }
-
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<bool, E> {
-        Ok(v)
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<bool, E> {
-        match v {
-            "true" | "True" | "TRUE" | "yes" | "Yes" | "YES" | "y" | "Y" | "on" | "On" | "ON" => {
-                Ok(true)
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<bool, E> {
+            match v {
+                "true" | "True" | "TRUE" | "yes" | "Yes" | "YES" | "y" | "Y" | "on" | "On" | "ON" => {
+                    Ok(true)
+                }
+                "false" | "False" | "FALSE" | "no" | "No" | "NO" | "n" | "N" | "off" | "Off"
+                | "OFF" => Ok(false),
+                _ => Err(E::invalid_value(Unexpected::Str(v), &self)),
             }
-            "false" | "False" | "FALSE" | "no" | "No" | "NO" | "n" | "N" | "off" | "Off"
-            | "OFF" => Ok(false),
-            _ => Err(E::invalid_value(Unexpected::Str(v), &self)),
         }
     }
 }
@@ -241,42 +272,22 @@ impl<'de> Visitor<'de> for Flag {
 /// octal. Null is absent.
 struct Count;
 
-impl<'de> DeserializeSeed<'de> for Count {
-    type Value = Option<u32>;
+seed! {
+    Count => Option<u32> {
+        expecting: "a whole number from 0 to 4294967295",
+        null: Ok(None),
+        some: deserialize_str,
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<u32>, D::Error> {
-        d.deserialize_option(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Count {
-    type Value = Option<u32>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a whole number from 0 to 4294967295")
-    }
-
-    fn visit_none<E: de::Error>(self) -> Result<Option<u32>, E> {
-        Ok(None)
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Option<u32>, E> {
-        Ok(None)
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Option<u32>, D::Error> {
-        d.deserialize_str(self)
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Option<u32>, E> {
-        match parse_yaml11_int(v) {
-            Some(n) => u32::try_from(n).map(Some).map_err(|_| {
-                E::custom(format_args!(
-                    "invalid value: `{v}` is out of range, expected {}",
-                    Expecting(&self)
-                ))
-            }),
-            None => Err(E::invalid_value(Unexpected::Str(v), &self)),
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Option<u32>, E> {
+            match parse_yaml11_int(v) {
+                Some(n) => u32::try_from(n).map(Some).map_err(|_| {
+                    E::custom(format_args!(
+                        "invalid value: `{v}` is out of range, expected {}",
+                        Expecting(&self)
+                    ))
+                }),
+                None => Err(E::invalid_value(Unexpected::Str(v), &self)),
+            }
         }
     }
 }
@@ -323,43 +334,23 @@ fn parse_yaml11_int(text: &str) -> Option<i128> {
 /// up in the protocol's enum. Empty is absent.
 struct UnitField;
 
-impl<'de> DeserializeSeed<'de> for UnitField {
-    type Value = Option<Unit>;
+seed! {
+    UnitField => Option<Unit> {
+        expecting: "a unit: second, minute, hour, day, week, month or year",
+        null: Ok(None),
+        some: deserialize_str,
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<Unit>, D::Error> {
-        d.deserialize_option(self)
-    }
-}
-
-impl<'de> Visitor<'de> for UnitField {
-    type Value = Option<Unit>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a unit: second, minute, hour, day, week, month or year")
-    }
-
-    fn visit_none<E: de::Error>(self) -> Result<Option<Unit>, E> {
-        Ok(None)
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Option<Unit>, E> {
-        Ok(None)
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Option<Unit>, D::Error> {
-        d.deserialize_str(self)
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Option<Unit>, E> {
-        if v.is_empty() {
-            return Ok(None);
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Option<Unit>, E> {
+            if v.is_empty() {
+                return Ok(None);
+            }
+            Unit::from_name(v).map(Some).ok_or_else(|| {
+                E::custom(format_args!(
+                    "invalid rate limit unit '{v}', expected one of second, minute, hour, day, \
+                     week, month, year"
+                ))
+            })
         }
-        Unit::from_name(v).map(Some).ok_or_else(|| {
-            E::custom(format_args!(
-                "invalid rate limit unit '{v}', expected one of second, minute, hour, day, \
-                 week, month, year"
-            ))
-        })
     }
 }
 
@@ -373,42 +364,22 @@ enum AlgorithmName {
 
 struct AlgorithmField;
 
-impl<'de> DeserializeSeed<'de> for AlgorithmField {
-    type Value = Option<AlgorithmName>;
+seed! {
+    AlgorithmField => Option<AlgorithmName> {
+        expecting: "an algorithm: fixed_window, sliding_log, sliding_window or token_bucket",
+        null: Ok(None),
+        some: deserialize_str,
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_option(self)
-    }
-}
-
-impl<'de> Visitor<'de> for AlgorithmField {
-    type Value = Option<AlgorithmName>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an algorithm: fixed_window, sliding_log, sliding_window or token_bucket")
-    }
-
-    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_str(self)
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        let name = match v {
-            "fixed_window" => AlgorithmName::FixedWindow,
-            "sliding_log" => AlgorithmName::SlidingLog,
-            "sliding_window" => AlgorithmName::SlidingWindow,
-            "token_bucket" => AlgorithmName::TokenBucket,
-            _ => return Err(E::unknown_variant(v, ALGORITHMS)),
-        };
-        Ok(Some(name))
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            let name = match v {
+                "fixed_window" => AlgorithmName::FixedWindow,
+                "sliding_log" => AlgorithmName::SlidingLog,
+                "sliding_window" => AlgorithmName::SlidingWindow,
+                "token_bucket" => AlgorithmName::TokenBucket,
+                _ => return Err(E::unknown_variant(v, ALGORITHMS)),
+            };
+            Ok(Some(name))
+        }
     }
 }
 
@@ -417,80 +388,51 @@ struct FileSeed<'c> {
     ctx: &'c Ctx<'c>,
 }
 
-impl<'de> DeserializeSeed<'de> for FileSeed<'_> {
-    type Value = RawFile;
+seed! {
+    FileSeed<'_> => RawFile {
+        expecting: "a rate limit configuration: a mapping with `domain` and `descriptors`",
+        null: Err(E::custom(
+            "config file cannot have empty domain (the file is empty)"
+        )),
+        some: deserialize_map,
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<RawFile, D::Error> {
-        d.deserialize_option(self)
-    }
-}
-
-impl<'de> Visitor<'de> for FileSeed<'_> {
-    type Value = RawFile;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a rate limit configuration: a mapping with `domain` and `descriptors`")
-    }
-
-    fn visit_none<E: de::Error>(self) -> Result<RawFile, E> {
-        Err(E::custom(
-            "config file cannot have empty domain (the file is empty)",
-        ))
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<RawFile, E> {
-        self.visit_none()
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<RawFile, D::Error> {
-        d.deserialize_map(self)
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawFile, A::Error> {
-        let mut seen = 0;
-        let mut domain = None;
-        let mut failure = None;
-        let mut descriptors = Vec::new();
-        while let Some(field) = map.next_key_seed(Field {
-            names: FILE_FIELDS,
-            seen: &mut seen,
-        })? {
-            match field {
-                0 => domain = Some(map.next_value_seed(DomainField { ctx: self.ctx })?),
-                1 => descriptors = map.next_value_seed(Descriptors { ctx: self.ctx })?,
-                _ => failure = Some(map.next_value_seed(FailureField)?),
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawFile, A::Error> {
+            let mut seen = 0;
+            let mut domain = None;
+            let mut failure = None;
+            let mut descriptors = Vec::new();
+            while let Some(field) = map.next_key_seed(Field {
+                names: FILE_FIELDS,
+                seen: &mut seen,
+            })? {
+                match field {
+                    0 => domain = Some(map.next_value_seed(DomainField { ctx: self.ctx })?),
+                    1 => descriptors = map.next_value_seed(Descriptors { ctx: self.ctx })?,
+                    _ => failure = Some(map.next_value_seed(FailureField)?),
+                }
             }
+            let domain =
+                domain.ok_or_else(|| A::Error::custom("config file cannot have empty domain"))?;
+            Ok(RawFile {
+                domain,
+                failure,
+                descriptors,
+            })
         }
-        let domain =
-            domain.ok_or_else(|| A::Error::custom("config file cannot have empty domain"))?;
-        Ok(RawFile {
-            domain,
-            failure,
-            descriptors,
-        })
     }
 }
 
 /// A domain's `failure_mode`: refused at its own line.
 struct FailureField;
 
-impl<'de> DeserializeSeed<'de> for FailureField {
-    type Value = Failure;
+seed! {
+    FailureField => Failure {
+        read: deserialize_str,
+        expecting: "a failure mode: open, closed or local",
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Failure, D::Error> {
-        d.deserialize_str(self)
-    }
-}
-
-impl<'de> Visitor<'de> for FailureField {
-    type Value = Failure;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a failure mode: open, closed or local")
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Failure, E> {
-        v.parse().map_err(E::custom)
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Failure, E> {
+            v.parse().map_err(E::custom)
+        }
     }
 }
 
@@ -498,44 +440,24 @@ struct DomainField<'c> {
     ctx: &'c Ctx<'c>,
 }
 
-impl<'de> DeserializeSeed<'de> for DomainField<'_> {
-    type Value = String;
+seed! {
+    DomainField<'_> => String {
+        expecting: "a domain name",
+        null: Err(E::custom("config file cannot have empty domain")),
+        some: deserialize_str,
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<String, D::Error> {
-        d.deserialize_option(self)
-    }
-}
-
-impl<'de> Visitor<'de> for DomainField<'_> {
-    type Value = String;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a domain name")
-    }
-
-    fn visit_none<E: de::Error>(self) -> Result<String, E> {
-        Err(E::custom("config file cannot have empty domain"))
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<String, E> {
-        self.visit_none()
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<String, D::Error> {
-        d.deserialize_str(self)
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<String, E> {
-        if v.is_empty() {
-            return self.visit_none();
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<String, E> {
+            if v.is_empty() {
+                return self.visit_none();
+            }
+            if let Some(first) = self.ctx.taken.get(v) {
+                return Err(E::custom(format_args!(
+                    "duplicate domain '{v}' in config file (already in {})",
+                    first.display()
+                )));
+            }
+            Ok(v.to_owned())
         }
-        if let Some(first) = self.ctx.taken.get(v) {
-            return Err(E::custom(format_args!(
-                "duplicate domain '{v}' in config file (already in {})",
-                first.display()
-            )));
-        }
-        Ok(v.to_owned())
     }
 }
 
@@ -544,43 +466,23 @@ struct Descriptors<'c> {
     ctx: &'c Ctx<'c>,
 }
 
-impl<'de> DeserializeSeed<'de> for Descriptors<'_> {
-    type Value = Vec<RawDescriptor>;
+seed! {
+    Descriptors<'_> => Vec<RawDescriptor> {
+        expecting: "a list of descriptors",
+        null: Ok(Vec::new()),
+        some: deserialize_seq,
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_option(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Descriptors<'_> {
-    type Value = Vec<RawDescriptor>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a list of descriptors")
-    }
-
-    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(Vec::new())
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(Vec::new())
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_seq(self)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut siblings = HashSet::new();
-        let mut out = Vec::new();
-        while let Some(descriptor) = seq.next_element_seed(DescriptorSeed {
-            ctx: self.ctx,
-            siblings: &mut siblings,
-        })? {
-            out.push(descriptor);
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut siblings = HashSet::new();
+            let mut out = Vec::new();
+            while let Some(descriptor) = seq.next_element_seed(DescriptorSeed {
+                ctx: self.ctx,
+                siblings: &mut siblings,
+            })? {
+                out.push(descriptor);
+            }
+            Ok(out)
         }
-        Ok(out)
     }
 }
 
@@ -590,97 +492,88 @@ struct DescriptorSeed<'c, 's> {
     siblings: &'s mut HashSet<(String, Option<String>)>,
 }
 
-impl<'de> DeserializeSeed<'de> for DescriptorSeed<'_, '_> {
-    type Value = RawDescriptor;
+seed! {
+    DescriptorSeed<'_, '_> => RawDescriptor {
+        read: deserialize_map,
+        expecting: "a descriptor: a mapping with `key` and optionally `value`, `rate_limit`, `descriptors`",
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<RawDescriptor, D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for DescriptorSeed<'_, '_> {
-    type Value = RawDescriptor;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a descriptor: a mapping with `key` and optionally `value`, `rate_limit`, `descriptors`")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawDescriptor, A::Error> {
-        let mut seen = 0;
-        let mut key = None;
-        let mut value = None;
-        let mut rate_limit = None;
-        let mut rate_limits = None;
-        let mut descriptors = Vec::new();
-        let mut flags = [false; 5];
-        let mut metadata = None;
-        while let Some(field) = map.next_key_seed(Field {
-            names: DESCRIPTOR_FIELDS,
-            seen: &mut seen,
-        })? {
-            match field {
-                0 => key = map.next_value_seed(Text)?,
-                1 => value = map.next_value_seed(Text)?,
-                2 => rate_limit = map.next_value_seed(OptionalRateLimit { ctx: self.ctx })?,
-                3 => rate_limits = Some(map.next_value_seed(RateLimits { ctx: self.ctx })?),
-                4 => descriptors = map.next_value_seed(Descriptors { ctx: self.ctx })?,
-                5..=9 => flags[field - 5] = map.next_value_seed(Flag)?,
-                _ => metadata = map.next_value_seed(MetadataField)?,
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawDescriptor, A::Error> {
+            let mut seen = 0;
+            let mut key = None;
+            let mut value = None;
+            let mut rate_limit = None;
+            let mut rate_limits = None;
+            let mut descriptors = Vec::new();
+            let mut flags = [false; 5];
+            let mut metadata = None;
+            while let Some(field) = map.next_key_seed(Field {
+                names: DESCRIPTOR_FIELDS,
+                seen: &mut seen,
+            })? {
+                match field {
+                    0 => key = map.next_value_seed(Text)?,
+                    1 => value = map.next_value_seed(Text)?,
+                    2 => rate_limit = map.next_value_seed(OptionalRateLimit { ctx: self.ctx })?,
+                    3 => rate_limits = Some(map.next_value_seed(RateLimits { ctx: self.ctx })?),
+                    4 => descriptors = map.next_value_seed(Descriptors { ctx: self.ctx })?,
+                    5..=9 => flags[field - 5] = map.next_value_seed(Flag)?,
+                    _ => metadata = map.next_value_seed(MetadataField)?,
+                }
             }
-        }
-        let [
-            shadow_mode,
-            quota_mode,
-            detailed_metric,
-            value_to_metric,
-            share_threshold,
-        ] = flags;
-        let key = key
-            .filter(|key| !key.is_empty())
-            .ok_or_else(|| A::Error::custom("descriptor has empty key"))?;
-        let value = value.filter(|value| !value.is_empty());
-        if share_threshold && !value.as_deref().is_some_and(|v| v.contains('*')) {
-            return Err(A::Error::custom(format_args!(
-                "share_threshold can only be used with wildcard values (containing '*'), but \
-                 found key '{key}' with value '{}'",
-                value.as_deref().unwrap_or("")
-            )));
-        }
-        let rules = match (rate_limit, rate_limits) {
-            (Some(_), Some(_)) => {
-                return Err(A::Error::custom(
-                    "a descriptor has either `rate_limit` or `rate_limits`, not both",
-                ));
+            let [
+                shadow_mode,
+                quota_mode,
+                detailed_metric,
+                value_to_metric,
+                share_threshold,
+            ] = flags;
+            let key = key
+                .filter(|key| !key.is_empty())
+                .ok_or_else(|| A::Error::custom("descriptor has empty key"))?;
+            let value = value.filter(|value| !value.is_empty());
+            if share_threshold && !value.as_deref().is_some_and(|v| v.contains('*')) {
+                return Err(A::Error::custom(format_args!(
+                    "share_threshold can only be used with wildcard values (containing '*'), but \
+                     found key '{key}' with value '{}'",
+                    value.as_deref().unwrap_or("")
+                )));
             }
-            (Some(rule), None) => vec![rule],
-            (None, Some(rules)) => rules,
-            (None, None) => Vec::new(),
-        };
-        let pair = (key, value);
-        if self.siblings.contains(&pair) {
-            let (key, value) = pair;
-            let value = match value {
-                Some(value) => format!("with value '{value}'"),
-                None => "without a value".to_owned(),
+            let rules = match (rate_limit, rate_limits) {
+                (Some(_), Some(_)) => {
+                    return Err(A::Error::custom(
+                        "a descriptor has either `rate_limit` or `rate_limits`, not both",
+                    ));
+                }
+                (Some(rule), None) => vec![rule],
+                (None, Some(rules)) => rules,
+                (None, None) => Vec::new(),
             };
-            return Err(A::Error::custom(format_args!(
-                "duplicate descriptor: key '{key}' {value} appears twice in this list"
-            )));
+            let pair = (key, value);
+            if self.siblings.contains(&pair) {
+                let (key, value) = pair;
+                let value = match value {
+                    Some(value) => format!("with value '{value}'"),
+                    None => "without a value".to_owned(),
+                };
+                return Err(A::Error::custom(format_args!(
+                    "duplicate descriptor: key '{key}' {value} appears twice in this list"
+                )));
+            }
+            self.siblings.insert(pair.clone());
+            let (key, value) = pair;
+            Ok(RawDescriptor {
+                key,
+                value,
+                rules,
+                descriptors,
+                shadow_mode,
+                quota_mode,
+                detailed_metric,
+                value_to_metric,
+                share_threshold,
+                metadata,
+            })
         }
-        self.siblings.insert(pair.clone());
-        let (key, value) = pair;
-        Ok(RawDescriptor {
-            key,
-            value,
-            rules,
-            descriptors,
-            shadow_mode,
-            quota_mode,
-            detailed_metric,
-            value_to_metric,
-            share_threshold,
-            metadata,
-        })
     }
 }
 
@@ -689,42 +582,22 @@ struct RateLimits<'c> {
     ctx: &'c Ctx<'c>,
 }
 
-impl<'de> DeserializeSeed<'de> for RateLimits<'_> {
-    type Value = Vec<RawRule>;
+seed! {
+    RateLimits<'_> => Vec<RawRule> {
+        expecting: "a list of rate limits",
+        null: Ok(Vec::new()),
+        some: deserialize_seq,
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_option(self)
-    }
-}
-
-impl<'de> Visitor<'de> for RateLimits<'_> {
-    type Value = Vec<RawRule>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a list of rate limits")
-    }
-
-    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(Vec::new())
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(Vec::new())
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_seq(self)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut rules = Vec::new();
-        while let Some(rule) = seq.next_element_seed(RateLimitSeed {
-            ctx: self.ctx,
-            one_too_many: rules.len() == MAX_RULES_PER_DESCRIPTOR,
-        })? {
-            rules.push(rule);
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut rules = Vec::new();
+            while let Some(rule) = seq.next_element_seed(RateLimitSeed {
+                ctx: self.ctx,
+                one_too_many: rules.len() == MAX_RULES_PER_DESCRIPTOR,
+            })? {
+                rules.push(rule);
+            }
+            Ok(rules)
         }
-        Ok(rules)
     }
 }
 
@@ -733,36 +606,19 @@ struct OptionalRateLimit<'c> {
     ctx: &'c Ctx<'c>,
 }
 
-impl<'de> DeserializeSeed<'de> for OptionalRateLimit<'_> {
-    type Value = Option<RawRule>;
+seed! {
+    OptionalRateLimit<'_> => Option<RawRule> {
+        expecting: "a rate limit",
+        null: Ok(None),
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_option(self)
-    }
-}
-
-impl<'de> Visitor<'de> for OptionalRateLimit<'_> {
-    type Value = Option<RawRule>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a rate limit")
-    }
-
-    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        RateLimitSeed {
-            ctx: self.ctx,
-            one_too_many: false,
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            RateLimitSeed {
+                ctx: self.ctx,
+                one_too_many: false,
+            }
+            .deserialize(d)
+            .map(Some)
         }
-        .deserialize(d)
-        .map(Some)
     }
 }
 
@@ -773,105 +629,95 @@ struct RateLimitSeed<'c> {
     one_too_many: bool,
 }
 
-impl<'de> DeserializeSeed<'de> for RateLimitSeed<'_> {
-    type Value = RawRule;
+seed! {
+    RateLimitSeed<'_> => RawRule {
+        read: deserialize_map,
+        expecting: "a rate limit: a mapping with `unit` and `requests_per_unit`, or \
+                    `unlimited: true`",
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<RawRule, D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for RateLimitSeed<'_> {
-    type Value = RawRule;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(
-            "a rate limit: a mapping with `unit` and `requests_per_unit`, or `unlimited: true`",
-        )
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawRule, A::Error> {
-        if self.one_too_many {
-            return Err(A::Error::custom(format_args!(
-                "more than {MAX_RULES_PER_DESCRIPTOR} rate limits on one descriptor"
-            )));
-        }
-        let mut seen = 0;
-        let mut unit = None;
-        let mut requests_per_unit = 0;
-        let mut unlimited = false;
-        let mut name = None;
-        let mut replaces = Vec::new();
-        let mut algorithm = None;
-        let mut burst = None;
-        while let Some(field) = map.next_key_seed(Field {
-            names: RATE_LIMIT_FIELDS,
-            seen: &mut seen,
-        })? {
-            match field {
-                0 => unit = map.next_value_seed(UnitField)?,
-                1 => requests_per_unit = map.next_value_seed(Count)?.unwrap_or(0),
-                2 => unlimited = map.next_value_seed(Flag)?,
-                3 => name = map.next_value_seed(Text)?.filter(|name| !name.is_empty()),
-                4 => replaces = map.next_value_seed(Replaces)?,
-                5 => algorithm = map.next_value_seed(AlgorithmField)?,
-                _ => burst = map.next_value_seed(Count)?,
-            }
-        }
-        if unlimited {
-            if unit.is_some() {
-                return Err(A::Error::custom(
-                    "should not specify rate limit unit when unlimited",
-                ));
-            }
-            if algorithm.is_some() || burst.is_some() {
-                return Err(A::Error::custom(
-                    "an unlimited rate limit has no `algorithm` or `burst`",
-                ));
-            }
-        } else if unit.is_none() {
-            return Err(A::Error::custom(
-                "invalid rate limit unit '': give `unit` (second, minute, hour, day, week, \
-                 month or year) or `unlimited: true`",
-            ));
-        }
-        if name.as_ref().is_some_and(|name| replaces.contains(name)) {
-            return Err(A::Error::custom(
-                "replaces should not contain name of same descriptor",
-            ));
-        }
-        let algorithm = match (algorithm.unwrap_or(AlgorithmName::FixedWindow), burst) {
-            (AlgorithmName::TokenBucket, burst) => Algorithm::TokenBucket {
-                burst: burst.unwrap_or(requests_per_unit),
-            },
-            (_, Some(_)) => {
-                return Err(A::Error::custom(
-                    "`burst` is only for `algorithm: token_bucket`",
-                ));
-            }
-            (AlgorithmName::FixedWindow, None) => Algorithm::FixedWindow,
-            (AlgorithmName::SlidingLog, None) => Algorithm::SlidingLog,
-            (AlgorithmName::SlidingWindow, None) => Algorithm::SlidingWindow,
-        };
-        // A zero rate is envoyproxy's way to block everything (its README's
-        // "black list IP"): it loads, and there is no limiter to check.
-        if let Some(unit) = unit.filter(|_| !unlimited && requests_per_unit > 0) {
-            let rate = Rate::new(requests_per_unit, unit.duration());
-            if let Err(error) = check_limiter(algorithm, rate) {
-                self.ctx.limit_error.set(Some(error));
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawRule, A::Error> {
+            if self.one_too_many {
                 return Err(A::Error::custom(format_args!(
-                    "{requests_per_unit} per {unit} with {algorithm}: {error}"
+                    "more than {MAX_RULES_PER_DESCRIPTOR} rate limits on one descriptor"
                 )));
             }
+            let mut seen = 0;
+            let mut unit = None;
+            let mut requests_per_unit = 0;
+            let mut unlimited = false;
+            let mut name = None;
+            let mut replaces = Vec::new();
+            let mut algorithm = None;
+            let mut burst = None;
+            while let Some(field) = map.next_key_seed(Field {
+                names: RATE_LIMIT_FIELDS,
+                seen: &mut seen,
+            })? {
+                match field {
+                    0 => unit = map.next_value_seed(UnitField)?,
+                    1 => requests_per_unit = map.next_value_seed(Count)?.unwrap_or(0),
+                    2 => unlimited = map.next_value_seed(Flag)?,
+                    3 => name = map.next_value_seed(Text)?.filter(|name| !name.is_empty()),
+                    4 => replaces = map.next_value_seed(Replaces)?,
+                    5 => algorithm = map.next_value_seed(AlgorithmField)?,
+                    _ => burst = map.next_value_seed(Count)?,
+                }
+            }
+            if unlimited {
+                if unit.is_some() {
+                    return Err(A::Error::custom(
+                        "should not specify rate limit unit when unlimited",
+                    ));
+                }
+                if algorithm.is_some() || burst.is_some() {
+                    return Err(A::Error::custom(
+                        "an unlimited rate limit has no `algorithm` or `burst`",
+                    ));
+                }
+            } else if unit.is_none() {
+                return Err(A::Error::custom(
+                    "invalid rate limit unit '': give `unit` (second, minute, hour, day, week, \
+                     month or year) or `unlimited: true`",
+                ));
+            }
+            if name.as_ref().is_some_and(|name| replaces.contains(name)) {
+                return Err(A::Error::custom(
+                    "replaces should not contain name of same descriptor",
+                ));
+            }
+            let algorithm = match (algorithm.unwrap_or(AlgorithmName::FixedWindow), burst) {
+                (AlgorithmName::TokenBucket, burst) => Algorithm::TokenBucket {
+                    burst: burst.unwrap_or(requests_per_unit),
+                },
+                (_, Some(_)) => {
+                    return Err(A::Error::custom(
+                        "`burst` is only for `algorithm: token_bucket`",
+                    ));
+                }
+                (AlgorithmName::FixedWindow, None) => Algorithm::FixedWindow,
+                (AlgorithmName::SlidingLog, None) => Algorithm::SlidingLog,
+                (AlgorithmName::SlidingWindow, None) => Algorithm::SlidingWindow,
+            };
+            // A zero rate is envoyproxy's way to block everything (its README's
+            // "black list IP"): it loads, and there is no limiter to check.
+            if let Some(unit) = unit.filter(|_| !unlimited && requests_per_unit > 0) {
+                let rate = Rate::new(requests_per_unit, unit.duration());
+                if let Err(error) = check_limiter(algorithm, rate) {
+                    self.ctx.limit_error.set(Some(error));
+                    return Err(A::Error::custom(format_args!(
+                        "{requests_per_unit} per {unit} with {algorithm}: {error}"
+                    )));
+                }
+            }
+            Ok(RawRule {
+                name,
+                replaces,
+                unit,
+                requests_per_unit,
+                unlimited,
+                algorithm,
+            })
         }
-        Ok(RawRule {
-            name,
-            replaces,
-            unit,
-            requests_per_unit,
-            unlimited,
-            algorithm,
-        })
     }
 }
 
@@ -893,184 +739,126 @@ fn check_limiter(algorithm: Algorithm, rate: Rate) -> Result<(), ConfigError> {
 /// `replaces: [{name: ...}, ...]` (null is empty).
 struct Replaces;
 
-impl<'de> DeserializeSeed<'de> for Replaces {
-    type Value = Vec<String>;
+seed! {
+    Replaces => Vec<String> {
+        expecting: "a list of `- name: ...` entries",
+        null: Ok(Vec::new()),
+        some: deserialize_seq,
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Vec<String>, D::Error> {
-        d.deserialize_option(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Replaces {
-    type Value = Vec<String>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a list of `- name: ...` entries")
-    }
-
-    fn visit_none<E: de::Error>(self) -> Result<Vec<String>, E> {
-        Ok(Vec::new())
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Vec<String>, E> {
-        Ok(Vec::new())
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Vec<String>, D::Error> {
-        d.deserialize_seq(self)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<String>, A::Error> {
-        let mut names = Vec::new();
-        while let Some(name) = seq.next_element_seed(ReplacesEntry)? {
-            names.push(name);
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<String>, A::Error> {
+            let mut names = Vec::new();
+            while let Some(name) = seq.next_element_seed(ReplacesEntry)? {
+                names.push(name);
+            }
+            Ok(names)
         }
-        Ok(names)
     }
 }
 
 struct ReplacesEntry;
 
-impl<'de> DeserializeSeed<'de> for ReplacesEntry {
-    type Value = String;
+seed! {
+    ReplacesEntry => String {
+        read: deserialize_map,
+        expecting: "a replaces entry: `name: ...`",
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<String, D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for ReplacesEntry {
-    type Value = String;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a replaces entry: `name: ...`")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<String, A::Error> {
-        let mut seen = 0;
-        let mut name = None;
-        while map
-            .next_key_seed(Field {
-                names: REPLACES_FIELDS,
-                seen: &mut seen,
-            })?
-            .is_some()
-        {
-            name = map.next_value_seed(Text)?;
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<String, A::Error> {
+            let mut seen = 0;
+            let mut name = None;
+            while map
+                .next_key_seed(Field {
+                    names: REPLACES_FIELDS,
+                    seen: &mut seen,
+                })?
+                .is_some()
+            {
+                name = map.next_value_seed(Text)?;
+            }
+            name.filter(|name| !name.is_empty())
+                .ok_or_else(|| A::Error::custom("should not have an empty replaces entry"))
         }
-        name.filter(|name| !name.is_empty())
-            .ok_or_else(|| A::Error::custom("should not have an empty replaces entry"))
     }
 }
 
 /// `metadata:` a mapping of anything (null or empty is none).
 struct MetadataField;
 
-impl<'de> DeserializeSeed<'de> for MetadataField {
-    type Value = Option<BTreeMap<String, MetadataValue>>;
+seed! {
+    MetadataField => Option<BTreeMap<String, MetadataValue>> {
+        expecting: "a mapping",
+        null: Ok(None),
+        some: deserialize_map,
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_option(self)
-    }
-}
-
-impl<'de> Visitor<'de> for MetadataField {
-    type Value = Option<BTreeMap<String, MetadataValue>>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a mapping")
-    }
-
-    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_map(self)
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-        let fields = AnyValue.visit_map(map)?;
-        let MetadataValue::Struct(fields) = fields else {
-            unreachable!("a mapping reads as a struct")
-        };
-        Ok((!fields.is_empty()).then_some(fields))
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            let fields = AnyValue.visit_map(map)?;
+            let MetadataValue::Struct(fields) = fields else {
+                unreachable!("a mapping reads as a struct")
+            };
+            Ok((!fields.is_empty()).then_some(fields))
+        }
     }
 }
 
 /// Any YAML node, as a protobuf `Value` would hold it.
 struct AnyValue;
 
-impl<'de> DeserializeSeed<'de> for AnyValue {
-    type Value = MetadataValue;
+seed! {
+    AnyValue => MetadataValue {
+        read: deserialize_any,
+        expecting: "a metadata value",
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<MetadataValue, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for AnyValue {
-    type Value = MetadataValue;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a metadata value")
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<MetadataValue, E> {
-        Ok(MetadataValue::Null)
-    }
-
-    fn visit_none<E: de::Error>(self) -> Result<MetadataValue, E> {
-        Ok(MetadataValue::Null)
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<MetadataValue, D::Error> {
-        d.deserialize_any(self)
-    }
-
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<MetadataValue, E> {
-        Ok(MetadataValue::Bool(v))
-    }
-
-    // Protobuf's `Value` holds every number as a double, as envoyproxy's
-    // conversion does.
-    #[allow(clippy::cast_precision_loss)]
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<MetadataValue, E> {
-        Ok(MetadataValue::Number(v as f64))
-    }
-
-    #[allow(clippy::cast_precision_loss)]
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<MetadataValue, E> {
-        Ok(MetadataValue::Number(v as f64))
-    }
-
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<MetadataValue, E> {
-        Ok(MetadataValue::Number(v))
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<MetadataValue, E> {
-        Ok(MetadataValue::String(v.to_owned()))
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<MetadataValue, A::Error> {
-        let mut items = Vec::new();
-        while let Some(item) = seq.next_element_seed(AnyValue)? {
-            items.push(item);
+        fn visit_unit<E: de::Error>(self) -> Result<MetadataValue, E> {
+            Ok(MetadataValue::Null)
         }
-        Ok(MetadataValue::List(items))
-    }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<MetadataValue, A::Error> {
-        let mut fields = BTreeMap::new();
-        while let Some(key) = map.next_key_seed(AnyKey)? {
-            let value = map.next_value_seed(AnyValue)?;
-            fields.insert(key, value);
+        fn visit_none<E: de::Error>(self) -> Result<MetadataValue, E> {
+            Ok(MetadataValue::Null)
         }
-        Ok(MetadataValue::Struct(fields))
+
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<MetadataValue, D::Error> {
+            d.deserialize_any(self)
+        }
+
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<MetadataValue, E> {
+            Ok(MetadataValue::Bool(v))
+        }
+
+        // Protobuf's `Value` holds every number as a double, as envoyproxy's
+        // conversion does.
+        #[allow(clippy::cast_precision_loss)]
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<MetadataValue, E> {
+            Ok(MetadataValue::Number(v as f64))
+        }
+
+        #[allow(clippy::cast_precision_loss)]
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<MetadataValue, E> {
+            Ok(MetadataValue::Number(v as f64))
+        }
+
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<MetadataValue, E> {
+            Ok(MetadataValue::Number(v))
+        }
+
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<MetadataValue, E> {
+            Ok(MetadataValue::String(v.to_owned()))
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<MetadataValue, A::Error> {
+            let mut items = Vec::new();
+            while let Some(item) = seq.next_element_seed(AnyValue)? {
+                items.push(item);
+            }
+            Ok(MetadataValue::List(items))
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<MetadataValue, A::Error> {
+            let mut fields = BTreeMap::new();
+            while let Some(key) = map.next_key_seed(AnyKey)? {
+                let value = map.next_value_seed(AnyValue)?;
+                fields.insert(key, value);
+            }
+            Ok(MetadataValue::Struct(fields))
+        }
     }
 }
 
@@ -1089,33 +877,16 @@ impl<'de> DeserializeSeed<'de> for AnyKey {
 /// A later document of a file, refused unless empty.
 struct LaterDocument;
 
-impl<'de> DeserializeSeed<'de> for LaterDocument {
-    type Value = ();
+seed! {
+    LaterDocument => () {
+        expecting: "nothing after the first document",
+        null: Ok(()),
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_option(self)
-    }
-}
-
-impl<'de> Visitor<'de> for LaterDocument {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("nothing after the first document")
-    }
-
-    fn visit_none<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        // Through `deserialize_any`, so that the error carries the
-        // document's position.
-        d.deserialize_any(RejectLater)
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            // Through `deserialize_any`, so that the error carries the
+            // document's position.
+            d.deserialize_any(RejectLater)
+        }
     }
 }
 
