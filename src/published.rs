@@ -18,8 +18,6 @@ use std::sync::{Arc, OnceLock, Weak};
 
 use metrics::{Counter, Gauge};
 
-use crate::adaptive::Outcome;
-
 /// `tollgate_permits_total{limiter, outcome}`: a [`Counted`](crate::Counted)
 /// limiter's admitted, denied and refunded permits.
 pub(crate) const PERMITS_TOTAL: &str = "tollgate_permits_total";
@@ -246,12 +244,17 @@ impl AdaptiveMetrics {
         }
     }
 
-    /// One sample, as its permit reported it.
-    pub(crate) fn sample(&self, outcome: Outcome) {
+    /// One sample, as its permit reported it: the counter of its outcome
+    /// (`success`, `dropped`, `ignored`), named by the adaptive limit, which
+    /// owns the outcomes.
+    pub(crate) fn sample(&self, outcome: &str) {
         match outcome {
-            Outcome::Success => &self.success,
-            Outcome::Dropped => &self.dropped,
-            Outcome::Ignored => &self.ignored,
+            "success" => &self.success,
+            "dropped" => &self.dropped,
+            _ => {
+                debug_assert_eq!(outcome, "ignored");
+                &self.ignored
+            }
         }
         .increment(1);
     }

@@ -368,7 +368,7 @@ impl<A: LimitAlgorithm, C: Clock> AdaptiveLimit<A, C> {
         let metrics = self.metrics();
         #[cfg(feature = "metrics")]
         if let Some(metrics) = metrics {
-            metrics.sample(outcome);
+            metrics.sample(outcome.label());
         }
         if outcome == Outcome::Ignored {
             return;
@@ -503,7 +503,7 @@ macro_rules! adaptive_permit {
             fn drop(&mut self) {
                 if self.permit.is_some() {
                     if let Some(metrics) = self.limit.metrics() {
-                        metrics.sample(Outcome::Ignored);
+                        metrics.sample(Outcome::Ignored.label());
                     }
                 }
             }

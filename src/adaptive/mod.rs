@@ -186,6 +186,18 @@ pub enum Outcome {
     Ignored,
 }
 
+impl Outcome {
+    /// The outcome's label in `tollgate_adaptive_samples_total`.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Outcome::Success => "success",
+            Outcome::Dropped => "dropped",
+            Outcome::Ignored => "ignored",
+        }
+    }
+}
+
 /// One finished request: how long it took, how many requests were in flight
 /// when it was admitted (itself included), and how it ended.
 ///
