@@ -301,9 +301,11 @@ impl<C: Clock> LeasedTokenBucket<C> {
             }
             return Some(Err(Denied::RetryAfter(Duration::from_nanos(spent - limit))));
         }
-        // Relaxed both ways: decided on the very TAT it replaces, publishing
-        // nothing else. Strong: a spurious failure would report contention
-        // that is not there.
+        // One CAS, not the crate's loop (`cell::update`): a lost race is not
+        // decided again here but sends the request to the stripes, which
+        // decide instead. Relaxed both ways: decided on the very TAT it
+        // replaces, publishing nothing else. Strong: a spurious failure would
+        // report contention that is not there.
         match self
             .word
             .compare_exchange(tat, spent, Ordering::Relaxed, Ordering::Relaxed)
