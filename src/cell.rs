@@ -6,7 +6,7 @@
 //! as a whole in one `u128`, the warm-up's and the shaper's), and the atomic
 //! one over the orderings its owner needs ([`Orders`]: [`Alone`] for a word
 //! that is the whole state, [`Published`] for a keyed word that carries a
-//! configuration record with it).
+//! configuration record with it, [`Opening`] for a sliding window's pool).
 //! The loop itself is [`update`], which the striped and leased limiters also
 //! run on the bare atomics they keep beside other read-modify-writes.
 //!
@@ -208,6 +208,29 @@ impl Orders for Published {
     const FAILURE: Ordering = Ordering::Acquire;
 }
 
+/// The sliding windows' pool words (`sliding_window::approx`'s and the
+/// striped window's opening of a sub-window): a CAS that opens a window
+/// publishes the finished window's count, written (by `fetch_max`) just
+/// before it into memory beside the word, and whoever decides on the word
+/// reads that memory on its strength.
+#[derive(Debug)]
+#[allow(unreachable_pub)] // sealed: public only as a parameter of the loop
+pub struct Opening;
+
+impl Orders for Opening {
+    // Acquire: pairs with the Release CAS that opened the word's window (or
+    // a later one): every pool change is a read-modify-write, so that CAS
+    // heads a release sequence later changes do not break, and the counts it
+    // published are visible to the decision.
+    const LOAD: Ordering = Ordering::Acquire;
+    // Release: a CAS that opens a window publishes the count written just
+    // before it (one that does not open costs nothing more on x86, and keeps
+    // one rule).
+    const SUCCESS: Ordering = Ordering::Release;
+    // Acquire, as `LOAD`: the word the lost race returns is decided on next.
+    const FAILURE: Ordering = Ordering::Acquire;
+}
+
 /// The lock-free cell: the word's atomic, updated by a compare-and-swap loop
 /// with the orderings `O`. Unpadded (see the module docs).
 #[derive(Debug)]
@@ -255,7 +278,9 @@ pub(crate) enum Loss {
 ///
 /// `decide` may run several times, so it must decide on the word it is
 /// given alone; anything else it reads must be something the word's
-/// orderings make valid for that word.
+/// orderings make valid for that word, and anything it writes must be safe
+/// to write again (the sliding windows publish a finished window's count by
+/// `fetch_max` before the CAS that opens the next).
 #[inline]
 pub(crate) fn update<O: Orders, W: Word, E>(
     atomic: &W::Atomic,

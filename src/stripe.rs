@@ -34,8 +34,8 @@ pub(crate) fn default_stripes() -> usize {
 }
 
 /// A striped limiter's per-core stripe words, each on its own cache line, and
-/// the protocol every such limiter runs on them (the leased token bucket
-/// and the leased fixed window):
+/// the protocol every such limiter runs on them (the leased token bucket,
+/// the leased fixed window, the striped sliding window):
 ///
 /// - **spend**: a request decides on its own stripe's word; a race lost there
 ///   means another thread shares the stripe, so the thread's hint moves to
@@ -101,6 +101,21 @@ impl Stripes {
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = &AtomicU64> {
         self.words.iter().map(|word| &**word)
+    }
+
+    /// Heap bytes of the stripes.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        std::mem::size_of_val::<[CachePadded<AtomicU64>]>(&self.words)
+    }
+
+    /// A slow path's decision on stripe `k`'s word (a take, a reclaim, a
+    /// steal), until stored or refused; a loss is decided again at once.
+    pub(crate) fn update<E>(
+        &self,
+        k: usize,
+        decide: impl FnMut(u64) -> Result<u64, E>,
+    ) -> Result<u64, E> {
+        cell::update::<Alone, u64, E>(self.get(k), decide, |_, _| Loss::DecideAgain)
     }
 
     /// The fast path: `decide` on stripe `own`'s word until its result is
