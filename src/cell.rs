@@ -6,7 +6,9 @@
 //! as a whole in one `u128`, the warm-up's and the shaper's), and the atomic
 //! one over the orderings its owner needs ([`Orders`]: [`Alone`] for a word
 //! that is the whole state, [`Published`] for a keyed word that carries a
-//! configuration record with it).
+//! configuration record with it, [`Opening`] for a sliding window's pool).
+//! The loop itself is [`update`], which the striped and leased limiters also
+//! run on the bare atomics they keep beside other read-modify-writes.
 //!
 //! Neither pads: a direct limiter is one per use and keeps its cell on its own
 //! cache line (`CachePadded` around the cell, where it holds it); keys are
@@ -206,6 +208,29 @@ impl Orders for Published {
     const FAILURE: Ordering = Ordering::Acquire;
 }
 
+/// The sliding windows' pool words (`sliding_window::approx`'s and the
+/// striped window's opening of a sub-window): a CAS that opens a window
+/// publishes the finished window's count, written (by `fetch_max`) just
+/// before it into memory beside the word, and whoever decides on the word
+/// reads that memory on its strength.
+#[derive(Debug)]
+#[allow(unreachable_pub)] // sealed: public only as a parameter of the loop
+pub struct Opening;
+
+impl Orders for Opening {
+    // Acquire: pairs with the Release CAS that opened the word's window (or
+    // a later one): every pool change is a read-modify-write, so that CAS
+    // heads a release sequence later changes do not break, and the counts it
+    // published are visible to the decision.
+    const LOAD: Ordering = Ordering::Acquire;
+    // Release: a CAS that opens a window publishes the count written just
+    // before it (one that does not open costs nothing more on x86, and keeps
+    // one rule).
+    const SUCCESS: Ordering = Ordering::Release;
+    // Acquire, as `LOAD`: the word the lost race returns is decided on next.
+    const FAILURE: Ordering = Ordering::Acquire;
+}
+
 /// The lock-free cell: the word's atomic, updated by a compare-and-swap loop
 /// with the orderings `O`. Unpadded (see the module docs).
 #[derive(Debug)]
@@ -226,30 +251,75 @@ impl<W: Word, O: Orders> StateCell for AtomicCell<W, O> {
     }
 
     #[inline]
-    fn update<E>(&self, mut decide: impl FnMut(W) -> Result<W, E>) -> Result<W, E> {
-        // `O::LOAD`: the decision starts from this value; the CAS checks it is
-        // still the current one.
-        let mut current = self.0.load(O::LOAD);
-        let mut backoff = Backoff::new();
-        loop {
-            let next = decide(current)?;
-            // Weak CAS: a spurious failure just costs one more (pure) decision.
-            // `O::SUCCESS` / `O::FAILURE`: see `Orders`.
-            match self
-                .0
-                .compare_exchange_weak(current, next, O::SUCCESS, O::FAILURE)
-            {
-                Ok(_) => return Ok(next),
-                Err(actual) => {
-                    current = actual;
+    fn update<E>(&self, decide: impl FnMut(W) -> Result<W, E>) -> Result<W, E> {
+        // Every lost race is stepped aside from (see `update_from`).
+        update::<O, W, E>(&self.0, decide, |_, _| Loss::StepAside)
+    }
+}
+
+/// What a lost race costs the loser, the one thing owners of the loop differ
+/// in beyond their orderings (`update`'s `lost`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Loss {
+    /// Wait a moment before deciding again (`sync::Backoff::wait`).
+    StepAside,
+    /// Decide again at once: the owner keeps its hot path free of the
+    /// clock, or the loss was not to another thread.
+    DecideAgain,
+}
+
+/// The crate's one compare-and-swap loop, on a word kept in a bare atomic:
+/// [`AtomicCell`]'s `update`, for owners that also change the word by other
+/// read-modify-writes (a swap, a `fetch_and`, a `fetch_max`) or keep it
+/// beside others with other orderings. Applies `decide` to the word (read
+/// with `O::LOAD`) until its result is stored or it refuses; returns the word
+/// stored. After each failed CAS, `lost(tried, actual)` (the word decided on
+/// and the word found) says whether to step aside before deciding again.
+///
+/// `decide` may run several times, so it must decide on the word it is
+/// given alone; anything else it reads must be something the word's
+/// orderings make valid for that word, and anything it writes must be safe
+/// to write again (the sliding windows publish a finished window's count by
+/// `fetch_max` before the CAS that opens the next).
+#[inline]
+pub(crate) fn update<O: Orders, W: Word, E>(
+    atomic: &W::Atomic,
+    decide: impl FnMut(W) -> Result<W, E>,
+    lost: impl FnMut(W, W) -> Loss,
+) -> Result<W, E> {
+    // `O::LOAD`: the decision starts from this value; the CAS checks it is
+    // still the current one.
+    update_from::<O, W, E>(atomic, atomic.load(O::LOAD), decide, lost)
+}
+
+/// [`update`], starting from `current`, a value of the word the caller has
+/// already read (with the ordering its own argument needs; `O::LOAD` is not
+/// used).
+#[inline]
+pub(crate) fn update_from<O: Orders, W: Word, E>(
+    atomic: &W::Atomic,
+    mut current: W,
+    mut decide: impl FnMut(W) -> Result<W, E>,
+    mut lost: impl FnMut(W, W) -> Loss,
+) -> Result<W, E> {
+    let mut backoff = Backoff::new();
+    loop {
+        let next = decide(current)?;
+        // Weak CAS: a spurious failure just costs one more decision, on the
+        // same word. `O::SUCCESS` / `O::FAILURE`: see `Orders`.
+        match atomic.compare_exchange_weak(current, next, O::SUCCESS, O::FAILURE) {
+            Ok(_) => return Ok(next),
+            Err(actual) => {
+                let tried = std::mem::replace(&mut current, actual);
+                if lost(tried, actual) == Loss::StepAside {
                     // Lost a race: step aside for a moment (32 ns, doubling
-                    // per loss, at most about a microsecond: time, not a count
-                    // of spin hints, so the same on every CPU; see `sync::Backoff`)
-                    // before deciding again. The winner's next update then
-                    // finds the line still in its own cache instead of both
-                    // cores trading it on every attempt.
-                    // Bounded: it never blocks, and a thread that never loses
-                    // never waits.
+                    // per loss, at most about a microsecond: time, not a
+                    // count of spin hints, so the same on every CPU; see
+                    // `sync::Backoff`) before deciding again. The winner's
+                    // next update then finds the line still in its own
+                    // cache instead of both cores trading it on every
+                    // attempt. Bounded: it never blocks, and a thread that
+                    // never loses never waits.
                     backoff.wait();
                 }
             }

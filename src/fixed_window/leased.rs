@@ -48,13 +48,13 @@ use std::time::Duration;
 use crossbeam_utils::CachePadded;
 
 use super::counter::WindowCounter;
+use crate::cell::{self, Alone, Loss};
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::{ConfigError, Denied};
 use crate::limiter::{RateLimiter, Rejection, Snapshot, check_request, report};
 use crate::machine::Machine;
 use crate::rate::Rate;
-use crate::stripe::{MAX_STRIPES, default_stripes};
-use crate::sync::thread::{refresh_thread_hint, thread_hint};
+use crate::stripe::{Refused, Stripes, default_stripes};
 use crate::sync::{AtomicU64, Ordering};
 use crate::timeline::Timeline;
 
@@ -92,9 +92,8 @@ pub struct LeasedFixedWindow<C = MonotonicClock> {
     /// The window's length in ns, copied out for the hot path.
     window: u64,
     word: CachePadded<AtomicU64>,
-    stripes: Box<[CachePadded<AtomicU64>]>,
-    /// `stripes.len() - 1`; the length is a power of two.
-    mask: usize,
+    /// Each holds a batch `(epoch, lease)`.
+    stripes: Stripes,
     timeline: Timeline<C>,
 }
 
@@ -138,16 +137,12 @@ impl<C: Clock> LeasedFixedWindow<C> {
     /// ```
     pub fn with_stripes(rate: Rate, clock: C, stripes: usize) -> Result<Self, ConfigError> {
         let counter = WindowCounter::new(rate)?;
-        let stripes = stripes.clamp(1, MAX_STRIPES).next_power_of_two();
         Ok(LeasedFixedWindow {
             window: counter.window_ns(),
             counter,
             // Window 0, nothing charged; every stripe "window 0, nothing leased".
             word: CachePadded::new(AtomicU64::new(WindowCounter::INITIAL)),
-            stripes: (0..stripes)
-                .map(|_| CachePadded::new(AtomicU64::new(WindowCounter::INITIAL)))
-                .collect(),
-            mask: stripes - 1,
+            stripes: Stripes::new(stripes, WindowCounter::INITIAL),
             timeline: Timeline::new(clock),
         })
     }
@@ -193,46 +188,35 @@ impl<C: Clock> LeasedFixedWindow<C> {
     /// the word.
     #[inline]
     fn acquire_at(&self, now: u64, n: u32) -> Result<(), Denied> {
-        let own = thread_hint() & self.mask;
-        let stripe = &self.stripes[own];
+        let own = self.stripes.own();
         let n = u64::from(n);
-        // Relaxed: the batch is a count charged to a window, not a handle on
-        // other memory; the CAS checks that it is still the count decided on.
-        let mut batch = stripe.load(Ordering::Relaxed);
-        loop {
+        // The spend is decided on the very batch it replaces (see `Stripes`
+        // for the orderings); a refusal carries the lease it found.
+        let spent = self.stripes.spend(own, |batch| {
             let (epoch, lease) = self.counter.unpack(batch);
             // The time bound: only a reading inside the batch's own window may
             // spend it. `now − start` wraps to a huge value when `now` is
             // before the start; `epoch` is at most `END / W`, so no overflow.
             if now.wrapping_sub(epoch * self.window) >= self.window || lease < n {
-                // An empty stripe has nothing to give back, so the slow path
-                // would decide on the word alone: a full window denies here,
-                // reading the word and writing nothing (a flood of denials
-                // costs what it does on the plain window).
-                if lease == 0 {
-                    if let Some(denied) = self.deny_direct(now, n) {
-                        return Err(denied);
-                    }
-                }
-                return self.acquire_slow(now, n, own, lease > 0);
+                return Err(lease);
             }
             // The count is the low bits: subtracting `n ≤ lease` keeps the
-            // epoch. Relaxed both ways: the spend is decided on the very value
-            // it replaces, and publishes nothing else.
-            match stripe.compare_exchange_weak(
-                batch,
-                batch - n,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return Ok(()),
-                Err(actual) => {
-                    // Another thread spends this stripe: move to our CPU's.
-                    refresh_thread_hint();
-                    batch = actual;
-                }
+            // epoch.
+            Ok(batch - n)
+        });
+        let Err(lease) = spent else {
+            return Ok(());
+        };
+        // An empty stripe has nothing to give back, so the slow path would
+        // decide on the word alone: a full window denies here, reading the
+        // word and writing nothing (a flood of denials costs what it does on
+        // the plain window).
+        if lease == 0 {
+            if let Some(denied) = self.deny_direct(now, n) {
+                return Err(denied);
             }
         }
+        self.acquire_slow(now, n, own, lease > 0)
     }
 
     /// The denial the slow path would make for a stripe that holds nothing,
@@ -256,128 +240,124 @@ impl<C: Clock> LeasedFixedWindow<C> {
     /// stripe writes nothing.
     #[inline(never)]
     fn acquire_slow(&self, now: u64, n: u64, own: usize, had_lease: bool) -> Result<(), Denied> {
-        let stripe = &self.stripes[own];
         // Relaxed: the RMW makes the batch's permits ours alone (no other
         // thread can spend them once the count is cleared); the epoch stays,
         // so the stripe's epochs only grow.
         let (held_epoch, held) = if had_lease {
-            self.counter
-                .unpack(stripe.fetch_and(!self.counter.count_mask(), Ordering::Relaxed))
+            self.counter.unpack(
+                self.stripes
+                    .get(own)
+                    .fetch_and(!self.counter.count_mask(), Ordering::Relaxed),
+            )
         } else {
             (0, 0)
         };
+        // The step the last decision took: what a stored word means.
+        let last = std::cell::Cell::new(None);
+        // `Alone`: a charge or a give-back is decided on the very word it
+        // replaces and publishes nothing; the fresh word a lost race returns
+        // is all the next decision needs, decided on at once.
+        let stored = cell::update::<Alone, u64, Denied>(
+            &self.word,
+            |state| {
+                let step = self.word_step(state, now, n, held_epoch, held);
+                last.set(Some(step));
+                match step {
+                    WindowStep::Deny {
+                        denied,
+                        give_back: None,
+                    } => Err(denied),
+                    WindowStep::Deny {
+                        give_back: Some(next),
+                        ..
+                    } => Ok(next),
+                    WindowStep::Admit { next, .. } => Ok(next),
+                }
+            },
+            |_, _| Loss::DecideAgain,
+        );
+        match (stored, last.get()) {
+            (Err(denied), _) | (Ok(_), Some(WindowStep::Deny { denied, .. })) => Err(denied),
+            (Ok(_), Some(WindowStep::Admit { window, spare, .. })) => {
+                self.install(own, window, spare);
+                Ok(())
+            }
+            (Ok(_), None) => unreachable!("a word is stored only by a decision"),
+        }
+    }
+
+    /// What the word `state` says to a request of `n` at `now` the stripe
+    /// could not serve, `held` permits of window `held_epoch` having been
+    /// taken out of the stripe: a pure decision, which the caller commits
+    /// with one compare-and-swap of `state`.
+    #[inline]
+    fn word_step(&self, state: u64, now: u64, n: u64, held_epoch: u64, held: u64) -> WindowStep {
         let limit = self.counter.limit();
-        // Relaxed: a decision on a stale word is checked by the CAS below.
-        let mut state = self.word.load(Ordering::Relaxed);
-        loop {
-            let (index, _) = self.counter.unpack(state);
-            // `j`: the later of the reading's window and the stored one.
-            let (j, count) = self.counter.counted(state, now);
-            // Our batch is part of the count of `j` if it was leased in `j` and
-            // `j` is still the word's window: it goes back before we decide.
-            let back = if held > 0 && held_epoch == index && j == index {
-                held
-            } else {
-                0
+        let (index, _) = self.counter.unpack(state);
+        // `j`: the later of the reading's window and the stored one.
+        let (j, count) = self.counter.counted(state, now);
+        // Our batch is part of the count of `j` if it was leased in `j` and
+        // `j` is still the word's window: it goes back before we decide.
+        let back = if held > 0 && held_epoch == index && j == index {
+            held
+        } else {
+            0
+        };
+        // `count ≥ back`: the batch is charged to `index` (invariant C).
+        let count = count - back;
+        if count + n > limit {
+            // A batch of an older window is forgotten: never spent.
+            return WindowStep::Deny {
+                denied: self.counter.denial(j, now),
+                give_back: (back > 0).then(|| self.counter.pack(j, count)),
             };
-            // `count ≥ back`: the batch is charged to `index` (invariant C).
-            let count = count - back;
-            if count + n > limit {
-                let denied = self.counter.denial(j, now);
-                if back > 0 {
-                    // Relaxed: as the lease CAS below.
-                    match self.word.compare_exchange_weak(
-                        state,
-                        self.counter.pack(j, count),
-                        Ordering::Relaxed,
-                        Ordering::Relaxed,
-                    ) {
-                        Ok(_) => return Err(denied),
-                        Err(actual) => {
-                            state = actual;
-                            continue;
-                        }
-                    }
-                }
-                // A batch of an older window is forgotten: never spent.
-                return Err(denied);
-            }
-            // The spare batch: a `1/(2·stripes)` share of what the window has
-            // left after this request, so all stripes together hold at most
-            // about half of it and a window running low leases nothing.
-            let spare = (limit - count - n) / (2 * self.stripes.len() as u64);
+        }
+        // The spare batch: a `1/(2·stripes)` share of what the window has
+        // left after this request, so all stripes together hold at most
+        // about half of it and a window running low leases nothing.
+        let spare = (limit - count - n) / (2 * self.stripes.len() as u64);
+        WindowStep::Admit {
             // `count + n + spare ≤ limit`: the count stays in its bits.
-            let next = self.counter.pack(j, count + n + spare);
-            // Relaxed on success: the charge is decided on the very word it
-            // replaces and publishes nothing. Relaxed on failure: the fresh
-            // word is all the next decision needs.
-            match self
-                .word
-                .compare_exchange_weak(state, next, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => {
-                    self.install(stripe, j, spare);
-                    return Ok(());
-                }
-                Err(actual) => state = actual,
-            }
+            next: self.counter.pack(j, count + n + spare),
+            window: j,
+            spare,
         }
     }
 
-    /// Puts `spare` permits, just charged to window `j`, into `stripe`: merged
-    /// with a batch of `j`, replacing a batch of an older window (forgotten:
-    /// its window is over), or, if the stripe has moved past `j` (another
-    /// thread of the stripe leased in a later window), back to the word while
-    /// it is still at `j`. With nothing to spare, the stripe's epoch is still
-    /// raised to `j`, so a thread never spends from an older window than one
-    /// it was already charged to.
-    fn install(&self, stripe: &AtomicU64, j: u64, spare: u64) {
-        // Relaxed: counts, by CAS.
-        let mut batch = stripe.load(Ordering::Relaxed);
-        loop {
-            let (epoch, lease) = self.counter.unpack(batch);
-            let next = if epoch == j {
-                if spare == 0 {
-                    return;
+    /// Puts `spare` permits, just charged to window `j`, into stripe `own`:
+    /// merged with a batch of `j`, replacing a batch of an older window
+    /// (forgotten: its window is over), or, if the stripe has moved past `j`
+    /// (another thread of the stripe leased in a later window), back to the
+    /// word while it is still at `j` (else forgotten). With nothing to spare,
+    /// the stripe's epoch is still raised to `j`, so a thread never spends
+    /// from an older window than one it was already charged to.
+    fn install(&self, own: usize, j: u64, spare: u64) {
+        let _ = self.stripes.keep_or_return(
+            own,
+            |batch| {
+                let (epoch, lease) = self.counter.unpack(batch);
+                if epoch == j && spare > 0 {
+                    // Both are charged to `j`, whose count is at most `limit`.
+                    Ok(self.counter.pack(j, lease + spare))
+                } else if epoch < j {
+                    Ok(self.counter.pack(j, spare))
+                } else if epoch > j && spare > 0 {
+                    Err(Refused::Return)
+                } else {
+                    // Nothing to merge, or nothing to give back.
+                    Err(Refused::Leave)
                 }
-                // Both are charged to `j`, whose count is at most `limit`.
-                self.counter.pack(j, lease + spare)
-            } else if epoch < j {
-                self.counter.pack(j, spare)
-            } else {
-                return self.give_back(j, spare);
-            };
-            // Relaxed: the batch is ours to give; nothing else is published.
-            match stripe.compare_exchange_weak(batch, next, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return,
-                Err(actual) => batch = actual,
-            }
-        }
-    }
-
-    /// Gives `spare` unspent permits of window `j`, owned by the caller, back
-    /// to the word if it is still at `j`; otherwise they are forgotten.
-    fn give_back(&self, j: u64, spare: u64) {
-        if spare == 0 {
-            return;
-        }
-        // Relaxed: a count, checked by CAS against the word's newest value.
-        let mut state = self.word.load(Ordering::Relaxed);
-        loop {
-            let (index, count) = self.counter.unpack(state);
-            if index != j {
-                return;
-            }
-            // `count ≥ spare`: they are charged to `j` (invariant C).
-            let next = self.counter.pack(j, count - spare);
-            match self
-                .word
-                .compare_exchange_weak(state, next, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => return,
-                Err(actual) => state = actual,
-            }
-        }
+            },
+            &self.word,
+            |state| {
+                let (index, count) = self.counter.unpack(state);
+                if index != j {
+                    return Err(());
+                }
+                // `count ≥ spare`: they are charged to `j` (invariant C).
+                Ok(self.counter.pack(j, count - spare))
+            },
+        );
     }
 
     /// The word with every stripe's unspent batch of the word's window counted
@@ -422,4 +402,19 @@ impl<C: Clock> RateLimiter for LeasedFixedWindow<C> {
         };
         report(outcome, self.counter.snapshot(self.effective_state(), now))
     }
+}
+
+/// What the word says to a request the stripe could not serve
+/// (`LeasedFixedWindow::word_step`).
+#[derive(Debug, Clone, Copy)]
+enum WindowStep {
+    /// Denied; `give_back`: the word to write first, the count less the
+    /// batch taken out when it was charged to the word's window.
+    Deny {
+        denied: Denied,
+        give_back: Option<u64>,
+    },
+    /// Admitted: the word becomes `next`, charging `spare` more permits of
+    /// `window` for the stripe.
+    Admit { next: u64, window: u64, spare: u64 },
 }

@@ -88,20 +88,23 @@ where
     /// Sets `key`'s override; `true` if the key had none before.
     fn set(&self, key: K, config: L::Config, carry: Carry, now: u64) -> bool {
         let guard = pin();
-        loop {
-            let table = self.table.load(&guard);
+        let added = self.edit(&guard, |table| {
             if let Some(slot) = table.get(&key) {
-                slot.reconfigure(config, carry, now);
-                return false;
+                return Err(slot);
             }
             let mut next = table.clone();
             next.insert(key.clone(), Arc::new(Slot::new(config.clone())));
-            if let Ok(_published) = self.table.compare_exchange(table, next, &guard) {
-                // SAFETY: replaced by us; every reader of the table pins.
-                unsafe { self.table.retire(table, &guard) };
+            Ok(next)
+        });
+        match added {
+            Ok(_) => {
                 // Relaxed: see `any`.
                 self.any.store(1, Ordering::Relaxed);
-                return true;
+                true
+            }
+            Err(slot) => {
+                slot.reconfigure(config, carry, now);
+                false
             }
         }
     }
@@ -113,26 +116,46 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let guard = pin();
-        loop {
-            let table = self.table.load(&guard);
+        let removed = self.edit(&guard, |table| {
             if !table.contains_key(key) {
-                return false;
+                return Err(());
             }
             let mut next = table.clone();
             next.remove(key);
-            let empty = next.is_empty();
-            if let Ok(_published) = self.table.compare_exchange(table, next, &guard) {
+            Ok(next)
+        });
+        let Ok(published) = removed else {
+            return false;
+        };
+        if published.is_empty() {
+            // Relaxed: see `any`. A racing `set` may store 1 before this 0;
+            // the flag is then re-derived below.
+            self.any.store(0, Ordering::Relaxed);
+            if !self.table.load(&guard).is_empty() {
+                self.any.store(1, Ordering::Relaxed);
+            }
+        }
+        true
+    }
+
+    /// Replaces the table in force by `edit`'s copy of it, deciding again on
+    /// the newer table when another edit came first; returns the table
+    /// published, or `edit`'s refusal. The table's one compare-and-swap loop,
+    /// not the crate's (`cell::update`, on words): it swaps an epoch pointer,
+    /// its decision allocates a new table, and its success must retire the
+    /// old one under the caller's guard.
+    fn edit<'g, R>(
+        &self,
+        guard: &'g Guard,
+        mut edit: impl FnMut(&'g Table<K, L, S>) -> Result<Table<K, L, S>, R>,
+    ) -> Result<&'g Table<K, L, S>, R> {
+        loop {
+            let table = self.table.load(guard);
+            let next = edit(table)?;
+            if let Ok(published) = self.table.compare_exchange(table, next, guard) {
                 // SAFETY: replaced by us; every reader of the table pins.
-                unsafe { self.table.retire(table, &guard) };
-                if empty {
-                    // Relaxed: see `any`. A racing `set` may store 1 before
-                    // this 0; the flag is then re-derived below.
-                    self.any.store(0, Ordering::Relaxed);
-                    if !self.table.load(&guard).is_empty() {
-                        self.any.store(1, Ordering::Relaxed);
-                    }
-                }
-                return true;
+                unsafe { self.table.retire(table, guard) };
+                return Ok(published);
             }
         }
     }

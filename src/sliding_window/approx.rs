@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
+use crate::cell::{self, Loss, Opening};
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::{ConfigError, Denied};
 use crate::limiter::{RateLimiter, Rejection, Snapshot, check_request};
@@ -290,33 +291,35 @@ impl<C: Clock> ApproxSlidingWindow<C> {
     /// or the denial with the pool word and previous counts it was decided on.
     #[inline]
     fn acquire(&self, now: u64, n: u32) -> Result<Seen, (Denied, Seen)> {
-        // Acquire: pairs with the Release CAS that opened the pool's window, so
-        // the previous window's final count is visible below.
-        let mut pool = self.pool.load(Ordering::Acquire);
-        loop {
-            let mut prev = self.prev();
-            let (next, publish) = self
-                .machine
-                .decide(pool, prev, now, n)
-                .map_err(|denied| (denied, (pool, prev)))?;
-            if let Some(finished) = publish {
-                let (index, _) = self.machine.unpack(finished);
-                // Relaxed: published by the Release CAS below.
-                self.prev[Approx::slot(index)].fetch_max(finished, Ordering::Relaxed);
-                let seen = &mut prev[Approx::slot(index)];
-                *seen = (*seen).max(finished);
-            }
-            // Release on success: a CAS that opens a window publishes the count
-            // written just above (for one that does not, it costs nothing on
-            // x86 and keeps one rule). Acquire on failure: as the load above.
-            match self
-                .pool
-                .compare_exchange_weak(pool, next, Ordering::Release, Ordering::Acquire)
-            {
-                Ok(_) => return Ok((next, prev)),
-                Err(actual) => pool = actual,
-            }
-        }
+        let mut seen = [0; 2];
+        // `Opening`: the load's and the failure's Acquire pair with the
+        // Release CAS that opened the pool's window, so the previous window's
+        // final count is visible to the decision. Release on success: a CAS
+        // that opens a window publishes the count written just before it (for
+        // one that does not, it costs nothing on x86 and keeps one rule).
+        cell::update::<Opening, u64, (Denied, Seen)>(
+            &self.pool,
+            |pool| {
+                let mut prev = self.prev();
+                let (next, publish) = self
+                    .machine
+                    .decide(pool, prev, now, n)
+                    .map_err(|denied| (denied, (pool, prev)))?;
+                if let Some(finished) = publish {
+                    let (index, _) = self.machine.unpack(finished);
+                    // Relaxed: published by the Release CAS that stores
+                    // this decision.
+                    self.prev[Approx::slot(index)].fetch_max(finished, Ordering::Relaxed);
+                    let slot = &mut prev[Approx::slot(index)];
+                    *slot = (*slot).max(finished);
+                }
+                seen = prev;
+                Ok(next)
+            },
+            // Decided again at once, as the window always has.
+            |_, _| Loss::DecideAgain,
+        )
+        .map(|next| (next, seen))
     }
 }
 

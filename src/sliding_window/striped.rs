@@ -6,10 +6,10 @@
 use crossbeam_utils::CachePadded;
 
 use super::ring::WindowShape;
+use crate::cell::{self, Alone, Loss, Opening};
 use crate::error::Denied;
 use crate::limiter::Snapshot;
-use crate::stripe::MAX_STRIPES;
-use crate::sync::thread::{refresh_thread_hint, thread_hint};
+use crate::stripe::{self, Refused, Stripes};
 use crate::sync::{AtomicU64, Ordering};
 
 /// The striped, leased sliding window state.
@@ -30,9 +30,24 @@ pub(crate) struct Striped {
     history: Box<[AtomicU64]>,
     history_mask: u64,
     /// `(epoch e, lease l)`: `l` permits charged to sub-window `e`, not yet spent.
-    stripes: Box<[CachePadded<AtomicU64>]>,
-    /// `stripes.len() - 1`; the length is a power of two.
-    mask: usize,
+    stripes: Stripes,
+}
+
+/// What steps 4 and 5 of the slow path came to (`Striped::gather`): the
+/// permits gathered, `j`'s charge and the window's charges when last summed.
+struct Gathered {
+    gathered: u32,
+    charged: u32,
+    sum: u64,
+}
+
+/// One lease from the pool (`Striped::lease`): `want` permits taken (0: no
+/// room), `j`'s charge and the window's charges after it.
+#[derive(Default, Clone, Copy)]
+struct Leased {
+    want: u32,
+    charged: u32,
+    sum: u64,
 }
 
 /// Where a stale lease found in a stripe goes.
@@ -45,7 +60,6 @@ enum Stale {
 
 impl Striped {
     pub(crate) fn new(geo: WindowShape, stripes: usize) -> Self {
-        let stripes = stripes.clamp(1, MAX_STRIPES).next_power_of_two();
         // `subs` is a u32, so the rounded length fits a usize on 64-bit targets
         // (the only ones with the 64-bit atomics this needs).
         let ring = (geo.subs() as usize).next_power_of_two();
@@ -56,10 +70,7 @@ impl Striped {
             pool: CachePadded::new(AtomicU64::new(0)),
             history: (0..ring).map(|_| AtomicU64::new(0)).collect(),
             history_mask: ring as u64 - 1,
-            stripes: (0..stripes)
-                .map(|_| CachePadded::new(AtomicU64::new(0)))
-                .collect(),
-            mask: stripes - 1,
+            stripes: Stripes::new(stripes, 0),
         }
     }
 
@@ -73,8 +84,7 @@ impl Striped {
 
     /// Heap bytes owned by the limiter (history ring and stripes).
     pub(crate) fn heap_bytes(&self) -> usize {
-        std::mem::size_of_val::<[AtomicU64]>(&self.history)
-            + std::mem::size_of_val::<[CachePadded<AtomicU64>]>(&self.stripes)
+        std::mem::size_of_val::<[AtomicU64]>(&self.history) + self.stripes.heap_bytes()
     }
 
     /// Admits `n` (already checked to be in `1..=limit`) at reading `now`.
@@ -84,34 +94,22 @@ impl Striped {
     /// it. No division: the reading is compared with the lease's sub-window.
     #[inline]
     pub(crate) fn try_acquire_n(&self, now: u64, n: u32) -> Result<(), Denied> {
-        let own = thread_hint() & self.mask;
-        let stripe = &self.stripes[own];
-        // Relaxed: the lease is a count, and the CAS below checks that it is
-        // still the count; nothing else is read on its strength.
-        let mut word = stripe.load(Ordering::Relaxed);
-        loop {
+        let own = self.stripes.own();
+        // A lease spent is a count decremented, ordered with every other
+        // change to it by the stripe's modification order (see `Stripes`).
+        let spent = self.stripes.spend(own, |word| {
             let (epoch, lease) = self.geo.unpack(word);
             // `now - start` wraps to a huge value when `now` is before the start.
             if now.wrapping_sub(self.geo.start(epoch)) >= self.geo.sub() || lease < n {
-                return self.acquire_slow(now, n, own);
+                return Err(());
             }
             // The count is the low bits, so subtracting `n <= lease` keeps the
-            // epoch. Relaxed both ways: as above, a lease spent is a count
-            // decremented, ordered with every other change to it by the stripe's
-            // modification order.
-            match stripe.compare_exchange_weak(
-                word,
-                word - u64::from(n),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return Ok(()),
-                Err(actual) => {
-                    // Another thread spends this stripe: move to our CPU's.
-                    refresh_thread_hint();
-                    word = actual;
-                }
-            }
+            // epoch.
+            Ok(word - u64::from(n))
+        });
+        match spent {
+            Ok(_) => Ok(()),
+            Err(()) => self.acquire_slow(now, n, own),
         }
     }
 
@@ -121,40 +119,19 @@ impl Striped {
     #[inline(never)]
     fn acquire_slow(&self, now: u64, n: u32, own: usize) -> Result<(), Denied> {
         let j = self.geo.index(now);
-        let stripe = &self.stripes[own];
 
         // 1. The thread's own stripe: take its current lease whole (it is charged
         //    to `j`, so it is ours to spend), or note a stale one.
-        let mut gathered = 0u32;
-        // Relaxed: see `try_acquire_n`.
-        let mut word = stripe.load(Ordering::Relaxed);
-        loop {
-            let (epoch, lease) = self.geo.unpack(word);
-            if epoch > j {
-                // Someone leased for a later sub-window, so the pool is past `j`.
-                return Err(self.deny_stale(now, n, epoch));
-            }
-            if epoch < j || lease == 0 {
-                break;
-            }
-            let (next, took) = if lease >= n {
-                (word - u64::from(n), n)
-            } else {
-                (self.geo.pack(j, 0), lease)
-            };
-            // Relaxed: a count taken out of the stripe, as in the fast path.
-            match stripe.compare_exchange_weak(word, next, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) if took == n => return Ok(()),
-                Ok(_) => {
-                    gathered = took;
-                    break;
-                }
-                Err(actual) => word = actual,
-            }
-        }
+        let gathered = match self.take_own(own, j, n) {
+            Ok(took) if took == n => return Ok(()),
+            Ok(took) => took,
+            // Someone leased for a later sub-window, so the pool is past `j`.
+            Err(Some(epoch)) => return Err(self.deny_stale(now, n, epoch)),
+            Err(None) => 0,
+        };
 
         // 2. Bring the pool to `j`, opening it if this reading is the first in it.
-        let mut pool = self.open(j);
+        let pool = self.open(j);
         let (p, _) = self.geo.unpack(pool);
         if p > j {
             self.put_back(own, j, gathered);
@@ -165,75 +142,14 @@ impl Striped {
         //    single-threaded, that makes every charge exact before it is summed.
         //    The pool is at `j` (acquired in `open`), so every older sub-window's
         //    charge is final and visible.
-        self.reclaim(stripe, j);
+        self.reclaim(own, j);
 
         // 4. Lease from the pool; 5. steal from other stripes if it runs short.
-        //    A steal scan that returns a stale lease raises the budget, so the
-        //    pool is tried once more after it.
-        let mut charged = 0;
-        // The window's charges when last summed, `j`'s own at `charged`.
-        let mut sum = 0;
-        for round in 0..2 {
-            loop {
-                let (p, c) = self.geo.unpack(pool);
-                if p != j {
-                    // The pool only moves forward: someone opened a later
-                    // sub-window while we gathered.
-                    self.put_back(own, j, gathered);
-                    return Err(self.deny_stale(now, n, p));
-                }
-                charged = c;
-                let need = n - gathered;
-                sum = self.geo.window_sum(j, j, |i| self.charge(i, j, c));
-                // At most `limit` when positive.
-                let avail = u64::from(self.geo.limit()).saturating_sub(sum) as u32;
-                let want = if avail >= need {
-                    self.lease_size(avail, need)
-                } else {
-                    avail
-                };
-                if want == 0 {
-                    break;
-                }
-                // `c + want <= limit` (that is what `avail` means), so the count
-                // stays in its bits. Success Relaxed: the lease is a count taken
-                // from the pool, decided on the very value it replaces; what we
-                // read before deciding (the history) was made visible by the
-                // Acquire in `open` that gave us the pool at `j`. Failure
-                // Relaxed: a fresh value still at `j` needs no new visibility —
-                // the charges the next decision reads are those of sub-windows
-                // before `j`, final and visible since that same Acquire (later
-                // returns only lower them, and a stale, higher charge can only
-                // deny); a value past `j` is not decided on but sent to
-                // `deny_stale`, which acquires the pool itself.
-                match self.pool.compare_exchange(
-                    pool,
-                    pool + u64::from(want),
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => {
-                        gathered += want;
-                        charged = c + want;
-                        sum += u64::from(want);
-                        break;
-                    }
-                    Err(actual) => pool = actual,
-                }
-            }
-            if gathered >= n {
-                break;
-            }
-            let (stolen, returned) = self.steal(j, n - gathered, own);
-            gathered += stolen;
-            if gathered >= n || !returned || round == 1 {
-                break;
-            }
-            // Relaxed: as the lease CAS's failure ordering above — at `j` the
-            // history is already visible, past `j` the value is only checked.
-            // (The returns that raised the budget are this thread's own.)
-            pool = self.pool.load(Ordering::Relaxed);
-        }
+        let Gathered {
+            gathered,
+            charged,
+            sum,
+        } = self.gather(now, n, own, j, pool, gathered)?;
 
         // 6. Spend, or deny; either way what is left of the gathered permits
         //    stays charged to `j` and goes into our stripe, where we or a stealer
@@ -252,37 +168,167 @@ impl Striped {
             .retry_after_next(now, j, n, sum, |i| self.charge(i, j, used)))
     }
 
+    /// Step 1 of the slow path, a decision on the own stripe's word: takes `n`
+    /// from a lease for `j` that has them, else the whole lease. `Ok`: the
+    /// permits taken (`n`: the request is served); `Err(Some(e))`: the stripe
+    /// holds a lease for a later sub-window `e`; `Err(None)`: nothing for `j`.
+    fn take_own(&self, own: usize, j: u64, n: u32) -> Result<u32, Option<u64>> {
+        let mut took = 0;
+        // A count taken out of the stripe, as in the fast path.
+        let taken = self.stripes.update(own, |word| {
+            let (epoch, lease) = self.geo.unpack(word);
+            if epoch > j {
+                return Err(Some(epoch));
+            }
+            if epoch < j || lease == 0 {
+                return Err(None);
+            }
+            took = lease.min(n);
+            Ok(if lease >= n {
+                word - u64::from(n)
+            } else {
+                self.geo.pack(j, 0)
+            })
+        });
+        taken.map(|_| took)
+    }
+
+    /// Steps 4 and 5 of the slow path: leases from the pool (at `j` when last
+    /// read as `pool`) and, if it runs short, steals from other stripes; a
+    /// steal scan that returns a stale lease raises the budget, so the pool is
+    /// tried once more after it. `gathered`: permits already taken. The denial
+    /// if the pool moved past `j` (what was gathered is put back).
+    fn gather(
+        &self,
+        now: u64,
+        n: u32,
+        own: usize,
+        j: u64,
+        mut pool: u64,
+        mut gathered: u32,
+    ) -> Result<Gathered, Denied> {
+        let mut lease = Leased::default();
+        for round in 0..2 {
+            lease = match self.lease(j, pool, n - gathered) {
+                Ok(lease) => lease,
+                Err(p) => {
+                    // The pool only moves forward: someone opened a later
+                    // sub-window while we gathered.
+                    self.put_back(own, j, gathered);
+                    return Err(self.deny_stale(now, n, p));
+                }
+            };
+            gathered += lease.want;
+            if gathered >= n {
+                break;
+            }
+            let (stolen, returned) = self.steal(j, n - gathered, own);
+            gathered += stolen;
+            if gathered >= n || !returned || round == 1 {
+                break;
+            }
+            // Relaxed: as the lease CAS's failure ordering (`lease`) — at `j`
+            // the history is already visible, past `j` the value is only
+            // checked. (The returns that raised the budget are this thread's
+            // own.)
+            pool = self.pool.load(Ordering::Relaxed);
+        }
+        Ok(Gathered {
+            gathered,
+            charged: lease.charged,
+            sum: lease.sum,
+        })
+    }
+
+    /// A lease of up to `need` from the pool, starting from `pool`, a value
+    /// read with the pool at `j` or later: what was leased (`want`, 0 if the
+    /// window has no room), with `j`'s charge and the window's charges once
+    /// it was taken; `Err(p)` if the pool is at a later sub-window `p`.
+    fn lease(&self, j: u64, pool: u64, need: u32) -> Result<Leased, u64> {
+        let mut seen = Leased::default();
+        // `Alone`, all `Relaxed`. Success: the lease is a count taken from
+        // the pool, decided on the very value it replaces; what we read
+        // before deciding (the history) was made visible by the Acquire in
+        // `open` that gave us the pool at `j`. Failure: a fresh value still
+        // at `j` needs no new visibility — the charges the next decision
+        // reads are those of sub-windows before `j`, final and visible since
+        // that same Acquire (later returns only lower them, and a stale,
+        // higher charge can only deny); a value past `j` is not decided on
+        // but sent to `deny_stale`, which acquires the pool itself.
+        let leased = cell::update_from::<Alone, u64, Option<u64>>(
+            &self.pool,
+            pool,
+            |pool| {
+                let (p, c) = self.geo.unpack(pool);
+                if p != j {
+                    return Err(Some(p));
+                }
+                let sum = self.geo.window_sum(j, j, |i| self.charge(i, j, c));
+                // At most `limit` when positive.
+                let avail = u64::from(self.geo.limit()).saturating_sub(sum) as u32;
+                let want = if avail >= need {
+                    self.lease_size(avail, need)
+                } else {
+                    avail
+                };
+                seen = Leased {
+                    want,
+                    charged: c,
+                    sum,
+                };
+                if want == 0 {
+                    return Err(None);
+                }
+                // `c + want <= limit` (that is what `avail` means), so the
+                // count stays in its bits.
+                Ok(pool + u64::from(want))
+            },
+            |_, _| Loss::DecideAgain,
+        );
+        match leased {
+            Ok(_) => Ok(Leased {
+                want: seen.want,
+                charged: seen.charged + seen.want,
+                sum: seen.sum + u64::from(seen.want),
+            }),
+            Err(None) => Ok(seen),
+            Err(Some(p)) => Err(p),
+        }
+    }
+
     /// Brings the pool to sub-window `j` if it is older, and returns the pool word
     /// as last read (Acquire): its index is `j` or later.
     fn open(&self, j: u64) -> u64 {
-        // Acquire: pairs with the Release of the CAS that opened the pool's
-        // sub-window (or any later one): after it, every charge that CAS's thread
-        // published is visible. Every change to the pool is an RMW, so the CAS
-        // heads a release sequence that later leases do not break.
-        let mut pool = self.pool.load(Ordering::Acquire);
-        loop {
-            let (p, _) = self.geo.unpack(pool);
-            if p >= j {
-                return pool;
-            }
-            // Publish `p`'s charge before leaving it. Anyone who failed to open
-            // may have published an older (smaller) charge of `p`, or will; the
-            // maximum keeps the final one, and a newer sub-window's stamp beats
-            // both. Relaxed: the Release CAS below publishes it.
-            self.history[self.slot(p)].fetch_max(pool, Ordering::Relaxed);
-            let opened = self.geo.pack(j, 0);
-            // Release on success: whoever acquires the pool at `j` or later sees
-            // `p`'s charge. Acquire on failure: see the load above.
-            match self
-                .pool
-                .compare_exchange(pool, opened, Ordering::Release, Ordering::Acquire)
-            {
-                Ok(_) => {
-                    self.sweep(j);
-                    return opened;
+        // `Opening`: the load's and the failure's Acquire pair with the
+        // Release of the CAS that opened the pool's sub-window (or any later
+        // one): after it, every charge that CAS's thread published is
+        // visible. Every change to the pool is an RMW, so the CAS heads a
+        // release sequence that later leases do not break. Release on
+        // success: whoever acquires the pool at `j` or later sees `p`'s
+        // charge.
+        let opened = cell::update::<Opening, u64, u64>(
+            &self.pool,
+            |pool| {
+                let (p, _) = self.geo.unpack(pool);
+                if p >= j {
+                    return Err(pool);
                 }
-                Err(actual) => pool = actual,
+                // Publish `p`'s charge before leaving it. Anyone who failed
+                // to open may have published an older (smaller) charge of
+                // `p`, or will; the maximum keeps the final one, and a newer
+                // sub-window's stamp beats both. Relaxed: the Release CAS
+                // publishes it.
+                self.history[self.slot(p)].fetch_max(pool, Ordering::Relaxed);
+                Ok(self.geo.pack(j, 0))
+            },
+            |_, _| Loss::DecideAgain,
+        );
+        match opened {
+            Ok(opened) => {
+                self.sweep(j);
+                opened
             }
+            Err(pool) => pool,
         }
     }
 
@@ -315,34 +361,27 @@ impl Striped {
         share.clamp(need, avail)
     }
 
-    /// Takes a stripe's lease if it is for a sub-window before `j` and gives it
-    /// back to that sub-window's charge if the charge still counts. Either way
-    /// the stale lease is emptied, so that a later reading from that old
+    /// Takes stripe `k`'s lease if it is for a sub-window before `j` and gives
+    /// it back to that sub-window's charge if the charge still counts. Either
+    /// way the stale lease is emptied, so that a later reading from that old
     /// sub-window (a clock stepping back) cannot spend it: single-threaded, every
     /// reading older than the newest sub-window is then denied, as the twin
     /// denies it. The caller has acquired the pool at `j` or later.
-    fn reclaim(&self, stripe: &AtomicU64, j: u64) {
-        // Relaxed: the lease is a count, taken by CAS; see `give_back` for the
-        // history side.
-        let mut word = stripe.load(Ordering::Relaxed);
-        loop {
+    fn reclaim(&self, k: usize, j: u64) {
+        let mut taken = 0;
+        // The lease is a count, taken by CAS; see `give_back` for the history
+        // side.
+        let emptied = self.stripes.update(k, |word| {
             let (epoch, lease) = self.geo.unpack(word);
             if epoch >= j || lease == 0 {
-                return;
+                return Err(());
             }
-            match stripe.compare_exchange_weak(
-                word,
-                self.geo.pack(epoch, 0),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => {
-                    if let Stale::Return { epoch, lease } = self.stale(word, j) {
-                        self.give_back(epoch, lease);
-                    }
-                    return;
-                }
-                Err(actual) => word = actual,
+            taken = word;
+            Ok(self.geo.pack(epoch, 0))
+        });
+        if emptied.is_ok() {
+            if let Stale::Return { epoch, lease } = self.stale(taken, j) {
+                self.give_back(epoch, lease);
             }
         }
     }
@@ -359,24 +398,25 @@ impl Striped {
     /// Subtracts `lease` unspent permits from finished sub-window `epoch`'s charge.
     /// The caller took them out of a stripe by CAS, so they can never be spent.
     fn give_back(&self, epoch: u64, lease: u32) {
-        let slot = &self.history[self.slot(epoch)];
-        // Relaxed: a decrement is a count, checked by CAS against the slot's
-        // newest value. Callers that acquired the pool past `epoch` (all but
-        // `put_back`'s) read the final charge or a later value; one that did
-        // not may lower an older charge that the final `fetch_max` then
-        // overrides, which leaves the permits charged: safe, if less exact.
-        let mut word = slot.load(Ordering::Relaxed);
-        loop {
+        // Refused: the slot has moved on, and `epoch` no longer counts anywhere.
+        let _ = stripe::return_to(&self.history[self.slot(epoch)], self.returned(epoch, lease));
+    }
+
+    /// The decision of a return of `lease` permits to sub-window `epoch`'s
+    /// history slot: its charge lowered, or a refusal if the slot holds
+    /// another sub-window. Relaxed (`stripe::return_to`): a decrement is a
+    /// count, checked by CAS against the slot's newest value. Callers that
+    /// acquired the pool past `epoch` (all but `put_back`'s) read the final
+    /// charge or a later value; one that did not may lower an older charge
+    /// that the final `fetch_max` then overrides, which leaves the permits
+    /// charged: safe, if less exact.
+    fn returned(&self, epoch: u64, lease: u32) -> impl FnMut(u64) -> Result<u64, ()> + '_ {
+        move |word| {
             let (stamp, count) = self.geo.unpack(word);
             if stamp != epoch {
-                // The slot has moved on: `epoch` no longer counts anywhere.
-                return;
+                return Err(());
             }
-            let next = self.geo.pack(epoch, count.saturating_sub(lease));
-            match slot.compare_exchange_weak(word, next, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return,
-                Err(actual) => word = actual,
-            }
+            Ok(self.geo.pack(epoch, count.saturating_sub(lease)))
         }
     }
 
@@ -384,8 +424,8 @@ impl Striped {
     /// thread that opened it: an idle thread's lease would otherwise stay charged
     /// for the rest of its window.
     fn sweep(&self, j: u64) {
-        for stripe in self.stripes.iter() {
-            self.reclaim(stripe, j);
+        for k in 0..self.stripes.len() {
+            self.reclaim(k, j);
         }
     }
 
@@ -399,32 +439,27 @@ impl Striped {
             if need == 0 {
                 break;
             }
-            let victim = &self.stripes[(own + k) & self.mask];
-            // Relaxed: leases are counts, taken by CAS.
-            let mut word = victim.load(Ordering::Relaxed);
-            loop {
+            let victim = own + k;
+            let mut take = 0;
+            // Leases are counts, taken by CAS; a refusal carries the word.
+            let taken = self.stripes.update(victim, |word| {
                 let (epoch, lease) = self.geo.unpack(word);
-                if epoch == j && lease > 0 {
-                    let take = lease.min(need);
-                    match victim.compare_exchange_weak(
-                        word,
-                        word - u64::from(take),
-                        Ordering::Relaxed,
-                        Ordering::Relaxed,
-                    ) {
-                        Ok(_) => {
-                            stolen += take;
-                            need -= take;
-                            break;
-                        }
-                        Err(actual) => word = actual,
-                    }
-                } else {
+                if epoch != j || lease == 0 {
+                    return Err(word);
+                }
+                take = lease.min(need);
+                Ok(word - u64::from(take))
+            });
+            match taken {
+                Ok(_) => {
+                    stolen += take;
+                    need -= take;
+                }
+                Err(word) => {
                     if let Stale::Return { .. } = self.stale(word, j) {
                         self.reclaim(victim, j);
                         returned = true;
                     }
-                    break;
                 }
             }
         }
@@ -440,36 +475,34 @@ impl Striped {
         if spare == 0 {
             return;
         }
-        let stripe = &self.stripes[own];
-        // Relaxed: counts, by CAS.
-        let mut word = stripe.load(Ordering::Relaxed);
-        loop {
-            let (epoch, _) = self.geo.unpack(word);
-            let next = if epoch == j {
-                // Both are charged to `j`, whose charge is at most `limit`.
-                word + u64::from(spare)
-            } else if epoch < j {
-                self.geo.pack(j, spare)
-            } else {
-                // `j` is finished (a lease for `epoch > j` exists): the permits
-                // go back to its charge. No ordering is needed first: the
-                // return is a CAS, which reads the slot's newest value, so it
-                // either lowers the final charge or, if that charge has not
-                // landed yet, lowers an older one that the final `fetch_max`
-                // then overrides — the permits stay charged (unspent, never
-                // over-admitted), the only cost of such a race.
-                return self.give_back(j, spare);
-            };
-            match stripe.compare_exchange_weak(word, next, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => {
-                    // A stale lease we replaced goes back (the caller acquired
-                    // the pool at `j`, past its sub-window).
-                    if let Stale::Return { epoch, lease } = self.stale(word, j) {
-                        self.give_back(epoch, lease);
-                    }
-                    return;
+        let kept = self.stripes.keep_or_return(
+            own,
+            |word| {
+                let (epoch, _) = self.geo.unpack(word);
+                if epoch == j {
+                    // Both are charged to `j`, whose charge is at most `limit`.
+                    Ok(word + u64::from(spare))
+                } else if epoch < j {
+                    Ok(self.geo.pack(j, spare))
+                } else {
+                    Err(Refused::Return)
                 }
-                Err(actual) => word = actual,
+            },
+            // `j` is finished (a lease for `epoch > j` exists): the permits
+            // go back to its charge. No ordering is needed first: the return
+            // is a CAS, which reads the slot's newest value, so it either
+            // lowers the final charge or, if that charge has not landed yet,
+            // lowers an older one that the final `fetch_max` then overrides —
+            // the permits stay charged (unspent, never over-admitted), the
+            // only cost of such a race.
+            &self.history[self.slot(j)],
+            self.returned(j, spare),
+        );
+        // A stale lease we replaced goes back (the caller acquired the pool
+        // at `j`, past its sub-window).
+        if let Ok(replaced) = kept {
+            if let Stale::Return { epoch, lease } = self.stale(replaced, j) {
+                self.give_back(epoch, lease);
             }
         }
     }

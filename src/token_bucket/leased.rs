@@ -58,13 +58,13 @@ use std::time::Duration;
 use crossbeam_utils::CachePadded;
 
 use super::gcra::Gcra;
+use crate::cell::{self, Alone, Loss};
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::{ConfigError, Denied};
 use crate::limiter::{RateLimiter, Rejection, Snapshot, check_request, report};
 use crate::machine::Machine;
 use crate::rate::Rate;
-use crate::stripe::{MAX_STRIPES, default_stripes};
-use crate::sync::thread::{refresh_thread_hint, thread_hint};
+use crate::stripe::{Refused, Stripes, default_stripes};
 use crate::sync::{AtomicU64, Ordering};
 use crate::timeline::Timeline;
 
@@ -127,9 +127,8 @@ pub struct LeasedTokenBucket<C = MonotonicClock> {
     /// word. Raised to `s + CONTENDED_FOR` when a CAS on the word is lost; a
     /// hint of which path is cheaper, never a part of a decision.
     contended_until: CachePadded<AtomicU64>,
-    stripes: Box<[CachePadded<AtomicU64>]>,
-    /// `stripes.len() - 1`; the length is a power of two.
-    mask: usize,
+    /// Each holds a lease `next` (its end implied) or [`EMPTY`].
+    stripes: Stripes,
     /// `log2(2·stripes)`: a spare run is at most `room >> share_shift`.
     share_shift: u32,
     timeline: Timeline<C>,
@@ -182,25 +181,24 @@ impl<C: Clock> LeasedTokenBucket<C> {
         stripes: usize,
     ) -> Result<Self, ConfigError> {
         let gcra = Gcra::new(capacity, rate)?;
-        let stripes = stripes.clamp(1, MAX_STRIPES).next_power_of_two();
+        // Every stripe empty.
+        let stripes = Stripes::new(stripes, EMPTY);
+        let count = stripes.len() as u64;
         // The longest lease: a power of two of at most capacity·I / (2·stripes)
         // (at least 1 ns; a lease shorter than one slot is never taken).
-        let share = (gcra.tolerance_ns() / (2 * stripes as u64)).max(1);
+        let share = (gcra.tolerance_ns() / (2 * count)).max(1);
         let shift = share.ilog2();
         Ok(LeasedTokenBucket {
             shift,
             interval: gcra.interval_ns(),
             tolerance: gcra.tolerance_ns(),
             gcra,
-            // A TAT of zero: full at birth. Every stripe empty.
+            // A TAT of zero: full at birth.
             word: CachePadded::new(AtomicU64::new(0)),
             // Uncontended at birth: the first requests go to the word.
             contended_until: CachePadded::new(AtomicU64::new(0)),
-            stripes: (0..stripes)
-                .map(|_| CachePadded::new(AtomicU64::new(EMPTY)))
-                .collect(),
-            mask: stripes - 1,
-            share_shift: (2 * stripes).ilog2(),
+            share_shift: (2 * count).ilog2(),
+            stripes,
             timeline: Timeline::new(clock),
         })
     }
@@ -297,15 +295,17 @@ impl<C: Clock> LeasedTokenBucket<C> {
             // Relaxed: whether the stripe held a lease at some point during
             // the request; if it did not, the stripes' path would decide on
             // this same word to the same denial (its empty-stripe branch).
-            let own = &self.stripes[thread_hint() & self.mask];
+            let own = self.stripes.get(self.stripes.own());
             if own.load(Ordering::Relaxed) & EMPTY == 0 {
                 return None;
             }
             return Some(Err(Denied::RetryAfter(Duration::from_nanos(spent - limit))));
         }
-        // Relaxed both ways: decided on the very TAT it replaces, publishing
-        // nothing else. Strong: a spurious failure would report contention
-        // that is not there.
+        // One CAS, not the crate's loop (`cell::update`): a lost race is not
+        // decided again here but sends the request to the stripes, which
+        // decide instead. Relaxed both ways: decided on the very TAT it
+        // replaces, publishing nothing else. Strong: a spurious failure would
+        // report contention that is not there.
         match self
             .word
             .compare_exchange(tat, spent, Ordering::Relaxed, Ordering::Relaxed)
@@ -337,39 +337,31 @@ impl<C: Clock> LeasedTokenBucket<C> {
     /// thread's stripe when its lease has room, else through the word.
     #[inline]
     fn acquire_striped(&self, now: u64, n: u32) -> Result<(), Denied> {
-        let own = thread_hint() & self.mask;
-        let stripe = &self.stripes[own];
+        let own = self.stripes.own();
         // `n ≤ capacity`, so `cost ≤ tolerance ≤ 2^62`; `now ≤ 2^62 − 1` and
         // slot starts stay below `2^63`, so no sum below overflows.
         let cost = u64::from(n) * self.interval;
         let limit = now + self.tolerance;
-        // Relaxed: the lease is an interval of time, not a handle on other
-        // memory; the CAS checks that it is still the interval decided on.
-        let mut next = stripe.load(Ordering::Relaxed);
-        loop {
+        // The spend is decided on the very lease it replaces (see `Stripes`
+        // for the orderings); a refusal says whether the stripe held a lease.
+        let spent = self.stripes.spend(own, |next| {
             if next & EMPTY != 0 {
-                return self.acquire_slow(now, n, own, false);
+                return Err(false);
             }
             let end = self.end_of(next);
-            let start = next.max(now);
-            let after = start + cost;
-            // The slots `[start, after)` must lie in the lease and start no later
-            // than `now + τ`; that is GCRA's own test, capped at the lease's end.
+            let after = next.max(now) + cost;
+            // The slots `[max(next, now), after)` must lie in the lease and
+            // start no later than `now + τ`; that is GCRA's own test, capped
+            // at the lease's end.
             if after > end || after > limit {
-                return self.acquire_slow(now, n, own, true);
+                return Err(true);
             }
             // Used up exactly: `after` itself would name the next run.
-            let left = if after == end { EMPTY } else { after };
-            // Relaxed both ways: the spend is decided on the very value it
-            // replaces, and publishes nothing else.
-            match stripe.compare_exchange_weak(next, left, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return Ok(()),
-                Err(actual) => {
-                    // Another thread spends this stripe: move to our CPU's.
-                    refresh_thread_hint();
-                    next = actual;
-                }
-            }
+            Ok(if after == end { EMPTY } else { after })
+        });
+        match spent {
+            Ok(_) => Ok(()),
+            Err(had_lease) => self.acquire_slow(now, n, own, had_lease),
         }
     }
 
@@ -380,12 +372,11 @@ impl<C: Clock> LeasedTokenBucket<C> {
     /// a denial on an empty stripe writes nothing.
     #[inline(never)]
     fn acquire_slow(&self, now: u64, n: u32, own: usize, had_lease: bool) -> Result<(), Denied> {
-        let stripe = &self.stripes[own];
         // Relaxed: the swap makes the lease ours alone (no other thread can
         // spend it once it is out); nothing else is read on its strength. A
         // lease installed after the stripe was read empty stays where it is.
         let held = if had_lease {
-            stripe.swap(EMPTY, Ordering::Relaxed)
+            self.stripes.get(own).swap(EMPTY, Ordering::Relaxed)
         } else {
             EMPTY
         };
@@ -395,67 +386,67 @@ impl<C: Clock> LeasedTokenBucket<C> {
         // time has passed is forgotten rather than put back, or each request
         // of its stripe would find it, fail on it and come here again.
         let alive = holding && held.max(now) + self.interval <= held_end;
-        // Relaxed: a decision on a stale TAT is checked by the CAS below.
-        let mut tat = self.word.load(Ordering::Relaxed);
-        let mut backoff = crate::sync::Backoff::new();
-        loop {
-            let step = self.word_step(tat, held, holding, held_end, now, n);
-            let (replace, answer) = match step {
-                WordStep::Deny {
-                    denied,
-                    give_back: None,
-                } => {
-                    if alive {
-                        self.keep(stripe, held);
-                    }
-                    return Err(denied);
+        // The step the last decision took: what a stored word means.
+        let last = std::cell::Cell::new(None);
+        // `Alone`: each decision (a lease, a give-back or a spend alike) is
+        // made on the very TAT it replaces and publishes nothing.
+        let stored = cell::update::<Alone, u64, Denied>(
+            &self.word,
+            |tat| {
+                let step = self.word_step(tat, held, holding, held_end, now, n);
+                last.set(Some(step));
+                match step {
+                    WordStep::Deny {
+                        denied,
+                        give_back: None,
+                    } => Err(denied),
+                    WordStep::Deny {
+                        give_back: Some(base),
+                        ..
+                    } => Ok(base),
+                    WordStep::Admit { tat, .. } => Ok(tat),
                 }
-                WordStep::Deny {
-                    denied,
-                    give_back: Some(base),
-                } => (base, Err(denied)),
-                WordStep::Admit { tat, .. } => (tat, Ok(())),
-            };
-            // Relaxed on success: the decision is made on the very TAT it
-            // replaces and publishes nothing (a lease, a give-back or a
-            // spend alike). Relaxed on failure: the fresh TAT is all the
-            // next decision needs.
-            match self.word.compare_exchange_weak(
-                tat,
-                replace,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => {
-                    if let WordStep::Admit {
-                        giving_back, spare, ..
-                    } = step
-                    {
-                        if alive && !giving_back {
-                            // Leased after by someone else: it cannot go
-                            // back to the word, but it can stay where it was.
-                            self.keep(stripe, held);
-                        }
-                        if let Some((spent, end)) = spare {
-                            self.keep_or_return(stripe, spent, end);
-                        }
-                    }
-                    return answer;
+            },
+            |tat, actual| {
+                if actual != tat && matches!(last.get(), Some(WordStep::Admit { .. })) {
+                    self.mark_contended(now);
+                    // Lost to another thread: step aside before deciding
+                    // again, as the plain bucket's cell does. Near the limit
+                    // the stripes lease nothing and every request comes
+                    // here, so without it the threads trade the word's line
+                    // on every attempt.
+                    Loss::StepAside
+                } else {
+                    // A spurious failure, or a give-back's: decide again.
+                    Loss::DecideAgain
                 }
-                Err(actual) => {
-                    if actual != tat && answer.is_ok() {
-                        self.mark_contended(now);
-                        // Lost to another thread: step aside before deciding
-                        // again, as the plain bucket's cell does (see
-                        // `backoff`). Near the limit the stripes lease
-                        // nothing and every request comes here, so without
-                        // it the threads trade the word's line on every
-                        // attempt.
-                        backoff.wait();
-                    }
-                    tat = actual;
+            },
+        );
+        match (stored, last.get()) {
+            (Err(denied), _) => {
+                if alive {
+                    self.keep(own, held);
                 }
+                Err(denied)
             }
+            (Ok(_), Some(WordStep::Deny { denied, .. })) => Err(denied),
+            (
+                Ok(_),
+                Some(WordStep::Admit {
+                    giving_back, spare, ..
+                }),
+            ) => {
+                if alive && !giving_back {
+                    // Leased after by someone else: it cannot go back to
+                    // the word, but it can stay where it was.
+                    self.keep(own, held);
+                }
+                if let Some((spent, end)) = spare {
+                    self.keep_or_return(own, spent, end);
+                }
+                Ok(())
+            }
+            (Ok(_), None) => unreachable!("a word is stored only by a decision"),
         }
     }
 
@@ -500,27 +491,41 @@ impl<C: Clock> LeasedTokenBucket<C> {
     }
 
     /// Puts a lease we own (starting at `next`, ending at `end_of(next)`) into
-    /// `stripe` if the stripe is empty; otherwise the lease is forgotten (its
-    /// slots are never spent: under-admission only).
-    fn keep(&self, stripe: &AtomicU64, next: u64) -> bool {
-        // Relaxed: the stripe's new lease is ours to give; nothing else is
-        // published. A failure means another lease is there.
-        stripe
-            .compare_exchange(EMPTY, next, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
+    /// stripe `own` if the stripe is empty; otherwise the lease is forgotten
+    /// (its slots are never spent: under-admission only).
+    fn keep(&self, own: usize, next: u64) {
+        // Not through the word: a lease that cannot stay in its stripe is
+        // one that was leased after, and cannot go back (`keep_or_return`).
+        let _ = self.stripes.keep_or_return(
+            own,
+            |word| {
+                if word == EMPTY {
+                    Ok(next)
+                } else {
+                    Err(Refused::Leave)
+                }
+            },
+            &self.word,
+            |_| Err(()),
+        );
     }
 
-    /// Puts a spare run `[next, end)`, just leased, into `stripe`, or, if
+    /// Puts a spare run `[next, end)`, just leased, into stripe `own`, or, if
     /// another thread of the same stripe filled it first, gives it back to the
-    /// word while nothing has been leased after it.
-    fn keep_or_return(&self, stripe: &AtomicU64, next: u64, end: u64) {
-        if !self.keep(stripe, next) {
-            // Relaxed: as the lease CAS. A failure means someone leased after
-            // us: the run is forgotten.
-            let _ = self
-                .word
-                .compare_exchange(end, next, Ordering::Relaxed, Ordering::Relaxed);
-        }
+    /// word while nothing has been leased after it (else it is forgotten).
+    fn keep_or_return(&self, own: usize, next: u64, end: u64) {
+        let _ = self.stripes.keep_or_return(
+            own,
+            |word| {
+                if word == EMPTY {
+                    Ok(next)
+                } else {
+                    Err(Refused::Return)
+                }
+            },
+            &self.word,
+            |tat| if tat == end { Ok(next) } else { Err(()) },
+        );
     }
 
     /// What the bucket would hold if every stripe's unexpired lease were given
