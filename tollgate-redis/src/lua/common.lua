@@ -123,10 +123,16 @@ end
 -- it and one SET ... PXAT writes it with its expiry. Earlier versions kept a
 -- hash {v = 'tb1', tat = ...}; such a key is still read (`read_hash`) and is
 -- written in the string format when it next admits.
-local TB_FIELDS, FW_FIELDS, SW_FIELDS = {'tat'}, {'w', 'c'}, {'k', 'c', 'p'}
-local FIELDS = {tb2 = TB_FIELDS, fw2 = FW_FIELDS, sw2 = SW_FIELDS}
-local PATTERNS = {tb2 = '^tb2:(%d+)$', fw2 = '^fw2:(%d+):(%d+)$', sw2 = '^sw2:(%d+):(%d+):(%d+)$'}
-local HASH_VERSIONS = {tb2 = 'tb1', fw2 = 'fw1', sw2 = 'sw1'}
+--
+-- A counter's format: its fields in order, its tag, the tag of its earlier
+-- hash, the pattern that reads its string and the format that writes it
+-- ('%.0f' never switches to exponent form). One table each: a script builds
+-- its tables anew on every call, so fewer tables cost less.
+local TB = {'tat', version = 'tb2', hash = 'tb1', pattern = '^tb2:(%d+)$', text = 'tb2:%.0f'}
+local FW = {'w', 'c', version = 'fw2', hash = 'fw1', pattern = '^fw2:(%d+):(%d+)$',
+  text = 'fw2:%.0f:%.0f'}
+local SW = {'k', 'c', 'p', version = 'sw2', hash = 'sw1', pattern = '^sw2:(%d+):(%d+):(%d+)$',
+  text = 'sw2:%.0f:%.0f:%.0f'}
 
 -- Reads a hash of the earlier format: its tag in field 'v', then `fields`.
 -- Returns the values (all false for a new key), with `horizon` set for a
@@ -190,16 +196,16 @@ end
 -- A counter's string as its values, {version, field values...}, or nil and
 -- the error reply. Every value as `parse_uint` accepts it: digits only, at
 -- most 16 of them, within the field's bound.
-local function parse_counter(s, version, fields)
-  local state = {version, string.match(s, PATTERNS[version])}
-  if #state ~= #fields + 1 then
-    return nil, damaged_counter(s, version, fields)
+local function parse_counter(s, format)
+  local state = {format.version, string.match(s, format.pattern)}
+  if #state ~= #format + 1 then
+    return nil, damaged_counter(s, format.version, format)
   end
   for i = 2, #state do
     local digits = state[i]
     local value = tonumber(digits)
-    if #digits > 16 or value > (FIELD_MAX[fields[i - 1]] or MAX_TIME) then
-      return nil, damaged_counter(s, version, fields)
+    if #digits > 16 or value > (FIELD_MAX[format[i - 1]] or MAX_TIME) then
+      return nil, damaged_counter(s, format.version, format)
     end
     state[i] = value
   end
@@ -254,7 +260,7 @@ end
 -- configuration writes, where a state must lie within its key's expiry.
 -- Every check comes before any write, so a damaged key is reported and left
 -- untouched.
-local function read_counter(key, version, fields)
+local function read_counter(key, format)
   local state = seen[key]
   if state then
     return state
@@ -265,12 +271,12 @@ local function read_counter(key, version, fields)
   end
   local err
   if type(value) == 'string' then
-    state, err = parse_counter(value, version, fields)
+    state, err = parse_counter(value, format)
   elseif value == false then
     state = {false}
   else
     -- Not a string: a hash of the earlier format, or another type.
-    state, err = read_hash(key, HASH_VERSIONS[version], fields)
+    state, err = read_hash(key, format.hash, format)
   end
   if state then
     seen[key] = state
@@ -314,20 +320,17 @@ end
 -- state has become the same as no key.
 -- The call's copy is replaced in place: a group's checks are all made
 -- before its first write, so no check still reads it.
-local function write_counter(key, version, values, at)
+local function write_counter(key, format, values, at)
   local state = seen[key]
   if not state.written then
     writing[#writing + 1] = key
   end
-  state[1], state.written, state.horizon, state.at = version, true, at + EXPIRY_SLACK, at
+  state[1], state.format, state.written = format.version, format, true
+  state.horizon, state.at = at + EXPIRY_SLACK, at
   for i, value in ipairs(values) do
     state[i + 1] = value
   end
 end
-
--- A counter's string from its values: '%.0f' never switches to exponent
--- form.
-local STRINGS = {tb2 = 'tb2:%.0f', fw2 = 'fw2:%.0f:%.0f', sw2 = 'sw2:%.0f:%.0f:%.0f'}
 
 -- Writes what the call kept: each counter once, with its expiry, in one
 -- SET; then the expiries of the other keys the call wrote.
@@ -335,8 +338,8 @@ local function flush()
   for _, key in ipairs(writing) do
     local state = seen[key]
     local mode, ms = expiry(state.at)
-    redis.call('SET', key, string.format(STRINGS[state[1]], unpack(state, 2, #FIELDS[state[1]] + 1)),
-      mode, ms)
+    local format = state.format
+    redis.call('SET', key, string.format(format.text, unpack(state, 2, #format + 1)), mode, ms)
   end
   for _, key in ipairs(expiring) do
     expire_at(key, expiries[key])

@@ -28,7 +28,7 @@
 -- again. Terms: interval (us per permit), tolerance (capacity * interval).
 -- Values: now < 2^51, tolerance <= 2^51, so TAT <= now + tolerance < 2^52.
 local function token_bucket(key, n, interval, tolerance)
-  local state, err = read_counter(key, 'tb2', TB_FIELDS)
+  local state, err = read_counter(key, TB)
   if not state then
     return err
   end
@@ -54,7 +54,7 @@ end
 -- Fixed window: the index of the window last written and its count. Terms:
 -- window (us), limit. Windows are aligned to the Unix epoch.
 local function fixed_window(key, n, window, limit)
-  local state, err = read_counter(key, 'fw2', FW_FIELDS)
+  local state, err = read_counter(key, FW)
   if not state then
     return err
   end
@@ -93,7 +93,7 @@ end
 -- the limit. Terms: window T (us), limit N, with N * T <= 2^51 so that every
 -- product below (at most 3 * N * T) stays exact.
 local function sliding_window(key, n, t, limit)
-  local state, err = read_counter(key, 'sw2', SW_FIELDS)
+  local state, err = read_counter(key, SW)
   if not state then
     return err
   end
@@ -283,8 +283,8 @@ local function sliding_log(key, n, window, limit, history)
 end
 
 local KINDS = {token_bucket, fixed_window, sliding_window, sliding_log}
--- The counters' format tags (the log writes for itself).
-local VERSIONS = {[token_bucket] = 'tb2', [fixed_window] = 'fw2', [sliding_window] = 'sw2'}
+-- The counters' formats, by kind (the log writes for itself).
+local FORMATS = {TB, FW, SW}
 
 -- The replies, four items a decision: {status, time or message, count,
 -- value}.
@@ -301,7 +301,7 @@ end
 if #KEYS > 1 then
   local counters = {}
   for i = 1, #KEYS do
-    if VERSIONS[KINDS[tonumber(ARGV[6 * (i - 1) + 1])]] then
+    if FORMATS[tonumber(ARGV[6 * (i - 1) + 1])] then
       counters[#counters + 1] = KEYS[i]
     end
   end
@@ -310,12 +310,24 @@ if #KEYS > 1 then
   end
 end
 
--- The writes of the group being decided: key, value (or function), expiry.
+-- Writes what one admitted request of a group keeps: a counter's values
+-- (written at the end of the call), or the log's function.
+local function commit(key, write, expires, format)
+  if format then
+    write_counter(key, format, write, expires)
+  else
+    write()
+  end
+end
+
+-- The writes of the group being decided: key, value (or function), expiry,
+-- format.
 local writes = {}
 local whole = true
 for i = 1, #KEYS do
   local at = 6 * (i - 1)
-  local kind = KINDS[tonumber(ARGV[at + 1])]
+  local number = tonumber(ARGV[at + 1])
+  local kind = KINDS[number]
   if not kind then
     return redis.error_reply('tollgate: unknown limiter kind ' .. tostring(ARGV[at + 1]))
   end
@@ -323,23 +335,28 @@ for i = 1, #KEYS do
   local reply, write, expires = kind(key, tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]),
     tonumber(ARGV[at + 4]), tonumber(ARGV[at + 5]))
   answer(reply)
-  if reply[1] == 1 then
-    writes[#writes + 1] = {key, write, expires, VERSIONS[kind]}
-  else
+  local ends = ARGV[at + 6] == '1'
+  if reply[1] ~= 1 then
     whole = false
+  elseif ends and #writes == 0 then
+    -- The last request of its group and the only one to write: the group is
+    -- whole if nothing before it was refused. (Most groups are one request.)
+    if whole then
+      commit(key, write, expires, FORMATS[number])
+    end
+  else
+    writes[#writes + 1] = {key, write, expires, FORMATS[number]}
   end
-  if ARGV[at + 6] == '1' then
+  if ends then
     -- The group ends here: written whole, or not at all.
     if whole then
       for _, w in ipairs(writes) do
-        if w[4] then
-          write_counter(w[1], w[4], w[2], w[3])
-        else
-          w[2]()
-        end
+        commit(w[1], w[2], w[3], w[4])
       end
     end
-    writes = {}
+    if #writes > 0 then
+      writes = {}
+    end
     whole = true
   end
 end

@@ -12,7 +12,7 @@ local tolerance = tonumber(ARGV[3])
 local low_water = tonumber(ARGV[4])
 local share = tonumber(ARGV[5])
 
-local state, err = read_counter(key, 'tb2', TB_FIELDS)
+local state, err = read_counter(key, TB)
 if not state then
   return err
 end
@@ -35,6 +35,6 @@ if left < low_water then
   granted = math.min(granted, idiv(left + share - 1, share))
 end
 local next_tat = base + granted * interval
-write_counter(key, 'tb2', {next_tat}, next_tat)
+write_counter(key, TB, {next_tat}, next_tat)
 flush()
 return {1, now, granted, next_tat}

@@ -12,7 +12,7 @@ local interval = tonumber(ARGV[2])
 local lease_tat = tonumber(ARGV[3])
 local tolerance = tonumber(ARGV[4])
 
-local state, err = read_counter(key, 'tb2', TB_FIELDS)
+local state, err = read_counter(key, TB)
 if not state then
   return err
 end
@@ -29,7 +29,7 @@ if next_tat <= now then
   -- A full bucket: the same as no key.
   redis.call('DEL', key)
 else
-  write_counter(key, 'tb2', {next_tat}, next_tat)
+  write_counter(key, TB, {next_tat}, next_tat)
   flush()
 end
 return {1, now, unused, next_tat}
