@@ -68,10 +68,7 @@ fn child() {
         return; // Not a child: nothing to do.
     };
     let decisions: usize = decisions.parse().unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = support::runtime();
     let records = runtime.block_on(async move {
         let options = tollgate_redis::Options::new().timeout(Duration::from_secs(5));
         let client = Client::connect_with(&url, options).await.unwrap();

@@ -13,3 +13,11 @@ pub mod server;
 pub use cluster::RedisCluster;
 pub use gcra::gcra_violations;
 pub use server::RedisServer;
+
+/// A current-thread runtime with its timers and I/O.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
