@@ -4,6 +4,7 @@
 
 #![allow(dead_code, unused_imports)]
 
+pub mod children;
 pub mod cluster;
 pub mod gcra;
 pub mod recorded;
