@@ -58,7 +58,7 @@ mod common;
 use common::THREADS;
 use common::counting::{Counting, key};
 use common::keyed::{
-    Check, GovernorKeyed, KEYS, bytes_per_key, keyed_bytes_per_key, print_bytes_per_key,
+    Check, GovernorKeyed, KEYS, governor_bytes_per_key, keyed_bytes_per_key, print_bytes_per_key,
 };
 
 #[global_allocator]
@@ -431,11 +431,7 @@ fn memory() {
         ),
         (
             "governor dashmap keyed",
-            bytes_per_key(|| {
-                governor::RateLimiter::dashmap(Quota::per_second(
-                    NonZeroU32::new(10).expect("non-zero"),
-                ))
-            }),
+            governor_bytes_per_key(Quota::per_second(NonZeroU32::new(10).expect("non-zero"))),
         ),
     ];
     print_bytes_per_key(&rows, 38);

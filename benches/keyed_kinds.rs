@@ -69,7 +69,7 @@ use tollgate::{
 mod common;
 use common::counting::{Counting, key};
 use common::keyed::{
-    Check, GovernorKeyed, KEYS, bytes_per_key, bytes_per_key_then, keyed_bytes_per_key,
+    Check, GovernorKeyed, KEYS, bytes_per_key_then, governor_bytes_per_key, keyed_bytes_per_key,
     print_bytes_per_key,
 };
 
@@ -473,11 +473,7 @@ fn memory() {
         ),
         (
             "governor dashmap keyed",
-            bytes_per_key(|| {
-                governor::RateLimiter::dashmap(Quota::per_minute(
-                    NonZeroU32::new(30).expect("non-zero"),
-                ))
-            }),
+            governor_bytes_per_key(Quota::per_minute(NonZeroU32::new(30).expect("non-zero"))),
         ),
     ];
     print_bytes_per_key(&rows, 42);

@@ -94,6 +94,11 @@ where
     bytes_per_key(|| Keyed::<u64, L>::with_clock(config(), ManualClock::new()))
 }
 
+/// Bytes per key of governor's dashmap-keyed limiter at `quota`.
+pub fn governor_bytes_per_key(quota: governor::Quota) -> f64 {
+    bytes_per_key::<GovernorKeyed>(|| governor::RateLimiter::dashmap(quota))
+}
+
 /// Prints the bytes-per-key table, names padded to `width`.
 pub fn print_bytes_per_key(rows: &[(&str, f64)], width: usize) {
     println!("bytes per key with {KEYS} u64 keys (allocator count):");
