@@ -27,7 +27,7 @@ use tollgate_redis::{
 };
 
 use support::replay::{fresh_key, runner, to_micros};
-use support::{RedisCluster, RedisServer, runtime};
+use support::{RedisCluster, RedisServer, cluster_client, runtime};
 
 /// A limiter of each kind at one rate, its in-process twin built fresh for
 /// each decision of the reference.
@@ -560,9 +560,7 @@ async fn a_server_killed_mid_batch_fails_every_request_in_it() {
 #[tokio::test]
 async fn a_cluster_request_must_keep_to_one_slot() {
     let cluster = RedisCluster::start();
-    let urls = cluster.urls();
-    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let client = Client::connect_cluster(&nodes).await.unwrap();
+    let client = cluster_client(&cluster, Options::default()).await;
     let bucket = TokenBucket::new("bucket", 3, Rate::per_hour(3)).unwrap();
     let log = SlidingLog::new("log", Rate::per_hour(2)).unwrap();
     for i in 0..8 {

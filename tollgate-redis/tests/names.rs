@@ -9,11 +9,11 @@ mod support;
 
 use tollgate::{ConfigError, Denied, Rate};
 use tollgate_redis::{
-    ApproxSlidingWindow, Ask, Client, Error, FixedWindow, Limiter, MAX_NAME_LEN, SlidingLog,
-    TokenBucket,
+    ApproxSlidingWindow, Ask, Client, Error, FixedWindow, Limiter, MAX_NAME_LEN, Options,
+    SlidingLog, TokenBucket,
 };
 
-use support::{RedisCluster, RedisServer};
+use support::{RedisCluster, RedisServer, cluster_client};
 
 /// A limiter of each kind named `name`, each allowing `permits` per hour.
 fn of_each_kind(name: &str, permits: u32) -> Vec<Box<dyn Limiter>> {
@@ -218,9 +218,7 @@ async fn a_bad_name_is_refused_and_nothing_is_sent() {
 #[tokio::test]
 async fn one_callers_keys_share_a_slot_under_every_name() {
     let cluster = RedisCluster::start();
-    let urls = cluster.urls();
-    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let client = Client::connect_cluster(&nodes).await.unwrap();
+    let client = cluster_client(&cluster, Options::default()).await;
     let longest = "n".repeat(MAX_NAME_LEN);
     let names = ["login", "search", "global", "a:b", longest.as_str()];
     let limiters: Vec<Box<dyn Limiter>> = names

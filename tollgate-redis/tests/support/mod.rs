@@ -22,3 +22,15 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .build()
         .unwrap()
 }
+
+/// An async client on `cluster`'s masters, with `options`.
+pub async fn cluster_client(
+    cluster: &RedisCluster,
+    options: tollgate_redis::Options,
+) -> tollgate_redis::Client {
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    tollgate_redis::Client::connect_cluster_with(&nodes, options)
+        .await
+        .unwrap()
+}
