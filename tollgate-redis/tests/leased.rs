@@ -18,7 +18,7 @@ use tollgate_redis::{
 
 use support::RedisServer;
 use support::children::run_children;
-use support::gcra_violations;
+use support::{gcra_violations, server_and_client};
 
 const PROCESSES: usize = 4;
 const THREADS: usize = 2;
@@ -350,8 +350,7 @@ async fn a_full_memory_server_degrades_and_recovers() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn bad_requests_are_errors_and_shutdown_returns_unused_permits() {
-    let server = RedisServer::start();
-    let client = Client::connect(&server.url()).await.unwrap();
+    let (server, client) = server_and_client().await;
     // A budget that refills slowly, so the lease's debit is still pending
     // at shutdown.
     let slow = TokenBucket::new("budget", 1_000, Rate::per_hour(1_000)).unwrap();

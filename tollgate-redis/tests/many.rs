@@ -27,7 +27,7 @@ use tollgate_redis::{
 };
 
 use support::replay::{fresh_key, runner, to_micros};
-use support::{RedisCluster, RedisServer, cluster_client, runtime};
+use support::{RedisCluster, RedisServer, cluster_client, runtime, server_and_client};
 
 /// A limiter of each kind at one rate, its in-process twin built fresh for
 /// each decision of the reference.
@@ -251,8 +251,7 @@ fn all_or_nothing_agrees_with_the_twins() {
 /// core's `AllOf` picks it; one call decides the whole request.
 #[tokio::test]
 async fn one_call_decides_a_request_and_reports_its_tightest_limit() {
-    let server = RedisServer::start();
-    let client = Client::connect(&server.url()).await.unwrap();
+    let (server, client) = server_and_client().await;
     let burst = TokenBucket::new("bucket", 10, Rate::per_hour(10)).unwrap();
     let daily = FixedWindow::new("daily", Rate::per_hour(3)).unwrap();
     let asks = [Ask::new(&burst, "tenant:7"), Ask::new(&daily, "tenant:7")];
@@ -301,8 +300,7 @@ async fn one_call_decides_a_request_and_reports_its_tightest_limit() {
 /// Bad requests never reach the server and name the limit.
 #[tokio::test]
 async fn bad_requests_are_refused_before_any_call() {
-    let server = RedisServer::start();
-    let client = Client::connect(&server.url()).await.unwrap();
+    let (server, client) = server_and_client().await;
     let bucket = TokenBucket::new("api", 2, Rate::per_second(1)).unwrap();
     let other = TokenBucket::new("api", 5, Rate::per_second(1)).unwrap();
     let refused = client
@@ -341,8 +339,7 @@ async fn bad_requests_are_refused_before_any_call() {
 /// limit's error, and nothing of the request is charged.
 #[tokio::test]
 async fn a_damaged_key_refuses_the_request_and_charges_nothing() {
-    let server = RedisServer::start();
-    let client = Client::connect(&server.url()).await.unwrap();
+    let (server, client) = server_and_client().await;
     let bucket = TokenBucket::new("bucket", 5, Rate::per_hour(5)).unwrap();
     let window = FixedWindow::new("w", Rate::per_hour(5)).unwrap();
     let log = SlidingLog::new("l", Rate::per_hour(5)).unwrap();

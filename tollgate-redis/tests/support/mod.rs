@@ -34,3 +34,12 @@ pub async fn cluster_client(
         .await
         .unwrap()
 }
+
+/// A fresh server and an async client on it.
+pub async fn server_and_client() -> (RedisServer, tollgate_redis::Client) {
+    let server = RedisServer::start();
+    let client = tollgate_redis::Client::connect(&server.url())
+        .await
+        .unwrap();
+    (server, client)
+}
