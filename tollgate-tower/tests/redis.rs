@@ -15,6 +15,13 @@ use tokio::net::TcpListener;
 use tollgate::Rate;
 use tollgate_tower::{PeerIp, RedisAllOf, RedisLimit, ThrottleLayer};
 
+/// Serves `ok` at `/` with what `layered` adds to the route, returning its
+/// URL.
+async fn serve_ok(layered: impl FnOnce(Router) -> Router) -> String {
+    let addr = support::serve(layered(Router::new().route("/", get(|| async { "ok" })))).await;
+    format!("http://{addr}/")
+}
+
 /// A fresh Redis server and a client on it.
 async fn redis_and_client() -> (server::RedisServer, tollgate_redis::Client) {
     let redis = server::RedisServer::start();
@@ -30,13 +37,7 @@ async fn a_redis_limit_throttles_and_a_dead_server_is_503() {
     let layer = ThrottleLayer::builder(PeerIp)
         .policy(RedisLimit::new("shared", client, window).unwrap())
         .build();
-    let addr = support::serve(
-        Router::new()
-            .route("/", get(|| async { "ok" }))
-            .layer(layer),
-    )
-    .await;
-    let url = format!("http://{addr}/");
+    let url = serve_ok(|app| app.layer(layer)).await;
     let mut statuses = Vec::new();
     for expected in [2, 1, 0] {
         let admitted = reqwest::get(&url).await.unwrap();
@@ -193,13 +194,7 @@ async fn redis_limits_of_a_route_go_in_one_call_all_or_nothing() {
         .and("hourly", hourly)
         .unwrap();
     let layer = ThrottleLayer::builder(PeerIp).policy(policy).build();
-    let addr = support::serve(
-        Router::new()
-            .route("/", get(|| async { "ok" }))
-            .layer(layer),
-    )
-    .await;
-    let url = format!("http://{addr}/");
+    let url = serve_ok(|app| app.layer(layer)).await;
     for expected in [2, 1, 0] {
         let admitted = reqwest::get(&url).await.unwrap();
         assert_eq!(admitted.status(), StatusCode::OK);
