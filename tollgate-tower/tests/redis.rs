@@ -22,6 +22,15 @@ async fn serve_ok(layered: impl FnOnce(Router) -> Router) -> String {
     format!("http://{addr}/")
 }
 
+/// A response's `retry-after`, in seconds.
+fn retry_after(response: &reqwest::Response) -> u64 {
+    response.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
 /// A fresh Redis server and a client on it.
 async fn redis_and_client() -> (server::RedisServer, tollgate_redis::Client) {
     let redis = server::RedisServer::start();
@@ -61,11 +70,7 @@ async fn a_redis_limit_throttles_and_a_dead_server_is_503() {
     );
     let denied = reqwest::get(&url).await.unwrap();
     assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
-    let retry: u64 = denied.headers()["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let retry = retry_after(&denied);
     assert!((1..=3600).contains(&retry), "{retry}");
 
     drop(redis); // the server goes away mid-service
@@ -208,11 +213,7 @@ async fn redis_limits_of_a_route_go_in_one_call_all_or_nothing() {
     let denied = reqwest::get(&url).await.unwrap();
     assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(redis.calls("evalsha"), 1, "one call for both limits");
-    let retry: u64 = denied.headers()["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let retry = retry_after(&denied);
     assert!((1..=3600).contains(&retry), "{retry}");
     let field = denied.headers()["ratelimit"].to_str().unwrap().to_owned();
     assert!(field.starts_with("\"hourly\";r=0;t="), "{field}");
