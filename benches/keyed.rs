@@ -56,9 +56,10 @@ use tollgate::{
 
 mod common;
 use common::THREADS;
-use common::keyed::{Check, Counting, GovernorKeyed, allocated, key};
-
-const KEYS: usize = 1_000_000;
+use common::counting::{Counting, key};
+use common::keyed::{
+    Check, GovernorKeyed, KEYS, governor_bytes_per_key, keyed_bytes_per_key, print_bytes_per_key,
+};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -382,88 +383,58 @@ fn flood_run<L: Check>(
     run.wall
 }
 
-/// Bytes allocated per key with `KEYS` keys, each admitted once.
-fn bytes_per_key<L: Check>(make: impl FnOnce() -> L) -> f64 {
-    let before = allocated();
-    let limiter = make();
-    for i in 0..KEYS as u64 {
-        assert!(limiter.check(&key(i)));
-    }
-    let bytes = allocated() - before;
-    drop(limiter);
-    bytes as f64 / KEYS as f64
-}
-
 fn memory() {
-    // A manual clock that never moves: no key refills, so none is evicted.
     let bucket = || BucketConfig::new(10, Rate::per_second(10)).expect("valid");
     let window = || WindowConfig::new(Rate::per_second(10)).expect("valid");
     let meter = || MeterConfig::new(10, Rate::per_second(10)).expect("valid");
     let shaper = || ShaperConfig::new(Rate::per_second(10), 0, Duration::ZERO).expect("valid");
     let warm_up =
         || WarmUpConfig::new(Rate::per_second(10), Duration::from_secs(1)).expect("valid");
-    let clock = ManualClock::new;
     let rows = [
         (
             "tollgate TokenBucket",
-            bytes_per_key(|| Keyed::<u64, TokenBucket<ManualClock>>::with_clock(bucket(), clock())),
+            keyed_bytes_per_key::<TokenBucket<ManualClock>>(bucket),
         ),
         (
             "tollgate LockingTokenBucket",
-            bytes_per_key(|| {
-                Keyed::<u64, LockingTokenBucket<ManualClock>>::with_clock(bucket(), clock())
-            }),
+            keyed_bytes_per_key::<LockingTokenBucket<ManualClock>>(bucket),
         ),
         (
             "tollgate FixedWindow",
-            bytes_per_key(|| Keyed::<u64, FixedWindow<ManualClock>>::with_clock(window(), clock())),
+            keyed_bytes_per_key::<FixedWindow<ManualClock>>(window),
         ),
         (
             "tollgate LockingFixedWindow",
-            bytes_per_key(|| {
-                Keyed::<u64, LockingFixedWindow<ManualClock>>::with_clock(window(), clock())
-            }),
+            keyed_bytes_per_key::<LockingFixedWindow<ManualClock>>(window),
         ),
         (
             "tollgate LeakyBucket (meter)",
-            bytes_per_key(|| Keyed::<u64, LeakyBucket<ManualClock>>::with_clock(meter(), clock())),
+            keyed_bytes_per_key::<LeakyBucket<ManualClock>>(meter),
         ),
         (
             "tollgate Shaper (two words)",
-            bytes_per_key(|| Keyed::<u64, Shaper<ManualClock>>::with_clock(shaper(), clock())),
+            keyed_bytes_per_key::<Shaper<ManualClock>>(shaper),
         ),
         (
             "tollgate WarmUp (two words)",
-            bytes_per_key(|| Keyed::<u64, WarmUp<ManualClock>>::with_clock(warm_up(), clock())),
+            keyed_bytes_per_key::<WarmUp<ManualClock>>(warm_up),
         ),
         (
             "tollgate LockingWarmUp",
-            bytes_per_key(|| {
-                Keyed::<u64, LockingWarmUp<ManualClock>>::with_clock(warm_up(), clock())
-            }),
+            keyed_bytes_per_key::<LockingWarmUp<ManualClock>>(warm_up),
         ),
         (
             "tollgate (TokenBucket, TokenBucket)",
-            bytes_per_key(|| {
-                Keyed::<u64, (TokenBucket<ManualClock>, TokenBucket<ManualClock>)>::with_clock(
-                    (bucket(), bucket()),
-                    clock(),
-                )
+            keyed_bytes_per_key::<(TokenBucket<ManualClock>, TokenBucket<ManualClock>)>(|| {
+                (bucket(), bucket())
             }),
         ),
         (
             "governor dashmap keyed",
-            bytes_per_key(|| {
-                governor::RateLimiter::dashmap(Quota::per_second(
-                    NonZeroU32::new(10).expect("non-zero"),
-                ))
-            }),
+            governor_bytes_per_key(Quota::per_second(NonZeroU32::new(10).expect("non-zero"))),
         ),
     ];
-    println!("bytes per key with {KEYS} u64 keys (allocator count):");
-    for (name, bytes) in rows {
-        println!("  {name:<38} {bytes:6.1}");
-    }
+    print_bytes_per_key(&rows, 38);
 }
 
 fn main() {

@@ -34,14 +34,8 @@ use governor::Quota;
 use tollgate::keyed::{BucketConfig, Keyed};
 use tollgate::{MonotonicClock, Rate, TokenBucket};
 
-/// splitmix64: distinct, scattered keys (as `benches/keyed.rs`).
-fn key(i: u64) -> u64 {
-    let mut z = i
-        .wrapping_add(0x9E37_79B9_7F4A_7C15)
-        .wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 30)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
+mod common;
+use common::counting::key;
 
 type Check = Box<dyn Fn(&u64, u32) -> bool>;
 

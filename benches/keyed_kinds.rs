@@ -67,12 +67,14 @@ use tollgate::{
 };
 
 mod common;
-use common::keyed::{Check, Counting, GovernorKeyed, allocated, key};
+use common::counting::{Counting, key};
+use common::keyed::{
+    Check, GovernorKeyed, KEYS, bytes_per_key_then, governor_bytes_per_key, keyed_bytes_per_key,
+    print_bytes_per_key,
+};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
-
-const KEYS: usize = 1_000_000;
 
 /// Thread counts: the machine has 2 cores.
 const THREADS: [usize; 2] = [1, 2];
@@ -434,61 +436,26 @@ fn spread(c: &mut Criterion) {
     assert_eq!(resident(), [KEYS; 3], "no key may be evicted while timing");
 }
 
-/// Bytes allocated per key with `KEYS` keys, each admitted once, then (if
-/// `then` moves the clock) once more.
-fn bytes_per_key_then<L: Check>(make: impl FnOnce() -> L, then: impl FnOnce()) -> f64 {
-    let before = allocated();
-    let limiter = make();
-    for i in 0..KEYS as u64 {
-        assert!(limiter.check(&key(i)));
-    }
-    then();
-    for i in 0..KEYS as u64 {
-        assert!(limiter.check(&key(i)));
-    }
-    let bytes = allocated() - before;
-    drop(limiter);
-    bytes as f64 / KEYS as f64
-}
-
-/// Bytes allocated per key with `KEYS` keys, each admitted once.
-fn bytes_per_key<L: Check>(make: impl FnOnce() -> L) -> f64 {
-    let before = allocated();
-    let limiter = make();
-    for i in 0..KEYS as u64 {
-        assert!(limiter.check(&key(i)));
-    }
-    let bytes = allocated() - before;
-    drop(limiter);
-    bytes as f64 / KEYS as f64
-}
-
 fn memory() {
-    // A manual clock that never moves: no key refills, so none is evicted.
-    let clock = ManualClock::new;
     let log = |limit| LogConfig::new(Rate::per_minute(limit)).expect("valid");
     let window =
         |subs| SlidingWindowConfig::with_sub_windows(Rate::per_minute(30), subs).expect("valid");
     let rows = [
         (
             "tollgate SlidingLog, 30/min",
-            bytes_per_key(|| Keyed::<u64, SlidingLog<ManualClock>>::with_clock(log(30), clock())),
+            keyed_bytes_per_key::<SlidingLog<ManualClock>>(|| log(30)),
         ),
         (
             "tollgate SlidingLog, 64/min",
-            bytes_per_key(|| Keyed::<u64, SlidingLog<ManualClock>>::with_clock(log(64), clock())),
+            keyed_bytes_per_key::<SlidingLog<ManualClock>>(|| log(64)),
         ),
         (
             "tollgate SlidingWindow, 30/min, S = 10",
-            bytes_per_key(|| {
-                Keyed::<u64, SlidingWindow<ManualClock>>::with_clock(window(10), clock())
-            }),
+            keyed_bytes_per_key::<SlidingWindow<ManualClock>>(|| window(10)),
         ),
         (
             "tollgate SlidingWindow, 30/min, S = 4",
-            bytes_per_key(|| {
-                Keyed::<u64, SlidingWindow<ManualClock>>::with_clock(window(4), clock())
-            }),
+            keyed_bytes_per_key::<SlidingWindow<ManualClock>>(|| window(4)),
         ),
         ("tollgate SlidingWindow, S = 10, a sub-window later", {
             let moved = ManualClock::new();
@@ -500,26 +467,16 @@ fn memory() {
         }),
         (
             "tollgate TokenBucket",
-            bytes_per_key(|| {
-                Keyed::<u64, TokenBucket<ManualClock>>::with_clock(
-                    BucketConfig::new(30, Rate::per_minute(30)).expect("valid"),
-                    clock(),
-                )
+            keyed_bytes_per_key::<TokenBucket<ManualClock>>(|| {
+                BucketConfig::new(30, Rate::per_minute(30)).expect("valid")
             }),
         ),
         (
             "governor dashmap keyed",
-            bytes_per_key(|| {
-                governor::RateLimiter::dashmap(Quota::per_minute(
-                    NonZeroU32::new(30).expect("non-zero"),
-                ))
-            }),
+            governor_bytes_per_key(Quota::per_minute(NonZeroU32::new(30).expect("non-zero"))),
         ),
     ];
-    println!("bytes per key with {KEYS} u64 keys (allocator count):");
-    for (name, bytes) in rows {
-        println!("  {name:<42} {bytes:6.1}");
-    }
+    print_bytes_per_key(&rows, 42);
 }
 
 fn main() {

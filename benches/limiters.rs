@@ -38,8 +38,8 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use governor::RateLimiter as Governor;
 use governor::clock::{Clock as _, QuantaClock};
 use tollgate::{
-    Clock, FixedWindow, LeasedFixedWindow, LeasedTokenBucket, LockingFixedWindow,
-    LockingTokenBucket, MonotonicClock, Rate, TokenBucket,
+    CachedClock, Clock, FixedWindow, LeasedFixedWindow, LeasedTokenBucket, LockingFixedWindow,
+    LockingTokenBucket, MonotonicClock, Rate, RateLimiter, TokenBucket,
 };
 
 mod common;
@@ -81,6 +81,54 @@ impl Case {
             );
         }
     }
+
+    /// Benchmarks a tollgate limiter as `function` on its default clock
+    /// (`plain`) and as `function-cached` on the cached clock (`cached`).
+    fn tollgate<L: RateLimiter + Send + Sync + 'static, M: RateLimiter + Send + Sync + 'static>(
+        &self,
+        c: &mut Criterion,
+        function: &str,
+        plain: impl Fn() -> L,
+        cached: impl Fn(CachedClock) -> M,
+    ) {
+        let workload = self.workload;
+        self.bench(c, function, || tollgate_limiter(plain(), workload));
+        self.bench(c, &format!("{function}-cached"), || {
+            tollgate_limiter(cached(tollgate_cached_clock()), workload)
+        });
+    }
+
+    /// The token bucket's capacity and rate for this workload.
+    fn bucket_rate(&self) -> (u32, Rate) {
+        match self.workload {
+            Workload::Allow => allow_rate(),
+            Workload::Deny => deny_rate(),
+            Workload::Limit => limit_rate(self.threads),
+        }
+    }
+
+    /// The fixed window's rate for this workload.
+    fn window_rate(&self) -> Rate {
+        match self.workload {
+            Workload::Allow => allow_window(),
+            Workload::Deny => deny_rate().1,
+            Workload::Limit => limit_window(self.threads),
+        }
+    }
+}
+
+/// Runs `run` on every workload at every thread count, as `limiter`'s cases.
+fn each_case(c: &mut Criterion, limiter: &'static str, mut run: impl FnMut(&mut Criterion, &Case)) {
+    for workload in [Workload::Allow, Workload::Deny, Workload::Limit] {
+        for threads in THREADS {
+            let case = Case {
+                limiter,
+                workload,
+                threads,
+            };
+            run(c, &case);
+        }
+    }
 }
 
 /// An allow-heavy token bucket: a permit per nanosecond refills faster than any
@@ -96,77 +144,48 @@ fn deny_rate() -> (u32, Rate) {
 }
 
 fn token_bucket(c: &mut Criterion) {
-    for workload in [Workload::Allow, Workload::Deny, Workload::Limit] {
-        for threads in THREADS {
-            let ((capacity, rate), quota) = match workload {
-                Workload::Allow => (allow_rate(), allow_quota()),
-                Workload::Deny => (deny_rate(), deny_quota()),
-                Workload::Limit => (limit_rate(threads), limit_quota(threads)),
-            };
-            let case = Case {
-                limiter: "token_bucket",
-                workload,
-                threads,
-            };
-            case.bench(c, "tollgate-atomic", || {
-                tollgate_limiter(TokenBucket::new(capacity, rate).unwrap(), workload)
-            });
-            case.bench(c, "tollgate-atomic-cached", || {
-                let clock = tollgate_cached_clock();
-                tollgate_limiter(
-                    TokenBucket::with_clock(capacity, rate, clock).unwrap(),
-                    workload,
-                )
-            });
-            case.bench(c, "tollgate-twin", || {
-                tollgate_limiter(LockingTokenBucket::new(capacity, rate).unwrap(), workload)
-            });
-            case.bench(c, "tollgate-twin-cached", || {
-                let clock = tollgate_cached_clock();
-                tollgate_limiter(
-                    LockingTokenBucket::with_clock(capacity, rate, clock).unwrap(),
-                    workload,
-                )
-            });
-            case.bench(c, "governor", || {
-                governor_limiter(Governor::direct(quota), workload)
-            });
-            case.bench(c, "governor-cached", || {
-                let clock = governor_upkeep_clock();
-                governor_limiter(Governor::direct_with_clock(quota, clock), workload)
-            });
-        }
-    }
+    each_case(c, "token_bucket", |c, case| {
+        let (capacity, rate) = case.bucket_rate();
+        case.tollgate(
+            c,
+            "tollgate-atomic",
+            || TokenBucket::new(capacity, rate).unwrap(),
+            |clock| TokenBucket::with_clock(capacity, rate, clock).unwrap(),
+        );
+        case.tollgate(
+            c,
+            "tollgate-twin",
+            || LockingTokenBucket::new(capacity, rate).unwrap(),
+            |clock| LockingTokenBucket::with_clock(capacity, rate, clock).unwrap(),
+        );
+        let quota = match case.workload {
+            Workload::Allow => allow_quota(),
+            Workload::Deny => deny_quota(),
+            Workload::Limit => limit_quota(case.threads),
+        };
+        case.bench(c, "governor", || {
+            governor_limiter(Governor::direct(quota), case.workload)
+        });
+        case.bench(c, "governor-cached", || {
+            let clock = governor_upkeep_clock();
+            governor_limiter(Governor::direct_with_clock(quota, clock), case.workload)
+        });
+    });
 }
 
 /// The leased token bucket (per-core stripes) on the token bucket's workloads.
 /// Its twin and governor are the token bucket's rows of the same run
 /// (`scripts/bench-table` compares against them).
 fn leased_token_bucket(c: &mut Criterion) {
-    for workload in [Workload::Allow, Workload::Deny, Workload::Limit] {
-        for threads in THREADS {
-            let (capacity, rate) = match workload {
-                Workload::Allow => allow_rate(),
-                Workload::Deny => deny_rate(),
-                Workload::Limit => limit_rate(threads),
-            };
-            let case = Case {
-                limiter: "leased_token_bucket",
-                workload,
-                threads,
-            };
-            case.bench(c, "tollgate-atomic", || {
-                tollgate_limiter(LeasedTokenBucket::new(capacity, rate).unwrap(), workload)
-            });
-            case.bench(c, "tollgate-atomic-cached", || {
-                let clock = tollgate_cached_clock();
-                tollgate_limiter(
-                    LeasedTokenBucket::with_clock(capacity, rate, clock).unwrap(),
-                    workload,
-                )
-            });
-        }
-    }
+    each_case(c, "leased_token_bucket", |c, case| {
+        let (capacity, rate) = case.bucket_rate();
+        case.tollgate(
+            c,
+            "tollgate-atomic",
+            || LeasedTokenBucket::new(capacity, rate).unwrap(),
+            |clock| LeasedTokenBucket::with_clock(capacity, rate, clock).unwrap(),
+        );
+    });
 }
 
 /// An allow-heavy window: `u32::MAX` permits per `u32::MAX` ns (4.3 s), one per
@@ -183,37 +202,21 @@ fn limit_window(threads: usize) -> Rate {
 }
 
 fn fixed_window(c: &mut Criterion) {
-    for workload in [Workload::Allow, Workload::Deny, Workload::Limit] {
-        for threads in THREADS {
-            let rate = match workload {
-                Workload::Allow => allow_window(),
-                Workload::Deny => deny_rate().1,
-                Workload::Limit => limit_window(threads),
-            };
-            let case = Case {
-                limiter: "fixed_window",
-                workload,
-                threads,
-            };
-            case.bench(c, "tollgate-atomic", || {
-                tollgate_limiter(FixedWindow::new(rate).unwrap(), workload)
-            });
-            case.bench(c, "tollgate-atomic-cached", || {
-                let clock = tollgate_cached_clock();
-                tollgate_limiter(FixedWindow::with_clock(rate, clock).unwrap(), workload)
-            });
-            case.bench(c, "tollgate-twin", || {
-                tollgate_limiter(LockingFixedWindow::new(rate).unwrap(), workload)
-            });
-            case.bench(c, "tollgate-twin-cached", || {
-                let clock = tollgate_cached_clock();
-                tollgate_limiter(
-                    LockingFixedWindow::with_clock(rate, clock).unwrap(),
-                    workload,
-                )
-            });
-        }
-    }
+    each_case(c, "fixed_window", |c, case| {
+        let rate = case.window_rate();
+        case.tollgate(
+            c,
+            "tollgate-atomic",
+            || FixedWindow::new(rate).unwrap(),
+            |clock| FixedWindow::with_clock(rate, clock).unwrap(),
+        );
+        case.tollgate(
+            c,
+            "tollgate-twin",
+            || LockingFixedWindow::new(rate).unwrap(),
+            |clock| LockingFixedWindow::with_clock(rate, clock).unwrap(),
+        );
+    });
 }
 
 /// The leased fixed window (per-core stripes) on the fixed window's workloads.
@@ -223,30 +226,15 @@ fn fixed_window(c: &mut Criterion) {
 /// nearly every check is a spend from the thread's own stripe, as it would be
 /// for any window whose limit is large against one thread's share of it.
 fn leased_fixed_window(c: &mut Criterion) {
-    for workload in [Workload::Allow, Workload::Deny, Workload::Limit] {
-        for threads in THREADS {
-            let rate = match workload {
-                Workload::Allow => allow_window(),
-                Workload::Deny => deny_rate().1,
-                Workload::Limit => limit_window(threads),
-            };
-            let case = Case {
-                limiter: "leased_fixed_window",
-                workload,
-                threads,
-            };
-            case.bench(c, "tollgate-atomic", || {
-                tollgate_limiter(LeasedFixedWindow::new(rate).unwrap(), workload)
-            });
-            case.bench(c, "tollgate-atomic-cached", || {
-                let clock = tollgate_cached_clock();
-                tollgate_limiter(
-                    LeasedFixedWindow::with_clock(rate, clock).unwrap(),
-                    workload,
-                )
-            });
-        }
-    }
+    each_case(c, "leased_fixed_window", |c, case| {
+        let rate = case.window_rate();
+        case.tollgate(
+            c,
+            "tollgate-atomic",
+            || LeasedFixedWindow::new(rate).unwrap(),
+            |clock| LeasedFixedWindow::with_clock(rate, clock).unwrap(),
+        );
+    });
 }
 
 /// One reading of each clock, single-threaded: what a check pays before it

@@ -5,59 +5,20 @@
 //! The tests in this file share the allocator's counter, so they run one at a
 //! time (a mutex), and each measures the growth across its own flood.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tollgate::keyed::{BucketConfig, IDLE_BEFORE_EVICTION, Keyed, WindowConfig};
+use tollgate::keyed::{BucketConfig, IDLE_BEFORE_EVICTION, Keyable, Keyed, WindowConfig};
 use tollgate::{FixedWindow, ManualClock, Rate, TokenBucket};
 
-/// Counts the bytes currently allocated by the whole process.
-struct Counting;
+#[path = "../benches/common/counting.rs"]
+mod counting;
+use counting::{Counting, allocated, key};
 
-static ALLOCATED: AtomicIsize = AtomicIsize::new(0);
 static SERIAL: Mutex<()> = Mutex::new(());
-
-// SAFETY: forwards to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATED.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        ALLOCATED.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATED.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
-
-fn allocated() -> isize {
-    ALLOCATED.load(Ordering::Relaxed)
-}
-
-/// Distinct-looking keys: splitmix64.
-fn key(i: u64) -> u64 {
-    let mut z = i
-        .wrapping_add(0x9E37_79B9_7F4A_7C15)
-        .wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 30)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
 
 /// Bytes one resident entry may cost: `(u64 key, 8-byte word)` = 16 bytes plus
 /// one control byte per bucket, at a load between 7/16 and 7/8 (hashbrown
@@ -65,17 +26,21 @@ fn key(i: u64) -> u64 {
 /// imbalance.
 const BYTES_PER_ENTRY: isize = 48;
 
-#[test]
-fn a_flood_of_keys_that_stay_busy_is_held_at_the_cap() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+/// Floods a keyed `L` capped at `CAP` keys with `flood` distinct keys, time
+/// frozen so that no key is ever fresh: the cap holds exactly, every key past
+/// it is decided by the overflow state, the peak stays within `per_key` bytes
+/// times the cap, and dropping the limiter gives the memory back.
+fn flood_at_the_cap<L: Keyable<Clock = ManualClock>>(
+    name: &str,
+    config: L::Config,
+    per_key: isize,
+    flood: u64,
+) {
     const CAP: usize = 100_000;
-    const FLOOD: u64 = 3_000_000;
     let before = allocated();
-    let clock = ManualClock::new(); // time stands still: no key ever refills
-    let cfg = BucketConfig::new(10, Rate::per_second(10)).unwrap();
-    let keyed = Keyed::<u64, TokenBucket<ManualClock>>::with_clock(cfg, clock).with_max_keys(CAP);
+    let keyed = Keyed::<u64, L>::with_clock(config, ManualClock::new()).with_max_keys(CAP);
     let mut peak = 0;
-    for i in 0..FLOOD {
+    for i in 0..flood {
         let _ = keyed.try_acquire(&key(i));
         if i % 65_536 == 0 {
             assert!(keyed.len() <= CAP);
@@ -84,20 +49,26 @@ fn a_flood_of_keys_that_stay_busy_is_held_at_the_cap() {
     }
     peak = peak.max(allocated() - before);
     assert_eq!(keyed.len(), CAP);
-    assert_eq!(keyed.overflowed(), FLOOD - CAP as u64);
-    let bound = CAP as isize * BYTES_PER_ENTRY + 64 * 1024;
+    assert_eq!(keyed.overflowed(), flood - CAP as u64);
+    let bound = CAP as isize * per_key + 64 * 1024;
     eprintln!(
-        "busy flood: {FLOOD} keys, {} resident, peak {peak} bytes ({:.1} per resident key), bound {bound}",
+        "{name} flood: {flood} keys, {} resident, peak {peak} bytes ({:.1} per resident key), bound {bound}",
         keyed.len(),
         peak as f64 / CAP as f64
     );
-    assert!(peak <= bound, "peak {peak} bytes > {bound}");
-    // Keys already in are served as before; the overflow state is exhausted.
+    assert!(peak <= bound, "{name}: peak {peak} bytes > {bound}");
     drop(keyed);
     assert!(
         allocated() - before < 64 * 1024,
-        "the limiter gives its memory back"
+        "{name}: the limiter gives its memory back"
     );
+}
+
+#[test]
+fn a_flood_of_keys_that_stay_busy_is_held_at_the_cap() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cfg = BucketConfig::new(10, Rate::per_second(10)).unwrap();
+    flood_at_the_cap::<TokenBucket<ManualClock>>("busy", cfg, BYTES_PER_ENTRY, 3_000_000);
 }
 
 #[test]
@@ -251,46 +222,23 @@ fn a_keyed_sliding_log_costs_eight_bytes_per_slot_and_a_constant() {
 #[test]
 fn a_flood_of_busy_keys_on_a_sliding_log_or_window_is_held_at_the_cap() {
     use tollgate::LogConfig;
-    use tollgate::keyed::{Keyable, SlidingWindowConfig};
+    use tollgate::keyed::SlidingWindowConfig;
     use tollgate::{SlidingLog, SlidingWindow};
-    fn flood<L: Keyable<Clock = ManualClock>>(name: &str, config: L::Config, per_key: isize) {
-        const CAP: usize = 100_000;
-        // Five times the cap past it: enough to show the peak does not grow
-        // with the flood. (At the cap every new key's insert sweeps a few
-        // buckets, each resident ring or window asked whether it is fresh:
-        // ~10 µs a request here, where the bucket's one-word answer is ~1.)
-        const FLOOD: u64 = 600_000;
-        let before = allocated();
-        let keyed = Keyed::<u64, L>::with_clock(config, ManualClock::new()).with_max_keys(CAP);
-        let mut peak = 0;
-        for i in 0..FLOOD {
-            let _ = keyed.try_acquire(&key(i));
-            if i % 65_536 == 0 {
-                assert!(keyed.len() <= CAP);
-                peak = peak.max(allocated() - before);
-            }
-        }
-        peak = peak.max(allocated() - before);
-        assert_eq!(keyed.len(), CAP);
-        assert_eq!(keyed.overflowed(), FLOOD - CAP as u64);
-        let bound = CAP as isize * per_key + 64 * 1024;
-        eprintln!(
-            "{name} flood: {FLOOD} keys, {} resident, peak {peak} bytes ({:.1} per resident key), bound {bound}",
-            keyed.len(),
-            peak as f64 / CAP as f64
-        );
-        assert!(peak <= bound, "{name}: peak {peak} bytes > {bound}");
-        drop(keyed);
-        assert!(
-            allocated() - before < 64 * 1024,
-            "{name}: the limiter gives its memory back"
-        );
-    }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // Five times the cap past it: enough to show the peak does not grow with
+    // the flood. (At the cap every new key's insert sweeps a few buckets,
+    // each resident ring or window asked whether it is fresh: ~10 µs a
+    // request here, where the bucket's one-word answer is ~1.)
+    const FLOOD: u64 = 600_000;
     let log = LogConfig::new(Rate::per_minute(30)).unwrap();
     // The ring (8·N) and the 160-byte constant of the test above.
-    flood::<SlidingLog<ManualClock>>("sliding log, N = 30", log, 8 * 30 + 160);
+    flood_at_the_cap::<SlidingLog<ManualClock>>("sliding log, N = 30", log, 8 * 30 + 160, FLOOD);
     let window = SlidingWindowConfig::new(Rate::per_minute(30)).unwrap();
     // 40 bytes of counts, a 48-byte header beside an 8-byte key, the table.
-    flood::<SlidingWindow<ManualClock>>("sliding window, S = 10", window, 4 * 10 + 160);
+    flood_at_the_cap::<SlidingWindow<ManualClock>>(
+        "sliding window, S = 10",
+        window,
+        4 * 10 + 160,
+        FLOOD,
+    );
 }

@@ -355,6 +355,19 @@ struct Shortfall {
     rounds: usize,
 }
 
+/// Checks the window's promise on `record`, then its shortfall at a demand
+/// of every attempt of every thread.
+fn checked_shortfall(
+    record: &StressRecord,
+    times: &[u64],
+    limit: u32,
+    sub: u64,
+    subs: u32,
+) -> Shortfall {
+    check_sliding_window(&record.admissions, limit, sub, subs);
+    shortfall(record, times, (THREADS * ATTEMPTS) as u64, limit, sub, subs)
+}
+
 fn shortfall(
     record: &StressRecord,
     times: &[u64],
@@ -403,6 +416,27 @@ fn striped(
         .unwrap()
 }
 
+/// The admissions of lock-step rounds `step` ns apart, each thread asking
+/// for 1 to 4 permits at a time of the limiter `make` builds on the test
+/// clock; asserts that some were admitted.
+fn mixed_rounds<L: RateLimiter + Send + Sync + 'static>(
+    step: u64,
+    make: impl FnOnce(ManualClock) -> L,
+) -> Vec<Admission> {
+    let clock = ManualClock::new();
+    let limiter = make(clock.clone());
+    let record = stress(
+        Arc::new(limiter),
+        &clock,
+        THREADS,
+        &times(step),
+        ATTEMPTS,
+        mixed::<4>,
+    );
+    assert!(!record.admissions.is_empty());
+    record.admissions
+}
+
 fn stress_unit(stripes: usize, limit: u32, subs: u32) -> Shortfall {
     let period = Duration::from_millis(1);
     let sub = 1_000_000 / u64::from(subs);
@@ -410,15 +444,7 @@ fn stress_unit(stripes: usize, limit: u32, subs: u32) -> Shortfall {
     let limiter = Arc::new(striped(limit, period, subs, stripes, clock.clone()));
     let times = times(sub / 3);
     let record = stress(limiter, &clock, THREADS, &times, ATTEMPTS, one);
-    check_sliding_window(&record.admissions, limit, sub, subs);
-    shortfall(
-        &record,
-        &times,
-        (THREADS * ATTEMPTS) as u64,
-        limit,
-        sub,
-        subs,
-    )
+    checked_shortfall(&record, &times, limit, sub, subs)
 }
 
 #[test]
@@ -480,15 +506,7 @@ fn striped_under_admission_when_clients_back_off() {
                 .collect(),
             per_round: rounds.iter().map(|r| r.len() as u64).collect(),
         };
-        check_sliding_window(&record.admissions, limit, sub, subs);
-        let s = shortfall(
-            &record,
-            &times,
-            (THREADS * ATTEMPTS) as u64,
-            limit,
-            sub,
-            subs,
-        );
+        let s = checked_shortfall(&record, &times, limit, sub, subs);
         let share = u64::from(limit).div_ceil(2 * stripes as u64);
         let bound = (THREADS as u64 - 1) * (share + 3);
         println!(
@@ -517,59 +535,35 @@ fn locking_twin_is_exact_and_tight_under_contention() {
         .unwrap();
     let times = times(sub / 3);
     let record = stress(Arc::new(twin), &clock, THREADS, &times, ATTEMPTS, one);
-    check_sliding_window(&record.admissions, limit, sub, subs);
-    let s = shortfall(
-        &record,
-        &times,
-        (THREADS * ATTEMPTS) as u64,
-        limit,
-        sub,
-        subs,
-    );
+    let s = checked_shortfall(&record, &times, limit, sub, subs);
     assert_eq!(s.missed, 0, "the twin decides under one lock: {s:?}");
 }
 
 #[test]
 fn striped_keeps_its_bound_with_mixed_sizes() {
     for stripes in [1, 2, 4] {
-        let clock = ManualClock::new();
         let (limit, subs) = (11, 3);
         let rate = Rate::new(limit, Duration::from_micros(3));
-        let limiter = SlidingWindow::builder(rate)
-            .sub_windows(subs)
-            .stripes(stripes)
-            .clock(clock.clone())
-            .build()
-            .unwrap();
-        let record = stress(
-            Arc::new(limiter),
-            &clock,
-            THREADS,
-            &times(500),
-            ATTEMPTS,
-            mixed::<4>,
-        );
-        assert!(!record.admissions.is_empty());
-        check_sliding_window(&record.admissions, limit, 1_000, subs);
+        let admissions = mixed_rounds(500, |clock| {
+            SlidingWindow::builder(rate)
+                .sub_windows(subs)
+                .stripes(stripes)
+                .clock(clock)
+                .build()
+                .unwrap()
+        });
+        check_sliding_window(&admissions, limit, 1_000, subs);
     }
 }
 
 #[test]
 fn approx_keeps_its_bound_under_contention() {
-    let clock = ManualClock::new();
     let (limit, window) = (40, 1_000_000u64);
     let rate = Rate::new(limit, Duration::from_nanos(window));
-    let limiter = ApproxSlidingWindow::with_clock(rate, clock.clone()).unwrap();
-    let record = stress(
-        Arc::new(limiter),
-        &clock,
-        THREADS,
-        &times(window / 7),
-        ATTEMPTS,
-        mixed::<4>,
-    );
-    assert!(!record.admissions.is_empty());
-    check_approx(&record.admissions, limit, window);
+    let admissions = mixed_rounds(window / 7, |clock| {
+        ApproxSlidingWindow::with_clock(rate, clock).unwrap()
+    });
+    check_approx(&admissions, limit, window);
 }
 
 /// Threads free-running on a moving clock (not lock-step): decision times are

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use support::{
-    ReferenceFixedWindow, ReferenceTokenBucket, check_fixed_window, check_token_bucket,
+    Admission, ReferenceFixedWindow, ReferenceTokenBucket, check_fixed_window, check_token_bucket,
     expected_per_round, mixed, one, round_times, stress,
 };
 use tollgate::{
@@ -35,6 +35,21 @@ fn token_bucket_rounds<L: RateLimiter + Send + Sync + 'static>(make: fn(ManualCl
     assert_eq!(record.per_round, expected);
 }
 
+/// The admissions of `ROUNDS` rounds `step` ns apart, each thread asking for
+/// 1 to 3 permits at a time of the limiter `make` builds on the test clock;
+/// asserts that some were admitted.
+fn mixed_rounds<L: RateLimiter + Send + Sync + 'static>(
+    step: u64,
+    make: impl FnOnce(ManualClock) -> L,
+) -> Vec<Admission> {
+    let clock = ManualClock::new();
+    let limiter = Arc::new(make(clock.clone()));
+    let times = round_times(ROUNDS as u64, step);
+    let record = stress(limiter, &clock, THREADS, &times, ATTEMPTS, mixed::<3>);
+    assert!(!record.admissions.is_empty());
+    record.admissions
+}
+
 #[test]
 fn token_bucket_is_exact_under_contention() {
     token_bucket_rounds(|clock| {
@@ -51,19 +66,11 @@ fn locking_token_bucket_is_exact_under_contention() {
 
 #[test]
 fn token_bucket_keeps_its_bound_with_mixed_sizes() {
-    let clock = ManualClock::new();
     let rate = Rate::new(7, Duration::from_micros(10)); // an interval that rounds
-    let limiter = Arc::new(TokenBucket::with_clock(9, rate, clock.clone()).unwrap());
-    let record = stress(
-        limiter,
-        &clock,
-        THREADS,
-        &round_times(ROUNDS as u64, 4_000),
-        ATTEMPTS,
-        mixed::<3>,
-    );
-    assert!(!record.admissions.is_empty());
-    check_token_bucket(&record.admissions, 9, 7, 10_000);
+    let admissions = mixed_rounds(4_000, |clock| {
+        TokenBucket::with_clock(9, rate, clock).unwrap()
+    });
+    check_token_bucket(&admissions, 9, 7, 10_000);
 }
 
 fn fixed_window_rounds<L: RateLimiter + Send + Sync + 'static>(make: fn(ManualClock) -> L) {
@@ -94,17 +101,7 @@ fn locking_fixed_window_is_exact_under_contention() {
 
 #[test]
 fn fixed_window_keeps_its_bound_with_mixed_sizes() {
-    let clock = ManualClock::new();
     let rate = Rate::new(11, Duration::from_micros(3));
-    let limiter = Arc::new(FixedWindow::with_clock(rate, clock.clone()).unwrap());
-    let record = stress(
-        limiter,
-        &clock,
-        THREADS,
-        &round_times(ROUNDS as u64, 1_500),
-        ATTEMPTS,
-        mixed::<3>,
-    );
-    assert!(!record.admissions.is_empty());
-    check_fixed_window(&record.admissions, 11, 3_000);
+    let admissions = mixed_rounds(1_500, |clock| FixedWindow::with_clock(rate, clock).unwrap());
+    check_fixed_window(&admissions, 11, 3_000);
 }

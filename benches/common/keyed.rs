@@ -1,23 +1,15 @@
-//! What the keyed benches (`keyed.rs`, `keyed_kinds.rs`) share: the keys, one
-//! check against any keyed limiter, and an allocator that counts the bytes
-//! the process holds (each bench registers it with
-//! `#[global_allocator] static GLOBAL: common::keyed::Counting = common::keyed::Counting;`).
+//! What the keyed benches (`keyed.rs`, `keyed_kinds.rs`) share: one check
+//! against any keyed limiter and the bytes-per-key table, counted by
+//! `common::counting::Counting` (each bench registers it with
+//! `#[global_allocator] static GLOBAL: Counting = Counting;`).
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::hash::BuildHasher;
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicIsize, Ordering};
 
+use tollgate::ManualClock;
 use tollgate::keyed::{Keyable, Keyed};
 
-/// splitmix64: the keys, distinct and scattered.
-pub fn key(i: u64) -> u64 {
-    let mut z = i
-        .wrapping_add(0x9E37_79B9_7F4A_7C15)
-        .wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 30)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
+use super::counting::{allocated, key};
 
 /// One keyed check, `true` if admitted.
 pub trait Check: Send + Sync + 'static {
@@ -56,36 +48,61 @@ impl Check for GovernorKeyed {
     }
 }
 
-/// Counts the bytes the process holds, for the bytes-per-key tables.
-pub struct Counting;
+/// How many keys the keyed benches fill their limiters with.
+pub const KEYS: usize = 1_000_000;
 
-static ALLOCATED: AtomicIsize = AtomicIsize::new(0);
-
-/// Bytes allocated and not yet freed, process-wide.
-pub fn allocated() -> isize {
-    ALLOCATED.load(Ordering::Relaxed)
+/// Admits each of the first `KEYS` keys once.
+fn admit_every_key<L: Check>(limiter: &L) {
+    for i in 0..KEYS as u64 {
+        assert!(limiter.check(&key(i)));
+    }
 }
 
-// SAFETY: forwards to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATED.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.alloc(layout) }
-    }
+/// Bytes allocated per key by the limiter `make` builds and what `fill`
+/// does with it, with `KEYS` keys.
+fn bytes_per_key_of<L: Check>(make: impl FnOnce() -> L, fill: impl FnOnce(&L)) -> f64 {
+    let before = allocated();
+    let limiter = make();
+    fill(&limiter);
+    let bytes = allocated() - before;
+    drop(limiter);
+    bytes as f64 / KEYS as f64
+}
 
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        ALLOCATED.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.dealloc(ptr, layout) }
-    }
+/// Bytes allocated per key with `KEYS` keys, each admitted once.
+pub fn bytes_per_key<L: Check>(make: impl FnOnce() -> L) -> f64 {
+    bytes_per_key_of(make, admit_every_key)
+}
 
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATED.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.realloc(ptr, layout, new_size) }
+/// Bytes allocated per key with `KEYS` keys, each admitted once
+/// before `then` and once after.
+pub fn bytes_per_key_then<L: Check>(make: impl FnOnce() -> L, then: impl FnOnce()) -> f64 {
+    bytes_per_key_of(make, |limiter| {
+        admit_every_key(limiter);
+        then();
+        admit_every_key(limiter);
+    })
+}
+
+/// Bytes per key of a `Keyed` map of `L` on a manual clock that never moves
+/// (no key refills, so none is evicted); `config` is built in the measured
+/// region, as the map's own copy of it is.
+pub fn keyed_bytes_per_key<L>(config: impl FnOnce() -> L::Config) -> f64
+where
+    L: Keyable<Clock = ManualClock> + 'static,
+{
+    bytes_per_key(|| Keyed::<u64, L>::with_clock(config(), ManualClock::new()))
+}
+
+/// Bytes per key of governor's dashmap-keyed limiter at `quota`.
+pub fn governor_bytes_per_key(quota: governor::Quota) -> f64 {
+    bytes_per_key::<GovernorKeyed>(|| governor::RateLimiter::dashmap(quota))
+}
+
+/// Prints the bytes-per-key table, names padded to `width`.
+pub fn print_bytes_per_key(rows: &[(&str, f64)], width: usize) {
+    println!("bytes per key with {KEYS} u64 keys (allocator count):");
+    for (name, bytes) in rows {
+        println!("  {name:<width$} {bytes:6.1}");
     }
 }

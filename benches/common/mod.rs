@@ -28,6 +28,7 @@
 // Every bench includes the whole module and uses only part of it.
 #![allow(dead_code)]
 
+pub mod counting;
 pub mod keyed;
 
 use std::hint::black_box;

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use tollgate::{
-    Denied, LockingApproxSlidingWindow, LockingFixedWindow, LockingSlidingLog, LockingTokenBucket,
+    LockingApproxSlidingWindow, LockingFixedWindow, LockingSlidingLog, LockingTokenBucket,
     ManualClock, Rate, RateLimiter,
 };
 use tollgate_redis::{
@@ -21,7 +21,7 @@ use tollgate_redis::{
 };
 
 use support::RedisServer;
-use support::replay::{fresh_key, runner};
+use support::replay::{fresh_key, runner, to_micros};
 
 /// One step of a timeline: move the clock by `step` µs (back if negative), then
 /// ask for `n` permits.
@@ -50,17 +50,6 @@ fn ops(period_us: u64, max_n: u32) -> impl Strategy<Value = Vec<Op>> {
         (step, 0..=max_n + 1).prop_map(|(step, n)| Op { step, n }),
         1..120,
     )
-}
-
-/// The in-process verdict as the scripts give it: retry-after rounded up to a
-/// whole microsecond.
-fn to_micros(verdict: Result<(), Denied>) -> Result<(), Denied> {
-    verdict.map_err(|denied| match denied {
-        Denied::RetryAfter(wait) => {
-            Denied::RetryAfter(Duration::from_micros(wait.as_nanos().div_ceil(1000) as u64))
-        }
-        other => other,
-    })
 }
 
 /// Replays `ops` from `start` (µs) through Redis and through `local`.
@@ -102,86 +91,82 @@ fn replay<L: Limiter, R: RateLimiter>(
     Ok(())
 }
 
-fn server_and_client() -> (RedisServer, blocking::Client) {
+/// Replays random timelines, each through a fresh pair that `pair` builds
+/// (the Redis limiter, then its twin on the clock) for the case's rate and
+/// largest request. `rates` gives (permits, period in µs, largest request).
+fn agrees<L: Limiter, R: RateLimiter>(
+    rates: impl Strategy<Value = (u32, u64, u32)>,
+    pair: impl Fn(Rate, u32, &ManualClock) -> (L, R),
+) {
     let server = RedisServer::start();
     let client = blocking::Client::connect(&server.url()).unwrap();
-    (server, client)
-}
-
-#[test]
-fn token_bucket_agrees_with_gcra() {
-    let (_server, client) = server_and_client();
-    let strategy = (rates(), 1u32..=12).prop_flat_map(|((permits, period), capacity)| {
+    let strategy = rates.prop_flat_map(|(permits, period, most)| {
         (
-            Just((permits, period, capacity)),
-            ops(period, capacity),
+            Just((permits, period, most)),
+            ops(period, most),
             0u64..1 << 40,
         )
     });
     runner()
-        .run(&strategy, |((permits, period, capacity), ops, start)| {
+        .run(&strategy, |((permits, period, most), ops, start)| {
             let rate = Rate::new(permits, Duration::from_micros(period));
             let clock = ManualClock::new();
-            let local = LockingTokenBucket::with_clock(capacity, rate, clock.clone()).unwrap();
-            let remote = TokenBucket::new("bucket", capacity, rate).unwrap();
+            let (remote, local) = pair(rate, most, &clock);
             replay(&client, &remote, &local, &clock, start, &ops)
         })
         .unwrap();
+}
+
+/// The window kinds' rates: a request of up to all the window's permits.
+fn window_rates() -> impl Strategy<Value = (u32, u64, u32)> {
+    rates().prop_map(|(permits, period)| (permits, period, permits))
+}
+
+#[test]
+fn token_bucket_agrees_with_gcra() {
+    let rates =
+        (rates(), 1u32..=12).prop_map(|((permits, period), capacity)| (permits, period, capacity));
+    agrees(rates, |rate, capacity, clock| {
+        (
+            TokenBucket::new("bucket", capacity, rate).unwrap(),
+            LockingTokenBucket::with_clock(capacity, rate, clock.clone()).unwrap(),
+        )
+    });
 }
 
 #[test]
 fn fixed_window_agrees() {
-    let (_server, client) = server_and_client();
-    let strategy = rates().prop_flat_map(|(permits, period)| {
-        (Just((permits, period)), ops(period, permits), 0u64..1 << 40)
+    agrees(window_rates(), |rate, _, clock| {
+        (
+            FixedWindow::new("window", rate).unwrap(),
+            LockingFixedWindow::with_clock(rate, clock.clone()).unwrap(),
+        )
     });
-    runner()
-        .run(&strategy, |((permits, period), ops, start)| {
-            let rate = Rate::new(permits, Duration::from_micros(period));
-            let clock = ManualClock::new();
-            let local = LockingFixedWindow::with_clock(rate, clock.clone()).unwrap();
-            let remote = FixedWindow::new("window", rate).unwrap();
-            replay(&client, &remote, &local, &clock, start, &ops)
-        })
-        .unwrap();
 }
 
 #[test]
 fn sliding_window_agrees_with_the_approximate_window() {
-    let (_server, client) = server_and_client();
     // Any period here: the weighted retry-after is where rounding to whole
     // microseconds shows, and it must round up exactly.
-    let strategy = (1u32..=12, 1u64..=300_000).prop_flat_map(|(permits, period)| {
-        let period = period.max(u64::from(permits));
-        (Just((permits, period)), ops(period, permits), 0u64..1 << 40)
+    let rates = (1u32..=12, 1u64..=300_000)
+        .prop_map(|(permits, period)| (permits, period.max(u64::from(permits)), permits));
+    agrees(rates, |rate, _, clock| {
+        (
+            ApproxSlidingWindow::new("approx", rate).unwrap(),
+            LockingApproxSlidingWindow::with_clock(rate, clock.clone()).unwrap(),
+        )
     });
-    runner()
-        .run(&strategy, |((permits, period), ops, start)| {
-            let rate = Rate::new(permits, Duration::from_micros(period));
-            let clock = ManualClock::new();
-            let local = LockingApproxSlidingWindow::with_clock(rate, clock.clone()).unwrap();
-            let remote = ApproxSlidingWindow::new("approx", rate).unwrap();
-            replay(&client, &remote, &local, &clock, start, &ops)
-        })
-        .unwrap();
 }
 
 #[test]
 fn sliding_log_agrees_with_the_exact_log() {
-    let (_server, client) = server_and_client();
-    let strategy = rates().prop_flat_map(|(permits, period)| {
-        (Just((permits, period)), ops(period, permits), 0u64..1 << 40)
-    });
-    runner()
-        .run(&strategy, |((permits, period), ops, start)| {
-            let rate = Rate::new(permits, Duration::from_micros(period));
-            let clock = ManualClock::new();
+    agrees(window_rates(), |rate, _, clock| {
+        (
+            SlidingLog::new("log", rate).unwrap(),
             // One ring: the in-process log is then tight, as one script is.
-            let local = LockingSlidingLog::with_clock(rate, clock.clone())
+            LockingSlidingLog::with_clock(rate, clock.clone())
                 .unwrap()
-                .with_stripes(1);
-            let remote = SlidingLog::new("log", rate).unwrap();
-            replay(&client, &remote, &local, &clock, start, &ops)
-        })
-        .unwrap();
+                .with_stripes(1),
+        )
+    });
 }

@@ -16,7 +16,7 @@ use tollgate_redis::{
     SlidingLog, TokenBucket, blocking,
 };
 
-use support::{RedisCluster, gcra_violations};
+use support::{RedisCluster, cluster_client, gcra_violations};
 
 fn limiters() -> Vec<Box<dyn Limiter>> {
     let hourly = Rate::per_hour(3);
@@ -31,9 +31,7 @@ fn limiters() -> Vec<Box<dyn Limiter>> {
 #[tokio::test]
 async fn every_limiter_works_across_a_three_master_cluster() {
     let cluster = RedisCluster::start();
-    let urls = cluster.urls();
-    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let client = Client::connect_cluster(&nodes).await.unwrap();
+    let client = cluster_client(&cluster, Options::default()).await;
     let keys: Vec<String> = (0..24).map(|i| format!("user:{i}")).collect();
     let mut owners = BTreeSet::new();
     for limiter in limiters() {
@@ -183,12 +181,8 @@ fn leases_on_a_cluster_keep_each_keys_global_invariant() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_or_killed_node_reports_that_the_script_may_have_run() {
     let mut cluster = RedisCluster::start();
-    let urls = cluster.urls();
-    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
     let timeout = Duration::from_millis(50);
-    let client = Client::connect_cluster_with(&nodes, Options::new().timeout(timeout))
-        .await
-        .unwrap();
+    let client = cluster_client(&cluster, Options::new().timeout(timeout)).await;
     let bucket = TokenBucket::new("bucket", 1_000, Rate::per_hour(1_000)).unwrap();
     let key = "paused";
     client.try_acquire(&bucket, key).await.unwrap();
@@ -224,9 +218,7 @@ async fn a_paused_or_killed_node_reports_that_the_script_may_have_run() {
     // The owner killed while a call waits there: whatever the cluster client
     // does next (it may resend), the caller hears that the script may have
     // run.
-    let long = Client::connect_cluster_with(&nodes, Options::new().timeout(Duration::from_secs(5)))
-        .await
-        .unwrap();
+    let long = cluster_client(&cluster, Options::new().timeout(Duration::from_secs(5))).await;
     long.try_acquire(&bucket, key).await.unwrap();
     let _: () = cluster.nodes[owner].cmd(&["CLIENT", "PAUSE", "20000", "WRITE"]);
     let call = {

@@ -333,6 +333,15 @@ fn write_state(format: Format, server: &RedisServer, key: &str, fields: &[(&str,
     let _: () = server.cmd(&["PEXPIRE", key, "3600000"]);
 }
 
+/// What a state in `format` without `field` is refused with: a string's
+/// fields are positional, so one left out is the last one missing.
+fn missing_named(format: Format, field: &str) -> String {
+    match format {
+        Format::String => "is missing".to_owned(),
+        Format::Hash => format!("field {field} is missing"),
+    }
+}
+
 /// The values no field of a limiter's hash may hold.
 fn bad_values() -> Vec<&'static str> {
     vec![
@@ -461,20 +470,8 @@ async fn a_damaged_fixed_window_is_unknown_state_naming_the_field_and_admits_not
                 fields.push(("c", "0".into()));
             }
             write(&fields);
-            assert_damaged(
-                &server,
-                &client,
-                &window,
-                "fw",
-                &match format {
-                    // A string's fields are positional: one left out is
-                    // the last one missing.
-                    Format::String => "is missing".to_owned(),
-                    Format::Hash => format!("field {missing} is missing"),
-                },
-                3,
-            )
-            .await;
+            let names = missing_named(format, missing);
+            assert_damaged(&server, &client, &window, "fw", &names, 3).await;
         }
     }
 }
@@ -516,20 +513,8 @@ async fn a_damaged_sliding_window_is_unknown_state_naming_the_field_and_admits_n
                 .filter(|(name, _)| *name != missing)
                 .collect();
             write(&fields);
-            assert_damaged(
-                &server,
-                &client,
-                &window,
-                "sw",
-                &match format {
-                    // A string's fields are positional: one left out is
-                    // the last one missing.
-                    Format::String => "is missing".to_owned(),
-                    Format::Hash => format!("field {missing} is missing"),
-                },
-                3,
-            )
-            .await;
+            let names = missing_named(format, missing);
+            assert_damaged(&server, &client, &window, "sw", &names, 3).await;
         }
     }
 }

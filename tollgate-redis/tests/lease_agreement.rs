@@ -25,8 +25,8 @@ use tollgate::{Denied, LockingTokenBucket, ManualClock, Rate, RateLimiter};
 use tollgate_redis::leased::{LeaseReply, ReturnReply};
 use tollgate_redis::{Client, Limiter, TokenBucket};
 
-use support::RedisServer;
-use support::replay::{fresh_key, runner};
+use support::replay::{fresh_key, micros_up, runner};
+use support::{RedisServer, runtime};
 
 /// The two scripts' rules on the budget's state: its TAT (`None`: no key).
 #[derive(Debug, Clone, Copy)]
@@ -157,10 +157,7 @@ struct Setup {
 
 fn setup() -> Setup {
     let server = RedisServer::start();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     let client = runtime.block_on(Client::connect(&server.url())).unwrap();
     Setup {
         server,
@@ -247,7 +244,7 @@ fn core_lease(core: &Core, now: u64, want: u64, low_water: u64, share: u64) -> L
             other => panic!("an empty bucket answered {other:?}"),
         };
         return LeaseReply::Exhausted {
-            wait_us: u64::try_from(wait.as_nanos().div_ceil(1000)).unwrap(),
+            wait_us: micros_up(wait),
         };
     }
     let mut granted = want.min(available);

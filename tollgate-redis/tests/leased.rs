@@ -6,8 +6,7 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, BufWriter, Write};
-use std::process::Command;
+use std::io::{BufWriter, Write};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -18,7 +17,8 @@ use tollgate_redis::{
 };
 
 use support::RedisServer;
-use support::gcra_violations;
+use support::children::run_children;
+use support::{gcra_violations, server_and_client};
 
 const PROCESSES: usize = 4;
 const THREADS: usize = 2;
@@ -154,41 +154,28 @@ fn processes_waiting_on_cold_leases_never_over_admit() {
 fn processes_never_over_admit(wait_every: u64) {
     let server = RedisServer::start();
     let total = decisions();
-    let exe = std::env::current_exe().unwrap();
-    let dir = std::env::temp_dir().join(format!(
-        "tollgate-lease-mp-{}-{wait_every}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let children: Vec<_> = (0..PROCESSES)
-        .map(|p| {
-            let out = dir.join(format!("child-{p}.txt"));
-            let child = Command::new(&exe)
-                .args(["--exact", "child", "--nocapture", "--test-threads=1"])
-                .env("TOLLGATE_LEASE_CHILD_URL", server.url())
-                .env("TOLLGATE_LEASE_CHILD_WAIT_EVERY", wait_every.to_string())
-                .env("TOLLGATE_LEASE_CHILD_OUT", &out)
-                .env(
-                    "TOLLGATE_LEASE_CHILD_DECISIONS",
-                    (total / PROCESSES as u64).to_string(),
-                )
-                .stdout(std::process::Stdio::null())
-                .spawn()
-                .expect("spawn a child");
-            (child, out)
-        })
-        .collect();
+    let outputs = run_children(
+        &format!("tollgate-lease-mp-{wait_every}"),
+        PROCESSES,
+        "TOLLGATE_LEASE_CHILD_OUT",
+        &[
+            ("TOLLGATE_LEASE_CHILD_URL", server.url()),
+            ("TOLLGATE_LEASE_CHILD_WAIT_EVERY", wait_every.to_string()),
+            (
+                "TOLLGATE_LEASE_CHILD_DECISIONS",
+                (total / PROCESSES as u64).to_string(),
+            ),
+        ],
+    );
     let mut debits = Vec::new();
     let (mut spent, mut made, mut leased, mut returned, mut forfeited, mut calls, mut waits) =
         (0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
     // Decisions per second: each process's own rate, summed (they run
     // side by side).
     let mut per_second = 0f64;
-    for (mut child, out) in children {
-        assert!(child.wait().unwrap().success(), "a child failed");
+    for lines in &outputs {
         let mut net = 0;
-        for line in BufReader::new(std::fs::File::open(&out).unwrap()).lines() {
-            let line = line.unwrap();
+        for line in lines {
             let fields: Vec<&str> = line.split(' ').collect();
             let number = |i: usize| fields[i].parse::<u64>().unwrap();
             if fields[0] == "lease" {
@@ -209,7 +196,6 @@ fn processes_never_over_admit(wait_every: u64) {
             }
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
     debits.sort_by_key(|&(time, _)| time);
     let violations = gcra_violations(&debits, CAPACITY.into(), INTERVAL_US);
     let (first, last) = (debits.first().unwrap().0, debits.last().unwrap().0);
@@ -364,8 +350,7 @@ async fn a_full_memory_server_degrades_and_recovers() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn bad_requests_are_errors_and_shutdown_returns_unused_permits() {
-    let server = RedisServer::start();
-    let client = Client::connect(&server.url()).await.unwrap();
+    let (server, client) = server_and_client().await;
     // A budget that refills slowly, so the lease's debit is still pending
     // at shutdown.
     let slow = TokenBucket::new("budget", 1_000, Rate::per_hour(1_000)).unwrap();

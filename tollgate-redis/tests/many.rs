@@ -26,8 +26,8 @@ use tollgate_redis::{
     Refused, SlidingLog, TokenBucket,
 };
 
-use support::replay::{fresh_key, runner};
-use support::{RedisCluster, RedisServer};
+use support::replay::{fresh_key, runner, to_micros};
+use support::{RedisCluster, RedisServer, cluster_client, runtime, server_and_client};
 
 /// A limiter of each kind at one rate, its in-process twin built fresh for
 /// each decision of the reference.
@@ -86,12 +86,7 @@ fn probe(
             .expect("a charged admission replays");
     }
     clock.set(now * 1000);
-    let verdict = twin.try_acquire_n(n).map_err(|denied| match denied {
-        Denied::RetryAfter(wait) => {
-            Denied::RetryAfter(Duration::from_micros(wait.as_nanos().div_ceil(1000) as u64))
-        }
-        other => other,
-    });
+    let verdict = to_micros(twin.try_acquire_n(n));
     (verdict, twin.snapshot().available)
 }
 
@@ -191,10 +186,7 @@ fn check_answer(
 #[test]
 fn all_or_nothing_agrees_with_the_twins() {
     let server = RedisServer::start();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     let client = runtime.block_on(Client::connect(&server.url())).unwrap();
     // Whole microseconds per permit: the scripts' resolution, so the twins'
     // nanoseconds meet them exactly.
@@ -259,8 +251,7 @@ fn all_or_nothing_agrees_with_the_twins() {
 /// core's `AllOf` picks it; one call decides the whole request.
 #[tokio::test]
 async fn one_call_decides_a_request_and_reports_its_tightest_limit() {
-    let server = RedisServer::start();
-    let client = Client::connect(&server.url()).await.unwrap();
+    let (server, client) = server_and_client().await;
     let burst = TokenBucket::new("bucket", 10, Rate::per_hour(10)).unwrap();
     let daily = FixedWindow::new("daily", Rate::per_hour(3)).unwrap();
     let asks = [Ask::new(&burst, "tenant:7"), Ask::new(&daily, "tenant:7")];
@@ -309,8 +300,7 @@ async fn one_call_decides_a_request_and_reports_its_tightest_limit() {
 /// Bad requests never reach the server and name the limit.
 #[tokio::test]
 async fn bad_requests_are_refused_before_any_call() {
-    let server = RedisServer::start();
-    let client = Client::connect(&server.url()).await.unwrap();
+    let (server, client) = server_and_client().await;
     let bucket = TokenBucket::new("api", 2, Rate::per_second(1)).unwrap();
     let other = TokenBucket::new("api", 5, Rate::per_second(1)).unwrap();
     let refused = client
@@ -349,8 +339,7 @@ async fn bad_requests_are_refused_before_any_call() {
 /// limit's error, and nothing of the request is charged.
 #[tokio::test]
 async fn a_damaged_key_refuses_the_request_and_charges_nothing() {
-    let server = RedisServer::start();
-    let client = Client::connect(&server.url()).await.unwrap();
+    let (server, client) = server_and_client().await;
     let bucket = TokenBucket::new("bucket", 5, Rate::per_hour(5)).unwrap();
     let window = FixedWindow::new("w", Rate::per_hour(5)).unwrap();
     let log = SlidingLog::new("l", Rate::per_hour(5)).unwrap();
@@ -411,6 +400,15 @@ async fn a_damaged_key_refuses_the_request_and_charges_nothing() {
     }
 }
 
+/// A client that makes one call at a time, so that requests made while a
+/// call is in flight queue for the next one; calls time out after `secs`.
+async fn one_call_at_a_time(server: &RedisServer, secs: u64) -> Client {
+    let options = Options::new()
+        .timeout(Duration::from_secs(secs))
+        .max_calls_in_flight(1);
+    Client::connect_with(&server.url(), options).await.unwrap()
+}
+
 /// Polls a future once, so that a request queues on its client.
 fn poll_once<F: Future + ?Sized>(future: Pin<&mut F>) -> bool {
     future
@@ -450,10 +448,7 @@ type Pending<'a> = Pin<Box<dyn Future<Output = Result<Vec<Admission>, Refused>> 
 #[tokio::test]
 async fn requests_that_queue_during_a_call_go_as_one_call() {
     let server = RedisServer::start();
-    let options = Options::new()
-        .timeout(Duration::from_secs(20))
-        .max_calls_in_flight(1);
-    let client = Client::connect_with(&server.url(), options).await.unwrap();
+    let client = one_call_at_a_time(&server, 20).await;
     let bucket = TokenBucket::new("bucket", 10, Rate::per_hour(10)).unwrap();
     let spent = FixedWindow::new("spent", Rate::per_hour(1)).unwrap();
     let other = TokenBucket::new("other", 4, Rate::per_hour(4)).unwrap();
@@ -529,10 +524,7 @@ async fn requests_that_queue_during_a_call_go_as_one_call() {
 #[tokio::test]
 async fn a_server_killed_mid_batch_fails_every_request_in_it() {
     let mut server = RedisServer::start();
-    let options = Options::new()
-        .timeout(Duration::from_secs(5))
-        .max_calls_in_flight(1);
-    let client = Client::connect_with(&server.url(), options).await.unwrap();
+    let client = one_call_at_a_time(&server, 5).await;
     let bucket = TokenBucket::new("bucket", 100, Rate::per_hour(100)).unwrap();
     client.try_acquire(&bucket, "warm").await.unwrap();
     let keys: Vec<String> = (0..20).map(|i| format!("k{}", i % 3)).collect();
@@ -565,9 +557,7 @@ async fn a_server_killed_mid_batch_fails_every_request_in_it() {
 #[tokio::test]
 async fn a_cluster_request_must_keep_to_one_slot() {
     let cluster = RedisCluster::start();
-    let urls = cluster.urls();
-    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let client = Client::connect_cluster(&nodes).await.unwrap();
+    let client = cluster_client(&cluster, Options::default()).await;
     let bucket = TokenBucket::new("bucket", 3, Rate::per_hour(3)).unwrap();
     let log = SlidingLog::new("log", Rate::per_hour(2)).unwrap();
     for i in 0..8 {
@@ -646,10 +636,7 @@ async fn every_request_of_a_batch_gets_its_own_answer() {
 #[tokio::test]
 async fn a_long_call_never_forgets_what_it_wrote() {
     let server = RedisServer::start();
-    let options = Options::new()
-        .timeout(Duration::from_secs(20))
-        .max_calls_in_flight(1);
-    let client = Client::connect_with(&server.url(), options).await.unwrap();
+    let client = one_call_at_a_time(&server, 20).await;
     let bucket = TokenBucket::new("bucket", 1, Rate::per_second(1_000_000)).unwrap();
     let fine_log = SlidingLog::new("log", Rate::new(1, Duration::from_millis(1))).unwrap();
     let log = SlidingLog::new("log", Rate::per_hour(20_000)).unwrap();
@@ -754,16 +741,8 @@ fn requests(limiters: usize) -> impl Strategy<Value = Vec<Request>> {
 #[test]
 fn batches_agree_with_the_twins_in_queue_order() {
     let server = RedisServer::start();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let options = Options::new()
-        .timeout(Duration::from_secs(10))
-        .max_calls_in_flight(1);
-    let client = runtime
-        .block_on(Client::connect_with(&server.url(), options))
-        .unwrap();
+    let runtime = runtime();
+    let client = runtime.block_on(one_call_at_a_time(&server, 10));
     // Loads the script (its replayed-time form), so that no round's call
     // meets NOSCRIPT.
     let warm = TokenBucket::new("bucket", 1, Rate::per_hour(1)).unwrap();
@@ -859,10 +838,7 @@ fn batches_agree_with_the_twins_in_queue_order() {
 #[tokio::test]
 async fn a_damaged_key_in_a_batch_fails_only_its_own_request() {
     let server = RedisServer::start();
-    let options = Options::new()
-        .timeout(Duration::from_secs(10))
-        .max_calls_in_flight(1);
-    let client = Client::connect_with(&server.url(), options).await.unwrap();
+    let client = one_call_at_a_time(&server, 10).await;
     let bucket = TokenBucket::new("bucket", 3, Rate::per_hour(3)).unwrap();
     let window = FixedWindow::new("w", Rate::per_hour(3)).unwrap();
     let _: () = server.cmd(&["HSET", &bucket.redis_key("bad"), "v", "tb1", "tat", "-5"]);

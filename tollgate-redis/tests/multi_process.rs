@@ -10,8 +10,7 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, BufWriter, Write};
-use std::process::Command;
+use std::io::{BufWriter, Write};
 use std::time::Duration;
 
 use tollgate::Rate;
@@ -20,6 +19,7 @@ use tollgate_redis::{
 };
 
 use support::RedisServer;
+use support::children::run_children;
 
 const PROCESSES: usize = 4;
 const TASKS_PER_PROCESS: usize = 4;
@@ -68,10 +68,7 @@ fn child() {
         return; // Not a child: nothing to do.
     };
     let decisions: usize = decisions.parse().unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = support::runtime();
     let records = runtime.block_on(async move {
         let options = tollgate_redis::Options::new().timeout(Duration::from_secs(5));
         let client = Client::connect_with(&url, options).await.unwrap();
@@ -125,48 +122,33 @@ fn decisions_per_limiter() -> usize {
 /// Runs the children for one limiter and returns the admissions per key,
 /// sorted by time.
 fn hammer(server: &RedisServer, kind: &str, decisions: usize) -> Vec<Vec<Record>> {
-    let exe = std::env::current_exe().unwrap();
-    let dir = std::env::temp_dir().join(format!("tollgate-redis-mp-{}-{kind}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let children: Vec<_> = (0..PROCESSES)
-        .map(|p| {
-            let out = dir.join(format!("child-{p}.txt"));
-            let child = Command::new(&exe)
-                .args(["--exact", "child", "--nocapture", "--test-threads=1"])
-                .env("TOLLGATE_REDIS_CHILD_URL", server.url())
-                .env("TOLLGATE_REDIS_CHILD_KIND", kind)
-                .env("TOLLGATE_REDIS_CHILD_OUT", &out)
-                .env(
-                    "TOLLGATE_REDIS_CHILD_DECISIONS",
-                    (decisions / PROCESSES).to_string(),
-                )
-                // The child's own test harness report is noise here; its
-                // panics still reach stderr.
-                .stdout(std::process::Stdio::null())
-                .spawn()
-                .expect("spawn a child process");
-            (child, out)
-        })
-        .collect();
+    let outputs = run_children(
+        &format!("tollgate-redis-mp-{kind}"),
+        PROCESSES,
+        "TOLLGATE_REDIS_CHILD_OUT",
+        &[
+            ("TOLLGATE_REDIS_CHILD_URL", server.url()),
+            ("TOLLGATE_REDIS_CHILD_KIND", kind.to_owned()),
+            (
+                "TOLLGATE_REDIS_CHILD_DECISIONS",
+                (decisions / PROCESSES).to_string(),
+            ),
+        ],
+    );
     let mut per_key = vec![Vec::new(); KEYS.len()];
-    for (mut child, out) in children {
-        assert!(child.wait().unwrap().success(), "a child process failed");
-        for line in BufReader::new(std::fs::File::open(&out).unwrap()).lines() {
-            let line = line.unwrap();
-            let mut fields = line.split(' ').map(|f| f.parse::<u64>().unwrap());
-            let (key, time, n) = (
-                fields.next().unwrap(),
-                fields.next().unwrap(),
-                fields.next().unwrap(),
-            );
-            per_key[key as usize].push(Record {
-                key: key as usize,
-                time,
-                n,
-            });
-        }
+    for line in outputs.iter().flatten() {
+        let mut fields = line.split(' ').map(|f| f.parse::<u64>().unwrap());
+        let (key, time, n) = (
+            fields.next().unwrap(),
+            fields.next().unwrap(),
+            fields.next().unwrap(),
+        );
+        per_key[key as usize].push(Record {
+            key: key as usize,
+            time,
+            n,
+        });
     }
-    let _ = std::fs::remove_dir_all(&dir);
     for records in &mut per_key {
         records.sort_by_key(|r| r.time);
     }

@@ -9,11 +9,11 @@ mod support;
 
 use tollgate::{ConfigError, Denied, Rate};
 use tollgate_redis::{
-    ApproxSlidingWindow, Ask, Client, Error, FixedWindow, Limiter, MAX_NAME_LEN, SlidingLog,
+    ApproxSlidingWindow, Ask, Error, FixedWindow, Limiter, MAX_NAME_LEN, Options, SlidingLog,
     TokenBucket,
 };
 
-use support::{RedisCluster, RedisServer};
+use support::{RedisCluster, RedisServer, cluster_client, server_and_client};
 
 /// A limiter of each kind named `name`, each allowing `permits` per hour.
 fn of_each_kind(name: &str, permits: u32) -> Vec<Box<dyn Limiter>> {
@@ -52,8 +52,7 @@ fn script_calls(server: &RedisServer) -> u64 {
 /// Redis key (nor one configuration).
 #[tokio::test]
 async fn limiters_with_different_names_keep_separate_state() {
-    let server = RedisServer::start();
-    let client = Client::connect(&server.url()).await.unwrap();
+    let (server, client) = server_and_client().await;
     let login = of_each_kind("login", 3);
     let search = of_each_kind("search", 5);
     for (login, search) in login.iter().zip(&search) {
@@ -111,8 +110,7 @@ async fn limiters_with_different_names_keep_separate_state() {
 /// the global limit.
 #[tokio::test]
 async fn a_caller_key_never_reaches_another_limiters_state() {
-    let server = RedisServer::start();
-    let client = Client::connect(&server.url()).await.unwrap();
+    let (server, client) = server_and_client().await;
     let global = of_each_kind("global", 3);
     let per_user = of_each_kind("per-user", 1_000);
     for (global, per_user) in global.iter().zip(&per_user) {
@@ -152,8 +150,7 @@ async fn a_caller_key_never_reaches_another_limiters_state() {
 /// longest name (in bytes, not characters) is accepted.
 #[tokio::test]
 async fn a_bad_name_is_refused_and_nothing_is_sent() {
-    let server = RedisServer::start();
-    let client = Client::connect(&server.url()).await.unwrap();
+    let (server, client) = server_and_client().await;
     let rate = Rate::per_hour(3);
     let too_long = "n".repeat(MAX_NAME_LEN + 1);
     // 65 two-byte characters: 130 bytes.
@@ -218,9 +215,7 @@ async fn a_bad_name_is_refused_and_nothing_is_sent() {
 #[tokio::test]
 async fn one_callers_keys_share_a_slot_under_every_name() {
     let cluster = RedisCluster::start();
-    let urls = cluster.urls();
-    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let client = Client::connect_cluster(&nodes).await.unwrap();
+    let client = cluster_client(&cluster, Options::default()).await;
     let longest = "n".repeat(MAX_NAME_LEN);
     let names = ["login", "search", "global", "a:b", longest.as_str()];
     let limiters: Vec<Box<dyn Limiter>> = names

@@ -15,22 +15,38 @@ use tokio::net::TcpListener;
 use tollgate::Rate;
 use tollgate_tower::{PeerIp, RedisAllOf, RedisLimit, ThrottleLayer};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_redis_limit_throttles_and_a_dead_server_is_503() {
+/// Serves `ok` at `/` with what `layered` adds to the route, returning its
+/// URL.
+async fn serve_ok(layered: impl FnOnce(Router) -> Router) -> String {
+    let addr = support::serve(layered(Router::new().route("/", get(|| async { "ok" })))).await;
+    format!("http://{addr}/")
+}
+
+/// A response's `retry-after`, in seconds.
+fn retry_after(response: &reqwest::Response) -> u64 {
+    response.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// A fresh Redis server and a client on it.
+async fn redis_and_client() -> (server::RedisServer, tollgate_redis::Client) {
     let redis = server::RedisServer::start();
     let client = tollgate_redis::Client::connect(&redis.url()).await.unwrap();
+    (redis, client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_limit_throttles_and_a_dead_server_is_503() {
+    let (redis, client) = redis_and_client().await;
     // An hour-long window: nothing refills during the test.
     let window = tollgate_redis::FixedWindow::new("shared", Rate::per_hour(3)).unwrap();
     let layer = ThrottleLayer::builder(PeerIp)
         .policy(RedisLimit::new("shared", client, window).unwrap())
         .build();
-    let addr = support::serve(
-        Router::new()
-            .route("/", get(|| async { "ok" }))
-            .layer(layer),
-    )
-    .await;
-    let url = format!("http://{addr}/");
+    let url = serve_ok(|app| app.layer(layer)).await;
     let mut statuses = Vec::new();
     for expected in [2, 1, 0] {
         let admitted = reqwest::get(&url).await.unwrap();
@@ -54,11 +70,7 @@ async fn a_redis_limit_throttles_and_a_dead_server_is_503() {
     );
     let denied = reqwest::get(&url).await.unwrap();
     assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
-    let retry: u64 = denied.headers()["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let retry = retry_after(&denied);
     assert!((1..=3600).contains(&retry), "{retry}");
 
     drop(redis); // the server goes away mid-service
@@ -72,8 +84,7 @@ async fn a_leased_limit_never_admits_more_than_the_global_budget() {
     use tollgate_redis::{LeaseOptions, LeasedLimiter};
     use tollgate_tower::{Global, LeasedLimit};
 
-    let redis = server::RedisServer::start();
-    let client = tollgate_redis::Client::connect(&redis.url()).await.unwrap();
+    let (_redis, client) = redis_and_client().await;
     // Five permits an hour for the whole cluster of servers.
     let bucket = tollgate_redis::TokenBucket::new("api", 5, Rate::per_hour(5)).unwrap();
     let leased = LeasedLimiter::start(client, bucket, "api", LeaseOptions::new());
@@ -121,8 +132,7 @@ async fn a_leased_route_admits_the_first_request_after_idle() {
     use tollgate_redis::{LeaseOptions, LeasedLimiter};
     use tollgate_tower::{Global, LeasedLimit};
 
-    let redis = server::RedisServer::start();
-    let client = tollgate_redis::Client::connect(&redis.url()).await.unwrap();
+    let (redis, client) = redis_and_client().await;
     let bucket =
         tollgate_redis::TokenBucket::new("search", 1_000, Rate::per_second(1_000)).unwrap();
     let options = LeaseOptions::new().lifetime(Duration::from_secs(1));
@@ -181,8 +191,7 @@ async fn a_leased_route_admits_the_first_request_after_idle() {
 /// with its exact wait, and the other member is not charged for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_limits_of_a_route_go_in_one_call_all_or_nothing() {
-    let redis = server::RedisServer::start();
-    let client = tollgate_redis::Client::connect(&redis.url()).await.unwrap();
+    let (redis, client) = redis_and_client().await;
     let burst = tollgate_redis::TokenBucket::new("burst", 5, Rate::per_hour(5)).unwrap();
     let hourly = tollgate_redis::FixedWindow::new("hourly", Rate::per_hour(3)).unwrap();
     let policy = RedisAllOf::new(client.clone(), "burst", burst.clone())
@@ -190,13 +199,7 @@ async fn redis_limits_of_a_route_go_in_one_call_all_or_nothing() {
         .and("hourly", hourly)
         .unwrap();
     let layer = ThrottleLayer::builder(PeerIp).policy(policy).build();
-    let addr = support::serve(
-        Router::new()
-            .route("/", get(|| async { "ok" }))
-            .layer(layer),
-    )
-    .await;
-    let url = format!("http://{addr}/");
+    let url = serve_ok(|app| app.layer(layer)).await;
     for expected in [2, 1, 0] {
         let admitted = reqwest::get(&url).await.unwrap();
         assert_eq!(admitted.status(), StatusCode::OK);
@@ -210,11 +213,7 @@ async fn redis_limits_of_a_route_go_in_one_call_all_or_nothing() {
     let denied = reqwest::get(&url).await.unwrap();
     assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(redis.calls("evalsha"), 1, "one call for both limits");
-    let retry: u64 = denied.headers()["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let retry = retry_after(&denied);
     assert!((1..=3600).contains(&retry), "{retry}");
     let field = denied.headers()["ratelimit"].to_str().unwrap().to_owned();
     assert!(field.starts_with("\"hourly\";r=0;t="), "{field}");
