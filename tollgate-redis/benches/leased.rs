@@ -166,7 +166,7 @@ struct Row {
 }
 
 fn script_calls(server: &RedisServer) -> u64 {
-    server.calls("evalsha") + server.calls("eval")
+    server.script_calls()
 }
 
 /// `threads` tokio tasks, each making `iters` decisions in turn.

@@ -2,12 +2,13 @@
 //! the cluster client's connection) and the timeouts every decision runs under.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
-use redis::{ErrorKind, ScriptInvocation, ServerErrorKind, Value};
+use redis::{ErrorKind, ServerErrorKind, Value};
 use tokio::sync::oneshot;
 
 use crate::batch::{self, Batcher, Caller, Decision, Job, Limits};
@@ -15,7 +16,7 @@ use crate::error::Error;
 use crate::limiter::Limiter;
 use crate::metrics;
 use crate::micros::MAX_SPAN;
-use crate::script::{Admission, DECIDE, LuaScript, outcome};
+use crate::script::{self, Admission, DECIDE, Library, LuaScript, outcome};
 
 /// How long a decision may take, and how long connecting may take.
 ///
@@ -169,6 +170,10 @@ pub struct Client {
     /// The queue of the batching task; `None` when every request is its
     /// own call (batching off, or the batching task's own client).
     batcher: Option<Batcher>,
+    /// Set, for the life of the client and its clones, once the server
+    /// answered that it has no `FCALL` (Redis before 7): from then on every
+    /// call is an `EVALSHA`.
+    scripts_only: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Client {
@@ -251,6 +256,7 @@ impl Client {
             connection: Connection::Single(manager),
             options,
             batcher: None,
+            scripts_only: Arc::default(),
         }
         .batched()
     }
@@ -271,6 +277,7 @@ impl Client {
             connection: Connection::Cluster(connection),
             options,
             batcher: None,
+            scripts_only: Arc::default(),
         }
         .batched()
     }
@@ -498,15 +505,14 @@ impl Client {
         decisions: impl Iterator<Item = &'a Decision>,
         now_us: Option<u64>,
     ) -> Result<Vec<Value>, Error> {
-        let mut invocation = DECIDE.at(now_us).prepare_invoke();
+        let mut keys = Vec::new();
+        let mut args = Vec::new();
         for (key, arguments) in decisions {
-            invocation.key(key);
-            for argument in arguments {
-                invocation.arg(*argument);
-            }
+            keys.push(key.as_str());
+            args.extend_from_slice(arguments);
         }
         // Four items a decision, one flat array (fewer Lua tables to build).
-        match self.invoke(DECIDE.name, invocation, now_us).await? {
+        match self.invoke(&DECIDE, &keys, args, now_us).await? {
             Value::Array(items) if items.len() % 4 == 0 => {
                 let mut items = items.into_iter();
                 let mut replies = Vec::with_capacity(items.len() / 4);
@@ -522,8 +528,7 @@ impl Client {
     }
 
     /// Runs `script` on one key with integer arguments under the timeout, at
-    /// the server's time or (`now_us`, test builds) a replayed one: every
-    /// script's one way to Redis.
+    /// the server's time or (`now_us`, test builds) a replayed one.
     pub(crate) async fn eval(
         &self,
         script: &LuaScript,
@@ -531,51 +536,105 @@ impl Client {
         args: &[u64],
         now_us: Option<u64>,
     ) -> Result<Value, Error> {
-        let mut invocation = script.at(now_us).key(key);
-        for arg in args {
-            invocation.arg(*arg);
-        }
-        self.invoke(script.name, invocation, now_us).await
+        self.invoke(script, &[key], args.to_vec(), now_us).await
     }
 
-    /// Sends a script invocation (the replayed time, in test builds, as its
-    /// last argument) under the timeout.
+    /// Every script's one way to Redis: calls `script` on `keys` with `args`
+    /// (and the replayed time, in test builds, as the last argument) under
+    /// the timeout.
     async fn invoke(
         &self,
-        script: &'static str,
-        mut invocation: ScriptInvocation<'_>,
+        script: &LuaScript,
+        keys: &[&str],
+        mut args: Vec<u64>,
         now_us: Option<u64>,
     ) -> Result<Value, Error> {
         if let Some(now) = now_us {
             assert!(now < MAX_SPAN, "test times stay below 2^51 µs");
-            invocation.arg(now);
+            args.push(now);
         }
-        let reply = async {
-            match &self.connection {
-                Connection::Single(manager) => {
-                    invocation.invoke_async::<Value>(&mut manager.clone()).await
+        let library = script::library(now_us);
+        let started = std::time::Instant::now();
+        let reply = self.deadline(self.run(library, script, keys, &args)).await;
+        metrics::call(script.name, &reply, started.elapsed());
+        reply
+    }
+
+    /// One script call: `FCALL` of the library's function, loading the
+    /// library first when the server does not have it (the first call, or
+    /// after a restart without persistence or a `FUNCTION FLUSH`), or
+    /// `EVALSHA` (reloading the script on `NOSCRIPT`) on a server without
+    /// Functions.
+    async fn run(
+        &self,
+        library: &Library,
+        script: &LuaScript,
+        keys: &[&str],
+        args: &[u64],
+    ) -> Result<Value, CallError> {
+        // Relaxed: the flag only picks the command's form, and either form
+        // decides the same; a call that misses a store just asks FCALL once
+        // more and gets the same answer.
+        if !self.scripts_only.load(Ordering::Relaxed) {
+            let mut fcall = redis::cmd("FCALL");
+            fcall
+                .arg(library.function(script))
+                .arg(keys.len())
+                .arg(keys)
+                .arg(args);
+            match self.query(&fcall).await {
+                Err(err) if function_missing(&err) => {
+                    // Nothing ran: load (every master of a Cluster), then
+                    // call again. A load that fails took nothing either.
+                    let mut load = redis::cmd("FUNCTION");
+                    load.arg("LOAD").arg("REPLACE").arg(&library.text);
+                    self.query(&load).await.map_err(CallError::Refused)?;
+                    return self.query(&fcall).await.map_err(CallError::Sent);
                 }
-                Connection::Cluster(cluster) => {
-                    invocation.invoke_async::<Value>(&mut cluster.clone()).await
+                Err(err) if functions_unknown(&err) => {
+                    // Redis before 7: scripts from now on.
+                    self.scripts_only.store(true, Ordering::Relaxed);
                 }
+                result => return result.map_err(CallError::Sent),
+            }
+        }
+        let mut invocation = library.script(script).prepare_invoke();
+        for key in keys {
+            invocation.key(*key);
+        }
+        for arg in args {
+            invocation.arg(*arg);
+        }
+        let reply = match &self.connection {
+            Connection::Single(manager) => {
+                invocation.invoke_async::<Value>(&mut manager.clone()).await
+            }
+            Connection::Cluster(cluster) => {
+                invocation.invoke_async::<Value>(&mut cluster.clone()).await
             }
         };
-        let started = std::time::Instant::now();
-        let reply = self.deadline(reply).await;
-        metrics::call(script, &reply, started.elapsed());
-        reply
+        reply.map_err(CallError::Sent)
+    }
+
+    /// Sends one command on the client's connection.
+    async fn query(&self, command: &redis::Cmd) -> redis::RedisResult<Value> {
+        match &self.connection {
+            Connection::Single(manager) => command.query_async(&mut manager.clone()).await,
+            Connection::Cluster(cluster) => command.query_async(&mut cluster.clone()).await,
+        }
     }
 
     /// Runs one call under the decision timeout and says, on failure, whether
     /// the script may have run.
     async fn deadline(
         &self,
-        call: impl Future<Output = redis::RedisResult<Value>>,
+        call: impl Future<Output = Result<Value, CallError>>,
     ) -> Result<Value, Error> {
         let timeout = self.options.timeout;
         match tokio::time::timeout(timeout, call).await {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(err)) => Err(classify(
+            Ok(Err(CallError::Refused(err))) if !err.is_timeout() => Err(Error::Redis(err)),
+            Ok(Err(CallError::Refused(err) | CallError::Sent(err))) => Err(classify(
                 err,
                 timeout,
                 matches!(self.connection, Connection::Cluster(_)),
@@ -583,6 +642,30 @@ impl Client {
             Err(_) => Err(Error::Timeout(timeout)),
         }
     }
+}
+
+/// A failed call's error, and whether the script call itself was sent.
+enum CallError {
+    /// Failed before the script was called (loading the library).
+    Refused(redis::RedisError),
+    /// The script call's own error.
+    Sent(redis::RedisError),
+}
+
+/// `FCALL`'s answer when the server does not have the function: nothing ran.
+fn function_missing(err: &redis::RedisError) -> bool {
+    err.code() == Some("ERR")
+        && err
+            .detail()
+            .is_some_and(|detail| detail.starts_with("Function not found"))
+}
+
+/// The answer of a server without Functions (Redis before 7) to `FCALL`.
+fn functions_unknown(err: &redis::RedisError) -> bool {
+    err.code() == Some("ERR")
+        && err
+            .detail()
+            .is_some_and(|detail| detail.starts_with("unknown command"))
 }
 
 impl Caller for Client {

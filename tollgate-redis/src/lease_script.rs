@@ -8,12 +8,14 @@
 
 use crate::client::Client;
 use crate::error::Error;
-use crate::script::{Reply, lua_script, reply};
+use crate::script::{LuaScript, Reply, reply};
 #[cfg(feature = "test-time")]
 use crate::{limiter::Limiter, token_bucket::TokenBucket};
 
-lua_script!(LEASE, "lease");
-lua_script!(RETURN, "lease_return");
+static LEASE: LuaScript = LuaScript { name: "lease" };
+static RETURN: LuaScript = LuaScript {
+    name: "lease_return",
+};
 
 /// What the lease script answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,7 +1,8 @@
-//! The Lua scripts, each built from one body with the decision time read from
-//! Redis `TIME` (the only version production code can run) or, under the
-//! `test-time` feature, taken from the last argument; and the one parser of
-//! their replies.
+//! The Lua scripts, each a function of `(KEYS, ARGV)` after the shared
+//! helpers, with the decision time read from Redis `TIME` (the only version
+//! production code can run) or, under the `test-time` feature, taken from the
+//! last argument; loaded as one Redis Function library, or run by `EVALSHA`
+//! where the server has no Functions; and the one parser of their replies.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -11,59 +12,90 @@ use tollgate::Denied;
 
 use crate::error::Error;
 
-/// One script, compiled into the crate: the limiters' and the leased
-/// limiter's alike.
+/// One of the scripts: its name is its file's under `src/lua/` (without
+/// `.lua`), the name of the Lua function the file defines, and its name in
+/// metrics.
+#[derive(Debug)]
 pub(crate) struct LuaScript {
-    /// Its name in metrics: the file's, without `.lua`.
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(crate) name: &'static str,
-    pub(crate) live: LazyLock<Script>,
-    #[cfg(feature = "test-time")]
-    pub(crate) at_time: LazyLock<Script>,
 }
 
-/// Declares a script from its Lua body under `src/lua/` (the file's name
-/// without `.lua`), after the shared
-/// helpers of `common.lua` and the line that reads the time.
-macro_rules! lua_script {
-    ($name:ident, $file:literal) => {
-        pub(crate) static $name: $crate::script::LuaScript = $crate::script::LuaScript {
-            name: $file,
-            live: ::std::sync::LazyLock::new(|| {
-                ::redis::Script::new(concat!(
-                    include_str!("lua/now_server.lua"),
-                    include_str!("lua/common.lua"),
-                    include_str!(concat!("lua/", $file, ".lua"))
-                ))
-            }),
-            #[cfg(feature = "test-time")]
-            at_time: ::std::sync::LazyLock::new(|| {
-                ::redis::Script::new(concat!(
-                    include_str!("lua/now_argument.lua"),
-                    include_str!("lua/common.lua"),
-                    include_str!(concat!("lua/", $file, ".lua"))
-                ))
-            }),
-        };
-    };
+/// Every limiter's decisions: one script for every kind, one request or many.
+pub(crate) static DECIDE: LuaScript = LuaScript { name: "decide" };
+
+/// The scripts' bodies, in the order the library defines them.
+const BODIES: [(&str, &str); 3] = [
+    ("decide", include_str!("lua/decide.lua")),
+    ("lease", include_str!("lua/lease.lua")),
+    ("lease_return", include_str!("lua/lease_return.lua")),
+];
+
+/// The scripts as Redis runs them, for one way of reading the time: one
+/// library for `FUNCTION LOAD` (its helpers defined once per server, not once
+/// per call), and each script alone for `EVALSHA`.
+pub(crate) struct Library {
+    /// The `FUNCTION LOAD` text.
+    pub(crate) text: String,
+    /// Each script's function name in the library, and its `EVALSHA` form.
+    scripts: Vec<(&'static str, String, Script)>,
 }
-pub(crate) use lua_script;
 
-// Every limiter's decisions: one script for every kind, one request or many.
-lua_script!(DECIDE, "decide");
-
-impl LuaScript {
-    /// The script that reads the server's clock (`None`), or the one that
-    /// takes the time as its last argument (`Some`, under `test-time`; no
-    /// other build makes a `Some`).
-    pub(crate) fn at(&self, now_us: Option<u64>) -> &Script {
-        #[cfg(feature = "test-time")]
-        if now_us.is_some() {
-            return &self.at_time;
+impl Library {
+    /// The library after the clock's definitions. Its name and its
+    /// functions' carry a hash of its text, so two versions of this crate
+    /// (a rolling upgrade) or the two clocks never replace each other's.
+    fn build(clock: &str) -> Library {
+        let common = include_str!("lua/common.lua");
+        let mut body = format!("{clock}{common}");
+        for (_, source) in BODIES {
+            body.push_str(source);
         }
-        debug_assert!(now_us.is_none(), "only test-time builds replay a time");
-        &self.live
+        let hash = Script::new(&body).get_hash()[..16].to_owned();
+        let mut text = format!("#!lua name=tollgate_{hash}\n{body}");
+        let mut scripts = Vec::new();
+        for (name, source) in BODIES {
+            let function = format!("tollgate_{name}_{hash}");
+            text.push_str(&format!("redis.register_function('{function}', {name})\n"));
+            let alone = format!("{clock}{common}{source}return {name}(KEYS, ARGV)\n");
+            scripts.push((name, function, Script::new(&alone)));
+        }
+        Library { text, scripts }
     }
+
+    fn entry(&self, script: &LuaScript) -> &(&'static str, String, Script) {
+        self.scripts
+            .iter()
+            .find(|(name, ..)| *name == script.name)
+            .expect("every script is in the library")
+    }
+
+    /// `script`'s name for `FCALL`.
+    pub(crate) fn function(&self, script: &LuaScript) -> &str {
+        &self.entry(script).1
+    }
+
+    /// `script` alone, for `EVALSHA`.
+    pub(crate) fn script(&self, script: &LuaScript) -> &Script {
+        &self.entry(script).2
+    }
+}
+
+static LIVE: LazyLock<Library> =
+    LazyLock::new(|| Library::build(include_str!("lua/now_server.lua")));
+#[cfg(feature = "test-time")]
+static AT_TIME: LazyLock<Library> =
+    LazyLock::new(|| Library::build(include_str!("lua/now_argument.lua")));
+
+/// The library that reads the server's clock (`None`), or the one that takes
+/// the time as its last argument (`Some`, under `test-time`; no other build
+/// makes a `Some`).
+pub(crate) fn library(now_us: Option<u64>) -> &'static Library {
+    #[cfg(feature = "test-time")]
+    if now_us.is_some() {
+        return &AT_TIME;
+    }
+    debug_assert!(now_us.is_none(), "only test-time builds replay a time");
+    &LIVE
 }
 
 /// An admitted request: when, by the server's clock, and what is left.

@@ -178,7 +178,7 @@ async fn a_server_killed_mid_call_reports_that_the_script_may_have_run() {
         let clients: String = server.cmd(&["CLIENT", "LIST"]);
         if clients
             .lines()
-            .any(|line| line.contains("cmd=evalsha") && line.contains("flags=b"))
+            .any(|line| line.contains("cmd=fcall") && line.contains("flags=b"))
         {
             break;
         }

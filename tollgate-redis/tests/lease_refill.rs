@@ -18,7 +18,7 @@ use support::RedisServer;
 
 /// Script calls the server has run: `EVALSHA`, and `EVAL` after a reload.
 fn script_calls(server: &RedisServer) -> u64 {
-    server.calls("evalsha") + server.calls("eval")
+    server.script_calls()
 }
 
 async fn client(server: &RedisServer) -> Client {

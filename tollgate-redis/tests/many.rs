@@ -258,7 +258,7 @@ async fn one_call_decides_a_request_and_reports_its_tightest_limit() {
     client.try_acquire_all(&asks).await.unwrap(); // loads the script
     let _: () = server.cmd(&["CONFIG", "RESETSTAT"]);
     let admitted = client.try_acquire_all(&asks).await.unwrap();
-    assert_eq!(server.calls("evalsha"), 1);
+    assert_eq!(server.script_calls(), 1);
     let remaining: Vec<u32> = admitted.admissions().iter().map(|a| a.remaining).collect();
     assert_eq!(remaining, [8, 1]);
     assert_eq!(admitted.tightest().map(|(member, _)| member), Some(1));
@@ -329,7 +329,7 @@ async fn bad_requests_are_refused_before_any_call() {
     assert_eq!(twice.member, Some(1));
     assert!(matches!(&twice.error, Error::InvalidCall(why) if why.contains("tollgate:api:{k}:tb")));
     assert!(!twice.error.may_have_run());
-    assert_eq!(server.calls("evalsha") + server.calls("eval"), 0);
+    assert_eq!(server.script_calls(), 0);
     let _: () = server.cmd(&["GET", "nothing"]);
     let keys: Vec<String> = server.cmd(&["KEYS", "*"]);
     assert!(keys.is_empty(), "{keys:?}");
@@ -492,7 +492,7 @@ async fn requests_that_queue_during_a_call_go_as_one_call() {
     // on it.
     // A lone call reads with GET, a call of several with one MGET; one SET
     // writes the state with its expiry.
-    assert_eq!(server.calls("evalsha"), 2);
+    assert_eq!(server.script_calls(), 2);
     assert_eq!(server.calls("get") + server.calls("mget"), 2);
     assert_eq!(server.calls("set"), 2);
     // (EXISTS tells a key gone since the last call from another type.)
@@ -623,7 +623,7 @@ async fn every_request_of_a_batch_gets_its_own_answer() {
         });
     }
     tasks.join_all().await;
-    assert!(server.calls("evalsha") < 16 * 300, "no batch formed");
+    assert!(server.script_calls() < 16 * 300, "no batch formed");
 }
 
 /// A key written early in a call keeps its state for every later decision
@@ -673,7 +673,7 @@ async fn a_long_call_never_forgets_what_it_wrote() {
     // The bucket: the first request's own call, and one in the batch; the
     // log: one in the batch.
     assert_eq!((buckets, logs), (2, 1));
-    assert_eq!(server.calls("evalsha"), 2);
+    assert_eq!(server.script_calls(), 2);
 }
 
 /// A client on a connection the application made (and keeps using for its
@@ -804,7 +804,7 @@ fn batches_agree_with_the_twins_in_queue_order() {
                     }
                     answers
                 });
-                prop_assert!(server.calls("evalsha") <= 2, "round {}", round);
+                prop_assert!(server.script_calls() <= 2, "round {}", round);
                 for (i, (request, got)) in batch.iter().zip(&answers).enumerate() {
                     let probes: Vec<_> = request
                         .members
@@ -866,7 +866,7 @@ async fn a_damaged_key_in_a_batch_fails_only_its_own_request() {
     for future in pending {
         answers.push(future.await);
     }
-    assert_eq!(server.calls("evalsha"), 2);
+    assert_eq!(server.script_calls(), 2);
     let left: Vec<u32> = [0, 2, 4]
         .iter()
         .map(|&i| answers[i].as_ref().unwrap()[0].remaining)

@@ -43,7 +43,7 @@ const IMITATIONS: [&str; 10] = [
 
 /// Every decision script call the server has run.
 fn script_calls(server: &RedisServer) -> u64 {
-    server.calls("evalsha") + server.calls("eval")
+    server.script_calls()
 }
 
 /// Two limiters of one kind under the default prefix, asked about the same

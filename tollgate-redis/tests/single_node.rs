@@ -60,7 +60,7 @@ async fn bad_requests_are_denied_without_a_round_trip() {
     let server = RedisServer::start();
     let client = connect(&server).await;
     for limiter in limiters() {
-        let before = server.calls("evalsha");
+        let before = server.script_calls();
         assert!(matches!(
             client.try_acquire_n(&*limiter, "k", 0).await,
             Err(Error::Denied(Denied::ZeroPermits))
@@ -76,7 +76,7 @@ async fn bad_requests_are_denied_without_a_round_trip() {
             client.try_acquire_n(&*limiter, "k", u32::MAX).await,
             Err(Error::Denied(Denied::ExceedsCapacity { .. }))
         ));
-        assert_eq!(server.calls("evalsha"), before);
+        assert_eq!(server.script_calls(), before);
     }
 }
 
@@ -101,7 +101,7 @@ async fn the_token_bucket_retry_after_is_exact() {
 }
 
 #[tokio::test]
-async fn one_decision_is_one_evalsha_and_nothing_else() {
+async fn one_decision_is_one_script_call_and_nothing_else() {
     let server = RedisServer::start();
     let client = connect(&server).await;
     let limiters = limiters();
@@ -119,7 +119,7 @@ async fn one_decision_is_one_evalsha_and_nothing_else() {
         }
     }
     let decisions = per_limiter * limiters.len() as u64;
-    assert_eq!(server.calls("evalsha"), decisions);
+    assert_eq!(server.script_calls(), decisions);
     // Server time comes from TIME inside every script, once per decision.
     assert_eq!(server.calls("time"), decisions);
     // Commands the scripts run count here too (a counter's GET and SET), so
@@ -203,15 +203,50 @@ fn dump(server: &RedisServer, key: &str) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn a_flushed_script_is_reloaded_transparently() {
+async fn a_flushed_library_is_loaded_again_transparently() {
     let server = RedisServer::start();
     let client = connect(&server).await;
     for limiter in limiters() {
         client.try_acquire(&*limiter, "flush").await.unwrap();
-        let _: () = server.cmd(&["SCRIPT", "FLUSH"]);
+        let loads = server.calls("function|load");
+        let _: () = server.cmd(&["FUNCTION", "FLUSH"]);
         let admitted = client.try_acquire(&*limiter, "flush").await.unwrap();
-        assert_eq!(admitted.remaining, 1);
+        assert_eq!(admitted.remaining, 1, "the state outlived the library");
+        assert_eq!(server.calls("function|load"), loads + 1);
     }
+    // Once loaded, a decision is one FCALL: no load, no EVALSHA.
+    let loads = server.calls("function|load");
+    for limiter in limiters() {
+        client.try_acquire(&*limiter, "again").await.unwrap();
+    }
+    assert_eq!(server.calls("function|load"), loads);
+    assert_eq!(server.calls("evalsha") + server.calls("eval"), 0);
+}
+
+#[tokio::test]
+async fn a_server_without_functions_decides_the_same_by_evalsha() {
+    // A server that answers FCALL as an unknown command, as Redis 6.2 does.
+    let old = RedisServer::start_with(&["--rename-command", "FCALL", ""]);
+    let new = RedisServer::start();
+    let (old_client, new_client) = (connect(&old).await, connect(&new).await);
+    for limiter in limiters() {
+        for n in [2, 1, 1] {
+            let on_old = old_client.try_acquire_n(&*limiter, "k", n).await;
+            let on_new = new_client.try_acquire_n(&*limiter, "k", n).await;
+            match (&on_old, &on_new) {
+                (Ok(a), Ok(b)) => assert_eq!(a.remaining, b.remaining),
+                (Err(a), Err(b)) => assert_eq!(a.is_denied(), b.is_denied(), "{a} / {b}"),
+                _ => panic!("{on_old:?} / {on_new:?}"),
+            }
+        }
+        let _: () = old.cmd(&["SCRIPT", "FLUSH"]);
+        let refused = old_client.try_acquire(&*limiter, "k").await.unwrap_err();
+        assert!(refused.retry_after().is_some(), "{refused}");
+    }
+    assert_eq!(old.calls("function|load"), 0);
+    assert!(old.calls("evalsha") >= 16);
+    // The server with Functions ran every script call as an FCALL.
+    assert_eq!(new.calls("evalsha") + new.calls("eval"), 0);
 }
 
 #[tokio::test]
@@ -336,8 +371,8 @@ async fn a_restarted_server_keeps_its_limits_when_persistent_and_scripts_reload(
     }
     server.restart();
     for limiter in &limiters {
-        // The connection comes back in the background; the scripts were lost
-        // with the process and are reloaded on NOSCRIPT.
+        // The connection comes back in the background; the library is in the
+        // AOF with the keys (and would be loaded again if it were not).
         let mut outcome = client.try_acquire(&**limiter, "restart").await;
         for _ in 0..100 {
             if !matches!(

@@ -397,8 +397,7 @@ fn backends(
         // each alone (the paired rounds below interleave them).
         let mut per_request = [0.0; 2];
         for (j, target) in targets[1..].iter().enumerate() {
-            let calls =
-                |redis: &redis_server::RedisServer| redis.calls("evalsha") + redis.calls("eval");
+            let calls = |redis: &redis_server::RedisServer| redis.script_calls();
             let channel = connect(client_rt, target.0);
             client_rt.block_on(round(&channel, regime, streams, round_time / 4));
             let before = calls(&redis);

@@ -113,7 +113,7 @@ async fn leased_replicas_never_over_admit_and_call_redis_per_lease_not_per_reque
     );
     // Liveness: the burst alone is 200, and leases keep coming at 1,000/s.
     assert!(admitted >= 100, "{admitted} admitted of {asked}");
-    let calls = redis.calls("evalsha") + redis.calls("eval");
+    let calls = redis.script_calls();
     assert!(
         calls * 4 < asked,
         "{calls} script calls for {asked} requests: leases should cover many"

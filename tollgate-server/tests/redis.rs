@@ -104,7 +104,7 @@ async fn replicas_share_the_limits_exactly_with_one_call_per_request() {
         }
     }
     assert_eq!(admitted, 10);
-    assert_eq!(redis.calls("evalsha"), 30, "one script call per request");
+    assert_eq!(redis.script_calls(), 30, "one script call per request");
     let answer = replicas[0].should_rate_limit(&both("bob")).await.unwrap();
     assert_eq!(answer.overall_code(), Code::Ok);
     // 1000 − three warm-ups − alice's 10 − bob's.
@@ -249,7 +249,7 @@ async fn a_cluster_decides_a_request_in_one_call_on_one_node() {
         }
     }
     assert_eq!(admitted, 10);
-    let calls: Vec<u64> = cluster.nodes.iter().map(|n| n.calls("evalsha")).collect();
+    let calls: Vec<u64> = cluster.nodes.iter().map(|n| n.script_calls()).collect();
     assert_eq!(calls.iter().sum::<u64>(), 20, "{calls:?}");
     assert_eq!(
         calls.iter().filter(|&&c| c > 0).count(),

@@ -1,6 +1,15 @@
--- Shared by every limiter script. Lua numbers are doubles: every value here is
+-- Shared by every limiter script. Each script is a function of (KEYS, ARGV)
+-- that starts with `begin`: the definitions here are made once when Redis
+-- loads the library (a Redis Function) or on every call (the EVALSHA form),
+-- and the state of one call lives in the variables `begin` resets, never in
+-- anything a later call could see.
+--
+-- Lua numbers are doubles: every value here is
 -- an integer below 2^53 (the clients check the configurations that make this
 -- so), where doubles are exact, and these helpers keep results whole.
+
+-- The call's decision time (us), set by `begin`.
+local now
 
 -- An integer as Redis should store it: '%.0f' never switches to exponent form.
 local function int(x)
@@ -84,10 +93,10 @@ end
 -- and every later call reads a time at which a passed expiry means what no
 -- key means. The latest time of each key wins; keys in the order written.
 -- Until then a key written by this call lives until its pending expiry.
-local expiries, expiring = {}, {}
+local expiries, expiring
 -- The counters' states a call has read or written, key by key (see
 -- `read_counter`), and the keys it wrote, in order.
-local seen, writing = {}, {}
+local seen, writing
 local function expire_later(key, at)
   local known = expiries[key]
   if not known then
@@ -214,7 +223,13 @@ end
 
 -- The counters' strings a call of several read in one MGET (`prefetch`):
 -- the string, or false for a key known to be missing.
-local fetched = {}
+local fetched
+
+-- The call's empty state and its decision time: every script's first step.
+local function begin(ARGV)
+  now = clock(ARGV)
+  expiries, expiring, seen, writing, fetched = {}, {}, {}, {}, {}
+end
 
 -- Reads every counter key of a call in one MGET. MGET answers nil both for a
 -- missing key and for a key of another type (a hash of the earlier format,

@@ -286,28 +286,14 @@ local KINDS = {token_bucket, fixed_window, sliding_window, sliding_log}
 -- The counters' formats, by kind (the log writes for itself).
 local FORMATS = {TB, FW, SW}
 
--- The replies, four items a decision: {status, time or message, count,
--- value}.
-local replies = {}
-local function answer(reply)
+-- Appends a decision's reply to the call's: four items a decision, {status,
+-- time or message, count, value}.
+local function answer(replies, reply)
   local at = #replies
   replies[at + 1] = reply[1]
   replies[at + 2] = reply[2]
   replies[at + 3] = reply[3] or 0
   replies[at + 4] = reply[4] or 0
-end
-
--- A call of several reads its counters' keys in one MGET.
-if #KEYS > 1 then
-  local counters = {}
-  for i = 1, #KEYS do
-    if FORMATS[tonumber(ARGV[6 * (i - 1) + 1])] then
-      counters[#counters + 1] = KEYS[i]
-    end
-  end
-  if #counters > 1 then
-    prefetch(counters)
-  end
 end
 
 -- Writes what one admitted request of a group keeps: a counter's values
@@ -320,45 +306,63 @@ local function commit(key, write, expires, format)
   end
 end
 
--- The writes of the group being decided: key, value (or function), expiry,
--- format.
-local writes = {}
-local whole = true
-for i = 1, #KEYS do
-  local at = 6 * (i - 1)
-  local number = tonumber(ARGV[at + 1])
-  local kind = KINDS[number]
-  if not kind then
-    return redis.error_reply('tollgate: unknown limiter kind ' .. tostring(ARGV[at + 1]))
-  end
-  local key = KEYS[i]
-  local reply, write, expires = kind(key, tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]),
-    tonumber(ARGV[at + 4]), tonumber(ARGV[at + 5]))
-  answer(reply)
-  local ends = ARGV[at + 6] == '1'
-  if reply[1] ~= 1 then
-    whole = false
-  elseif ends and #writes == 0 then
-    -- The last request of its group and the only one to write: the group is
-    -- whole if nothing before it was refused. (Most groups are one request.)
-    if whole then
-      commit(key, write, expires, FORMATS[number])
-    end
-  else
-    writes[#writes + 1] = {key, write, expires, FORMATS[number]}
-  end
-  if ends then
-    -- The group ends here: written whole, or not at all.
-    if whole then
-      for _, w in ipairs(writes) do
-        commit(w[1], w[2], w[3], w[4])
+-- Decides the call's requests (see the top of this file).
+local function decide(KEYS, ARGV)
+  begin(ARGV)
+  local replies = {}
+  -- A call of several reads its counters' keys in one MGET.
+  if #KEYS > 1 then
+    local counters = {}
+    for i = 1, #KEYS do
+      if FORMATS[tonumber(ARGV[6 * (i - 1) + 1])] then
+        counters[#counters + 1] = KEYS[i]
       end
     end
-    if #writes > 0 then
-      writes = {}
+    if #counters > 1 then
+      prefetch(counters)
     end
-    whole = true
   end
+
+  -- The writes of the group being decided: key, value (or function), expiry,
+  -- format.
+  local writes = {}
+  local whole = true
+  for i = 1, #KEYS do
+    local at = 6 * (i - 1)
+    local number = tonumber(ARGV[at + 1])
+    local kind = KINDS[number]
+    if not kind then
+      return redis.error_reply('tollgate: unknown limiter kind ' .. tostring(ARGV[at + 1]))
+    end
+    local key = KEYS[i]
+    local reply, write, expires = kind(key, tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]),
+      tonumber(ARGV[at + 4]), tonumber(ARGV[at + 5]))
+    answer(replies, reply)
+    local ends = ARGV[at + 6] == '1'
+    if reply[1] ~= 1 then
+      whole = false
+    elseif ends and #writes == 0 then
+      -- The last request of its group and the only one to write: the group is
+      -- whole if nothing before it was refused. (Most groups are one request.)
+      if whole then
+        commit(key, write, expires, FORMATS[number])
+      end
+    else
+      writes[#writes + 1] = {key, write, expires, FORMATS[number]}
+    end
+    if ends then
+      -- The group ends here: written whole, or not at all.
+      if whole then
+        for _, w in ipairs(writes) do
+          commit(w[1], w[2], w[3], w[4])
+        end
+      end
+      if #writes > 0 then
+        writes = {}
+      end
+      whole = true
+    end
+  end
+  flush()
+  return replies
 end
-flush()
-return replies

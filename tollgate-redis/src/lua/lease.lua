@@ -5,36 +5,39 @@
 -- is at most ceil(left / share): the tail is spread over the processes instead
 -- of landing in the first one that asks.
 -- Reply: {1, now, granted, tat} or {0, now, 0, wait_us} or {-1|-2, message}.
-local key = KEYS[1]
-local want = tonumber(ARGV[1])
-local interval = tonumber(ARGV[2])
-local tolerance = tonumber(ARGV[3])
-local low_water = tonumber(ARGV[4])
-local share = tonumber(ARGV[5])
+local function lease(KEYS, ARGV)
+  begin(ARGV)
+  local key = KEYS[1]
+  local want = tonumber(ARGV[1])
+  local interval = tonumber(ARGV[2])
+  local tolerance = tonumber(ARGV[3])
+  local low_water = tonumber(ARGV[4])
+  local share = tonumber(ARGV[5])
 
-local state, err = read_counter(key, TB)
-if not state then
-  return err
+  local state, err = read_counter(key, TB)
+  if not state then
+    return err
+  end
+  local tat
+  tat, err = gcra_tat(key, state, tolerance)
+  if not tat then
+    return err
+  end
+  local base = math.max(tat, now)
+  local limit = now + tolerance
+  local left = 0
+  if base < limit then
+    left = idiv(limit - base, interval)
+  end
+  if left == 0 then
+    return {0, now, 0, base + interval - limit}
+  end
+  local granted = math.min(want, left)
+  if left < low_water then
+    granted = math.min(granted, idiv(left + share - 1, share))
+  end
+  local next_tat = base + granted * interval
+  write_counter(key, TB, {next_tat}, next_tat)
+  flush()
+  return {1, now, granted, next_tat}
 end
-local tat
-tat, err = gcra_tat(key, state, tolerance)
-if not tat then
-  return err
-end
-local base = math.max(tat, now)
-local limit = now + tolerance
-local left = 0
-if base < limit then
-  left = idiv(limit - base, interval)
-end
-if left == 0 then
-  return {0, now, 0, base + interval - limit}
-end
-local granted = math.min(want, left)
-if left < low_water then
-  granted = math.min(granted, idiv(left + share - 1, share))
-end
-local next_tat = base + granted * interval
-write_counter(key, TB, {next_tat}, next_tat)
-flush()
-return {1, now, granted, next_tat}

@@ -6,30 +6,33 @@
 -- under-admission, never over-admission).
 -- ARGV: unused, interval, lease_tat, tolerance (the state is checked as a
 -- decision checks it). Reply: {1, now, returned, tat} / {-1|-2, message}.
-local key = KEYS[1]
-local unused = tonumber(ARGV[1])
-local interval = tonumber(ARGV[2])
-local lease_tat = tonumber(ARGV[3])
-local tolerance = tonumber(ARGV[4])
+local function lease_return(KEYS, ARGV)
+  begin(ARGV)
+  local key = KEYS[1]
+  local unused = tonumber(ARGV[1])
+  local interval = tonumber(ARGV[2])
+  local lease_tat = tonumber(ARGV[3])
+  local tolerance = tonumber(ARGV[4])
 
-local state, err = read_counter(key, TB)
-if not state then
-  return err
+  local state, err = read_counter(key, TB)
+  if not state then
+    return err
+  end
+  local tat
+  tat, err = gcra_tat(key, state, tolerance)
+  if not tat then
+    return err
+  end
+  if not state[1] or tat ~= lease_tat then
+    return {1, now, 0, tat}
+  end
+  local next_tat = tat - unused * interval
+  if next_tat <= now then
+    -- A full bucket: the same as no key.
+    redis.call('DEL', key)
+  else
+    write_counter(key, TB, {next_tat}, next_tat)
+    flush()
+  end
+  return {1, now, unused, next_tat}
 end
-local tat
-tat, err = gcra_tat(key, state, tolerance)
-if not tat then
-  return err
-end
-if not state[1] or tat ~= lease_tat then
-  return {1, now, 0, tat}
-end
-local next_tat = tat - unused * interval
-if next_tat <= now then
-  -- A full bucket: the same as no key.
-  redis.call('DEL', key)
-else
-  write_counter(key, TB, {next_tat}, next_tat)
-  flush()
-end
-return {1, now, unused, next_tat}

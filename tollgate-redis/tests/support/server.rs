@@ -154,6 +154,12 @@ impl RedisServer {
             .unwrap_or(0)
     }
 
+    /// How many script calls the server ran: `FCALL`, and `EVALSHA` / `EVAL`
+    /// on a server without Functions (or after `NOSCRIPT`).
+    pub fn script_calls(&self) -> u64 {
+        self.calls("fcall") + self.calls("evalsha") + self.calls("eval")
+    }
+
     /// Stops the process (as a crash would: SIGKILL).
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
