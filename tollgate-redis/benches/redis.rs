@@ -39,8 +39,8 @@ struct Tally {
     decisions: u64,
     wall: Duration,
     /// The server's own time in the calls the design makes (`INFO
-    /// commandstats`: EVALSHA, INCR(BY), EXPIRE; a script's inner commands are
-    /// inside its EVALSHA), and the calls.
+    /// commandstats`: FCALL, INCR(BY), EXPIRE; a script's inner commands are
+    /// inside its FCALL), and the calls.
     server_us: u64,
     calls: u64,
 }
@@ -346,7 +346,7 @@ fn server_time(server: &RedisServer) -> (u64, u64) {
         else {
             continue;
         };
-        if !matches!(command, "evalsha" | "incr" | "incrby" | "expire") {
+        if !matches!(command, "fcall" | "evalsha" | "incr" | "incrby" | "expire") {
             continue;
         }
         for field in fields.split(',') {

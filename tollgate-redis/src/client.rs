@@ -133,8 +133,9 @@ enum Connection {
     Cluster(ClusterConnection),
 }
 
-/// An async client: decides for any [`Limiter`] with one `EVALSHA` of the
-/// decision script (reloading it on `NOSCRIPT`), under a bounded timeout; the
+/// An async client: decides for any [`Limiter`] with one `FCALL` of the
+/// decision function (loading the crate's library where the server lacks
+/// it; `EVALSHA` where the server has no Functions), under a bounded timeout; the
 /// limits of one request at once with [`Client::try_acquire_all`].
 ///
 /// Cheap to clone: clones share one multiplexed connection and one batching
@@ -363,8 +364,8 @@ impl Client {
 
     /// Asks `limiter` for `n` permits at once for `key`: all of them, or none.
     ///
-    /// One round trip (`EVALSHA`; two more, once, after the server lost the
-    /// script). Errors: [`Error::Denied`] with the limiter's decision —
+    /// One round trip (`FCALL`; two more, once, after the server lost the
+    /// library). Errors: [`Error::Denied`] with the limiter's decision —
     /// `ZeroPermits` and `ExceedsCapacity` without a round trip — or why no
     /// decision could be had.
     ///

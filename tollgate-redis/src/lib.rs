@@ -13,9 +13,12 @@
 //!
 //! Every decision:
 //!
-//! * is **one round trip**: `EVALSHA` of the decision script (reloaded once if
-//!   the server answers `NOSCRIPT`, after a restart or `SCRIPT FLUSH`), which
-//!   it may share with the other requests queued on the client;
+//! * is **one round trip**: `FCALL` of the decision function of the crate's
+//!   Redis Function library (loaded once per server, and again by the first
+//!   call that finds it missing, after a restart without persistence or
+//!   `FUNCTION FLUSH`; on a server without Functions, Redis 6.2, `EVALSHA`
+//!   of the same script), which it may share with the other requests queued
+//!   on the client;
 //! * reads the time from **Redis `TIME`** inside the script, so client clocks
 //!   never matter, and copes with a server clock that steps back by denying,
 //!   never by over-admitting;

@@ -16,7 +16,7 @@ use tollgate_redis::{
 
 use support::RedisServer;
 
-/// Script calls the server has run: `EVALSHA`, and `EVAL` after a reload.
+/// Script calls the server has run: `FCALL` (or `EVALSHA` and `EVAL`).
 fn script_calls(server: &RedisServer) -> u64 {
     server.script_calls()
 }

@@ -743,8 +743,8 @@ fn batches_agree_with_the_twins_in_queue_order() {
     let server = RedisServer::start();
     let runtime = runtime();
     let client = runtime.block_on(one_call_at_a_time(&server, 10));
-    // Loads the script (its replayed-time form), so that no round's call
-    // meets NOSCRIPT.
+    // Loads the library (its replayed-time form), so that no round's call
+    // finds it missing.
     let warm = TokenBucket::new("bucket", 1, Rate::per_hour(1)).unwrap();
     runtime
         .block_on(client.try_acquire_n_at(&warm, "warm", 1, 1 << 40))

@@ -34,14 +34,15 @@ end
 -- TIME reading: a relative TTL counts from a millisecond the server picks
 -- (inside a script, possibly its start, before TIME was read), so it could
 -- end a little before `at`. The key expires after ceil(at / 1000) ms, never
--- sooner.
+-- sooner. The milliseconds go to Redis as a number, which it writes with
+-- '%.17g': every integer below 2^53 in full, with no exponent.
 local function expiry(at)
   if replayed_time then
     -- A replayed time is not the server's: keep the key the replayed span plus
     -- an hour of real time, however slowly the test replays it.
-    return 'PX', int(idiv(math.max(at - now, 0) + 999, 1000) + 3600000)
+    return 'PX', idiv(math.max(at - now, 0) + 999, 1000) + 3600000
   end
-  return 'PXAT', int(idiv(at + 999, 1000))
+  return 'PXAT', idiv(at + 999, 1000)
 end
 
 local function expire_at(key, at)
@@ -98,6 +99,9 @@ local expiries, expiring
 -- `read_counter`), and the keys it wrote, in order.
 local seen, writing
 local function expire_later(key, at)
+  if not expiries then
+    expiries, expiring = {}, {}
+  end
   local known = expiries[key]
   if not known then
     expiring[#expiring + 1] = key
@@ -116,7 +120,7 @@ local function horizon(key)
   if seen[key] and seen[key].written then
     return seen[key].horizon
   end
-  if expiries[key] then
+  if expiries and expiries[key] then
     return expiries[key] + EXPIRY_SLACK
   end
   local ttl = redis.call('PTTL', key)
@@ -206,7 +210,10 @@ end
 -- the error reply. Every value as `parse_uint` accepts it: digits only, at
 -- most 16 of them, within the field's bound.
 local function parse_counter(s, format)
-  local state = {format.version, string.match(s, format.pattern)}
+  -- The fields `write_counter` sets are made here, so that setting them does
+  -- not grow the table.
+  local state = {written = false, horizon = false, at = false, format = false, format.version,
+    string.match(s, format.pattern)}
   if #state ~= #format + 1 then
     return nil, damaged_counter(s, format.version, format)
   end
@@ -226,9 +233,12 @@ end
 local fetched
 
 -- The call's empty state and its decision time: every script's first step.
+-- (The tables only the sliding log or a call of several uses are made when
+-- first needed: a table costs as much as a decision's arithmetic.)
 local function begin(ARGV)
   now = clock(ARGV)
-  expiries, expiring, seen, writing, fetched = {}, {}, {}, {}, {}
+  seen, writing = {}, {}
+  expiries, expiring, fetched = nil, nil, nil
 end
 
 -- Reads every counter key of a call in one MGET. MGET answers nil both for a
@@ -236,6 +246,7 @@ end
 -- or not ours): one EXISTS over those keys tells the usual case, all
 -- missing, from the rest, which each decision then reads for itself.
 local function prefetch(keys)
+  fetched = {}
   local unique, known = {}, {}
   for _, key in ipairs(keys) do
     if not known[key] then
@@ -280,7 +291,7 @@ local function read_counter(key, format)
   if state then
     return state
   end
-  local value = fetched[key]
+  local value = fetched and fetched[key]
   if value == nil then
     value = redis.pcall('GET', key)
   end
@@ -288,7 +299,7 @@ local function read_counter(key, format)
   if type(value) == 'string' then
     state, err = parse_counter(value, format)
   elseif value == false then
-    state = {false}
+    state = {written = false, horizon = false, at = false, format = false, false}
   else
     -- Not a string: a hash of the earlier format, or another type.
     state, err = read_hash(key, format.hash, format)
@@ -356,7 +367,9 @@ local function flush()
     local format = state.format
     redis.call('SET', key, string.format(format.text, unpack(state, 2, #format + 1)), mode, ms)
   end
-  for _, key in ipairs(expiring) do
-    expire_at(key, expiries[key])
+  if expiring then
+    for _, key in ipairs(expiring) do
+      expire_at(key, expiries[key])
+    end
   end
 end

@@ -178,6 +178,7 @@ end
 -- window can later grow up to it without forgetting permits).
 local MARKER = '~tollgate-sl1'
 local function sliding_log(key, n, window, limit, history)
+  history = tonumber(history)
   -- Every check comes before the first write: a damaged log is reported (the
   -- reply names the member) and left untouched.
   local first = redis.pcall('ZRANGE', key, 0, 0, 'WITHSCORES')
@@ -335,8 +336,9 @@ local function decide(KEYS, ARGV)
       return redis.error_reply('tollgate: unknown limiter kind ' .. tostring(ARGV[at + 1]))
     end
     local key = KEYS[i]
+    -- The third term is the log's alone, which reads it as a number.
     local reply, write, expires = kind(key, tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]),
-      tonumber(ARGV[at + 4]), tonumber(ARGV[at + 5]))
+      tonumber(ARGV[at + 4]), ARGV[at + 5])
     answer(replies, reply)
     local ends = ARGV[at + 6] == '1'
     if reply[1] ~= 1 then
