@@ -10,7 +10,8 @@
 //! runs record every decision's latency, and the table at the end (markdown,
 //! as in docs/distributed.md) gives decisions/s, p50 and p99 per design.
 //!
-//! `cargo bench -p tollgate-redis --bench redis`
+//! `cargo bench -p tollgate-redis --bench redis` (`TOLLGATE_BENCH_SCRIPTS=1`:
+//! every script call an `EVALSHA`, as on Redis 6.2)
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -284,7 +285,15 @@ fn designs(runtime: &tokio::runtime::Runtime, server: &RedisServer) -> Vec<(Stri
 }
 
 fn bench(c: &mut Criterion) {
-    let server = RedisServer::start();
+    // `TOLLGATE_BENCH_SCRIPTS=1`: a server that answers FCALL as an unknown
+    // command (as Redis 6.2 does), so every call is an EVALSHA: the scripts'
+    // figures beside the Function library's, on one binary.
+    let scripts_only = std::env::var_os("TOLLGATE_BENCH_SCRIPTS").is_some();
+    let server = if scripts_only {
+        RedisServer::start_with(&["--rename-command", "FCALL", ""])
+    } else {
+        RedisServer::start()
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -368,7 +377,14 @@ fn print_table(server: &RedisServer) {
         .unwrap_or("?")
         .trim()
         .to_owned();
-    println!("\nRedis {version}, one local server; decisions/s and latency per decision\n");
+    let form = if std::env::var_os("TOLLGATE_BENCH_SCRIPTS").is_some() {
+        "EVALSHA (FCALL renamed away)"
+    } else {
+        "FCALL"
+    };
+    println!(
+        "\nRedis {version}, one local server, scripts by {form}; decisions/s and latency per decision\n"
+    );
     println!(
         "| design | tasks | decisions/s | p50 | p99 | server µs per decision | calls per decision |"
     );

@@ -178,7 +178,7 @@ end
 -- window can later grow up to it without forgetting permits).
 local MARKER = '~tollgate-sl1'
 local function sliding_log(key, n, window, limit, history)
-  history = tonumber(history)
+  history = number(history)
   -- Every check comes before the first write: a damaged log is reported (the
   -- reply names the member) and left untouched.
   local first = redis.pcall('ZRANGE', key, 0, 0, 'WITHSCORES')
@@ -315,7 +315,7 @@ local function decide(KEYS, ARGV)
   if #KEYS > 1 then
     local counters = {}
     for i = 1, #KEYS do
-      if FORMATS[tonumber(ARGV[6 * (i - 1) + 1])] then
+      if FORMATS[number(ARGV[6 * (i - 1) + 1])] then
         counters[#counters + 1] = KEYS[i]
       end
     end
@@ -330,15 +330,15 @@ local function decide(KEYS, ARGV)
   local whole = true
   for i = 1, #KEYS do
     local at = 6 * (i - 1)
-    local number = tonumber(ARGV[at + 1])
-    local kind = KINDS[number]
+    local kind_number = number(ARGV[at + 1])
+    local kind = KINDS[kind_number]
     if not kind then
       return redis.error_reply('tollgate: unknown limiter kind ' .. tostring(ARGV[at + 1]))
     end
     local key = KEYS[i]
     -- The third term is the log's alone, which reads it as a number.
-    local reply, write, expires = kind(key, tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]),
-      tonumber(ARGV[at + 4]), ARGV[at + 5])
+    local reply, write, expires = kind(key, number(ARGV[at + 2]), number(ARGV[at + 3]),
+      number(ARGV[at + 4]), ARGV[at + 5])
     answer(replies, reply)
     local ends = ARGV[at + 6] == '1'
     if reply[1] ~= 1 then
@@ -347,10 +347,10 @@ local function decide(KEYS, ARGV)
       -- The last request of its group and the only one to write: the group is
       -- whole if nothing before it was refused. (Most groups are one request.)
       if whole then
-        commit(key, write, expires, FORMATS[number])
+        commit(key, write, expires, FORMATS[kind_number])
       end
     else
-      writes[#writes + 1] = {key, write, expires, FORMATS[number]}
+      writes[#writes + 1] = {key, write, expires, FORMATS[kind_number]}
     end
     if ends then
       -- The group ends here: written whole, or not at all.
