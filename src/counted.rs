@@ -261,7 +261,6 @@ impl<L: RateLimiter> Counted<L> {
     #[inline]
     fn add(&self, counter: Counter, n: u32) {
         let slot = thread_slot();
-        #[cfg(loom)]
         let slot = if crate::sync::fault::injected(crate::sync::fault::Fault::SharedCountCell) {
             Some(0)
         } else {

@@ -22,6 +22,7 @@ use std::time::Duration;
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::thread;
+use tollgate::fault::{self, Fault};
 use tollgate::{Clock, Denied, LeasedTokenBucket, ManualClock, Rate, RateLimiter};
 use tollgate_loom_tests::{
     Op, RecordingClock, UntimedStripes, assert_bucket_bound, explore, record, single_threaded_tail,
@@ -40,8 +41,17 @@ type Bucket = LeasedTokenBucket<RecordingClock>;
 /// through the stripes (as under contention: the lease protocol is what these
 /// models are about; `direct_and_striped_requests_race` models the switch).
 fn bucket(capacity: u32, stripes: usize) -> (Arc<Bucket>, ManualClock) {
-    let (bucket, clock) = new_bucket(capacity, stripes);
-    (Arc::new(bucket.always_striped()), clock)
+    let (bucket, clock) = always_striped(|| new_bucket(capacity, stripes));
+    (Arc::new(bucket), clock)
+}
+
+/// What `build` builds with `Fault::AlwaysStriped` on: a leased bucket that
+/// sends every request through its stripes.
+fn always_striped<T>(build: impl FnOnce() -> T) -> T {
+    fault::inject(Fault::AlwaysStriped, true);
+    let built = build();
+    fault::inject(Fault::AlwaysStriped, false);
+    built
 }
 
 /// As `bucket`, but as it ships: requests go straight to the word until a
@@ -285,7 +295,7 @@ fn a_used_up_run_leaves_the_stripe_empty() {
             // Capacity 16 of 8 ns: runs end on multiples of 32 ns (≤ 128 / 4).
             const CAPACITY: u32 = 16;
             let clock = ManualClock::new();
-            let bucket = Arc::new(
+            let bucket = Arc::new(always_striped(|| {
                 LeasedTokenBucket::with_stripes(
                     CAPACITY,
                     Rate::new(1, nanos(8)),
@@ -293,8 +303,7 @@ fn a_used_up_run_leaves_the_stripe_empty() {
                     2,
                 )
                 .expect("a valid configuration")
-                .always_striped(),
-            );
+            }));
 
             let b = bucket.clone();
             let spender =

@@ -10,7 +10,6 @@ use super::{LimitAlgorithm, Outcome, Sample};
 use crate::clock::{Clock, MonotonicClock};
 use crate::concurrency::{ConcurrencyLimit, OwnedPermit, Permit};
 use crate::error::ConfigError;
-#[cfg(loom)]
 use crate::sync::fault::{Fault, injected};
 
 /// A concurrency limit that finds a service's capacity by itself: at most
@@ -402,7 +401,6 @@ impl<A: LimitAlgorithm, C: Clock> AdaptiveLimit<A, C> {
             // which the gate accepts; one of the user's own that is not is
             // ignored (the gate keeps its limit) rather than a panic here.
             let _ = self.gate.set_limit(limit);
-            #[cfg(loom)]
             if injected(Fault::Unfollowed) {
                 // The known-bad copy: once, without the re-read.
                 return;

@@ -66,7 +66,6 @@ use std::task::Waker;
 use crossbeam_utils::CachePadded;
 
 use crate::cell::{AtomicCell, LockedCell, Orders, StateCell};
-#[cfg(loom)]
 use crate::sync::fault::{Fault, injected};
 use crate::sync::park::{self, Thread};
 use crate::sync::{Mutex, Ordering};
@@ -206,7 +205,6 @@ impl<S: StateCell<Word = u64>> Gate<S> {
     /// does not look at the queue: see the module docs on fairness.
     #[inline]
     pub(crate) fn try_acquire(&self) -> Option<Granted> {
-        #[cfg(loom)]
         if injected(Fault::LoadThenStore) {
             // The known-bad acquire: the store does not check the word it
             // decided on is still there.
@@ -363,14 +361,7 @@ impl<S: StateCell<Word = u64>> Gate<S> {
 
 #[inline(always)]
 fn forgetful_leave() -> bool {
-    #[cfg(loom)]
-    {
-        injected(Fault::ForgetfulLeave)
-    }
-    #[cfg(not(loom))]
-    {
-        false
-    }
+    injected(Fault::ForgetfulLeave)
 }
 
 #[cfg(all(test, not(loom)))]

@@ -18,7 +18,6 @@ use super::map::{Entry, Map, WriteGuard};
 use crate::adaptive::{AdaptiveLimit, LimitAlgorithm, OwnedAdaptivePermit};
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::ConfigError;
-#[cfg(loom)]
 use crate::sync::fault::{Fault, injected};
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 use crate::timeline::Timeline;
@@ -811,7 +810,6 @@ where
         let now = self.timeline.now();
         if let Some(state) = self.map.get(key) {
             state.touch(now);
-            #[cfg(loom)]
             if injected(Fault::AdaptiveUnlockedAcquire) {
                 // The known-bad protocol: the read side is let go before the
                 // admission, which then lands on whatever state was found,
@@ -975,24 +973,10 @@ impl<K, A: fmt::Debug, C, S> fmt::Debug for KeyedAdaptiveLimit<K, A, C, S> {
 
 #[inline(always)]
 fn unpinned_waiters() -> bool {
-    #[cfg(loom)]
-    {
-        injected(Fault::AdaptiveUnpinnedWaiters)
-    }
-    #[cfg(not(loom))]
-    {
-        false
-    }
+    injected(Fault::AdaptiveUnpinnedWaiters)
 }
 
 #[inline(always)]
 fn busy_overflow_insert() -> bool {
-    #[cfg(loom)]
-    {
-        injected(Fault::AdaptiveBusyOverflowInsert)
-    }
-    #[cfg(not(loom))]
-    {
-        false
-    }
+    injected(Fault::AdaptiveBusyOverflowInsert)
 }

@@ -86,7 +86,6 @@ use std::hash::{BuildHasher, Hash};
 use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 
-#[cfg(loom)]
 use crate::sync::fault::{Fault, injected};
 use crate::sync::thread::{refresh_thread_hint, thread_hint};
 use crate::sync::{
@@ -102,41 +101,31 @@ const SLOTS_PER_LINE: usize = 8;
 /// ranks, so threads on different cores use different lines), at least 16. Under loom, two:
 /// a model's two spawned threads (loom's threads 1 and 2) get one each.
 fn lines() -> usize {
-    #[cfg(loom)]
-    {
-        2
-    }
-    #[cfg(not(loom))]
-    {
+    crate::sync::sized(2, || {
         // The parallelism the striped limiters use, asked of the OS once per
         // process (`available_parallelism` reads cgroup files each call).
         let cores = crate::stripe::default_stripes();
         (cores * 4).next_power_of_two().max(16)
-    }
+    })
 }
 
 /// Shards: as dashmap's default, four per core, a power of two (at least
 /// 2). Under loom, two: enough for a model to put keys in the same shard or
 /// in different ones.
 fn shard_count() -> usize {
-    #[cfg(loom)]
-    {
-        2
-    }
-    #[cfg(not(loom))]
-    {
+    crate::sync::sized(2, || {
         // The parallelism the striped limiters use, asked of the OS once per
         // process (`available_parallelism` reads cgroup files each call).
         let cores = crate::stripe::default_stripes();
         (cores * 4).next_power_of_two().max(2)
-    }
+    })
 }
 
 /// Reads through the lock, since a shard's last write, before it is biased
 /// again: four per line of slots (see the module docs). Under loom, one, so
 /// that a model sees the bias cleared and set again within a few steps.
 fn rebias_after(lines: usize) -> usize {
-    if cfg!(loom) { 1 } else { 4 * lines }
+    crate::sync::sized(1, || 4 * lines)
 }
 
 /// One shard: its table, the underlying lock, and the bias.
@@ -308,7 +297,6 @@ impl<K: Eq + Hash, V, S: BuildHasher> Map<K, V, S> {
         // `table` lives; both are moved into the `Ref`, dropped in order.
         let (_, value) = unsafe { table.deref() }.find(hash, |(k, _)| k.borrow() == key)?;
         let value: *const V = value;
-        #[cfg(loom)]
         if injected(Fault::UnlockedLookups) {
             // The known-bad protocol: the hold is let go before the caller
             // decides on the state. loom's cell tracking sees the table read
@@ -359,26 +347,12 @@ impl<K: Eq + Hash, V, S: BuildHasher> Map<K, V, S> {
 
 #[inline(always)]
 fn unchecked_bias() -> bool {
-    #[cfg(loom)]
-    {
-        injected(Fault::UncheckedBias)
-    }
-    #[cfg(not(loom))]
-    {
-        false
-    }
+    injected(Fault::UncheckedBias)
 }
 
 #[inline(always)]
 fn unwaited_readers() -> bool {
-    #[cfg(loom)]
-    {
-        injected(Fault::UnwaitedReaders)
-    }
-    #[cfg(not(loom))]
-    {
-        false
-    }
+    injected(Fault::UnwaitedReaders)
 }
 
 /// A reader's claim on its slot; gives it back when dropped.

@@ -52,11 +52,8 @@ use crate::limiter::{Snapshot, check_request};
 use crate::sliding_log::log::{
     EMPTY, Entries, Entry, Geometry, SEALED, Verdict, entry_word, retry_after,
 };
-#[cfg(loom)]
-use crate::sliding_log::ring::stamp_entry;
-use crate::sliding_log::ring::{Claim, RingCore, RingOutcome, RingView};
+use crate::sliding_log::ring::{Claim, RingCore, RingOutcome, RingView, stamp_entry};
 use crate::sliding_log::{LogConfig, SlidingLog};
-#[cfg(loom)]
 use crate::sync::fault::{Fault, injected};
 use crate::sync::{AtomicU64, Backoff, Guard, Mutex, Ordering, Shared, pin};
 
@@ -353,7 +350,6 @@ impl KeyRing {
     }
 }
 
-#[cfg(loom)]
 impl KeyRing {
     /// The known-bad refund (`Fault::UnsealedLogRefunds`): the ring sealed
     /// at `claimed.after` is unsealed at `claimed.before`, then the
@@ -598,7 +594,6 @@ impl<C: Clock> Kind for SlidingLog<C> {
             ring.unseal(receipt.claimed.after);
             return;
         }
-        #[cfg(loom)]
         if injected(Fault::UnsealedLogRefunds) {
             ring.refund_in_place(&receipt.claimed, n);
             return;

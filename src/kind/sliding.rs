@@ -82,7 +82,6 @@ use crate::machine::scale_up;
 use crate::rate::Rate;
 use crate::sliding_window::SlidingWindow;
 use crate::sliding_window::ring::WindowShape;
-#[cfg(loom)]
 use crate::sync::fault::{Fault, injected};
 use crate::sync::{AtomicU64, AtomicU128, Backoff, Guard, MaybeShared, Ordering, pin};
 
@@ -784,7 +783,6 @@ impl WindowCell {
             return Err(Refusal::Stale);
         }
         let opened = Seen { pool, history, geo }.opened(j);
-        #[cfg(loom)]
         if injected(Fault::WindowOpenBeforePublish) {
             // The known-bad order: the pool moves before the entry is written.
             let next = self.move_to(word, opened);

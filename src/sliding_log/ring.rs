@@ -470,10 +470,7 @@ impl AtomicRing {
 /// store that ships, where a swap would cost a locked instruction per permit.
 #[inline(always)]
 pub(crate) fn stamp_entry(slot: &AtomicU64, word: u64, order: Ordering) {
-    #[cfg(not(loom))]
-    slot.store(word, order);
-    #[cfg(loom)]
-    let _ = slot.swap(word, order);
+    crate::sync::store_as_swap(slot, word, order);
 }
 
 /// A sealed ring's entry words, read once its claimed entries have landed.

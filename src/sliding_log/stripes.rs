@@ -10,7 +10,6 @@ use super::ring::{AtomicRing, Claim, Mode, RingOutcome, SealedRing};
 use super::rules::LogConfig;
 use crate::error::Denied;
 use crate::limiter::Snapshot;
-#[cfg(loom)]
 use crate::sync::fault::{Fault, injected};
 use crate::sync::thread::{refresh_thread_hint, thread_hint};
 use crate::sync::{AtomicU64, Ordering};
@@ -171,7 +170,6 @@ impl Rings {
     /// the largest alone).
     #[inline]
     fn rule_pairs(&self) -> &[(u32, u64)] {
-        #[cfg(loom)]
         if injected(Fault::LargestRuleOnly) {
             let pairs = self.rules.pairs();
             let largest = pairs.iter().max_by_key(|r| r.0).expect("a rule");

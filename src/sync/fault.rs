@@ -1,6 +1,6 @@
 //! Known-bad variants of the algorithms, switched on by the loom models that
-//! must catch them (compiled only with `--cfg loom`; a normal build has none
-//! of it).
+//! must catch them. A normal build has no switch: there [`injected`] is a
+//! constant `false`, and each known-bad branch is compiled away.
 //!
 //! A model that passes proves something only if the same model fails on the
 //! mistakes it is meant to rule out. Each [`Fault`] is one such mistake,
@@ -17,6 +17,11 @@
 //! explores the same executions with the switch off as it does in a build
 //! without the branch.
 
+// Public to the loom models (`tollgate::fault` under loom); the crate's own
+// otherwise.
+#![cfg_attr(not(loom), allow(unreachable_pub))]
+
+#[cfg(loom)]
 use std::cell::Cell;
 
 /// A known-bad variant of an algorithm, and the loom model that catches it.
@@ -90,8 +95,15 @@ pub enum Fault {
     /// the same value and one is lost. Caught by
     /// `counted::known_bad_shared_count_cell_is_caught`.
     SharedCountCell,
+    /// Not a mistake but a model's switch: a leased token bucket built
+    /// while it is on sends every request through its stripes, as if every
+    /// thread had just lost a race for the word, so that a model of the
+    /// lease protocol reaches it in every execution rather than only in
+    /// those where a CAS on the word fails.
+    AlwaysStriped,
 }
 
+#[cfg(loom)]
 impl Fault {
     /// The variant's bit in the switch set.
     const fn bit(self) -> u32 {
@@ -101,8 +113,9 @@ impl Fault {
 
 // The last variant: one past the set's width would share a bit with another
 // and switch it on too.
-const _: () = assert!((Fault::SharedCountCell as u32) < u32::BITS);
+const _: () = assert!((Fault::AlwaysStriped as u32) < u32::BITS);
 
+#[cfg(loom)]
 std::thread_local! {
     /// The calling OS thread's switched-on faults, a bit per [`Fault`].
     static INJECTED: Cell<u32> = const { Cell::new(0) };
@@ -110,6 +123,7 @@ std::thread_local! {
 
 /// Turns `fault` on (or off again) for the calling OS thread, which is every
 /// thread of a loom model the caller then runs.
+#[cfg(loom)]
 pub fn inject(fault: Fault, on: bool) {
     INJECTED.with(|set| {
         let bits = if on {
@@ -123,7 +137,15 @@ pub fn inject(fault: Fault, on: bool) {
 
 /// Whether `fault` is on for the calling OS thread: the algorithm's branch to
 /// its known-bad variant.
+#[cfg(loom)]
 #[inline]
 pub(crate) fn injected(fault: Fault) -> bool {
     INJECTED.with(|set| set.get() & fault.bit() != 0)
+}
+
+/// Whether `fault` is on: never, outside loom.
+#[cfg(not(loom))]
+#[inline(always)]
+pub(crate) const fn injected(_: Fault) -> bool {
+    false
 }

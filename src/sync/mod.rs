@@ -25,18 +25,20 @@
 //! of a slice, which loom's `Arc` cannot hold).
 //!
 //! The switches of the known-bad variants the models must catch are here
-//! too, in `fault` (loom builds only): one `Fault` per variant, the tests'
-//! `inject` and the algorithms' `injected`. The `cfg(loom)` left outside
-//! picks no primitive and holds no switch: the branches to the known-bad
-//! variants (each asking `fault::injected`), one loom-only test hook
-//! (`LeasedTokenBucket::always_striped`), model sizes (the keyed map's shard
-//! and line counts) and the sliding log's entry store, which is a swap
-//! under loom for a loom limitation that its comment (`stamp_entry`)
-//! explains.
+//! too, in `fault`: one `Fault` per variant, the tests' `inject` and the
+//! algorithms' `injected`, a constant `false` outside loom (each known-bad
+//! branch compiles away). So are the other things a model needs built
+//! differently: the sizes a model walks (`sized`: the keyed map's shards and
+//! reader lines) and the store loom must run as a swap (`store_as_swap`).
+//! The algorithms' files say `cfg(loom)` for no primitive and no switch; what
+//! is left is the loom-only test hook `LeasedTokenBucket::always_striped`
+//! and the branches of the files a change in progress has not reached.
 
 mod epoch;
 #[cfg(loom)]
 pub mod fault;
+#[cfg(not(loom))]
+pub(crate) mod fault;
 mod lock;
 pub(crate) mod park;
 pub(crate) mod thread;
@@ -49,6 +51,37 @@ pub(crate) use lock::{
     ConstPtr, MutPtr, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, UnsafeCell,
 };
 pub(crate) use wait::Backoff;
+
+/// A structure's size: `model` under loom, where a model needs few slots to
+/// reach both the shared and the separate case (two shards, two lines of
+/// reader slots: one per spawned thread), else `real()`.
+#[inline]
+pub(crate) fn sized(model: usize, real: impl FnOnce() -> usize) -> usize {
+    #[cfg(loom)]
+    {
+        let _ = real;
+        model
+    }
+    #[cfg(not(loom))]
+    {
+        let _ = model;
+        real()
+    }
+}
+
+/// A store that loom runs as a swap (whose value is discarded). loom ends a
+/// release sequence at a store where the memory model may let a later
+/// read-modify-write continue it, so a model of a store can miss an edge the
+/// program has; a caller uses this only where it has shown that the swap and
+/// the store have the same happens-before (the sliding log's `stamp_entry`
+/// says why for its entries). A normal build stores.
+#[inline(always)]
+pub(crate) fn store_as_swap(slot: &AtomicU64, word: u64, order: Ordering) {
+    #[cfg(not(loom))]
+    slot.store(word, order);
+    #[cfg(loom)]
+    let _ = slot.swap(word, order);
+}
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::Arc;

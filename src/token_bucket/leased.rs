@@ -65,6 +65,7 @@ use crate::limiter::{RateLimiter, Rejection, Snapshot, check_request, report};
 use crate::machine::Machine;
 use crate::rate::Rate;
 use crate::stripe::{Refused, Stripes, default_stripes};
+use crate::sync::fault::{Fault, injected};
 use crate::sync::{AtomicU64, Ordering};
 use crate::timeline::Timeline;
 
@@ -195,8 +196,14 @@ impl<C: Clock> LeasedTokenBucket<C> {
             gcra,
             // A TAT of zero: full at birth.
             word: CachePadded::new(AtomicU64::new(0)),
-            // Uncontended at birth: the first requests go to the word.
-            contended_until: CachePadded::new(AtomicU64::new(0)),
+            // Uncontended at birth: the first requests go to the word (in a
+            // loom model of the stripes, contended for ever: see
+            // `Fault::AlwaysStriped`).
+            contended_until: CachePadded::new(AtomicU64::new(if injected(Fault::AlwaysStriped) {
+                u64::MAX
+            } else {
+                0
+            })),
             share_shift: (2 * count).ilog2(),
             stripes,
             timeline: Timeline::new(clock),
@@ -225,18 +232,6 @@ impl<C: Clock> LeasedTokenBucket<C> {
     /// ```
     pub fn stripes(&self) -> usize {
         self.stripes.len()
-    }
-
-    /// Loom builds only: sends every request through the stripes, as if
-    /// every thread had just lost a race for the word, so that a model of
-    /// the lease protocol reaches it in every execution rather than only in
-    /// those where a CAS on the word fails. Not a setting for users: the
-    /// contended-until hint already moves a contended bucket to its stripes.
-    #[cfg(loom)]
-    pub fn always_striped(self) -> Self {
-        // Relaxed: nothing else is shared yet.
-        self.contended_until.store(u64::MAX, Ordering::Relaxed);
-        self
     }
 
     /// The clock this limiter reads.
@@ -324,7 +319,7 @@ impl<C: Clock> LeasedTokenBucket<C> {
         let until = now + CONTENDED_FOR;
         // Relaxed: a hint (see `contended_until`). Racing raises may lower it
         // a little; never below a reading of this window, and never from the
-        // `u64::MAX` of a loom model's `always_striped`, which no raise
+        // `u64::MAX` of a loom model's `Fault::AlwaysStriped`, which no raise
         // exceeds. Raised only once less than half the window is left: every
         // check reads this line, and under steady contention a store per lost
         // race would make the hint itself a line the cores trade.
