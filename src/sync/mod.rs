@@ -30,9 +30,8 @@
 //! branch compiles away). So are the other things a model needs built
 //! differently: the sizes a model walks (`sized`: the keyed map's shards and
 //! reader lines) and the store loom must run as a swap (`store_as_swap`).
-//! The algorithms' files say `cfg(loom)` for no primitive and no switch; what
-//! is left is the loom-only test hook `LeasedTokenBucket::always_striped`
-//! and the branches of the files a change in progress has not reached.
+//! No file outside `src/sync/` says `cfg(loom)` but the crate root, which
+//! exports `fault` to the loom models.
 
 mod epoch;
 #[cfg(loom)]
