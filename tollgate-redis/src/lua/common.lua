@@ -359,6 +359,21 @@ local function gcra_tat(key, state, tolerance)
   return tat
 end
 
+-- A token bucket's state and its TAT, checked as `gcra_tat` checks it; or
+-- nil, nil and the error reply. (The decisions' and the leases' bucket.)
+local function gcra_state(key, tolerance)
+  local state, err = read_counter(key, TB)
+  if not state then
+    return nil, nil, err
+  end
+  local tat
+  tat, err = gcra_tat(key, state, tolerance)
+  if not tat then
+    return nil, nil, err
+  end
+  return state, tat
+end
+
 -- Keeps a counter's new field values (in the order of its format's fields),
 -- to be written when the call ends; the key expires at `at` (us), when the
 -- state has become the same as no key.

@@ -28,13 +28,8 @@
 -- again. Terms: interval (us per permit), tolerance (capacity * interval).
 -- Values: now < 2^51, tolerance <= 2^51, so TAT <= now + tolerance < 2^52.
 local function token_bucket(key, n, interval, tolerance)
-  local state, err = read_counter(key, TB)
+  local state, tat, err = gcra_state(key, tolerance)
   if not state then
-    return err
-  end
-  local tat
-  tat, err = gcra_tat(key, state, tolerance)
-  if not tat then
     return err
   end
   -- A server clock that stepped back only lowers `limit`: it can deny, never

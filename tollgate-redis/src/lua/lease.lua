@@ -14,13 +14,8 @@ local function lease(KEYS, ARGV)
   local low_water = tonumber(ARGV[4])
   local share = tonumber(ARGV[5])
 
-  local state, err = read_counter(key, TB)
+  local state, tat, err = gcra_state(key, tolerance)
   if not state then
-    return err
-  end
-  local tat
-  tat, err = gcra_tat(key, state, tolerance)
-  if not tat then
     return err
   end
   local base = math.max(tat, now)

@@ -14,13 +14,8 @@ local function lease_return(KEYS, ARGV)
   local lease_tat = tonumber(ARGV[3])
   local tolerance = tonumber(ARGV[4])
 
-  local state, err = read_counter(key, TB)
+  local state, tat, err = gcra_state(key, tolerance)
   if not state then
-    return err
-  end
-  local tat
-  tat, err = gcra_tat(key, state, tolerance)
-  if not tat then
     return err
   end
   if not state[1] or tat ~= lease_tat then
