@@ -586,11 +586,18 @@ impl Client {
             match self.query(&fcall).await {
                 Err(err) if function_missing(&err) => {
                     // Nothing ran: load (every master of a Cluster), then
-                    // call again. A load that fails took nothing either.
+                    // call again. A load that fails took nothing either; one
+                    // the user may not make (an ACL without `FUNCTION LOAD`)
+                    // leaves scripts, which need no load of their own.
                     let mut load = redis::cmd("FUNCTION");
                     load.arg("LOAD").arg("REPLACE").arg(&library.text);
-                    self.query(&load).await.map_err(CallError::Refused)?;
-                    return self.query(&fcall).await.map_err(CallError::Sent);
+                    match self.query(&load).await {
+                        Ok(_) => return self.query(&fcall).await.map_err(CallError::Sent),
+                        Err(err) if err.code() == Some("NOPERM") => {
+                            self.scripts_only.store(true, Ordering::Relaxed);
+                        }
+                        Err(err) => return Err(CallError::Refused(err)),
+                    }
                 }
                 Err(err) if functions_unknown(&err) => {
                     // Redis before 7: scripts from now on.

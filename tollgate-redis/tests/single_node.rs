@@ -224,6 +224,39 @@ async fn a_flushed_library_is_loaded_again_transparently() {
 }
 
 #[tokio::test]
+async fn a_user_who_may_not_load_functions_decides_by_evalsha() {
+    let server = RedisServer::start();
+    let _: () = server.cmd(&[
+        "ACL",
+        "SETUSER",
+        "limited",
+        "on",
+        ">secret",
+        "~*",
+        "&*",
+        "+@all",
+        "-function",
+    ]);
+    let url = server.url().replace("redis://", "redis://limited:secret@");
+    let client = Client::connect(&url).await.unwrap();
+    for limiter in limiters() {
+        assert_eq!(
+            client
+                .try_acquire_n(&*limiter, "k", 3)
+                .await
+                .unwrap()
+                .remaining,
+            0
+        );
+        let refused = client.try_acquire(&*limiter, "k").await.unwrap_err();
+        assert!(refused.retry_after().is_some(), "{refused}");
+    }
+    let loaded: Vec<redis::Value> = server.cmd(&["FUNCTION", "LIST"]);
+    assert!(loaded.is_empty(), "the user could not load the library");
+    assert!(server.calls("evalsha") >= 8);
+}
+
+#[tokio::test]
 async fn a_server_without_functions_decides_the_same_by_evalsha() {
     // A server that answers FCALL as an unknown command, as Redis 6.2 does.
     let old = RedisServer::start_with(&["--rename-command", "FCALL", ""]);
