@@ -229,10 +229,10 @@ local function sliding_log(key, n, window, limit, history)
     -- one that does would be moved instead of added, and the log would hold
     -- fewer entries than it admitted.
     for i = 1, n do
-      local member = string.format('%016.0f', ticket + i)
+      local member = string.format('%016d', ticket + i)
       if redis.call('ZSCORE', key, member) then
         return {-2, 'member ' .. member .. ' exists at an older stamp than member ' ..
-          string.format('%016.0f', ticket) .. ' (tickets must grow with stamps)'}
+          string.format('%016d', ticket) .. ' (tickets must grow with stamps)'}
       end
     end
     return {1, stamp, math.max(0, limit - used - n), 0}, function()
@@ -254,7 +254,7 @@ local function sliding_log(key, n, window, limit, history)
       local batch = {}
       for i = 1, n do
         batch[#batch + 1] = score
-        batch[#batch + 1] = string.format('%016.0f', ticket + i)
+        batch[#batch + 1] = string.format('%016d', ticket + i)
         -- unpack() has a stack limit: add in chunks.
         if #batch >= 1000 or i == n then
           redis.call('ZADD', key, unpack(batch))
