@@ -29,6 +29,15 @@ local function number(s)
   return v
 end
 
+-- The call's first `count` arguments as numbers.
+local function arguments(ARGV, count)
+  local values = {}
+  for i = 1, count do
+    values[i] = number(ARGV[i])
+  end
+  return unpack(values)
+end
+
 -- An integer as Redis should store it, in full: Lua's '%d' formats through a
 -- 64-bit integer, exact for every value here (integers below 2^53), and
 -- costs half of '%.0f', which formats a double by multiple precision (as

@@ -8,11 +8,7 @@
 local function lease(KEYS, ARGV)
   begin(ARGV)
   local key = KEYS[1]
-  local want = tonumber(ARGV[1])
-  local interval = tonumber(ARGV[2])
-  local tolerance = tonumber(ARGV[3])
-  local low_water = tonumber(ARGV[4])
-  local share = tonumber(ARGV[5])
+  local want, interval, tolerance, low_water, share = arguments(ARGV, 5)
 
   local state, tat, err = gcra_state(key, tolerance)
   if not state then

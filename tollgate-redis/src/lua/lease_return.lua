@@ -9,10 +9,7 @@
 local function lease_return(KEYS, ARGV)
   begin(ARGV)
   local key = KEYS[1]
-  local unused = tonumber(ARGV[1])
-  local interval = tonumber(ARGV[2])
-  local lease_tat = tonumber(ARGV[3])
-  local tolerance = tonumber(ARGV[4])
+  local unused, interval, lease_tat, tolerance = arguments(ARGV, 4)
 
   local state, tat, err = gcra_state(key, tolerance)
   if not state then
