@@ -7,10 +7,10 @@
 //! [`Shared::with`]); a writer replaces the value by compare-and-swap
 //! ([`Shared::compare_exchange`], then [`Shared::retire`] once the old value
 //! is unreachable), through the pointers' one loop where a lost race is
-//! decided again ([`Shared::update`]), or, where it has excluded every other
-//! writer, by a store ([`Shared::replace_with`]). [`MaybeShared`] is the same
-//! pointer that may also hold nothing (the keyed sliding window's history,
-//! allocated when a key first needs it).
+//! decided again ([`Shared::update`], [`MaybeShared::update_from`]), or, where
+//! it has excluded every other writer, by a store ([`Shared::replace_with`]).
+//! [`MaybeShared`] is the same pointer that may also hold nothing (the keyed
+//! sliding window's history, allocated when a key first needs it).
 //!
 //! crossbeam-epoch is not loom-aware (its own loom build needs
 //! `--cfg crossbeam_loom`), so under `--cfg loom` a stand-in with the same
@@ -459,13 +459,13 @@ mod imp {
     }
 }
 
-/// The epoch pointers' one compare-and-swap loop ([`Shared::update`]), as
-/// `cell::update` is the words': from `current`, a value of the pointer,
-/// `decide` makes a successor (it may allocate one), `swap` tries to publish
-/// it in place of `current`; a lost race drops the successor, `load`s the
-/// pointer again and decides again on what it holds. Returns the value
-/// replaced (the caller's to retire, once no reader can reach it) and the one
-/// published, or `decide`'s refusal.
+/// The epoch pointers' one compare-and-swap loop ([`Shared::update`],
+/// [`MaybeShared::update_from`]), as `cell::update` is the words': from
+/// `current`, a value of the pointer, `decide` makes a successor (it may
+/// allocate one), `swap` tries to publish it in place of `current`; a lost
+/// race drops the successor, `load`s the pointer again and decides again on
+/// what it holds. Returns the value replaced (the caller's to retire, once no
+/// reader can reach it) and the one published, or `decide`'s refusal.
 ///
 /// `decide` may run several times, so it must decide on the value it is
 /// given alone, and anything it does besides must be safe to do again.
@@ -514,6 +514,26 @@ impl<T> Shared<T> {
         // Acquire (in `load`): pairs with the Release that published the
         // value, so its contents are visible before `f` uses them.
         f(self.load(&guard))
+    }
+}
+
+impl<T> MaybeShared<T> {
+    /// [`Shared::update`] from `current`, a value (or the absence of one)
+    /// the caller has already loaded: `decide` makes its successor (a value
+    /// or nothing).
+    pub(crate) fn update_from<'g, E>(
+        &self,
+        current: Option<&'g T>,
+        guard: &'g Guard,
+        decide: impl FnMut(Option<&'g T>) -> Result<Option<T>, E>,
+    ) -> Result<(Option<&'g T>, Option<&'g T>), E> {
+        update_pointer(
+            current,
+            // Acquire (in `load`): as `Shared::update`'s.
+            || self.load(guard),
+            |current, next| self.compare_exchange(current, next, guard),
+            decide,
+        )
     }
 }
 
