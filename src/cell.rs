@@ -6,9 +6,11 @@
 //! as a whole in one `u128`, the warm-up's and the shaper's), and the atomic
 //! one over the orderings its owner needs ([`Orders`]: [`Alone`] for a word
 //! that is the whole state, [`Published`] for a keyed word that carries a
-//! configuration record with it, [`Opening`] for a sliding window's pool).
-//! The loop itself is [`update`], which the striped and leased limiters also
-//! run on the bare atomics they keep beside other read-modify-writes.
+//! configuration record with it, [`Opening`] for a sliding window's pool as
+//! it opens a sub-window, [`Charging`] for the keyed window's pool as an
+//! admission charges one). The loop itself is [`update`], which the striped,
+//! leased and sliding limiters also run on the bare atomics they keep beside
+//! other read-modify-writes.
 //!
 //! Neither pads: a direct limiter is one per use and keeps its cell on its own
 //! cache line (`CachePadded` around the cell, where it holds it); keys are
@@ -228,6 +230,31 @@ impl Orders for Opening {
     // one rule).
     const SUCCESS: Ordering = Ordering::Release;
     // Acquire, as `LOAD`: the word the lost race returns is decided on next.
+    const FAILURE: Ordering = Ordering::Acquire;
+}
+
+/// The keyed sliding window's pool word (`kind::sliding`) as an admission
+/// changes it: the CAS that charges the newest sub-window publishes nothing
+/// but the word, while the word it decides on may be an opener's or a
+/// carry-over's, whose history writes the decision (or the denial's
+/// retry-after) reads. The pool's other changes take other orderings: the
+/// opening CAS `Opening`'s, a refund's and the seal `Alone`'s.
+#[derive(Debug)]
+#[allow(unreachable_pub)] // sealed: public only as a parameter of the loop
+pub struct Charging;
+
+impl Orders for Charging {
+    // Acquire: the pool every decision starts from (`WindowCell::load`,
+    // which waits out a seal) pairs with the opener's Release CAS (the
+    // history entries it wrote before leaving a sub-window) and with the
+    // carry-over's Release store (the history it installed).
+    const LOAD: Ordering = Ordering::Acquire;
+    // Relaxed: an admission publishes nothing but the word (the count an
+    // opener later copies into the history is read from the word itself).
+    const SUCCESS: Ordering = Ordering::Relaxed;
+    // Acquire: the pool found may have moved to a later sub-window, whose
+    // history this thread may read next (its entries were published by that
+    // opener's Release).
     const FAILURE: Ordering = Ordering::Acquire;
 }
 

@@ -214,7 +214,9 @@ impl<K: Eq + Hash, V, S: BuildHasher> Map<K, V, S> {
             let slot = &line[index % SLOTS_PER_LINE];
             // SeqCst, with the bias load after it: the store-load pair that
             // excludes writers (module docs). A slot held by another thread
-            // of this line, for any shard, sends us through the lock.
+            // of this line, for any shard, sends us through the lock. One
+            // CAS, not a loop (nor the crate's, `cell::update`): a claim is
+            // tried once, and its loss is the lock's to decide.
             let claimed = slot
                 .compare_exchange(0, index + 1, Ordering::SeqCst, Ordering::Relaxed)
                 .is_ok();

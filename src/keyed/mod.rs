@@ -106,6 +106,7 @@ mod quota;
 mod waiting;
 
 use std::borrow::Borrow;
+use std::convert::Infallible;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 
@@ -537,32 +538,25 @@ where
     /// ```
     pub fn reconfigure(&self, config: L::Config, carry: Carry) {
         let guard = pin();
-        let mut pending = config;
-        loop {
-            let record = self.default.load(&guard);
+        // The epoch pointers' one loop (`Shared::update`): a lost race
+        // decides again on the newer record.
+        let Ok((record, published)) = self.default.update(&guard, |record| {
             if !record.is_complete() {
                 // A racing reconfiguration is still carrying keys over: finish
                 // it, or a key could skip a configuration (see `reconfig`).
+                // `settle_all` returns with `record` complete, or replaced
+                // (it found the view stale), and then the CAS fails and the
+                // newer record is decided on.
                 self.settle_all(record);
-                continue;
             }
-            match self
-                .default
-                .compare_exchange(record, record.next(pending, carry), &guard)
-            {
-                Ok(published) => {
-                    self.settle_all(published);
-                    // SAFETY: replaced by us. `settle_all` took every shard's
-                    // write lock after the replacement (or found a newer record,
-                    // whose publisher saw ours complete, i.e. every shard
-                    // visited): no unpinned reader still holds `record`, and
-                    // pinned ones are what `retire` waits for.
-                    unsafe { self.default.retire(record, &guard) };
-                    return;
-                }
-                Err(next) => pending = next.current,
-            }
-        }
+            Ok::<_, Infallible>(record.next(config.clone(), carry))
+        });
+        self.settle_all(published);
+        // SAFETY: replaced by us. `settle_all` took every shard's write lock
+        // after the replacement (or found a newer record, whose publisher saw
+        // ours complete, i.e. every shard visited): no unpinned reader still
+        // holds `record`, and pinned ones are what `retire` waits for.
+        unsafe { self.default.retire(record, &guard) };
     }
 
     /// Resident keys: those with a state in the map (overrides not counted).

@@ -139,25 +139,18 @@ where
     }
 
     /// Replaces the table in force by `edit`'s copy of it, deciding again on
-    /// the newer table when another edit came first; returns the table
-    /// published, or `edit`'s refusal. The table's one compare-and-swap loop,
-    /// not the crate's (`cell::update`, on words): it swaps an epoch pointer,
-    /// its decision allocates a new table, and its success must retire the
-    /// old one under the caller's guard.
+    /// the newer table when another edit came first (the epoch pointers' one
+    /// loop, `Shared::update`); returns the table published, or `edit`'s
+    /// refusal.
     fn edit<'g, R>(
         &self,
         guard: &'g Guard,
-        mut edit: impl FnMut(&'g Table<K, L, S>) -> Result<Table<K, L, S>, R>,
+        edit: impl FnMut(&'g Table<K, L, S>) -> Result<Table<K, L, S>, R>,
     ) -> Result<&'g Table<K, L, S>, R> {
-        loop {
-            let table = self.table.load(guard);
-            let next = edit(table)?;
-            if let Ok(published) = self.table.compare_exchange(table, next, guard) {
-                // SAFETY: replaced by us; every reader of the table pins.
-                unsafe { self.table.retire(table, guard) };
-                return Ok(published);
-            }
-        }
+        let (table, published) = self.table.update(guard, edit)?;
+        // SAFETY: replaced by us; every reader of the table pins.
+        unsafe { self.table.retire(table, guard) };
+        Ok(published)
     }
 }
 

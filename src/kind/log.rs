@@ -182,7 +182,9 @@ impl KeyRing {
 
     /// Seals the ring only if its head is still `head` (`replacing` held):
     /// a refund's "is our admission still the latest?". AcqRel on success
-    /// as `seal`; Relaxed on failure: nothing is read on its strength.
+    /// as `seal`; Relaxed on failure: nothing is read on its strength. One
+    /// CAS, not a loop (nor the ring's claim loop): any other head answers
+    /// "no".
     fn seal_at(&self, head: u64) -> bool {
         self.core
             .head_word()
@@ -435,7 +437,10 @@ fn replace<'g>(
 
 /// Publishes `next` in place of `ring`; `false` (and `next` dropped) if
 /// `ring` was already replaced, which a sealed ring never is but by its
-/// sealer.
+/// sealer. One CAS, not a loop (nor the epoch pointers' one loop,
+/// `Shared::update`): `next` was built from `ring` alone (a sealed one's
+/// stamps), and a loss sends the caller back to the ring in force, to wait
+/// out a seal or build from that one.
 fn publish<'g>(cell: &LogCell, ring: &'g KeyRing, next: KeyRing, guard: &'g Guard) -> bool {
     match cell.0.compare_exchange(ring, next, guard) {
         Ok(_) => {

@@ -4,6 +4,7 @@
 //!
 //! The user-facing documentation is on [`Tunable`].
 
+use std::convert::Infallible;
 use std::fmt;
 
 use super::answer::{Answer, Plain, Reported, ask};
@@ -138,28 +139,22 @@ impl<L: Keyable> Slot<L> {
     /// racing reconfiguration is helped, then retried after).
     pub(crate) fn reconfigure(&self, config: L::Config, carry: Carry, now: u64) {
         let guard = pin();
-        let mut pending = config;
-        loop {
-            let record = self.record.load(&guard);
+        // The epoch pointers' one loop (`Shared::update`): a lost race
+        // decides again on the newer record.
+        let Ok((record, published)) = self.record.update(&guard, |record| {
             let still_current = || self.record.is_current(record);
             // Step 1: nothing may still carry the tag of the record before
             // `record` once its successor is out (see the module docs).
-            if !L::settle(&record.view(&still_current), &self.state, now) {
-                continue;
-            }
-            let next = record.next(pending, carry);
-            match self.record.compare_exchange(record, next, &guard) {
-                Ok(published) => {
-                    // SAFETY: replaced by us just now; every reader pins.
-                    unsafe { self.record.retire(record, &guard) };
-                    let still_current = || self.record.is_current(published);
-                    // If a newer record is already out, its publisher settled us.
-                    L::settle(&published.view(&still_current), &self.state, now);
-                    return;
-                }
-                Err(next) => pending = next.current,
-            }
-        }
+            // `false` only if the view is stale: `record` was replaced, the
+            // CAS fails and the newer record is decided on.
+            L::settle(&record.view(&still_current), &self.state, now);
+            Ok::<_, Infallible>(record.next(config.clone(), carry))
+        });
+        // SAFETY: replaced by us just now; every reader pins.
+        unsafe { self.record.retire(record, &guard) };
+        let still_current = || self.record.is_current(published);
+        // If a newer record is already out, its publisher settled us.
+        L::settle(&published.view(&still_current), &self.state, now);
     }
 }
 

@@ -71,10 +71,12 @@
 //! [`LockingSlidingWindow`]: crate::LockingSlidingWindow
 //! [`WindowShape`]: crate::sliding_window::ring::WindowShape
 
+use std::convert::Infallible;
 use std::fmt;
 use std::time::Duration;
 
 use super::{Carry, Refusal, View, sealed::Kind};
+use crate::cell::{self, Alone, Charging, Loss, Opening, Orders};
 use crate::clock::Clock;
 use crate::error::{ConfigError, Denied};
 use crate::limiter::{Snapshot, check_request};
@@ -557,10 +559,10 @@ impl WindowCell {
     fn load(&self) -> u128 {
         let mut backoff = Backoff::new();
         loop {
-            // Acquire: pairs with the opener's Release CAS (the history
-            // entries it wrote before leaving a sub-window) and with the
-            // carry-over's Release store (the history it installed).
-            let word = self.pool.load(Ordering::Acquire);
+            // `Charging::LOAD` (Acquire): pairs with the opener's Release CAS
+            // (the history entries it wrote before leaving a sub-window) and
+            // with the carry-over's Release store (the history it installed).
+            let word = self.pool.load(Charging::LOAD);
             if word & POOL_SEALED == 0 {
                 return word;
             }
@@ -641,59 +643,20 @@ impl WindowCell {
         let geo = &view.current.geo;
         let limit = u64::from(geo.limit());
         let j = geo.index(now);
-        let mut backoff = Backoff::new();
         let mut word = self.load();
         loop {
-            let pool = Pool::unpack(word);
-            if pool.tag != view.tag {
-                self.carry(view, word, now)?;
-                word = self.load();
-                continue;
-            }
-            if j != pool.newest {
-                word = if j > pool.newest {
-                    self.open(view, word, pool, j)?
-                } else {
-                    match self.denial(pool, geo, |seen| {
-                        geo.retry_after(now, pool.newest, pool.newest, n, |i| seen.charge(i))
-                    }) {
-                        Some(denied) => return Err(denied.into()),
-                        None => self.load(),
-                    }
-                };
-                continue;
-            }
-            let sum = u64::from(pool.used) + u64::from(pool.count);
-            if sum + u64::from(n) > limit {
-                match self.denial(pool, geo, |seen| {
-                    geo.retry_after_next(now, j, n, sum, |i| seen.charge(i))
-                }) {
-                    Some(denied) => return Err(denied.into()),
-                    None => {
-                        word = self.load();
-                        continue;
-                    }
-                }
-            }
-            // `count + n <= used + count + n <= limit`: no overflow.
-            let next = Pool {
-                count: pool.count + n,
-                ..pool
-            };
-            // Relaxed on success: an admission publishes nothing but the
-            // word (the count an opener later copies into the history is read
-            // from the word itself). Acquire on failure: the pool found may
-            // have moved to a later sub-window, whose history this thread may
-            // read next (its entries were published by that opener's Release).
-            match self.pool.compare_exchange_weak(
+            // `Charging`: the admission publishes nothing but the word; the
+            // word it decides on, loaded or found, may be an opener's.
+            // Lost races step aside, as an admission always has.
+            let detour = match self.update::<Charging, Detour>(
                 word,
-                next.pack(),
-                Ordering::Relaxed,
-                Ordering::Acquire,
+                |word| charge(word, view.tag, j, n, limit),
+                Loss::StepAside,
             ) {
-                Ok(_) => {
-                    // `sum + n <= limit`: the cast is lossless.
-                    let available = (limit - sum - u64::from(n)) as u32;
+                Ok(stored) => {
+                    let pool = Pool::unpack(stored);
+                    // `used + count <= limit` (`charge`): the cast is lossless.
+                    let available = (limit - u64::from(pool.used) - u64::from(pool.count)) as u32;
                     // Full again once sub-window `j + S` starts: `j` has just
                     // been charged and is the newest.
                     let full_at = geo.start(j + u64::from(geo.subs()));
@@ -701,13 +664,59 @@ impl WindowCell {
                         Snapshot::from_ns(available, geo.limit(), full_at.saturating_sub(now));
                     return Ok((j, after));
                 }
-                Err(actual) => {
-                    word = actual;
-                    if word & POOL_SEALED != 0 {
-                        word = self.load();
-                    }
-                    backoff.wait();
+                Err(detour) => detour,
+            };
+            word = match detour {
+                Detour::Retagged(word) => {
+                    self.carry(view, word, now)?;
+                    self.load()
                 }
+                Detour::Opens(word, pool) => self.open(view, word, pool, j)?,
+                Detour::Older(pool) => match self.denial(pool, geo, |seen| {
+                    geo.retry_after(now, pool.newest, pool.newest, n, |i| seen.charge(i))
+                }) {
+                    Some(denied) => return Err(denied.into()),
+                    None => self.load(),
+                },
+                Detour::Full(pool, sum) => match self.denial(pool, geo, |seen| {
+                    geo.retry_after_next(now, j, n, sum, |i| seen.charge(i))
+                }) {
+                    Some(denied) => return Err(denied.into()),
+                    None => self.load(),
+                },
+            };
+        }
+    }
+
+    /// Runs `decide` on the pool word through the crate's one loop
+    /// (`cell::update_from`, with the orderings `O` and `lost` the cost of
+    /// a lost race) from `word`, a value of the pool, until it stores a word
+    /// or refuses; returns the word stored or the refusal. A sealed pool is
+    /// never decided on (a carry-over is rewriting the key, and every write
+    /// of it would fail): its end is waited out (`load`) and the decision
+    /// made on the word it leaves.
+    fn update<O: Orders, E>(
+        &self,
+        mut word: u128,
+        mut decide: impl FnMut(u128) -> Result<u128, E>,
+        lost: Loss,
+    ) -> Result<u128, E> {
+        loop {
+            let decided = cell::update_from::<O, u128, Option<E>>(
+                &self.pool,
+                word,
+                |word| {
+                    if word & POOL_SEALED != 0 {
+                        return Err(None);
+                    }
+                    decide(word).map_err(Some)
+                },
+                |_, _| lost,
+            );
+            match decided {
+                Ok(stored) => return Ok(stored),
+                Err(Some(refused)) => return Err(refused),
+                Err(None) => word = self.load(),
             }
         }
     }
@@ -759,6 +768,10 @@ impl WindowCell {
                 return Err(Refusal::Stale);
             }
             let fresh = History::new(view.tag, geo.subs());
+            // One CAS, not a loop (nor the epoch pointers' one loop,
+            // `MaybeShared::update_from`): the checks above hold for the
+            // history loaded before them only, so a lost race decides again
+            // from the pool, not from the history it found.
             match self.history.compare_exchange(history, Some(fresh), &guard) {
                 Ok(installed) => {
                     if let Some(old) = history {
@@ -798,18 +811,30 @@ impl WindowCell {
     /// Moves the pool from `word` to `opened`; returns the pool word to
     /// decide on next (the opened one, or whatever beat this thread to it).
     fn move_to(&self, word: u128, opened: Pool) -> u128 {
-        // Release on success: publishes the history entry `publish` wrote
-        // (and the history itself) to every thread that loads the pool with
-        // Acquire and then reads the left sub-window's charge from the
-        // history. Acquire on failure: as the admission's.
-        match self.pool.compare_exchange_weak(
+        // `Opening`: Release on success publishes the history entry
+        // `publish` wrote (and the history itself) to every thread that
+        // loads the pool with Acquire and then reads the left sub-window's
+        // charge from the history; Acquire on failure, as the admission's.
+        // One decision: open from `word` alone; any other word (one that
+        // beat this thread to it) is handed back to be decided on, so only
+        // a spurious failure of the weak CAS is tried again. Not through
+        // `update`, which would wait out a seal and decide again: the
+        // opening was checked against the view before this call only.
+        let moved = cell::update_from::<Opening, u128, u128>(
+            &self.pool,
             word,
-            opened.pack(),
-            Ordering::Release,
-            Ordering::Acquire,
-        ) {
-            Ok(_) => opened.pack(),
-            Err(actual) if actual & POOL_SEALED == 0 => actual,
+            |found| {
+                if found == word {
+                    Ok(opened.pack())
+                } else {
+                    Err(found)
+                }
+            },
+            |_, _| Loss::DecideAgain,
+        );
+        match moved {
+            Ok(stored) => stored,
+            Err(found) if found & POOL_SEALED == 0 => found,
             Err(_) => self.load(),
         }
     }
@@ -828,28 +853,33 @@ impl WindowCell {
         if !(view.still_current)() {
             return Err(Refusal::Stale);
         }
-        // Relaxed: the window read below needs every history entry published
-        // before the pool reached `word`, and the caller read `word` with
-        // Acquire (`load`, or a failed CAS's Acquire), which already
-        // synchronised with the opener of `word`'s newest sub-window; the
-        // seal succeeding means the pool still holds that value, with the
-        // same newest sub-window and so the same entries. Relaxed on
-        // failure: the caller loads the pool again with Acquire.
-        if self
-            .pool
-            .compare_exchange_weak(
-                word,
-                word | POOL_SEALED,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            )
-            .is_err()
-        {
+        // `Alone` (Relaxed): the window read below needs every history entry
+        // published before the pool reached `word`, and the caller read
+        // `word` with Acquire (`load`, or a failed CAS's Acquire), which
+        // already synchronised with the opener of `word`'s newest
+        // sub-window; the seal succeeding means the pool still holds that
+        // value, with the same newest sub-window and so the same entries.
+        // Relaxed on failure: the caller loads the pool again with Acquire.
+        // One decision: seal `word` alone; any other word means another
+        // writer came first (only a spurious failure is tried again).
+        let sealed = cell::update_from::<Alone, u128, ()>(
+            &self.pool,
+            word,
+            |found| {
+                if found == word {
+                    Ok(word | POOL_SEALED)
+                } else {
+                    Err(())
+                }
+            },
+            |_, _| Loss::DecideAgain,
+        );
+        if sealed.is_err() {
             return Ok(());
         }
         let pool = Pool::unpack(word);
         let guard = pin();
-        let mut current = self.history.load(&guard);
+        let current = self.history.load(&guard);
         let old = &view.previous.geo;
         // Sealed: no entry of this configuration is written from now on but
         // an overtaken opener's, which only repeats what the pool or the
@@ -865,26 +895,20 @@ impl WindowCell {
             now,
             view.carry,
         );
-        let (next, mut history) = split(&win, view.tag, &view.current.geo);
+        let geo = &view.current.geo;
+        let next = carried_pool(&win, view.tag);
         // Always a new history (or none), never the old one rewritten: an
-        // overtaken opener may still write into the old one.
-        loop {
-            match self.history.compare_exchange(current, history, &guard) {
-                Ok(_) => {
-                    if let Some(old) = current {
-                        // SAFETY: replaced by this CAS, so retired once; every
-                        // reader pins before loading it.
-                        unsafe { self.history.retire(old, &guard) };
-                    }
-                    break;
-                }
-                // An overtaken opener installed an (empty) history since:
-                // replace that one.
-                Err(back) => {
-                    history = back;
-                    current = self.history.load(&guard);
-                }
-            }
+        // overtaken opener may still write into the old one. Whatever
+        // history is current is replaced: a lost race means an overtaken
+        // opener installed an (empty) one since, and that one is replaced
+        // next, by a history built again.
+        let Ok((replaced, _)) = self.history.update_from(current, &guard, |_| {
+            Ok::<_, Infallible>(carried_history(&win, view.tag, geo))
+        });
+        if let Some(old) = replaced {
+            // SAFETY: replaced by this thread's CAS, so retired once; every
+            // reader pins before loading it.
+            unsafe { self.history.retire(old, &guard) };
         }
         // Release: publishes the history installed above (and the
         // configuration change) to every thread that loads the pool with
@@ -915,47 +939,36 @@ impl WindowCell {
     /// left `j` (the history's entry is the one to lower), `None` if the
     /// refund is done or owes nothing.
     fn refund_newest(&self, j: u64, tag: u64, n: u32) -> Option<Pool> {
-        let mut backoff = Backoff::new();
-        let mut word = self.load();
-        loop {
-            let pool = Pool::unpack(word);
-            // A carry-over in between moved the counts to other
-            // sub-windows: keep them.
-            if pool.tag != tag || j > pool.newest {
-                return None;
-            }
-            if j < pool.newest {
-                return Some(pool);
-            }
-            if pool.count < n {
-                return None;
-            }
-            let next = Pool {
-                count: pool.count - n,
-                ..pool
-            };
-            // Relaxed on success: a refund publishes nothing but the word.
-            // Relaxed on failure: the pool may have left `j`, and the
-            // history's entry for `j` is read next; a load that misses the
-            // entry (it reads an older sub-window's stamp) gives nothing
-            // back, which keeps the permits counted: under-admission only.
-            match self.pool.compare_exchange_weak(
-                word,
-                next.pack(),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return None,
-                Err(actual) => {
-                    word = if actual & POOL_SEALED == 0 {
-                        actual
-                    } else {
-                        self.load()
-                    };
-                    backoff.wait();
+        // `Alone`: Relaxed on success, as a refund publishes nothing but the
+        // word. Relaxed on failure: the pool may have left `j`, and the
+        // history's entry for `j` is read next; a load that misses the entry
+        // (it reads an older sub-window's stamp) gives nothing back, which
+        // keeps the permits counted: under-admission only. Lost races step
+        // aside, as a refund always has.
+        let refunded = self.update::<Alone, Option<Pool>>(
+            self.load(),
+            |word| {
+                let pool = Pool::unpack(word);
+                // A carry-over in between moved the counts to other
+                // sub-windows: keep them.
+                if pool.tag != tag || j > pool.newest {
+                    return Err(None);
                 }
-            }
-        }
+                if j < pool.newest {
+                    return Err(Some(pool));
+                }
+                if pool.count < n {
+                    return Err(None);
+                }
+                let next = Pool {
+                    count: pool.count - n,
+                    ..pool
+                };
+                Ok(next.pack())
+            },
+            Loss::StepAside,
+        );
+        refunded.err().flatten()
     }
 
     /// The refund of permits of a finished sub-window `j`: lowers its
@@ -982,27 +995,22 @@ impl WindowCell {
         if tag != view.tag || !(view.still_current)() {
             return;
         }
-        let slot = history.slot(j);
-        // Relaxed: the entry was published before the pool left `j`; a load
-        // that misses it gives nothing back (above).
-        let mut entry = slot.load(Ordering::Relaxed);
-        loop {
-            let (stamp, count) = geo.unpack(entry);
-            if stamp != j || count < n {
-                return;
-            }
-            // Relaxed: a lowered entry publishes nothing; a reader that misses
-            // it counts the permits longer.
-            match slot.compare_exchange_weak(
-                entry,
-                geo.pack(j, count - n),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return,
-                Err(actual) => entry = actual,
-            }
-        }
+        // `Alone`: Relaxed load, as the entry was published before the pool
+        // left `j`, and a load that misses it gives nothing back (above);
+        // Relaxed CAS, as a lowered entry publishes nothing, and a reader
+        // that misses it counts the permits longer. A lost race is decided
+        // again at once, as the entry's always has.
+        let _ = cell::update::<Alone, u64, ()>(
+            history.slot(j),
+            |entry| {
+                let (stamp, count) = geo.unpack(entry);
+                if stamp != j || count < n {
+                    return Err(());
+                }
+                Ok(geo.pack(j, count - n))
+            },
+            |_, _| Loss::DecideAgain,
+        );
     }
 }
 
@@ -1025,28 +1033,81 @@ fn publish(history: Option<&History>, pool: Pool, geo: &WindowShape) {
         .fetch_max(geo.pack(pool.newest, pool.count), Ordering::Relaxed);
 }
 
+/// What an admission's decision on the pool word (`charge`) found instead
+/// of room in the sub-window it reads: what `WindowCell::decide` does
+/// outside the loop before it decides again (or denies).
+enum Detour {
+    /// The pool is tagged with another configuration: carry it over.
+    Retagged(u128),
+    /// The reading's sub-window is later than the pool's newest: open it.
+    Opens(u128, Pool),
+    /// The reading's sub-window is older than the pool's newest: denied.
+    Older(Pool),
+    /// No room in the window: denied, `sum` (the window's charge) already
+    /// counted.
+    Full(Pool, u64),
+}
+
+/// The admission's decision on the (unsealed) pool word: `n` more charged to
+/// sub-window `j`, the newest, if the window ending with it has room under
+/// `limit` and the word is tagged `tag`; otherwise the detour it needs.
+fn charge(word: u128, tag: u64, j: u64, n: u32, limit: u64) -> Result<u128, Detour> {
+    let pool = Pool::unpack(word);
+    if pool.tag != tag {
+        return Err(Detour::Retagged(word));
+    }
+    if j > pool.newest {
+        return Err(Detour::Opens(word, pool));
+    }
+    if j < pool.newest {
+        return Err(Detour::Older(pool));
+    }
+    let sum = u64::from(pool.used) + u64::from(pool.count);
+    if sum + u64::from(n) > limit {
+        return Err(Detour::Full(pool, sum));
+    }
+    // `count + n <= used + count + n <= limit`: no overflow.
+    Ok(Pool {
+        count: pool.count + n,
+        ..pool
+    }
+    .pack())
+}
+
 /// `win` as a pool tagged `tag` and the history of its finished
 /// sub-windows (none if it has none), under `geo`.
 fn split(win: &Win, tag: u64, geo: &WindowShape) -> (Pool, Option<History>) {
+    (carried_pool(win, tag), carried_history(win, tag, geo))
+}
+
+/// `win` as a pool tagged `tag`: [`split`]'s pool.
+fn carried_pool(win: &Win, tag: u64) -> Pool {
     if win.counts.is_empty() {
-        let pool = Pool {
+        return Pool {
             newest: win.newest,
             ..Pool::fresh(tag)
         };
-        return (pool, None);
     }
     let count = win.charge(win.newest);
-    let pool = Pool {
+    Pool {
         tag,
         sealed: false,
         newest: win.newest,
         // `total <= limit`: the cast is lossless.
         used: (win.total - u64::from(count)) as u32,
         count,
-    };
+    }
+}
+
+/// The history of `win`'s finished sub-windows (none if it has none),
+/// tagged `tag`, under `geo`: [`split`]'s history.
+fn carried_history(win: &Win, tag: u64, geo: &WindowShape) -> Option<History> {
+    if win.counts.is_empty() {
+        return None;
+    }
     let finished = (win.newest + 1).saturating_sub(u64::from(geo.subs()))..win.newest;
     if finished.clone().all(|i| win.charge(i) == 0) {
-        return (pool, None);
+        return None;
     }
     let history = History::new(tag, geo.subs());
     for i in finished {
@@ -1056,7 +1117,7 @@ fn split(win: &Win, tag: u64, geo: &WindowShape) -> (Pool, Option<History>) {
             history.slot(i).store(geo.pack(i, count), Ordering::Relaxed);
         }
     }
-    (pool, Some(history))
+    Some(history)
 }
 
 impl fmt::Debug for WindowCell {

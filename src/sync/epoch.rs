@@ -6,10 +6,11 @@
 //! A reader [`pin`]s the epoch and [`Shared::load`]s (or runs
 //! [`Shared::with`]); a writer replaces the value by compare-and-swap
 //! ([`Shared::compare_exchange`], then [`Shared::retire`] once the old value
-//! is unreachable) or, where it has excluded every other writer, by a store
-//! ([`Shared::replace_with`]). [`MaybeShared`] is the same pointer that may
-//! also hold nothing (the keyed sliding window's history, allocated when a
-//! key first needs it).
+//! is unreachable), through the pointers' one loop where a lost race is
+//! decided again ([`Shared::update`], [`MaybeShared::update_from`]), or, where
+//! it has excluded every other writer, by a store ([`Shared::replace_with`]).
+//! [`MaybeShared`] is the same pointer that may also hold nothing (the keyed
+//! sliding window's history, allocated when a key first needs it).
 //!
 //! crossbeam-epoch is not loom-aware (its own loom build needs
 //! `--cfg crossbeam_loom`), so under `--cfg loom` a stand-in with the same
@@ -458,7 +459,54 @@ mod imp {
     }
 }
 
+/// The epoch pointers' one compare-and-swap loop ([`Shared::update`],
+/// [`MaybeShared::update_from`]), as `cell::update` is the words': from
+/// `current`, a value of the pointer, `decide` makes a successor (it may
+/// allocate one), `swap` tries to publish it in place of `current`; a lost
+/// race drops the successor, `load`s the pointer again and decides again on
+/// what it holds. Returns the value replaced (the caller's to retire, once no
+/// reader can reach it) and the one published, or `decide`'s refusal.
+///
+/// `decide` may run several times, so it must decide on the value it is
+/// given alone, and anything it does besides must be safe to do again.
+fn update_pointer<C: Copy, N, E>(
+    mut current: C,
+    load: impl Fn() -> C,
+    swap: impl Fn(C, N) -> Result<C, N>,
+    mut decide: impl FnMut(C) -> Result<N, E>,
+) -> Result<(C, C), E> {
+    loop {
+        let next = decide(current)?;
+        match swap(current, next) {
+            Ok(published) => return Ok((current, published)),
+            // The CAS's failure ordering reads nothing through the pointer
+            // (see `compare_exchange`): the value to decide on next is
+            // loaded again, with `load`'s Acquire.
+            Err(_) => current = load(),
+        }
+    }
+}
+
 impl<T> Shared<T> {
+    /// Replaces the current value by `decide`'s successor of it, deciding
+    /// again on the newer value when another replacement came first; returns
+    /// `(replaced, published)`, or `decide`'s refusal. The replaced value is
+    /// *not* retired: see `retire`, which the caller calls once no reader
+    /// can reach it.
+    pub(crate) fn update<'g, E>(
+        &self,
+        guard: &'g Guard,
+        decide: impl FnMut(&'g T) -> Result<T, E>,
+    ) -> Result<(&'g T, &'g T), E> {
+        update_pointer(
+            // Acquire (in `load`): the decision reads the value's contents.
+            self.load(guard),
+            || self.load(guard),
+            |current, next| self.compare_exchange(current, next, guard),
+            decide,
+        )
+    }
+
     /// Runs `f` on the current value, which stays alive until `f` returns.
     #[inline]
     pub(crate) fn with<R>(&self, f: impl FnOnce(&T) -> R) -> R {
@@ -466,6 +514,26 @@ impl<T> Shared<T> {
         // Acquire (in `load`): pairs with the Release that published the
         // value, so its contents are visible before `f` uses them.
         f(self.load(&guard))
+    }
+}
+
+impl<T> MaybeShared<T> {
+    /// [`Shared::update`] from `current`, a value (or the absence of one)
+    /// the caller has already loaded: `decide` makes its successor (a value
+    /// or nothing).
+    pub(crate) fn update_from<'g, E>(
+        &self,
+        current: Option<&'g T>,
+        guard: &'g Guard,
+        decide: impl FnMut(Option<&'g T>) -> Result<Option<T>, E>,
+    ) -> Result<(Option<&'g T>, Option<&'g T>), E> {
+        update_pointer(
+            current,
+            // Acquire (in `load`): as `Shared::update`'s.
+            || self.load(guard),
+            |current, next| self.compare_exchange(current, next, guard),
+            decide,
+        )
     }
 }
 
