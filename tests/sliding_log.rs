@@ -1000,8 +1000,15 @@ fn lock_step<L: RateLimiter + Send + Sync + 'static>(
 
 #[test]
 fn lock_step_stress_is_exact_and_tight() {
-    lock_step(|c| log(16, 1_000, c), one, true);
-    lock_step(|c| twin(16, 1_000, c), one, true);
+    // Tight (each round admits exactly what a sequential log admits) is a
+    // promise of one ring. With two, an entry that leaves the window goes
+    // first to its own ring's threads, and to another ring's up to a grace
+    // later (see `SlidingLog`): which round it lands in depends on the rings
+    // the threads happen to be homed on, so there only exactness is asserted.
+    lock_step(|c| log(16, 1_000, c).with_stripes(1), one, true);
+    lock_step(|c| twin(16, 1_000, c).with_stripes(1), one, true);
+    lock_step(|c| log(16, 1_000, c), one, false);
+    lock_step(|c| twin(16, 1_000, c), one, false);
 }
 
 #[test]
