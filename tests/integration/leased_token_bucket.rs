@@ -1,0 +1,331 @@
+//! The leased token bucket: decision for decision against its locking twin
+//! (`LockingTokenBucket`) and the independent reference on one thread; the
+//! bound and liveness on random sequences spread over several threads'
+//! stripes; lock-step stress with recorded admissions and the under-admission
+//! figure (`-- --nocapture` prints it); odd inputs and a clock that steps back.
+
+use crate::support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use support::{
+    Admission, ReferenceTokenBucket, Step, Workers, admitted_at, assert_agree, bucket_config,
+    check_token_bucket, demanded_and_got, expected_per_round, lockstep, mixed, round_times,
+    stress_mode, stress_round,
+};
+use tollgate::{Denied, LeasedTokenBucket, LockingTokenBucket, ManualClock, Rate, RateLimiter};
+
+#[derive(Debug, Clone)]
+enum Op {
+    Acquire(u32),
+    Advance(u64),
+    /// Steps the clock back by this much (saturating at zero).
+    Back(u64),
+}
+
+fn ops(capacity: u32, interval: u64) -> impl Strategy<Value = Vec<Op>> {
+    let op = prop_oneof![
+        6 => (1..=capacity).prop_map(Op::Acquire),
+        1 => prop_oneof![Just(0u32), Just(u32::MAX), (capacity + 1)..=(capacity + 3)]
+            .prop_map(Op::Acquire),
+        3 => (0..=3 * interval).prop_map(Op::Advance),
+        1 => (0..=4u64).prop_map(Op::Advance),
+        1 => (0..=2 * interval).prop_map(Op::Back),
+    ];
+    proptest::collection::vec(op, 1..200)
+}
+
+/// Clock times for `ops`, scaled from a 3 µs interval to the bucket's.
+fn times(ops: &[Op], interval: u64) -> Vec<Option<u64>> {
+    let mut now = 0u64;
+    ops.iter()
+        .map(|op| match *op {
+            Op::Acquire(_) => None,
+            Op::Advance(step) => {
+                now += step * interval / 3_000 + step % 3;
+                Some(now)
+            }
+            Op::Back(step) => {
+                now = now.saturating_sub(step * interval / 3_000 + step % 3);
+                Some(now)
+            }
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// On one thread the leased bucket (1 stripe and 4), the twin and the
+    /// reference make identical decisions, retry-afters to the nanosecond, and
+    /// report identical snapshots; what they admit keeps the bound.
+    #[test]
+    fn leased_twin_and_reference_agree(
+        (capacity, permits, period) in bucket_config(),
+        seed_ops in ops(10, 3_000),
+    ) {
+        let rate = Rate::new(permits, Duration::from_nanos(period));
+        let clock = ManualClock::new();
+        let one = LeasedTokenBucket::with_stripes(capacity, rate, clock.clone(), 1).unwrap();
+        let four = LeasedTokenBucket::with_stripes(capacity, rate, clock.clone(), 4).unwrap();
+        let twin = LockingTokenBucket::with_clock(capacity, rate, clock.clone()).unwrap();
+        let mut reference = ReferenceTokenBucket::new(capacity, permits, period);
+        let interval = twin.emission_interval().as_nanos() as u64;
+        let forward: Vec<Op> = seed_ops
+            .into_iter()
+            .map(|op| match op {
+                Op::Back(_) => Op::Advance(0),
+                op => op,
+            })
+            .collect();
+        let steps: Vec<Step> = forward
+            .iter()
+            .zip(times(&forward, interval))
+            .map(|(op, time)| match (op, time) {
+                (Op::Acquire(n), _) => Step::Acquire(*n),
+                (_, Some(t)) => Step::SetTime(t),
+                _ => unreachable!("a clock step has a time"),
+            })
+            .collect();
+        let admissions =
+            assert_agree(&steps, &clock, &[&one, &four, &twin], &mut reference);
+        check_token_bucket(&admissions, capacity, permits, period);
+    }
+
+    /// With the clock stepping back too, the leased bucket and the twin still
+    /// agree decision for decision and snapshot for snapshot.
+    #[test]
+    fn leased_and_twin_agree_when_time_steps_back(
+        (capacity, permits, period) in bucket_config(),
+        seed_ops in ops(10, 3_000),
+    ) {
+        let rate = Rate::new(permits, Duration::from_nanos(period));
+        let clock = ManualClock::new();
+        let leased = LeasedTokenBucket::with_clock(capacity, rate, clock.clone()).unwrap();
+        let twin = LockingTokenBucket::with_clock(capacity, rate, clock.clone()).unwrap();
+        let interval = twin.emission_interval().as_nanos() as u64;
+        for (op, time) in seed_ops.iter().zip(times(&seed_ops, interval)) {
+            match (op, time) {
+                (Op::Acquire(n), _) => {
+                    prop_assert_eq!(leased.try_acquire_n(*n), twin.try_acquire_n(*n));
+                }
+                (_, Some(t)) => clock.set(t),
+                _ => unreachable!(),
+            }
+            prop_assert_eq!(leased.snapshot(), twin.snapshot());
+        }
+    }
+
+    /// Requests from three threads (three stripes), interleaved in a random
+    /// but fixed order, clock moving forward and back: what is admitted keeps
+    /// the bound, and once the clock passes everything leased the whole
+    /// capacity is available again from any thread (no permit stays stranded).
+    #[test]
+    fn spread_over_stripes_keeps_the_bound_and_recovers(
+        (capacity, permits, period) in bucket_config(),
+        seed_ops in ops(10, 3_000),
+        who in proptest::collection::vec(0..3usize, 200),
+    ) {
+        let rate = Rate::new(permits, Duration::from_nanos(period));
+        let clock = ManualClock::new();
+        let leased = Arc::new(LeasedTokenBucket::with_stripes(capacity, rate, clock.clone(), 8).unwrap());
+        let workers = Workers::new(leased.clone(), 3);
+        let interval = leased.emission_interval().as_nanos() as u64;
+        let mut admissions = Vec::new();
+        let mut now = 0;
+        let mut latest = 0;
+        for ((op, time), &thread) in seed_ops.iter().zip(times(&seed_ops, interval)).zip(&who) {
+            match (op, time) {
+                (Op::Acquire(n), _) => {
+                    let result = workers.acquire(thread, *n);
+                    match (result, *n) {
+                        (Ok(()), n) => admissions.push(Admission { at: now, n }),
+                        (Err(Denied::ZeroPermits), 0) => {}
+                        (Err(Denied::ExceedsCapacity { .. }), n) => prop_assert!(n > capacity),
+                        (Err(Denied::RetryAfter(wait)), n) => {
+                            prop_assert!(n <= capacity && !wait.is_zero());
+                        }
+                        (other, n) => prop_assert!(false, "{:?} for n = {}", other, n),
+                    }
+                }
+                (_, Some(t)) => {
+                    now = t;
+                    latest = latest.max(t);
+                    clock.set(t);
+                }
+                _ => unreachable!(),
+            }
+        }
+        check_token_bucket(&admissions, capacity, permits, period);
+        // Every lease ends at or before the word's TAT, which is at most
+        // `latest + capacity·interval`: past that, nothing is leased.
+        clock.set(latest + u64::from(capacity) * interval);
+        for thread in 0..3 {
+            prop_assert_eq!(leased.snapshot().available, capacity);
+            prop_assert_eq!(workers.acquire(thread, capacity), Ok(()));
+            prop_assert!(workers.acquire(thread, 1).is_err());
+            clock.set(clock_now(&clock) + u64::from(capacity) * interval);
+        }
+    }
+}
+
+fn clock_now(clock: &ManualClock) -> u64 {
+    use tollgate::Clock;
+    clock.now()
+}
+
+#[test]
+fn odd_request_sizes_never_panic() {
+    let clock = ManualClock::new();
+    for capacity in [1, 7, u32::MAX] {
+        let bucket =
+            LeasedTokenBucket::with_clock(capacity, Rate::per_second(1), clock.clone()).unwrap();
+        assert_eq!(bucket.try_acquire_n(0), Err(Denied::ZeroPermits));
+        if capacity < u32::MAX {
+            assert_eq!(
+                bucket.try_acquire_n(u32::MAX),
+                Err(Denied::ExceedsCapacity {
+                    requested: u32::MAX,
+                    capacity
+                })
+            );
+            assert!(matches!(
+                bucket.try_acquire_n_with_snapshot(capacity + 1),
+                Err(r) if matches!(r.denied, Denied::ExceedsCapacity { .. })
+            ));
+        }
+        assert_eq!(bucket.try_acquire_n(capacity), Ok(()));
+        assert!(matches!(bucket.try_acquire(), Err(Denied::RetryAfter(_))));
+    }
+    // The largest configuration: u32::MAX permits of the longest interval
+    // that fits the time range, asked for all at once, at the end of time.
+    let rate = Rate::new(1, Duration::from_nanos((1 << 62) / u64::from(u32::MAX)));
+    let bucket = LeasedTokenBucket::with_clock(u32::MAX, rate, clock.clone()).unwrap();
+    clock.set(u64::MAX);
+    assert_eq!(bucket.try_acquire_n(u32::MAX), Ok(()));
+    assert!(bucket.try_acquire_n(u32::MAX).is_err());
+    let _ = bucket.snapshot();
+}
+
+#[test]
+fn reports_what_the_twin_reports_on_one_thread() {
+    let clock = ManualClock::new();
+    let rate = Rate::per_second(10);
+    let leased = LeasedTokenBucket::with_clock(10, rate, clock.clone()).unwrap();
+    let twin = LockingTokenBucket::with_clock(10, rate, clock.clone()).unwrap();
+    for (step, n) in [
+        (0, 4),
+        (0, 7),
+        (50, 1),
+        (100, 6),
+        (0, 0),
+        (0, 11),
+        (1000, 10),
+    ] {
+        clock.advance(Duration::from_millis(step));
+        assert_eq!(
+            leased.try_acquire_n_with_snapshot(n),
+            twin.try_acquire_n_with_snapshot(n),
+            "n = {n}"
+        );
+    }
+}
+
+#[test]
+fn never_over_admits_when_time_steps_back() {
+    // A lease taken at 100 ms must not be spent at a reading 90 ms older.
+    const MS: u64 = 1_000_000;
+    let clock = ManualClock::new();
+    let rate = Rate::new(1, Duration::from_millis(10));
+    let bucket = LeasedTokenBucket::with_clock(4, rate, clock.clone()).unwrap();
+    let mut admissions = Vec::new();
+    for (at, n) in [
+        (0, 1),
+        (100, 1),
+        (10, 1),
+        (10, 3),
+        (100, 3),
+        (95, 1),
+        (0, 1),
+        (130, 4),
+    ] {
+        clock.set(at * MS);
+        if bucket.try_acquire_n(n).is_ok() {
+            admissions.push(Admission { at: at * MS, n });
+        }
+    }
+    check_token_bucket(&admissions, 4, 1, 10 * MS);
+}
+
+/// Lock-step rounds on a manual clock, 4 threads, every admission recorded at
+/// its round's time: the bound holds, and the permits denied while the
+/// bucket (as a sequential bucket fed the same admissions would see it) still
+/// had room are counted and printed: under-admission.
+fn stress_rounds(
+    stripes: usize,
+    capacity: u32,
+    sizes: fn(usize, usize) -> u32,
+    stop_at_denial: bool,
+) {
+    const THREADS: usize = 4;
+    const ROUNDS: u64 = 300;
+    const ATTEMPTS: usize = 64;
+    let (permits, period) = (100, 1_000_000u64);
+    let interval = period / permits;
+    let clock = ManualClock::new();
+    let rate = Rate::new(permits as u32, Duration::from_nanos(period));
+    let bucket =
+        Arc::new(LeasedTokenBucket::with_stripes(capacity, rate, clock.clone(), stripes).unwrap());
+    let times = round_times(ROUNDS, interval * 25);
+    let b = bucket.clone();
+    let rounds = lockstep(&clock, THREADS, &times, move |thread, round| {
+        stress_round(&*b, sizes, (thread, round), ATTEMPTS, stop_at_denial)
+    });
+    let mut admissions = Vec::new();
+    // A sequential GCRA fed the recorded admissions: its room at each round is
+    // what an exact limiter could still have admitted.
+    let (mut tat, mut admissible, mut missed, mut admitted) = (0u64, 0u64, 0u64, 0u64);
+    for (round, requests) in rounds.iter().enumerate() {
+        let at = times[round];
+        let (demand, got) = demanded_and_got(requests);
+        let room = (at + u64::from(capacity) * interval).saturating_sub(tat.max(at)) / interval;
+        admissible += room.min(demand);
+        // Permits denied while the room covered them (for single permits,
+        // exactly the shortfall; for mixed sizes, an upper estimate).
+        missed += room.min(demand).saturating_sub(got);
+        admitted += got;
+        tat = tat.max(at) + got * interval;
+        admissions.extend(admitted_at(at, requests));
+    }
+    check_token_bucket(&admissions, capacity, permits as u32, period);
+    // What a sequential bucket admits when every round's demand exceeds its
+    // room (single permits): an exact, tight limiter admits exactly this.
+    let mut reference = ReferenceTokenBucket::new(capacity, permits as u32, period);
+    let sequential: u64 = expected_per_round(&mut reference, &times, THREADS * ATTEMPTS)
+        .iter()
+        .sum();
+    println!(
+        "leased token bucket, {THREADS} threads, {stripes} stripes, capacity {capacity}, \
+         {} requests: admitted {admitted} (sequential bucket: {sequential}), \
+         admissible {admissible}, denied with room {missed}",
+        stress_mode(stop_at_denial)
+    );
+}
+
+#[test]
+fn stress_single_permits_keep_the_bound() {
+    for stripes in [1, 2, 4, 8] {
+        stress_rounds(stripes, 40, support::one, false);
+        stress_rounds(stripes, 40, support::one, true);
+        stress_rounds(stripes, 1_000, support::one, true);
+    }
+}
+
+#[test]
+fn stress_mixed_sizes_keep_the_bound() {
+    for stripes in [1, 4] {
+        stress_rounds(stripes, 40, mixed::<7>, false);
+    }
+}
