@@ -93,7 +93,7 @@ use crate::refund::Refundable;
 ///   snapshot from its own decision — what `RateLimit` headers need; on denial,
 ///   the denying member and its [`Rejection`].
 ///
-/// Property tests against a sequential reference: `tests/all_of.rs`; the loom
+/// Property tests against a sequential reference: `tests/integration/all_of.rs`; the loom
 /// models of a refund racing admissions at a later clock reading, with a
 /// known-bad refund the models catch: `loom-tests/tests/all_of.rs`.
 #[derive(Debug, Clone, Copy)]

@@ -20,7 +20,7 @@
 //! Latency is measured on a tollgate [`Clock`](crate::Clock): on a
 //! [`ManualClock`](crate::ManualClock), a simulator runs a limiter through
 //! minutes of traffic in milliseconds, deterministically (the crate's
-//! `tests/adaptive_sim.rs` does; `docs/adaptive.md` has its results).
+//! `tests/integration/adaptive_sim.rs` does; `docs/adaptive.md` has its results).
 //!
 //! # Concurrency
 //!

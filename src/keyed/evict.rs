@@ -455,7 +455,7 @@ where
     /// long enough to be cold again; a log whose stamps have all left the
     /// window; a window that counted nothing in the current window). Such a key is removed; if it
     /// comes back, it gets a new state and cannot tell the difference. The property
-    /// test in `tests/keyed.rs` runs random operations against a keyed limiter that
+    /// test in `tests/integration/keyed.rs` runs random operations against a keyed limiter that
     /// sweeps after every request and one that never evicts, and checks they agree
     /// on every decision, retry-after and snapshot.
     ///

@@ -73,7 +73,7 @@
 //!   [`AllOf`](crate::AllOf) and of a sliding log with several rules, so a
 //!   `RateLimit` field written from it describes one real limit.
 //!
-//! The stress tests in `tests/keyed_combined.rs` hammer pairs from several
+//! The stress tests in `tests/integration/keyed_combined.rs` hammer pairs from several
 //! threads and check both limits on what was admitted, and that with time
 //! frozen a window part ends with exactly its capacity less what passed; the
 //! loom model `loom-tests/tests/combined.rs` races a refund made at a stale

@@ -9,8 +9,8 @@
 //! [`LogConfig`] and every ticket `k` it takes, the entry of ticket `k − N_i`
 //! has left `T_i` ([`Geometry::decide_rules`]): at most `N_i` permits in any
 //! window `[t, t + T_i)` per key, decision for decision with the direct log
-//! with one rule (property tests in `tests/keyed.rs`; several rules against a
-//! reference model in `tests/keyed_rules.rs`). The ring holds `N = max N_i`
+//! with one rule (property tests in `tests/integration/keyed.rs`; several rules against a
+//! reference model in `tests/integration/keyed_rules.rs`). The ring holds `N = max N_i`
 //! slots, so every rule's entry is still there.
 //!
 //! # State

@@ -239,7 +239,7 @@ where
 ///   reconfiguration carries the keys over under each shard's write lock, so
 ///   every request happens wholly before or wholly after its key's carry-over,
 ///   and a second reconfiguration cannot start until the first has visited
-///   every shard. The stress test `tests/keyed_reconfig.rs` checks every key's
+///   every shard. The stress test `tests/integration/keyed_reconfig.rs` checks every key's
 ///   final state against the sequential histories.
 /// * **[`Tunable`], per-key overrides and the overflow state** are lock-free
 ///   all the way, and linearizable as long as no single request spans *two*

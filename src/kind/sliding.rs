@@ -8,7 +8,7 @@
 //! history of the finished sub-windows' charges per key, and decides as the
 //! twin does: the same [`WindowShape`] functions, so the same decisions,
 //! retry-afters and snapshots as a [`LockingSlidingWindow`] built when the
-//! keyed limiter was built (property tests in `tests/keyed.rs`), and the same
+//! keyed limiter was built (property tests in `tests/integration/keyed.rs`), and the same
 //! bound: **at most `N` permits in any `S` consecutive aligned sub-windows**,
 //! per key (at most `N` in any `(S − 1)/S` of the period, `2N` in any period).
 //!

@@ -160,7 +160,7 @@ warm_up!(
     /// ramps up: after idleness, permits are handed out at `cold_factor` × the stable
     /// interval, and the interval shrinks linearly to the stable one as the limiter
     /// is used, over the warm-up period. The schedule is Guava's, formula for
-    /// formula; the table test in `tests/warm_up.rs` reproduces the expected waits
+    /// formula; the table test in `tests/integration/warm_up.rs` reproduces the expected waits
     /// of Guava's own `RateLimiterTest` within 1 µs (most of them exactly).
     ///
     /// Like Guava's `RateLimiter`, a request is never delayed for its *own* cost:

@@ -1,5 +1,5 @@
 //! `Counted`: exact counts under contention, and refunds counted when an
-//! `AllOf` hands permits back. Its `tracing` events: `tests/counted_tracing.rs`.
+//! `AllOf` hands permits back. Its `tracing` events: `tests/integration/counted_tracing.rs`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

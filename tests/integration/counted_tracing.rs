@@ -6,7 +6,7 @@
 //! interest process-wide, and another test's thread registering a callsite
 //! without a subscriber, while this one has its scoped subscriber, made an
 //! event go missing (40 runs in 300 of the binary when it shared
-//! `tests/counted.rs`; 0 in 300 since).
+//! `tests/integration/counted.rs`; 0 in 300 since).
 #![cfg(feature = "tracing")]
 
 use std::sync::{Arc, Mutex};

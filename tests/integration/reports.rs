@@ -92,12 +92,12 @@ fn every_limiter() -> Vec<(&'static str, Build)> {
             Box::new(Tunable::<FixedWindow<ManualClock>>::with_clock(cfg, c))
         }),
         // Its twin is `LockingTokenBucket` (compared in
-        // tests/leased_token_bucket.rs), so it sits outside the pairs above.
+        // tests/integration/leased_token_bucket.rs), so it sits outside the pairs above.
         ("LeasedTokenBucket", |c| {
             Box::new(LeasedTokenBucket::with_clock(10, Rate::per_second(10), c).unwrap())
         }),
         // Its twin is `LockingFixedWindow` (compared in
-        // tests/leased_fixed_window.rs).
+        // tests/integration/leased_fixed_window.rs).
         ("LeasedFixedWindow", |c| {
             Box::new(LeasedFixedWindow::with_clock(Rate::per_second(10), c).unwrap())
         }),

@@ -4,7 +4,7 @@
 //! figure); and the traffic scenarios of Jianfeng Fu's "Throttling Solutions in Standalone and Distributed Scenarios"
 //! (docs/references.md) with each mode's error.
 //!
-//! `cargo test --release --test sliding_window -- --nocapture` prints the
+//! `cargo test --release --test integration sliding_window:: -- --nocapture` prints the
 //! figures quoted in `docs/sliding_window.md`.
 
 use crate::support;

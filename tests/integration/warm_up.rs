@@ -389,7 +389,7 @@ fn odd_requests_and_configurations() {
         .map(|_| flat.reserve(1).unwrap().ready_at())
         .collect();
     assert_eq!(starts, [0, 250, 500].map(Duration::from_millis));
-    // Both twins, with messages, in tests/config_errors.rs.
+    // Both twins, with messages, in tests/integration/config_errors.rs.
     let cold = |factor| {
         WarmUp::with_cold_factor(
             Rate::per_second(1),

@@ -1,5 +1,5 @@
 //! Clients in a loop against a simulated service, in virtual time: the
-//! behaviours an adaptive limit is held to (`tests/adaptive_sim.rs`).
+//! behaviours an adaptive limit is held to (`tests/integration/adaptive_sim.rs`).
 //!
 //! Each attempt holds its own permit of tollgate's [`AdaptiveLimit`] (on a
 //! `ManualClock` set to each event's time) and is timed alone. A request

@@ -361,8 +361,8 @@ pub fn expected_per_round(reference: &mut dyn Reference, times: &[u64], demand: 
         .collect()
 }
 
-// ---- leaky bucket, shaper and reservations (added for tests/leaky_bucket.rs,
-// tests/waiting.rs, tests/warm_up.rs) ----
+// ---- leaky bucket, shaper and reservations (added for tests/integration/leaky_bucket.rs,
+// tests/integration/waiting.rs, tests/integration/warm_up.rs) ----
 
 /// The `LeakyBucketThrottler` of Jianfeng Fu's "Throttling Solutions in
 /// Standalone and Distributed Scenarios" (§3.3; docs/references.md) — a water
@@ -627,7 +627,7 @@ where
         .unwrap()
 }
 
-// ---- sliding window (added for tests/sliding_window.rs) ----
+// ---- sliding window (added for tests/integration/sliding_window.rs) ----
 
 /// Checks the sliding window's promise: the permits admitted in any `subs`
 /// consecutive aligned sub-windows of `sub_ns` (sub-window `i` is
