@@ -211,6 +211,22 @@ mod models {
         report.iterations.load(StdOrdering::Relaxed)
     }
 
+    /// A preemption bound for a model whose next bound up costs minutes:
+    /// `bound` in the default suite (`scripts/loom-run`), `deep` in the
+    /// opt-in deeper run (`scripts/loom-run --deep`, which sets
+    /// `TOLLGATE_LOOM_DEEP=1`).
+    ///
+    /// Only a model whose default bound still catches every mutant and
+    /// known-bad it caught at `deep` is given one (`scripts/mutate-loom`
+    /// measures that).
+    pub fn depth(bound: usize, deep: usize) -> usize {
+        if std::env::var_os("TOLLGATE_LOOM_DEEP").is_some_and(|v| v != "0") {
+            deep
+        } else {
+            bound
+        }
+    }
+
     /// [`explore`], and asserts that the model raced: a model that ran in a
     /// single interleaving explored nothing.
     pub fn explore_races(

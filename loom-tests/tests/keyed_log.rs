@@ -23,7 +23,7 @@ use tollgate::fault::{Fault, inject};
 use tollgate::keyed::{Keyed, Tunable};
 use tollgate::{ManualClock, Rate, RateLimiter, Refundable, SlidingLog};
 use tollgate_loom_tests::{
-    Op, RecordingClock, admissions_in_order, explore, record, single_threaded_tail,
+    Op, RecordingClock, admissions_in_order, depth, explore, record, single_threaded_tail,
 };
 
 type Log = SlidingLog<RecordingClock>;
@@ -264,7 +264,7 @@ fn a_carry_over_two_laps_behind_the_head() {
     const RULE: (u32, u64) = (1, 10);
     explore(
         "keyed_log::a_carry_over_two_laps_behind_the_head",
-        3,
+        depth(2, 3),
         || {
             let (log, clock) = logged(RULE);
             let laps = three_laps(&log, &clock);
@@ -295,23 +295,27 @@ fn a_carry_over_two_laps_behind_the_head() {
 #[test]
 fn a_reader_behind_two_claimers() {
     const RULE: (u32, u64) = (1, 10);
-    explore("keyed_log::a_reader_behind_two_claimers", 2, || {
-        let (log, clock) = logged(RULE);
-        let l = Arc::clone(&log);
-        let first = thread::spawn(move || vec![record(1, || l.try_acquire())]);
-        let l = Arc::clone(&log);
-        let c = clock.clone();
-        let second = thread::spawn(move || {
-            c.set(10);
-            vec![record(1, || l.try_acquire())]
-        });
-        let l = Arc::clone(&log);
-        let third = thread::spawn(move || vec![record(1, || l.try_acquire())]);
-        let threads = vec![
-            first.join().unwrap(),
-            second.join().unwrap(),
-            third.join().unwrap(),
-        ];
-        assert_rule(RULE.0, RULE.1, &threads);
-    });
+    explore(
+        "keyed_log::a_reader_behind_two_claimers",
+        depth(1, 2),
+        || {
+            let (log, clock) = logged(RULE);
+            let l = Arc::clone(&log);
+            let first = thread::spawn(move || vec![record(1, || l.try_acquire())]);
+            let l = Arc::clone(&log);
+            let c = clock.clone();
+            let second = thread::spawn(move || {
+                c.set(10);
+                vec![record(1, || l.try_acquire())]
+            });
+            let l = Arc::clone(&log);
+            let third = thread::spawn(move || vec![record(1, || l.try_acquire())]);
+            let threads = vec![
+                first.join().unwrap(),
+                second.join().unwrap(),
+                third.join().unwrap(),
+            ];
+            assert_rule(RULE.0, RULE.1, &threads);
+        },
+    );
 }

@@ -27,7 +27,7 @@ use tollgate::{
     Denied, FixedWindow, LeakyBucket, ManualClock, Rate, RateLimiter, Shaper, SlidingLog,
     SlidingWindow, Snapshot, TokenBucket, WarmUp,
 };
-use tollgate_loom_tests::explore;
+use tollgate_loom_tests::{depth, explore};
 
 type Bucket = TokenBucket<ManualClock>;
 
@@ -413,17 +413,21 @@ fn assert_rule_bounds(results: &[Vec<Option<Result<(), Denied>>>], long: u32) {
 /// outcome is linearizable (retry-afters and final snapshot included).
 #[test]
 fn multi_rule_log_change_races_acquires() {
-    explore("reconfigure: multi-rule log, a rule changed", 3, || {
-        let results = linearizable(
-            |clock| used_log(rules(3), clock),
-            vec![
-                vec![Op::Acquire(1), Op::Acquire(1)],
-                vec![Op::Acquire(1)],
-                vec![Op::Reconfigure(rules(4), Carry::Proportional)],
-            ],
-        );
-        assert_rule_bounds(&results, 4);
-    });
+    explore(
+        "reconfigure: multi-rule log, a rule changed",
+        depth(2, 3),
+        || {
+            let results = linearizable(
+                |clock| used_log(rules(3), clock),
+                vec![
+                    vec![Op::Acquire(1), Op::Acquire(1)],
+                    vec![Op::Acquire(1)],
+                    vec![Op::Reconfigure(rules(4), Carry::Proportional)],
+                ],
+            );
+            assert_rule_bounds(&results, 4);
+        },
+    );
 }
 
 /// The short rule removed while two acquires race it: once it is gone the
@@ -435,7 +439,7 @@ fn multi_rule_log_removal_races_acquires() {
         .expect("two rules");
     explore(
         "reconfigure: multi-rule log, a rule removed",
-        3,
+        depth(2, 3),
         move || {
             let results = linearizable(
                 |clock| used_log(rules(3), clock),

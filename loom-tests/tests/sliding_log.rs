@@ -24,9 +24,9 @@ use tollgate::fault::{Fault, inject};
 use tollgate::{Clock, Denied, ManualClock, Rate, RateLimiter, SlidingLog};
 use tollgate_loom_tests::{
     Move::{By, To},
-    Op, RecordingClock, Subject, advance_between_acquires, clock_mover, explore, explore_races,
-    join_all, nanos, on_manual_clock, race_a_moving_clock, race_an_advance, record, requester,
-    single_threaded_tail,
+    Op, RecordingClock, Subject, advance_between_acquires, clock_mover, depth, explore,
+    explore_races, join_all, nanos, on_manual_clock, race_a_moving_clock, race_an_advance, record,
+    requester, single_threaded_tail,
 };
 
 /// The window: 10 ns.
@@ -130,8 +130,8 @@ const LOG: Subject<SlidingLog<RecordingClock>> = Subject {
 /// lap's tickets need no entry, so no denial can come from an entry still in
 /// flight; with two rings of one slot, threads 1 and 3 share a home ring, and
 /// whoever finds its home taken crosses to the other ring.
-fn race_for_two_slots(name: &'static str, stripes: usize) {
-    explore_races(name, 3, move || {
+fn race_for_two_slots(name: &'static str, stripes: usize, bound: usize) {
+    explore_races(name, bound, move || {
         const LIMIT: u32 = 2;
         let (log, clock) = striped_log(LIMIT, stripes);
         let handles = (0..3).map(|_| requester(&log, &[1])).collect();
@@ -143,7 +143,7 @@ fn race_for_two_slots(name: &'static str, stripes: usize) {
 
 #[test]
 fn three_threads_race_for_two_slots() {
-    race_for_two_slots("sliding_log::three_threads_race_for_two_slots", 1);
+    race_for_two_slots("sliding_log::three_threads_race_for_two_slots", 1, 3);
 }
 
 #[test]
@@ -308,7 +308,11 @@ fn counting_denied_attempts_races() {
 
 #[test]
 fn two_rings_three_threads_race_for_two_slots() {
-    race_for_two_slots("sliding_log::two_rings_three_threads_race_for_two_slots", 2);
+    race_for_two_slots(
+        "sliding_log::two_rings_three_threads_race_for_two_slots",
+        2,
+        depth(2, 3),
+    );
 }
 
 #[test]
