@@ -149,8 +149,9 @@ impl Aimd {
         (self.min, self.max)
     }
 
-    /// The limit after `sample` from `limit`: the pure decision.
-    fn decide(&self, limit: u32, sample: &Sample) -> u32 {
+    /// The limit after `sample` from `limit`: the pure decision, `None` when
+    /// it is unchanged (nothing is written: no store, no contention).
+    fn decide(&self, AimdState(limit): AimdState, sample: &Sample) -> Option<AimdState> {
         let next = if sample.outcome == Outcome::Dropped || sample.rtt_ns > self.timeout_ns {
             // floor(limit · ratio), exact in millionths; limit < 2^21 and the
             // ratio < 10^6, so the product fits easily.
@@ -160,36 +161,30 @@ impl Aimd {
         } else {
             limit
         };
-        next.clamp(self.min, self.max)
+        let next = next.clamp(self.min, self.max);
+        (next != limit).then_some(AimdState(next))
     }
 }
 
-impl LimitAlgorithm for Aimd {
-    fn on_sample(&self, sample: Sample, now_ns: u64) -> Option<u32> {
-        if sample.outcome == Outcome::Ignored {
-            return None;
-        }
-        apply(
-            &self.state,
-            &self.history,
-            now_ns,
-            |word| word as u32,
-            |word| {
-                let next = self.decide(word as u32, &sample);
-                // An unchanged limit is not written: no store, no contention.
-                (next != word as u32).then_some(u64::from(next))
-            },
-        )
+/// AIMD's whole state is its limit, the low 32 bits of its word.
+#[derive(Clone, Copy)]
+struct AimdState(u32);
+
+impl AimdState {
+    fn pack(self) -> u64 {
+        u64::from(self.0)
     }
 
-    fn limit(&self) -> u32 {
-        self.state.load() as u32
+    fn unpack(word: u64) -> Self {
+        AimdState(word as u32)
     }
 
-    fn history(&self) -> Option<&LimitHistory> {
-        Some(&self.history)
+    fn limit(self) -> u32 {
+        self.0
     }
 }
+
+packed_algorithm!(Aimd, AimdState);
 
 #[cfg(all(test, not(loom)))]
 mod tests {
