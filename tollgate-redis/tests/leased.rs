@@ -220,13 +220,15 @@ fn processes_never_over_admit(wait_every: u64) {
     assert!(spent <= allowance);
 }
 
-/// A limiter on `server` with a small breaker, its mode changes counted.
-async fn faulty(server: &RedisServer, policy: Policy, timeout: Duration) -> LeasedLimiter {
+/// A limiter on `server` with a small breaker and a 50 ms timeout, its mode
+/// changes counted, once it holds a lease; and the longest decision until
+/// then.
+async fn faulty(server: &RedisServer, policy: Policy) -> (LeasedLimiter, Duration) {
     let options = Options::new()
-        .timeout(timeout)
+        .timeout(Duration::from_millis(50))
         .connect_timeout(Duration::from_millis(100));
     let client = Client::connect_with(&server.url(), options).await.unwrap();
-    LeasedLimiter::start(
+    let limiter = LeasedLimiter::start(
         client,
         budget(),
         KEY,
@@ -234,7 +236,17 @@ async fn faulty(server: &RedisServer, policy: Policy, timeout: Duration) -> Leas
             .breaker(2, Duration::from_millis(100))
             .lifetime(Duration::from_millis(200))
             .policy(policy),
-    )
+    );
+    let up = drive_until(&limiter, leased_ok).await;
+    (limiter, up)
+}
+
+/// Drives `limiter` until it holds a lease again, prints the longest
+/// decision of the fault `what` (`down`) and after it, and shuts it down.
+async fn recovers(mut limiter: LeasedLimiter, what: &str, down: Duration) {
+    let back = drive_until(&limiter, leased_ok).await;
+    println!("{what}: longest decision while down {down:?}, after {back:?}");
+    limiter.shutdown().await;
 }
 
 /// Drives decisions until `done` says so (or 20 s: then the test fails),
@@ -265,13 +277,7 @@ fn leased_ok(limiter: &LeasedLimiter, result: &Result<(), Error>) -> bool {
 async fn sigkill_and_restart_degrade_to_the_local_share_and_back() {
     let mut server = RedisServer::start();
     let local = tollgate::TokenBucket::new(5, Rate::per_hour(1)).unwrap();
-    let mut limiter = faulty(
-        &server,
-        Policy::Local(Box::new(local)),
-        Duration::from_millis(50),
-    )
-    .await;
-    let up = drive_until(&limiter, leased_ok).await;
+    let (mut limiter, up) = faulty(&server, Policy::Local(Box::new(local))).await;
     server.kill();
     // Degraded: the pool (debited) first, then exactly the local share of 5.
     let down = drive_until(&limiter, |l, _| l.mode() == Mode::Degraded).await;
@@ -296,24 +302,20 @@ async fn sigkill_and_restart_degrade_to_the_local_share_and_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_pause_fails_closed_within_the_timeout() {
     let server = RedisServer::start();
-    let mut limiter = faulty(&server, Policy::Closed, Duration::from_millis(50)).await;
-    drive_until(&limiter, leased_ok).await;
+    let (limiter, _) = faulty(&server, Policy::Closed).await;
     let _: () = server.cmd(&["CLIENT", "PAUSE", "3000", "ALL"]);
     let down = drive_until(&limiter, |l, r| {
         l.mode() == Mode::Degraded && l.pool() == 0 && matches!(r, Err(Error::Unavailable))
     })
     .await;
     let _: () = server.cmd(&["CLIENT", "UNPAUSE"]);
-    let back = drive_until(&limiter, leased_ok).await;
-    println!("CLIENT PAUSE (closed): longest decision while paused {down:?}, after {back:?}");
-    limiter.shutdown().await;
+    recovers(limiter, "CLIENT PAUSE (closed)", down).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn debug_sleep_fails_open_and_recovers() {
     let server = RedisServer::start_with(&["--enable-debug-command", "local"]);
-    let mut limiter = faulty(&server, Policy::Open, Duration::from_millis(50)).await;
-    drive_until(&limiter, leased_ok).await;
+    let (limiter, _) = faulty(&server, Policy::Open).await;
     let url = server.url();
     let sleeper = std::thread::spawn(move || {
         let mut admin = redis::Client::open(url).unwrap().get_connection().unwrap();
@@ -325,16 +327,13 @@ async fn debug_sleep_fails_open_and_recovers() {
     });
     let down = drive_until(&limiter, |l, r| l.mode() == Mode::Degraded && r.is_ok()).await;
     sleeper.join().unwrap();
-    let back = drive_until(&limiter, leased_ok).await;
-    println!("DEBUG SLEEP (open): longest decision while asleep {down:?}, after {back:?}");
-    limiter.shutdown().await;
+    recovers(limiter, "DEBUG SLEEP (open)", down).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_memory_server_degrades_and_recovers() {
     let server = RedisServer::start_with(&["--maxmemory-policy", "noeviction"]);
-    let mut limiter = faulty(&server, Policy::Closed, Duration::from_millis(50)).await;
-    drive_until(&limiter, leased_ok).await;
+    let (limiter, _) = faulty(&server, Policy::Closed).await;
     // Drop the key so that the next lease must write a new one.
     let _: () = server.cmd(&["CONFIG", "SET", "maxmemory", "1"]);
     let _: i64 = server.cmd(&["DEL", "tollgate:budget:{global}:tb"]);
@@ -343,9 +342,7 @@ async fn a_full_memory_server_degrades_and_recovers() {
     })
     .await;
     let _: () = server.cmd(&["CONFIG", "SET", "maxmemory", "0"]);
-    let back = drive_until(&limiter, leased_ok).await;
-    println!("maxmemory noeviction (closed): longest decision {down:?}, after {back:?}");
-    limiter.shutdown().await;
+    recovers(limiter, "maxmemory noeviction (closed)", down).await;
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -48,6 +48,12 @@ async fn grpc_status(client: &reqwest::Client, url: &str, key: Option<&str>) -> 
     status
 }
 
+/// Serves `app` on loopback; returns the URL of its root.
+async fn serve_root(app: Router) -> String {
+    let addr = support::serve(app).await;
+    format!("http://{addr}/")
+}
+
 /// One test: the recorder is global to this binary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_metric_counts_what_happened() {
@@ -63,13 +69,12 @@ async fn every_metric_counts_what_happened() {
         .policy(per_key)
         .policy(global)
         .build();
-    let addr = support::serve(
+    let url = serve_root(
         Router::new()
             .route("/", get(|| async { "ok" }).post(|| async { "ok" }))
             .layer(throttled),
     )
     .await;
-    let url = format!("http://{addr}/");
     // burst admits 2 then refuses; global admits those 2 and a third.
     let statuses = [
         status(&client, &url, Some("a")).await,
@@ -122,13 +127,12 @@ async fn every_metric_counts_what_happened() {
     // A concurrency layer of one permit: held, a request is shed; free, one
     // is admitted and its success recorded.
     let limit = Arc::new(ConcurrencyLimit::new(1).unwrap());
-    let addr = support::serve(
+    let url = serve_root(
         Router::new()
             .route("/", get(|| async { "ok" }).post(|| async { "ok" }))
             .layer(ConcurrencyLayer::new(Arc::clone(&limit))),
     )
     .await;
-    let url = format!("http://{addr}/");
     let held = limit.try_acquire().unwrap();
     assert_eq!(
         status(&client, &url, None).await,
@@ -172,7 +176,7 @@ async fn every_metric_counts_what_happened() {
     // whose permit comes back while it waits is granted; each wait is a
     // sample of the histogram.
     let limit = Arc::new(ConcurrencyLimit::new(1).unwrap());
-    let addr = support::serve(
+    let url = serve_root(
         Router::new().route("/", get(|| async { "ok" })).layer(
             ConcurrencyLayer::builder(Arc::clone(&limit))
                 .queue(1, std::time::Duration::from_millis(100))
@@ -180,7 +184,6 @@ async fn every_metric_counts_what_happened() {
         ),
     )
     .await;
-    let url = format!("http://{addr}/");
     let held = limit.try_acquire().unwrap();
     assert_eq!(
         status(&client, &url, None).await,

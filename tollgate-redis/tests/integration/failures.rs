@@ -37,6 +37,13 @@ async fn connect(server: &RedisServer, timeout: Duration) -> Client {
         .unwrap()
 }
 
+/// A server, and a client that gives it 2 s a decision.
+async fn started() -> (RedisServer, Client) {
+    let server = RedisServer::start();
+    let client = connect(&server, Duration::from_secs(2)).await;
+    (server, client)
+}
+
 /// The server's clock, in µs since the Unix epoch.
 fn server_now_us(server: &RedisServer) -> u64 {
     let time: Vec<String> = server.cmd(&["TIME"]);
@@ -366,8 +373,7 @@ fn bad_values() -> Vec<&'static str> {
 
 #[tokio::test]
 async fn a_damaged_token_bucket_is_unknown_state_naming_tat_and_admits_nothing() {
-    let server = RedisServer::start();
-    let client = connect(&server, Duration::from_secs(2)).await;
+    let (server, client) = started().await;
     let bucket = TokenBucket::new("bucket", 3, hourly(3)).unwrap();
     let key = bucket.redis_key("tb");
     let now = server_now_us(&server);
@@ -415,8 +421,7 @@ async fn a_damaged_token_bucket_is_unknown_state_naming_tat_and_admits_nothing()
 /// is, without an expiry, and the admission writes the expiry back.
 #[tokio::test]
 async fn a_token_bucket_state_within_its_capacity_is_trusted_and_gets_its_expiry_back() {
-    let server = RedisServer::start();
-    let client = connect(&server, Duration::from_secs(2)).await;
+    let (server, client) = started().await;
     let bucket = TokenBucket::new("bucket", 3, hourly(3)).unwrap();
     let key = bucket.redis_key("persisted");
     // Two permits spent, one left: the TAT two intervals (40 minutes) ahead.
@@ -431,98 +436,72 @@ async fn a_token_bucket_state_within_its_capacity_is_trusted_and_gets_its_expiry
 
 #[tokio::test]
 async fn a_damaged_fixed_window_is_unknown_state_naming_the_field_and_admits_nothing() {
-    let server = RedisServer::start();
-    let client = connect(&server, Duration::from_secs(2)).await;
     let window = FixedWindow::new("window", hourly(3)).unwrap();
-    let key = window.redis_key("fw");
-    let hour_us = 3_600_000_000u64;
-    let current = (server_now_us(&server) / hour_us).to_string();
-    for format in FORMATS {
-        let write = |fields: &[(&str, String)]| write_state(format, &server, &key, fields);
-        // A count of -100 in the current window once admitted 5 of 5 at 3.
-        for bad in bad_values() {
-            write(&[
-                ("v", "fw1".into()),
-                ("w", current.clone()),
-                ("c", bad.into()),
-            ]);
-            assert_damaged(&server, &client, &window, "fw", "field c", 3).await;
-            write(&[("v", "fw1".into()), ("w", bad.into()), ("c", "0".into())]);
-            assert_damaged(&server, &client, &window, "fw", "field w", 3).await;
-        }
-        // Above any u32 limit.
-        write(&[
-            ("v", "fw1".into()),
-            ("w", current.clone()),
-            ("c", "4294967296".into()),
-        ]);
-        assert_damaged(&server, &client, &window, "fw", "field c", 3).await;
-        // A window that ends long after the key expires would never close.
-        let future = (server_now_us(&server) / hour_us + 1000).to_string();
-        write(&[("v", "fw1".into()), ("w", future), ("c", "0".into())]);
-        assert_damaged(&server, &client, &window, "fw", "field w", 3).await;
-        for missing in ["w", "c"] {
-            let mut fields = vec![("v", "fw1".to_string())];
-            if missing != "w" {
-                fields.push(("w", current.clone()));
-            }
-            if missing != "c" {
-                fields.push(("c", "0".into()));
-            }
-            write(&fields);
-            let names = missing_named(format, missing);
-            assert_damaged(&server, &client, &window, "fw", &names, 3).await;
-        }
-    }
+    assert_damaged_counters(&window, "fw", "fw1", &["w", "c"], "c").await;
 }
 
 #[tokio::test]
 async fn a_damaged_sliding_window_is_unknown_state_naming_the_field_and_admits_nothing() {
-    let server = RedisServer::start();
-    let client = connect(&server, Duration::from_secs(2)).await;
     let window = ApproxSlidingWindow::new("approx", hourly(3)).unwrap();
-    let key = window.redis_key("sw");
+    assert_damaged_counters(&window, "sw", "sw1", &["k", "c", "p"], "p").await;
+}
+
+/// The damaged states of a window counter of 3 an hour, asked about `key`:
+/// its state, tagged `tag`, is a window index (the first of `fields`) and
+/// counts (the others). In each format: every field holding each bad value,
+/// the count `overflow` above any u32 limit, a window that ends long after
+/// the key expires, and every field missing.
+async fn assert_damaged_counters(
+    window: &dyn Limiter,
+    key: &str,
+    tag: &str,
+    fields: &[&str],
+    overflow: &str,
+) {
+    let (server, client) = started().await;
+    let redis_key = window.redis_key(key);
     let hour_us = 3_600_000_000u64;
     let current = (server_now_us(&server) / hour_us).to_string();
-    for format in FORMATS {
-        let write = |fields: &[(&str, String)]| write_state(format, &server, &key, fields);
-        let good = |k: &str, c: &str, p: &str| {
-            vec![
-                ("v", "sw1".to_string()),
-                ("k", k.to_string()),
-                ("c", c.to_string()),
-                ("p", p.to_string()),
-            ]
-        };
-        for bad in bad_values() {
-            write(&good(&current, bad, "0"));
-            assert_damaged(&server, &client, &window, "sw", "field c", 3).await;
-            write(&good(&current, "0", bad));
-            assert_damaged(&server, &client, &window, "sw", "field p", 3).await;
-            write(&good(bad, "0", "0"));
-            assert_damaged(&server, &client, &window, "sw", "field k", 3).await;
+    // The current window with no counts, but `value` in `field`.
+    let state = |field: &str, value: &str| -> Vec<(&str, String)> {
+        let mut state = vec![("v", tag.to_owned())];
+        for (i, &name) in fields.iter().enumerate() {
+            let good = if i == 0 { current.as_str() } else { "0" };
+            state.push((name, if name == field { value } else { good }.to_owned()));
         }
-        write(&good(&current, "0", "4294967296"));
-        assert_damaged(&server, &client, &window, "sw", "field p", 3).await;
+        state
+    };
+    let index = fields[0];
+    let named = |field: &str| format!("field {field}");
+    for format in FORMATS {
+        let write = |state: &[(&str, String)]| write_state(format, &server, &redis_key, state);
+        // A count of -100 in the current window once admitted 5 of 5 at 3.
+        for bad in bad_values() {
+            for &field in fields {
+                write(&state(field, bad));
+                assert_damaged(&server, &client, window, key, &named(field), 3).await;
+            }
+        }
+        // Above any u32 limit.
+        write(&state(overflow, "4294967296"));
+        assert_damaged(&server, &client, window, key, &named(overflow), 3).await;
+        // A window that ends long after the key expires would never close.
         let future = (server_now_us(&server) / hour_us + 1000).to_string();
-        write(&good(&future, "0", "0"));
-        assert_damaged(&server, &client, &window, "sw", "field k", 3).await;
-        for missing in ["k", "c", "p"] {
-            let fields: Vec<_> = good(&current, "0", "0")
-                .into_iter()
-                .filter(|(name, _)| *name != missing)
-                .collect();
+        write(&state(index, &future));
+        assert_damaged(&server, &client, window, key, &named(index), 3).await;
+        for &missing in fields {
+            let mut fields = state(index, &current);
+            fields.retain(|(name, _)| *name != missing);
             write(&fields);
             let names = missing_named(format, missing);
-            assert_damaged(&server, &client, &window, "sw", &names, 3).await;
+            assert_damaged(&server, &client, window, key, &names, 3).await;
         }
     }
 }
 
 #[tokio::test]
 async fn a_damaged_sliding_log_is_unknown_state_naming_the_member_and_admits_nothing() {
-    let server = RedisServer::start();
-    let client = connect(&server, Duration::from_secs(2)).await;
+    let (server, client) = started().await;
     let log = SlidingLog::new("log", hourly(3)).unwrap();
     let key = log.redis_key("sl");
     let marker = "~tollgate-sl1";
@@ -600,8 +579,7 @@ async fn a_damaged_sliding_log_is_unknown_state_naming_the_member_and_admits_not
 
 #[tokio::test]
 async fn a_key_of_another_type_is_wrong_type_for_every_kind() {
-    let server = RedisServer::start();
-    let client = connect(&server, Duration::from_secs(2)).await;
+    let (server, client) = started().await;
     for limiter in limiters(3) {
         let key = limiter.redis_key("typed");
         for kind in ["string", "list", "set", "other"] {
@@ -657,8 +635,7 @@ async fn validation_leaves_keys_the_scripts_wrote_alone() {
 /// the field, and the key is left untouched.
 #[tokio::test]
 async fn the_lease_scripts_refuse_damaged_token_bucket_state() {
-    let server = RedisServer::start();
-    let client = connect(&server, Duration::from_secs(2)).await;
+    let (server, client) = started().await;
     let bucket = TokenBucket::new("bucket", 10, hourly(3_600)).unwrap();
     let key = bucket.redis_key("global");
     let refuse = |names: &'static str| {
@@ -721,8 +698,7 @@ type Fields<'a> = Vec<(&'a str, String)>;
 /// next admission, with its expiry.
 #[tokio::test]
 async fn a_state_in_the_earlier_hash_format_is_read_and_written_anew() {
-    let server = RedisServer::start();
-    let client = connect(&server, Duration::from_secs(2)).await;
+    let (server, client) = started().await;
     let now = server_now_us(&server);
     let hour_us = 3_600_000_000u64;
     let current = (now / hour_us).to_string();

@@ -28,6 +28,11 @@ async fn client(server: &RedisServer) -> Client {
     Client::connect_with(&server.url(), options).await.unwrap()
 }
 
+/// Client options whose calls and connections both time out after `timeout`.
+fn timing_out_after(timeout: Duration) -> Options {
+    Options::new().timeout(timeout).connect_timeout(timeout)
+}
+
 /// Polls `limiter` until `done` holds (or 20 s: then the test fails).
 async fn until(limiter: &LeasedLimiter, done: impl Fn(&LeaseStats) -> bool) -> LeaseStats {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -326,9 +331,7 @@ async fn a_cold_request_on_an_exhausted_budget_gets_the_retry_after_without_call
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cold_request_during_an_outage_gets_the_policy() {
     let server = RedisServer::start();
-    let options = Options::new()
-        .timeout(Duration::from_millis(100))
-        .connect_timeout(Duration::from_millis(100));
+    let options = timing_out_after(Duration::from_millis(100));
     let client = Client::connect_with(&server.url(), options).await.unwrap();
     let bucket = TokenBucket::new("bucket", 1_000, Rate::per_second(1_000)).unwrap();
     let limiter = Arc::new(LeasedLimiter::start(
@@ -487,9 +490,7 @@ async fn a_damaged_lease_key_admits_nothing_and_says_why() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refund_goes_back_to_the_pool_and_never_beyond_the_lease() {
     let server = RedisServer::start();
-    let options = Options::new()
-        .timeout(Duration::from_millis(200))
-        .connect_timeout(Duration::from_millis(200));
+    let options = timing_out_after(Duration::from_millis(200));
     let bucket = TokenBucket::new("bucket", 10, Rate::per_hour(1)).unwrap();
     let start = |key: &'static str, client: Client| {
         LeasedLimiter::start(

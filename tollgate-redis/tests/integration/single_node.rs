@@ -13,7 +13,7 @@ use tollgate_redis::{
     blocking,
 };
 
-use support::RedisServer;
+use support::{RedisServer, server_and_client};
 
 fn hourly(permits: u32) -> Rate {
     Rate::per_hour(permits)
@@ -35,8 +35,7 @@ async fn connect(server: &RedisServer) -> Client {
 
 #[tokio::test]
 async fn every_limiter_admits_its_limit_then_denies_with_a_retry_after() {
-    let server = RedisServer::start();
-    let client = connect(&server).await;
+    let (_server, client) = server_and_client().await;
     for limiter in limiters() {
         let first = client.try_acquire_n(&*limiter, "user:1", 2).await.unwrap();
         assert_eq!(first.remaining, 1);
@@ -57,8 +56,7 @@ async fn every_limiter_admits_its_limit_then_denies_with_a_retry_after() {
 
 #[tokio::test]
 async fn bad_requests_are_denied_without_a_round_trip() {
-    let server = RedisServer::start();
-    let client = connect(&server).await;
+    let (server, client) = server_and_client().await;
     for limiter in limiters() {
         let before = server.script_calls();
         assert!(matches!(
@@ -82,8 +80,7 @@ async fn bad_requests_are_denied_without_a_round_trip() {
 
 #[tokio::test]
 async fn the_token_bucket_retry_after_is_exact() {
-    let server = RedisServer::start();
-    let client = connect(&server).await;
+    let (server, client) = server_and_client().await;
     // One permit per 1200 s (3 an hour): after taking all 3, the next one is
     // due exactly 1200 s after the first admission's time.
     let bucket = TokenBucket::new("bucket", 3, hourly(3)).unwrap();
@@ -102,8 +99,7 @@ async fn the_token_bucket_retry_after_is_exact() {
 
 #[tokio::test]
 async fn one_decision_is_one_script_call_and_nothing_else() {
-    let server = RedisServer::start();
-    let client = connect(&server).await;
+    let (server, client) = server_and_client().await;
     let limiters = limiters();
     // Load every script once, then count from zero.
     for limiter in &limiters {
@@ -139,8 +135,7 @@ async fn one_decision_is_one_script_call_and_nothing_else() {
 
 #[tokio::test]
 async fn every_written_key_gets_a_ttl_no_longer_than_its_state_matters() {
-    let server = RedisServer::start();
-    let client = connect(&server).await;
+    let (server, client) = server_and_client().await;
     let hour_ms = 3_600_000i64;
     let history = Duration::from_secs(7200);
     let cases: Vec<(Box<dyn Limiter>, i64)> = vec![
@@ -204,8 +199,7 @@ fn dump(server: &RedisServer, key: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn a_flushed_library_is_loaded_again_transparently() {
-    let server = RedisServer::start();
-    let client = connect(&server).await;
+    let (server, client) = server_and_client().await;
     for limiter in limiters() {
         client.try_acquire(&*limiter, "flush").await.unwrap();
         let loads = server.calls("function|load");
@@ -284,8 +278,7 @@ async fn a_server_without_functions_decides_the_same_by_evalsha() {
 
 #[tokio::test]
 async fn a_key_of_the_wrong_type_is_a_clear_error_and_stays_untouched() {
-    let server = RedisServer::start();
-    let client = connect(&server).await;
+    let (server, client) = server_and_client().await;
     for limiter in limiters() {
         let key = limiter.redis_key("taken");
         let _: () = server.cmd(&["RPUSH", &key, "someone else's list"]);
@@ -303,8 +296,7 @@ async fn a_key_of_the_wrong_type_is_a_clear_error_and_stays_untouched() {
 
 #[tokio::test]
 async fn state_from_another_format_is_never_reinterpreted() {
-    let server = RedisServer::start();
-    let client = connect(&server).await;
+    let (server, client) = server_and_client().await;
     for limiter in limiters() {
         let key = limiter.redis_key("old");
         // What an older script version (or another program) might have left.
@@ -454,8 +446,7 @@ fn the_blocking_client_decides_the_same_and_refuses_to_block_a_runtime() {
 
 #[tokio::test]
 async fn a_sliding_log_keeps_its_entries_across_rule_changes() {
-    let server = RedisServer::start();
-    let client = connect(&server).await;
+    let (server, client) = server_and_client().await;
     let history = Duration::from_secs(4 * 3600);
     let rule = |permits: u32, hours: u64| {
         SlidingLog::new("log", Rate::new(permits, Duration::from_secs(3600 * hours)))
@@ -463,33 +454,21 @@ async fn a_sliding_log_keeps_its_entries_across_rule_changes() {
             .with_history(history)
             .unwrap()
     };
-    client
-        .try_acquire_n(&rule(5, 1), "partner", 5)
-        .await
-        .unwrap();
+    // What `partner` has left once `log` admits `n` more.
+    let remaining_after = async |log: &SlidingLog, n| {
+        let admission = client.try_acquire_n(log, "partner", n).await.unwrap();
+        admission.remaining
+    };
+    remaining_after(&rule(5, 1), 5).await;
     // Raised limit: the 5 already logged still count.
     let raised = rule(8, 1);
-    assert_eq!(
-        client
-            .try_acquire_n(&raised, "partner", 3)
-            .await
-            .unwrap()
-            .remaining,
-        0
-    );
+    assert_eq!(remaining_after(&raised, 3).await, 0);
     assert!(client.try_acquire(&raised, "partner").await.is_err());
     // Lowered limit: 8 logged, 4 allowed: denied until 5 of them leave.
     assert!(client.try_acquire(&rule(4, 1), "partner").await.is_err());
     // A longer window within the history sees all 8 too.
     let longer = rule(10, 3);
-    assert_eq!(
-        client
-            .try_acquire_n(&longer, "partner", 2)
-            .await
-            .unwrap()
-            .remaining,
-        0
-    );
+    assert_eq!(remaining_after(&longer, 2).await, 0);
     let entries: i64 = server.cmd(&["ZCARD", &longer.redis_key("partner")]);
     assert_eq!(entries, 10 + 1, "ten permits and the format marker");
 }

@@ -4,12 +4,14 @@
 
 use crate::support;
 
-use support::{Running, config, descriptor, request};
-use tollgate_server::Options;
+use support::{Running, ask, config, descriptor, request};
 use tollgate_server::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use tollgate_server::proto::envoy::service::ratelimit::v3::RateLimitResponse;
 use tollgate_server::proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use tollgate_server::proto::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use tollgate_server::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_server::{Options, ResponseHeaders};
+use tonic::transport::Channel;
 
 const API: &str = "
 domain: api
@@ -34,21 +36,30 @@ descriptors:
       unlimited: true
 ";
 
+/// A server of `API` with `options`, and a client of it.
+async fn serve_api(options: Options) -> (Running, RateLimitServiceClient<Channel>) {
+    let running = Running::start(config(&[API]), options).await;
+    let client = running.client().await;
+    (running, client)
+}
+
+/// The default options, but answers that carry `headers`.
+fn answering_with(headers: ResponseHeaders) -> Options {
+    let mut options = Options::default();
+    options.response_headers = headers;
+    options
+}
+
 fn codes(response: &RateLimitResponse) -> Vec<Code> {
     response.statuses.iter().map(|s| s.code()).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tonic_client_is_admitted_then_refused_with_the_limit_and_the_wait() {
-    let running = Running::start(config(&[API]), Options::default()).await;
-    let mut client = running.client().await;
+    let (running, mut client) = serve_api(Options::default()).await;
     let alice = request("api", vec![descriptor(&[("user", "alice")])]);
     for remaining in [2, 1, 0] {
-        let answer = client
-            .should_rate_limit(alice.clone())
-            .await
-            .unwrap()
-            .into_inner();
+        let answer = ask(&mut client, alice.clone()).await;
         assert_eq!(answer.overall_code(), Code::Ok);
         let status = &answer.statuses[0];
         assert_eq!(status.code(), Code::Ok);
@@ -56,11 +67,7 @@ async fn a_tonic_client_is_admitted_then_refused_with_the_limit_and_the_wait() {
         assert_eq!((limit.requests_per_unit, limit.unit()), (3, Unit::Minute));
         assert_eq!(status.limit_remaining, remaining);
     }
-    let refused = client
-        .should_rate_limit(alice.clone())
-        .await
-        .unwrap()
-        .into_inner();
+    let refused = ask(&mut client, alice.clone()).await;
     assert_eq!(refused.overall_code(), Code::OverLimit);
     assert_eq!(codes(&refused), [Code::OverLimit]);
     let wait = refused.statuses[0].duration_until_reset.unwrap();
@@ -70,15 +77,14 @@ async fn a_tonic_client_is_admitted_then_refused_with_the_limit_and_the_wait() {
     );
     // Another value of the key is another limit.
     let bob = request("api", vec![descriptor(&[("user", "bob")])]);
-    let answer = client.should_rate_limit(bob).await.unwrap().into_inner();
+    let answer = ask(&mut client, bob).await;
     assert_eq!(answer.overall_code(), Code::Ok);
     running.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_refused_by_one_descriptor_is_charged_by_none() {
-    let running = Running::start(config(&[API]), Options::default()).await;
-    let mut client = running.client().await;
+    let (running, mut client) = serve_api(Options::default()).await;
     let both = request(
         "api",
         vec![
@@ -87,19 +93,11 @@ async fn a_request_refused_by_one_descriptor_is_charged_by_none() {
         ],
     );
     for _ in 0..3 {
-        let answer = client
-            .should_rate_limit(both.clone())
-            .await
-            .unwrap()
-            .into_inner();
+        let answer = ask(&mut client, both.clone()).await;
         assert_eq!(answer.overall_code(), Code::Ok);
     }
     for _ in 0..5 {
-        let answer = client
-            .should_rate_limit(both.clone())
-            .await
-            .unwrap()
-            .into_inner();
+        let answer = ask(&mut client, both.clone()).await;
         assert_eq!(answer.overall_code(), Code::OverLimit);
         assert_eq!(codes(&answer), [Code::Ok, Code::OverLimit]);
         // The upload limit was not charged by the refused requests: 3 used.
@@ -114,24 +112,15 @@ async fn a_request_refused_by_one_descriptor_is_charged_by_none() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shadow_mode_and_unlimited_answer_ok() {
-    let running = Running::start(config(&[API]), Options::default()).await;
-    let mut client = running.client().await;
+    let (running, mut client) = serve_api(Options::default()).await;
     let probe = request("api", vec![descriptor(&[("probe", "x")])]);
     for _ in 0..3 {
-        let answer = client
-            .should_rate_limit(probe.clone())
-            .await
-            .unwrap()
-            .into_inner();
+        let answer = ask(&mut client, probe.clone()).await;
         assert_eq!(answer.overall_code(), Code::Ok);
     }
     let free = request("api", vec![descriptor(&[("free", "x")])]);
     for _ in 0..10 {
-        let answer = client
-            .should_rate_limit(free.clone())
-            .await
-            .unwrap()
-            .into_inner();
+        let answer = ask(&mut client, free.clone()).await;
         assert_eq!(answer.overall_code(), Code::Ok);
         assert_eq!(answer.statuses[0].current_limit, None);
         assert_eq!(answer.statuses[0].limit_remaining, u32::MAX);
@@ -141,7 +130,7 @@ async fn shadow_mode_and_unlimited_answer_ok() {
         request("nope", vec![descriptor(&[("user", "a")])]),
         request("api", vec![descriptor(&[("unknown", "a")])]),
     ] {
-        let answer = client.should_rate_limit(req).await.unwrap().into_inner();
+        let answer = ask(&mut client, req).await;
         assert_eq!(answer.overall_code(), Code::Ok);
         assert_eq!(answer.statuses[0].current_limit, None);
     }
@@ -150,8 +139,7 @@ async fn shadow_mode_and_unlimited_answer_ok() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_the_protocols_answer_or_an_error_never_a_panic() {
-    let running = Running::start(config(&[API]), Options::default()).await;
-    let mut client = running.client().await;
+    let (running, mut client) = serve_api(Options::default()).await;
     let invalid = |r: Result<tonic::Response<RateLimitResponse>, tonic::Status>| {
         let status = r.unwrap_err();
         assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
@@ -182,19 +170,15 @@ async fn bad_requests_get_the_protocols_answer_or_an_error_never_a_panic() {
     // Huge hits: the protocol's answer, nothing charged.
     let mut huge = descriptor(&[("user", "dave")]);
     huge.hits_addend = Some(u64::MAX);
-    let answer = client
-        .should_rate_limit(request("api", vec![huge]))
-        .await
-        .unwrap()
-        .into_inner();
+    let answer = ask(&mut client, request("api", vec![huge])).await;
     assert_eq!(answer.overall_code(), Code::OverLimit);
     let mut above = request("api", vec![descriptor(&[("user", "dave")])]);
     above.hits_addend = 4;
-    let answer = client.should_rate_limit(above).await.unwrap().into_inner();
+    let answer = ask(&mut client, above).await;
     assert_eq!(answer.overall_code(), Code::OverLimit);
     let mut exact = request("api", vec![descriptor(&[("user", "dave")])]);
     exact.hits_addend = 3;
-    let answer = client.should_rate_limit(exact).await.unwrap().into_inner();
+    let answer = ask(&mut client, exact).await;
     assert_eq!(answer.overall_code(), Code::Ok);
     assert_eq!(answer.statuses[0].limit_remaining, 0);
     running.stop().await;
@@ -202,8 +186,7 @@ async fn bad_requests_get_the_protocols_answer_or_an_error_never_a_panic() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_may_bring_its_own_limit() {
-    let running = Running::start(config(&[API]), Options::default()).await;
-    let mut client = running.client().await;
+    let (running, mut client) = serve_api(Options::default()).await;
     let mut own = descriptor(&[("tenant", "t1")]);
     own.limit = Some(RateLimitOverride {
         requests_per_unit: 2,
@@ -213,14 +196,7 @@ async fn a_request_may_bring_its_own_limit() {
     let answers: Vec<Code> = {
         let mut v = Vec::new();
         for _ in 0..3 {
-            v.push(
-                client
-                    .should_rate_limit(req.clone())
-                    .await
-                    .unwrap()
-                    .into_inner()
-                    .overall_code(),
-            );
+            v.push(ask(&mut client, req.clone()).await.overall_code());
         }
         v
     };
@@ -230,8 +206,7 @@ async fn a_request_may_bring_its_own_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_keeps_the_state_of_what_did_not_change() {
-    let running = Running::start(config(&[API]), Options::default()).await;
-    let mut client = running.client().await;
+    let (running, mut client) = serve_api(Options::default()).await;
     let erin = request("api", vec![descriptor(&[("user", "erin")])]);
     let upload = request("api", vec![descriptor(&[("route", "upload")])]);
     for _ in 0..3 {
@@ -240,11 +215,7 @@ async fn a_reload_keeps_the_state_of_what_did_not_change() {
     }
     // The same text again: nothing resets.
     running.server.reload(config(&[API])).unwrap();
-    let answer = client
-        .should_rate_limit(erin.clone())
-        .await
-        .unwrap()
-        .into_inner();
+    let answer = ask(&mut client, erin.clone()).await;
     assert_eq!(answer.overall_code(), Code::OverLimit);
     // The upload limit doubled: 3 of 100 used becomes 6 of 200 (carried
     // over proportionally), not a fresh 200.
@@ -254,11 +225,7 @@ async fn a_reload_keeps_the_state_of_what_did_not_change() {
             &API.replace("requests_per_unit: 100", "requests_per_unit: 200")
         ]))
         .unwrap();
-    let answer = client
-        .should_rate_limit(upload.clone())
-        .await
-        .unwrap()
-        .into_inner();
+    let answer = ask(&mut client, upload.clone()).await;
     assert_eq!(answer.overall_code(), Code::Ok);
     let status = &answer.statuses[0];
     assert_eq!(
@@ -316,10 +283,7 @@ async fn the_json_endpoint_answers_curl() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_answers_carry_ratelimit_headers_when_asked() {
-    let mut options = Options::default();
-    options.response_headers = tollgate_server::ResponseHeaders::RateLimit;
-    let running = Running::start(config(&[API]), options).await;
-    let mut client = running.client().await;
+    let (running, mut client) = serve_api(answering_with(ResponseHeaders::RateLimit)).await;
     let headers = |answer: &RateLimitResponse| -> Vec<(String, String)> {
         answer
             .response_headers_to_add
@@ -335,11 +299,7 @@ async fn the_answers_carry_ratelimit_headers_when_asked() {
         ],
     );
     // The user limit (3 a minute) is the closer: its figures.
-    let answer = client
-        .should_rate_limit(both.clone())
-        .await
-        .unwrap()
-        .into_inner();
+    let answer = ask(&mut client, both.clone()).await;
     let got = headers(&answer);
     assert_eq!(got[0], ("RateLimit-Limit".to_owned(), "3".to_owned()));
     assert_eq!(got[1], ("RateLimit-Remaining".to_owned(), "2".to_owned()));
@@ -350,20 +310,16 @@ async fn the_answers_carry_ratelimit_headers_when_asked() {
         client.should_rate_limit(both.clone()).await.unwrap();
     }
     // Refused: the limit over, 0 left, and when the request fits.
-    let refused = client.should_rate_limit(both).await.unwrap().into_inner();
+    let refused = ask(&mut client, both).await;
     assert_eq!(refused.overall_code(), Code::OverLimit);
     let got = headers(&refused);
     assert_eq!(got[1], ("RateLimit-Remaining".to_owned(), "0".to_owned()));
     let reset: u64 = got[2].1.parse().unwrap();
     assert!((1..=60).contains(&reset), "{reset}");
     // Off by default.
-    let plain = Running::start(config(&[API]), Options::default()).await;
-    let mut plain_client = plain.client().await;
-    let answer = plain_client
-        .should_rate_limit(request("api", vec![descriptor(&[("user", "x")])]))
-        .await
-        .unwrap()
-        .into_inner();
+    let (plain, mut plain_client) = serve_api(Options::default()).await;
+    let plain_request = request("api", vec![descriptor(&[("user", "x")])]);
+    let answer = ask(&mut plain_client, plain_request).await;
     assert!(answer.response_headers_to_add.is_empty());
     plain.stop().await;
     running.stop().await;
@@ -373,10 +329,7 @@ async fn the_answers_carry_ratelimit_headers_when_asked() {
 /// fields, a member per descriptor, written by tollgate-tower's formatter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_answers_carry_the_ietf_fields_when_asked() {
-    let mut options = Options::default();
-    options.response_headers = tollgate_server::ResponseHeaders::Ietf;
-    let running = Running::start(config(&[API]), options).await;
-    let mut client = running.client().await;
+    let (running, mut client) = serve_api(answering_with(ResponseHeaders::Ietf)).await;
     let both = request(
         "api",
         vec![
@@ -407,11 +360,7 @@ async fn the_answers_carry_the_ietf_fields_when_asked() {
             .collect();
         (got[0].1.to_owned(), states)
     };
-    let answer = client
-        .should_rate_limit(both.clone())
-        .await
-        .unwrap()
-        .into_inner();
+    let answer = ask(&mut client, both.clone()).await;
     let (policy, states) = fields(&answer);
     assert_eq!(
         policy,
@@ -422,7 +371,7 @@ async fn the_answers_carry_the_ietf_fields_when_asked() {
         client.should_rate_limit(both.clone()).await.unwrap();
     }
     // Refused by the user limit: 0 left; the route, charged nothing, 97.
-    let refused = client.should_rate_limit(both).await.unwrap().into_inner();
+    let refused = ask(&mut client, both).await;
     assert_eq!(refused.overall_code(), Code::OverLimit);
     let (_, states) = fields(&refused);
     assert_eq!(states, [r#""api.route_upload";r=97"#, r#""api.user";r=0"#]);

@@ -79,29 +79,38 @@ fn both(user: &str) -> RateLimitRequest {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replicas_share_the_limits_exactly_with_one_call_per_request() {
-    let redis = RedisServer::start();
-    let urls = [redis.url()];
-    let replicas = [
-        replica(&urls, Failure::Closed).await,
-        replica(&urls, Failure::Closed).await,
-        replica(&urls, Failure::Closed).await,
-    ];
-    // Loads the script on each replica's connection.
-    for r in &replicas {
-        code(r, &both("warm-up")).await;
+/// `n` replicas failing closed on the Redis at `urls`, each with the script
+/// loaded on its connection by a first request.
+async fn warm_replicas(urls: &[String], n: usize) -> Vec<Server> {
+    let mut replicas = Vec::new();
+    for _ in 0..n {
+        let replica = replica(urls, Failure::Closed).await;
+        code(&replica, &both("warm-up")).await;
+        replicas.push(replica);
     }
-    let _: () = redis.cmd(&["CONFIG", "RESETSTAT"]);
-    // 30 requests for one user sprayed over three replicas: exactly 10
-    // admitted, and the upload bucket charged for those 10 only.
+    replicas
+}
+
+/// How many of `requests` requests for `user`, sent to `replicas` in turn,
+/// are admitted.
+async fn admitted(replicas: &[Server], user: &str, requests: usize) -> usize {
     let mut admitted = 0;
-    for i in 0..30 {
-        if code(&replicas[i % 3], &both("alice")).await == Code::Ok {
+    for i in 0..requests {
+        if code(&replicas[i % replicas.len()], &both(user)).await == Code::Ok {
             admitted += 1;
         }
     }
-    assert_eq!(admitted, 10);
+    admitted
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_share_the_limits_exactly_with_one_call_per_request() {
+    let redis = RedisServer::start();
+    let replicas = warm_replicas(&[redis.url()], 3).await;
+    let _: () = redis.cmd(&["CONFIG", "RESETSTAT"]);
+    // 30 requests for one user sprayed over three replicas: exactly 10
+    // admitted, and the upload bucket charged for those 10 only.
+    assert_eq!(admitted(&replicas, "alice", 30).await, 10);
     assert_eq!(redis.script_calls(), 30, "one script call per request");
     let answer = replicas[0].should_rate_limit(&both("bob")).await.unwrap();
     assert_eq!(answer.overall_code(), Code::Ok);
@@ -194,13 +203,8 @@ async fn every_failure_mode_answers_in_time_when_redis_is_killed_or_paused() {
         }
         // Local: this replica's own limit of 10, no more.
         let user = format!("local-{outage}");
-        let mut admitted = 0;
-        for _ in 0..15 {
-            if code(&local, &both(&user)).await == Code::Ok {
-                admitted += 1;
-            }
-        }
-        assert_eq!(admitted, 10, "{outage}");
+        let local_admitted = admitted(std::slice::from_ref(&local), &user, 15).await;
+        assert_eq!(local_admitted, 10, "{outage}");
     }
     // Redis back: the shared state decides again (dave's 10 were lost with
     // the killed process, which kept no file).
@@ -229,24 +233,11 @@ async fn a_server_not_yet_connected_answers_by_its_failure_mode() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_decides_a_request_in_one_call_on_one_node() {
     let cluster = RedisCluster::start();
-    let urls = cluster.urls();
-    let replicas = [
-        replica(&urls, Failure::Closed).await,
-        replica(&urls, Failure::Closed).await,
-    ];
-    for r in &replicas {
-        code(r, &both("warm-up")).await;
-    }
+    let replicas = warm_replicas(&cluster.urls(), 2).await;
     for node in &cluster.nodes {
         let _: () = node.cmd(&["CONFIG", "RESETSTAT"]);
     }
-    let mut admitted = 0;
-    for i in 0..20 {
-        if code(&replicas[i % 2], &both("grace")).await == Code::Ok {
-            admitted += 1;
-        }
-    }
-    assert_eq!(admitted, 10);
+    assert_eq!(admitted(&replicas, "grace", 20).await, 10);
     let calls: Vec<u64> = cluster.nodes.iter().map(|n| n.script_calls()).collect();
     assert_eq!(calls.iter().sum::<u64>(), 20, "{calls:?}");
     assert_eq!(

@@ -8,9 +8,10 @@ use crate::support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use support::{descriptor, request};
+use support::{code, descriptor, request};
 use tokio::sync::{Notify, mpsc};
 use tollgate_server::config::Config;
+use tollgate_server::proto::envoy::service::ratelimit::v3::RateLimitResponse;
 use tollgate_server::proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use tollgate_server::{Options, Server, watch_config};
 
@@ -29,6 +30,16 @@ async fn next(
         .await
         .unwrap_or_else(|_| panic!("no reload within 20 s: {what}"))
         .expect("the watcher runs")
+}
+
+/// The requests per unit of the limit that decided `answer`'s first
+/// descriptor: which configuration the server answered with.
+fn requests_per_unit(answer: &RateLimitResponse) -> u32 {
+    answer.statuses[0]
+        .current_limit
+        .as_ref()
+        .unwrap()
+        .requests_per_unit
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -55,23 +66,9 @@ async fn a_changed_file_reloads_and_a_malformed_one_is_refused() {
     assert_eq!(next(&mut reports, "the first signal").await, Ok(()));
     let alice = request("api", vec![descriptor(&[("user", "alice")])]);
     for _ in 0..3 {
-        assert_eq!(
-            server
-                .should_rate_limit(&alice)
-                .await
-                .unwrap()
-                .overall_code(),
-            Code::Ok
-        );
+        assert_eq!(code(&server, &alice).await, Code::Ok);
     }
-    assert_eq!(
-        server
-            .should_rate_limit(&alice)
-            .await
-            .unwrap()
-            .overall_code(),
-        Code::OverLimit
-    );
+    assert_eq!(code(&server, &alice).await, Code::OverLimit);
 
     // A file in a subdirectory rewritten: 3 of 3 used becomes 6 of 6
     // (carried over proportionally), so still refused; a fresh key has 6.
@@ -79,14 +76,7 @@ async fn a_changed_file_reloads_and_a_malformed_one_is_refused() {
     assert_eq!(next(&mut reports, "step 1").await, Ok(()));
     let answer = server.should_rate_limit(&alice).await.unwrap();
     assert_eq!(answer.overall_code(), Code::OverLimit);
-    assert_eq!(
-        answer.statuses[0]
-            .current_limit
-            .as_ref()
-            .unwrap()
-            .requests_per_unit,
-        6
-    );
+    assert_eq!(requests_per_unit(&answer), 6);
 
     // A malformed file: refused with its file and line, the old
     // configuration kept.
@@ -95,14 +85,7 @@ async fn a_changed_file_reloads_and_a_malformed_one_is_refused() {
     assert!(error.contains("api.yaml:5"), "{error}");
     let bob = request("api", vec![descriptor(&[("user", "bob")])]);
     let answer = server.should_rate_limit(&bob).await.unwrap();
-    assert_eq!(
-        answer.statuses[0]
-            .current_limit
-            .as_ref()
-            .unwrap()
-            .requests_per_unit,
-        6
-    );
+    assert_eq!(requests_per_unit(&answer), 6);
 
     // A signal reloads without a change: the same text keeps every state.
     std::fs::write(&file, domain(6)).unwrap();

@@ -9,9 +9,9 @@ use tokio::sync::oneshot;
 use tollgate_server::config::Config;
 use tollgate_server::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use tollgate_server::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use tollgate_server::proto::envoy::service::ratelimit::v3::RateLimitRequest;
 use tollgate_server::proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use tollgate_server::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_server::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tollgate_server::{Options, Server};
 
 /// A configuration from YAML texts, one file each.
@@ -108,4 +108,16 @@ pub async fn code(server: &Server, request: &RateLimitRequest) -> Code {
         .await
         .unwrap()
         .overall_code()
+}
+
+/// What the service `client` calls answers `request` with.
+pub async fn ask(
+    client: &mut RateLimitServiceClient<tonic::transport::Channel>,
+    request: RateLimitRequest,
+) -> RateLimitResponse {
+    client
+        .should_rate_limit(request)
+        .await
+        .unwrap()
+        .into_inner()
 }

@@ -16,12 +16,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use http::StatusCode;
 use tollgate::{AdaptiveLimit, RoundTrip};
 use tollgate_tower::ConcurrencyLayer;
 
 use crate::support;
-use support::{answer, recent_limits, serve, slow_service};
+use support::{drive, recent_limits, serve, slow_service, unloaded_latencies};
 
 /// The handler's latency alone, below the knee.
 const BASE: Duration = Duration::from_millis(10);
@@ -40,55 +39,6 @@ const SETTLED: Duration = Duration::from_secs(2);
 const SAMPLE_EVERY: Duration = Duration::from_millis(50);
 /// What a client waits after a `503` before it tries again.
 const BACKOFF: Duration = Duration::from_millis(20);
-
-/// One answered request: when it was sent and answered (since the start of
-/// the first phase) and whether it was admitted.
-#[derive(Debug, Clone, Copy)]
-struct Answer {
-    sent: Duration,
-    answered: Duration,
-    admitted: bool,
-}
-
-/// `CLIENTS` loops, each sending its next request when the last is answered
-/// (after `BACKOFF` if it was shed), until `end` after `start`.
-async fn drive(url: &str, start: Instant, end: Duration) -> Vec<Answer> {
-    let client = reqwest::Client::new();
-    let loops: Vec<_> = (0..CLIENTS)
-        .map(|_| {
-            let (client, url) = (client.clone(), url.to_owned());
-            tokio::spawn(async move {
-                let mut answers = Vec::new();
-                while start.elapsed() < end {
-                    let sent = start.elapsed();
-                    let response = answer(client.get(&url)).await;
-                    let status = response.status();
-                    response.bytes().await.unwrap();
-                    let answered = start.elapsed();
-                    let admitted = match status {
-                        StatusCode::OK => true,
-                        StatusCode::SERVICE_UNAVAILABLE => false,
-                        other => panic!("unexpected status {other}"),
-                    };
-                    answers.push(Answer {
-                        sent,
-                        answered,
-                        admitted,
-                    });
-                    if !admitted {
-                        tokio::time::sleep(BACKOFF).await;
-                    }
-                }
-                answers
-            })
-        })
-        .collect();
-    let mut all = Vec::new();
-    for client in loops {
-        all.extend(client.await.unwrap());
-    }
-    all
-}
 
 /// The `q` quantile of `values` (nearest rank), which must not be empty.
 fn quantile<T: Copy + Ord>(values: &mut [T], q: f64) -> T {
@@ -147,16 +97,7 @@ async fn an_adaptive_layer_follows_a_halving_and_recovery_of_capacity() {
 
     // Unloaded: one request at a time (below either knee).
     let addr = serve(slow_service(BASE, Arc::clone(&knee))).await;
-    let client = reqwest::Client::new();
-    let mut unloaded = Vec::new();
-    for _ in 0..40 {
-        let sent = Instant::now();
-        let response = answer(client.get(format!("http://{addr}/"))).await;
-        assert_eq!(response.status(), StatusCode::OK);
-        response.bytes().await.unwrap();
-        unloaded.push(sent.elapsed());
-    }
-    let unloaded = quantile(&mut unloaded, 0.5);
+    let unloaded = quantile(&mut unloaded_latencies(addr).await, 0.5);
     assert!(unloaded >= BASE);
 
     // Loaded, behind the layer, on a fresh server.
@@ -192,7 +133,7 @@ async fn an_adaptive_layer_follows_a_halving_and_recovery_of_capacity() {
             }
         }
     });
-    let answers = drive(&format!("http://{addr}/"), start, end).await;
+    let answers = drive(&format!("http://{addr}/"), CLIENTS, BACKOFF, start, end).await;
     changer.await.unwrap();
     done.store(true, Ordering::SeqCst);
     let samples = sampler.await.unwrap();

@@ -82,6 +82,22 @@ fn one(_: &http::request::Parts) -> u32 {
     1
 }
 
+/// `app` served behind `layout`'s layer of a per-IP limit and a global one
+/// of these capacities, on a clock nobody moves; returns the limits and the
+/// address.
+async fn serve_layout(
+    layout: Layout,
+    per_ip_capacity: u32,
+    global_capacity: u32,
+    cost: fn(&http::request::Parts) -> u32,
+) -> (Arc<PerIp>, Arc<Bucket>, SocketAddr) {
+    let clock = ManualClock::new();
+    let per_ip = per_ip(per_ip_capacity, &clock);
+    let global = bucket(global_capacity, &clock);
+    let addr = serve(app().layer(layer(layout, &per_ip, &global, cost))).await;
+    (per_ip, global, addr)
+}
+
 /// Sends `count` requests to `url` from `client`, `concurrency` at a time;
 /// returns how many were admitted (200) and refused with 429.
 async fn send(
@@ -123,10 +139,7 @@ async fn send(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flooder_held_by_its_own_limit_never_spends_the_global_one() {
     for layout in LAYOUTS {
-        let clock = ManualClock::new();
-        let per_ip = per_ip(60, &clock);
-        let global = bucket(150, &clock);
-        let addr = serve(app().layer(layer(layout, &per_ip, &global, one))).await;
+        let (_, global, addr) = serve_layout(layout, 60, 150, one).await;
         let url = format!("http://{addr}/search");
 
         let flood = tokio::spawn(send(client_from("127.0.0.2"), url.clone(), 1_000, 8));
@@ -147,10 +160,7 @@ async fn a_flooder_held_by_its_own_limit_never_spends_the_global_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_refused_by_a_later_policy_is_charged_by_none() {
     for layout in LAYOUTS {
-        let clock = ManualClock::new();
-        let per_ip = per_ip(10, &clock);
-        let global = bucket(5, &clock);
-        let addr = serve(app().layer(layer(layout, &per_ip, &global, one))).await;
+        let (per_ip, global, addr) = serve_layout(layout, 10, 5, one).await;
         let url = format!("http://{addr}/search");
 
         assert_eq!(
@@ -195,20 +205,19 @@ async fn a_request_that_can_never_pass_spends_nothing() {
             .unwrap_or(1)
     }
     for layout in LAYOUTS {
-        let clock = ManualClock::new();
-        let per_ip = per_ip(20, &clock);
-        let global = bucket(1_000, &clock);
-        let addr = serve(app().layer(layer(layout, &per_ip, &global, cost))).await;
+        let (per_ip, global, addr) = serve_layout(layout, 20, 1_000, cost).await;
         let client = client_from("127.0.0.6");
         let ip: IpAddr = "127.0.0.6".parse().unwrap();
+        let costing = |cost: &str| {
+            answer(
+                client
+                    .get(format!("http://{addr}/search"))
+                    .header("x-cost", cost),
+            )
+        };
 
         // Above the per-IP capacity, within the global one.
-        let huge = answer(
-            client
-                .get(format!("http://{addr}/search"))
-                .header("x-cost", "1000"),
-        )
-        .await;
+        let huge = costing("1000").await;
         assert_eq!(huge.status(), StatusCode::FORBIDDEN, "{layout:?}");
         assert!(huge.headers().get("retry-after").is_none());
         assert_eq!(huge.headers()["ratelimit-policy"], "\"per-ip\";q=20");
@@ -222,23 +231,13 @@ async fn a_request_that_can_never_pass_spends_nothing() {
         assert_eq!(per_ip.snapshot(&ip).available, 20, "{layout:?}");
 
         // Above both: refused all the same, nothing spent.
-        let larger = answer(
-            client
-                .get(format!("http://{addr}/search"))
-                .header("x-cost", "5000"),
-        )
-        .await;
+        let larger = costing("5000").await;
         assert_eq!(larger.status(), StatusCode::FORBIDDEN, "{layout:?}");
         assert_eq!(global.snapshot().available, 1_000, "{layout:?}");
         assert_eq!(per_ip.snapshot(&ip).available, 20, "{layout:?}");
 
         // Within both: admitted and charged by both.
-        let fits = answer(
-            client
-                .get(format!("http://{addr}/search"))
-                .header("x-cost", "20"),
-        )
-        .await;
+        let fits = costing("20").await;
         assert_eq!(fits.status(), StatusCode::OK, "{layout:?}");
         assert_eq!(global.snapshot().available, 980, "{layout:?}");
         assert_eq!(per_ip.snapshot(&ip).available, 0, "{layout:?}");

@@ -265,9 +265,20 @@ async fn a_client_that_hangs_up_gives_the_permit_back_unrecorded() {
     assert_eq!(limit.history().unwrap().changes(), 0);
 }
 
-/// A body that sends what the test puts in the channel and ends when the
+/// A body that sends the frames put in its channel and ends when the
 /// sender is dropped.
-struct ChannelBody(mpsc::UnboundedReceiver<Bytes>);
+struct ChannelBody(mpsc::UnboundedReceiver<Frame<Bytes>>);
+
+impl ChannelBody {
+    /// A body of `frames` and nothing more.
+    fn of(frames: Vec<Frame<Bytes>>) -> ChannelBody {
+        let (tx, rx) = mpsc::unbounded_channel();
+        for frame in frames {
+            tx.send(frame).unwrap();
+        }
+        ChannelBody(rx)
+    }
+}
 
 impl http_body::Body for ChannelBody {
     type Data = Bytes;
@@ -277,16 +288,18 @@ impl http_body::Body for ChannelBody {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        self.0
-            .poll_recv(cx)
-            .map(|chunk| chunk.map(|c| Ok(Frame::data(c))))
+        self.0.poll_recv(cx).map(|frame| frame.map(Ok))
     }
 }
 
-/// A server whose one route answers at once with a body that streams what
-/// the test sends into the returned channel (one request only).
-async fn streaming_server(limit: &Arc<Adaptive>) -> (SocketAddr, mpsc::UnboundedSender<Bytes>) {
-    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
+/// A request behind `limit` to a server whose one route answers at once
+/// with a body that streams what the test sends into the returned channel
+/// (one request only); `first ` is sent and read as the `200`'s first chunk,
+/// so the head and a chunk are out and the body is not done.
+async fn streaming_response(
+    limit: &Arc<Adaptive>,
+) -> (mpsc::UnboundedSender<Frame<Bytes>>, reqwest::Response) {
+    let (tx, rx) = mpsc::unbounded_channel::<Frame<Bytes>>();
     let rx = Arc::new(std::sync::Mutex::new(Some(rx)));
     let router = Router::new().route(
         "/stream",
@@ -296,24 +309,24 @@ async fn streaming_server(limit: &Arc<Adaptive>) -> (SocketAddr, mpsc::Unbounded
         }),
     );
     let addr = serve(router.layer(ConcurrencyLayer::new(Arc::clone(limit)))).await;
-    (addr, tx)
+    tx.send(Frame::data(Bytes::from_static(b"first "))).unwrap();
+    let mut response = reqwest::get(format!("http://{addr}/stream")).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.chunk().await.unwrap().unwrap(), "first ");
+    (tx, response)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_permit_is_held_until_the_body_ends_and_timed_to_it() {
     // The AIMD timeout is 5 ms on the test's clock.
     let (limit, clock) = aimd(1, 2, 10);
-    let (addr, tx) = streaming_server(&limit).await;
-    tx.send(Bytes::from_static(b"first ")).unwrap();
-    let mut response = reqwest::get(format!("http://{addr}/stream")).await.unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    assert_eq!(response.chunk().await.unwrap().unwrap(), "first ");
+    let (tx, mut response) = streaming_response(&limit).await;
     // The head and a chunk are out, the body is not done: still held.
     assert_eq!(limit.in_flight(), 1);
     // 10 ms pass on the limit's clock before the body ends: past the 5 ms
     // timeout, so the sample, timed to the body's end, is a drop.
     clock.advance(Duration::from_millis(10));
-    tx.send(Bytes::from_static(b"last")).unwrap();
+    tx.send(Frame::data(Bytes::from_static(b"last"))).unwrap();
     drop(tx);
     assert_eq!(response.chunk().await.unwrap().unwrap(), "last");
     assert!(response.chunk().await.unwrap().is_none());
@@ -325,10 +338,7 @@ async fn the_permit_is_held_until_the_body_ends_and_timed_to_it() {
 async fn a_body_abandoned_half_way_gives_the_permit_back_unrecorded() {
     // At limit 2, one in flight, a fast success would add one.
     let (limit, _clock) = aimd(1, 2, 10);
-    let (addr, tx) = streaming_server(&limit).await;
-    tx.send(Bytes::from_static(b"first ")).unwrap();
-    let mut response = reqwest::get(format!("http://{addr}/stream")).await.unwrap();
-    assert_eq!(response.chunk().await.unwrap().unwrap(), "first ");
+    let (tx, response) = streaming_response(&limit).await;
     assert_eq!(limit.in_flight(), 1);
     // The client goes away mid-body; the server finds out when it writes
     // the next chunks, and drops the body.
@@ -339,7 +349,7 @@ async fn a_body_abandoned_half_way_gives_the_permit_back_unrecorded() {
             start.elapsed() < Duration::from_secs(10),
             "never given back"
         );
-        let _ = tx.send(Bytes::from_static(b"more "));
+        let _ = tx.send(Frame::data(Bytes::from_static(b"more ")));
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     assert_eq!(limit.limit(), 2);
@@ -457,25 +467,6 @@ async fn a_throttle_in_front_composes_and_spends_no_permit() {
     assert_eq!(limit.in_flight(), 0);
 }
 
-/// A gRPC body: its message, then trailers with `grpc-status`.
-struct GrpcBody(Vec<Frame<Bytes>>);
-
-impl http_body::Body for GrpcBody {
-    type Data = Bytes;
-    type Error = std::convert::Infallible;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        _: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        Poll::Ready(if self.0.is_empty() {
-            None
-        } else {
-            Some(Ok(self.0.remove(0)))
-        })
-    }
-}
-
 /// gRPC answers `200` and says how a call ended in `grpc-status`, in its
 /// trailers (or in the head of a trailers-only answer): `UNAVAILABLE`,
 /// `RESOURCE_EXHAUSTED` and `DEADLINE_EXCEEDED` back the adaptive limit off;
@@ -497,7 +488,7 @@ async fn a_grpc_status_of_overload_backs_the_adaptive_limit_off() {
                 frames.push(Frame::data(Bytes::from_static(b"\0\0\0\0\0")));
                 frames.push(Frame::trailers(trailers));
             }
-            Ok::<_, std::convert::Infallible>(response.body(GrpcBody(frames)).unwrap())
+            Ok::<_, std::convert::Infallible>(response.body(ChannelBody::of(frames)).unwrap())
         },
     ));
     // One call at a time: a success with 1 of ≥ 3 in flight changes nothing;

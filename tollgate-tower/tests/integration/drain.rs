@@ -8,16 +8,13 @@
 //! is caused, not hoped for.
 
 use std::convert::Infallible;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use http_body::{Body, Frame};
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
@@ -58,34 +55,6 @@ fn handler<B: Send + 'static>(
     })
 }
 
-/// A body that counts the data frames read from it.
-struct Counting<B> {
-    inner: B,
-    read: Arc<AtomicUsize>,
-}
-
-impl<B: Body + Unpin> Body for Counting<B> {
-    type Data = B::Data;
-    type Error = B::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &polled
-            && frame.is_data()
-        {
-            self.read.fetch_add(1, Ordering::SeqCst);
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-}
-
 /// An HTTP/2 server of `handler`, behind a drain layer or not; `read`
 /// counts the request data frames anyone read.
 async fn server(
@@ -105,7 +74,15 @@ async fn server(
             let service = ServiceBuilder::new()
                 .map_request(move |request: Request<Incoming>| {
                     let read = read.clone();
-                    request.map(|inner| Counting { inner, read })
+                    // Counts the data frames read from the body.
+                    request.map(|body| {
+                        body.map_frame(move |frame| {
+                            if frame.is_data() {
+                                read.fetch_add(1, Ordering::SeqCst);
+                            }
+                            frame
+                        })
+                    })
                 })
                 .layer(DrainLayer::new())
                 .service(handler(dropped, release));

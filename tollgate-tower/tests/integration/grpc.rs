@@ -23,15 +23,16 @@ use http::uri::PathAndQuery;
 use http::{Request, StatusCode};
 use tokio::net::TcpListener;
 use tollgate::keyed::{BucketConfig, Keyed};
-use tollgate::{ConcurrencyLimit, Denied, ManualClock, Rate, TokenBucket};
+use tollgate::{ConcurrencyLimit, ManualClock, Rate, TokenBucket};
 use tollgate_tower::{
-    AsyncLimit, ConcurrencyLayer, Global, HeaderKey, Layer, PerKey, PolicyName, PolicyOutcome,
-    ThrottleLayer,
+    ConcurrencyLayer, Global, HeaderKey, Layer, PerKey, PolicyName, ThrottleLayer,
 };
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Endpoint, Server};
 use tonic::{Code, Status};
 use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
+
+use crate::support::scripted_remote;
 
 #[derive(Clone, PartialEq, prost::Message)]
 struct HelloRequest {
@@ -252,23 +253,9 @@ async fn a_refused_call_is_resource_exhausted_with_its_wait_in_the_metadata() {
 /// UNAVAILABLE.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_asynchronous_refusal_and_an_unavailable_policy_are_grpc_statuses() {
-    let asked = Arc::new(AtomicUsize::new(0));
-    let seen = Arc::clone(&asked);
-    let remote = AsyncLimit::new("remote", move |_: &(), _: u32| {
-        let count = seen.fetch_add(1, Ordering::SeqCst) + 1;
-        async move {
-            tokio::task::yield_now().await; // decided on a later poll
-            match count {
-                1 => PolicyOutcome::Admitted(None),
-                2 => PolicyOutcome::Denied {
-                    denied: Denied::RetryAfter(Duration::from_millis(1500)),
-                    snapshot: None,
-                },
-                _ => PolicyOutcome::Unavailable("redis: connection refused".into()),
-            }
-        }
-    })
-    .unwrap();
+    let (remote, asked) = scripted_remote(Duration::from_millis(1500), |_| {
+        "redis: connection refused".into()
+    });
     let greeter = Greeter::default();
     let throttle = ThrottleLayer::builder(Global).policy(remote).build();
     let mut client = client(serve_throttled(throttle, &greeter).await).await;

@@ -20,12 +20,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tollgate::keyed::{BucketConfig, Keyed};
 use tollgate::{ManualClock, Rate, RateLimiter, TokenBucket};
 use tollgate_tower::{
-    AsyncLimit, ForwardedIp, Global, HeaderKey, KeyExtractor, Limit, PeerIp, PerKey, PolicyName,
-    PolicyOutcome, Route, Shaped, ThrottleLayer,
+    ForwardedIp, Global, HeaderKey, KeyExtractor, Limit, PeerIp, PerKey, PolicyName, Route, Shaped,
+    ThrottleBuilder, ThrottleLayer,
 };
 
 use crate::support;
-use support::{answer, client_from, serve};
+use support::{answer, client_from, scripted_remote, serve};
 
 type PerIp = Keyed<IpAddr, TokenBucket<ManualClock>>;
 
@@ -62,6 +62,39 @@ fn per_ip(capacity: u32, rate: Rate, clock: &ManualClock) -> Arc<PerIp> {
         BucketConfig::new(capacity, rate).unwrap(),
         clock.clone(),
     ))
+}
+
+/// A layer builder whose login attempts ([`login_route`]) are limited per
+/// peer by `logins`, under the policy name `login`.
+fn logins_limited(logins: &Arc<PerIp>) -> ThrottleBuilder<PeerIp> {
+    ThrottleLayer::builder(PeerIp).route(
+        login_route(),
+        PerKey::shared("login", Arc::clone(logins)).unwrap(),
+    )
+}
+
+/// Posts a login attempt to `addr` from `client`.
+async fn post_login(client: &reqwest::Client, addr: SocketAddr) -> reqwest::Response {
+    answer(client.post(format!("http://{addr}/login"))).await
+}
+
+/// The route group of login attempts: `POST /login`.
+fn login_route() -> Route {
+    Route::exact("/login").method(http::Method::POST)
+}
+
+/// The status `addr` answers a `GET /` with.
+async fn root_status(addr: SocketAddr) -> StatusCode {
+    reqwest::get(format!("http://{addr}/"))
+        .await
+        .unwrap()
+        .status()
+}
+
+/// Asserts that `response`'s body contains `needle`.
+async fn assert_body_contains(response: reqwest::Response, needle: &str) {
+    let body = response.text().await.unwrap();
+    assert!(body.contains(needle), "{body}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -252,13 +285,7 @@ async fn a_request_without_a_key_gets_the_configured_response() {
     tokio::spawn(async move { axum::serve(listener, app().layer(layer)).await.unwrap() });
     let response = reqwest::get(format!("http://{addr}/")).await.unwrap();
     assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
-    assert!(
-        response
-            .text()
-            .await
-            .unwrap()
-            .contains("into_make_service_with_connect_info")
-    );
+    assert_body_contains(response, "into_make_service_with_connect_info").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -266,17 +293,12 @@ async fn route_groups_and_everyone_all_must_admit() {
     let clock = ManualClock::new();
     let logins = per_ip(2, Rate::per_hour(2), &clock);
     let global = Arc::new(TokenBucket::with_clock(3, Rate::per_hour(3), clock.clone()).unwrap());
-    let layer = ThrottleLayer::builder(PeerIp)
-        .route(
-            Route::exact("/login").method(http::Method::POST),
-            PerKey::shared("login", Arc::clone(&logins)).unwrap(),
-        )
+    let layer = logins_limited(&logins)
         .policy(Limit::shared("global", Arc::clone(&global)).unwrap())
         .build();
     let addr = serve(app().layer(layer)).await;
     let client = reqwest::Client::new();
-    let login = || client.post(format!("http://{addr}/login")).send();
-    let first = login().await.unwrap();
+    let first = post_login(&client, addr).await;
     assert_eq!(first.status(), StatusCode::OK);
     // Both policies report, route group first.
     assert_eq!(
@@ -287,16 +309,10 @@ async fn route_groups_and_everyone_all_must_admit() {
         first.headers()["ratelimit"],
         "\"login\";r=1;t=1800, \"global\";r=2;t=1200"
     );
-    assert_eq!(login().await.unwrap().status(), StatusCode::OK);
-    let third = login().await.unwrap();
+    assert_eq!(post_login(&client, addr).await.status(), StatusCode::OK);
+    let third = post_login(&client, addr).await;
     assert_eq!(third.status(), StatusCode::TOO_MANY_REQUESTS);
-    assert!(
-        third
-            .text()
-            .await
-            .unwrap()
-            .contains(r#""violated-policies":["login"]"#)
-    );
+    assert_body_contains(third, r#""violated-policies":["login"]"#).await;
     // The login denial came first: the global bucket was not charged for it.
     assert_eq!(global.snapshot().available, 1);
     // Other routes see only the global policy.
@@ -319,11 +335,7 @@ async fn the_layer_in_front_of_the_router_keys_by_peer_and_matches_routes() {
     let clock = ManualClock::new();
     let logins = per_ip(1, Rate::per_hour(1), &clock);
     let everyone = per_ip(3, Rate::per_hour(3), &clock);
-    let layer = ThrottleLayer::builder(PeerIp)
-        .route(
-            Route::exact("/login").method(http::Method::POST),
-            PerKey::shared("login", Arc::clone(&logins)).unwrap(),
-        )
+    let layer = logins_limited(&logins)
         .policy(PerKey::shared("per-ip", Arc::clone(&everyone)).unwrap())
         .build();
     let reached = Arc::new(AtomicUsize::new(0));
@@ -346,37 +358,34 @@ async fn the_layer_in_front_of_the_router_keys_by_peer_and_matches_routes() {
         axum::serve(listener, service).await.unwrap();
     });
 
+    let url = |path: &str| format!("http://{addr}{path}");
     let a = client_from("127.0.0.2");
-    let login = answer(a.post(format!("http://{addr}/login"))).await;
+    let login = post_login(&a, addr).await;
     assert_eq!(login.status(), StatusCode::OK);
     assert_eq!(
         login.headers()["ratelimit"],
         "\"login\";r=0;t=3600, \"per-ip\";r=2;t=1200"
     );
     assert_eq!(
-        answer(a.post(format!("http://{addr}/login")))
-            .await
-            .status(),
+        post_login(&a, addr).await.status(),
         StatusCode::TOO_MANY_REQUESTS
     );
     // A path the router does not know is still counted: the layer decides
     // before routing (the router answers it 404, with the fields).
-    let unknown = answer(a.get(format!("http://{addr}/nowhere"))).await;
+    let unknown = answer(a.get(url("/nowhere"))).await;
     assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
     assert_eq!(unknown.headers()["ratelimit"], "\"per-ip\";r=1;t=2400");
     assert_eq!(
-        answer(a.get(format!("http://{addr}/counted")))
-            .await
-            .status(),
+        answer(a.get(url("/counted"))).await.status(),
         StatusCode::OK
     );
     // The key is the peer's: 127.0.0.2 is spent, 127.0.0.3 is not; the
     // refused request never reached the handler.
-    let refused = answer(a.get(format!("http://{addr}/counted"))).await;
+    let refused = answer(a.get(url("/counted"))).await;
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(refused.headers()["retry-after"], "1200");
     let b = client_from("127.0.0.3");
-    let other = answer(b.get(format!("http://{addr}/counted"))).await;
+    let other = answer(b.get(url("/counted"))).await;
     assert_eq!(other.status(), StatusCode::OK);
     assert_eq!(other.headers()["ratelimit"], "\"per-ip\";r=2;t=1200");
     assert_eq!(reached.load(Ordering::Relaxed), 2);
@@ -387,25 +396,9 @@ async fn the_layer_in_front_of_the_router_keys_by_peer_and_matches_routes() {
 
 #[tokio::test]
 async fn async_policies_decide_later_and_can_be_unavailable() {
-    let asked = Arc::new(AtomicUsize::new(0));
-    let seen = Arc::clone(&asked);
-    let remote = AsyncLimit::new("remote", move |_: &(), n: u32| {
-        let count = seen.fetch_add(1, Ordering::SeqCst) + 1;
-        async move {
-            tokio::task::yield_now().await; // decided on a later poll
-            match count {
-                1 => PolicyOutcome::Admitted(None),
-                2 => PolicyOutcome::Denied {
-                    denied: tollgate::Denied::RetryAfter(Duration::from_millis(1)),
-                    snapshot: None,
-                },
-                _ => PolicyOutcome::Unavailable(format!(
-                    "remote limiter unreachable (asked for {n})"
-                )),
-            }
-        }
-    })
-    .unwrap();
+    let (remote, _) = scripted_remote(Duration::from_millis(1), |n| {
+        format!("remote limiter unreachable (asked for {n})")
+    });
     let local = Arc::new(TokenBucket::new(10, Rate::per_hour(10)).unwrap());
     let layer = ThrottleLayer::builder(Global)
         .policy(remote)
@@ -426,13 +419,7 @@ async fn async_policies_decide_later_and_can_be_unavailable() {
     );
     let third = reqwest::get(&url).await.unwrap();
     assert_eq!(third.status(), StatusCode::SERVICE_UNAVAILABLE);
-    assert!(
-        third
-            .text()
-            .await
-            .unwrap()
-            .contains("remote limiter unreachable")
-    );
+    assert_body_contains(third, "remote limiter unreachable").await;
     // The local policy, though added second, was asked first, every time: a
     // remote decision is awaited after every in-process one, and an awaited
     // refusal leaves what was admitted before it.
@@ -475,13 +462,7 @@ async fn three_at_once_pass(addr: SocketAddr) {
 /// Two requests to `addr`, on a frozen clock that grants one a minute: the
 /// first passes, the second is refused at once with the whole minute to wait.
 async fn one_passes_then_a_minute_to_wait(addr: SocketAddr) {
-    assert_eq!(
-        reqwest::get(format!("http://{addr}/"))
-            .await
-            .unwrap()
-            .status(),
-        StatusCode::OK
-    );
+    assert_eq!(root_status(addr).await, StatusCode::OK);
     let refused = reqwest::get(format!("http://{addr}/")).await.unwrap();
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(refused.headers()["retry-after"], "60");
@@ -509,13 +490,7 @@ async fn a_client_that_hangs_up_gives_its_reservation_back() {
         .policy(Shaped::shared("queue", Arc::clone(&bucket), Duration::from_secs(60)).unwrap())
         .build();
     let addr = serve(app().layer(layer)).await;
-    assert_eq!(
-        reqwest::get(format!("http://{addr}/"))
-            .await
-            .unwrap()
-            .status(),
-        StatusCode::OK
-    );
+    assert_eq!(root_status(addr).await, StatusCode::OK);
     assert_eq!(bucket.snapshot().until_full, Duration::from_secs(10));
 
     // A client asks, is held (its reservation moves the bucket 10 s further
@@ -578,13 +553,12 @@ async fn all_of_limits_refund_what_a_later_member_denied() {
     })
     .unwrap();
     let layer = ThrottleLayer::builder(PeerIp)
-        .route(Route::exact("/login").method(http::Method::POST), login)
+        .route(login_route(), login)
         .build();
     let addr = serve(app().layer(layer)).await;
     let client = reqwest::Client::new();
-    let login = || client.post(format!("http://{addr}/login")).send();
 
-    let first = login().await.unwrap();
+    let first = post_login(&client, addr).await;
     assert_eq!(first.status(), StatusCode::OK);
     // The binding member (least left) under its own name.
     assert_eq!(first.headers()["ratelimit-policy"], "\"login\";q=2");
@@ -592,18 +566,12 @@ async fn all_of_limits_refund_what_a_later_member_denied() {
         parse_ratelimit(first.headers()["ratelimit"].to_str().unwrap(), "login").0,
         1
     );
-    assert_eq!(login().await.unwrap().status(), StatusCode::OK);
+    assert_eq!(post_login(&client, addr).await.status(), StatusCode::OK);
     for _ in 0..3 {
-        let denied = login().await.unwrap();
+        let denied = post_login(&client, addr).await;
         assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(denied.headers()["ratelimit-policy"], "\"login\";q=2");
-        assert!(
-            denied
-                .text()
-                .await
-                .unwrap()
-                .contains(r#""violated-policies":["login"]"#)
-        );
+        assert_body_contains(denied, r#""violated-policies":["login"]"#).await;
     }
     // Two logins passed; the three denied by the last member were refunded
     // to the global and per-IP buckets (nothing raced them here).

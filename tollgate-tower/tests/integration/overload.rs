@@ -13,12 +13,11 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
-use http::StatusCode;
 use tollgate::{AdaptiveLimit, RoundTrip};
 use tollgate_tower::ConcurrencyLayer;
 
 use crate::support;
-use support::{answer, recent_limits, serve, slow_service};
+use support::{recent_limits, serve, slow_service, unloaded_latencies};
 
 /// The handler's latency alone, unloaded.
 const BASE: Duration = Duration::from_millis(10);
@@ -53,45 +52,19 @@ impl Seen {
     }
 }
 
-/// `CLIENTS` loops, each sending its next request when the last is answered
-/// (after `BACKOFF` if it was shed), for `PHASE`.
+/// What `CLIENTS` loops saw after the warm-up, each sending its next request
+/// when the last is answered (after `BACKOFF` if it was shed), for `PHASE`.
 async fn drive(url: &str) -> Seen {
-    let client = reqwest::Client::new();
-    let start = Instant::now();
-    let loops: Vec<_> = (0..CLIENTS)
-        .map(|_| {
-            let (client, url) = (client.clone(), url.to_owned());
-            tokio::spawn(async move {
-                let mut seen = Seen::default();
-                while start.elapsed() < PHASE {
-                    let sent = Instant::now();
-                    let response = answer(client.get(&url)).await;
-                    let status = response.status();
-                    response.bytes().await.unwrap();
-                    let latency = sent.elapsed();
-                    let counted = sent.duration_since(start) >= WARM_UP;
-                    match status {
-                        StatusCode::OK if counted => seen.ok.push(latency),
-                        StatusCode::OK => {}
-                        StatusCode::SERVICE_UNAVAILABLE => {
-                            seen.shed += usize::from(counted);
-                            tokio::time::sleep(BACKOFF).await;
-                        }
-                        other => panic!("unexpected status {other}"),
-                    }
-                }
-                seen
-            })
-        })
+    let answers = support::drive(url, CLIENTS, BACKOFF, Instant::now(), PHASE).await;
+    let counted = answers.iter().filter(|a| a.sent >= WARM_UP);
+    let mut ok: Vec<Duration> = counted
+        .clone()
+        .filter(|a| a.admitted)
+        .map(|a| a.answered - a.sent)
         .collect();
-    let mut all = Seen::default();
-    for client in loops {
-        let seen = client.await.unwrap();
-        all.ok.extend(seen.ok);
-        all.shed += seen.shed;
-    }
-    all.ok.sort_unstable();
-    all
+    ok.sort_unstable();
+    let shed = counted.filter(|a| !a.admitted).count();
+    Seen { ok, shed }
 }
 
 fn ms(d: Duration) -> f64 {
@@ -119,15 +92,7 @@ async fn an_adaptive_layer_keeps_p99_bounded_past_capacity() {
     let test_start = Instant::now();
     // Unloaded: one request at a time.
     let addr = serve(slow_service(BASE, Arc::new(AtomicUsize::new(KNEE)))).await;
-    let client = reqwest::Client::new();
-    let mut unloaded = Vec::new();
-    for _ in 0..40 {
-        let sent = Instant::now();
-        let response = answer(client.get(format!("http://{addr}/"))).await;
-        assert_eq!(response.status(), StatusCode::OK);
-        response.bytes().await.unwrap();
-        unloaded.push(sent.elapsed());
-    }
+    let mut unloaded = unloaded_latencies(addr).await;
     unloaded.sort_unstable();
     let unloaded = unloaded[unloaded.len() / 2];
     assert!(unloaded >= BASE);
