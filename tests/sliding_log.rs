@@ -14,7 +14,9 @@ use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use support::{Admission, Reference, Step, assert_agree, expected_per_round, mixed, one, stress};
+use support::{
+    Admission, Op, Reference, Step, assert_agree, expected_per_round, mixed, one, op_steps, stress,
+};
 use tollgate::{
     Clock, ConfigError, Denied, LockingSlidingLog, ManualClock, Rate, RateLimiter, SlidingLog,
 };
@@ -512,19 +514,12 @@ fn reconfigure_inherits_recent_admissions() {
 // Property tests: atomic, twin and reference decide alike.
 // ---------------------------------------------------------------------------
 
-#[derive(Debug, Clone)]
-enum Op {
-    Acquire(u32),
-    Forward(u64),
-    Back(u64),
-}
-
 fn ops(limit: u32, window: u64) -> impl Strategy<Value = Vec<Op>> {
     let op = prop_oneof![
         8 => (1..=limit).prop_map(Op::Acquire),
         1 => prop_oneof![Just(0u32), Just(u32::MAX), (limit + 1)..=(limit + 2)].prop_map(Op::Acquire),
-        4 => (0..=window / 2).prop_map(Op::Forward),
-        2 => (window / 2..=2 * window).prop_map(Op::Forward),
+        4 => (0..=window / 2).prop_map(Op::Advance),
+        2 => (window / 2..=2 * window).prop_map(Op::Advance),
         1 => (0..=window).prop_map(Op::Back),
     ];
     proptest::collection::vec(op, 1..150)
@@ -547,7 +542,7 @@ fn scaled(ops: Vec<Op>, limit: u32, window: u64) -> Vec<Op> {
     ops.into_iter()
         .map(|op| match op {
             Op::Acquire(n) if (1..=8).contains(&n) => Op::Acquire(1 + (n - 1) % limit),
-            Op::Forward(d) => Op::Forward(d * window / 200),
+            Op::Advance(d) => Op::Advance(d * window / 200),
             Op::Back(d) => Op::Back(d * window / 200),
             other => other,
         })
@@ -555,20 +550,7 @@ fn scaled(ops: Vec<Op>, limit: u32, window: u64) -> Vec<Op> {
 }
 
 fn steps(ops: Vec<Op>) -> Vec<Step> {
-    let mut now = 0u64;
-    ops.into_iter()
-        .map(|op| match op {
-            Op::Acquire(n) => Step::Acquire(n),
-            Op::Forward(d) => {
-                now += d;
-                Step::SetTime(now)
-            }
-            Op::Back(d) => {
-                now = now.saturating_sub(d);
-                Step::SetTime(now)
-            }
-        })
-        .collect()
+    op_steps(&ops, |d| d)
 }
 
 proptest! {
@@ -710,7 +692,7 @@ proptest! {
                         admissions.push(Configured { at: now, n, epoch: configs.len() - 1 });
                     }
                 }
-                Op::Forward(d) => { now += d; clock.set(now); }
+                Op::Advance(d) => { now += d; clock.set(now); }
                 Op::Back(d) => { now = now.saturating_sub(d); clock.set(now); }
             }
             prop_assert_eq!(atomic.snapshot(), twin.snapshot());

@@ -22,7 +22,7 @@ use tollgate::keyed::{
 use tollgate::{
     Denied, FixedWindow, LeakyBucket, LockingFixedWindow, LockingLeakyBucket, LockingShaper,
     LockingSlidingLog, LockingSlidingWindow, LockingTokenBucket, LockingWarmUp, ManualClock, Rate,
-    RateLimiter, Shaper, SlidingLog, SlidingWindow, TokenBucket, WarmUp,
+    RateLimiter, Shaper, SlidingLog, SlidingWindow, Snapshot, TokenBucket, WarmUp,
 };
 
 type Bucket = TokenBucket<ManualClock>;
@@ -137,6 +137,51 @@ fn requests_that_can_never_succeed_create_no_key() {
     assert!(keyed.is_empty());
 }
 
+/// A keyed limiter, as the key-by-key comparisons with direct limiters see it.
+trait PerKey {
+    fn ask(&self, key: u8, n: u32) -> Result<(), Denied>;
+    fn report(&self, key: u8) -> Snapshot;
+}
+
+impl<L: Keyable> PerKey for Keyed<u8, L> {
+    fn ask(&self, key: u8, n: u32) -> Result<(), Denied> {
+        self.try_acquire_n(&key, n)
+    }
+    fn report(&self, key: u8) -> Snapshot {
+        self.snapshot(&key)
+    }
+}
+
+/// Replays `steps` requests on keys 0 to 2, of 1 to `max_n` permits, through
+/// every limiter of `keyed` and through the key's own limiter of `direct`
+/// (all reading `clock`): each keyed limiter decides and reports as the
+/// direct one. After each request the clock moves on by less than
+/// `max_advance` ns; then `after(step, at, n, decision)` sees the request,
+/// decided at `at`.
+fn decides_as_direct<D: RateLimiter>(
+    clock: &ManualClock,
+    keyed: &[&dyn PerKey],
+    direct: &[D],
+    (steps, max_n, max_advance): (u64, u64, u64),
+    mut after: impl FnMut(u64, u8, u64, u32, Result<(), Denied>),
+) {
+    for step in 0..steps {
+        let key = (step * 7 % 3) as u8;
+        let n = (step * 13 % max_n) as u32 + 1;
+        let direct = &direct[usize::from(key)];
+        let expected = direct.try_acquire_n(n);
+        for (i, keyed) in keyed.iter().enumerate() {
+            assert_eq!(keyed.ask(key, n), expected, "keyed #{i}, step {step}");
+        }
+        for keyed in keyed {
+            assert_eq!(keyed.report(key), direct.snapshot());
+        }
+        let at = tollgate::Clock::now(clock);
+        clock.advance(Duration::from_nanos(step * 104_729 % max_advance));
+        after(step, key, at, n, expected);
+    }
+}
+
 /// A keyed token bucket decides exactly as a `TokenBucket` built when the
 /// keyed limiter was built, key by key.
 #[test]
@@ -149,17 +194,13 @@ fn a_key_decides_as_the_direct_limiter() {
                 .unwrap()
         })
         .collect();
-    for step in 0u64..2_000 {
-        let key = (step * 7 % 3) as u8;
-        let n = (step * 13 % 6) as u32 + 1;
-        assert_eq!(
-            keyed.try_acquire_n(&key, n),
-            direct[usize::from(key)].try_acquire_n(n),
-            "step {step}"
-        );
-        assert_eq!(keyed.snapshot(&key), direct[usize::from(key)].snapshot());
-        clock.advance(Duration::from_nanos(step * 104_729 % 40_000_000));
-    }
+    decides_as_direct(
+        &clock,
+        &[&keyed],
+        &direct,
+        (2_000, 6, 40_000_000),
+        |_, _, _, _, _| {},
+    );
 }
 
 /// A keyed leaky bucket meter decides exactly as a `LeakyBucket` built when
@@ -178,22 +219,18 @@ fn a_keyed_meter_decides_as_the_direct_meter() {
         })
         .collect();
     let mut admitted: HashMap<u8, Vec<Admission>> = HashMap::new();
-    for step in 0u64..2_000 {
-        let key = (step * 7 % 3) as u8;
-        let n = (step * 13 % 6) as u32 + 1;
-        let expected = direct[usize::from(key)].try_acquire_n(n);
-        assert_eq!(keyed.try_acquire_n(&key, n), expected, "step {step}");
-        assert_eq!(twin.try_acquire_n(&key, n), expected, "step {step}");
-        if expected.is_ok() {
-            admitted.entry(key).or_default().push(Admission {
-                at: tollgate::Clock::now(&clock),
-                n,
-            });
-        }
-        assert_eq!(keyed.snapshot(&key), direct[usize::from(key)].snapshot());
-        assert_eq!(twin.snapshot(&key), direct[usize::from(key)].snapshot());
-        clock.advance(Duration::from_nanos(step * 104_729 % 40_000_000));
-    }
+    let steps = (2_000, 6, 40_000_000);
+    decides_as_direct(
+        &clock,
+        &[&keyed, &twin],
+        &direct,
+        steps,
+        |_, key, at, n, decision| {
+            if decision.is_ok() {
+                admitted.entry(key).or_default().push(Admission { at, n });
+            }
+        },
+    );
     // The meter's own promise, per key: the level never above the capacity.
     for admissions in admitted.values() {
         check_leaky_bucket(admissions, 5, 100_000_000_u64.div_ceil(3));
@@ -222,24 +259,22 @@ fn a_keyed_shaper_decides_as_the_direct_shaper() {
         })
         .collect();
     let mut starts: HashMap<u8, Vec<Start>> = HashMap::new();
-    for step in 0u64..2_000 {
-        let key = (step * 7 % 3) as u8;
-        let n = (step * 13 % 6) as u32 + 1;
-        let expected = direct[usize::from(key)].try_acquire_n(n);
-        assert_eq!(keyed.try_acquire_n(&key, n), expected, "step {step}");
-        assert_eq!(twin.try_acquire_n(&key, n), expected, "step {step}");
-        if expected.is_ok() {
-            let now = tollgate::Clock::now(&clock);
-            starts.entry(key).or_default().push(Start {
-                decided: now,
-                start: now,
-                n,
-            });
-        }
-        assert_eq!(keyed.snapshot(&key), direct[usize::from(key)].snapshot());
-        assert_eq!(twin.snapshot(&key), direct[usize::from(key)].snapshot());
-        clock.advance(Duration::from_nanos(step * 104_729 % 40_000_000));
-    }
+    let steps = (2_000, 6, 40_000_000);
+    decides_as_direct(
+        &clock,
+        &[&keyed, &twin],
+        &direct,
+        steps,
+        |_, key, at, n, decision| {
+            if decision.is_ok() {
+                starts.entry(key).or_default().push(Start {
+                    decided: at,
+                    start: at,
+                    n,
+                });
+            }
+        },
+    );
     for key_starts in starts.values() {
         check_shaper(key_starts, 100_000_000_u64.div_ceil(3), 2, 0);
     }
@@ -265,21 +300,20 @@ fn a_keyed_warm_up_decides_as_the_direct_warm_up() {
         })
         .collect();
     let mut admitted = 0;
-    for step in 0u64..3_000 {
-        let key = (step * 7 % 3) as u8;
-        let n = (step * 13 % 4) as u32 + 1;
-        let expected = direct[usize::from(key)].try_acquire_n(n);
-        admitted += u32::from(expected.is_ok());
-        assert_eq!(keyed.try_acquire_n(&key, n), expected, "step {step}");
-        assert_eq!(twin.try_acquire_n(&key, n), expected, "step {step}");
-        assert_eq!(keyed.snapshot(&key), direct[usize::from(key)].snapshot());
-        assert_eq!(twin.snapshot(&key), direct[usize::from(key)].snapshot());
-        clock.advance(Duration::from_nanos(step * 104_729 % 60_000_000));
-        if step % 500 == 0 {
-            keyed.sweep();
-            twin.sweep();
-        }
-    }
+    let steps = (3_000, 4, 60_000_000);
+    decides_as_direct(
+        &clock,
+        &[&keyed, &twin],
+        &direct,
+        steps,
+        |step, _, _, _, decision| {
+            admitted += u32::from(decision.is_ok());
+            if step % 500 == 0 {
+                keyed.sweep();
+                twin.sweep();
+            }
+        },
+    );
     assert!(
         admitted > 300,
         "{admitted} admitted: the test exercises little"

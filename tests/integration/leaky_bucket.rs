@@ -10,44 +10,23 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use support::{
-    Admission, Reference, ReferenceLeakyBucket, ReferenceShaper, Start, Step, assert_agree,
+    Admission, Op, Reference, ReferenceLeakyBucket, ReferenceShaper, Start, Step, assert_agree,
     bucket_config, check_leaky_bucket, check_shaper, check_shaper_any_order, expected_per_round,
-    lockstep, one, round_times, stress,
+    forward_ops, lockstep, one, op_steps, round_times, stress,
 };
 use tollgate::{
     ConfigError, Denied, LeakyBucket, LockingLeakyBucket, LockingShaper, ManualClock, Rate,
     RateLimiter, Reserve, Shaper, TokenBucket,
 };
 
-#[derive(Debug, Clone)]
-enum Op {
-    Acquire(u32),
-    Advance(u64),
-}
-
+/// Clock steps in thousandths of an interval, around one interval.
 fn ops(max_n: u32) -> impl Strategy<Value = Vec<Op>> {
-    let op = prop_oneof![
-        6 => (1..=max_n).prop_map(Op::Acquire),
-        1 => prop_oneof![Just(0u32), Just(u32::MAX), (max_n + 1)..=(max_n + 3)].prop_map(Op::Acquire),
-        // Steps in thousandths of an interval, around one interval.
-        3 => (0..=3_000u64).prop_map(Op::Advance),
-        1 => (0..=4u64).prop_map(Op::Advance),
-    ];
-    proptest::collection::vec(op, 1..200)
+    forward_ops(max_n, 3_000, 4)
 }
 
 /// Turns ops into absolute-time steps for an `interval`-ns limiter.
 fn steps(ops: Vec<Op>, interval: u64) -> Vec<Step> {
-    let mut now = 0u64;
-    ops.into_iter()
-        .map(|op| match op {
-            Op::Acquire(n) => Step::Acquire(n),
-            Op::Advance(step) => {
-                now += step * interval / 1_000 + step % 3;
-                Step::SetTime(now)
-            }
-        })
-        .collect()
+    op_steps(&ops, |step| step * interval / 1_000 + step % 3)
 }
 
 #[derive(Debug, Clone)]
