@@ -82,18 +82,24 @@ fn steady(micros: u64, shown: &'static str) -> Vec<Event> {
         .collect()
 }
 
-/// The script of Guava's warm-up tests (4 s of warm-up), from cold: the
-/// `cold` waits; the last acquire repaid (`repay` ms) and the whole warm-up
-/// slept, cold again and the same waits; repaid again and a rest of
-/// `rest` ms, too short to get cold: the steady waits of `stable`.
+/// The script of Guava's warm-up tests (4 s of warm-up), from cold: eight
+/// acquires, the first free, then the `warming` waits, then the `stable`
+/// ones; the last acquire repaid (`repay` ms) and the whole warm-up slept,
+/// cold again and the same waits; repaid again and a rest of `rest` ms, too
+/// short to get cold: the steady waits.
 fn cold_again_then_warm(
     (per_second, cold_factor): (u32, u32),
-    cold: &[Event],
+    warming: &[Event],
     repay: u64,
     rest: u64,
-    stable: (u64, &'static str),
+    (stable, shown): (u64, &'static str),
 ) {
-    let warm = steady(stable.0, stable.1);
+    let cold: Vec<Event> = std::iter::once(R(1, 0, "0.00"))
+        .chain(warming.iter().copied())
+        .chain(std::iter::repeat_n(R(1, stable, shown), 7 - warming.len()))
+        .collect();
+    let cold = &cold[..];
+    let warm = steady(stable, shown);
     let events = [
         cold,
         &[U(repay), U(4000)],
@@ -109,17 +115,13 @@ fn cold_again_then_warm(
 /// After the second cold run it would take another 2 s to get cold.
 #[test]
 fn guava_test_warm_up() {
-    let cold = [
-        R(1, 0, "0.00"),
+    let warming = [
         R(1, 1_375_000, "1.38"),
         R(1, 1_125_000, "1.13"),
         R(1, 875_000, "0.88"),
         R(1, 625_000, "0.63"),
-        R(1, 500_000, "0.50"),
-        R(1, 500_000, "0.50"),
-        R(1, 500_000, "0.50"),
     ];
-    cold_again_then_warm((2, 3), &cold, 500, 2000, (500_000, "0.50"));
+    cold_again_then_warm((2, 3), &warming, 500, 2000, (500_000, "0.50"));
 }
 
 /// `testWarmUpWithColdFactor`: `create(stopwatch, 5.0, 4000, MILLISECONDS, 10.0)`.
@@ -128,17 +130,13 @@ fn guava_test_warm_up() {
 /// take another 3 s to get cold.
 #[test]
 fn guava_test_warm_up_with_cold_factor() {
-    let cold = [
-        R(1, 0, "0.00"),
+    let warming = [
         R(1, 1_752_500, "1.75"),
         R(1, 1_257_500, "1.26"),
         R(1, 762_500, "0.76"),
         R(1, 300_227, "0.30"),
-        R(1, 200_000, "0.20"),
-        R(1, 200_000, "0.20"),
-        R(1, 200_000, "0.20"),
     ];
-    cold_again_then_warm((5, 10), &cold, 200, 1000, (200_000, "0.20"));
+    cold_again_then_warm((5, 10), &warming, 200, 1000, (200_000, "0.20"));
 }
 
 /// `testWarmUpWithColdFactor1`: a cold factor of 1 is no warm-up at all.

@@ -449,6 +449,17 @@ pub struct Start {
     pub n: u32,
 }
 
+impl Start {
+    /// An admission that starts when it is decided: a shaper's `try_acquire_n`.
+    pub fn at_once(admission: &Admission) -> Start {
+        Start {
+            decided: admission.at,
+            start: admission.at,
+            n: admission.n,
+        }
+    }
+}
+
 /// Checks the shaper's promise: sorted by start, the permits of the requests
 /// from `i` up to (not including) `j` are at most `burst + (start_j − start_i) /
 /// interval`; and every start is within `[decided, decided + max_wait]`.
