@@ -11,6 +11,14 @@ use std::time::Duration;
 use proptest::prelude::*;
 use tollgate::{Denied, LogConfig, ManualClock, Rate, RateLimiter, Snapshot};
 
+/// Polls a future once, as an executor would on its first turn, with a waker
+/// that does nothing.
+pub fn poll_once<F: std::future::Future>(
+    future: std::pin::Pin<&mut F>,
+) -> std::task::Poll<F::Output> {
+    future.poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+}
+
 /// One admission: the decision time (ns since the limiter was built) and permits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Admission {
