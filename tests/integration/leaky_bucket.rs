@@ -11,8 +11,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use support::{
     Admission, Op, Reference, ReferenceLeakyBucket, ReferenceShaper, Start, Step, assert_agree,
-    bucket_config, check_leaky_bucket, check_shaper, check_shaper_any_order, expected_per_round,
-    forward_ops, lockstep, one, op_steps, round_times, stress,
+    bucket_config, check_leaky_bucket, check_shaper, check_shaper_any_order,
+    exact_under_contention, forward_ops, lockstep, op_steps, round_times,
 };
 use tollgate::{
     ConfigError, Denied, LeakyBucket, LockingLeakyBucket, LockingShaper, ManualClock, Rate,
@@ -416,14 +416,10 @@ const ATTEMPTS: usize = 64;
 
 fn meter_rounds<L: RateLimiter + Send + Sync + 'static>(make: fn(ManualClock) -> L) {
     let (capacity, permits, period) = (40, 100, 1_000_000u64);
-    let clock = ManualClock::new();
-    let limiter = Arc::new(make(clock.clone()));
     let times = round_times(ROUNDS as u64, period / u64::from(permits) * 25);
-    let record = stress(limiter, &clock, THREADS, &times, ATTEMPTS, one);
-    check_leaky_bucket(&record.admissions, capacity, period / u64::from(permits));
     let mut reference = ReferenceLeakyBucket::new(capacity, permits, period);
-    let expected = expected_per_round(&mut reference, &times, THREADS * ATTEMPTS);
-    assert_eq!(record.per_round, expected);
+    let admissions = exact_under_contention(make, &times, &mut reference);
+    check_leaky_bucket(&admissions, capacity, period / u64::from(permits));
 }
 
 #[test]

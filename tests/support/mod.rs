@@ -275,6 +275,26 @@ where
     record
 }
 
+/// Lock-step [`stress`] with single permits on the limiter `make` builds, 4
+/// threads asking 64 times a round at each of `times`: demand outstrips
+/// supply every round, so a tight limiter admits exactly what the sequential
+/// `reference` admits, round by round. Returns the admissions, for the
+/// limiter's own promise.
+pub fn exact_under_contention<L: RateLimiter + Send + Sync + 'static>(
+    make: fn(ManualClock) -> L,
+    times: &[u64],
+    reference: &mut dyn Reference,
+) -> Vec<Admission> {
+    const THREADS: usize = 4;
+    const ATTEMPTS: usize = 64;
+    let clock = ManualClock::new();
+    let limiter = Arc::new(make(clock.clone()));
+    let record = stress(limiter, &clock, THREADS, times, ATTEMPTS, one);
+    let expected = expected_per_round(reference, times, THREADS * ATTEMPTS);
+    assert_eq!(record.per_round, expected);
+    record.admissions
+}
+
 /// A sequential reference model, decision for decision.
 pub trait Reference {
     fn try_acquire_n(&mut self, now: u64, n: u32) -> Result<(), Denied>;
