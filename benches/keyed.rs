@@ -58,7 +58,7 @@ mod common;
 use common::THREADS;
 use common::counting::{Counting, key};
 use common::keyed::{
-    Check, GovernorKeyed, KEYS, governor_bytes_per_key, keyed_bytes_per_key, print_bytes_per_key,
+    Check, GovernorKeyed, KEYS, check_keys, governor_row, keyed_bytes_per_key, print_bytes_per_key,
 };
 
 #[global_allocator]
@@ -173,18 +173,7 @@ fn run<L: Check>(
     let run = common::run_threads(threads, false, |t| {
         let (limiter, keys) = (Arc::clone(limiter), Arc::clone(keys));
         let offset = (base + t * keys.len() / threads) % keys.len();
-        move || {
-            let mut admitted = 0u64;
-            for i in 0..iters as usize {
-                let key = if hot {
-                    &keys[0]
-                } else {
-                    &keys[(offset + i) % keys.len()]
-                };
-                admitted += u64::from(limiter.check(key));
-            }
-            admitted
-        }
+        move || check_keys(&*limiter, &keys, hot, offset, iters)
     });
     let checks = iters * threads as u64;
     match workload {
@@ -429,19 +418,12 @@ fn memory() {
                 (bucket(), bucket())
             }),
         ),
-        (
-            "governor dashmap keyed",
-            governor_bytes_per_key(Quota::per_second(NonZeroU32::new(10).expect("non-zero"))),
-        ),
+        governor_row(Quota::per_second(NonZeroU32::new(10).expect("non-zero"))),
     ];
     print_bytes_per_key(&rows, 38);
 }
 
 fn main() {
     memory();
-    let mut c = common::config().configure_from_args();
-    throughput(&mut c);
-    at_the_limit(&mut c);
-    flood(&mut c);
-    c.final_summary();
+    common::run_groups(&[throughput, at_the_limit, flood]);
 }

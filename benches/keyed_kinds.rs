@@ -69,7 +69,7 @@ use tollgate::{
 mod common;
 use common::counting::{Counting, key};
 use common::keyed::{
-    Check, GovernorKeyed, KEYS, bytes_per_key_then, governor_bytes_per_key, keyed_bytes_per_key,
+    Check, GovernorKeyed, KEYS, bytes_per_key_then, check_keys, governor_row, keyed_bytes_per_key,
     print_bytes_per_key,
 };
 
@@ -148,15 +148,7 @@ fn run<L: Check>(
         let (limiter, keys) = (Arc::clone(limiter), Arc::clone(keys));
         let offset = start + t * keys.len() / threads;
         move || {
-            let mut admitted = 0u64;
-            for i in 0..iters as usize {
-                let key = if hot {
-                    &keys[0]
-                } else {
-                    &keys[(offset + i) % keys.len()]
-                };
-                admitted += u64::from(limiter.check(key));
-            }
+            let admitted = check_keys(&*limiter, &keys, hot, offset, iters);
             // The windows and the logs may deny a few checks (above); the
             // others none.
             match regime {
@@ -471,20 +463,12 @@ fn memory() {
                 BucketConfig::new(30, Rate::per_minute(30)).expect("valid")
             }),
         ),
-        (
-            "governor dashmap keyed",
-            governor_bytes_per_key(Quota::per_minute(NonZeroU32::new(30).expect("non-zero"))),
-        ),
+        governor_row(Quota::per_minute(NonZeroU32::new(30).expect("non-zero"))),
     ];
     print_bytes_per_key(&rows, 42);
 }
 
 fn main() {
     memory();
-    let mut c = common::config().configure_from_args();
-    hot(&mut c);
-    spread(&mut c);
-    deny(&mut c);
-    limit(&mut c);
-    c.final_summary();
+    common::run_groups(&[hot, spread, deny, limit]);
 }

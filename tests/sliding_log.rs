@@ -14,7 +14,9 @@ use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use support::{Admission, Reference, Step, assert_agree, expected_per_round, mixed, one, stress};
+use support::{
+    Admission, Op, Reference, Step, assert_agree, expected_per_round, mixed, one, op_steps, stress,
+};
 use tollgate::{
     Clock, ConfigError, Denied, LockingSlidingLog, ManualClock, Rate, RateLimiter, SlidingLog,
 };
@@ -319,8 +321,11 @@ fn memory_is_eight_bytes_per_permit_plus_a_constant() {
     }
 }
 
+/// Requests of `n` permits, each with the answer it must get.
+type Answers = [(u32, Result<(), Denied>)];
+
 /// Each limiter, in turn, answers each request (`n` permits) as expected.
-fn each_answers(limiters: &[&dyn RateLimiter], requests: &[(u32, Result<(), Denied>)]) {
+fn each_answers(limiters: &[&dyn RateLimiter], requests: &Answers) {
     for (i, l) in limiters.iter().enumerate() {
         for &(n, expected) in requests {
             assert_eq!(l.try_acquire_n(n), expected, "limiter #{i}, n = {n}");
@@ -341,6 +346,26 @@ fn before_the_origin(clock: &ManualClock, limiters: &[&dyn RateLimiter]) {
     }
 }
 
+/// A log and its twin (`both`) on a clock that steps back: one permit
+/// admitted at 1,000 ns, then at each reading of `back` (before 1,000) its
+/// answers; caught up at 1,100 ns, both admit their limit of 2 again, and
+/// readings before the origin are denied.
+fn steps_back_then_recovers(
+    clock: &ManualClock,
+    both: &[&dyn RateLimiter],
+    back: &[(u64, &Answers)],
+) {
+    clock.set(1_000);
+    each_answers(both, &[(1, Ok(()))]);
+    for &(at, answers) in back {
+        clock.set(at);
+        each_answers(both, answers);
+    }
+    clock.set(1_100);
+    each_answers(both, &[(2, Ok(()))]);
+    before_the_origin(clock, both);
+}
+
 #[test]
 fn backwards_clock_stands_still_then_recovers() {
     let clock = ManualClock::new();
@@ -348,20 +373,14 @@ fn backwards_clock_stands_still_then_recovers() {
     // ring; see the next test).
     let log = log(2, 100, &clock).with_stripes(1);
     let twin = twin(2, 100, &clock).with_stripes(1);
-    let both: [&dyn RateLimiter; 2] = [&log, &twin];
-    clock.set(1_000);
-    each_answers(&both, &[(1, Ok(()))]);
-    // Back to 500: the reading is checked as it is, and the permit is stamped
-    // at 1,000, where the log already was.
-    clock.set(500);
-    each_answers(&both, &[(1, Ok(())), (1, retry(600))]);
-    // Still before the log's time: denied, never admitted early.
-    clock.set(1_099);
-    each_answers(&both, &[(1, retry(1))]);
-    // Caught up: the limiter carries on, not stuck.
-    clock.set(1_100);
-    each_answers(&both, &[(2, Ok(()))]);
-    before_the_origin(&clock, &both);
+    let back: [(u64, &Answers); 2] = [
+        // Back to 500: the reading is checked as it is, and the permit is
+        // stamped at 1,000, where the log already was.
+        (500, &[(1, Ok(())), (1, retry(600))]),
+        // Still before the log's time: denied, never admitted early.
+        (1_099, &[(1, retry(1))]),
+    ];
+    steps_back_then_recovers(&clock, &[&log, &twin], &back);
 }
 
 #[test]
@@ -370,35 +389,16 @@ fn backwards_clock_with_several_rings_stands_still_per_ring() {
     let log = log(2, 100, &clock);
     let twin = twin(2, 100, &clock);
     assert_eq!((log.stripes(), twin.stripes()), (2, 2));
-    let both: [&dyn RateLimiter; 2] = [&log, &twin];
-    clock.set(1_000);
-    each_answers(&both, &[(1, Ok(()))]);
     // Back to 500: the other ring's entry is stamped at the reading, its own
-    // newest time; the permit of 1,000 still counts, so nothing is over-admitted
-    // by the readings.
-    clock.set(500);
-    each_answers(&both, &[(1, Ok(())), (1, retry(100))]);
-    clock.set(600);
-    each_answers(&both, &[(1, Ok(())), (1, retry(100))]);
-    // Caught up: both rings free again.
-    clock.set(1_100);
-    each_answers(&both, &[(2, Ok(()))]);
-    before_the_origin(&clock, &both);
+    // newest time; the permit of 1,000 still counts, so nothing is
+    // over-admitted by the readings.
+    let back: [(u64, &Answers); 2] = [
+        (500, &[(1, Ok(())), (1, retry(100))]),
+        (600, &[(1, Ok(())), (1, retry(100))]),
+    ];
+    steps_back_then_recovers(&clock, &[&log, &twin], &back);
 }
 
-/// A reading older than admissions the log has already made — a clock that
-/// stepped back, or a thread preempted between its reading and its decision —
-/// is denied with the exact wait, however many rings: on one ring or several,
-/// the same request is denied a nanosecond before the wait runs out and
-/// admitted when it does, and the one-list reference model says the same.
-///
-/// With several rings a one-permit denial may answer from what the last
-/// denying survey of the other rings found: here that survey, at 198,526,
-/// found fronts freeing at 199,526, and the log then admitted there, so
-/// every permit is in the window until 201,526 — which is what the stale
-/// reading of 166,658 must be told, not 199,526. (The same from several
-/// threads: `retry_after_is_exact_from_several_threads`, and in
-/// `src/sliding_log/mod.rs` the same requests from one thread per ring.)
 #[test]
 fn a_stale_reading_after_later_admissions_gets_the_exact_wait() {
     const WINDOW: u64 = 2_000;
@@ -512,19 +512,12 @@ fn reconfigure_inherits_recent_admissions() {
 // Property tests: atomic, twin and reference decide alike.
 // ---------------------------------------------------------------------------
 
-#[derive(Debug, Clone)]
-enum Op {
-    Acquire(u32),
-    Forward(u64),
-    Back(u64),
-}
-
 fn ops(limit: u32, window: u64) -> impl Strategy<Value = Vec<Op>> {
     let op = prop_oneof![
         8 => (1..=limit).prop_map(Op::Acquire),
         1 => prop_oneof![Just(0u32), Just(u32::MAX), (limit + 1)..=(limit + 2)].prop_map(Op::Acquire),
-        4 => (0..=window / 2).prop_map(Op::Forward),
-        2 => (window / 2..=2 * window).prop_map(Op::Forward),
+        4 => (0..=window / 2).prop_map(Op::Advance),
+        2 => (window / 2..=2 * window).prop_map(Op::Advance),
         1 => (0..=window).prop_map(Op::Back),
     ];
     proptest::collection::vec(op, 1..150)
@@ -547,7 +540,7 @@ fn scaled(ops: Vec<Op>, limit: u32, window: u64) -> Vec<Op> {
     ops.into_iter()
         .map(|op| match op {
             Op::Acquire(n) if (1..=8).contains(&n) => Op::Acquire(1 + (n - 1) % limit),
-            Op::Forward(d) => Op::Forward(d * window / 200),
+            Op::Advance(d) => Op::Advance(d * window / 200),
             Op::Back(d) => Op::Back(d * window / 200),
             other => other,
         })
@@ -555,20 +548,7 @@ fn scaled(ops: Vec<Op>, limit: u32, window: u64) -> Vec<Op> {
 }
 
 fn steps(ops: Vec<Op>) -> Vec<Step> {
-    let mut now = 0u64;
-    ops.into_iter()
-        .map(|op| match op {
-            Op::Acquire(n) => Step::Acquire(n),
-            Op::Forward(d) => {
-                now += d;
-                Step::SetTime(now)
-            }
-            Op::Back(d) => {
-                now = now.saturating_sub(d);
-                Step::SetTime(now)
-            }
-        })
-        .collect()
+    op_steps(&ops, |d| d)
 }
 
 proptest! {
@@ -710,7 +690,7 @@ proptest! {
                         admissions.push(Configured { at: now, n, epoch: configs.len() - 1 });
                     }
                 }
-                Op::Forward(d) => { now += d; clock.set(now); }
+                Op::Advance(d) => { now += d; clock.set(now); }
                 Op::Back(d) => { now = now.saturating_sub(d); clock.set(now); }
             }
             prop_assert_eq!(atomic.snapshot(), twin.snapshot());

@@ -33,6 +33,29 @@ where
     }
 }
 
+/// One thread's checks of a keyed bench: `iters` checks of the first key
+/// when `hot`, else of the keys from `offset` on (wrapping). Returns how many
+/// were admitted.
+#[inline]
+pub fn check_keys<L: Check>(
+    limiter: &L,
+    keys: &[u64],
+    hot: bool,
+    offset: usize,
+    iters: u64,
+) -> u64 {
+    let mut admitted = 0u64;
+    for i in 0..iters as usize {
+        let key = if hot {
+            &keys[0]
+        } else {
+            &keys[(offset + i) % keys.len()]
+        };
+        admitted += u64::from(limiter.check(key));
+    }
+    admitted
+}
+
 /// governor's dashmap-keyed limiter on its default clock.
 pub type GovernorKeyed = governor::DefaultKeyedRateLimiter<u64>;
 
@@ -97,6 +120,11 @@ where
 /// Bytes per key of governor's dashmap-keyed limiter at `quota`.
 pub fn governor_bytes_per_key(quota: governor::Quota) -> f64 {
     bytes_per_key::<GovernorKeyed>(|| governor::RateLimiter::dashmap(quota))
+}
+
+/// The bytes-per-key row of governor's dashmap-keyed limiter at `quota`.
+pub fn governor_row(quota: governor::Quota) -> (&'static str, f64) {
+    ("governor dashmap keyed", governor_bytes_per_key(quota))
 }
 
 /// Prints the bytes-per-key table, names padded to `width`.

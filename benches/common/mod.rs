@@ -61,6 +61,17 @@ pub fn config() -> Criterion {
         .sample_size(20)
 }
 
+/// Runs the bench functions `groups` on [`config`] with criterion's
+/// command-line arguments, then prints criterion's summary: the `main` of a
+/// bench that does something before its groups.
+pub fn run_groups(groups: &[fn(&mut Criterion)]) {
+    let mut c = config().configure_from_args();
+    for group in groups {
+        group(&mut c);
+    }
+    c.final_summary();
+}
+
 // ---------------------------------------------------------------------------
 // The thread harness.
 // ---------------------------------------------------------------------------

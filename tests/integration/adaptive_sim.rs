@@ -366,6 +366,29 @@ fn require(ok: bool, why: impl FnOnce() -> String) -> Result<(), String> {
     if ok { Ok(()) } else { Err(why()) }
 }
 
+/// The figure of an open-loop run.
+fn backlog_figure(r: &LoopReport) -> String {
+    format!(
+        "backlog ≤ {}, ≤ {} in flight, limit {}",
+        r.max_backlog, r.max_in_flight, r.final_limit
+    )
+}
+
+fn never_inflated(r: &LoopReport) -> Result<(), String> {
+    require(!r.inflated, || {
+        "the limit went above twice what was ever in flight".into()
+    })
+}
+
+fn mean_in_flight_within(
+    r: &LoopReport,
+    range: std::ops::RangeInclusive<f64>,
+) -> Result<(), String> {
+    require(range.contains(&r.mean_in_flight), || {
+        format!("mean in flight {:.1}", r.mean_in_flight)
+    })
+}
+
 /// Throughput at `n` in flight on a knee of 10 at ×1.1 per extra, per s.
 fn knee_throughput(n: f64, base: u64) -> f64 {
     n / (base as f64 / SECOND as f64 * 1.1f64.powf((n - 10.0).max(0.0)))
@@ -474,9 +497,7 @@ fn behaviours() -> Vec<Behaviour> {
                 )
             },
             check: |s, r| {
-                require((6.0..=14.0).contains(&r.mean_in_flight), || {
-                    format!("mean in flight {:.1}", r.mean_in_flight)
-                })?;
+                mean_in_flight_within(r, 6.0..=14.0)?;
                 let peak = knee_throughput(10.0, s.base);
                 require(r.throughput >= 0.93 * peak, || format!("{:.1}/s of {peak:.1}/s", r.throughput))
             },
@@ -496,32 +517,48 @@ fn behaviours() -> Vec<Behaviour> {
             from: 0,
             figure: |r| format!("{:.1} in flight, {:.0} % errors", r.mean_in_flight, 100.0 * r.failed_share()),
             check: |_, r| {
-                require((2.0..=6.0).contains(&r.mean_in_flight), || {
-                    format!("mean in flight {:.1}", r.mean_in_flight)
-                })?;
+                mean_in_flight_within(r, 2.0..=6.0)?;
                 require(r.failed_share() <= 0.2, || format!("{} errors of {} attempts", r.errors, r.attempts))
             },
         },
-        Behaviour {
-            name: "no answer above 4 in flight (1 s timeout), 20 clients, 30 s: max in flight ≤ 5, timeouts ≤ 20 %",
-            setup: setup(Service::SilentAbove { n: 4 }, B, Load::Closed(20), 30 * SECOND),
+    ]);
+    for (name, duration) in [
+        (
+            "no answer above 4 in flight (1 s timeout), 20 clients, 30 s: max in flight ≤ 5, timeouts ≤ 20 %",
+            30,
+        ),
+        (
+            "no answer above 4 in flight (1 s timeout), 20 clients, 300 s: max in flight ≤ 5, timeouts ≤ 20 %",
+            300,
+        ),
+    ] {
+        out.push(Behaviour {
+            name,
+            setup: setup(
+                Service::SilentAbove { n: 4 },
+                B,
+                Load::Closed(20),
+                duration * SECOND,
+            ),
             from: 0,
-            figure: |r| format!("max {}, {:.0} % timeouts", r.max_in_flight, 100.0 * r.failed_share()),
-            check: |_, r| {
-                require(r.max_in_flight <= 5, || format!("max in flight {}", r.max_in_flight))?;
-                require(r.failed_share() <= 0.2, || format!("{} timeouts of {} attempts", r.timeouts, r.attempts))
+            figure: |r| {
+                format!(
+                    "max {}, {:.0} % timeouts",
+                    r.max_in_flight,
+                    100.0 * r.failed_share()
+                )
             },
-        },
-        Behaviour {
-            name: "no answer above 4 in flight (1 s timeout), 20 clients, 300 s: max in flight ≤ 5, timeouts ≤ 20 %",
-            setup: setup(Service::SilentAbove { n: 4 }, B, Load::Closed(20), 300 * SECOND),
-            from: 0,
-            figure: |r| format!("max {}, {:.0} % timeouts", r.max_in_flight, 100.0 * r.failed_share()),
             check: |_, r| {
-                require(r.max_in_flight <= 5, || format!("max in flight {}", r.max_in_flight))?;
-                require(r.failed_share() <= 0.2, || format!("{} timeouts of {} attempts", r.timeouts, r.attempts))
+                require(r.max_in_flight <= 5, || {
+                    format!("max in flight {}", r.max_in_flight)
+                })?;
+                require(r.failed_share() <= 0.2, || {
+                    format!("{} timeouts of {} attempts", r.timeouts, r.attempts)
+                })
             },
-        },
+        });
+    }
+    out.extend([
         Behaviour {
             name: "attempt rate capped at 100/s (100 ms), 40 clients, 30 s: mean in flight 7–13, peak ≤ 125 attempts/s",
             setup: setup(
@@ -533,9 +570,7 @@ fn behaviours() -> Vec<Behaviour> {
             from: 5 * SECOND,
             figure: |r| format!("{:.1} in flight, peak {}/s", r.mean_in_flight, r.peak_attempt_rate),
             check: |_, r| {
-                require((7.0..=13.0).contains(&r.mean_in_flight), || {
-                    format!("mean in flight {:.1}", r.mean_in_flight)
-                })?;
+                mean_in_flight_within(r, 7.0..=13.0)?;
                 require(r.peak_attempt_rate <= 125, || format!("peak {} attempts/s", r.peak_attempt_rate))
             },
         },
@@ -543,36 +578,26 @@ fn behaviours() -> Vec<Behaviour> {
             name: "open loop, steady 45/s at 100 ms (~4.5 in flight), from 1, 30 s: keeps up, backlog ≤ 9, ≤ 9 in flight, limit never inflated",
             setup: setup(Service::Flat, B, Load::Paced(45.0), 30 * SECOND),
             from: 5 * SECOND,
-            figure: |r| {
-                format!(
-                    "backlog ≤ {}, ≤ {} in flight, limit {}",
-                    r.max_backlog, r.max_in_flight, r.final_limit
-                )
-            },
+            figure: backlog_figure,
             check: |s, r| {
                 let Load::Paced(rate) = s.load else { unreachable!() };
                 require(r.max_backlog <= 9, || format!("backlog reached {}", r.max_backlog))?;
                 require(r.max_in_flight <= 9, || format!("{} in flight", r.max_in_flight))?;
                 require(r.final_backlog <= 1, || format!("backlog {} at the end", r.final_backlog))?;
                 require(r.throughput >= 0.97 * rate, || format!("{:.1}/s of {rate}/s", r.throughput))?;
-                require(!r.inflated, || "the limit went above twice what was ever in flight".into())
+                never_inflated(r)
             },
         },
         Behaviour {
             name: "open loop, Poisson 45/s at 100 ms, from 1, 30 s: keeps up, limit never inflated",
             setup: setup(Service::Flat, B, Load::Open(45.0), 30 * SECOND),
             from: 5 * SECOND,
-            figure: |r| {
-                format!(
-                    "backlog ≤ {}, ≤ {} in flight, limit {}",
-                    r.max_backlog, r.max_in_flight, r.final_limit
-                )
-            },
+            figure: backlog_figure,
             check: |s, r| {
                 let Load::Open(rate) = s.load else { unreachable!() };
                 require(r.final_backlog <= 9, || format!("backlog {} at the end", r.final_backlog))?;
                 require(r.throughput >= 0.95 * rate, || format!("{:.1}/s of {rate}/s", r.throughput))?;
-                require(!r.inflated, || "the limit went above twice what was ever in flight".into())
+                never_inflated(r)
             },
         },
     ]);

@@ -83,15 +83,25 @@ struct Reference {
     log: ReferenceLog,
 }
 
+/// The members' capacities and limits in the sequential-reference proptests,
+/// `(bucket, window, key, log)`: 1 to 5 each.
+fn limits() -> impl Strategy<Value = (u32, u32, u32, u32)> {
+    (1u32..6, 1u32..6, 1u32..6, 1u32..6)
+}
+
 /// The members the sequential-reference proptests drive, on one manual
 /// clock (time in units of 10 ns; every limit refills in tens to hundreds of
-/// ns), at the rates [`Reference::new`] models.
+/// ns), and the reference that models them.
 fn members(
-    bucket_cap: u32,
-    window_limit: u32,
-    key_cap: u32,
-    log_limit: u32,
-) -> (ManualClock, Bucket, Window, Keyed<u8, Bucket>, Log) {
+    (bucket_cap, window_limit, key_cap, log_limit): (u32, u32, u32, u32),
+) -> (
+    ManualClock,
+    Bucket,
+    Window,
+    Keyed<u8, Bucket>,
+    Log,
+    Reference,
+) {
     let clock = ManualClock::new();
     let bucket = Bucket::with_clock(
         bucket_cap,
@@ -113,7 +123,8 @@ fn members(
         clock.clone(),
     )
     .unwrap();
-    (clock, bucket, window, keyed, log)
+    let reference = Reference::new(bucket_cap, window_limit, key_cap, log_limit);
+    (clock, bucket, window, keyed, log, reference)
 }
 
 impl Reference {
@@ -135,6 +146,34 @@ impl Reference {
 }
 
 impl Reference {
+    /// [`Reference::try_acquire_n`], or `ZeroPermits` (decided by the first
+    /// member) for nothing asked.
+    fn decide(&mut self, now: u64, key: u8, n: u32) -> Result<(), (usize, Denied)> {
+        if n == 0 {
+            Err((0, Denied::ZeroPermits))
+        } else {
+            self.try_acquire_n(now, key, n)
+        }
+    }
+
+    /// Every member's state at `now` is the reference's: refunds were exact.
+    fn assert_states(
+        &mut self,
+        now: u64,
+        bucket: &dyn RateLimiter,
+        window: &dyn RateLimiter,
+        keyed: &Keyed<u8, Bucket>,
+        log: &Log,
+    ) -> Result<(), TestCaseError> {
+        prop_assert_eq!(bucket.snapshot().available, self.bucket.snapshot(now).0);
+        prop_assert_eq!(window.snapshot().available, self.window.snapshot(now).0);
+        for (k, r) in self.keys.iter_mut() {
+            prop_assert_eq!(keyed.snapshot(k).available, r.snapshot(now).0, "key {}", k);
+        }
+        prop_assert_eq!(log.snapshot().available, self.log.available(now));
+        Ok(())
+    }
+
     /// The conjunction, deciding on copies: applied only if every member admits.
     /// Returns the index of the member that decided a denial.
     fn try_acquire_n(&mut self, now: u64, key: u8, n: u32) -> Result<(), (usize, Denied)> {
@@ -196,21 +235,17 @@ proptest! {
     /// is asked plainly.
     #[test]
     fn chained_decisions_agree_with_a_sequential_reference(
-        bucket_cap in 1u32..6,
-        window_limit in 1u32..6,
-        key_cap in 1u32..6,
-        log_limit in 1u32..6,
+        limits in limits(),
         ops in prop::collection::vec(op(), 1..80),
     ) {
-        let (clock, bucket, window, keyed, log) = members(bucket_cap, window_limit, key_cap, log_limit);
+        let (clock, bucket, window, keyed, log, mut reference) = members(limits);
         let window = tollgate::Counted::new("window", window);
-        let mut reference = Reference::new(bucket_cap, window_limit, key_cap, log_limit);
         let mut now = 0;
         let mut refunds = 0;
         for (advance, key, n, _) in ops {
             now += advance * 10;
             clock.set(now);
-            let want = if n == 0 { Err((0, Denied::ZeroPermits)) } else { reference.try_acquire_n(now, key, n) };
+            let want = reference.decide(now, key, n);
             let dyn_bucket: &dyn RateLimiter = &bucket;
             let mut window_turned_down = false;
             let passed = dyn_bucket.try_acquire_n_then(n, &mut |a| {
@@ -224,13 +259,8 @@ proptest! {
             });
             prop_assert_eq!(passed, want.is_ok(), "at {} for {} on key {}", now, n, key);
             refunds += u64::from(window_turned_down) * u64::from(n);
-            prop_assert_eq!(bucket.snapshot().available, reference.bucket.snapshot(now).0);
-            prop_assert_eq!(window.snapshot().available, reference.window.snapshot(now).0);
             prop_assert_eq!(window.counts().refunded, refunds);
-            for (k, r) in reference.keys.iter_mut() {
-                prop_assert_eq!(keyed.snapshot(k).available, r.snapshot(now).0, "key {}", k);
-            }
-            prop_assert_eq!(log.snapshot().available, reference.log.available(now));
+            reference.assert_states(now, &bucket, &window, &keyed, &log)?;
         }
     }
 
@@ -238,21 +268,17 @@ proptest! {
     /// for decision, and every refund is exact.
     #[test]
     fn agrees_with_a_sequential_reference(
-        bucket_cap in 1u32..6,
-        window_limit in 1u32..6,
-        key_cap in 1u32..6,
-        log_limit in 1u32..6,
+        limits in limits(),
         ops in prop::collection::vec(op(), 1..80),
     ) {
         // Time in units of 10 ns; every limit refills in tens to hundreds of ns.
-        let (clock, bucket, window, keyed, log) = members(bucket_cap, window_limit, key_cap, log_limit);
-        let mut reference = Reference::new(bucket_cap, window_limit, key_cap, log_limit);
+        let (clock, bucket, window, keyed, log, mut reference) = members(limits);
         let mut now = 0;
         for (advance, key, n, plain) in ops {
             now += advance * 10;
             clock.set(now);
             let all = AllOf::new((&bucket, &window, keyed.for_key(&key), &log));
-            let want = if n == 0 { Err((0, Denied::ZeroPermits)) } else { reference.try_acquire_n(now, key, n) };
+            let want = reference.decide(now, key, n);
             if plain {
                 // The plain path: the same decision, no reports.
                 prop_assert_eq!(all.try_acquire_n(n), want.map_err(|(_, denied)| denied));
@@ -274,13 +300,7 @@ proptest! {
                 }
                 (got, want) => prop_assert!(false, "at {now}, {n} on key {key}: AllOf {got:?}, reference {want:?}"),
             } }
-            // Refunds were exact: every member's state is the reference's.
-            prop_assert_eq!(bucket.snapshot().available, reference.bucket.snapshot(now).0);
-            prop_assert_eq!(window.snapshot().available, reference.window.snapshot(now).0);
-            for (k, r) in reference.keys.iter_mut() {
-                prop_assert_eq!(keyed.snapshot(k).available, r.snapshot(now).0, "key {}", k);
-            }
-            prop_assert_eq!(log.snapshot().available, reference.log.available(now));
+            reference.assert_states(now, &bucket, &window, &keyed, &log)?;
         }
     }
 }

@@ -166,6 +166,22 @@ fn invalid_cold_factor() {
     }
 }
 
+/// Both limiters `build` makes accept `longest` and reject anything longer,
+/// up to `Duration::MAX`, with `too_long` of it; the error for the first
+/// duration past `longest` reads `message`.
+fn assert_longest_is(
+    build: impl Fn(Duration) -> [Result<(), ConfigError>; 2],
+    longest: Duration,
+    too_long: fn(Duration) -> ConfigError,
+    message: &str,
+) {
+    assert_eq!(build(longest), [Ok(()); 2]);
+    let over = longest + Duration::from_nanos(1);
+    assert_eq!(build(over), [Err(too_long(over)); 2]);
+    assert_eq!(too_long(over).to_string(), message);
+    assert_eq!(build(Duration::MAX), [Err(too_long(Duration::MAX)); 2]);
+}
+
 #[test]
 fn warm_up_too_long() {
     let build = |warm_up: Duration| {
@@ -175,19 +191,12 @@ fn warm_up_too_long() {
             LockingWarmUp::with_clock(rate, warm_up, ManualClock::new()).map(drop),
         ]
     };
-    let longest = Duration::from_nanos(1 << 52);
-    assert_eq!(build(longest), [Ok(()); 2]);
-    let over = longest + Duration::from_nanos(1);
-    let err = ConfigError::WarmUpTooLong { warm_up: over };
-    assert_eq!(build(over), [Err(err); 2]);
-    assert_eq!(
-        err.to_string(),
-        "a warm-up period of 4503599.627370497s is longer than 2^52 ns (about 52 days)"
+    assert_longest_is(
+        build,
+        Duration::from_nanos(1 << 52),
+        |warm_up| ConfigError::WarmUpTooLong { warm_up },
+        "a warm-up period of 4503599.627370497s is longer than 2^52 ns (about 52 days)",
     );
-    let err = ConfigError::WarmUpTooLong {
-        warm_up: Duration::MAX,
-    };
-    assert_eq!(build(Duration::MAX), [Err(err); 2]);
 }
 
 #[test]
@@ -199,17 +208,10 @@ fn max_wait_too_long() {
             LockingShaper::with_clock(rate, 0, max_wait, ManualClock::new()).map(drop),
         ]
     };
-    let longest = Duration::from_nanos(1 << 61);
-    assert_eq!(build(longest), [Ok(()); 2]);
-    let over = longest + Duration::from_nanos(1);
-    let err = ConfigError::MaxWaitTooLong { max_wait: over };
-    assert_eq!(build(over), [Err(err); 2]);
-    assert_eq!(
-        err.to_string(),
-        "a maximum wait of 2305843009.213693953s is longer than 2^61 ns (about 73 years)"
+    assert_longest_is(
+        build,
+        Duration::from_nanos(1 << 61),
+        |max_wait| ConfigError::MaxWaitTooLong { max_wait },
+        "a maximum wait of 2305843009.213693953s is longer than 2^61 ns (about 73 years)",
     );
-    let err = ConfigError::MaxWaitTooLong {
-        max_wait: Duration::MAX,
-    };
-    assert_eq!(build(Duration::MAX), [Err(err); 2]);
 }

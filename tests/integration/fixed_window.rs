@@ -6,14 +6,8 @@ use crate::support;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use support::{ReferenceFixedWindow, Step, assert_agree, check_fixed_window};
+use support::{ReferenceFixedWindow, assert_agree, check_fixed_window, forward_ops, op_steps};
 use tollgate::{Denied, FixedWindow, LockingFixedWindow, ManualClock, Rate, RateLimiter};
-
-#[derive(Debug, Clone)]
-enum Op {
-    Acquire(u32),
-    Advance(u64),
-}
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
@@ -22,29 +16,14 @@ proptest! {
     fn atomic_twin_and_reference_agree(
         limit in 1..=10u32,
         window in 10..=5_000u64,
-        seed_ops in proptest::collection::vec(prop_oneof![
-            6 => (1..=10u32).prop_map(Op::Acquire),
-            1 => prop_oneof![Just(0u32), Just(u32::MAX), 11..=13u32].prop_map(Op::Acquire),
-            3 => (0..=6_000u64).prop_map(Op::Advance),
-            1 => (0..=3u64).prop_map(Op::Advance),
-        ], 1..200),
+        seed_ops in forward_ops(10, 6_000, 3),
     ) {
         let rate = Rate::new(limit, Duration::from_nanos(window));
         let clock = ManualClock::new();
         let atomic = FixedWindow::with_clock(rate, clock.clone()).unwrap();
         let twin = LockingFixedWindow::with_clock(rate, clock.clone()).unwrap();
         let mut reference = ReferenceFixedWindow::new(limit, window);
-        let mut now = 0u64;
-        let steps: Vec<Step> = seed_ops
-            .into_iter()
-            .map(|op| match op {
-                Op::Acquire(n) => Step::Acquire(n),
-                Op::Advance(step) => {
-                    now += step;
-                    Step::SetTime(now)
-                }
-            })
-            .collect();
+        let steps = op_steps(&seed_ops, |step| step);
         let admissions = assert_agree(&steps, &clock, &[&atomic, &twin], &mut reference);
         check_fixed_window(&admissions, limit, window);
     }
@@ -85,14 +64,7 @@ fn windows_are_aligned_to_construction() {
 #[test]
 fn odd_request_sizes_never_panic() {
     let window = FixedWindow::new(Rate::per_second(3)).unwrap();
-    assert_eq!(window.try_acquire_n(0), Err(Denied::ZeroPermits));
-    assert_eq!(
-        window.try_acquire_n(u32::MAX),
-        Err(Denied::ExceedsCapacity {
-            requested: u32::MAX,
-            capacity: 3
-        })
-    );
+    support::assert_odd_sizes_denied(&window, 3);
     let largest = FixedWindow::new(Rate::new(u32::MAX, Duration::from_secs(5))).unwrap();
     assert_eq!(largest.try_acquire_n(u32::MAX), Ok(()));
     assert!(largest.try_acquire().unwrap_err().retry_after().is_some());

@@ -22,7 +22,7 @@ use tollgate::keyed::{
 use tollgate::{
     Denied, FixedWindow, LeakyBucket, LockingFixedWindow, LockingLeakyBucket, LockingShaper,
     LockingSlidingLog, LockingSlidingWindow, LockingTokenBucket, LockingWarmUp, ManualClock, Rate,
-    RateLimiter, Shaper, SlidingLog, SlidingWindow, TokenBucket, WarmUp,
+    RateLimiter, Shaper, SlidingLog, SlidingWindow, Snapshot, TokenBucket, WarmUp,
 };
 
 type Bucket = TokenBucket<ManualClock>;
@@ -137,29 +137,85 @@ fn requests_that_can_never_succeed_create_no_key() {
     assert!(keyed.is_empty());
 }
 
+/// A keyed limiter, as the key-by-key comparisons with direct limiters see it.
+trait PerKey {
+    fn ask(&self, key: u8, n: u32) -> Result<(), Denied>;
+    fn report(&self, key: u8) -> Snapshot;
+}
+
+impl<L: Keyable> PerKey for Keyed<u8, L> {
+    fn ask(&self, key: u8, n: u32) -> Result<(), Denied> {
+        self.try_acquire_n(&key, n)
+    }
+    fn report(&self, key: u8) -> Snapshot {
+        self.snapshot(&key)
+    }
+}
+
+/// A keyed limiter of `L` and one of its locking twin `T`, both of `cfg`.
+fn keyed_and_twin<L, T>(cfg: L::Config, clock: &ManualClock) -> (Keyed<u8, L>, Keyed<u8, T>)
+where
+    L: Keyable<Clock = ManualClock>,
+    T: Keyable<Config = L::Config, Clock = ManualClock>,
+{
+    (
+        Keyed::with_clock(cfg.clone(), clock.clone()),
+        Keyed::with_clock(cfg, clock.clone()),
+    )
+}
+
+/// One direct limiter for each of the keys 0 to 2.
+fn per_key<D>(make: impl Fn() -> D) -> Vec<D> {
+    (0..3).map(|_| make()).collect()
+}
+
+/// 2,000 requests of up to 6 permits, the clock moving by up to 40 ms a step.
+const STEPS: (u64, u64, u64) = (2_000, 6, 40_000_000);
+
+/// Replays `steps` requests on keys 0 to 2, of 1 to `max_n` permits, through
+/// every limiter of `keyed` and through the key's own limiter of `direct`
+/// (all reading `clock`): each keyed limiter decides and reports as the
+/// direct one. After each request the clock moves on by less than
+/// `max_advance` ns, then `after_step(step)` runs. Returns each key's
+/// admissions, at their decision times.
+fn decides_as_direct<D: RateLimiter>(
+    clock: &ManualClock,
+    keyed: &[&dyn PerKey],
+    direct: &[D],
+    (steps, max_n, max_advance): (u64, u64, u64),
+    mut after_step: impl FnMut(u64),
+) -> HashMap<u8, Vec<Admission>> {
+    let mut admitted: HashMap<u8, Vec<Admission>> = HashMap::new();
+    for step in 0..steps {
+        let key = (step * 7 % 3) as u8;
+        let n = (step * 13 % max_n) as u32 + 1;
+        let direct = &direct[usize::from(key)];
+        let expected = direct.try_acquire_n(n);
+        for (i, keyed) in keyed.iter().enumerate() {
+            assert_eq!(keyed.ask(key, n), expected, "keyed #{i}, step {step}");
+        }
+        for keyed in keyed {
+            assert_eq!(keyed.report(key), direct.snapshot());
+        }
+        if expected.is_ok() {
+            let at = tollgate::Clock::now(clock);
+            admitted.entry(key).or_default().push(Admission { at, n });
+        }
+        clock.advance(Duration::from_nanos(step * 104_729 % max_advance));
+        after_step(step);
+    }
+    admitted
+}
+
 /// A keyed token bucket decides exactly as a `TokenBucket` built when the
 /// keyed limiter was built, key by key.
 #[test]
 fn a_key_decides_as_the_direct_limiter() {
     let clock = ManualClock::new();
+    let rate = Rate::new(3, Duration::from_millis(100));
     let keyed = Keyed::<u8, Bucket>::with_clock(bucket(5, 3, 100), clock.clone());
-    let direct: Vec<Bucket> = (0..3)
-        .map(|_| {
-            TokenBucket::with_clock(5, Rate::new(3, Duration::from_millis(100)), clock.clone())
-                .unwrap()
-        })
-        .collect();
-    for step in 0u64..2_000 {
-        let key = (step * 7 % 3) as u8;
-        let n = (step * 13 % 6) as u32 + 1;
-        assert_eq!(
-            keyed.try_acquire_n(&key, n),
-            direct[usize::from(key)].try_acquire_n(n),
-            "step {step}"
-        );
-        assert_eq!(keyed.snapshot(&key), direct[usize::from(key)].snapshot());
-        clock.advance(Duration::from_nanos(step * 104_729 % 40_000_000));
-    }
+    let direct = per_key(|| TokenBucket::with_clock(5, rate, clock.clone()).unwrap());
+    decides_as_direct(&clock, &[&keyed], &direct, STEPS, |_| {});
 }
 
 /// A keyed leaky bucket meter decides exactly as a `LeakyBucket` built when
@@ -168,32 +224,11 @@ fn a_key_decides_as_the_direct_limiter() {
 #[test]
 fn a_keyed_meter_decides_as_the_direct_meter() {
     let clock = ManualClock::new();
-    let keyed = Keyed::<u8, Meter>::with_clock(meter(5, 3, 100), clock.clone());
-    let twin =
-        Keyed::<u8, LockingLeakyBucket<ManualClock>>::with_clock(meter(5, 3, 100), clock.clone());
-    let direct: Vec<Meter> = (0..3)
-        .map(|_| {
-            LeakyBucket::with_clock(5, Rate::new(3, Duration::from_millis(100)), clock.clone())
-                .unwrap()
-        })
-        .collect();
-    let mut admitted: HashMap<u8, Vec<Admission>> = HashMap::new();
-    for step in 0u64..2_000 {
-        let key = (step * 7 % 3) as u8;
-        let n = (step * 13 % 6) as u32 + 1;
-        let expected = direct[usize::from(key)].try_acquire_n(n);
-        assert_eq!(keyed.try_acquire_n(&key, n), expected, "step {step}");
-        assert_eq!(twin.try_acquire_n(&key, n), expected, "step {step}");
-        if expected.is_ok() {
-            admitted.entry(key).or_default().push(Admission {
-                at: tollgate::Clock::now(&clock),
-                n,
-            });
-        }
-        assert_eq!(keyed.snapshot(&key), direct[usize::from(key)].snapshot());
-        assert_eq!(twin.snapshot(&key), direct[usize::from(key)].snapshot());
-        clock.advance(Duration::from_nanos(step * 104_729 % 40_000_000));
-    }
+    let rate = Rate::new(3, Duration::from_millis(100));
+    let direct = per_key(|| LeakyBucket::with_clock(5, rate, clock.clone()).unwrap());
+    let (keyed, twin) =
+        keyed_and_twin::<Meter, LockingLeakyBucket<ManualClock>>(meter(5, 3, 100), &clock);
+    let admitted = decides_as_direct(&clock, &[&keyed, &twin], &direct, STEPS, |_| {});
     // The meter's own promise, per key: the level never above the capacity.
     for admissions in admitted.values() {
         check_leaky_bucket(admissions, 5, 100_000_000_u64.div_ceil(3));
@@ -207,41 +242,15 @@ fn a_keyed_meter_decides_as_the_direct_meter() {
 #[test]
 fn a_keyed_shaper_decides_as_the_direct_shaper() {
     let clock = ManualClock::new();
-    let cfg = shaper(3, 100, 2, 200);
-    let keyed = Keyed::<u8, Queue>::with_clock(cfg, clock.clone());
-    let twin = Keyed::<u8, LockingShaper<ManualClock>>::with_clock(cfg, clock.clone());
-    let direct: Vec<Queue> = (0..3)
-        .map(|_| {
-            Shaper::with_clock(
-                Rate::new(3, Duration::from_millis(100)),
-                2,
-                Duration::from_millis(200),
-                clock.clone(),
-            )
-            .unwrap()
-        })
-        .collect();
-    let mut starts: HashMap<u8, Vec<Start>> = HashMap::new();
-    for step in 0u64..2_000 {
-        let key = (step * 7 % 3) as u8;
-        let n = (step * 13 % 6) as u32 + 1;
-        let expected = direct[usize::from(key)].try_acquire_n(n);
-        assert_eq!(keyed.try_acquire_n(&key, n), expected, "step {step}");
-        assert_eq!(twin.try_acquire_n(&key, n), expected, "step {step}");
-        if expected.is_ok() {
-            let now = tollgate::Clock::now(&clock);
-            starts.entry(key).or_default().push(Start {
-                decided: now,
-                start: now,
-                n,
-            });
-        }
-        assert_eq!(keyed.snapshot(&key), direct[usize::from(key)].snapshot());
-        assert_eq!(twin.snapshot(&key), direct[usize::from(key)].snapshot());
-        clock.advance(Duration::from_nanos(step * 104_729 % 40_000_000));
-    }
-    for key_starts in starts.values() {
-        check_shaper(key_starts, 100_000_000_u64.div_ceil(3), 2, 0);
+    let rate = Rate::new(3, Duration::from_millis(100));
+    let max_wait = Duration::from_millis(200);
+    let direct = per_key(|| Shaper::with_clock(rate, 2, max_wait, clock.clone()).unwrap());
+    let (keyed, twin) =
+        keyed_and_twin::<Queue, LockingShaper<ManualClock>>(shaper(3, 100, 2, 200), &clock);
+    let admitted = decides_as_direct(&clock, &[&keyed, &twin], &direct, STEPS, |_| {});
+    for admissions in admitted.values() {
+        let starts: Vec<Start> = admissions.iter().map(Start::at_once).collect();
+        check_shaper(&starts, 100_000_000_u64.div_ceil(3), 2, 0);
     }
 }
 
@@ -250,36 +259,24 @@ fn a_keyed_shaper_decides_as_the_direct_shaper() {
 #[test]
 fn a_keyed_warm_up_decides_as_the_direct_warm_up() {
     let clock = ManualClock::new();
-    let cfg = warm(5, 100, 400, 4);
-    let keyed = Keyed::<u8, Warm>::with_clock(cfg, clock.clone());
-    let twin = Keyed::<u8, LockingWarmUp<ManualClock>>::with_clock(cfg, clock.clone());
-    let direct: Vec<Warm> = (0..3)
-        .map(|_| {
-            WarmUp::with_cold_factor(
-                Rate::new(5, Duration::from_millis(100)),
-                Duration::from_millis(400),
-                4,
-                clock.clone(),
-            )
-            .unwrap()
-        })
-        .collect();
-    let mut admitted = 0;
-    for step in 0u64..3_000 {
-        let key = (step * 7 % 3) as u8;
-        let n = (step * 13 % 4) as u32 + 1;
-        let expected = direct[usize::from(key)].try_acquire_n(n);
-        admitted += u32::from(expected.is_ok());
-        assert_eq!(keyed.try_acquire_n(&key, n), expected, "step {step}");
-        assert_eq!(twin.try_acquire_n(&key, n), expected, "step {step}");
-        assert_eq!(keyed.snapshot(&key), direct[usize::from(key)].snapshot());
-        assert_eq!(twin.snapshot(&key), direct[usize::from(key)].snapshot());
-        clock.advance(Duration::from_nanos(step * 104_729 % 60_000_000));
-        if step % 500 == 0 {
-            keyed.sweep();
-            twin.sweep();
-        }
-    }
+    let rate = Rate::new(5, Duration::from_millis(100));
+    let warm_up = Duration::from_millis(400);
+    let direct = per_key(|| WarmUp::with_cold_factor(rate, warm_up, 4, clock.clone()).unwrap());
+    let (keyed, twin) =
+        keyed_and_twin::<Warm, LockingWarmUp<ManualClock>>(warm(5, 100, 400, 4), &clock);
+    let admitted = decides_as_direct(
+        &clock,
+        &[&keyed, &twin],
+        &direct,
+        (3_000, 4, 60_000_000),
+        |step| {
+            if step % 500 == 0 {
+                keyed.sweep();
+                twin.sweep();
+            }
+        },
+    );
+    let admitted: usize = admitted.values().map(Vec::len).sum();
     assert!(
         admitted > 300,
         "{admitted} admitted: the test exercises little"
@@ -922,15 +919,27 @@ fn inserts_sweep_stale_keys_without_being_asked() {
 // ---------------------------------------------------------------------------
 // Per-key quotas.
 
+/// A keyed limiter of `default` where "vip" asked once under the default,
+/// was then given the override `vip` (of 10 permits), which drops its
+/// default state, and spent all 10 under it.
+fn vip_override<L: Keyable<Clock = ManualClock>>(
+    default: L::Config,
+    vip: L::Config,
+    clock: &ManualClock,
+) -> Keyed<String, L> {
+    let keyed = Keyed::<String, L>::with_clock(default, clock.clone());
+    keyed.try_acquire("vip").unwrap();
+    keyed.set_override("vip".into(), vip, Carry::Proportional);
+    assert_eq!(keyed.len(), 0, "the default state is dropped");
+    assert!(keyed.try_acquire_n("vip", 10).is_ok());
+    keyed
+}
+
 #[test]
 fn overrides_have_their_own_quota_and_state() {
     let clock = ManualClock::new();
-    let keyed = Keyed::<String, Bucket>::with_clock(bucket(1, 1, 1000), clock.clone());
-    keyed.try_acquire("vip").unwrap();
-    keyed.set_override("vip".into(), bucket(10, 10, 1000), Carry::Proportional);
-    assert_eq!(keyed.len(), 0, "the default state is dropped");
+    let keyed = vip_override::<Bucket>(bucket(1, 1, 1000), bucket(10, 10, 1000), &clock);
     assert_eq!(keyed.override_of("vip"), Some(bucket(10, 10, 1000)));
-    assert!(keyed.try_acquire_n("vip", 10).is_ok());
     assert!(keyed.try_acquire("vip").is_err());
     assert_eq!(keyed.snapshot("vip").capacity, 10);
     assert!(keyed.try_acquire("other").is_ok());
@@ -1007,11 +1016,7 @@ fn carry_strategies_for_the_meter() {
 #[test]
 fn meter_overrides_have_their_own_quota_and_state() {
     let clock = ManualClock::new();
-    let keyed = Keyed::<String, Meter>::with_clock(meter(1, 1, 1000), clock.clone());
-    keyed.try_acquire("vip").unwrap();
-    keyed.set_override("vip".into(), meter(10, 10, 1000), Carry::Proportional);
-    assert_eq!(keyed.len(), 0, "the default state is dropped");
-    assert!(keyed.try_acquire_n("vip", 10).is_ok());
+    let keyed = vip_override::<Meter>(meter(1, 1, 1000), meter(10, 10, 1000), &clock);
     assert_eq!(
         keyed.try_acquire("vip"),
         Err(Denied::RetryAfter(Duration::from_millis(100)))
@@ -1410,14 +1415,7 @@ fn every_key_keeps_its_bound_at_the_cap_under_threads() {
     let queue =
         ShaperConfig::new(Rate::new(2, Duration::from_millis(1)), 2, Duration::ZERO).unwrap();
     let spaced = |admissions: &[Admission]| {
-        let starts: Vec<Start> = admissions
-            .iter()
-            .map(|a| Start {
-                decided: a.at,
-                start: a.at,
-                n: a.n,
-            })
-            .collect();
+        let starts: Vec<Start> = admissions.iter().map(Start::at_once).collect();
         check_shaper_any_order(&starts, 500_000, 2, 0);
     };
     run_checked::<Queue>(queue, spaced);

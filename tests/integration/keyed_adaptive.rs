@@ -14,6 +14,7 @@ use std::task::{Context, Poll, Waker};
 use std::thread;
 use std::time::Duration;
 
+use crate::support::poll_once;
 use proptest::prelude::*;
 use tollgate::keyed::{DEFAULT_IDLE, DEFAULT_MAX_ADAPTIVE_KEYS, KeyedAdaptiveLimit, TOUCH_STEP};
 use tollgate::{
@@ -69,11 +70,6 @@ fn block_on<F: Future>(future: F) -> F::Output {
         }
         thread::park();
     }
-}
-
-/// Polls a future once with a waker that does nothing.
-fn poll_once<F: Future>(future: std::pin::Pin<&mut F>) -> Poll<F::Output> {
-    future.poll(&mut Context::from_waker(Waker::noop()))
 }
 
 #[test]

@@ -7,33 +7,39 @@ use crate::support;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use support::{check_fixed_window, check_token_bucket, mixed, round_times, stress};
-use tollgate::keyed::{BucketConfig, Carry, Keyed, Tunable, WindowConfig};
+use support::{StressRecord, check_fixed_window, check_token_bucket, mixed, round_times, stress};
+use tollgate::keyed::{BucketConfig, Carry, Keyable, Keyed, Tunable, WindowConfig};
 use tollgate::{Denied, FixedWindow, ManualClock, Rate, RateLimiter, Snapshot, TokenBucket};
 
 type Bucket = TokenBucket<ManualClock>;
 
 const THREADS: usize = 4;
 
+/// Lock-step stress on a combined limit of `config`: 300 rounds about `step`
+/// ns apart, each thread asking 64 times a round for 1 to 4 permits.
+fn stress_pair<L: Keyable<Clock = ManualClock> + 'static>(
+    config: L::Config,
+    step: u64,
+) -> StressRecord {
+    let clock = ManualClock::new();
+    let pair = Arc::new(Tunable::<L>::with_clock(config, clock.clone()));
+    stress(
+        pair,
+        &clock,
+        THREADS,
+        &round_times(300, step),
+        64,
+        mixed::<4>,
+    )
+}
+
 /// 40 per ms with bursts of 40, and 25 per ms with bursts of 60: each binds
 /// in turn. Both promises must hold over the admitted requests.
 #[test]
 fn both_limits_hold_under_contention() {
-    let clock = ManualClock::new();
     let fast = BucketConfig::new(40, Rate::new(40, Duration::from_millis(1))).unwrap();
     let slow = BucketConfig::new(60, Rate::new(25, Duration::from_millis(1))).unwrap();
-    let pair = Arc::new(Tunable::<(Bucket, Bucket)>::with_clock(
-        (fast, slow),
-        clock.clone(),
-    ));
-    let record = stress(
-        pair,
-        &clock,
-        THREADS,
-        &round_times(300, 400_000),
-        64,
-        mixed::<4>,
-    );
+    let record = stress_pair::<(Bucket, Bucket)>((fast, slow), 400_000);
     check_token_bucket(&record.admissions, 40, 40, 1_000_000);
     check_token_bucket(&record.admissions, 60, 25, 1_000_000);
     assert!(
@@ -45,21 +51,9 @@ fn both_limits_hold_under_contention() {
 /// A bucket and a window together, to mix kinds.
 #[test]
 fn bucket_and_window_hold_under_contention() {
-    let clock = ManualClock::new();
     let bucket = BucketConfig::new(30, Rate::new(30, Duration::from_millis(1))).unwrap();
     let window = WindowConfig::new(Rate::new(50, Duration::from_millis(2))).unwrap();
-    let pair = Arc::new(Tunable::<(Bucket, FixedWindow<ManualClock>)>::with_clock(
-        (bucket, window),
-        clock.clone(),
-    ));
-    let record = stress(
-        pair,
-        &clock,
-        THREADS,
-        &round_times(300, 300_000),
-        64,
-        mixed::<4>,
-    );
+    let record = stress_pair::<(Bucket, FixedWindow<ManualClock>)>((bucket, window), 300_000);
     check_token_bucket(&record.admissions, 30, 30, 1_000_000);
     check_fixed_window(&record.admissions, 50, 2_000_000);
 }

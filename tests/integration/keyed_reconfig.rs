@@ -84,26 +84,31 @@ where
     assert!(available <= L::capacity(&new));
 }
 
+/// Thirty [`trial`]s each way between `small` and `large`, every carry in
+/// turn.
+fn both_ways<L>(small: L::Config, large: L::Config, attempts: u32)
+where
+    L: tollgate::keyed::Keyable<Clock = ManualClock> + 'static,
+{
+    for round in 0..30 {
+        let carry = [Carry::Proportional, Carry::Additive, Carry::Reset][round % 3];
+        trial::<L>(small.clone(), large.clone(), carry, attempts);
+        trial::<L>(large.clone(), small.clone(), carry, attempts);
+    }
+}
+
 #[test]
 fn token_bucket_default_reconfiguration_races_requests() {
     let small = BucketConfig::new(20, Rate::per_hour(20)).unwrap();
     let large = BucketConfig::new(50, Rate::per_hour(50)).unwrap();
-    for round in 0..30 {
-        let carry = [Carry::Proportional, Carry::Additive, Carry::Reset][round % 3];
-        trial::<TokenBucket<ManualClock>>(small, large, carry, 60);
-        trial::<TokenBucket<ManualClock>>(large, small, carry, 60);
-    }
+    both_ways::<TokenBucket<ManualClock>>(small, large, 60);
 }
 
 #[test]
 fn leaky_bucket_meter_default_reconfiguration_races_requests() {
     let small = MeterConfig::new(20, Rate::per_hour(20)).unwrap();
     let large = MeterConfig::new(50, Rate::per_hour(50)).unwrap();
-    for round in 0..30 {
-        let carry = [Carry::Proportional, Carry::Additive, Carry::Reset][round % 3];
-        trial::<LeakyBucket<ManualClock>>(small, large, carry, 60);
-        trial::<LeakyBucket<ManualClock>>(large, small, carry, 60);
-    }
+    both_ways::<LeakyBucket<ManualClock>>(small, large, 60);
 }
 
 #[test]
@@ -114,24 +119,15 @@ fn shaper_and_warm_up_default_reconfiguration_races_requests() {
     let cold = WarmUpConfig::new(Rate::per_hour(20), Duration::from_secs(60)).unwrap();
     let colder =
         WarmUpConfig::with_cold_factor(Rate::per_hour(50), Duration::from_secs(90), 9).unwrap();
-    for round in 0..30 {
-        let carry = [Carry::Proportional, Carry::Additive, Carry::Reset][round % 3];
-        trial::<Shaper<ManualClock>>(small, large, carry, 60);
-        trial::<Shaper<ManualClock>>(large, small, carry, 60);
-        trial::<WarmUp<ManualClock>>(cold, colder, carry, 20);
-        trial::<WarmUp<ManualClock>>(colder, cold, carry, 20);
-    }
+    both_ways::<Shaper<ManualClock>>(small, large, 60);
+    both_ways::<WarmUp<ManualClock>>(cold, colder, 20);
 }
 
 #[test]
 fn sliding_log_default_reconfiguration_races_requests() {
     let small = LogConfig::new(Rate::per_hour(15)).unwrap();
     let large = LogConfig::new(Rate::per_hour(40)).unwrap();
-    for round in 0..30 {
-        let carry = [Carry::Proportional, Carry::Additive, Carry::Reset][round % 3];
-        trial::<SlidingLog<ManualClock>>(small.clone(), large.clone(), carry, 60);
-        trial::<SlidingLog<ManualClock>>(large.clone(), small.clone(), carry, 60);
-    }
+    both_ways::<SlidingLog<ManualClock>>(small, large, 60);
 }
 
 /// Several rules on one log: the hour's rule changed and a minute's rule
@@ -142,11 +138,7 @@ fn multi_rule_log_default_reconfiguration_races_requests() {
         .and_then(|c| c.with_rule(Rate::per_minute(10)))
         .unwrap();
     let large = LogConfig::new(Rate::per_hour(40)).unwrap();
-    for round in 0..30 {
-        let carry = [Carry::Proportional, Carry::Additive, Carry::Reset][round % 3];
-        trial::<SlidingLog<ManualClock>>(small.clone(), large.clone(), carry, 60);
-        trial::<SlidingLog<ManualClock>>(large.clone(), small.clone(), carry, 60);
-    }
+    both_ways::<SlidingLog<ManualClock>>(small, large, 60);
 }
 
 /// The sliding window, its sub-window count changed too (10 to 4 and back):
@@ -155,22 +147,14 @@ fn multi_rule_log_default_reconfiguration_races_requests() {
 fn sliding_window_default_reconfiguration_races_requests() {
     let small = SlidingWindowConfig::with_sub_windows(Rate::per_hour(15), 10).unwrap();
     let large = SlidingWindowConfig::with_sub_windows(Rate::per_hour(40), 4).unwrap();
-    for round in 0..30 {
-        let carry = [Carry::Proportional, Carry::Additive, Carry::Reset][round % 3];
-        trial::<SlidingWindow<ManualClock>>(small, large, carry, 60);
-        trial::<SlidingWindow<ManualClock>>(large, small, carry, 60);
-    }
+    both_ways::<SlidingWindow<ManualClock>>(small, large, 60);
 }
 
 #[test]
 fn fixed_window_default_reconfiguration_races_requests() {
     let small = WindowConfig::new(Rate::per_hour(15)).unwrap();
     let large = WindowConfig::new(Rate::per_hour(40)).unwrap();
-    for round in 0..30 {
-        let carry = [Carry::Proportional, Carry::Additive, Carry::Reset][round % 3];
-        trial::<FixedWindow<ManualClock>>(small, large, carry, 60);
-        trial::<FixedWindow<ManualClock>>(large, small, carry, 60);
-    }
+    both_ways::<FixedWindow<ManualClock>>(small, large, 60);
 }
 
 /// Several reconfigurations in a row while requests run, on many keys: no

@@ -11,7 +11,10 @@ use std::time::Duration;
 use crate::support;
 
 use proptest::prelude::*;
-use support::{Phase, Rules, RulesModel, lockstep_between, log_config, rule_violations};
+use support::{
+    Phase, PhasedAdmission, Rules, RulesModel, log_config, phased_rounds, rule_phases,
+    rule_violations,
+};
 use tollgate::LogConfig;
 use tollgate::keyed::{Carry, Keyed};
 use tollgate::{Denied, ManualClock, Rate, SlidingLog, Snapshot};
@@ -180,39 +183,20 @@ proptest! {
     }
 }
 
-const THREADS: u32 = 4;
-const ROUNDS: u32 = 960;
-const ROUND: u64 = 250 * MS;
-
-/// `(key, decision time, permits)` of every admission, with the phase it was
-/// decided under: four threads take permits on eight keys in lock-step
-/// rounds of 250 ms (the clock stands still in a round, so a round's
-/// admissions share its decision time), and the rules change between
-/// rounds as `phases` say (`config` builds each phase's configuration).
-fn run_threads(
-    phases: &[Phase],
-    config: impl Fn(&Rules) -> LogConfig,
-) -> Vec<(u32, u64, u32, usize)> {
+/// Every admission of [`phased_rounds`] on a keyed log: each thread takes
+/// permits on eight keys a round (`config` builds each phase's
+/// configuration).
+fn run_threads(phases: &[Phase], config: impl Fn(&Rules) -> LogConfig) -> Vec<PhasedAdmission> {
     let clock = ManualClock::new();
     let keyed = Arc::new(Keyed::<u32, Log>::with_clock(
         config(&phases[0].rules),
         clock.clone(),
     ));
-    let times: Vec<u64> = (0..ROUNDS as usize).map(times_of).collect();
-    let phase_by_round = Phase::by_round(phases, ROUNDS);
     let k = keyed.clone();
-    let rounds = lockstep_between(
+    phased_rounds(
         &clock,
-        THREADS as usize,
-        &times,
-        |round| {
-            let changed = phases
-                .iter()
-                .find(|p| p.from as usize == round && round > 0);
-            if let Some(phase) = changed {
-                keyed.reconfigure(config(&phase.rules), Carry::Proportional);
-            }
-        },
+        phases,
+        |rules| keyed.reconfigure(config(rules), Carry::Proportional),
         move |t, round| {
             let mut admitted = Vec::new();
             for key in 0..8 {
@@ -222,39 +206,17 @@ fn run_threads(
                     1
                 };
                 if k.try_acquire_n(&key, n).is_ok() {
-                    admitted.push((key, times_of(round), n, phase_by_round[round]));
+                    admitted.push((key, n));
                 }
             }
             admitted
         },
-    );
-    rounds.into_iter().flatten().collect()
+    )
 }
 
-/// A round's decision time.
-fn times_of(round: usize) -> u64 {
-    round as u64 * ROUND
-}
-
-/// The longest window stays a minute in every phase, so the history each
-/// rule reads is all kept across the changes.
+/// At 180 s the 10 s rule is removed.
 fn phases() -> Vec<Phase> {
-    vec![
-        Phase {
-            from: 0,
-            rules: vec![(3, S), (10, 10 * S), (25, 60 * S)],
-        },
-        // At 90 s: the second's rule raised, the minute's lowered.
-        Phase {
-            from: 360,
-            rules: vec![(4, S), (10, 10 * S), (20, 60 * S)],
-        },
-        // At 180 s: the 10 s rule removed.
-        Phase {
-            from: 720,
-            rules: vec![(4, S), (20, 60 * S)],
-        },
-    ]
+    rule_phases(vec![(4, S), (20, 60 * S)])
 }
 
 #[test]

@@ -10,44 +10,23 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use support::{
-    Admission, Reference, ReferenceLeakyBucket, ReferenceShaper, Start, Step, assert_agree,
-    bucket_config, check_leaky_bucket, check_shaper, check_shaper_any_order, expected_per_round,
-    lockstep, one, round_times, stress,
+    Admission, Op, Reference, ReferenceLeakyBucket, ReferenceShaper, Start, Step, assert_agree,
+    bucket_config, check_leaky_bucket, check_shaper, check_shaper_any_order,
+    exact_under_contention, forward_ops, lockstep, op_steps, round_times,
 };
 use tollgate::{
     ConfigError, Denied, LeakyBucket, LockingLeakyBucket, LockingShaper, ManualClock, Rate,
     RateLimiter, Reserve, Shaper, TokenBucket,
 };
 
-#[derive(Debug, Clone)]
-enum Op {
-    Acquire(u32),
-    Advance(u64),
-}
-
+/// Clock steps in thousandths of an interval, around one interval.
 fn ops(max_n: u32) -> impl Strategy<Value = Vec<Op>> {
-    let op = prop_oneof![
-        6 => (1..=max_n).prop_map(Op::Acquire),
-        1 => prop_oneof![Just(0u32), Just(u32::MAX), (max_n + 1)..=(max_n + 3)].prop_map(Op::Acquire),
-        // Steps in thousandths of an interval, around one interval.
-        3 => (0..=3_000u64).prop_map(Op::Advance),
-        1 => (0..=4u64).prop_map(Op::Advance),
-    ];
-    proptest::collection::vec(op, 1..200)
+    forward_ops(max_n, 3_000, 4)
 }
 
 /// Turns ops into absolute-time steps for an `interval`-ns limiter.
 fn steps(ops: Vec<Op>, interval: u64) -> Vec<Step> {
-    let mut now = 0u64;
-    ops.into_iter()
-        .map(|op| match op {
-            Op::Acquire(n) => Step::Acquire(n),
-            Op::Advance(step) => {
-                now += step * interval / 1_000 + step % 3;
-                Step::SetTime(now)
-            }
-        })
-        .collect()
+    op_steps(&ops, |step| step * interval / 1_000 + step % 3)
 }
 
 #[derive(Debug, Clone)]
@@ -437,14 +416,10 @@ const ATTEMPTS: usize = 64;
 
 fn meter_rounds<L: RateLimiter + Send + Sync + 'static>(make: fn(ManualClock) -> L) {
     let (capacity, permits, period) = (40, 100, 1_000_000u64);
-    let clock = ManualClock::new();
-    let limiter = Arc::new(make(clock.clone()));
     let times = round_times(ROUNDS as u64, period / u64::from(permits) * 25);
-    let record = stress(limiter, &clock, THREADS, &times, ATTEMPTS, one);
-    check_leaky_bucket(&record.admissions, capacity, period / u64::from(permits));
     let mut reference = ReferenceLeakyBucket::new(capacity, permits, period);
-    let expected = expected_per_round(&mut reference, &times, THREADS * ATTEMPTS);
-    assert_eq!(record.per_round, expected);
+    let admissions = exact_under_contention(make, &times, &mut reference);
+    check_leaky_bucket(&admissions, capacity, period / u64::from(permits));
 }
 
 #[test]

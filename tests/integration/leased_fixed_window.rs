@@ -12,47 +12,17 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use support::{
-    Admission, ReferenceFixedWindow, Step, Workers, admitted_at, assert_agree, check_fixed_window,
-    demanded_and_got, lockstep, mixed, round_times, stress_mode, stress_round,
+    Op, ReferenceFixedWindow, STRESS_THREADS, Workers, admitted_at, assert_agree,
+    assert_odd_sizes_denied, assert_twins_agree, check_fixed_window, demanded_and_got,
+    leased_stress_rounds, op_steps, op_times, ops_stepping_back, replay_on_workers, round_times,
+    stress_mode, without_steps_back,
 };
 use tollgate::{Denied, LeasedFixedWindow, LockingFixedWindow, ManualClock, Rate, RateLimiter};
 
-#[derive(Debug, Clone)]
-enum Op {
-    Acquire(u32),
-    Advance(u64),
-    /// Steps the clock back by this much (saturating at zero).
-    Back(u64),
-}
-
-fn ops(limit: u32, window: u64) -> impl Strategy<Value = Vec<Op>> {
-    let op = prop_oneof![
-        6 => (1..=limit).prop_map(Op::Acquire),
-        1 => prop_oneof![Just(0u32), Just(u32::MAX), (limit + 1)..=(limit + 3)]
-            .prop_map(Op::Acquire),
-        3 => (0..=window + window / 2).prop_map(Op::Advance),
-        1 => (0..=3u64).prop_map(Op::Advance),
-        1 => (0..=2 * window).prop_map(Op::Back),
-    ];
-    proptest::collection::vec(op, 1..200)
-}
-
-/// Absolute clock times for `ops` (`None` for an acquire).
-fn times(ops: &[Op]) -> Vec<Option<u64>> {
-    let mut now = 0u64;
-    ops.iter()
-        .map(|op| match *op {
-            Op::Acquire(_) => None,
-            Op::Advance(step) => {
-                now += step;
-                Some(now)
-            }
-            Op::Back(step) => {
-                now = now.saturating_sub(step);
-                Some(now)
-            }
-        })
-        .collect()
+/// Operations for windows of up to 5 µs: steps of up to one and a half of
+/// them, and back by up to two.
+fn ops() -> impl Strategy<Value = Vec<Op>> {
+    ops_stepping_back(40, 7_500, 3, 10_000)
 }
 
 proptest! {
@@ -65,7 +35,7 @@ proptest! {
     fn leased_twin_and_reference_agree(
         limit in 1..=40u32,
         window in 40..=5_000u64,
-        seed_ops in ops(40, 5_000),
+        seed_ops in ops(),
     ) {
         let rate = Rate::new(limit, Duration::from_nanos(window));
         let clock = ManualClock::new();
@@ -73,23 +43,14 @@ proptest! {
         let four = LeasedFixedWindow::with_stripes(rate, clock.clone(), 4).unwrap();
         let twin = LockingFixedWindow::with_clock(rate, clock.clone()).unwrap();
         let mut reference = ReferenceFixedWindow::new(limit, window);
-        let forward: Vec<Op> = seed_ops
+        let forward: Vec<Op> = without_steps_back(seed_ops)
             .into_iter()
             .map(|op| match op {
-                Op::Back(_) => Op::Advance(0),
                 Op::Acquire(n) if n <= 40 && n > limit => Op::Acquire(n % limit + 1),
                 op => op,
             })
             .collect();
-        let steps: Vec<Step> = forward
-            .iter()
-            .zip(times(&forward))
-            .map(|(op, time)| match (op, time) {
-                (Op::Acquire(n), _) => Step::Acquire(*n),
-                (_, Some(t)) => Step::SetTime(t),
-                _ => unreachable!("a clock step has a time"),
-            })
-            .collect();
+        let steps = op_steps(&forward, |step| step);
         let admissions = assert_agree(&steps, &clock, &[&one, &four, &twin], &mut reference);
         check_fixed_window(&admissions, limit, window);
     }
@@ -102,28 +63,14 @@ proptest! {
         limit in 1..=40u32,
         window in 40..=5_000u64,
         stripes in prop_oneof![Just(1usize), Just(4)],
-        seed_ops in ops(40, 5_000),
+        seed_ops in ops(),
     ) {
         let rate = Rate::new(limit, Duration::from_nanos(window));
         let clock = ManualClock::new();
         let leased = LeasedFixedWindow::with_stripes(rate, clock.clone(), stripes).unwrap();
         let twin = LockingFixedWindow::with_clock(rate, clock.clone()).unwrap();
-        for (i, (op, time)) in seed_ops.iter().zip(times(&seed_ops)).enumerate() {
-            match (op, time) {
-                (Op::Acquire(n), _) if i % 3 == 0 => {
-                    prop_assert_eq!(
-                        leased.try_acquire_n_with_snapshot(*n),
-                        twin.try_acquire_n_with_snapshot(*n)
-                    );
-                }
-                (Op::Acquire(n), _) => {
-                    prop_assert_eq!(leased.try_acquire_n(*n), twin.try_acquire_n(*n));
-                }
-                (_, Some(t)) => clock.set(t),
-                _ => unreachable!(),
-            }
-            prop_assert_eq!(leased.snapshot(), twin.snapshot());
-        }
+        let times = op_times(&seed_ops, |step| step);
+        assert_twins_agree(&leased, &twin, &clock, &seed_ops, &times, |i| i % 3 == 0)?;
     }
 
     /// Requests from three threads (three stripes), interleaved in a random
@@ -134,43 +81,16 @@ proptest! {
     fn spread_over_stripes_keeps_the_bound_and_recovers(
         limit in 1..=40u32,
         window in 40..=5_000u64,
-        seed_ops in ops(40, 5_000),
+        seed_ops in ops(),
         who in proptest::collection::vec(0..3usize, 200),
     ) {
         let rate = Rate::new(limit, Duration::from_nanos(window));
         let clock = ManualClock::new();
         let leased = Arc::new(LeasedFixedWindow::with_stripes(rate, clock.clone(), 8).unwrap());
         let workers = Workers::new(leased.clone(), 3);
-        let mut admissions = Vec::new();
-        let mut now = 0;
-        let forward: Vec<Op> = seed_ops
-            .into_iter()
-            .map(|op| match op {
-                Op::Back(_) => Op::Advance(0),
-                op => op,
-            })
-            .collect();
-        for ((op, time), &thread) in forward.iter().zip(times(&forward)).zip(&who) {
-            match (op, time) {
-                (Op::Acquire(n), _) => {
-                    let result = workers.acquire(thread, *n);
-                    match (result, *n) {
-                        (Ok(()), n) => admissions.push(Admission { at: now, n }),
-                        (Err(Denied::ZeroPermits), 0) => {}
-                        (Err(Denied::ExceedsCapacity { .. }), n) => prop_assert!(n > limit),
-                        (Err(Denied::RetryAfter(wait)), n) => {
-                            prop_assert!(n <= limit && !wait.is_zero());
-                        }
-                        (other, n) => prop_assert!(false, "{:?} for n = {}", other, n),
-                    }
-                }
-                (_, Some(t)) => {
-                    now = t;
-                    clock.set(t);
-                }
-                _ => unreachable!(),
-            }
-        }
+        let forward = without_steps_back(seed_ops);
+        let times = op_times(&forward, |step| step);
+        let (admissions, mut now) = replay_on_workers(&workers, &clock, &forward, &times, &who, limit)?;
         check_fixed_window(&admissions, limit, window);
         for thread in 0..3 {
             now = (now / window + 1) * window;
@@ -188,20 +108,7 @@ fn odd_request_sizes_never_panic() {
     for limit in [1, 7, u32::MAX] {
         let rate = Rate::new(limit, Duration::from_secs(10));
         let window = LeasedFixedWindow::with_clock(rate, clock.clone()).unwrap();
-        assert_eq!(window.try_acquire_n(0), Err(Denied::ZeroPermits));
-        if limit < u32::MAX {
-            assert_eq!(
-                window.try_acquire_n(u32::MAX),
-                Err(Denied::ExceedsCapacity {
-                    requested: u32::MAX,
-                    capacity: limit
-                })
-            );
-            assert!(matches!(
-                window.try_acquire_n_with_snapshot(limit + 1),
-                Err(r) if matches!(r.denied, Denied::ExceedsCapacity { .. })
-            ));
-        }
+        assert_odd_sizes_denied(&window, limit);
         assert_eq!(window.try_acquire(), Ok(()));
         assert!(matches!(
             window.try_acquire_n(limit),
@@ -252,19 +159,14 @@ fn a_batch_stays_in_its_window() {
 /// the window still had room (its limit less what was admitted in it) are
 /// counted and printed: under-admission.
 fn stress_rounds(stripes: usize, limit: u32, sizes: fn(usize, usize) -> u32, stop_at_denial: bool) {
-    const THREADS: usize = 4;
     const ROUNDS: u64 = 300;
-    const ATTEMPTS: usize = 64;
     let window = 1_000_000u64;
     let clock = ManualClock::new();
     let rate = Rate::new(limit, Duration::from_nanos(window));
     let limiter = Arc::new(LeasedFixedWindow::with_stripes(rate, clock.clone(), stripes).unwrap());
     // Several rounds per window, some rounds crossing windows.
     let times = round_times(ROUNDS, window / 4);
-    let l = limiter.clone();
-    let rounds = lockstep(&clock, THREADS, &times, move |thread, round| {
-        stress_round(&*l, sizes, (thread, round), ATTEMPTS, stop_at_denial)
-    });
+    let rounds = leased_stress_rounds(limiter, &clock, &times, sizes, stop_at_denial);
     let mut admissions = Vec::new();
     let (mut current, mut used) = (u64::MAX, 0u64);
     let (mut admitted, mut missed, mut sequential, mut seq_used) = (0u64, 0u64, 0u64, 0u64);
@@ -290,7 +192,7 @@ fn stress_rounds(stripes: usize, limit: u32, sizes: fn(usize, usize) -> u32, sto
     }
     check_fixed_window(&admissions, limit, window);
     println!(
-        "leased fixed window, {THREADS} threads, {stripes} stripes, limit {limit}, {}: \
+        "leased fixed window, {STRESS_THREADS} threads, {stripes} stripes, limit {limit}, {}: \
          admitted {admitted} (sequential window: {sequential}), denied with room {missed}",
         stress_mode(stop_at_denial)
     );
@@ -298,18 +200,12 @@ fn stress_rounds(stripes: usize, limit: u32, sizes: fn(usize, usize) -> u32, sto
 
 #[test]
 fn stress_single_permits_keep_the_bound() {
-    for stripes in [1, 2, 4, 8] {
-        stress_rounds(stripes, 100, support::one, false);
-        stress_rounds(stripes, 100, support::one, true);
-        stress_rounds(stripes, 1_000, support::one, true);
-    }
+    support::stress_single_permits(stress_rounds, 100);
 }
 
 #[test]
 fn stress_mixed_sizes_keep_the_bound() {
-    for stripes in [1, 4] {
-        stress_rounds(stripes, 100, mixed::<7>, false);
-    }
+    support::stress_mixed_sizes(stress_rounds, 100);
 }
 
 /// Every configuration the plain window rejects, the leased window rejects

@@ -11,48 +11,17 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use support::{
-    Admission, ReferenceTokenBucket, Step, Workers, admitted_at, assert_agree, bucket_config,
-    check_token_bucket, demanded_and_got, expected_per_round, lockstep, mixed, round_times,
-    stress_mode, stress_round,
+    Admission, Op, ReferenceTokenBucket, STRESS_ATTEMPTS, STRESS_THREADS, Workers, admitted_at,
+    assert_agree, assert_odd_sizes_denied, assert_twins_agree, bucket_config, check_token_bucket,
+    demanded_and_got, expected_per_round, leased_stress_rounds, op_steps, op_times,
+    ops_stepping_back, replay_on_workers, round_times, scaled_to, stress_mode, without_steps_back,
 };
 use tollgate::{Denied, LeasedTokenBucket, LockingTokenBucket, ManualClock, Rate, RateLimiter};
 
-#[derive(Debug, Clone)]
-enum Op {
-    Acquire(u32),
-    Advance(u64),
-    /// Steps the clock back by this much (saturating at zero).
-    Back(u64),
-}
-
-fn ops(capacity: u32, interval: u64) -> impl Strategy<Value = Vec<Op>> {
-    let op = prop_oneof![
-        6 => (1..=capacity).prop_map(Op::Acquire),
-        1 => prop_oneof![Just(0u32), Just(u32::MAX), (capacity + 1)..=(capacity + 3)]
-            .prop_map(Op::Acquire),
-        3 => (0..=3 * interval).prop_map(Op::Advance),
-        1 => (0..=4u64).prop_map(Op::Advance),
-        1 => (0..=2 * interval).prop_map(Op::Back),
-    ];
-    proptest::collection::vec(op, 1..200)
-}
-
-/// Clock times for `ops`, scaled from a 3 µs interval to the bucket's.
-fn times(ops: &[Op], interval: u64) -> Vec<Option<u64>> {
-    let mut now = 0u64;
-    ops.iter()
-        .map(|op| match *op {
-            Op::Acquire(_) => None,
-            Op::Advance(step) => {
-                now += step * interval / 3_000 + step % 3;
-                Some(now)
-            }
-            Op::Back(step) => {
-                now = now.saturating_sub(step * interval / 3_000 + step % 3);
-                Some(now)
-            }
-        })
-        .collect()
+/// Operations for a 3 µs interval (scaled to the bucket's by `scaled_to`):
+/// steps of up to three intervals, and back by up to two.
+fn ops() -> impl Strategy<Value = Vec<Op>> {
+    ops_stepping_back(10, 9_000, 4, 6_000)
 }
 
 proptest! {
@@ -64,7 +33,7 @@ proptest! {
     #[test]
     fn leased_twin_and_reference_agree(
         (capacity, permits, period) in bucket_config(),
-        seed_ops in ops(10, 3_000),
+        seed_ops in ops(),
     ) {
         let rate = Rate::new(permits, Duration::from_nanos(period));
         let clock = ManualClock::new();
@@ -73,22 +42,7 @@ proptest! {
         let twin = LockingTokenBucket::with_clock(capacity, rate, clock.clone()).unwrap();
         let mut reference = ReferenceTokenBucket::new(capacity, permits, period);
         let interval = twin.emission_interval().as_nanos() as u64;
-        let forward: Vec<Op> = seed_ops
-            .into_iter()
-            .map(|op| match op {
-                Op::Back(_) => Op::Advance(0),
-                op => op,
-            })
-            .collect();
-        let steps: Vec<Step> = forward
-            .iter()
-            .zip(times(&forward, interval))
-            .map(|(op, time)| match (op, time) {
-                (Op::Acquire(n), _) => Step::Acquire(*n),
-                (_, Some(t)) => Step::SetTime(t),
-                _ => unreachable!("a clock step has a time"),
-            })
-            .collect();
+        let steps = op_steps(&without_steps_back(seed_ops), scaled_to(interval));
         let admissions =
             assert_agree(&steps, &clock, &[&one, &four, &twin], &mut reference);
         check_token_bucket(&admissions, capacity, permits, period);
@@ -99,23 +53,15 @@ proptest! {
     #[test]
     fn leased_and_twin_agree_when_time_steps_back(
         (capacity, permits, period) in bucket_config(),
-        seed_ops in ops(10, 3_000),
+        seed_ops in ops(),
     ) {
         let rate = Rate::new(permits, Duration::from_nanos(period));
         let clock = ManualClock::new();
         let leased = LeasedTokenBucket::with_clock(capacity, rate, clock.clone()).unwrap();
         let twin = LockingTokenBucket::with_clock(capacity, rate, clock.clone()).unwrap();
         let interval = twin.emission_interval().as_nanos() as u64;
-        for (op, time) in seed_ops.iter().zip(times(&seed_ops, interval)) {
-            match (op, time) {
-                (Op::Acquire(n), _) => {
-                    prop_assert_eq!(leased.try_acquire_n(*n), twin.try_acquire_n(*n));
-                }
-                (_, Some(t)) => clock.set(t),
-                _ => unreachable!(),
-            }
-            prop_assert_eq!(leased.snapshot(), twin.snapshot());
-        }
+        let times = op_times(&seed_ops, scaled_to(interval));
+        assert_twins_agree(&leased, &twin, &clock, &seed_ops, &times, |_| false)?;
     }
 
     /// Requests from three threads (three stripes), interleaved in a random
@@ -125,7 +71,7 @@ proptest! {
     #[test]
     fn spread_over_stripes_keeps_the_bound_and_recovers(
         (capacity, permits, period) in bucket_config(),
-        seed_ops in ops(10, 3_000),
+        seed_ops in ops(),
         who in proptest::collection::vec(0..3usize, 200),
     ) {
         let rate = Rate::new(permits, Duration::from_nanos(period));
@@ -133,31 +79,9 @@ proptest! {
         let leased = Arc::new(LeasedTokenBucket::with_stripes(capacity, rate, clock.clone(), 8).unwrap());
         let workers = Workers::new(leased.clone(), 3);
         let interval = leased.emission_interval().as_nanos() as u64;
-        let mut admissions = Vec::new();
-        let mut now = 0;
-        let mut latest = 0;
-        for ((op, time), &thread) in seed_ops.iter().zip(times(&seed_ops, interval)).zip(&who) {
-            match (op, time) {
-                (Op::Acquire(n), _) => {
-                    let result = workers.acquire(thread, *n);
-                    match (result, *n) {
-                        (Ok(()), n) => admissions.push(Admission { at: now, n }),
-                        (Err(Denied::ZeroPermits), 0) => {}
-                        (Err(Denied::ExceedsCapacity { .. }), n) => prop_assert!(n > capacity),
-                        (Err(Denied::RetryAfter(wait)), n) => {
-                            prop_assert!(n <= capacity && !wait.is_zero());
-                        }
-                        (other, n) => prop_assert!(false, "{:?} for n = {}", other, n),
-                    }
-                }
-                (_, Some(t)) => {
-                    now = t;
-                    latest = latest.max(t);
-                    clock.set(t);
-                }
-                _ => unreachable!(),
-            }
-        }
+        let times = op_times(&seed_ops, scaled_to(interval));
+        let (admissions, latest) =
+            replay_on_workers(&workers, &clock, &seed_ops, &times, &who, capacity)?;
         check_token_bucket(&admissions, capacity, permits, period);
         // Every lease ends at or before the word's TAT, which is at most
         // `latest + capacity·interval`: past that, nothing is leased.
@@ -182,20 +106,7 @@ fn odd_request_sizes_never_panic() {
     for capacity in [1, 7, u32::MAX] {
         let bucket =
             LeasedTokenBucket::with_clock(capacity, Rate::per_second(1), clock.clone()).unwrap();
-        assert_eq!(bucket.try_acquire_n(0), Err(Denied::ZeroPermits));
-        if capacity < u32::MAX {
-            assert_eq!(
-                bucket.try_acquire_n(u32::MAX),
-                Err(Denied::ExceedsCapacity {
-                    requested: u32::MAX,
-                    capacity
-                })
-            );
-            assert!(matches!(
-                bucket.try_acquire_n_with_snapshot(capacity + 1),
-                Err(r) if matches!(r.denied, Denied::ExceedsCapacity { .. })
-            ));
-        }
+        assert_odd_sizes_denied(&bucket, capacity);
         assert_eq!(bucket.try_acquire_n(capacity), Ok(()));
         assert!(matches!(bucket.try_acquire(), Err(Denied::RetryAfter(_))));
     }
@@ -269,9 +180,7 @@ fn stress_rounds(
     sizes: fn(usize, usize) -> u32,
     stop_at_denial: bool,
 ) {
-    const THREADS: usize = 4;
     const ROUNDS: u64 = 300;
-    const ATTEMPTS: usize = 64;
     let (permits, period) = (100, 1_000_000u64);
     let interval = period / permits;
     let clock = ManualClock::new();
@@ -279,10 +188,7 @@ fn stress_rounds(
     let bucket =
         Arc::new(LeasedTokenBucket::with_stripes(capacity, rate, clock.clone(), stripes).unwrap());
     let times = round_times(ROUNDS, interval * 25);
-    let b = bucket.clone();
-    let rounds = lockstep(&clock, THREADS, &times, move |thread, round| {
-        stress_round(&*b, sizes, (thread, round), ATTEMPTS, stop_at_denial)
-    });
+    let rounds = leased_stress_rounds(bucket, &clock, &times, sizes, stop_at_denial);
     let mut admissions = Vec::new();
     // A sequential GCRA fed the recorded admissions: its room at each round is
     // what an exact limiter could still have admitted.
@@ -303,11 +209,12 @@ fn stress_rounds(
     // What a sequential bucket admits when every round's demand exceeds its
     // room (single permits): an exact, tight limiter admits exactly this.
     let mut reference = ReferenceTokenBucket::new(capacity, permits as u32, period);
-    let sequential: u64 = expected_per_round(&mut reference, &times, THREADS * ATTEMPTS)
-        .iter()
-        .sum();
+    let sequential: u64 =
+        expected_per_round(&mut reference, &times, STRESS_THREADS * STRESS_ATTEMPTS)
+            .iter()
+            .sum();
     println!(
-        "leased token bucket, {THREADS} threads, {stripes} stripes, capacity {capacity}, \
+        "leased token bucket, {STRESS_THREADS} threads, {stripes} stripes, capacity {capacity}, \
          {} requests: admitted {admitted} (sequential bucket: {sequential}), \
          admissible {admissible}, denied with room {missed}",
         stress_mode(stop_at_denial)
@@ -316,16 +223,10 @@ fn stress_rounds(
 
 #[test]
 fn stress_single_permits_keep_the_bound() {
-    for stripes in [1, 2, 4, 8] {
-        stress_rounds(stripes, 40, support::one, false);
-        stress_rounds(stripes, 40, support::one, true);
-        stress_rounds(stripes, 1_000, support::one, true);
-    }
+    support::stress_single_permits(stress_rounds, 40);
 }
 
 #[test]
 fn stress_mixed_sizes_keep_the_bound() {
-    for stripes in [1, 4] {
-        stress_rounds(stripes, 40, mixed::<7>, false);
-    }
+    support::stress_mixed_sizes(stress_rounds, 40);
 }

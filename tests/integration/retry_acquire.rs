@@ -47,43 +47,28 @@ fn waits_for_the_clock<L: RetryAcquire + Sync>(limiter: &L, clock: &ManualClock,
     assert_eq!(limiter.snapshot().available, capacity - 1);
 }
 
+/// [`waits_for_the_clock`] on the limiter `make` builds on a clock of its own.
+fn waits_on_its_clock<L: RetryAcquire + Sync>(make: impl FnOnce(ManualClock) -> L, capacity: u32) {
+    let clock = ManualClock::new();
+    waits_for_the_clock(&make(clock.clone()), &clock, capacity);
+}
+
 #[test]
 fn every_retry_limiter_waits_until_the_clock_allows() {
-    let clock = ManualClock::new();
-    waits_for_the_clock(
-        &SlidingLog::with_clock(rate(3), clock.clone()).unwrap(),
-        &clock,
-        3,
-    );
-    waits_for_the_clock(
-        &LockingSlidingLog::with_clock(rate(3), clock.clone()).unwrap(),
-        &clock,
-        3,
-    );
-    waits_for_the_clock(
-        &FixedWindow::with_clock(rate(3), clock.clone()).unwrap(),
-        &clock,
-        3,
-    );
-    waits_for_the_clock(
-        &LockingFixedWindow::with_clock(rate(3), clock.clone()).unwrap(),
-        &clock,
-        3,
-    );
-    waits_for_the_clock(
-        &SlidingWindow::builder(rate(4))
+    waits_on_its_clock(|c| SlidingLog::with_clock(rate(3), c).unwrap(), 3);
+    waits_on_its_clock(|c| LockingSlidingLog::with_clock(rate(3), c).unwrap(), 3);
+    waits_on_its_clock(|c| FixedWindow::with_clock(rate(3), c).unwrap(), 3);
+    waits_on_its_clock(|c| LockingFixedWindow::with_clock(rate(3), c).unwrap(), 3);
+    let sliding = |c| {
+        SlidingWindow::builder(rate(4))
             .sub_windows(2)
-            .clock(clock.clone())
+            .clock(c)
             .build()
-            .unwrap(),
-        &clock,
-        4,
-    );
-    waits_for_the_clock(
-        &ApproxSlidingWindow::with_clock(rate(3), clock.clone()).unwrap(),
-        &clock,
-        3,
-    );
+            .unwrap()
+    };
+    waits_on_its_clock(sliding, 4);
+    waits_on_its_clock(|c| ApproxSlidingWindow::with_clock(rate(3), c).unwrap(), 3);
+    let clock = ManualClock::new();
     let a = Bucket::with_clock(10, Rate::per_hour(10), clock.clone()).unwrap();
     let log = SlidingLog::with_clock(rate(2), clock.clone()).unwrap();
     waits_for_the_clock(&AllOf::new((&a, &log)), &clock, 2);
@@ -149,13 +134,8 @@ fn requests_that_can_never_pass_return_at_once() {
 #[cfg(feature = "tokio")]
 mod with_tokio {
     use super::*;
-    use std::future::Future;
+    use crate::support::poll_once;
     use std::pin::pin;
-    use std::task::{Context, Poll, Waker};
-
-    fn poll_once<F: Future>(future: std::pin::Pin<&mut F>) -> Poll<F::Output> {
-        future.poll(&mut Context::from_waker(Waker::noop()))
-    }
 
     /// A dropped waiter has taken nothing: not from the log, not from the
     /// members of an `AllOf` (their refunds were exact), not from a key.

@@ -11,7 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use support::{Phase, Rules, RulesModel, lockstep_between, log_config, rule_violations};
+use support::{
+    Phase, PhasedAdmission, Rules, RulesModel, log_config, phased_rounds, rule_phases,
+    rule_violations,
+};
 use tollgate::keyed::Keyed;
 use tollgate::{
     ConfigError, Denied, LockingSlidingLog, LogConfig, ManualClock, Rate, RateLimiter, SlidingLog,
@@ -177,68 +180,34 @@ proptest! {
     }
 }
 
-const THREADS: u32 = 4;
-const ROUNDS: u32 = 960;
-const ROUND: u64 = 250 * MS;
-
-/// `(0, decision time, permits, phase)` of every admission: four threads
-/// take one or two permits a few times per lock-step round of 250 ms (the
-/// clock stands still in a round), and the rules change between rounds as
-/// `phases` say (`config` builds each phase's rules).
-fn run_threads(
-    phases: &[Phase],
-    config: impl Fn(&Rules) -> LogConfig,
-) -> Vec<(u32, u64, u32, usize)> {
+/// Every admission of [`phased_rounds`] on one direct log, all on key 0:
+/// each thread takes one or two permits a few times a round (`config` builds
+/// each phase's rules).
+fn run_threads(phases: &[Phase], config: impl Fn(&Rules) -> LogConfig) -> Vec<PhasedAdmission> {
     let clock = ManualClock::new();
     let log = Arc::new(SlidingLog::with_clock(Rate::per_second(1), clock.clone()).unwrap());
     log.reconfigure_rules(&config(&phases[0].rules));
-    let times: Vec<u64> = (0..u64::from(ROUNDS)).map(|round| round * ROUND).collect();
-    let phase_by_round = Phase::by_round(phases, ROUNDS);
     let l = log.clone();
-    let rounds = lockstep_between(
+    phased_rounds(
         &clock,
-        THREADS as usize,
-        &times.clone(),
-        |round| {
-            let changed = phases
-                .iter()
-                .find(|p| p.from as usize == round && round > 0);
-            if let Some(phase) = changed {
-                log.reconfigure_rules(&config(&phase.rules));
-            }
-        },
+        phases,
+        |rules| log.reconfigure_rules(&config(rules)),
         move |t, round| {
             let mut admitted = Vec::new();
             for attempt in 0..3 {
                 let n = if (round + t + attempt) % 3 == 0 { 2 } else { 1 };
                 if l.try_acquire_n(n as u32).is_ok() {
-                    admitted.push((0, times[round], n as u32, phase_by_round[round]));
+                    admitted.push((0, n as u32));
                 }
             }
             admitted
         },
-    );
-    rounds.into_iter().flatten().collect()
+    )
 }
 
-/// A minute's rule in every phase, the others changing.
+/// At 180 s the 10 s rule is removed, and the minute's rule allows more.
 fn phases() -> Vec<Phase> {
-    vec![
-        Phase {
-            from: 0,
-            rules: vec![(3, S), (10, 10 * S), (25, 60 * S)],
-        },
-        // At 90 s: the second's rule raised, the minute's lowered.
-        Phase {
-            from: 360,
-            rules: vec![(4, S), (10, 10 * S), (20, 60 * S)],
-        },
-        // At 180 s: the 10 s rule removed, a minute's rule of more.
-        Phase {
-            from: 720,
-            rules: vec![(4, S), (30, 60 * S)],
-        },
-    ]
+    rule_phases(vec![(4, S), (30, 60 * S)])
 }
 
 #[test]

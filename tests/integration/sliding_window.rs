@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use support::{
-    Admission, Reference, Step, StressRecord, assert_agree, check_sliding_window, lockstep, mixed,
-    one, stress,
+    Admission, Op, Reference, Step, StressRecord, assert_agree, check_sliding_window, lockstep,
+    mixed, one, op_steps, stress,
 };
 use tollgate::MAX_SUB_WINDOWS;
 use tollgate::{
@@ -223,29 +223,9 @@ fn check_approx(admissions: &[Admission], limit: u32, window: u64) {
     }
 }
 
-#[derive(Debug, Clone)]
-enum Op {
-    Acquire(u32),
-    Forward(u64),
-    Back(u64),
-}
-
 /// Turns relative clock moves into absolute `Step`s; backward moves stop at 0.
 fn steps(ops: &[Op]) -> Vec<Step> {
-    let mut now = 0u64;
-    ops.iter()
-        .map(|op| match *op {
-            Op::Acquire(n) => Step::Acquire(n),
-            Op::Forward(d) => {
-                now += d;
-                Step::SetTime(now)
-            }
-            Op::Back(d) => {
-                now = now.saturating_sub(d);
-                Step::SetTime(now)
-            }
-        })
-        .collect()
+    op_steps(ops, |d| d)
 }
 
 fn ops(limit: u32, period: u64) -> impl Strategy<Value = Vec<Op>> {
@@ -253,9 +233,9 @@ fn ops(limit: u32, period: u64) -> impl Strategy<Value = Vec<Op>> {
         prop_oneof![
             8 => (1..=limit).prop_map(Op::Acquire),
             1 => prop_oneof![Just(0u32), Just(u32::MAX), Just(limit + 1)].prop_map(Op::Acquire),
-            4 => (0..=period / 2).prop_map(Op::Forward),
-            1 => (0..=3u64).prop_map(Op::Forward),
-            1 => (period..=4 * period).prop_map(Op::Forward),
+            4 => (0..=period / 2).prop_map(Op::Advance),
+            1 => (0..=3u64).prop_map(Op::Advance),
+            1 => (period..=4 * period).prop_map(Op::Advance),
             1 => (0..=period).prop_map(Op::Back),
         ],
         1..160,
@@ -617,14 +597,7 @@ fn striped_total_is_bounded_with_a_moving_clock() {
 #[test]
 fn odd_request_sizes_never_panic() {
     let window = SlidingWindow::new(Rate::per_second(3)).unwrap();
-    assert_eq!(window.try_acquire_n(0), Err(Denied::ZeroPermits));
-    assert_eq!(
-        window.try_acquire_n(u32::MAX),
-        Err(Denied::ExceedsCapacity {
-            requested: u32::MAX,
-            capacity: 3
-        })
-    );
+    support::assert_odd_sizes_denied(&window, 3);
     assert_eq!(window.try_acquire_n(4).unwrap_err().retry_after(), None);
     // The largest limit: a sub-window must be at least u32::MAX ns long.
     let rate = Rate::new(u32::MAX, Duration::from_secs(40));

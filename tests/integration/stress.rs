@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use support::{
     Admission, ReferenceFixedWindow, ReferenceTokenBucket, check_fixed_window, check_token_bucket,
-    expected_per_round, mixed, one, round_times, stress,
+    exact_under_contention, mixed, round_times, stress,
 };
 use tollgate::{
     FixedWindow, LockingFixedWindow, LockingTokenBucket, ManualClock, Rate, RateLimiter,
@@ -25,14 +25,10 @@ const ATTEMPTS: usize = 64;
 /// admits exactly what a sequential one would, round by round.
 fn token_bucket_rounds<L: RateLimiter + Send + Sync + 'static>(make: fn(ManualClock) -> L) {
     let (capacity, permits, period) = (40, 100, 1_000_000u64);
-    let clock = ManualClock::new();
-    let limiter = Arc::new(make(clock.clone()));
     let times = round_times(ROUNDS as u64, period / u64::from(permits) * 25);
-    let record = stress(limiter, &clock, THREADS, &times, ATTEMPTS, one);
-    check_token_bucket(&record.admissions, capacity, permits, period);
     let mut reference = ReferenceTokenBucket::new(capacity, permits, period);
-    let expected = expected_per_round(&mut reference, &times, THREADS * ATTEMPTS);
-    assert_eq!(record.per_round, expected);
+    let admissions = exact_under_contention(make, &times, &mut reference);
+    check_token_bucket(&admissions, capacity, permits, period);
 }
 
 /// The admissions of `ROUNDS` rounds `step` ns apart, each thread asking for
@@ -75,14 +71,10 @@ fn token_bucket_keeps_its_bound_with_mixed_sizes() {
 
 fn fixed_window_rounds<L: RateLimiter + Send + Sync + 'static>(make: fn(ManualClock) -> L) {
     let (limit, window) = (50, 1_000_000u64);
-    let clock = ManualClock::new();
-    let limiter = Arc::new(make(clock.clone()));
     let times = round_times(ROUNDS as u64, window / 2);
-    let record = stress(limiter, &clock, THREADS, &times, ATTEMPTS, one);
-    check_fixed_window(&record.admissions, limit, window);
     let mut reference = ReferenceFixedWindow::new(limit, window);
-    let expected = expected_per_round(&mut reference, &times, THREADS * ATTEMPTS);
-    assert_eq!(record.per_round, expected);
+    let admissions = exact_under_contention(make, &times, &mut reference);
+    check_fixed_window(&admissions, limit, window);
 }
 
 #[test]

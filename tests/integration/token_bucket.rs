@@ -5,25 +5,16 @@ use crate::support;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use support::{ReferenceTokenBucket, Step, assert_agree, bucket_config, check_token_bucket};
+use support::{
+    Op, ReferenceTokenBucket, assert_agree, bucket_config, check_token_bucket, forward_ops,
+    op_steps, scaled_to,
+};
 use tollgate::{Denied, LockingTokenBucket, ManualClock, Rate, RateLimiter, TokenBucket};
 
-#[derive(Debug, Clone)]
-enum Op {
-    Acquire(u32),
-    Advance(u64),
-}
-
-fn ops(capacity: u32, interval: u64) -> impl Strategy<Value = Vec<Op>> {
-    let op = prop_oneof![
-        6 => (1..=capacity).prop_map(Op::Acquire),
-        1 => prop_oneof![Just(0u32), Just(u32::MAX), (capacity + 1)..=(capacity + 3)]
-            .prop_map(Op::Acquire),
-        // Steps around one interval, where rounding and exactness bite.
-        3 => (0..=3 * interval).prop_map(Op::Advance),
-        1 => (0..=4u64).prop_map(Op::Advance),
-    ];
-    proptest::collection::vec(op, 1..200)
+/// Operations for a 3 µs interval (scaled to the bucket's by `scaled_to`):
+/// steps around one interval, where rounding and exactness bite.
+fn ops() -> impl Strategy<Value = Vec<Op>> {
+    forward_ops(10, 9_000, 4)
 }
 
 proptest! {
@@ -35,7 +26,7 @@ proptest! {
     #[test]
     fn atomic_twin_and_reference_agree(
         (capacity, permits, period) in bucket_config(),
-        seed_ops in ops(10, 3_000),
+        seed_ops in ops(),
     ) {
         let rate = Rate::new(permits, Duration::from_nanos(period));
         let clock = ManualClock::new();
@@ -43,18 +34,7 @@ proptest! {
         let twin = LockingTokenBucket::with_clock(capacity, rate, clock.clone()).unwrap();
         let mut reference = ReferenceTokenBucket::new(capacity, permits, period);
         let interval = atomic.emission_interval().as_nanos() as u64;
-        let mut now = 0u64;
-        let steps: Vec<Step> = seed_ops
-            .into_iter()
-            .map(|op| match op {
-                Op::Acquire(n) => Step::Acquire(n),
-                // Steps are drawn for a 3 µs interval; scale them to this bucket's.
-                Op::Advance(step) => {
-                    now += step * interval / 3_000 + step % 3;
-                    Step::SetTime(now)
-                }
-            })
-            .collect();
+        let steps = op_steps(&seed_ops, scaled_to(interval));
         let admissions = assert_agree(&steps, &clock, &[&atomic, &twin], &mut reference);
         check_token_bucket(&admissions, capacity, permits, period);
     }
@@ -120,14 +100,7 @@ fn rates_from_the_issue_have_exact_intervals() {
 #[test]
 fn odd_request_sizes_never_panic() {
     let bucket = TokenBucket::new(5, Rate::per_second(5)).unwrap();
-    assert_eq!(bucket.try_acquire_n(0), Err(Denied::ZeroPermits));
-    assert_eq!(
-        bucket.try_acquire_n(u32::MAX),
-        Err(Denied::ExceedsCapacity {
-            requested: u32::MAX,
-            capacity: 5
-        })
-    );
+    support::assert_odd_sizes_denied(&bucket, 5);
     assert_eq!(bucket.try_acquire_n(5), Ok(()));
     let largest = TokenBucket::new(u32::MAX, Rate::new(u32::MAX, Duration::from_secs(5))).unwrap();
     assert_eq!(largest.try_acquire_n(u32::MAX), Ok(()));

@@ -488,14 +488,8 @@ fn zero_and_huge_requests_never_panic() {
 #[cfg(feature = "tokio")]
 mod with_tokio {
     use super::*;
-    use std::future::Future;
+    use crate::support::poll_once;
     use std::pin::pin;
-    use std::task::{Context, Poll, Waker};
-
-    /// Polls a future once, as an executor would on its first turn.
-    fn poll_once<F: Future>(future: std::pin::Pin<&mut F>) -> Poll<F::Output> {
-        future.poll(&mut Context::from_waker(Waker::noop()))
-    }
 
     #[tokio::test]
     async fn a_dropped_acquire_returns_its_permits() {

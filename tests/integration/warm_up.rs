@@ -74,82 +74,75 @@ fn table_test(per_second: u32, warm_up_ms: u64, cold_factor: u32, events: &[Even
     }
 }
 
+/// Eight single acquires from rest at the stable rate: the first waits
+/// nothing, the others `micros` each (Guava's test shows `shown`).
+fn steady(micros: u64, shown: &'static str) -> Vec<Event> {
+    std::iter::once(R(1, 0, "0.00"))
+        .chain(std::iter::repeat_n(R(1, micros, shown), 7))
+        .collect()
+}
+
+/// The script of Guava's warm-up tests (4 s of warm-up), from cold: eight
+/// acquires, the first free, then the `warming` waits, then the `stable`
+/// ones; the last acquire repaid (`repay` ms) and the whole warm-up slept,
+/// cold again and the same waits; repaid again and a rest of `rest` ms, too
+/// short to get cold: the steady waits.
+fn cold_again_then_warm(
+    (per_second, cold_factor): (u32, u32),
+    warming: &[Event],
+    repay: u64,
+    rest: u64,
+    (stable, shown): (u64, &'static str),
+) {
+    let cold: Vec<Event> = std::iter::once(R(1, 0, "0.00"))
+        .chain(warming.iter().copied())
+        .chain(std::iter::repeat_n(R(1, stable, shown), 7 - warming.len()))
+        .collect();
+    let cold = &cold[..];
+    let warm = steady(stable, shown);
+    let events = [
+        cold,
+        &[U(repay), U(4000)],
+        cold,
+        &[U(repay), U(rest)],
+        &warm[..],
+    ]
+    .concat();
+    table_test(per_second, 4000, cold_factor, &events);
+}
+
 /// `testWarmUp`: `RateLimiter.create(stopwatch, 2.0, 4000, MILLISECONDS, 3.0)`.
+/// After the second cold run it would take another 2 s to get cold.
 #[test]
 fn guava_test_warm_up() {
-    let cold = [
-        R(1, 0, "0.00"),
+    let warming = [
         R(1, 1_375_000, "1.38"),
         R(1, 1_125_000, "1.13"),
         R(1, 875_000, "0.88"),
         R(1, 625_000, "0.63"),
-        R(1, 500_000, "0.50"),
-        R(1, 500_000, "0.50"),
-        R(1, 500_000, "0.50"),
     ];
-    let warm = [
-        R(1, 0, "0.00"),
-        R(1, 500_000, "0.50"),
-        R(1, 500_000, "0.50"),
-        R(1, 500_000, "0.50"),
-        R(1, 500_000, "0.50"),
-        R(1, 500_000, "0.50"),
-        R(1, 500_000, "0.50"),
-        R(1, 500_000, "0.50"),
-    ];
-    let events = [
-        &cold[..],
-        &[U(500), U(4000)], // repay the last acquire, then become cold again
-        &cold[..],
-        &[U(500), U(2000)], // didn't get cold: it would take another 2 s
-        &warm[..],
-    ]
-    .concat();
-    table_test(2, 4000, 3, &events);
+    cold_again_then_warm((2, 3), &warming, 500, 2000, (500_000, "0.50"));
 }
 
 /// `testWarmUpWithColdFactor`: `create(stopwatch, 5.0, 4000, MILLISECONDS, 10.0)`.
 /// The fifth wait is 300,227 µs in Guava (its double arithmetic truncated to a
-/// microsecond); exactly 300,227,272.7 ns.
+/// microsecond); exactly 300,227,272.7 ns. After the second cold run it would
+/// take another 3 s to get cold.
 #[test]
 fn guava_test_warm_up_with_cold_factor() {
-    let cold = [
-        R(1, 0, "0.00"),
+    let warming = [
         R(1, 1_752_500, "1.75"),
         R(1, 1_257_500, "1.26"),
         R(1, 762_500, "0.76"),
         R(1, 300_227, "0.30"),
-        R(1, 200_000, "0.20"),
-        R(1, 200_000, "0.20"),
-        R(1, 200_000, "0.20"),
     ];
-    let warm = [
-        R(1, 0, "0.00"),
-        R(1, 200_000, "0.20"),
-        R(1, 200_000, "0.20"),
-        R(1, 200_000, "0.20"),
-        R(1, 200_000, "0.20"),
-        R(1, 200_000, "0.20"),
-        R(1, 200_000, "0.20"),
-        R(1, 200_000, "0.20"),
-    ];
-    let events = [
-        &cold[..],
-        &[U(200), U(4000)],
-        &cold[..],
-        &[U(200), U(1000)], // still warm: it would take another 3 s to go cold
-        &warm[..],
-    ]
-    .concat();
-    table_test(5, 4000, 10, &events);
+    cold_again_then_warm((5, 10), &warming, 200, 1000, (200_000, "0.20"));
 }
 
 /// `testWarmUpWithColdFactor1`: a cold factor of 1 is no warm-up at all.
 #[test]
 fn guava_test_warm_up_with_cold_factor_1() {
-    let steady: Vec<Event> = std::iter::once(R(1, 0, "0.00"))
-        .chain(std::iter::repeat_n(R(1, 200_000, "0.20"), 7))
-        .collect();
+    let steady = steady(200_000, "0.20");
     let events = [&steady[..], &[U(340)], &steady[..]].concat();
     table_test(5, 4000, 1, &events);
 }

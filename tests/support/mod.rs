@@ -11,6 +11,14 @@ use std::time::Duration;
 use proptest::prelude::*;
 use tollgate::{Denied, LogConfig, ManualClock, Rate, RateLimiter, Snapshot};
 
+/// Polls a future once, as an executor would on its first turn, with a waker
+/// that does nothing.
+pub fn poll_once<F: std::future::Future>(
+    future: std::pin::Pin<&mut F>,
+) -> std::task::Poll<F::Output> {
+    future.poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+}
+
 /// One admission: the decision time (ns since the limiter was built) and permits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Admission {
@@ -267,6 +275,26 @@ where
     record
 }
 
+/// Lock-step [`stress`] with single permits on the limiter `make` builds, 4
+/// threads asking 64 times a round at each of `times`: demand outstrips
+/// supply every round, so a tight limiter admits exactly what the sequential
+/// `reference` admits, round by round. Returns the admissions, for the
+/// limiter's own promise.
+pub fn exact_under_contention<L: RateLimiter + Send + Sync + 'static>(
+    make: fn(ManualClock) -> L,
+    times: &[u64],
+    reference: &mut dyn Reference,
+) -> Vec<Admission> {
+    const THREADS: usize = 4;
+    const ATTEMPTS: usize = 64;
+    let clock = ManualClock::new();
+    let limiter = Arc::new(make(clock.clone()));
+    let record = stress(limiter, &clock, THREADS, times, ATTEMPTS, one);
+    let expected = expected_per_round(reference, times, THREADS * ATTEMPTS);
+    assert_eq!(record.per_round, expected);
+    record.admissions
+}
+
 /// A sequential reference model, decision for decision.
 pub trait Reference {
     fn try_acquire_n(&mut self, now: u64, n: u32) -> Result<(), Denied>;
@@ -447,6 +475,17 @@ pub struct Start {
     pub decided: u64,
     pub start: u64,
     pub n: u32,
+}
+
+impl Start {
+    /// An admission that starts when it is decided: a shaper's `try_acquire_n`.
+    pub fn at_once(admission: &Admission) -> Start {
+        Start {
+            decided: admission.at,
+            start: admission.at,
+            n: admission.n,
+        }
+    }
 }
 
 /// Checks the shaper's promise: sorted by start, the permits of the requests
@@ -828,6 +867,70 @@ impl Phase {
     }
 }
 
+/// The rule changes both rule tests run through: the longest window stays a
+/// minute in every phase, so the history each rule reads is all kept across
+/// the changes; from round 720 (180 s in rounds of 250 ms) the rules are
+/// `last`.
+pub fn rule_phases(last: Rules) -> Vec<Phase> {
+    const S: u64 = 1_000_000_000;
+    vec![
+        Phase {
+            from: 0,
+            rules: vec![(3, S), (10, 10 * S), (25, 60 * S)],
+        },
+        // At 90 s: the second's rule raised, the minute's lowered.
+        Phase {
+            from: 360,
+            rules: vec![(4, S), (10, 10 * S), (20, 60 * S)],
+        },
+        Phase {
+            from: 720,
+            rules: last,
+        },
+    ]
+}
+
+/// `(key, decision time, permits, phase)` of every admission of [`phased_rounds`].
+pub type PhasedAdmission = (u32, u64, u32, usize);
+
+/// Four threads in 960 lock-step rounds of 250 ms (the clock stands still in
+/// a round, so a round's admissions share its decision time), the rules
+/// changing between rounds as `phases` say: `reconfigure(rules)` before the
+/// round a phase starts. `work(thread, round)` makes one thread's requests of
+/// a round and returns the admitted ones as `(key, permits)`.
+pub fn phased_rounds<F>(
+    clock: &ManualClock,
+    phases: &[Phase],
+    mut reconfigure: impl FnMut(&Rules),
+    work: F,
+) -> Vec<PhasedAdmission>
+where
+    F: Fn(usize, usize) -> Vec<(u32, u32)> + Send + Sync + 'static,
+{
+    const ROUNDS: u32 = 960;
+    const ROUND: u64 = 250_000_000;
+    let times: Vec<u64> = (0..u64::from(ROUNDS)).map(|round| round * ROUND).collect();
+    let phase_by_round = Phase::by_round(phases, ROUNDS);
+    let at = times.clone();
+    let rounds = lockstep_between(
+        clock,
+        4,
+        &times,
+        |round| {
+            if let Some(phase) = Phase::starting(phases, round) {
+                reconfigure(&phase.rules);
+            }
+        },
+        move |thread, round| {
+            work(thread, round)
+                .into_iter()
+                .map(|(key, n)| (key, at[round], n, phase_by_round[round]))
+                .collect()
+        },
+    );
+    rounds.into_iter().flatten().collect()
+}
+
 /// Every admission against every rule in force when it was decided: the
 /// permits of its key decided in `(t − T_i, t]`, earlier phases included
 /// (the log keeps its history), are at most `N_i`. At `t` itself only those
@@ -923,5 +1026,225 @@ pub fn stress_mode(stop_at_denial: bool) -> &'static str {
         "stop at first denial"
     } else {
         "64 per round"
+    }
+}
+
+/// One operation of a random sequence on one limiter: ask for permits, move
+/// the clock on, or step it back (saturating at zero).
+#[derive(Debug, Clone)]
+pub enum Op {
+    Acquire(u32),
+    Advance(u64),
+    Back(u64),
+}
+
+/// One operation that never steps the clock back: a request of 1 to `max`
+/// permits or of an odd size (none, more than `max`), a clock step of up to
+/// `long` or a small one of up to `short`, where rounding bites.
+fn forward_op(max: u32, long: u64, short: u64) -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (1..=max).prop_map(Op::Acquire),
+        1 => prop_oneof![Just(0u32), Just(u32::MAX), (max + 1)..=(max + 3)]
+            .prop_map(Op::Acquire),
+        3 => (0..=long).prop_map(Op::Advance),
+        1 => (0..=short).prop_map(Op::Advance),
+    ]
+}
+
+/// Up to 200 [`forward_op`]s.
+pub fn forward_ops(max: u32, long: u64, short: u64) -> impl Strategy<Value = Vec<Op>> {
+    proptest::collection::vec(forward_op(max, long, short), 1..200)
+}
+
+/// [`forward_ops`] with steps back of up to `back` too, one operation in 12
+/// (as often as a small step).
+pub fn ops_stepping_back(
+    max: u32,
+    long: u64,
+    short: u64,
+    back: u64,
+) -> impl Strategy<Value = Vec<Op>> {
+    let op = prop_oneof![
+        11 => forward_op(max, long, short),
+        1 => (0..=back).prop_map(Op::Back),
+    ];
+    proptest::collection::vec(op, 1..200)
+}
+
+/// `ops` with every step back made a step of nothing: the clock only moves on.
+pub fn without_steps_back(ops: Vec<Op>) -> Vec<Op> {
+    ops.into_iter()
+        .map(|op| match op {
+            Op::Back(_) => Op::Advance(0),
+            op => op,
+        })
+        .collect()
+}
+
+/// The clock steps of the sequences are drawn for a 3 µs interval: a step
+/// scaled to a bucket of `interval` ns.
+pub fn scaled_to(interval: u64) -> impl Fn(u64) -> u64 {
+    move |step| step * interval / 3_000 + step % 3
+}
+
+/// The absolute clock time after each operation of `ops` (`None` for a
+/// request), a step of `s` moving the clock by `scale(s)`.
+pub fn op_times(ops: &[Op], scale: impl Fn(u64) -> u64) -> Vec<Option<u64>> {
+    let mut now = 0u64;
+    ops.iter()
+        .map(|op| match *op {
+            Op::Acquire(_) => None,
+            Op::Advance(step) => {
+                now += scale(step);
+                Some(now)
+            }
+            Op::Back(step) => {
+                now = now.saturating_sub(scale(step));
+                Some(now)
+            }
+        })
+        .collect()
+}
+
+/// `ops` as steps for [`assert_agree`], clock steps scaled as in [`op_times`].
+pub fn op_steps(ops: &[Op], scale: impl Fn(u64) -> u64) -> Vec<Step> {
+    ops.iter()
+        .zip(op_times(ops, scale))
+        .map(|(op, time)| match (op, time) {
+            (Op::Acquire(n), _) => Step::Acquire(*n),
+            (_, Some(t)) => Step::SetTime(t),
+            _ => unreachable!("a clock step has a time"),
+        })
+        .collect()
+}
+
+/// Replays `ops` (clock times `times`) on one thread through `limiter` and
+/// its `twin`, which must make the same decision at every request (the full
+/// report where `report(i)` says so for the operation at index `i`) and
+/// report the same snapshot after every operation.
+pub fn assert_twins_agree(
+    limiter: &dyn RateLimiter,
+    twin: &dyn RateLimiter,
+    clock: &ManualClock,
+    ops: &[Op],
+    times: &[Option<u64>],
+    report: impl Fn(usize) -> bool,
+) -> Result<(), TestCaseError> {
+    for (i, (op, time)) in ops.iter().zip(times).enumerate() {
+        match (op, *time) {
+            (Op::Acquire(n), _) if report(i) => {
+                prop_assert_eq!(
+                    limiter.try_acquire_n_with_snapshot(*n),
+                    twin.try_acquire_n_with_snapshot(*n)
+                );
+            }
+            (Op::Acquire(n), _) => {
+                prop_assert_eq!(limiter.try_acquire_n(*n), twin.try_acquire_n(*n));
+            }
+            (_, Some(t)) => clock.set(t),
+            _ => unreachable!("a clock step has a time"),
+        }
+        prop_assert_eq!(limiter.snapshot(), twin.snapshot());
+    }
+    Ok(())
+}
+
+/// Replays `ops` (clock times `times`) through `workers`, the operation at
+/// index `i` on thread `who[i]`, checking every decision against a limiter
+/// that never admits more than `bound` at once: a denial names its cause or a
+/// wait. Returns the admissions and the latest clock time.
+pub fn replay_on_workers(
+    workers: &Workers,
+    clock: &ManualClock,
+    ops: &[Op],
+    times: &[Option<u64>],
+    who: &[usize],
+    bound: u32,
+) -> Result<(Vec<Admission>, u64), TestCaseError> {
+    let (mut admissions, mut now, mut latest) = (Vec::new(), 0, 0);
+    for ((op, time), &thread) in ops.iter().zip(times).zip(who) {
+        match (op, *time) {
+            (Op::Acquire(n), _) => match (workers.acquire(thread, *n), *n) {
+                (Ok(()), n) => admissions.push(Admission { at: now, n }),
+                (Err(Denied::ZeroPermits), 0) => {}
+                (Err(Denied::ExceedsCapacity { .. }), n) => prop_assert!(n > bound),
+                (Err(Denied::RetryAfter(wait)), n) => {
+                    prop_assert!(n <= bound && !wait.is_zero());
+                }
+                (other, n) => prop_assert!(false, "{:?} for n = {}", other, n),
+            },
+            (_, Some(t)) => {
+                now = t;
+                latest = latest.max(t);
+                clock.set(t);
+            }
+            _ => unreachable!("a clock step has a time"),
+        }
+    }
+    Ok((admissions, latest))
+}
+
+/// Asserts the denials every limiter holding at most `capacity` gives odd
+/// request sizes: none asked for, and more than it can ever hold.
+pub fn assert_odd_sizes_denied(limiter: &dyn RateLimiter, capacity: u32) {
+    assert_eq!(limiter.try_acquire_n(0), Err(Denied::ZeroPermits));
+    if capacity < u32::MAX {
+        assert_eq!(
+            limiter.try_acquire_n(u32::MAX),
+            Err(Denied::ExceedsCapacity {
+                requested: u32::MAX,
+                capacity
+            })
+        );
+        assert!(matches!(
+            limiter.try_acquire_n_with_snapshot(capacity + 1),
+            Err(r) if matches!(r.denied, Denied::ExceedsCapacity { .. })
+        ));
+    }
+}
+
+/// Threads and requests a round of a leased limiter's lock-step stress test.
+pub const STRESS_THREADS: usize = 4;
+pub const STRESS_ATTEMPTS: usize = 64;
+
+/// Lock-step rounds of [`stress_round`] on `limiter` at `times`,
+/// [`STRESS_THREADS`] threads of [`STRESS_ATTEMPTS`] requests: every round's
+/// requests, `(permits, admitted)`.
+pub fn leased_stress_rounds<L: RateLimiter + Send + Sync + 'static>(
+    limiter: Arc<L>,
+    clock: &ManualClock,
+    times: &[u64],
+    sizes: fn(usize, usize) -> u32,
+    stop_at_denial: bool,
+) -> Vec<Vec<(u32, bool)>> {
+    lockstep(clock, STRESS_THREADS, times, move |thread, round| {
+        stress_round(
+            &*limiter,
+            sizes,
+            (thread, round),
+            STRESS_ATTEMPTS,
+            stop_at_denial,
+        )
+    })
+}
+
+/// A leased limiter's stress test: `(stripes, bound, sizes, stop_at_denial)`.
+pub type LeasedStress = fn(usize, u32, fn(usize, usize) -> u32, bool);
+
+/// The single-permit stress runs every leased limiter passes: each stripe
+/// count, asking on after a denial or not, at a `bound` of the test's and at
+/// a larger one.
+pub fn stress_single_permits(stress: LeasedStress, bound: u32) {
+    for stripes in [1, 2, 4, 8] {
+        stress(stripes, bound, one, false);
+        stress(stripes, bound, one, true);
+        stress(stripes, 1_000, one, true);
+    }
+}
+
+/// The stress runs of mixed request sizes every leased limiter passes.
+pub fn stress_mixed_sizes(stress: LeasedStress, bound: u32) {
+    for stripes in [1, 4] {
+        stress(stripes, bound, mixed::<7>, false);
     }
 }
