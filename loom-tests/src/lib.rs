@@ -31,7 +31,7 @@ pub use models::*;
 #[cfg(loom)]
 mod models {
     use std::cell::Cell;
-    use std::collections::HashSet;
+    use std::collections::{BTreeMap, HashSet};
     use std::fmt::Debug;
     use std::future::Future;
     use std::hash::Hash;
@@ -264,8 +264,14 @@ mod models {
     pub fn on_manual_clock<L>(
         build: impl FnOnce(RecordingClock) -> Result<L, ConfigError>,
     ) -> (Arc<L>, ManualClock) {
+        with_manual_clock(|clock| build(clock).expect("a valid configuration"))
+    }
+
+    /// As [`on_manual_clock`], for a limiter that has no configuration to
+    /// refuse (a known-bad model's).
+    pub fn with_manual_clock<L>(build: impl FnOnce(RecordingClock) -> L) -> (Arc<L>, ManualClock) {
         let clock = ManualClock::new();
-        let limiter = build(RecordingClock::new(clock.clone())).expect("a valid configuration");
+        let limiter = build(RecordingClock::new(clock.clone()));
         (Arc::new(limiter), clock)
     }
 
@@ -890,6 +896,25 @@ mod models {
              each thread's program order, the tail after them all, puts more than {limit} \
              permits in some {window} ns window; histories: {threads:#?}; tail: {tail:#?}"
         );
+    }
+
+    /// The sliding window's invariant on exact decision times: the permits
+    /// admitted at times in any `subs` consecutive sub-windows of `sub` ns
+    /// are at most `limit`. A violation names the window `what`.
+    pub fn assert_sliding_bound(what: &str, sub: u64, limit: u32, subs: u32, threads: &[Vec<Op>]) {
+        let mut per_sub = BTreeMap::<u64, u64>::new();
+        for (at, n) in admissions(threads) {
+            *per_sub.entry(at / sub).or_default() += u64::from(n);
+        }
+        for &q in per_sub.keys() {
+            let first = (q + 1).saturating_sub(u64::from(subs));
+            let sum: u64 = per_sub.range(first..=q).map(|(_, n)| n).sum();
+            assert!(
+                sum <= u64::from(limit),
+                "{what} invariant violated: {sum} permits admitted in sub-windows \
+                 {first}..={q} ({subs} sub-windows of {sub} ns, limit {limit}); histories: {threads:#?}"
+            );
+        }
     }
 
     /// Every admission of `threads` as `(decision time, permits)`.

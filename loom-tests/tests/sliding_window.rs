@@ -17,7 +17,6 @@
 //! A Sentinel-style striped counter ("sum the stripes, then increment mine")
 //! must be caught over-admitting: that proves the check can fail.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use loom::sync::Arc;
@@ -61,22 +60,7 @@ fn striped_window(
 /// The sliding window's invariant on exact decision times: the permits
 /// admitted at times in any `subs` consecutive sub-windows are at most `limit`.
 fn assert_sliding_bound(limit: u32, subs: u32, threads: &[Vec<Op>]) {
-    let mut per_sub = BTreeMap::<u64, u64>::new();
-    for op in threads.iter().flatten() {
-        if op.result.is_ok() {
-            let at = op.at.expect("an admission read the clock");
-            *per_sub.entry(at / SUB).or_default() += u64::from(op.n);
-        }
-    }
-    for &q in per_sub.keys() {
-        let first = (q + 1).saturating_sub(u64::from(subs));
-        let sum: u64 = per_sub.range(first..=q).map(|(_, n)| n).sum();
-        assert!(
-            sum <= u64::from(limit),
-            "sliding window invariant violated: {sum} permits admitted in sub-windows \
-             {first}..={q} ({subs} sub-windows of {SUB} ns, limit {limit}); histories: {threads:#?}"
-        );
-    }
+    tollgate_loom_tests::assert_sliding_bound("sliding window", SUB, limit, subs, threads);
 }
 
 /// [`explore_limiter`] on a fresh `limit`-per-`subs`-sub-windows window of
