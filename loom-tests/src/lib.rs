@@ -917,6 +917,14 @@ mod models {
         }
     }
 
+    /// Panics unless every request of `threads` was admitted: where demand
+    /// fits, any denial is spurious.
+    pub fn assert_all_admitted(threads: &[Vec<Op>]) {
+        for op in threads.iter().flatten() {
+            assert_eq!(op.result, Ok(()), "spurious denial: {threads:#?}");
+        }
+    }
+
     /// Every admission of `threads` as `(decision time, permits)`.
     pub fn admissions(threads: &[Vec<Op>]) -> impl Iterator<Item = (u64, u32)> + '_ {
         threads
