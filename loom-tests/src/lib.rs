@@ -31,7 +31,7 @@ pub use models::*;
 #[cfg(loom)]
 mod models {
     use std::cell::Cell;
-    use std::collections::HashSet;
+    use std::collections::{BTreeMap, HashSet};
     use std::fmt::Debug;
     use std::future::Future;
     use std::hash::Hash;
@@ -122,6 +122,20 @@ mod models {
         pub fn keep(&self, spare: u64) {
             self.mine()
                 .fetch_add(spare, loom::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// What the model threads ask a limiter for `n` permits through: every
+    /// [`RateLimiter`]'s `try_acquire_n`, and a known-bad model's racy
+    /// stand-in for one.
+    pub trait Ask {
+        /// Asks for `n` permits.
+        fn ask(&self, n: u32) -> Result<(), Denied>;
+    }
+
+    impl<L: RateLimiter> Ask for L {
+        fn ask(&self, n: u32) -> Result<(), Denied> {
+            self.try_acquire_n(n)
         }
     }
 
@@ -250,8 +264,14 @@ mod models {
     pub fn on_manual_clock<L>(
         build: impl FnOnce(RecordingClock) -> Result<L, ConfigError>,
     ) -> (Arc<L>, ManualClock) {
+        with_manual_clock(|clock| build(clock).expect("a valid configuration"))
+    }
+
+    /// As [`on_manual_clock`], for a limiter that has no configuration to
+    /// refuse (a known-bad model's).
+    pub fn with_manual_clock<L>(build: impl FnOnce(RecordingClock) -> L) -> (Arc<L>, ManualClock) {
         let clock = ManualClock::new();
-        let limiter = build(RecordingClock::new(clock.clone())).expect("a valid configuration");
+        let limiter = build(RecordingClock::new(clock.clone()));
         (Arc::new(limiter), clock)
     }
 
@@ -278,12 +298,31 @@ mod models {
             model: impl Fn(&Arc<L>, &ManualClock) -> Vec<Vec<Op>> + Sync + Send + 'static,
         ) {
             let (build, verify) = (self.build, self.verify);
-            explore_races(name, preemption_bound, move || {
-                let (limiter, clock) = build(capacity);
-                let threads = model(&limiter, &clock);
-                verify(&limiter, &clock, capacity, threads);
-            });
+            explore_limiter(
+                name,
+                preemption_bound,
+                move || build(capacity),
+                model,
+                move |limiter, clock, threads| verify(limiter, clock, capacity, threads),
+            );
         }
+    }
+
+    /// [`explore_races`] with a fresh limiter from `build` in every
+    /// interleaving: `model` races its threads on it and returns their
+    /// requests, which `verify` then judges.
+    pub fn explore_limiter<L>(
+        name: &str,
+        preemption_bound: usize,
+        build: impl Fn() -> (Arc<L>, ManualClock) + Sync + Send + 'static,
+        model: impl Fn(&Arc<L>, &ManualClock) -> Vec<Vec<Op>> + Sync + Send + 'static,
+        verify: impl Fn(&L, &ManualClock, Vec<Vec<Op>>) + Sync + Send + 'static,
+    ) {
+        explore_races(name, preemption_bound, move || {
+            let (limiter, clock) = build();
+            let threads = model(&limiter, &clock);
+            verify(&limiter, &clock, threads);
+        });
     }
 
     /// Requests that can never be admitted (none, one more than `capacity`,
@@ -374,22 +413,17 @@ mod models {
 
     /// Spawns a thread that asks `limiter` for each of `requests` permits in
     /// turn and returns the recorded requests.
-    pub fn requester<L: RateLimiter + Send + Sync + 'static>(
+    pub fn requester<L: Ask + Send + Sync + 'static>(
         limiter: &Arc<L>,
         requests: &[u32],
     ) -> JoinHandle<Vec<Op>> {
         let (l, requests) = (limiter.clone(), requests.to_vec());
-        thread::spawn(move || {
-            requests
-                .iter()
-                .map(|&n| record(n, || l.try_acquire_n(n)))
-                .collect()
-        })
+        thread::spawn(move || requests.iter().map(|&n| record(n, || l.ask(n))).collect())
     }
 
     /// Spawns a thread that asks `limiter` for each of `before` permits in
     /// turn, moves `clock` on by `by` ns, then asks for each of `after`.
-    pub fn advancer<L: RateLimiter + Send + Sync + 'static>(
+    pub fn advancer<L: Ask + Send + Sync + 'static>(
         limiter: &Arc<L>,
         clock: &ManualClock,
         before: &[u32],
@@ -399,14 +433,113 @@ mod models {
         let (l, c) = (limiter.clone(), clock.clone());
         let (before, after) = (before.to_vec(), after.to_vec());
         thread::spawn(move || {
-            let mut ops: Vec<Op> = before
-                .iter()
-                .map(|&n| record(n, || l.try_acquire_n(n)))
-                .collect();
+            let mut ops: Vec<Op> = before.iter().map(|&n| record(n, || l.ask(n))).collect();
             c.advance(nanos(by));
-            ops.extend(after.iter().map(|&n| record(n, || l.try_acquire_n(n))));
+            ops.extend(after.iter().map(|&n| record(n, || l.ask(n))));
             ops
         })
+    }
+
+    /// One step of a [`scripted`] thread.
+    #[derive(Debug, Clone, Copy)]
+    pub enum Step {
+        /// Ask for this many permits, and record the request.
+        Take(u32),
+        /// Move the clock on by this many nanoseconds ([`ManualClock::advance`]).
+        By(u64),
+        /// Set the clock to this reading in nanoseconds ([`ManualClock::set`]).
+        To(u64),
+    }
+
+    /// Spawns a thread that takes each of `steps` in turn, asking `limiter`
+    /// for permits and moving `clock` between requests, and returns the
+    /// recorded requests.
+    pub fn scripted<L: Ask + Send + Sync + 'static>(
+        limiter: &Arc<L>,
+        clock: &ManualClock,
+        steps: &[Step],
+    ) -> JoinHandle<Vec<Op>> {
+        let (l, c, steps) = (limiter.clone(), clock.clone(), steps.to_vec());
+        thread::spawn(move || {
+            let mut ops = Vec::new();
+            for &step in &steps {
+                match step {
+                    Step::Take(n) => ops.push(record(n, || l.ask(n))),
+                    Step::By(ns) => c.advance(nanos(ns)),
+                    Step::To(reading) => c.set(reading),
+                }
+            }
+            ops
+        })
+    }
+
+    /// A thread for each of `scripts`, spawned in order and joined in order:
+    /// each thread's recorded requests. A script that never moves the clock
+    /// runs on a [`requester`], which holds no handle to it.
+    pub fn race<L: Ask + Send + Sync + 'static>(
+        limiter: &Arc<L>,
+        clock: &ManualClock,
+        scripts: &[&[Step]],
+    ) -> Vec<Vec<Op>> {
+        join_all(spawn_scripts(limiter, clock, scripts))
+    }
+
+    /// The threads of [`race`], spawned in order and not yet joined.
+    fn spawn_scripts<L: Ask + Send + Sync + 'static>(
+        limiter: &Arc<L>,
+        clock: &ManualClock,
+        scripts: &[&[Step]],
+    ) -> Vec<JoinHandle<Vec<Op>>> {
+        scripts
+            .iter()
+            .map(|steps| {
+                let takes: Option<Vec<u32>> = steps
+                    .iter()
+                    .map(|step| match step {
+                        Step::Take(n) => Some(*n),
+                        Step::By(_) | Step::To(_) => None,
+                    })
+                    .collect();
+                match takes {
+                    Some(requests) => requester(limiter, &requests),
+                    None => scripted(limiter, clock, steps),
+                }
+            })
+            .collect()
+    }
+
+    /// The calling thread asks `limiter` for each of `first` permits in turn,
+    /// then a thread for each of `scripts` races as in [`race`]; the calling
+    /// thread's requests come first.
+    pub fn race_after<L: Ask + Send + Sync + 'static>(
+        limiter: &Arc<L>,
+        clock: &ManualClock,
+        first: &[u32],
+        scripts: &[&[Step]],
+    ) -> Vec<Vec<Op>> {
+        let mut threads = vec![
+            first
+                .iter()
+                .map(|&n| record(n, || limiter.ask(n)))
+                .collect(),
+        ];
+        threads.extend(race(limiter, clock, scripts));
+        threads
+    }
+
+    /// As [`race`], with `mine` run on the calling thread once every thread
+    /// is spawned and before any is joined; its requests come last.
+    pub fn race_beside<L: Ask + Send + Sync + 'static>(
+        limiter: &Arc<L>,
+        clock: &ManualClock,
+        scripts: &[&[Step]],
+        mine: impl FnOnce() -> Vec<Op>,
+    ) -> Vec<Vec<Op>> {
+        let handles = spawn_scripts(limiter, clock, scripts);
+        let mine = mine();
+        let mut threads = join_all(handles);
+        threads.push(mine);
+        threads
     }
 
     /// Spawns a thread that makes each of `moves` of `clock` in turn.
@@ -763,6 +896,33 @@ mod models {
              each thread's program order, the tail after them all, puts more than {limit} \
              permits in some {window} ns window; histories: {threads:#?}; tail: {tail:#?}"
         );
+    }
+
+    /// The sliding window's invariant on exact decision times: the permits
+    /// admitted at times in any `subs` consecutive sub-windows of `sub` ns
+    /// are at most `limit`. A violation names the window `what`.
+    pub fn assert_sliding_bound(what: &str, sub: u64, limit: u32, subs: u32, threads: &[Vec<Op>]) {
+        let mut per_sub = BTreeMap::<u64, u64>::new();
+        for (at, n) in admissions(threads) {
+            *per_sub.entry(at / sub).or_default() += u64::from(n);
+        }
+        for &q in per_sub.keys() {
+            let first = (q + 1).saturating_sub(u64::from(subs));
+            let sum: u64 = per_sub.range(first..=q).map(|(_, n)| n).sum();
+            assert!(
+                sum <= u64::from(limit),
+                "{what} invariant violated: {sum} permits admitted in sub-windows \
+                 {first}..={q} ({subs} sub-windows of {sub} ns, limit {limit}); histories: {threads:#?}"
+            );
+        }
+    }
+
+    /// Panics unless every request of `threads` was admitted: where demand
+    /// fits, any denial is spurious.
+    pub fn assert_all_admitted(threads: &[Vec<Op>]) {
+        for op in threads.iter().flatten() {
+            assert_eq!(op.result, Ok(()), "spurious denial: {threads:#?}");
+        }
     }
 
     /// Every admission of `threads` as `(decision time, permits)`.

@@ -18,10 +18,12 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 
 use loom::sync::Arc;
-use loom::thread;
+use loom::thread::{self, JoinHandle};
+use tollgate::Outcome::{Dropped, Success};
 use tollgate::fault::{Fault, inject};
 use tollgate::{
-    AdaptiveLimit, Aimd, Gradient2, LimitAlgorithm, ManualClock, Outcome, Sample, Vegas, Windowed,
+    AdaptiveLimit, Aimd, Gradient2, LimitAlgorithm, ManualClock, Outcome, RoundTrip, Sample, Vegas,
+    Windowed,
 };
 use tollgate_loom_tests::{explore, explore_races};
 
@@ -42,22 +44,38 @@ fn merges(a: &[Sample], b: &[Sample]) -> Vec<Vec<Sample>> {
     out
 }
 
+/// [`explore_races`] at a preemption bound of 3 of [`race`]: the samples of
+/// `threads` fed on two threads to the algorithm `build` makes.
+fn explore_race<A, S>(
+    name: &str,
+    build: impl Fn() -> A + Sync + Send + 'static,
+    bounds: (u32, u32),
+    [a, b]: [&[Sample]; 2],
+    observe: impl Fn(&A) -> S + Sync + Send + 'static,
+) where
+    A: LimitAlgorithm + 'static,
+    S: Eq + std::hash::Hash + std::fmt::Debug,
+{
+    let (a, b) = (a.to_vec(), b.to_vec());
+    explore_races(name, 3, move || race(&build, bounds, &a, &b, &observe));
+}
+
 /// Runs `a` and `b` on two threads against the algorithm `build` makes and
 /// checks the outcome against every serial order; `observe` reads the state
 /// the model compares (the limit, and what the word keeps beside it).
 fn race<A, S>(
     build: impl Fn() -> A,
     bounds: (u32, u32),
-    a: &'static [Sample],
-    b: &'static [Sample],
+    a: &[Sample],
+    b: &[Sample],
     observe: impl Fn(&A) -> S,
 ) where
     A: LimitAlgorithm + 'static,
     S: Eq + std::hash::Hash + std::fmt::Debug,
 {
     let algorithm = Arc::new(build());
-    let feed = |samples: &'static [Sample]| {
-        let algorithm = algorithm.clone();
+    let feed = |samples: &[Sample]| {
+        let (algorithm, samples) = (algorithm.clone(), samples.to_vec());
         thread::spawn(move || {
             samples
                 .iter()
@@ -66,13 +84,7 @@ fn race<A, S>(
                 .collect::<Vec<u32>>()
         })
     };
-    let (first, second) = (feed(a), feed(b));
-    let returned: Vec<u32> = first
-        .join()
-        .unwrap()
-        .into_iter()
-        .chain(second.join().unwrap())
-        .collect();
+    let returned = join_both(feed(a), feed(b));
     let (min, max) = bounds;
     for &limit in returned.iter().chain([algorithm.limit()].iter()) {
         assert!(
@@ -95,12 +107,24 @@ fn race<A, S>(
         serial.contains(&state),
         "final state {state:?} is no serial order's; serial orders give {serial:?}"
     );
+    history_matches(&*algorithm, &returned);
+}
+
+/// The new limits `first` and then `second` reported, once both are joined.
+fn join_both(first: JoinHandle<Vec<u32>>, second: JoinHandle<Vec<u32>>) -> Vec<u32> {
+    let mut returned = first.join().unwrap();
+    returned.extend(second.join().unwrap());
+    returned
+}
+
+/// The history holds exactly the changes `returned` reported.
+fn history_matches(algorithm: &impl LimitAlgorithm, returned: &[u32]) {
     let history = algorithm.history().expect("tollgate's algorithms keep one");
     assert_eq!(history.changes(), returned.len() as u64);
     let recent = history.recent();
     assert_eq!(recent.len(), returned.len());
     let mut recorded: Vec<u32> = recent.iter().map(|c| c.limit).collect();
-    let mut expected = returned.clone();
+    let mut expected = returned.to_vec();
     recorded.sort_unstable();
     expected.sort_unstable();
     assert_eq!(recorded, expected, "the history holds the changes returned");
@@ -108,140 +132,88 @@ fn race<A, S>(
 
 const MS: u64 = 1_000_000;
 
+/// A sample of `rtt_ns` with `in_flight` in flight and its `outcome`.
+const fn sample(rtt_ns: u64, in_flight: u32, outcome: Outcome) -> Sample {
+    Sample {
+        rtt_ns,
+        in_flight,
+        outcome,
+    }
+}
+
 #[test]
 fn aimd_increase_races_backoff() {
-    // From 4: + 1, + 1 against × 0.5. Serial orders end at 3 or 4; a lost
-    // update ends elsewhere.
-    static A: [Sample; 2] = [
-        Sample {
-            rtt_ns: MS,
-            in_flight: 8,
-            outcome: Outcome::Success,
+    explore_race(
+        "adaptive::aimd_increase_races_backoff",
+        || {
+            Aimd::builder()
+                .min_limit(2)
+                .initial_limit(4)
+                .max_limit(6)
+                .backoff_ratio(0.5)
+                .build()
+                .unwrap()
         },
-        Sample {
-            rtt_ns: MS,
-            in_flight: 8,
-            outcome: Outcome::Success,
-        },
-    ];
-    static B: [Sample; 1] = [Sample {
-        rtt_ns: MS,
-        in_flight: 8,
-        outcome: Outcome::Dropped,
-    }];
-    explore_races("adaptive::aimd_increase_races_backoff", 3, || {
-        race(
-            || {
-                Aimd::builder()
-                    .min_limit(2)
-                    .initial_limit(4)
-                    .max_limit(6)
-                    .backoff_ratio(0.5)
-                    .build()
-                    .unwrap()
-            },
-            (2, 6),
-            &A,
-            &B,
-            |a| a.limit(),
-        );
-    });
+        (2, 6),
+        // From 4: + 1, + 1 against × 0.5. Serial orders end at 3 or 4; a
+        // lost update ends elsewhere.
+        [
+            &[sample(MS, 8, Success), sample(MS, 8, Success)],
+            &[sample(MS, 8, Dropped)],
+        ],
+        |a| a.limit(),
+    );
 }
 
 #[test]
 fn vegas_min_rtt_races_an_update() {
-    // Thread A lowers the no-load round trip and then reports a queue;
-    // thread B reports no queue (+ β) and a drop (− log10).
-    static A: [Sample; 2] = [
-        Sample {
-            rtt_ns: 5 * MS,
-            in_flight: 20,
-            outcome: Outcome::Success,
+    explore_race(
+        "adaptive::vegas_min_rtt_races_an_update",
+        || {
+            let vegas = Vegas::builder()
+                .min_limit(15)
+                .max_limit(30)
+                .build()
+                .unwrap();
+            // A no-load round trip of 10 ms to start from.
+            vegas.on_sample(Sample::success(10 * MS, 1), 0);
+            vegas
         },
-        Sample {
-            rtt_ns: 20 * MS,
-            in_flight: 20,
-            outcome: Outcome::Success,
-        },
-    ];
-    static B: [Sample; 2] = [
-        Sample {
-            rtt_ns: 10 * MS,
-            in_flight: 20,
-            outcome: Outcome::Success,
-        },
-        Sample {
-            rtt_ns: 10 * MS,
-            in_flight: 20,
-            outcome: Outcome::Dropped,
-        },
-    ];
-    explore_races("adaptive::vegas_min_rtt_races_an_update", 3, || {
-        race(
-            || {
-                let vegas = Vegas::builder()
-                    .min_limit(15)
-                    .max_limit(30)
-                    .build()
-                    .unwrap();
-                // A no-load round trip of 10 ms to start from.
-                vegas.on_sample(Sample::success(10 * MS, 1), 0);
-                vegas
-            },
-            (15, 30),
-            &A,
-            &B,
-            |v| (v.limit(), v.rtt_noload_ns()),
-        );
-    });
+        (15, 30),
+        // Thread A lowers the no-load round trip and then reports a queue;
+        // thread B reports no queue (+ β) and a drop (− log10).
+        [
+            &[sample(5 * MS, 20, Success), sample(20 * MS, 20, Success)],
+            &[sample(10 * MS, 20, Success), sample(10 * MS, 20, Dropped)],
+        ],
+        |v| (v.limit(), v.rtt_noload_ns()),
+    );
 }
 
 #[test]
 fn gradient2_samples_race() {
-    // A fast and a slow sample against two steady ones: the estimate and the
-    // long round trip share the word and must come from one serial order.
-    static A: [Sample; 2] = [
-        Sample {
-            rtt_ns: 10 * MS,
-            in_flight: 20,
-            outcome: Outcome::Success,
+    explore_race(
+        "adaptive::gradient2_samples_race",
+        || {
+            Gradient2::builder()
+                .min_limit(10)
+                .initial_limit(20)
+                .max_limit(24)
+                .smoothing(1.0)
+                .drop_backoff(0.5)
+                .build()
+                .unwrap()
         },
-        Sample {
-            rtt_ns: 40 * MS,
-            in_flight: 20,
-            outcome: Outcome::Success,
-        },
-    ];
-    static B: [Sample; 2] = [
-        Sample {
-            rtt_ns: 20 * MS,
-            in_flight: 20,
-            outcome: Outcome::Success,
-        },
-        Sample {
-            rtt_ns: 20 * MS,
-            in_flight: 20,
-            outcome: Outcome::Dropped,
-        },
-    ];
-    explore_races("adaptive::gradient2_samples_race", 3, || {
-        race(
-            || {
-                Gradient2::builder()
-                    .min_limit(10)
-                    .initial_limit(20)
-                    .max_limit(24)
-                    .smoothing(1.0)
-                    .drop_backoff(0.5)
-                    .build()
-                    .unwrap()
-            },
-            (10, 24),
-            &A,
-            &B,
-            |g| (g.limit(), g.long_rtt_ns()),
-        );
-    });
+        (10, 24),
+        // A fast and a slow sample against two steady ones: the estimate and
+        // the long round trip share the word and must come from one serial
+        // order.
+        [
+            &[sample(10 * MS, 20, Success), sample(40 * MS, 20, Success)],
+            &[sample(20 * MS, 20, Success), sample(20 * MS, 20, Dropped)],
+        ],
+        |g| (g.limit(), g.long_rtt_ns()),
+    );
 }
 
 /// Records the samples that reach it (a `std` mutex: loom runs one thread at
@@ -277,14 +249,7 @@ fn windowed_samples_race_a_close() {
             let w = windowed.clone();
             thread::spawn(move || {
                 for (in_flight, outcome, now) in samples {
-                    w.on_sample(
-                        Sample {
-                            rtt_ns: RTT,
-                            in_flight,
-                            outcome,
-                        },
-                        now,
-                    );
+                    w.on_sample(sample(RTT, in_flight, outcome), now);
                 }
             })
         };
@@ -389,51 +354,38 @@ fn known_bad_unfollowed_is_caught() {
     });
 }
 
-/// Feeds `samples` of `(rtt, in_flight, outcome, now)` on a thread; returns
-/// the new limits the algorithm reported.
-fn feed_round_trip(
-    rt: &Arc<tollgate::RoundTrip>,
-    samples: Vec<(u64, u32, Outcome, u64)>,
-) -> thread::JoinHandle<Vec<u32>> {
-    let rt = rt.clone();
-    thread::spawn(move || {
-        samples
-            .into_iter()
-            .filter_map(|(rtt_ns, in_flight, outcome, now)| {
-                rt.on_sample(
-                    Sample {
-                        rtt_ns,
-                        in_flight,
-                        outcome,
-                    },
-                    now,
-                )
-            })
-            .collect()
-    })
+/// Feeds `a` and `b`, each a sample and its time, to `rt` on two threads;
+/// returns the new limits they reported, `a`'s first.
+fn race_round_trip(rt: &Arc<RoundTrip>, a: (Sample, u64), b: (Sample, u64)) -> Vec<u32> {
+    let feed = |(sample, now): (Sample, u64)| {
+        let rt = rt.clone();
+        thread::spawn(move || rt.on_sample(sample, now).into_iter().collect())
+    };
+    join_both(feed(a), feed(b))
+}
+
+/// A round trip limit from `min` (where it starts) to `max`.
+fn round_trip(min: u32, max: u32) -> Arc<RoundTrip> {
+    Arc::new(
+        RoundTrip::builder()
+            .initial_limit(min)
+            .min_limit(min)
+            .max_limit(max)
+            .build()
+            .unwrap(),
+    )
 }
 
 /// Closes `rounds` rounds on `rt` from one thread, each with the whole
 /// limit in flight and no queue; returns the last close's time and the
 /// changes returned.
-fn grow_round_trip(rt: &tollgate::RoundTrip, rounds: u32) -> (u64, Vec<u32>) {
+fn grow_round_trip(rt: &RoundTrip, rounds: u32) -> (u64, Vec<u32>) {
     let (mut now, mut changes) = (0, Vec::new());
     for _ in 0..rounds {
         now += 101 * MS;
         changes.extend(rt.on_sample(Sample::success(100 * MS, rt.limit()), now));
     }
     (now, changes)
-}
-
-/// The history holds exactly the changes `returned` reported.
-fn history_matches(rt: &tollgate::RoundTrip, returned: &[u32]) {
-    let history = rt.history().expect("RoundTrip keeps one");
-    assert_eq!(history.changes(), returned.len() as u64);
-    let mut recorded: Vec<u32> = history.recent().iter().map(|c| c.limit).collect();
-    let mut expected = returned.to_vec();
-    recorded.sort_unstable();
-    expected.sort_unstable();
-    assert_eq!(recorded, expected, "the history holds the changes returned");
 }
 
 /// Two successes, both admitted after the open round opened, race to close
@@ -446,17 +398,12 @@ fn history_matches(rt: &tollgate::RoundTrip, returned: &[u32]) {
 #[test]
 fn round_trip_successes_race_a_close() {
     explore_races("adaptive::round_trip_successes_race_a_close", 3, || {
-        let rt = Arc::new(tollgate::RoundTrip::default());
+        let rt = Arc::new(RoundTrip::default());
         // Admitted at 10 ms and 20 ms (the round opened at 0), answering at
         // 110 ms and 115 ms: each could close the first round.
-        let a = feed_round_trip(&rt, vec![(100 * MS, 1, Outcome::Success, 110 * MS)]);
-        let b = feed_round_trip(&rt, vec![(95 * MS, 1, Outcome::Success, 115 * MS)]);
-        let returned: Vec<u32> = a
-            .join()
-            .unwrap()
-            .into_iter()
-            .chain(b.join().unwrap())
-            .collect();
+        let a = (Sample::success(100 * MS, 1), 110 * MS);
+        let b = (Sample::success(95 * MS, 1), 115 * MS);
+        let returned = race_round_trip(&rt, a, b);
         assert_eq!(rt.limit(), 2, "one close, one growth: {returned:?}");
         assert_eq!(returned, [2]);
         let open = rt.open_round();
@@ -465,7 +412,30 @@ fn round_trip_successes_race_a_close() {
             "the other success is in the next round: {open:?}"
         );
         assert!(open.mean_rtt_ns == 100 * MS || open.mean_rtt_ns == 95 * MS);
-        history_matches(&rt, &returned);
+        history_matches(&*rt, &returned);
+    });
+}
+
+/// [`explore_races`] at a preemption bound of 3: a round trip limit from
+/// `min` to `max`, grown `rounds` rounds to `grown` on one thread; then the
+/// two `samples` race on two threads, each that many milliseconds after the
+/// last close, `check` judges the limit and what the race returned, and the
+/// history must hold every change, the growth's included.
+fn explore_grown_race(
+    name: &str,
+    (min, max, rounds, grown): (u32, u32, u32, u32),
+    samples: [(Sample, u64); 2],
+    check: fn(&RoundTrip, u64, &[u32]),
+) {
+    explore_races(name, 3, move || {
+        let rt = round_trip(min, max);
+        let (now, mut changes) = grow_round_trip(&rt, rounds);
+        assert_eq!(rt.limit(), grown);
+        let [a, b] = samples.map(|(sample, after)| (sample, now + after * MS));
+        let returned = race_round_trip(&rt, a, b);
+        check(&rt, now, &returned);
+        changes.extend(&returned);
+        history_matches(&*rt, &changes);
     });
 }
 
@@ -477,36 +447,24 @@ fn round_trip_successes_race_a_close() {
 /// a lost update, ends at 4 or leaves the back-off time behind.
 #[test]
 fn round_trip_drops_race_one_back_off() {
-    explore_races("adaptive::round_trip_drops_race_one_back_off", 3, || {
-        let rt = Arc::new(
-            tollgate::RoundTrip::builder()
-                .initial_limit(10)
-                .min_limit(10)
-                .max_limit(100)
-                .build()
-                .unwrap(),
-        );
+    explore_grown_race(
+        "adaptive::round_trip_drops_race_one_back_off",
         // Grow to 15 in five rounds (one thread, before the race).
-        let (now, mut setup) = grow_round_trip(&rt, 5);
-        assert_eq!(rt.limit(), 15);
+        (10, 100, 5, 15),
         // Both admitted at now + 10 ms, dropped at now + 50 and now + 60 ms.
-        let a = feed_round_trip(&rt, vec![(40 * MS, 15, Outcome::Dropped, now + 50 * MS)]);
-        let b = feed_round_trip(&rt, vec![(50 * MS, 15, Outcome::Dropped, now + 60 * MS)]);
-        let returned: Vec<u32> = a
-            .join()
-            .unwrap()
-            .into_iter()
-            .chain(b.join().unwrap())
-            .collect();
-        assert_eq!(returned, [10], "one back-off: floor(15 · 0.7)");
-        assert_eq!((rt.limit(), rt.ceiling()), (10, Some(15)));
-        // The next drop admitted after the back-off is fresh: the back-off
-        // time was written with the limit.
-        rt.on_sample(Sample::dropped(MS, 10), now + 70 * MS);
-        assert_eq!(rt.ceiling(), Some(10));
-        setup.extend(&returned);
-        history_matches(&rt, &setup);
-    });
+        [
+            (Sample::dropped(40 * MS, 15), 50),
+            (Sample::dropped(50 * MS, 15), 60),
+        ],
+        |rt, now, returned| {
+            assert_eq!(returned, [10], "one back-off: floor(15 · 0.7)");
+            assert_eq!((rt.limit(), rt.ceiling()), (10, Some(15)));
+            // The next drop admitted after the back-off is fresh: the
+            // back-off time was written with the limit.
+            rt.on_sample(Sample::dropped(MS, 10), now + 70 * MS);
+            assert_eq!(rt.ceiling(), Some(10));
+        },
+    );
 }
 
 /// A success closing a round races a drop: the close (its filters, then
@@ -517,35 +475,23 @@ fn round_trip_drops_race_one_back_off() {
 /// exactly the changes returned.
 #[test]
 fn round_trip_close_races_a_drop() {
-    explore_races("adaptive::round_trip_close_races_a_drop", 3, || {
-        let rt = Arc::new(
-            tollgate::RoundTrip::builder()
-                .initial_limit(6)
-                .min_limit(6)
-                .max_limit(8)
-                .build()
-                .unwrap(),
-        );
-        let (now, mut setup) = grow_round_trip(&rt, 2);
-        assert_eq!(rt.limit(), 8);
-        let a = feed_round_trip(&rt, vec![(100 * MS, 8, Outcome::Success, now + 105 * MS)]);
-        let b = feed_round_trip(&rt, vec![(2 * MS, 8, Outcome::Dropped, now + 10 * MS)]);
-        let returned: Vec<u32> = a
-            .join()
-            .unwrap()
-            .into_iter()
-            .chain(b.join().unwrap())
-            .collect();
-        // 8 → floor(8 · 0.7) = 5, held at the minimum 6; the close grows
-        // at most to the max, 8, and never past the ceiling 8 - 1 = 7.
-        let estimate = rt.estimate();
-        assert!(
-            (6..=7).contains(&estimate),
-            "estimate {estimate}: {returned:?}"
-        );
-        assert!((6..=8).contains(&rt.limit()));
-        assert_eq!(rt.ceiling(), Some(8));
-        setup.extend(&returned);
-        history_matches(&rt, &setup);
-    });
+    explore_grown_race(
+        "adaptive::round_trip_close_races_a_drop",
+        (6, 8, 2, 8),
+        [
+            (Sample::success(100 * MS, 8), 105),
+            (Sample::dropped(2 * MS, 8), 10),
+        ],
+        |rt, _, returned| {
+            // 8 → floor(8 · 0.7) = 5, held at the minimum 6; the close grows
+            // at most to the max, 8, and never past the ceiling 8 - 1 = 7.
+            let estimate = rt.estimate();
+            assert!(
+                (6..=7).contains(&estimate),
+                "estimate {estimate}: {returned:?}"
+            );
+            assert!((6..=8).contains(&rt.limit()));
+            assert_eq!(rt.ceiling(), Some(8));
+        },
+    );
 }

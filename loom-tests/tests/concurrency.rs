@@ -241,6 +241,67 @@ fn growth_wakes_as_many_waiters_as_it_opens_room_for() {
     );
 }
 
+/// What the models below ask of either limit: the lock-free one and its
+/// locking twin have the same methods, but no trait to name them by.
+trait Gate: PermitSource + Send + Sync + Sized + 'static {
+    fn try_acquire(&self) -> Option<Permit<'_, Self>>;
+    fn acquire(&self) -> Permit<'_, Self>;
+}
+
+macro_rules! gate {
+    ($($limit:ty),*) => {$(
+        impl Gate for $limit {
+            fn try_acquire(&self) -> Option<Permit<'_, Self>> {
+                <$limit>::try_acquire(self)
+            }
+
+            fn acquire(&self) -> Permit<'_, Self> {
+                <$limit>::acquire(self)
+            }
+        }
+    )*};
+}
+
+gate!(ConcurrencyLimit, LockingConcurrencyLimit);
+
+/// A full `gate` of 1 whose holder, the model's thread, releases while
+/// `first` and `second` run on threads of their own; returns the gate once
+/// both are joined.
+fn release_while_two_ask<G: Gate>(
+    gate: G,
+    first: fn(&G, &Holders),
+    second: fn(&G, &Holders),
+) -> Arc<G> {
+    let gate = Arc::new(gate);
+    let holders = Holders::new(1);
+    let held = Gate::try_acquire(&*gate).unwrap();
+    let (g, h) = (gate.clone(), holders.clone());
+    let first = thread::spawn(move || first(&g, &h));
+    let (g, h) = (gate.clone(), holders.clone());
+    let second = thread::spawn(move || second(&g, &h));
+    holders.hold(held, || ());
+    first.join().unwrap();
+    second.join().unwrap();
+    gate
+}
+
+/// Blocks until admitted, then holds the permit.
+fn wait<G: Gate>(gate: &G, holders: &Holders) {
+    holders.hold(Gate::acquire(gate), || ());
+}
+
+/// Asks once without waiting, and holds the permit if admitted.
+fn barge<G: Gate>(gate: &G, holders: &Holders) {
+    if let Some(permit) = Gate::try_acquire(gate) {
+        holders.hold(permit, || ());
+    }
+}
+
+/// Waits in `acquire_async` under `block_on`, then holds the permit.
+fn wait_async(gate: &ConcurrencyLimit, holders: &Holders) {
+    holders.hold(block_on(gate.acquire_async()), || ());
+}
+
 /// A blocked thread on a full limit of 1 is woken by the holder's release,
 /// racing its registration; a second thread asks without waiting meanwhile
 /// (it may take the freed permit first: the waiter then sleeps again and is
@@ -248,21 +309,8 @@ fn growth_wakes_as_many_waiters_as_it_opens_room_for() {
 #[test]
 fn release_wakes_a_blocked_waiter() {
     explore_races("concurrency::release_wakes_a_blocked_waiter", 3, || {
-        let gate = Arc::new(ConcurrencyLimit::new(1).unwrap());
-        let holders = Holders::new(1);
-        let held = gate.try_acquire().unwrap();
-        let (g, h) = (gate.clone(), holders.clone());
-        let waiter = thread::spawn(move || h.hold(g.acquire(), || ()));
-        let (g, h) = (gate.clone(), holders.clone());
-        let barger = thread::spawn(move || {
-            if let Some(permit) = g.try_acquire() {
-                h.hold(permit, || ());
-            }
-        });
-        holders.hold(held, || ());
-        waiter.join().unwrap();
-        barger.join().unwrap();
-        assert_drained(&gate);
+        let gate = ConcurrencyLimit::new(1).unwrap();
+        assert_drained(&release_while_two_ask(gate, wait, barge));
     });
 }
 
@@ -274,20 +322,8 @@ fn the_twin_wakes_a_blocked_waiter_on_release() {
         "concurrency::the_twin_wakes_a_blocked_waiter_on_release",
         3,
         || {
-            let gate = Arc::new(LockingConcurrencyLimit::new(1).unwrap());
-            let holders = Holders::new(1);
-            let held = gate.try_acquire().unwrap();
-            let (g, h) = (gate.clone(), holders.clone());
-            let waiter = thread::spawn(move || h.hold(g.acquire(), || ()));
-            let (g, h) = (gate.clone(), holders.clone());
-            let barger = thread::spawn(move || {
-                if let Some(permit) = g.try_acquire() {
-                    h.hold(permit, || ());
-                }
-            });
-            holders.hold(held, || ());
-            waiter.join().unwrap();
-            barger.join().unwrap();
+            let gate = LockingConcurrencyLimit::new(1).unwrap();
+            let gate = release_while_two_ask(gate, wait, barge);
             assert_eq!(gate.in_flight(), 0, "a permit stranded");
             let (a, b) = (gate.try_acquire(), gate.try_acquire());
             assert!(a.is_some() && b.is_none());
@@ -300,20 +336,8 @@ fn the_twin_wakes_a_blocked_waiter_on_release() {
 #[test]
 fn release_wakes_async_waiters() {
     explore_races("concurrency::release_wakes_async_waiters", 3, || {
-        let gate = Arc::new(ConcurrencyLimit::new(1).unwrap());
-        let holders = Holders::new(1);
-        let held = gate.try_acquire().unwrap();
-        let waiters: Vec<_> = (0..2)
-            .map(|_| {
-                let (g, h) = (gate.clone(), holders.clone());
-                thread::spawn(move || h.hold(block_on(g.acquire_async()), || ()))
-            })
-            .collect();
-        holders.hold(held, || ());
-        for waiter in waiters {
-            waiter.join().unwrap();
-        }
-        assert_drained(&gate);
+        let gate = ConcurrencyLimit::new(1).unwrap();
+        assert_drained(&release_while_two_ask(gate, wait_async, wait_async));
     });
 }
 
@@ -333,17 +357,12 @@ fn poll_once_then_drop(gate: &ConcurrencyLimit, holders: &Holders) {
 /// where the release wakes the first waiter and it is then dropped, the
 /// second is served only if the drop passed the wake-up on.
 fn woken_waiter_dropped() {
-    let gate = Arc::new(ConcurrencyLimit::new(1).unwrap());
-    let holders = Holders::new(1);
-    let held = gate.try_acquire().unwrap();
-    let (g, h) = (gate.clone(), holders.clone());
-    let dropper = thread::spawn(move || poll_once_then_drop(&g, &h));
-    let (g, h) = (gate.clone(), holders.clone());
-    let waiter = thread::spawn(move || h.hold(block_on(g.acquire_async()), || ()));
-    holders.hold(held, || ());
-    dropper.join().unwrap();
-    waiter.join().unwrap();
-    assert_drained(&gate);
+    let gate = ConcurrencyLimit::new(1).unwrap();
+    assert_drained(&release_while_two_ask(
+        gate,
+        poll_once_then_drop,
+        wait_async,
+    ));
 }
 
 #[test]

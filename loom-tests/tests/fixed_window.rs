@@ -11,14 +11,14 @@
 
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU64, Ordering};
-use loom::thread;
 use tollgate::{Clock, Denied, FixedWindow, ManualClock, Rate, RateLimiter};
 use tollgate_loom_tests::{
+    Ask,
     Move::{By, To},
-    Op, RecordingClock, Subject, WindowSpec, advancer, assert_linearizable, assert_window_bound,
-    assert_window_bound_then, clock_mover, explore, join_all, nanos, on_manual_clock,
-    race_a_moving_clock, race_an_advance, racer_with_invalid_requests, record, requester,
-    single_threaded_tail,
+    Op, RecordingClock, Step, Subject, WindowSpec, advancer, assert_all_admitted,
+    assert_linearizable, assert_window_bound, assert_window_bound_then, clock_mover, explore,
+    join_all, nanos, on_manual_clock, race, race_a_moving_clock, race_an_advance,
+    racer_with_invalid_requests, requester, single_threaded_tail, with_manual_clock,
 };
 
 /// The window's length in nanoseconds.
@@ -106,9 +106,7 @@ fn demand_within_limit_is_all_admitted() {
     WINDOWED.explore(name, 3, 3, |window, clock| {
         // Within window 0: the limit is never reached.
         let threads = race_an_advance(window, clock, &[&[2]], WINDOW / 2, &[1]);
-        for op in threads.iter().flatten() {
-            assert_eq!(op.result, Ok(()), "spurious denial: {threads:#?}");
-        }
+        assert_all_admitted(&threads);
         threads
     });
 }
@@ -141,8 +139,10 @@ struct ResetByStoreWindow {
     clock: RecordingClock,
 }
 
-impl ResetByStoreWindow {
-    fn try_acquire(&self) -> Result<(), Denied> {
+impl Ask for ResetByStoreWindow {
+    /// Single permits only: the model asks for no more.
+    fn ask(&self, n: u32) -> Result<(), Denied> {
+        assert_eq!(n, 1);
         let now = self.clock.now();
         let index = now / WINDOW;
         if self.index.load(Ordering::SeqCst) < index {
@@ -170,21 +170,14 @@ fn known_bad_reset_by_store_window_is_caught() {
         3,
         || {
             const LIMIT: u32 = 1;
-            let clock = ManualClock::new();
-            let window = Arc::new(ResetByStoreWindow {
+            let (window, clock) = with_manual_clock(|clock| ResetByStoreWindow {
                 index: AtomicU64::new(0),
                 count: AtomicU64::new(0),
                 limit: u64::from(LIMIT),
-                clock: RecordingClock::new(clock.clone()),
+                clock,
             });
-            let (w, c) = (window.clone(), clock.clone());
-            let advancer = thread::spawn(move || {
-                c.advance(nanos(WINDOW));
-                vec![record(1, || w.try_acquire())]
-            });
-            let w = window.clone();
-            let racer = thread::spawn(move || vec![record(1, || w.try_acquire())]);
-            let threads = vec![advancer.join().unwrap(), racer.join().unwrap()];
+            let advancer: &[Step] = &[Step::By(WINDOW), Step::Take(1)];
+            let threads = race(&window, &clock, &[advancer, &[Step::Take(1)]]);
             assert_window_bound(LIMIT, WINDOW, &threads);
         },
     );

@@ -22,8 +22,10 @@ use tollgate::LogConfig;
 use tollgate::fault::{Fault, inject};
 use tollgate::keyed::{Keyed, Tunable};
 use tollgate::{ManualClock, Rate, RateLimiter, Refundable, SlidingLog};
+use tollgate_loom_tests::Step::{self, Take, To};
 use tollgate_loom_tests::{
-    Op, RecordingClock, admissions_in_order, depth, explore, record, single_threaded_tail,
+    Op, RecordingClock, admissions_in_order, depth, explore, join_all, race, record, requester,
+    scripted, single_threaded_tail,
 };
 
 type Log = SlidingLog<RecordingClock>;
@@ -38,26 +40,21 @@ fn config(rules: &[(u32, u64)]) -> LogConfig {
     config
 }
 
-/// A tunable log under `rule` on a manual clock at 0, and the clock.
-fn logged(rule: (u32, u64)) -> (Arc<Tunable<Log>>, ManualClock) {
+/// A tunable log under `rules` on a manual clock at 0, and the clock.
+fn logged(rules: &[(u32, u64)]) -> (Arc<Tunable<Log>>, ManualClock) {
     let clock = ManualClock::new();
-    let log = Tunable::<Log>::with_clock(config(&[rule]), RecordingClock::new(clock.clone()));
+    let log = Tunable::<Log>::with_clock(config(rules), RecordingClock::new(clock.clone()));
     (Arc::new(log), clock)
 }
 
 /// A thread that takes one permit at 0, 10 and 20: two laps of a one-slot
 /// ring.
 fn three_laps(log: &Arc<Tunable<Log>>, clock: &ManualClock) -> thread::JoinHandle<Vec<Op>> {
-    let l = Arc::clone(log);
-    let c = clock.clone();
-    thread::spawn(move || {
-        let mut ops = Vec::new();
-        for at in [0, 10, 20] {
-            c.set(at);
-            ops.push(record(1, || l.try_acquire()));
-        }
-        ops
-    })
+    scripted(
+        log,
+        clock,
+        &[To(0), Take(1), To(10), Take(1), To(20), Take(1)],
+    )
 }
 
 /// The sliding log's invariant for one rule, on exact decision times: no
@@ -94,23 +91,9 @@ fn assert_rules(rules: &[(u32, u64)], threads: &[Vec<Op>]) {
 fn racing_claims_hold_every_rule() {
     const RULES: [(u32, u64); 2] = [(1, 10), (2, 40)];
     explore("keyed_log::racing_claims_hold_every_rule", 3, || {
-        let clock = ManualClock::new();
-        let log = Arc::new(Tunable::<Log>::with_clock(
-            config(&RULES),
-            RecordingClock::new(clock.clone()),
-        ));
-        let l = Arc::clone(&log);
-        let a = thread::spawn(move || {
-            vec![record(1, || l.try_acquire()), record(1, || l.try_acquire())]
-        });
-        let l = Arc::clone(&log);
-        let c = clock.clone();
-        let b = thread::spawn(move || {
-            let first = record(1, || l.try_acquire());
-            c.set(10);
-            vec![first, record(1, || l.try_acquire())]
-        });
-        let mut threads = vec![a.join().unwrap(), b.join().unwrap()];
+        let (log, clock) = logged(&RULES);
+        let b: &[Step] = &[Take(1), To(10), Take(1)];
+        let mut threads = race(&log, &clock, &[&[Take(1), Take(1)], b]);
         assert_rules(&RULES, &threads);
         threads.push(single_threaded_tail(&clock, 1, || log.try_acquire()));
         assert_rules(&RULES, &threads);
@@ -197,11 +180,7 @@ fn a_carry_over_races_a_claim() {
     const BEFORE: [(u32, u64); 1] = [(1, 10)];
     const AFTER: [(u32, u64); 2] = [(1, 10), (2, 40)];
     explore("keyed_log::a_carry_over_races_a_claim", 3, || {
-        let clock = ManualClock::new();
-        let log = Arc::new(Tunable::<Log>::with_clock(
-            config(&BEFORE),
-            RecordingClock::new(clock.clone()),
-        ));
+        let (log, clock) = logged(&BEFORE);
         // A ring to carry over: one admission at 0.
         let setup = record(1, || log.try_acquire());
         assert_eq!(setup.result, Ok(()));
@@ -235,6 +214,24 @@ fn a_carry_over_races_a_claim() {
     });
 }
 
+/// One permit per 10 ns: the rule of the one-slot models below.
+const ONE_SLOT: (u32, u64) = (1, 10);
+
+/// [`explore`]s `model` at `preemption_bound` on a fresh log of one slot
+/// ([`ONE_SLOT`]) in every interleaving; the rule must hold on the requests
+/// it returns.
+fn explore_one_slot(
+    name: &str,
+    preemption_bound: usize,
+    model: impl Fn(&Arc<Tunable<Log>>, &ManualClock) -> Vec<Vec<Op>> + Sync + Send + 'static,
+) {
+    explore(name, preemption_bound, move || {
+        let (log, clock) = logged(&[ONE_SLOT]);
+        let threads = model(&log, &clock);
+        assert_rule(ONE_SLOT.0, ONE_SLOT.1, &threads);
+    });
+}
+
 /// One permit per 10 ns on a one-slot ring: one thread is admitted at 0, 10
 /// and 20 (moving the clock itself), so the slot goes through three laps,
 /// while the other asks once. A reader that sees the head two laps on must
@@ -243,14 +240,9 @@ fn a_carry_over_races_a_claim() {
 /// 20. (The head's Acquire load and the claim's Release CAS.)
 #[test]
 fn a_reader_two_laps_behind_the_head() {
-    const RULE: (u32, u64) = (1, 10);
-    explore("keyed_log::a_reader_two_laps_behind_the_head", 3, || {
-        let (log, clock) = logged(RULE);
-        let laps = three_laps(&log, &clock);
-        let l = Arc::clone(&log);
-        let other = thread::spawn(move || vec![record(1, || l.try_acquire())]);
-        let threads = vec![laps.join().unwrap(), other.join().unwrap()];
-        assert_rule(RULE.0, RULE.1, &threads);
+    let name = "keyed_log::a_reader_two_laps_behind_the_head";
+    explore_one_slot(name, 3, |log, clock| {
+        join_all(vec![three_laps(log, clock), requester(log, &[1])])
     });
 }
 
@@ -261,22 +253,16 @@ fn a_reader_two_laps_behind_the_head() {
 /// again at 20.
 #[test]
 fn a_carry_over_two_laps_behind_the_head() {
-    const RULE: (u32, u64) = (1, 10);
-    explore(
-        "keyed_log::a_carry_over_two_laps_behind_the_head",
-        depth(2, 3),
-        || {
-            let (log, clock) = logged(RULE);
-            let laps = three_laps(&log, &clock);
-            let l = Arc::clone(&log);
-            let changer = thread::spawn(move || {
-                l.reconfigure(config(&[RULE]), tollgate::keyed::Carry::Proportional);
-                vec![record(1, || l.try_acquire())]
-            });
-            let threads = vec![laps.join().unwrap(), changer.join().unwrap()];
-            assert_rule(RULE.0, RULE.1, &threads);
-        },
-    );
+    let name = "keyed_log::a_carry_over_two_laps_behind_the_head";
+    explore_one_slot(name, depth(2, 3), |log, clock| {
+        let laps = three_laps(log, clock);
+        let l = Arc::clone(log);
+        let changer = thread::spawn(move || {
+            l.reconfigure(config(&[ONE_SLOT]), tollgate::keyed::Carry::Proportional);
+            vec![record(1, || l.try_acquire())]
+        });
+        join_all(vec![laps, changer])
+    });
 }
 
 /// One permit per 10 ns on a one-slot ring, three threads: one is admitted
@@ -294,28 +280,8 @@ fn a_carry_over_two_laps_behind_the_head() {
 /// 530 s.
 #[test]
 fn a_reader_behind_two_claimers() {
-    const RULE: (u32, u64) = (1, 10);
-    explore(
-        "keyed_log::a_reader_behind_two_claimers",
-        depth(1, 2),
-        || {
-            let (log, clock) = logged(RULE);
-            let l = Arc::clone(&log);
-            let first = thread::spawn(move || vec![record(1, || l.try_acquire())]);
-            let l = Arc::clone(&log);
-            let c = clock.clone();
-            let second = thread::spawn(move || {
-                c.set(10);
-                vec![record(1, || l.try_acquire())]
-            });
-            let l = Arc::clone(&log);
-            let third = thread::spawn(move || vec![record(1, || l.try_acquire())]);
-            let threads = vec![
-                first.join().unwrap(),
-                second.join().unwrap(),
-                third.join().unwrap(),
-            ];
-            assert_rule(RULE.0, RULE.1, &threads);
-        },
-    );
+    let name = "keyed_log::a_reader_behind_two_claimers";
+    explore_one_slot(name, depth(1, 2), |log, clock| {
+        race(log, clock, &[&[Take(1)], &[To(10), Take(1)], &[Take(1)]])
+    });
 }

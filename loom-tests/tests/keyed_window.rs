@@ -18,15 +18,17 @@
 //! admission under a second lock must be caught over-admitting: that proves
 //! the checks can fail.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use loom::sync::{Arc, Mutex};
 use loom::thread;
 use tollgate::fault::{Fault, inject};
 use tollgate::keyed::{SlidingWindowConfig, Tunable};
-use tollgate::{Clock, Denied, ManualClock, Rate, RateLimiter, SlidingWindow};
-use tollgate_loom_tests::{Op, RecordingClock, explore, record, single_threaded_tail};
+use tollgate::{Clock, Denied, ManualClock, Rate, SlidingWindow};
+use tollgate_loom_tests::Step::{self, Take, To};
+use tollgate_loom_tests::{
+    Ask, Op, RecordingClock, explore, join_all, race, record, scripted, single_threaded_tail,
+};
 
 /// Sub-window length in nanoseconds.
 const SUB: u64 = 10;
@@ -44,35 +46,23 @@ fn window(limit: u32, subs: u32) -> (Arc<Window>, ManualClock) {
     (Arc::new(window), clock)
 }
 
-/// The sliding window's invariant on exact decision times.
+/// The sliding window's invariant on exact decision times: the permits
+/// admitted at times in any `subs` consecutive sub-windows are at most `limit`.
 fn assert_sliding_bound(limit: u32, subs: u32, threads: &[Vec<Op>]) {
-    let mut per_sub = BTreeMap::<u64, u64>::new();
-    for op in threads.iter().flatten() {
-        if op.result.is_ok() {
-            let at = op.at.expect("an admission read the clock");
-            *per_sub.entry(at / SUB).or_default() += u64::from(op.n);
-        }
-    }
-    for &q in per_sub.keys() {
-        let first = (q + 1).saturating_sub(u64::from(subs));
-        let sum: u64 = per_sub.range(first..=q).map(|(_, n)| n).sum();
-        assert!(
-            sum <= u64::from(limit),
-            "keyed sliding window invariant violated: {sum} permits admitted in sub-windows \
-             {first}..={q} ({subs} sub-windows of {SUB} ns, limit {limit}); histories: {threads:#?}"
-        );
-    }
+    tollgate_loom_tests::assert_sliding_bound("keyed sliding window", SUB, limit, subs, threads);
 }
 
-/// Anything the models can run: the shipped window and the known-bad one.
-trait Acquire: Send + Sync + 'static {
-    fn acquire(&self, n: u32) -> Result<(), Denied>;
-}
-
-impl Acquire for Window {
-    fn acquire(&self, n: u32) -> Result<(), Denied> {
-        self.try_acquire_n(n)
-    }
+/// The checks on the joined threads' requests: the bound, the
+/// single-threaded tail and the bound over everything.
+fn verify(
+    limiter: &impl Ask,
+    clock: &ManualClock,
+    (limit, subs): (u32, u32),
+    mut threads: Vec<Vec<Op>>,
+) {
+    assert_sliding_bound(limit, subs, &threads);
+    threads.push(single_threaded_tail(clock, limit, || limiter.ask(1)));
+    assert_sliding_bound(limit, subs, &threads);
 }
 
 /// The race every model below runs on `make`'s limiter (2 in any 2
@@ -80,21 +70,13 @@ impl Acquire for Window {
 /// admission allocates the counts); the other takes 1, moves the clock into
 /// sub-window 1 and takes 2. Then the bound, the single-threaded tail and the
 /// bound over everything.
-fn creation_races_a_rollover<W: Acquire>(make: impl Fn() -> (Arc<W>, ManualClock)) {
+fn creation_races_a_rollover<W: Ask + Send + Sync + 'static>(
+    make: impl Fn() -> (Arc<W>, ManualClock),
+) {
     let (limiter, clock) = make();
-    let l = Arc::clone(&limiter);
-    let first = thread::spawn(move || vec![record(1, || l.acquire(1)), record(1, || l.acquire(1))]);
-    let l = Arc::clone(&limiter);
-    let c = clock.clone();
-    let second = thread::spawn(move || {
-        let op = record(1, || l.acquire(1));
-        c.set(SUB);
-        vec![op, record(2, || l.acquire(2))]
-    });
-    let mut threads = vec![first.join().unwrap(), second.join().unwrap()];
-    assert_sliding_bound(2, 2, &threads);
-    threads.push(single_threaded_tail(&clock, 2, || limiter.acquire(1)));
-    assert_sliding_bound(2, 2, &threads);
+    let second: &[Step] = &[Take(1), To(SUB), Take(2)];
+    let threads = race(&limiter, &clock, &[&[Take(1), Take(1)], second]);
+    verify(&*limiter, &clock, (2, 2), threads);
 }
 
 /// A state's creation (its first admission allocates the counts) racing
@@ -120,22 +102,9 @@ fn three_threads_share_a_key_while_sub_windows_open() {
         2,
         || {
             let (limiter, clock) = window(3, 3);
-            let l = Arc::clone(&limiter);
-            let a = thread::spawn(move || vec![record(2, || l.try_acquire_n(2))]);
-            let l = Arc::clone(&limiter);
-            let b = thread::spawn(move || vec![record(1, || l.try_acquire_n(1))]);
-            let l = Arc::clone(&limiter);
-            let c = clock.clone();
-            let mover = thread::spawn(move || {
-                c.set(SUB);
-                let first = record(1, || l.try_acquire_n(1));
-                c.set(3 * SUB);
-                vec![first, record(1, || l.try_acquire_n(1))]
-            });
-            let mut threads = vec![a.join().unwrap(), b.join().unwrap(), mover.join().unwrap()];
-            assert_sliding_bound(3, 3, &threads);
-            threads.push(single_threaded_tail(&clock, 3, || limiter.try_acquire_n(1)));
-            assert_sliding_bound(3, 3, &threads);
+            let mover: &[Step] = &[To(SUB), Take(1), To(3 * SUB), Take(1)];
+            let threads = race(&limiter, &clock, &[&[Take(2)], &[Take(1)], mover]);
+            verify(&*limiter, &clock, (3, 3), threads);
         },
     );
 }
@@ -150,8 +119,8 @@ struct CheckThenCount {
     clock: RecordingClock,
 }
 
-impl Acquire for CheckThenCount {
-    fn acquire(&self, n: u32) -> Result<(), Denied> {
+impl Ask for CheckThenCount {
+    fn ask(&self, n: u32) -> Result<(), Denied> {
         let now = self.clock.now();
         let j = now / SUB;
         let room = {
@@ -199,24 +168,10 @@ fn known_bad_check_then_count_is_caught() {
 /// holds by then.
 fn a_later_opener_reads_the_history(make: impl Fn() -> (Arc<Window>, ManualClock)) {
     let (limiter, clock) = make();
-    let l = Arc::clone(&limiter);
-    let c = clock.clone();
-    let first = thread::spawn(move || {
-        let op = record(1, || l.try_acquire_n(1));
-        c.set(SUB);
-        vec![op, record(1, || l.try_acquire_n(1))]
-    });
-    let l = Arc::clone(&limiter);
-    let c = clock.clone();
-    let second = thread::spawn(move || {
-        let op = record(1, || l.try_acquire_n(1));
-        c.set(2 * SUB);
-        vec![op, record(1, || l.try_acquire_n(1))]
-    });
-    let mut threads = vec![first.join().unwrap(), second.join().unwrap()];
-    assert_sliding_bound(2, 3, &threads);
-    threads.push(single_threaded_tail(&clock, 2, || limiter.try_acquire_n(1)));
-    assert_sliding_bound(2, 3, &threads);
+    let first: &[Step] = &[Take(1), To(SUB), Take(1)];
+    let second: &[Step] = &[Take(1), To(2 * SUB), Take(1)];
+    let threads = race(&limiter, &clock, &[first, second]);
+    verify(&*limiter, &clock, (2, 3), threads);
 }
 
 /// Sub-windows opening on two threads: each opener publishes the charge it
@@ -254,22 +209,14 @@ fn known_bad_open_before_publish_is_caught() {
 /// change as long as `to` is at least as strict.
 fn a_carry_over_races_an_opener(to: SlidingWindowConfig) {
     let (limiter, clock) = window(2, 2);
-    let l = Arc::clone(&limiter);
-    let c = clock.clone();
-    let taker = thread::spawn(move || {
-        let op = record(1, || l.try_acquire_n(1));
-        c.set(SUB);
-        vec![op, record(1, || l.try_acquire_n(1))]
-    });
+    let taker = scripted(&limiter, &clock, &[Take(1), To(SUB), Take(1)]);
     let l = Arc::clone(&limiter);
     let changer = thread::spawn(move || {
         l.reconfigure(to, tollgate::keyed::Carry::Additive);
         vec![]
     });
-    let mut threads = vec![taker.join().unwrap(), changer.join().unwrap()];
-    assert_sliding_bound(2, 2, &threads);
-    threads.push(single_threaded_tail(&clock, 2, || limiter.try_acquire_n(1)));
-    assert_sliding_bound(2, 2, &threads);
+    let threads = join_all(vec![taker, changer]);
+    verify(&*limiter, &clock, (2, 2), threads);
 }
 
 /// The same limits again: the history is replaced, never rewritten.

@@ -25,11 +25,11 @@ use std::time::Duration;
 
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU64, Ordering};
-use loom::thread;
 use tollgate::{Clock, Denied, LeasedFixedWindow, ManualClock, Rate, RateLimiter};
+use tollgate_loom_tests::Step::{self, By, Take, To};
 use tollgate_loom_tests::{
-    Op, RecordingClock, UntimedStripes, assert_window_bound, assert_window_bound_then, explore,
-    record, single_threaded_tail,
+    Ask, Move, Op, RecordingClock, UntimedStripes, assert_window_bound, assert_window_bound_then,
+    explore, explore_limiter, race, race_a_moving_clock, race_after, record, single_threaded_tail,
 };
 
 /// The window's length in nanoseconds.
@@ -71,35 +71,34 @@ fn verify(window: &Window, clock: &ManualClock, limit: u32, threads: Vec<Vec<Op>
     assert_window_bound_then(limit, WINDOW, &threads, &tail);
 }
 
+/// [`explore_limiter`] on a fresh window of `limit` with `stripes` stripes,
+/// its clock at `start`, in every interleaving, with [`verify`]'s checks.
+fn explore_window(
+    name: &str,
+    preemption_bound: usize,
+    (limit, stripes, start): (u32, usize, u64),
+    model: impl Fn(&Arc<Window>, &ManualClock) -> Vec<Vec<Op>> + Sync + Send + 'static,
+) {
+    explore_limiter(
+        name,
+        preemption_bound,
+        move || limiter(limit, stripes, start),
+        model,
+        move |window, clock, threads| verify(window, clock, limit, threads),
+    );
+}
+
 /// Two stripes: stripe 1 leases a batch near the end of window 0 and spends
 /// from it while stripe 0 takes most of the window from the word and a ticker
 /// moves the clock into window 1, so spends race with leases, with the
 /// boundary and with readings staler than the word.
 #[test]
 fn batches_race_with_the_word_and_the_boundary() {
-    let explored = explore(
-        "leased_fixed_window::batches_race_with_the_word_and_the_boundary",
-        2,
-        || {
-            // Limit 9, two stripes: a single permit leases (9 − 1) / 4 = 2.
-            const LIMIT: u32 = 9;
-            let (window, clock) = limiter(LIMIT, 2, 8);
-
-            let w = window.clone();
-            let spender = thread::spawn(move || {
-                vec![record(1, || w.try_acquire()), record(1, || w.try_acquire())]
-            });
-            let w = window.clone();
-            let taker = thread::spawn(move || vec![record(7, || w.try_acquire_n(7))]);
-            let c = clock.clone();
-            let ticker = thread::spawn(move || c.advance(nanos(WINDOW)));
-
-            let threads = vec![spender.join().unwrap(), taker.join().unwrap()];
-            ticker.join().unwrap();
-            verify(&window, &clock, LIMIT, threads);
-        },
-    );
-    assert!(explored > 1);
+    let name = "leased_fixed_window::batches_race_with_the_word_and_the_boundary";
+    // Limit 9, two stripes: a single permit leases (9 − 1) / 4 = 2.
+    explore_window(name, 2, (9, 2, 8), |window, clock| {
+        race_a_moving_clock(window, clock, &[&[1, 1], &[7]], &[Move::By(WINDOW)])
+    });
 }
 
 /// One stripe shared by two threads: one takes the stripe's batch out (to give
@@ -109,33 +108,12 @@ fn batches_race_with_the_word_and_the_boundary() {
 /// returned to the word from a stripe that moved on, or forgotten.
 #[test]
 fn a_shared_stripe_gives_back_merges_and_replaces() {
-    let explored = explore(
-        "leased_fixed_window::a_shared_stripe_gives_back_merges_and_replaces",
-        3,
-        || {
-            // Limit 5, one stripe: a single permit leases (5 − 1) / 2 = 2.
-            const LIMIT: u32 = 5;
-            let (window, clock) = limiter(LIMIT, 1, 0);
-
-            let w = window.clone();
-            let first = thread::spawn(move || {
-                vec![
-                    record(1, || w.try_acquire()),
-                    record(3, || w.try_acquire_n(3)),
-                ]
-            });
-            let (w, c) = (window.clone(), clock.clone());
-            let second = thread::spawn(move || {
-                let op = record(2, || w.try_acquire_n(2));
-                c.advance(nanos(WINDOW));
-                vec![op, record(1, || w.try_acquire())]
-            });
-
-            let threads = vec![first.join().unwrap(), second.join().unwrap()];
-            verify(&window, &clock, LIMIT, threads);
-        },
-    );
-    assert!(explored > 1);
+    let name = "leased_fixed_window::a_shared_stripe_gives_back_merges_and_replaces";
+    // Limit 5, one stripe: a single permit leases (5 − 1) / 2 = 2.
+    explore_window(name, 3, (5, 1, 0), |window, clock| {
+        let second: &[Step] = &[Take(2), By(WINDOW), Take(1)];
+        race(window, clock, &[&[Take(1), Take(3)], second])
+    });
 }
 
 /// The time bound, both ways, with the clock stepping back: a thread leases a
@@ -145,29 +123,11 @@ fn a_shared_stripe_gives_back_merges_and_replaces() {
 /// another thread on the other stripe takes a full window.
 #[test]
 fn a_batch_is_spent_only_in_its_window() {
-    let explored = explore(
-        "leased_fixed_window::a_batch_is_spent_only_in_its_window",
-        3,
-        || {
-            const LIMIT: u32 = 9;
-            let (window, clock) = limiter(LIMIT, 2, WINDOW);
-
-            let (w, c) = (window.clone(), clock.clone());
-            let stepper = thread::spawn(move || {
-                let ahead = record(1, || w.try_acquire());
-                c.set(0);
-                let back = record(1, || w.try_acquire());
-                c.set(2 * WINDOW);
-                vec![ahead, back, record(1, || w.try_acquire())]
-            });
-            let w = window.clone();
-            let taker = thread::spawn(move || vec![record(LIMIT, || w.try_acquire_n(LIMIT))]);
-
-            let threads = vec![stepper.join().unwrap(), taker.join().unwrap()];
-            verify(&window, &clock, LIMIT, threads);
-        },
-    );
-    assert!(explored > 1);
+    let name = "leased_fixed_window::a_batch_is_spent_only_in_its_window";
+    explore_window(name, 3, (9, 2, WINDOW), |window, clock| {
+        let stepper: &[Step] = &[Take(1), To(0), Take(1), To(2 * WINDOW), Take(1)];
+        race(window, clock, &[stepper, &[Take(9)]])
+    });
 }
 
 /// A denied request gives its stripe's batch back to the word while the word
@@ -176,33 +136,10 @@ fn a_batch_is_spent_only_in_its_window() {
 /// twice, and what comes back is admissible (the tail checks exactness).
 #[test]
 fn a_denial_gives_the_batch_back() {
-    let explored = explore(
-        "leased_fixed_window::a_denial_gives_the_batch_back",
-        3,
-        || {
-            const LIMIT: u32 = 9;
-            let (window, clock) = limiter(LIMIT, 2, 0);
-
-            let w = window.clone();
-            let holder = thread::spawn(move || {
-                vec![
-                    record(1, || w.try_acquire()),
-                    record(LIMIT, || w.try_acquire_n(LIMIT)),
-                ]
-            });
-            let w = window.clone();
-            let taker = thread::spawn(move || {
-                vec![
-                    record(5, || w.try_acquire_n(5)),
-                    record(2, || w.try_acquire_n(2)),
-                ]
-            });
-
-            let threads = vec![holder.join().unwrap(), taker.join().unwrap()];
-            verify(&window, &clock, LIMIT, threads);
-        },
-    );
-    assert!(explored > 1);
+    let name = "leased_fixed_window::a_denial_gives_the_batch_back";
+    explore_window(name, 3, (9, 2, 0), |window, clock| {
+        race(window, clock, &[&[Take(1), Take(9)], &[Take(5), Take(2)]])
+    });
 }
 
 /// Two threads of one stripe spend from the same batch at once: each spend
@@ -211,25 +148,11 @@ fn a_denial_gives_the_batch_back() {
 /// take them again).
 #[test]
 fn two_threads_spend_one_batch() {
-    let explored = explore(
-        "leased_fixed_window::two_threads_spend_one_batch",
-        3,
-        || {
-            // Limit 9, one stripe: a single permit leases (9 − 1) / 2 = 4.
-            const LIMIT: u32 = 9;
-            let (window, clock) = limiter(LIMIT, 1, 0);
-            let first = record(1, || window.try_acquire());
-
-            let w = window.clone();
-            let a = thread::spawn(move || vec![record(2, || w.try_acquire_n(2))]);
-            let w = window.clone();
-            let b = thread::spawn(move || vec![record(2, || w.try_acquire_n(2))]);
-
-            let threads = vec![vec![first], a.join().unwrap(), b.join().unwrap()];
-            verify(&window, &clock, LIMIT, threads);
-        },
-    );
-    assert!(explored > 1);
+    let name = "leased_fixed_window::two_threads_spend_one_batch";
+    // Limit 9, one stripe: a single permit leases (9 − 1) / 2 = 4.
+    explore_window(name, 3, (9, 1, 0), |window, clock| {
+        race_after(window, clock, &[1], &[&[Take(2)], &[Take(2)]])
+    });
 }
 
 /// A thread installs a spare batch in the stripe while another thread of the
@@ -238,23 +161,12 @@ fn two_threads_spend_one_batch() {
 /// by the tail).
 #[test]
 fn a_spend_races_a_merge() {
-    let explored = explore("leased_fixed_window::a_spend_races_a_merge", 3, || {
-        // Limit 9, one stripe: A's first permit leases 4 (word 5); B's
-        // leases (9 − 5 − 1) / 2 = 1 and merges it with what A left.
-        const LIMIT: u32 = 9;
-        let (window, clock) = limiter(LIMIT, 1, 0);
-
-        let w = window.clone();
-        let a = thread::spawn(move || {
-            vec![record(1, || w.try_acquire()), record(1, || w.try_acquire())]
-        });
-        let w = window.clone();
-        let b = thread::spawn(move || vec![record(1, || w.try_acquire())]);
-
-        let threads = vec![a.join().unwrap(), b.join().unwrap()];
-        verify(&window, &clock, LIMIT, threads);
+    let name = "leased_fixed_window::a_spend_races_a_merge";
+    // Limit 9, one stripe: A's first permit leases 4 (word 5); B's
+    // leases (9 − 5 − 1) / 2 = 1 and merges it with what A left.
+    explore_window(name, 3, (9, 1, 0), |window, clock| {
+        race(window, clock, &[&[Take(1), Take(1)], &[Take(1)]])
     });
-    assert!(explored > 1);
 }
 
 /// A spare batch of window 0 finds its stripe already in window 1 (the other
@@ -263,28 +175,12 @@ fn a_spend_races_a_merge() {
 /// word cannot roll window 1's admissions back.
 #[test]
 fn a_late_spare_goes_back_only_to_its_window() {
-    let explored = explore(
-        "leased_fixed_window::a_late_spare_goes_back_only_to_its_window",
-        3,
-        || {
-            // Limit 5, one stripe: A's permit at 0 leases 2; B takes 4 in
-            // window 1, leasing nothing, and raises the stripe to window 1.
-            const LIMIT: u32 = 5;
-            let (window, clock) = limiter(LIMIT, 1, 0);
-
-            let w = window.clone();
-            let a = thread::spawn(move || vec![record(1, || w.try_acquire())]);
-            let (w, c) = (window.clone(), clock.clone());
-            let b = thread::spawn(move || {
-                c.set(WINDOW);
-                vec![record(4, || w.try_acquire_n(4))]
-            });
-
-            let threads = vec![a.join().unwrap(), b.join().unwrap()];
-            verify(&window, &clock, LIMIT, threads);
-        },
-    );
-    assert!(explored > 1);
+    let name = "leased_fixed_window::a_late_spare_goes_back_only_to_its_window";
+    // Limit 5, one stripe: A's permit at 0 leases 2; B takes 4 in
+    // window 1, leasing nothing, and raises the stripe to window 1.
+    explore_window(name, 3, (5, 1, 0), |window, clock| {
+        race(window, clock, &[&[Take(1)], &[To(WINDOW), Take(4)]])
+    });
 }
 
 /// The batch without its time bound: a stripe keeps a *count* of leased
@@ -308,17 +204,8 @@ fn known_bad_batch_spent_in_a_later_window_is_caught() {
                 limit: u64::from(LIMIT),
                 clock: RecordingClock::new(clock.clone()),
             });
-
-            let (w, c) = (window.clone(), clock.clone());
-            let leaser = thread::spawn(move || {
-                let first = record(1, || w.try_acquire_n(1));
-                c.set(WINDOW);
-                vec![first, record(1, || w.try_acquire_n(1))]
-            });
-            let w = window.clone();
-            let taker = thread::spawn(move || vec![record(LIMIT, || w.try_acquire_n(LIMIT))]);
-
-            let threads = vec![leaser.join().unwrap(), taker.join().unwrap()];
+            let leaser: &[Step] = &[Take(1), To(WINDOW), Take(1)];
+            let threads = race(&window, &clock, &[leaser, &[Take(LIMIT)]]);
             assert_window_bound(LIMIT, WINDOW, &threads);
         },
     );
@@ -334,8 +221,8 @@ struct UntimedBatches {
     clock: RecordingClock,
 }
 
-impl UntimedBatches {
-    fn try_acquire_n(&self, n: u32) -> Result<(), Denied> {
+impl Ask for UntimedBatches {
+    fn ask(&self, n: u32) -> Result<(), Denied> {
         let now = self.clock.now();
         let n = u64::from(n);
         if self.stripes.spend(n) {

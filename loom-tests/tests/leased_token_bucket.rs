@@ -21,11 +21,12 @@ use std::time::Duration;
 
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU64, Ordering};
-use loom::thread;
 use tollgate::fault::{self, Fault};
 use tollgate::{Clock, Denied, LeasedTokenBucket, ManualClock, Rate, RateLimiter};
+use tollgate_loom_tests::Step::{self, By, Take, To};
 use tollgate_loom_tests::{
-    Op, RecordingClock, UntimedStripes, assert_bucket_bound, explore, record, single_threaded_tail,
+    Ask, Op, RecordingClock, UntimedStripes, assert_bucket_bound, explore, explore_limiter, race,
+    record, single_threaded_tail,
 };
 
 /// Nanoseconds per permit.
@@ -94,37 +95,36 @@ fn verify(bucket: &Bucket, clock: &ManualClock, capacity: u32, mut threads: Vec<
     assert_bucket_bound(capacity, INTERVAL, &threads);
 }
 
+/// [`explore_limiter`] on a fresh bucket of `capacity` and `stripes` stripes
+/// in every interleaving (see [`bucket`]), with [`verify`]'s checks.
+fn explore_bucket(
+    name: &str,
+    preemption_bound: usize,
+    (capacity, stripes): (u32, usize),
+    model: impl Fn(&Arc<Bucket>, &ManualClock) -> Vec<Vec<Op>> + Sync + Send + 'static,
+) {
+    explore_limiter(
+        name,
+        preemption_bound,
+        move || bucket(capacity, stripes),
+        model,
+        move |bucket, clock, threads| verify(bucket, clock, capacity, threads),
+    );
+}
+
 /// Two stripes, two threads: the first leases a spare run on stripe 1 and
 /// spends it while the second takes most of the bucket from the word and the
 /// clock moves on (past the first lease's first slots), so spends race with
 /// leases and with readings older than the slots they find.
 #[test]
 fn spends_race_with_leases_and_the_clock() {
-    let explored = explore(
-        "leased_token_bucket::spends_race_with_leases_and_the_clock",
-        3,
-        || {
-            // Two stripes, capacity 16 (160 ns): leases end on multiples of
-            // 32 ns (≤ 160 / (2·2)), so a single permit at 0 leases [10, 32).
-            const CAPACITY: u32 = 16;
-            let (bucket, clock) = bucket(CAPACITY, 2);
-
-            let b = bucket.clone();
-            let spender = thread::spawn(move || {
-                vec![record(1, || b.try_acquire()), record(1, || b.try_acquire())]
-            });
-            let (b, c) = (bucket.clone(), clock.clone());
-            let other = thread::spawn(move || {
-                let first = record(12, || b.try_acquire_n(12));
-                c.advance(nanos(INTERVAL + 5));
-                vec![first, record(2, || b.try_acquire_n(2))]
-            });
-
-            let threads = vec![spender.join().unwrap(), other.join().unwrap()];
-            verify(&bucket, &clock, CAPACITY, threads);
-        },
-    );
-    assert!(explored > 1);
+    let name = "leased_token_bucket::spends_race_with_leases_and_the_clock";
+    // Two stripes, capacity 16 (160 ns): leases end on multiples of 32 ns
+    // (≤ 160 / (2·2)), so a single permit at 0 leases [10, 32).
+    explore_bucket(name, 3, (16, 2), |bucket, clock| {
+        let other: &[Step] = &[Take(12), By(INTERVAL + 5), Take(2)];
+        race(bucket, clock, &[&[Take(1), Take(1)], other])
+    });
 }
 
 /// The bucket as it ships: both threads start on the word's direct path. A
@@ -132,28 +132,17 @@ fn spends_race_with_leases_and_the_clock() {
 /// and leases, so direct admissions race with leases, spends and the clock.
 #[test]
 fn direct_and_striped_requests_race() {
-    let explored = explore(
+    const CAPACITY: u32 = 16;
+    explore_limiter(
         "leased_token_bucket::direct_and_striped_requests_race",
         3,
-        || {
-            const CAPACITY: u32 = 16;
-            let (bucket, clock) = adaptive_bucket(CAPACITY, 2);
-
-            let b = bucket.clone();
-            let spender =
-                thread::spawn(move || (0..3).map(|_| record(1, || b.try_acquire())).collect());
-            let (b, c) = (bucket.clone(), clock.clone());
-            let other = thread::spawn(move || {
-                let first = record(11, || b.try_acquire_n(11));
-                c.advance(nanos(INTERVAL + 5));
-                vec![first, record(2, || b.try_acquire_n(2))]
-            });
-
-            let threads = vec![spender.join().unwrap(), other.join().unwrap()];
-            verify(&bucket, &clock, CAPACITY, threads);
+        || adaptive_bucket(CAPACITY, 2),
+        |bucket, clock| {
+            let other: &[Step] = &[Take(11), By(INTERVAL + 5), Take(2)];
+            race(bucket, clock, &[&[Take(1), Take(1), Take(1)], other])
         },
+        |bucket, clock, threads| verify(bucket, clock, CAPACITY, threads),
     );
-    assert!(explored > 1);
 }
 
 /// One stripe shared by two threads: one takes the stripe's lease out (to give
@@ -162,34 +151,13 @@ fn direct_and_striped_requests_race() {
 /// back, kept, returned to the word or forgotten, in every order.
 #[test]
 fn a_shared_stripe_gives_back_keeps_and_forgets() {
-    let explored = explore(
-        "leased_token_bucket::a_shared_stripe_gives_back_keeps_and_forgets",
-        3,
-        || {
-            // One stripe, capacity 8 (80 ns): leases end on multiples of 32 ns
-            // (≤ 80 / 2), so a single permit at 0 leases [10, 32).
-            const CAPACITY: u32 = 8;
-            let (bucket, clock) = bucket(CAPACITY, 1);
-
-            let b = bucket.clone();
-            let first = thread::spawn(move || {
-                vec![
-                    record(1, || b.try_acquire()),
-                    record(2, || b.try_acquire_n(2)),
-                ]
-            });
-            let (b, c) = (bucket.clone(), clock.clone());
-            let second = thread::spawn(move || {
-                let op = record(1, || b.try_acquire());
-                c.advance(nanos(INTERVAL));
-                vec![op, record(1, || b.try_acquire())]
-            });
-
-            let threads = vec![first.join().unwrap(), second.join().unwrap()];
-            verify(&bucket, &clock, CAPACITY, threads);
-        },
-    );
-    assert!(explored > 1);
+    let name = "leased_token_bucket::a_shared_stripe_gives_back_keeps_and_forgets";
+    // One stripe, capacity 8 (80 ns): leases end on multiples of 32 ns
+    // (≤ 80 / 2), so a single permit at 0 leases [10, 32).
+    explore_bucket(name, 3, (8, 1), |bucket, clock| {
+        let second: &[Step] = &[Take(1), By(INTERVAL), Take(1)];
+        race(bucket, clock, &[&[Take(1), Take(2)], second])
+    });
 }
 
 /// Slots that time has passed are expired: a lease `[10, 32)` taken at 0 on
@@ -197,28 +165,12 @@ fn a_shared_stripe_gives_back_keeps_and_forgets() {
 /// capacity from the word (17 admissions at 100 if it were).
 #[test]
 fn expired_lease_slots_are_not_spent() {
-    let explored = explore(
-        "leased_token_bucket::expired_lease_slots_are_not_spent",
-        3,
-        || {
-            // Two stripes, capacity 16: a single permit at 0 leases [10, 32).
-            const CAPACITY: u32 = 16;
-            let (bucket, clock) = bucket(CAPACITY, 2);
-
-            let (b, c) = (bucket.clone(), clock.clone());
-            let leaser = thread::spawn(move || {
-                let first = record(1, || b.try_acquire());
-                c.set(10 * INTERVAL);
-                vec![first, record(1, || b.try_acquire())]
-            });
-            let b = bucket.clone();
-            let taker = thread::spawn(move || vec![record(CAPACITY, || b.try_acquire_n(CAPACITY))]);
-
-            let threads = vec![leaser.join().unwrap(), taker.join().unwrap()];
-            verify(&bucket, &clock, CAPACITY, threads);
-        },
-    );
-    assert!(explored > 1);
+    let name = "leased_token_bucket::expired_lease_slots_are_not_spent";
+    // Two stripes, capacity 16: a single permit at 0 leases [10, 32).
+    explore_bucket(name, 3, (16, 2), |bucket, clock| {
+        let leaser: &[Step] = &[Take(1), To(10 * INTERVAL), Take(1)];
+        race(bucket, clock, &[leaser, &[Take(16)]])
+    });
 }
 
 /// A stale or backwards reading must not spend a slot more than `τ` ahead of
@@ -226,29 +178,12 @@ fn expired_lease_slots_are_not_spent() {
 /// 0, where the whole capacity was admitted already (one stripe, shared).
 #[test]
 fn clock_stepping_back_cannot_spend_leases_early() {
-    let explored = explore(
-        "leased_token_bucket::clock_stepping_back_cannot_spend_leases_early",
-        3,
-        || {
-            // One stripe, capacity 8: a single permit at 100 leases [110, 128).
-            const CAPACITY: u32 = 8;
-            let (bucket, clock) = bucket(CAPACITY, 1);
-
-            let (b, c) = (bucket.clone(), clock.clone());
-            let stepper = thread::spawn(move || {
-                c.set(10 * INTERVAL);
-                let ahead = record(1, || b.try_acquire());
-                c.set(0);
-                vec![ahead, record(1, || b.try_acquire())]
-            });
-            let b = bucket.clone();
-            let taker = thread::spawn(move || vec![record(CAPACITY, || b.try_acquire_n(CAPACITY))]);
-
-            let threads = vec![stepper.join().unwrap(), taker.join().unwrap()];
-            verify(&bucket, &clock, CAPACITY, threads);
-        },
-    );
-    assert!(explored > 1);
+    let name = "leased_token_bucket::clock_stepping_back_cannot_spend_leases_early";
+    // One stripe, capacity 8: a single permit at 100 leases [110, 128).
+    explore_bucket(name, 3, (8, 1), |bucket, clock| {
+        let stepper: &[Step] = &[To(10 * INTERVAL), Take(1), To(0), Take(1)];
+        race(bucket, clock, &[stepper, &[Take(8)]])
+    });
 }
 
 /// A denied request gives its stripe's lease back only if nothing was leased
@@ -258,28 +193,10 @@ fn clock_stepping_back_cannot_spend_leases_early() {
 /// then admits 15 more at 0).
 #[test]
 fn a_denial_gives_back_only_an_unfollowed_lease() {
-    let explored = explore(
-        "leased_token_bucket::a_denial_gives_back_only_an_unfollowed_lease",
-        3,
-        || {
-            const CAPACITY: u32 = 16;
-            let (bucket, clock) = bucket(CAPACITY, 2);
-
-            let b = bucket.clone();
-            let holder = thread::spawn(move || {
-                vec![
-                    record(1, || b.try_acquire()),
-                    record(CAPACITY, || b.try_acquire_n(CAPACITY)),
-                ]
-            });
-            let b = bucket.clone();
-            let taker = thread::spawn(move || vec![record(12, || b.try_acquire_n(12))]);
-
-            let threads = vec![holder.join().unwrap(), taker.join().unwrap()];
-            verify(&bucket, &clock, CAPACITY, threads);
-        },
-    );
-    assert!(explored > 1);
+    let name = "leased_token_bucket::a_denial_gives_back_only_an_unfollowed_lease";
+    explore_bucket(name, 3, (16, 2), |bucket, clock| {
+        race(bucket, clock, &[&[Take(1), Take(16)], &[Take(12)]])
+    });
 }
 
 /// A run used up exactly is gone: with 8 ns per permit a single permit at 0
@@ -288,12 +205,12 @@ fn a_denial_gives_back_only_an_unfollowed_lease() {
 /// which stripe 0 is taking at the same time (17 admissions at 0 if it were).
 #[test]
 fn a_used_up_run_leaves_the_stripe_empty() {
-    let explored = explore(
+    // Capacity 16 of 8 ns: runs end on multiples of 32 ns (≤ 128 / 4).
+    const CAPACITY: u32 = 16;
+    explore_limiter(
         "leased_token_bucket::a_used_up_run_leaves_the_stripe_empty",
         3,
         || {
-            // Capacity 16 of 8 ns: runs end on multiples of 32 ns (≤ 128 / 4).
-            const CAPACITY: u32 = 16;
             let clock = ManualClock::new();
             let bucket = Arc::new(always_striped(|| {
                 LeasedTokenBucket::with_stripes(
@@ -304,18 +221,11 @@ fn a_used_up_run_leaves_the_stripe_empty() {
                 )
                 .expect("a valid configuration")
             }));
-
-            let b = bucket.clone();
-            let spender =
-                thread::spawn(move || (0..5).map(|_| record(1, || b.try_acquire())).collect());
-            let b = bucket.clone();
-            let taker = thread::spawn(move || vec![record(12, || b.try_acquire_n(12))]);
-
-            let threads: Vec<Vec<Op>> = vec![spender.join().unwrap(), taker.join().unwrap()];
-            assert_bucket_bound(CAPACITY, 8, &threads);
+            (bucket, clock)
         },
+        |bucket, clock| race(bucket, clock, &[&[Take(1); 5], &[Take(12)]]),
+        |_, _, threads| assert_bucket_bound(CAPACITY, 8, &threads),
     );
-    assert!(explored > 1);
 }
 
 /// The lease without its time bound: a stripe keeps a *count* of leased
@@ -338,17 +248,8 @@ fn known_bad_untimed_lease_is_caught() {
                 capacity: CAPACITY,
                 clock: RecordingClock::new(clock.clone()),
             });
-
-            let (b, c) = (bucket.clone(), clock.clone());
-            let leaser = thread::spawn(move || {
-                let first = record(1, || b.try_acquire_n(1));
-                c.set(100);
-                vec![first, record(1, || b.try_acquire_n(1))]
-            });
-            let b = bucket.clone();
-            let taker = thread::spawn(move || vec![record(2, || b.try_acquire_n(2))]);
-
-            let threads = vec![leaser.join().unwrap(), taker.join().unwrap()];
+            let leaser: &[Step] = &[Take(1), To(100), Take(1)];
+            let threads = race(&bucket, &clock, &[leaser, &[Take(2)]]);
             assert_bucket_bound(CAPACITY, INTERVAL, &threads);
         },
     );
@@ -364,8 +265,8 @@ struct UntimedLeases {
     clock: RecordingClock,
 }
 
-impl UntimedLeases {
-    fn try_acquire_n(&self, n: u32) -> Result<(), Denied> {
+impl Ask for UntimedLeases {
+    fn ask(&self, n: u32) -> Result<(), Denied> {
         let now = self.clock.now();
         let n = u64::from(n);
         if self.stripes.spend(n) {

@@ -47,6 +47,10 @@ enum Op<G> {
     Reconfigure(G, Carry),
 }
 
+/// Each thread's results (`None` for a reconfiguration), as [`linearizable`]
+/// returns them.
+type Results = Vec<Vec<Option<Result<(), Denied>>>>;
+
 /// Every interleaving of the threads' operation lists (each kept in order).
 fn interleavings<T: Clone>(threads: &[Vec<T>]) -> Vec<Vec<(usize, T)>> {
     fn go<T: Clone>(
@@ -86,10 +90,7 @@ fn interleavings<T: Clone>(threads: &[Vec<T>]) -> Vec<Vec<(usize, T)>> {
 /// Runs `threads`' operations on `make()` concurrently, one loom thread per
 /// list, then checks the outcome against every sequential order; returns each
 /// thread's results (`None` for a reconfiguration).
-fn linearizable<L, G>(
-    make: impl Fn(ManualClock) -> L,
-    threads: Vec<Vec<Op<G>>>,
-) -> Vec<Vec<Option<Result<(), Denied>>>>
+fn linearizable<L, G>(make: impl Fn(ManualClock) -> L, threads: Vec<Vec<Op<G>>>) -> Results
 where
     L: RateLimiter + Send + Sync + 'static,
     L: Reconfigure<G>,
@@ -114,7 +115,7 @@ where
             })
         })
         .collect();
-    let results: Vec<Vec<Option<Result<(), Denied>>>> = handles
+    let results: Results = handles
         .into_iter()
         .map(|h| h.join().expect("no panic"))
         .collect();
@@ -154,35 +155,63 @@ impl<L: tollgate::keyed::Keyable> Reconfigure<L::Config> for Tunable<L> {
     }
 }
 
+/// [`explore`]s [`linearizable`] at a preemption bound of 3: `threads`'
+/// operations on a `Tunable` of `initial`, its clock standing at 0.
+fn explore_tunable<K>(name: &str, initial: K::Config, threads: Vec<Vec<Op<K::Config>>>)
+where
+    K: tollgate::keyed::Keyable<Clock = ManualClock>,
+    K::Config: Clone + Send + Sync + std::fmt::Debug + 'static,
+    Tunable<K>: Send + Sync + 'static,
+{
+    explore(name, 3, move || {
+        linearizable(
+            |clock| Tunable::<K>::with_clock(initial.clone(), clock),
+            threads.clone(),
+        );
+    });
+}
+
+/// One thread takes 1 permit and then 2 while another reconfigures to
+/// `config` with `carry`.
+fn one_then_two_race<G>(config: G, carry: Carry) -> Vec<Vec<Op<G>>> {
+    vec![
+        vec![Op::Acquire(1), Op::Acquire(2)],
+        vec![Op::Reconfigure(config, carry)],
+    ]
+}
+
+/// Three single acquires on one thread race a `Reset` to `config` on another.
+fn three_singles_race_a_reset<G>(config: G) -> Vec<Vec<Op<G>>> {
+    vec![
+        vec![Op::Acquire(1), Op::Acquire(1), Op::Acquire(1)],
+        vec![Op::Reconfigure(config, Carry::Reset)],
+    ]
+}
+
 /// One thread shrinks a token bucket (3 → 1, proportionally) while another
 /// takes permits: the state is carried over exactly once, between the
 /// acquires that saw the old quota and those that see the new one.
 #[test]
 fn shrink_races_acquires() {
-    explore("reconfigure: shrink races acquires", 3, || {
-        linearizable(
-            |clock| Tunable::<Bucket>::with_clock(bucket(3), clock),
-            vec![
-                vec![Op::Acquire(1), Op::Acquire(2)],
-                vec![Op::Reconfigure(bucket(1), Carry::Proportional)],
-            ],
-        );
-    });
+    explore_tunable::<Bucket>(
+        "reconfigure: shrink races acquires",
+        bucket(3),
+        one_then_two_race(bucket(1), Carry::Proportional),
+    );
 }
 
 /// Two threads acquire while a third grows the bucket with `Additive`.
 #[test]
 fn grow_races_two_acquirers() {
-    explore("reconfigure: grow races two acquirers", 3, || {
-        linearizable(
-            |clock| Tunable::<Bucket>::with_clock(bucket(2), clock),
-            vec![
-                vec![Op::Acquire(2)],
-                vec![Op::Acquire(1)],
-                vec![Op::Reconfigure(bucket(3), Carry::Additive)],
-            ],
-        );
-    });
+    explore_tunable::<Bucket>(
+        "reconfigure: grow races two acquirers",
+        bucket(2),
+        vec![
+            vec![Op::Acquire(2)],
+            vec![Op::Acquire(1)],
+            vec![Op::Reconfigure(bucket(3), Carry::Additive)],
+        ],
+    );
 }
 
 /// Two reconfigurations race each other and an acquire that races only the
@@ -195,18 +224,17 @@ fn grow_races_two_acquirers() {
 /// in `src/kind/reconfig.rs`, so no model asserts linearizability across it.)
 #[test]
 fn racing_reconfigurations_are_serialised() {
-    explore("reconfigure: two reconfigurations race", 3, || {
-        linearizable(
-            |clock| Tunable::<Bucket>::with_clock(bucket(2), clock),
+    explore_tunable::<Bucket>(
+        "reconfigure: two reconfigurations race",
+        bucket(2),
+        vec![
             vec![
-                vec![
-                    Op::Acquire(2),
-                    Op::Reconfigure(bucket(4), Carry::Proportional),
-                ],
-                vec![Op::Reconfigure(bucket(1), Carry::Additive)],
+                Op::Acquire(2),
+                Op::Reconfigure(bucket(4), Carry::Proportional),
             ],
-        );
-    });
+            vec![Op::Reconfigure(bucket(1), Carry::Additive)],
+        ],
+    );
 }
 
 /// The fixed window's carry-over (count in the current window) under a race.
@@ -214,15 +242,11 @@ fn racing_reconfigurations_are_serialised() {
 fn window_reconfiguration_races_acquires() {
     let window =
         |limit| WindowConfig::new(Rate::new(limit, Duration::from_nanos(100))).expect("valid");
-    explore("reconfigure: fixed window", 3, move || {
-        linearizable(
-            |clock| Tunable::<FixedWindow<ManualClock>>::with_clock(window(4), clock),
-            vec![
-                vec![Op::Acquire(1), Op::Acquire(2)],
-                vec![Op::Reconfigure(window(2), Carry::Proportional)],
-            ],
-        );
-    });
+    explore_tunable::<FixedWindow<ManualClock>>(
+        "reconfigure: fixed window",
+        window(4),
+        one_then_two_race(window(2), Carry::Proportional),
+    );
 }
 
 /// The leaky bucket meter's carry-over (its level, as the bucket's debt)
@@ -236,15 +260,11 @@ fn meter_reconfiguration_races_acquires() {
         )
         .expect("valid")
     };
-    explore("reconfigure: leaky bucket meter", 3, move || {
-        linearizable(
-            |clock| Tunable::<LeakyBucket<ManualClock>>::with_clock(meter(3), clock),
-            vec![
-                vec![Op::Acquire(1), Op::Acquire(2)],
-                vec![Op::Reconfigure(meter(1), Carry::Proportional)],
-            ],
-        );
-    });
+    explore_tunable::<LeakyBucket<ManualClock>>(
+        "reconfigure: leaky bucket meter",
+        meter(3),
+        one_then_two_race(meter(1), Carry::Proportional),
+    );
 }
 
 /// The shaper's two-word state (the 128-bit cell's loom stand-in): a burst of
@@ -259,15 +279,11 @@ fn shaper_reconfiguration_races_acquires() {
         )
         .expect("valid")
     };
-    explore("reconfigure: shaper (two words)", 3, move || {
-        linearizable(
-            |clock| Tunable::<Shaper<ManualClock>>::with_clock(shaper(3), clock),
-            vec![
-                vec![Op::Acquire(1), Op::Acquire(2)],
-                vec![Op::Reconfigure(shaper(1), Carry::Proportional)],
-            ],
-        );
-    });
+    explore_tunable::<Shaper<ManualClock>>(
+        "reconfigure: shaper (two words)",
+        shaper(3),
+        one_then_two_race(shaper(1), Carry::Proportional),
+    );
 }
 
 /// Warm-up's two-word state: two acquires race a change of the warm-up
@@ -282,16 +298,20 @@ fn warm_up_reconfiguration_races_acquires() {
         )
         .expect("valid")
     };
-    explore("reconfigure: warm-up (two words)", 3, move || {
-        linearizable(
-            |clock| Tunable::<WarmUp<ManualClock>>::with_clock(warm(40), clock),
-            vec![
-                vec![Op::Acquire(1)],
-                vec![Op::Acquire(1)],
-                vec![Op::Reconfigure(warm(80), Carry::Additive)],
-            ],
-        );
-    });
+    explore_tunable::<WarmUp<ManualClock>>(
+        "reconfigure: warm-up (two words)",
+        warm(40),
+        vec![
+            vec![Op::Acquire(1)],
+            vec![Op::Acquire(1)],
+            vec![Op::Reconfigure(warm(80), Carry::Additive)],
+        ],
+    );
+}
+
+/// `limit` per 100 ns, on a sliding log.
+fn log(limit: u32) -> LogConfig {
+    LogConfig::new(Rate::new(limit, Duration::from_nanos(100))).expect("valid")
 }
 
 /// The keyed sliding log's per-key ring (the direct log's lock-free ring,
@@ -300,16 +320,11 @@ fn warm_up_reconfiguration_races_acquires() {
 /// kept), exactly once.
 #[test]
 fn sliding_log_reconfiguration_races_acquires() {
-    let log = |limit| LogConfig::new(Rate::new(limit, Duration::from_nanos(100))).expect("valid");
-    explore("reconfigure: keyed sliding log", 3, move || {
-        linearizable(
-            |clock| Tunable::<SlidingLog<ManualClock>>::with_clock(log(3), clock),
-            vec![
-                vec![Op::Acquire(1), Op::Acquire(2)],
-                vec![Op::Reconfigure(log(2), Carry::Additive)],
-            ],
-        );
-    });
+    explore_tunable::<SlidingLog<ManualClock>>(
+        "reconfigure: keyed sliding log",
+        log(3),
+        one_then_two_race(log(2), Carry::Additive),
+    );
 }
 
 /// `Reset` (limit 2 kept), which empties the ring, raced by three single
@@ -319,16 +334,17 @@ fn sliding_log_reconfiguration_races_acquires() {
 /// available — and this model fails.
 #[test]
 fn sliding_log_reset_races_acquires() {
-    let log = |limit| LogConfig::new(Rate::new(limit, Duration::from_nanos(100))).expect("valid");
-    explore("reconfigure: keyed sliding log, reset", 3, move || {
-        linearizable(
-            |clock| Tunable::<SlidingLog<ManualClock>>::with_clock(log(2), clock),
-            vec![
-                vec![Op::Acquire(1), Op::Acquire(1), Op::Acquire(1)],
-                vec![Op::Reconfigure(log(2), Carry::Reset)],
-            ],
-        );
-    });
+    explore_tunable::<SlidingLog<ManualClock>>(
+        "reconfigure: keyed sliding log, reset",
+        log(2),
+        three_singles_race_a_reset(log(2)),
+    );
+}
+
+/// `limit` in any 2 sub-windows of 50 ns, on a sliding window.
+fn sub_windows(limit: u32) -> SlidingWindowConfig {
+    SlidingWindowConfig::with_sub_windows(Rate::new(limit, Duration::from_nanos(100)), 2)
+        .expect("valid")
 }
 
 /// The keyed sliding window's per-key counts (under their loom mutex): 3 in
@@ -336,38 +352,22 @@ fn sliding_log_reset_races_acquires() {
 /// carried (additive: as they are, capped) exactly once.
 #[test]
 fn sliding_window_reconfiguration_races_acquires() {
-    let window = |limit| {
-        SlidingWindowConfig::with_sub_windows(Rate::new(limit, Duration::from_nanos(100)), 2)
-            .expect("valid")
-    };
-    explore("reconfigure: keyed sliding window", 3, move || {
-        linearizable(
-            |clock| Tunable::<SlidingWindow<ManualClock>>::with_clock(window(3), clock),
-            vec![
-                vec![Op::Acquire(1), Op::Acquire(2)],
-                vec![Op::Reconfigure(window(2), Carry::Additive)],
-            ],
-        );
-    });
+    explore_tunable::<SlidingWindow<ManualClock>>(
+        "reconfigure: keyed sliding window",
+        sub_windows(3),
+        one_then_two_race(sub_windows(2), Carry::Additive),
+    );
 }
 
 /// `Reset` raced by three single acquires on a window of 2: the counts are
 /// emptied exactly once.
 #[test]
 fn sliding_window_reset_races_acquires() {
-    let window = |limit| {
-        SlidingWindowConfig::with_sub_windows(Rate::new(limit, Duration::from_nanos(100)), 2)
-            .expect("valid")
-    };
-    explore("reconfigure: keyed sliding window, reset", 3, move || {
-        linearizable(
-            |clock| Tunable::<SlidingWindow<ManualClock>>::with_clock(window(2), clock),
-            vec![
-                vec![Op::Acquire(1), Op::Acquire(1), Op::Acquire(1)],
-                vec![Op::Reconfigure(window(2), Carry::Reset)],
-            ],
-        );
-    });
+    explore_tunable::<SlidingWindow<ManualClock>>(
+        "reconfigure: keyed sliding window, reset",
+        sub_windows(2),
+        three_singles_race_a_reset(sub_windows(2)),
+    );
 }
 
 /// The rules of the multi-rule models: 1 per 100 ns and `long` per 1000 ns,
@@ -390,7 +390,7 @@ fn used_log(config: LogConfig, clock: ManualClock) -> Tunable<SlidingLog<ManualC
 /// Every rule's bound on a model's admissions, all decided at 100 after one
 /// at 0: at most 1 at 100 (1 per 100 ns, in every set the models use) and
 /// at most `long` in the 1000 ns window (the laxest long rule in force).
-fn assert_rule_bounds(results: &[Vec<Option<Result<(), Denied>>>], long: u32) {
+fn assert_rule_bounds(results: &Results, long: u32) {
     let admitted = results
         .iter()
         .flatten()
@@ -407,26 +407,43 @@ fn assert_rule_bounds(results: &[Vec<Option<Result<(), Denied>>>], long: u32) {
     );
 }
 
+/// [`explore`]s [`linearizable`] at `preemption_bound`: `threads`'
+/// operations on a [`used_log`] of `initial`, whose results `check` judges.
+fn explore_used_log(
+    name: &str,
+    preemption_bound: usize,
+    initial: LogConfig,
+    threads: Vec<Vec<Op<LogConfig>>>,
+    check: impl Fn(&Results) + Sync + Send + 'static,
+) {
+    explore(name, preemption_bound, move || {
+        let results = linearizable(|clock| used_log(initial.clone(), clock), threads.clone());
+        check(&results);
+    });
+}
+
+/// Two acquires on one thread and one on another race a reconfiguration to
+/// `config` with `Proportional`.
+fn three_acquires_race(config: LogConfig) -> Vec<Vec<Op<LogConfig>>> {
+    vec![
+        vec![Op::Acquire(1), Op::Acquire(1)],
+        vec![Op::Acquire(1)],
+        vec![Op::Reconfigure(config, Carry::Proportional)],
+    ]
+}
+
 /// Several rules on one log (the per-key ring under its loom mutex): the
 /// long rule raised from 3 to 4 per 1000 ns while three acquires race it.
 /// The history is carried exactly once; every rule's bound holds and the
 /// outcome is linearizable (retry-afters and final snapshot included).
 #[test]
 fn multi_rule_log_change_races_acquires() {
-    explore(
+    explore_used_log(
         "reconfigure: multi-rule log, a rule changed",
         depth(2, 3),
-        || {
-            let results = linearizable(
-                |clock| used_log(rules(3), clock),
-                vec![
-                    vec![Op::Acquire(1), Op::Acquire(1)],
-                    vec![Op::Acquire(1)],
-                    vec![Op::Reconfigure(rules(4), Carry::Proportional)],
-                ],
-            );
-            assert_rule_bounds(&results, 4);
-        },
+        rules(3),
+        three_acquires_race(rules(4)),
+        |results| assert_rule_bounds(results, 4),
     );
 }
 
@@ -437,18 +454,16 @@ fn multi_rule_log_removal_races_acquires() {
     let short_removed = rules(3)
         .without_rule(Duration::from_nanos(100))
         .expect("two rules");
-    explore(
+    explore_used_log(
         "reconfigure: multi-rule log, a rule removed",
         depth(2, 3),
-        move || {
-            let results = linearizable(
-                |clock| used_log(rules(3), clock),
-                vec![
-                    vec![Op::Acquire(1)],
-                    vec![Op::Acquire(1)],
-                    vec![Op::Reconfigure(short_removed.clone(), Carry::Additive)],
-                ],
-            );
+        rules(3),
+        vec![
+            vec![Op::Acquire(1)],
+            vec![Op::Acquire(1)],
+            vec![Op::Reconfigure(short_removed, Carry::Additive)],
+        ],
+        |results| {
             let admitted = results
                 .iter()
                 .flatten()
@@ -471,20 +486,12 @@ fn multi_rule_log_removal_races_acquires() {
 fn known_bad_largest_rule_only_is_caught() {
     let largest =
         |long| LogConfig::new(Rate::new(long, Duration::from_nanos(1_000))).expect("valid");
-    explore(
+    explore_used_log(
         "reconfigure: known-bad multi-rule log (largest rule only)",
         3,
-        move || {
-            let results = linearizable(
-                |clock| used_log(largest(3), clock),
-                vec![
-                    vec![Op::Acquire(1), Op::Acquire(1)],
-                    vec![Op::Acquire(1)],
-                    vec![Op::Reconfigure(largest(4), Carry::Proportional)],
-                ],
-            );
-            assert_rule_bounds(&results, 4);
-        },
+        largest(3),
+        three_acquires_race(largest(4)),
+        |results| assert_rule_bounds(results, 4),
     );
 }
 

@@ -22,11 +22,12 @@ use loom::sync::atomic::{AtomicI32, AtomicI64, Ordering};
 use loom::thread;
 use tollgate::fault::{Fault, inject};
 use tollgate::{Clock, Denied, ManualClock, Rate, RateLimiter, SlidingLog};
+use tollgate_loom_tests::Step::{self, Take};
 use tollgate_loom_tests::{
     Move::{By, To},
     Op, RecordingClock, Subject, advance_between_acquires, clock_mover, depth, explore,
-    explore_races, join_all, nanos, on_manual_clock, race_a_moving_clock, race_an_advance, record,
-    requester, single_threaded_tail,
+    explore_races, join_all, nanos, on_manual_clock, race, race_a_moving_clock, race_an_advance,
+    record, requester, scripted, single_threaded_tail,
 };
 
 /// The window: 10 ns.
@@ -210,26 +211,35 @@ fn clock_stepping_back_races_with_acquires() {
     });
 }
 
+/// A thread asking for each of `requests` permits races one that
+/// reconfigures `log` to the same rate of `limit`, moves the clock on half a
+/// window and asks for one permit. The limit in force never changes, so the
+/// plain invariant must hold across the swap (of every ring): an admission
+/// lost in it (made on an old ring after its entries were copied) would let
+/// one permit too many into the window. Someone is admitted.
+fn same_rate_reconfiguration_races(
+    log: &Arc<SlidingLog<RecordingClock>>,
+    clock: &ManualClock,
+    limit: u32,
+    requests: &[u32],
+) -> Vec<Vec<Op>> {
+    let acquirer = requester(log, requests);
+    let (l, c) = (log.clone(), clock.clone());
+    let changer = thread::spawn(move || {
+        l.reconfigure(Rate::new(limit, nanos(WINDOW))).unwrap();
+        c.advance(nanos(WINDOW / 2));
+        vec![record(1, || l.try_acquire())]
+    });
+    let threads = join_all(vec![acquirer, changer]);
+    assert!(admitted(&threads) >= 1, "{threads:#?}");
+    threads
+}
+
 #[test]
 fn reconfiguration_races_acquires() {
     explore_races("sliding_log::reconfiguration_races_acquires", 2, || {
-        const LIMIT: u32 = 1;
-        let (log, clock) = sliding_log(LIMIT);
-
-        let acquirer = requester(&log, &[1, 1]);
-        let (l, c) = (log.clone(), clock.clone());
-        let changer = thread::spawn(move || {
-            // The same rate: the limit in force never changes, so the plain
-            // invariant must hold across the swap. An admission lost in the
-            // swap (made on the old ring after its entries were copied) would
-            // let a second permit into the window.
-            l.reconfigure(Rate::new(LIMIT, nanos(WINDOW))).unwrap();
-            c.advance(nanos(WINDOW / 2));
-            vec![record(1, || l.try_acquire())]
-        });
-
-        let threads = vec![acquirer.join().unwrap(), changer.join().unwrap()];
-        assert!(admitted(&threads) >= 1, "{threads:#?}");
+        let (log, clock) = sliding_log(1);
+        let threads = same_rate_reconfiguration_races(&log, &clock, 1, &[1, 1]);
         verify(&log, &clock, threads);
     });
 }
@@ -334,27 +344,8 @@ fn two_rings_reconfiguration_races_spanning_acquires() {
         "sliding_log::two_rings_reconfiguration_races_spanning_acquires",
         2,
         || {
-            const LIMIT: u32 = 2;
-            let (log, clock) = striped_log(LIMIT, 2);
-
-            let l = log.clone();
-            let acquirer = thread::spawn(move || {
-                vec![
-                    record(1, || l.try_acquire()),
-                    record(2, || l.try_acquire_n(2)),
-                ]
-            });
-            let (l, c) = (log.clone(), clock.clone());
-            let changer = thread::spawn(move || {
-                // The same rate: the limit in force never changes, so the plain
-                // invariant must hold across the swap of both rings.
-                l.reconfigure(Rate::new(LIMIT, nanos(WINDOW))).unwrap();
-                c.advance(nanos(WINDOW / 2));
-                vec![record(1, || l.try_acquire())]
-            });
-
-            let threads = vec![acquirer.join().unwrap(), changer.join().unwrap()];
-            assert!(admitted(&threads) >= 1, "{threads:#?}");
+            let (log, clock) = striped_log(2, 2);
+            let threads = same_rate_reconfiguration_races(&log, &clock, 2, &[1, 2]);
             assert_eq!(log.stripes(), 2);
             verify(&log, &clock, threads);
         },
@@ -392,19 +383,9 @@ fn demand_within_capacity_is_all_admitted() {
 #[test]
 fn late_undo_meets_a_later_lap() {
     explore_races("sliding_log::late_undo_meets_a_later_lap", 1, || {
-        const LIMIT: u32 = 2;
-        let (log, clock) = striped_log(LIMIT, 2);
-
-        let pair = requester(&log, &[2]);
-        let (l, c) = (log.clone(), clock.clone());
-        let mover = thread::spawn(move || {
-            let mut ops = vec![record(1, || l.try_acquire())];
-            c.advance(nanos(WINDOW));
-            ops.push(record(2, || l.try_acquire_n(2)));
-            ops
-        });
-
-        let threads = vec![pair.join().unwrap(), mover.join().unwrap()];
+        let (log, clock) = striped_log(2, 2);
+        let mover: &[Step] = &[Take(1), Step::By(WINDOW), Take(2)];
+        let threads = race(&log, &clock, &[&[Take(2)], mover]);
         verify(&log, &clock, threads);
     });
 }
@@ -422,25 +403,27 @@ fn reconfiguration_seals_a_ring_being_lapped() {
             const LIMIT: u32 = 1;
             let (log, clock) = sliding_log(LIMIT);
 
-            let (l, c) = (log.clone(), clock.clone());
-            let lapper = thread::spawn(move || {
-                let mut ops = vec![record(1, || l.try_acquire())];
-                for _ in 0..2 {
-                    c.advance(nanos(WINDOW));
-                    ops.push(record(1, || l.try_acquire()));
-                }
-                ops
-            });
-            let l = log.clone();
-            let changer = thread::spawn(move || {
-                l.reconfigure(Rate::new(LIMIT, nanos(WINDOW))).unwrap();
-            });
+            let laps = [
+                Take(1),
+                Step::By(WINDOW),
+                Take(1),
+                Step::By(WINDOW),
+                Take(1),
+            ];
+            let lapper = scripted(&log, &clock, &laps);
+            let changer = reconfigurer(&log, LIMIT);
 
             let threads = vec![lapper.join().unwrap()];
             changer.join().unwrap();
             verify(&log, &clock, threads);
         },
     );
+}
+
+/// Spawns a thread that reconfigures `log` to the same rate of `limit`.
+fn reconfigurer(log: &Arc<SlidingLog<RecordingClock>>, limit: u32) -> thread::JoinHandle<()> {
+    let l = log.clone();
+    thread::spawn(move || l.reconfigure(Rate::new(limit, nanos(WINDOW))).unwrap())
 }
 
 /// Two reconfigurations at once, while a thread acquires: the second to seal
@@ -456,10 +439,7 @@ fn two_reconfigurations_race() {
             l.reconfigure(Rate::new(LIMIT, nanos(WINDOW))).unwrap();
             vec![record(1, || l.try_acquire())]
         });
-        let l = log.clone();
-        let second = thread::spawn(move || {
-            l.reconfigure(Rate::new(LIMIT, nanos(WINDOW))).unwrap();
-        });
+        let second = reconfigurer(&log, LIMIT);
 
         let threads = vec![first.join().unwrap()];
         second.join().unwrap();
@@ -539,18 +519,13 @@ fn several_rules_reconfiguration_races_acquires() {
         2,
         || {
             let (log, clock) = ruled_log(false);
-            let (l, c) = (log.clone(), clock.clone());
-            let acquirer = thread::spawn(move || {
-                let first = record(1, || l.try_acquire());
-                c.advance(nanos(WINDOW));
-                vec![first, record(1, || l.try_acquire())]
-            });
+            let acquirer = scripted(&log, &clock, &[Take(1), Step::By(WINDOW), Take(1)]);
             let l = log.clone();
             let changer = thread::spawn(move || {
                 l.reconfigure_rules(&l.rules());
                 vec![record(1, || l.try_acquire())]
             });
-            let threads = vec![acquirer.join().unwrap(), changer.join().unwrap()];
+            let threads = join_all(vec![acquirer, changer]);
             verify_rules(&log, &clock, threads);
         },
     );

@@ -17,7 +17,6 @@
 //! A Sentinel-style striped counter ("sum the stripes, then increment mine")
 //! must be caught over-admitting: that proves the check can fail.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use loom::sync::Arc;
@@ -26,8 +25,10 @@ use loom::thread;
 use tollgate::{
     ApproxSlidingWindow, Clock, Denied, ManualClock, Rate, RateLimiter, SlidingWindow, Snapshot,
 };
+use tollgate_loom_tests::Step::{self, By, Take, To};
 use tollgate_loom_tests::{
-    Op, RecordingClock, admissions_in_order, explore, record, single_threaded_tail,
+    Op, RecordingClock, admissions_in_order, explore, explore_limiter, explore_races, join_all,
+    race, race_after, race_beside, record, requester, scripted, single_threaded_tail,
 };
 
 /// Sub-window length in nanoseconds (at least the limit, as the builder needs).
@@ -37,13 +38,9 @@ fn nanos(ns: u64) -> Duration {
     Duration::from_nanos(ns)
 }
 
-/// `limit` permits in any `subs` sub-windows of `SUB` ns, two stripes, on a
-/// manual clock at 0, and a handle to move that clock.
-fn window(limit: u32, subs: u32) -> (Arc<SlidingWindow<RecordingClock>>, ManualClock) {
-    striped_window(limit, subs, 2)
-}
-
-/// As [`window`], with `stripes` stripes (one: every thread shares it).
+/// `limit` permits in any `subs` sub-windows of `SUB` ns, `stripes` stripes
+/// (one: every thread shares it), on a manual clock at 0, and a handle to
+/// move that clock.
 fn striped_window(
     limit: u32,
     subs: u32,
@@ -63,35 +60,32 @@ fn striped_window(
 /// The sliding window's invariant on exact decision times: the permits
 /// admitted at times in any `subs` consecutive sub-windows are at most `limit`.
 fn assert_sliding_bound(limit: u32, subs: u32, threads: &[Vec<Op>]) {
-    let mut per_sub = BTreeMap::<u64, u64>::new();
-    for op in threads.iter().flatten() {
-        if op.result.is_ok() {
-            let at = op.at.expect("an admission read the clock");
-            *per_sub.entry(at / SUB).or_default() += u64::from(op.n);
-        }
-    }
-    for &q in per_sub.keys() {
-        let first = (q + 1).saturating_sub(u64::from(subs));
-        let sum: u64 = per_sub.range(first..=q).map(|(_, n)| n).sum();
-        assert!(
-            sum <= u64::from(limit),
-            "sliding window invariant violated: {sum} permits admitted in sub-windows \
-             {first}..={q} ({subs} sub-windows of {SUB} ns, limit {limit}); histories: {threads:#?}"
-        );
-    }
+    tollgate_loom_tests::assert_sliding_bound("sliding window", SUB, limit, subs, threads);
 }
 
-/// Every check a model makes once its threads are joined.
-fn verify(
-    window: &SlidingWindow<RecordingClock>,
-    clock: &ManualClock,
-    limit: u32,
-    subs: u32,
-    mut threads: Vec<Vec<Op>>,
+/// [`explore_limiter`] on a fresh `limit`-per-`subs`-sub-windows window of
+/// `stripes` stripes in every interleaving, with every check a model makes
+/// once its threads are joined.
+fn explore_window(
+    name: &str,
+    preemption_bound: usize,
+    (limit, subs, stripes): (u32, u32, usize),
+    model: impl Fn(&Arc<SlidingWindow<RecordingClock>>, &ManualClock) -> Vec<Vec<Op>>
+    + Sync
+    + Send
+    + 'static,
 ) {
-    assert_sliding_bound(limit, subs, &threads);
-    threads.push(single_threaded_tail(clock, limit, || window.try_acquire()));
-    assert_sliding_bound(limit, subs, &threads);
+    explore_limiter(
+        name,
+        preemption_bound,
+        move || striped_window(limit, subs, stripes),
+        model,
+        move |window, clock, mut threads| {
+            assert_sliding_bound(limit, subs, &threads);
+            threads.push(single_threaded_tail(clock, limit, || window.try_acquire()));
+            assert_sliding_bound(limit, subs, &threads);
+        },
+    );
 }
 
 fn acquire(w: &SlidingWindow<RecordingClock>, n: u32) -> Op {
@@ -103,27 +97,15 @@ fn acquire(w: &SlidingWindow<RecordingClock>, n: u32) -> Op {
 /// sub-window 2 with S = 2), leases go stale, the roller sweeps them back.
 #[test]
 fn rollover_races_leases_on_two_stripes() {
-    let explored = explore(
-        "sliding_window::rollover_races_leases_on_two_stripes",
-        3,
-        || {
-            const LIMIT: u32 = 2;
-            const SUBS: u32 = 2;
-            let (window, clock) = window(LIMIT, SUBS);
-
-            let w = window.clone();
-            let first = thread::spawn(move || vec![acquire(&w, 1), acquire(&w, 1)]);
-            let w = window.clone();
-            let second = thread::spawn(move || vec![acquire(&w, 1), acquire(&w, 1)]);
-            // 0 → 10 → 20: into sub-window 1, then 2 (slot 0 again).
-            clock.advance(nanos(SUB));
-            clock.advance(nanos(SUB));
-
-            let threads = vec![first.join().unwrap(), second.join().unwrap()];
-            verify(&window, &clock, LIMIT, SUBS, threads);
-        },
-    );
-    assert!(explored > 1);
+    let name = "sliding_window::rollover_races_leases_on_two_stripes";
+    explore_window(name, 3, (2, 2, 2), |window, clock| {
+        let first = requester(window, &[1, 1]);
+        let second = requester(window, &[1, 1]);
+        // 0 → 10 → 20: into sub-window 1, then 2 (slot 0 again).
+        clock.advance(nanos(SUB));
+        clock.advance(nanos(SUB));
+        join_all(vec![first, second])
+    });
 }
 
 /// Multi-permit requests that must gather from the pool and steal from the
@@ -131,29 +113,14 @@ fn rollover_races_leases_on_two_stripes() {
 /// the new sub-window is what the previous one left.
 #[test]
 fn acquire_n_steals_across_stripes_at_rollover() {
-    let explored = explore(
-        "sliding_window::acquire_n_steals_across_stripes_at_rollover",
-        3,
-        || {
-            const LIMIT: u32 = 3;
-            const SUBS: u32 = 2;
-            let (window, clock) = window(LIMIT, SUBS);
-
-            let w = window.clone();
-            let pair = thread::spawn(move || vec![acquire(&w, 1), acquire(&w, 2)]);
-            let (w, c) = (window.clone(), clock.clone());
-            let advancer = thread::spawn(move || {
-                let mut ops = vec![acquire(&w, 2)];
-                c.advance(nanos(SUB));
-                ops.push(acquire(&w, 1));
-                ops
-            });
-
-            let threads = vec![pair.join().unwrap(), advancer.join().unwrap()];
-            verify(&window, &clock, LIMIT, SUBS, threads);
-        },
-    );
-    assert!(explored > 1);
+    let name = "sliding_window::acquire_n_steals_across_stripes_at_rollover";
+    explore_window(name, 3, (3, 2, 2), |window, clock| {
+        race(
+            window,
+            clock,
+            &[&[Take(1), Take(2)], &[Take(2), By(SUB), Take(1)]],
+        )
+    });
 }
 
 /// Three threads, two of them sharing a stripe, three sub-windows: the shared
@@ -161,25 +128,12 @@ fn acquire_n_steals_across_stripes_at_rollover() {
 /// clock moves into sub-window 1.
 #[test]
 fn three_threads_share_a_stripe() {
-    let explored = explore("sliding_window::three_threads_share_a_stripe", 3, || {
-        const LIMIT: u32 = 3;
-        const SUBS: u32 = 3;
-        let (window, clock) = window(LIMIT, SUBS);
-
-        let w = window.clone();
-        let one = thread::spawn(move || vec![acquire(&w, 1), acquire(&w, 1)]);
-        let (w, c) = (window.clone(), clock.clone());
-        let two = thread::spawn(move || {
-            c.advance(nanos(SUB));
-            vec![acquire(&w, 2)]
-        });
-        // The main thread shares stripe 0 with `two`.
-        let mine = vec![acquire(&window, 1)];
-
-        let threads = vec![one.join().unwrap(), two.join().unwrap(), mine];
-        verify(&window, &clock, LIMIT, SUBS, threads);
+    let name = "sliding_window::three_threads_share_a_stripe";
+    explore_window(name, 3, (3, 3, 2), |window, clock| {
+        // The main thread shares stripe 0 with the second.
+        let scripts: &[&[Step]] = &[&[Take(1), Take(1)], &[By(SUB), Take(2)]];
+        race_beside(window, clock, scripts, || vec![acquire(window, 1)])
     });
-    assert!(explored > 1);
 }
 
 /// A clock that steps back across a boundary while threads acquire: a reading
@@ -187,30 +141,12 @@ fn three_threads_share_a_stripe() {
 /// its own sub-window's lease), and the limiter must not get stuck.
 #[test]
 fn clock_steps_back_across_rollover() {
-    let explored = explore(
-        "sliding_window::clock_steps_back_across_rollover",
-        3,
-        || {
-            const LIMIT: u32 = 2;
-            const SUBS: u32 = 2;
-            let (window, clock) = window(LIMIT, SUBS);
-
-            let w = window.clone();
-            let first = thread::spawn(move || vec![acquire(&w, 1), acquire(&w, 1)]);
-            let (w, c) = (window.clone(), clock.clone());
-            let stepper = thread::spawn(move || {
-                c.set(SUB + 2);
-                let op = acquire(&w, 1);
-                // Back into sub-window 0.
-                c.set(SUB - 2);
-                vec![op]
-            });
-
-            let threads = vec![first.join().unwrap(), stepper.join().unwrap()];
-            verify(&window, &clock, LIMIT, SUBS, threads);
-        },
-    );
-    assert!(explored > 1);
+    let name = "sliding_window::clock_steps_back_across_rollover";
+    explore_window(name, 3, (2, 2, 2), |window, clock| {
+        // One request in sub-window 1, then the clock steps back into 0.
+        let stepper: &[Step] = &[To(SUB + 2), Take(1), To(SUB - 2)];
+        race(window, clock, &[&[Take(1), Take(1)], stepper])
+    });
 }
 
 /// The clock jumps over a sub-window (never opened, so it charged nothing)
@@ -219,29 +155,11 @@ fn clock_steps_back_across_rollover() {
 /// the window of three sub-windows still counts sub-window 0.
 #[test]
 fn clock_skips_a_sub_window_while_a_request_is_denied() {
-    let explored = explore(
-        "sliding_window::clock_skips_a_sub_window_while_a_request_is_denied",
-        3,
-        || {
-            const LIMIT: u32 = 2;
-            const SUBS: u32 = 3;
-            let (window, clock) = window(LIMIT, SUBS);
-
-            let w = window.clone();
-            let greedy = thread::spawn(move || vec![acquire(&w, 1), acquire(&w, 2)]);
-            let (w, c) = (window.clone(), clock.clone());
-            let jumper = thread::spawn(move || {
-                let mut ops = vec![acquire(&w, 1)];
-                c.advance(nanos(2 * SUB));
-                ops.push(acquire(&w, 1));
-                ops
-            });
-
-            let threads = vec![greedy.join().unwrap(), jumper.join().unwrap()];
-            verify(&window, &clock, LIMIT, SUBS, threads);
-        },
-    );
-    assert!(explored > 1);
+    let name = "sliding_window::clock_skips_a_sub_window_while_a_request_is_denied";
+    explore_window(name, 3, (2, 3, 2), |window, clock| {
+        let jumper: &[Step] = &[Take(1), By(2 * SUB), Take(1)];
+        race(window, clock, &[&[Take(1), Take(2)], jumper])
+    });
 }
 
 // Lost updates. A lease is a count in a stripe word, a charge a count in a
@@ -258,52 +176,42 @@ fn clock_skips_a_sub_window_while_a_request_is_denied() {
 /// request (the slow path's CAS on its own stripe) and leases the rest.
 #[test]
 fn shared_stripe_lease_spent_by_two_threads() {
-    let explored = explore(
-        "sliding_window::shared_stripe_lease_spent_by_two_threads",
-        2,
-        || {
-            const LIMIT: u32 = 4;
-            const SUBS: u32 = 2;
-            let (window, clock) = striped_window(LIMIT, SUBS, 1);
-            // Leases 2 of 4 (a share: half the budget over one stripe), spends 1:
-            // the stripe holds 1 for sub-window 0.
-            let mut mine = vec![acquire(&window, 1)];
-
-            let w = window.clone();
-            let one = thread::spawn(move || vec![acquire(&w, 1)]);
-            let w = window.clone();
-            let two = thread::spawn(move || vec![acquire(&w, 2)]);
-            mine.push(acquire(&window, 1));
-
-            let threads = vec![one.join().unwrap(), two.join().unwrap(), mine];
-            verify(&window, &clock, LIMIT, SUBS, threads);
-        },
-    );
-    assert!(explored > 1);
+    let name = "sliding_window::shared_stripe_lease_spent_by_two_threads";
+    explore_window(name, 2, (4, 2, 1), |window, clock| {
+        // Leases 2 of 4 (a share: half the budget over one stripe), spends 1:
+        // the stripe holds 1 for sub-window 0.
+        let first = acquire(window, 1);
+        race_beside(window, clock, &[&[Take(1)], &[Take(2)]], || {
+            vec![first, acquire(window, 1)]
+        })
+    });
 }
 
 /// One stripe, two threads that each lease a share and put the spare back
 /// (merging into the stripe while the other spends from it), then spend again.
 #[test]
 fn put_back_merges_while_the_stripe_is_spent() {
-    let explored = explore(
-        "sliding_window::put_back_merges_while_the_stripe_is_spent",
-        2,
-        || {
-            const LIMIT: u32 = 8;
-            const SUBS: u32 = 2;
-            let (window, clock) = striped_window(LIMIT, SUBS, 1);
+    let name = "sliding_window::put_back_merges_while_the_stripe_is_spent";
+    explore_window(name, 2, (8, 2, 1), |window, clock| {
+        race(window, clock, &[&[Take(1), Take(1)], &[Take(2), Take(1)]])
+    });
+}
 
-            let w = window.clone();
-            let one = thread::spawn(move || vec![acquire(&w, 1), acquire(&w, 1)]);
-            let w = window.clone();
-            let two = thread::spawn(move || vec![acquire(&w, 2), acquire(&w, 1)]);
-
-            let threads = vec![one.join().unwrap(), two.join().unwrap()];
-            verify(&window, &clock, LIMIT, SUBS, threads);
-        },
-    );
-    assert!(explored > 1);
+/// The main thread takes a permit in sub-window 0, leaving a spare lease on
+/// the one stripe, and moves the clock into sub-window 1; then a thread that
+/// asks for one permit races a thread that takes `other`. The first
+/// thread's request is the main thread's next, for the checks.
+fn a_spare_of_sub_window_0(
+    window: &Arc<SlidingWindow<RecordingClock>>,
+    clock: &ManualClock,
+    other: &[Step],
+) -> Vec<Vec<Op>> {
+    let mut mine = vec![acquire(window, 1)];
+    clock.set(SUB);
+    let [late, other] =
+        <[Vec<Op>; 2]>::try_from(race(window, clock, &[&[Take(1)], other])).expect("two threads");
+    mine.extend(late);
+    vec![mine, other]
 }
 
 /// A stale lease (sub-window 0's spare, on the one stripe) taken back twice at
@@ -312,56 +220,24 @@ fn put_back_merges_while_the_stripe_is_spent() {
 /// would fall below what it admitted.
 #[test]
 fn stale_lease_reclaimed_by_two_threads() {
-    let explored = explore(
-        "sliding_window::stale_lease_reclaimed_by_two_threads",
-        3,
-        || {
-            const LIMIT: u32 = 4;
-            const SUBS: u32 = 2;
-            let (window, clock) = striped_window(LIMIT, SUBS, 1);
-            // Sub-window 0: 1 admitted, 2 leased, 1 left on the stripe.
-            let mut mine = vec![acquire(&window, 1)];
-            clock.set(SUB);
-
-            let w = window.clone();
-            let one = thread::spawn(move || vec![acquire(&w, 1)]);
-            let w = window.clone();
-            let two = thread::spawn(move || vec![acquire(&w, 1)]);
-
-            mine.extend(one.join().unwrap());
-            let threads = vec![mine, two.join().unwrap()];
-            verify(&window, &clock, LIMIT, SUBS, threads);
-        },
-    );
-    assert!(explored > 1);
+    let name = "sliding_window::stale_lease_reclaimed_by_two_threads";
+    explore_window(name, 3, (4, 2, 1), |window, clock| {
+        // Sub-window 0: 1 admitted, 2 leased, 1 left on the stripe.
+        a_spare_of_sub_window_0(window, clock, &[Take(1)])
+    });
 }
 
 /// A thread short of budget steals the spare lease on another stripe while
 /// that stripe's owner spends it: the permit must go to one of them.
 #[test]
 fn steal_races_the_owner_spending_its_lease() {
-    let explored = explore(
-        "sliding_window::steal_races_the_owner_spending_its_lease",
-        2,
-        || {
-            const LIMIT: u32 = 8;
-            const SUBS: u32 = 2;
-            let (window, clock) = window(LIMIT, SUBS);
-            // Stripe 0 (the main thread's and the second spawned thread's):
-            // a share of 2 leased, 1 spent, 1 spare. Pool: 6 left.
-            let mine = vec![acquire(&window, 1)];
-
-            let w = window.clone();
-            // Stripe 1: 6 from the pool, 1 stolen from stripe 0.
-            let thief = thread::spawn(move || vec![acquire(&w, 7)]);
-            let w = window.clone();
-            let owner = thread::spawn(move || vec![acquire(&w, 1)]);
-
-            let threads = vec![mine, thief.join().unwrap(), owner.join().unwrap()];
-            verify(&window, &clock, LIMIT, SUBS, threads);
-        },
-    );
-    assert!(explored > 1);
+    let name = "sliding_window::steal_races_the_owner_spending_its_lease";
+    explore_window(name, 2, (8, 2, 2), |window, clock| {
+        // Stripe 0 (the main thread's and the second spawned thread's):
+        // a share of 2 leased, 1 spent, 1 spare. Pool: 6 left.
+        // Stripe 1: 6 from the pool, 1 stolen from stripe 0.
+        race_after(window, clock, &[1], &[&[Take(7)], &[Take(1)]])
+    });
 }
 
 /// A return to history delayed across two openings: a thread at sub-window 1
@@ -370,34 +246,11 @@ fn steal_races_the_owner_spending_its_lease() {
 /// late return must not overwrite that charge.
 #[test]
 fn delayed_return_meets_a_recycled_slot() {
-    let explored = explore(
-        "sliding_window::delayed_return_meets_a_recycled_slot",
-        2,
-        || {
-            const LIMIT: u32 = 4;
-            const SUBS: u32 = 2;
-            let (window, clock) = striped_window(LIMIT, SUBS, 1);
-            // Sub-window 0: 1 admitted, 1 spare left on the stripe.
-            let mut mine = vec![acquire(&window, 1)];
-            clock.set(SUB);
-
-            let w = window.clone();
-            let late = thread::spawn(move || vec![acquire(&w, 1)]);
-            let (w, c) = (window.clone(), clock.clone());
-            let mover = thread::spawn(move || {
-                c.set(2 * SUB);
-                let mut ops = vec![acquire(&w, 1)];
-                c.set(3 * SUB);
-                ops.push(acquire(&w, 1));
-                ops
-            });
-
-            mine.extend(late.join().unwrap());
-            let threads = vec![mine, mover.join().unwrap()];
-            verify(&window, &clock, LIMIT, SUBS, threads);
-        },
-    );
-    assert!(explored > 1);
+    let name = "sliding_window::delayed_return_meets_a_recycled_slot";
+    explore_window(name, 2, (4, 2, 1), |window, clock| {
+        // Sub-window 0: 1 admitted, 1 spare left on the stripe.
+        a_spare_of_sub_window_0(window, clock, &[To(2 * SUB), Take(1), To(3 * SUB), Take(1)])
+    });
 }
 
 /// A snapshot taken by the calling thread, and the clock reading it used.
@@ -421,50 +274,36 @@ fn snapshot_at(limiter: &impl RateLimiter) -> (u64, Snapshot) {
 /// so both admissions happened before it: the window is full until 20.
 #[test]
 fn late_readers_see_the_charge_an_opening_published() {
-    let explored = explore(
-        "sliding_window::late_readers_see_the_charge_an_opening_published",
-        3,
-        || {
-            const LIMIT: u32 = 2;
-            const SUBS: u32 = 2;
-            let (window, clock) = striped_window(LIMIT, SUBS, 1);
+    let name = "sliding_window::late_readers_see_the_charge_an_opening_published";
+    explore_window(name, 3, (2, 2, 1), |window, clock| {
+        let steps = [Take(1), Take(1), To(SUB / 2), To(SUB), Take(1)];
+        let filler = scripted(window, clock, &steps);
+        let w = window.clone();
+        let reader = thread::spawn(move || {
+            let (at, snapshot) = snapshot_at(&*w);
+            (at, snapshot, acquire(&w, 1))
+        });
 
-            let (w, c) = (window.clone(), clock.clone());
-            let filler = thread::spawn(move || {
-                let mut ops = vec![acquire(&w, 1), acquire(&w, 1)];
-                c.set(SUB / 2);
-                c.set(SUB);
-                ops.push(acquire(&w, 1));
-                ops
-            });
-            let w = window.clone();
-            let reader = thread::spawn(move || {
-                let (at, snapshot) = snapshot_at(&*w);
-                (at, snapshot, acquire(&w, 1))
-            });
-
-            let filled = filler.join().unwrap();
-            let (at, snapshot, op) = reader.join().unwrap();
-            if at >= SUB / 2 {
-                assert_eq!(
-                    snapshot.available, 0,
-                    "a snapshot at {at} ns, after 2 admissions at 0, with {filled:?}"
-                );
+        let filled = filler.join().unwrap();
+        let (at, snapshot, op) = reader.join().unwrap();
+        if at >= SUB / 2 {
+            assert_eq!(
+                snapshot.available, 0,
+                "a snapshot at {at} ns, after 2 admissions at 0, with {filled:?}"
+            );
+        }
+        if let Some(t) = op.at.filter(|&t| t >= SUB / 2) {
+            match op.result {
+                Err(Denied::RetryAfter(wait)) => assert!(
+                    wait >= nanos(2 * SUB - t),
+                    "retry after {wait:?} at {t} ns, the window full until {} ns; {filled:?}",
+                    2 * SUB
+                ),
+                other => panic!("{other:?} at {t} ns, the window full until 20 ns"),
             }
-            if let Some(t) = op.at.filter(|&t| t >= SUB / 2) {
-                match op.result {
-                    Err(Denied::RetryAfter(wait)) => assert!(
-                        wait >= nanos(2 * SUB - t),
-                        "retry after {wait:?} at {t} ns, the window full until {} ns; {filled:?}",
-                        2 * SUB
-                    ),
-                    other => panic!("{other:?} at {t} ns, the window full until 20 ns"),
-                }
-            }
-            verify(&window, &clock, LIMIT, SUBS, vec![filled, vec![op]]);
-        },
-    );
-    assert!(explored > 1);
+        }
+        vec![filled, vec![op]]
+    });
 }
 
 /// The approximate window's promise on exact decision times: at every
@@ -496,46 +335,9 @@ fn assert_approx_bound(limit: u32, window: u64, threads: &[Vec<Op>]) {
     }
 }
 
-/// The approximate window: two racing acquirers while the clock crosses into
-/// the next window, where the previous count (published before the opening
-/// CAS) must be seen.
-#[test]
-fn approx_window_opens_while_threads_race() {
-    let explored = explore(
-        "sliding_window::approx_window_opens_while_threads_race",
-        3,
-        || {
-            const LIMIT: u32 = 2;
-            const WINDOW: u64 = 10;
-            let clock = ManualClock::new();
-            let window = Arc::new(
-                ApproxSlidingWindow::with_clock(
-                    Rate::new(LIMIT, nanos(WINDOW)),
-                    RecordingClock::new(clock.clone()),
-                )
-                .expect("a valid configuration"),
-            );
-
-            let w = window.clone();
-            let first = thread::spawn(move || {
-                vec![record(1, || w.try_acquire()), record(1, || w.try_acquire())]
-            });
-            let (w, c) = (window.clone(), clock.clone());
-            let second = thread::spawn(move || {
-                let mut ops = vec![record(1, || w.try_acquire())];
-                c.advance(nanos(WINDOW + 5));
-                ops.push(record(1, || w.try_acquire()));
-                ops
-            });
-
-            let mut threads = vec![first.join().unwrap(), second.join().unwrap()];
-            assert_approx_bound(LIMIT, WINDOW, &threads);
-            threads.push(single_threaded_tail(&clock, LIMIT, || window.try_acquire()));
-            assert_approx_bound(LIMIT, WINDOW, &threads);
-        },
-    );
-    assert!(explored > 1);
-}
+/// Permits per approximate window, and the window's length in nanoseconds.
+const APPROX_LIMIT: u32 = 2;
+const APPROX_WINDOW: u64 = 10;
 
 /// `limit` permits per approximate window of `window` ns on a manual clock.
 fn approx(limit: u32, window: u64) -> (Arc<ApproxSlidingWindow<RecordingClock>>, ManualClock) {
@@ -548,6 +350,43 @@ fn approx(limit: u32, window: u64) -> (Arc<ApproxSlidingWindow<RecordingClock>>,
     (Arc::new(limiter), clock)
 }
 
+/// [`explore_limiter`] on a fresh approximate window of `APPROX_LIMIT` per
+/// `APPROX_WINDOW` ns in every interleaving: the bound on the threads'
+/// admissions, then the single-threaded tail and the bound again.
+fn explore_approx(
+    name: &str,
+    preemption_bound: usize,
+    model: impl Fn(&Arc<ApproxSlidingWindow<RecordingClock>>, &ManualClock) -> Vec<Vec<Op>>
+    + Sync
+    + Send
+    + 'static,
+) {
+    let (limit, window) = (APPROX_LIMIT, APPROX_WINDOW);
+    explore_limiter(
+        name,
+        preemption_bound,
+        move || approx(limit, window),
+        model,
+        move |limiter, clock, mut threads| {
+            assert_approx_bound(limit, window, &threads);
+            threads.push(single_threaded_tail(clock, limit, || limiter.try_acquire()));
+            assert_approx_bound(limit, window, &threads);
+        },
+    );
+}
+
+/// The approximate window: two racing acquirers while the clock crosses into
+/// the next window, where the previous count (published before the opening
+/// CAS) must be seen.
+#[test]
+fn approx_window_opens_while_threads_race() {
+    let name = "sliding_window::approx_window_opens_while_threads_race";
+    explore_approx(name, 3, |limiter, clock| {
+        let second: &[Step] = &[Take(1), By(APPROX_WINDOW + 5), Take(1)];
+        race(limiter, clock, &[&[Take(1), Take(1)], second])
+    });
+}
+
 /// A decision that loses its CAS to a window's opening decides again on the
 /// word it lost to, and must see the count that opening published. The main
 /// thread moves the clock (10, then 25), so the acquirers are synchronized
@@ -556,35 +395,14 @@ fn approx(limit: u32, window: u64) -> (Arc<ApproxSlidingWindow<RecordingClock>>,
 /// with window 1's count (2, weighing 1 at 25).
 #[test]
 fn approx_retry_after_a_lost_race_sees_the_published_count() {
-    let explored = explore(
-        "sliding_window::approx_retry_after_a_lost_race_sees_the_published_count",
-        3,
-        || {
-            const LIMIT: u32 = 2;
-            const WINDOW: u64 = 10;
-            let (limiter, clock) = approx(LIMIT, WINDOW);
-
-            let l = limiter.clone();
-            let first = thread::spawn(move || {
-                vec![
-                    record(2, || l.try_acquire_n(2)),
-                    record(1, || l.try_acquire()),
-                ]
-            });
-            let l = limiter.clone();
-            let second = thread::spawn(move || vec![record(1, || l.try_acquire())]);
-            clock.set(WINDOW);
-            clock.set(2 * WINDOW + WINDOW / 2);
-
-            let mut threads = vec![first.join().unwrap(), second.join().unwrap()];
-            assert_approx_bound(LIMIT, WINDOW, &threads);
-            threads.push(single_threaded_tail(&clock, LIMIT, || {
-                limiter.try_acquire()
-            }));
-            assert_approx_bound(LIMIT, WINDOW, &threads);
-        },
-    );
-    assert!(explored > 1);
+    let name = "sliding_window::approx_retry_after_a_lost_race_sees_the_published_count";
+    explore_approx(name, 3, |limiter, clock| {
+        let first = requester(limiter, &[2, 1]);
+        let second = requester(limiter, &[1]);
+        clock.set(APPROX_WINDOW);
+        clock.set(2 * APPROX_WINDOW + APPROX_WINDOW / 2);
+        join_all(vec![first, second])
+    });
 }
 
 /// A snapshot that finds the next window opened must weigh the count its
@@ -594,22 +412,16 @@ fn approx_retry_after_a_lost_race_sees_the_published_count() {
 /// available.
 #[test]
 fn approx_snapshot_sees_the_published_count() {
-    let explored = explore(
+    explore_races(
         "sliding_window::approx_snapshot_sees_the_published_count",
         3,
         || {
             const LIMIT: u32 = 4;
-            const WINDOW: u64 = 10;
+            const WINDOW: u64 = APPROX_WINDOW;
             let (limiter, clock) = approx(LIMIT, WINDOW);
 
-            let (l, c) = (limiter.clone(), clock.clone());
-            let filler = thread::spawn(move || {
-                let mut ops = vec![record(4, || l.try_acquire_n(4))];
-                c.set(WINDOW / 2);
-                c.set(WINDOW + WINDOW / 2);
-                ops.push(record(1, || l.try_acquire()));
-                ops
-            });
+            let steps = [Take(4), To(WINDOW / 2), To(WINDOW + WINDOW / 2), Take(1)];
+            let filler = scripted(&limiter, &clock, &steps);
             let l = limiter.clone();
             let reader = thread::spawn(move || snapshot_at(&*l));
 
@@ -624,7 +436,6 @@ fn approx_snapshot_sees_the_published_count() {
             assert_approx_bound(LIMIT, WINDOW, &[filled]);
         },
     );
-    assert!(explored > 1);
 }
 
 /// Sentinel's controller on striped counters: sum the sub-window's stripes,
