@@ -55,6 +55,11 @@ fn one_event_per_decision_denials_at_info() {
         SlidingLog::with_clock(Rate::per_hour(1), ManualClock::new()).unwrap(),
     );
     tracing::subscriber::with_default(recorder.clone(), || {
+        // tracing caches each callsite's interest process-wide. Other tests of
+        // this binary, on other threads and with no subscriber, may register
+        // the decision's callsites first as "never"; re-evaluating them with
+        // this subscriber live makes the events reach it whatever ran first.
+        tracing::callsite::rebuild_interest_cache();
         counted.try_acquire().unwrap();
         assert!(counted.try_acquire().is_err());
     });
