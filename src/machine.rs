@@ -3,13 +3,14 @@
 //! A [`Machine`] is an algorithm's pure decision function over its state word
 //! (one `u64`, or two words changed as a whole in a `u128`): decide, report,
 //! refund, carry over a reconfiguration, tell a fresh state. The token
-//! bucket's GCRA, the fixed window's counter, the leaky bucket's meter, the
-//! shaper's queue and warm-up's curve each implement it once, beside their
-//! algorithm; [`Schedule`] adds bookings (reservations) to the machines whose
-//! state is a schedule. [`WordLimiter`] drives a machine on a state cell
-//! (`crate::cell`): every direct limiter and its locking twin is a thin named
-//! type over it, and the keyed kinds (`crate::kind`) run the same machines on
-//! their per-key cells.
+//! bucket's GCRA, the fixed window's counter, the shaper's queue and
+//! warm-up's curve each implement it once, beside their algorithm; the leaky
+//! bucket's meter is the GCRA under a name of its own (the two decide alike,
+//! the meter's level being the GCRA's debt). [`Schedule`] adds bookings
+//! (reservations) to the machines whose state is a schedule. [`WordLimiter`]
+//! drives a machine on a state cell (`crate::cell`): every direct limiter and
+//! its locking twin is a thin named type over it, and the keyed kinds
+//! (`crate::kind`) run the same machines on their per-key cells.
 
 use crossbeam_utils::CachePadded;
 

@@ -48,13 +48,13 @@ impl Gcra {
         Duration::from_nanos(self.interval)
     }
 
-    /// Nanoseconds per permit, for the leased bucket's own decisions.
-    pub(super) fn interval_ns(&self) -> u64 {
+    /// Nanoseconds per permit.
+    pub(crate) fn interval_ns(&self) -> u64 {
         self.interval
     }
 
     /// `capacity × interval` in nanoseconds.
-    pub(super) fn tolerance_ns(&self) -> u64 {
+    pub(crate) fn tolerance_ns(&self) -> u64 {
         self.tolerance
     }
 }
