@@ -172,34 +172,6 @@ pub(crate) fn scale_up(x: u64, numerator: u64, denominator: u64) -> u64 {
     u64::try_from(scaled).unwrap_or(u64::MAX)
 }
 
-/// Carries an instant-valued word — a GCRA TAT or a meter's `empty_at`, both
-/// "the instant the state is back to fresh", one permit per `interval` — from
-/// `(interval, capacity)` `from` to `to`: `word − now` is the *debt*, the
-/// time until the state is fresh again. Maps a fresh word (no debt) to the
-/// initial word, whatever `carry`.
-pub(crate) fn carry_debt(
-    from: (u64, u32),
-    to: (u64, u32),
-    word: u64,
-    now: u64,
-    carry: Carry,
-) -> u64 {
-    let tolerance = |(interval, capacity): (u64, u32)| interval * u64::from(capacity);
-    // A stale reading can see a word past `now + tolerance`; no state holds
-    // more debt than a whole bucket.
-    let debt = word.saturating_sub(now).min(tolerance(from));
-    let debt = match carry {
-        // The fraction in use: debt / tolerance.
-        Carry::Proportional => scale_up(debt, tolerance(to), tolerance(from)),
-        // The permits in use: debt / interval.
-        Carry::Additive => scale_up(debt, to.0, from.0).min(tolerance(to)),
-        Carry::Reset => 0,
-    };
-    // `now <= 2^62` and `debt <= tolerance <= 2^62`: no overflow. Both
-    // machines' initial word is 0.
-    if debt == 0 { 0 } else { now + debt }
-}
-
 /// A booking on a [`Schedule`]: enough to report it and to undo it (the
 /// waiting layer's reservations hold one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
