@@ -163,6 +163,28 @@ pub(crate) trait Schedule: Machine {
         n: u32,
         max_wait: u64,
     ) -> Result<(Self::Word, u64), Denied>;
+
+    /// The state after booking `n` permits that must start at `now`: the
+    /// decision of a machine that admits only what its schedule lets start
+    /// at once (the shaper and warm-up as [`RateLimiter`](crate::RateLimiter)s).
+    /// The token bucket's decision is this booking in closed form.
+    #[inline]
+    fn book_now(&self, state: Self::Word, now: u64, n: u32) -> Result<Self::Word, Denied> {
+        self.book(state, now, n, 0).map(|(after, _)| after)
+    }
+}
+
+/// A two-word machine's state (the shaper's, warm-up's), `high << 64 | low`:
+/// one `u128`, so that both words change together.
+#[inline]
+pub(crate) fn pack(high: u64, low: u64) -> u128 {
+    (u128::from(high) << 64) | u128::from(low)
+}
+
+/// A two-word machine's state as `(high, low)`.
+#[inline]
+pub(crate) fn unpack(state: u128) -> (u64, u64) {
+    ((state >> 64) as u64, state as u64)
 }
 
 /// `numerator / denominator` of `x`, rounded up, in 128 bits: a carry-over

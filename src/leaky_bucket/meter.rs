@@ -100,8 +100,30 @@ mod tests {
     use super::*;
     use crate::timeline::{END, MAX_TIME};
 
-    /// The meter's decisions and snapshots are the level rule of the type's
-    /// documentation, word for word and nanosecond for nanosecond.
+    /// The level rule of [`Meter`]'s documentation, written out: the decision
+    /// for `n` permits and the snapshot at `now`.
+    fn level_rule(
+        meter: &Meter,
+        empty_at: u64,
+        now: u64,
+        n: u32,
+    ) -> (Result<u64, Denied>, Snapshot) {
+        let (interval, depth) = (meter.0.interval_ns(), meter.0.tolerance_ns());
+        let level = empty_at.saturating_sub(now);
+        let poured = level + u64::from(n) * interval;
+        let decision = if poured <= depth {
+            Ok(now + poured)
+        } else {
+            Err(Denied::RetryAfter(Duration::from_nanos(poured - depth)))
+        };
+        let room = depth - level.min(depth);
+        let snapshot = Snapshot::from_ns((room / interval) as u32, meter.capacity(), level);
+        (decision, snapshot)
+    }
+
+    /// The meter decides and reports by the level rule, word for word and
+    /// nanosecond for nanosecond, and its decision is its booking that must
+    /// start now.
     #[test]
     fn the_gcra_decides_and_reports_the_level() {
         let rates = [
@@ -115,27 +137,20 @@ mod tests {
                 let Ok(meter) = Meter::new(capacity, rate) else {
                     continue;
                 };
-                let interval = meter.0.interval_ns();
-                let depth = meter.0.tolerance_ns();
-                let times = [0, 1, interval - 1, interval, depth - 1, depth, depth + 1, END];
-                for now in times {
-                    for empty_at in times.map(|t| now.saturating_sub(t)).into_iter().chain(
-                        times.map(|t| now + t.min(depth + 1)),
-                    ) {
-                        let level = empty_at.saturating_sub(now);
+                let (interval, depth) = (meter.0.interval_ns(), meter.0.tolerance_ns());
+                let spans = [0, 1, interval - 1, interval, depth - 1, depth, depth + 1];
+                for now in [0, 1, interval, depth, END] {
+                    // Drained for a while, or filled up to a nanosecond past
+                    // the brim (what a stale reading sees).
+                    let drained = spans.map(|span| now.saturating_sub(span));
+                    let filled = spans.map(|span| now + span);
+                    for empty_at in drained.into_iter().chain(filled) {
                         for n in [1, capacity / 2 + 1, capacity] {
-                            let poured = level + u64::from(n) * interval;
-                            let expected = if poured <= depth {
-                                Ok(now + poured)
-                            } else {
-                                Err(Denied::RetryAfter(Duration::from_nanos(poured - depth)))
-                            };
-                            assert_eq!(meter.decide(empty_at, now, n), expected);
+                            let (decision, snapshot) = level_rule(&meter, empty_at, now, n);
+                            assert_eq!(meter.decide(empty_at, now, n), decision);
+                            assert_eq!(meter.book_now(empty_at, now, n), decision);
+                            assert_eq!(meter.snapshot(empty_at, now), snapshot);
                         }
-                        let room = depth - level.min(depth);
-                        let expected =
-                            Snapshot::from_ns((room / interval) as u32, capacity, level);
-                        assert_eq!(meter.snapshot(empty_at, now), expected);
                     }
                 }
             }
