@@ -3,13 +3,14 @@
 //! A [`Machine`] is an algorithm's pure decision function over its state word
 //! (one `u64`, or two words changed as a whole in a `u128`): decide, report,
 //! refund, carry over a reconfiguration, tell a fresh state. The token
-//! bucket's GCRA, the fixed window's counter, the leaky bucket's meter, the
-//! shaper's queue and warm-up's curve each implement it once, beside their
-//! algorithm; [`Schedule`] adds bookings (reservations) to the machines whose
-//! state is a schedule. [`WordLimiter`] drives a machine on a state cell
-//! (`crate::cell`): every direct limiter and its locking twin is a thin named
-//! type over it, and the keyed kinds (`crate::kind`) run the same machines on
-//! their per-key cells.
+//! bucket's GCRA, the fixed window's counter, the shaper's queue and
+//! warm-up's curve each implement it once, beside their algorithm; the leaky
+//! bucket's meter is the GCRA under a name of its own (the two decide alike,
+//! the meter's level being the GCRA's debt). [`Schedule`] adds bookings
+//! (reservations) to the machines whose state is a schedule. [`WordLimiter`]
+//! drives a machine on a state cell (`crate::cell`): every direct limiter and
+//! its locking twin is a thin named type over it, and the keyed kinds
+//! (`crate::kind`) run the same machines on their per-key cells.
 
 use crossbeam_utils::CachePadded;
 
@@ -162,6 +163,28 @@ pub(crate) trait Schedule: Machine {
         n: u32,
         max_wait: u64,
     ) -> Result<(Self::Word, u64), Denied>;
+
+    /// The state after booking `n` permits that must start at `now`: the
+    /// decision of a machine that admits only what its schedule lets start
+    /// at once (the shaper and warm-up as [`RateLimiter`](crate::RateLimiter)s).
+    /// The token bucket's decision is this booking in closed form.
+    #[inline]
+    fn book_now(&self, state: Self::Word, now: u64, n: u32) -> Result<Self::Word, Denied> {
+        self.book(state, now, n, 0).map(|(after, _)| after)
+    }
+}
+
+/// A two-word machine's state (the shaper's, warm-up's), `high << 64 | low`:
+/// one `u128`, so that both words change together.
+#[inline]
+pub(crate) fn pack(high: u64, low: u64) -> u128 {
+    (u128::from(high) << 64) | u128::from(low)
+}
+
+/// A two-word machine's state as `(high, low)`.
+#[inline]
+pub(crate) fn unpack(state: u128) -> (u64, u64) {
+    ((state >> 64) as u64, state as u64)
 }
 
 /// `numerator / denominator` of `x`, rounded up, in 128 bits: a carry-over
@@ -169,34 +192,6 @@ pub(crate) trait Schedule: Machine {
 pub(crate) fn scale_up(x: u64, numerator: u64, denominator: u64) -> u64 {
     let scaled = (u128::from(x) * u128::from(numerator)).div_ceil(u128::from(denominator.max(1)));
     u64::try_from(scaled).unwrap_or(u64::MAX)
-}
-
-/// Carries an instant-valued word — a GCRA TAT or a meter's `empty_at`, both
-/// "the instant the state is back to fresh", one permit per `interval` — from
-/// `(interval, capacity)` `from` to `to`: `word − now` is the *debt*, the
-/// time until the state is fresh again. Maps a fresh word (no debt) to the
-/// initial word, whatever `carry`.
-pub(crate) fn carry_debt(
-    from: (u64, u32),
-    to: (u64, u32),
-    word: u64,
-    now: u64,
-    carry: Carry,
-) -> u64 {
-    let tolerance = |(interval, capacity): (u64, u32)| interval * u64::from(capacity);
-    // A stale reading can see a word past `now + tolerance`; no state holds
-    // more debt than a whole bucket.
-    let debt = word.saturating_sub(now).min(tolerance(from));
-    let debt = match carry {
-        // The fraction in use: debt / tolerance.
-        Carry::Proportional => scale_up(debt, tolerance(to), tolerance(from)),
-        // The permits in use: debt / interval.
-        Carry::Additive => scale_up(debt, to.0, from.0).min(tolerance(to)),
-        Carry::Reset => 0,
-    };
-    // `now <= 2^62` and `debt <= tolerance <= 2^62`: no overflow. Both
-    // machines' initial word is 0.
-    if debt == 0 { 0 } else { now + debt }
 }
 
 /// A booking on a [`Schedule`]: enough to report it and to undo it (the

@@ -266,8 +266,7 @@ word_kind!(LockingWarmUp, WarmUpConfig, LockedWideWord, u128);
 mod tests {
     use super::*;
     use crate::kind::TAG;
-    use crate::leaky_bucket::shaper::pack;
-    use crate::machine::{Carry, Machine};
+    use crate::machine::{Carry, Machine, pack};
     use crate::timeline::{END, MAX_TIME};
 
     /// The tag (bit 63 of the low word) is free only if no two-word state

@@ -4,38 +4,10 @@ use std::time::Duration;
 
 use crate::error::{ConfigError, Denied};
 use crate::limiter::Snapshot;
-use crate::machine::{Carry, Machine, Schedule, scale_up};
+use crate::machine::{Carry, Machine, Schedule, pack, scale_up, unpack};
 use crate::rate::Rate;
 use crate::timeline::MAX_TIME;
 use crate::waiting::MAX_WAIT;
-
-/// The shaper's state: `end << 64 | last`. `end` is the schedule's end (the
-/// next free slot, a theoretical arrival time); `last` is the latest start
-/// granted, the floor under every later start.
-///
-/// Why the second word: a request may start up to `burst` intervals before
-/// its slot, but never before its own clock reading, so a start is
-/// `max(end − burst·I, now)`. When `now` is the larger, that start depends on
-/// a reading the word `end` does not remember; a later request whose reading
-/// is *older* (stale: read before a racing request's, or a clock that stepped
-/// back) would be granted an earlier start than a request booked before it,
-/// and the spacing promise, which counts permits from one start to the next in
-/// start order, breaks (for example: 5 per 5001 ns, burst 3, a request read at
-/// 152324, another was booked at 153325, then the first was granted 5 permits
-/// starting at 152324 — 5 in [152324, 153325) against 3 + 1). With the latest
-/// start kept beside the end, every start is at least the one before it, so
-/// start order is booking order and the single-word argument holds again.
-/// Fresh readings never see the floor: it is at most the reading of the
-/// booking that set it, or below that booking's `end − burst·I`.
-#[inline]
-pub(crate) fn pack(end: u64, last: u64) -> u128 {
-    (u128::from(end) << 64) | u128::from(last)
-}
-
-#[inline]
-pub(crate) fn unpack(state: u128) -> (u64, u64) {
-    ((state >> 64) as u64, state as u64)
-}
 
 /// The shaper's configuration: the pure part of every decision.
 #[derive(Debug, Clone, Copy)]
@@ -94,9 +66,27 @@ impl Queue {
     }
 }
 
-/// The shaper's word is `end << 64 | last` (see [`pack`]): `last`, the latest
-/// start granted, is at most a reading plus the longest wait, `2^62 + 2^61 <
-/// 2^63`, so bit 63 of the low word is free for the keyed layer's tag.
+/// The shaper's word is `end << 64 | last` ([`pack`]). `end` is the
+/// schedule's end (the next free slot, a theoretical arrival time); `last` is
+/// the latest start granted, the floor under every later start.
+///
+/// Why the second word: a request may start up to `burst` intervals before
+/// its slot, but never before its own clock reading, so a start is
+/// `max(end − burst·I, now)`. When `now` is the larger, that start depends on
+/// a reading the word `end` does not remember; a later request whose reading
+/// is *older* (stale: read before a racing request's, or a clock that stepped
+/// back) would be granted an earlier start than a request booked before it,
+/// and the spacing promise, which counts permits from one start to the next in
+/// start order, breaks (for example: 5 per 5001 ns, burst 3, a request read at
+/// 152324, another was booked at 153325, then the first was granted 5 permits
+/// starting at 152324 — 5 in [152324, 153325) against 3 + 1). With the latest
+/// start kept beside the end, every start is at least the one before it, so
+/// start order is booking order and the single-word argument holds again.
+/// Fresh readings never see the floor: it is at most the reading of the
+/// booking that set it, or below that booking's `end − burst·I`.
+///
+/// `last` is at most a reading plus the longest wait, `2^62 + 2^61 < 2^63`,
+/// so bit 63 of the low word is free for the keyed layer's tag.
 impl Machine for Queue {
     type Word = u128;
     const INITIAL: u128 = 0;
@@ -108,7 +98,7 @@ impl Machine for Queue {
     /// Admitted only if it can start at `now`: the shaper used as a meter.
     #[inline]
     fn decide(&self, state: u128, now: u64, n: u32) -> Result<u128, Denied> {
-        self.book(state, now, n, 0).map(|(after, _)| after)
+        self.book_now(state, now, n)
     }
 
     /// What a request could get at `now`: a request of any size up to the
@@ -164,7 +154,7 @@ impl Schedule for Queue {
     /// `max_wait` of `now`. The request occupies the slot `[max(end, now),
     /// +n·interval)`; its first permit may run `burst` intervals ahead of the
     /// slot, but it starts neither before `now` nor before the latest start
-    /// granted (see [`pack`]).
+    /// granted (see the word, on `Machine for Queue`).
     ///
     /// No overflow: `end <= 2^62 + MAX_WAIT + 2^62` and `last <= end` (the
     /// bounds of `waiting::schedule`, which this is with a floor).

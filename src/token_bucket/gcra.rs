@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::error::{ConfigError, Denied};
 use crate::limiter::Snapshot;
-use crate::machine::{Carry, Machine, Schedule, carry_debt};
+use crate::machine::{Carry, Machine, Schedule, scale_up};
 use crate::rate::Rate;
 use crate::timeline::MAX_TIME;
 use crate::waiting::schedule;
@@ -48,13 +48,13 @@ impl Gcra {
         Duration::from_nanos(self.interval)
     }
 
-    /// Nanoseconds per permit, for the leased bucket's own decisions.
-    pub(super) fn interval_ns(&self) -> u64 {
+    /// Nanoseconds per permit.
+    pub(crate) fn interval_ns(&self) -> u64 {
         self.interval
     }
 
     /// `capacity × interval` in nanoseconds.
-    pub(super) fn tolerance_ns(&self) -> u64 {
+    pub(crate) fn tolerance_ns(&self) -> u64 {
         self.tolerance
     }
 }
@@ -98,10 +98,21 @@ impl Machine for Gcra {
     }
 
     /// The TAT is "the instant the bucket is full again": `TAT − now` is the
-    /// *debt*, carried over by [`carry_debt`].
+    /// *debt*, the time until the state is fresh again, carried over as the
+    /// fraction of the tolerance in use (`Proportional`) or as the permits in
+    /// use (`Additive`). A fresh TAT (no debt) carries to the initial word,
+    /// whatever `carry`.
     fn carry(from: &Self, to: &Self, tat: u64, now: u64, carry: Carry) -> u64 {
-        let shape = |g: &Gcra| (g.interval, g.capacity);
-        carry_debt(shape(from), shape(to), tat, now, carry)
+        // A stale reading can see a TAT past `now + tolerance`; no state holds
+        // more debt than a whole bucket.
+        let debt = tat.saturating_sub(now).min(from.tolerance);
+        let debt = match carry {
+            Carry::Proportional => scale_up(debt, to.tolerance, from.tolerance),
+            Carry::Additive => scale_up(debt, to.interval, from.interval).min(to.tolerance),
+            Carry::Reset => 0,
+        };
+        // `now <= 2^62` and `debt <= tolerance <= 2^62`: no overflow.
+        if debt == 0 { Self::INITIAL } else { now + debt }
     }
 }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::error::{ConfigError, Denied};
 use crate::limiter::Snapshot;
 use crate::limits::MAX_COLD_FACTOR;
-use crate::machine::{Carry, Machine, Schedule, scale_up};
+use crate::machine::{Carry, Machine, Schedule, pack, scale_up, unpack};
 use crate::rate::Rate;
 use crate::waiting::MAX_WAIT;
 
@@ -16,16 +16,6 @@ const MAX_WARM_UP: u64 = 1 << 52;
 /// The most one request may cost at the stable rate: `n · stable ≤ 2^60`, so
 /// that `next` stays below `2^62 + MAX_WAIT + 2^60 + MAX_WARM_UP < 2^63`.
 const MAX_REQUEST_COST: u64 = 1 << 60;
-
-/// Packs the state: the next free instant above, the idle time the bank
-/// lacks below (`spent = W − bank`; see [`Curve`]).
-pub(crate) fn pack(next: u64, spent: u64) -> u128 {
-    (u128::from(next) << 64) | u128::from(spent)
-}
-
-pub(crate) fn unpack(state: u128) -> (u64, u64) {
-    ((state >> 64) as u64, state as u64)
-}
 
 /// The warm-up curve.
 ///
@@ -154,7 +144,7 @@ impl Machine for Curve {
     /// Admitted only if it can start at `now` (Guava's `tryAcquire(n)`).
     #[inline]
     fn decide(&self, state: u128, now: u64, n: u32) -> Result<u128, Denied> {
-        self.book(state, now, n, 0).map(|(after, _)| after)
+        self.book_now(state, now, n)
     }
 
     fn snapshot(&self, state: u128, now: u64) -> Snapshot {
