@@ -321,6 +321,15 @@ impl<L: RateLimiter> Counted<L> {
         }
         outcome
     }
+
+    /// As `count`, for an answer that reports the limiter's state.
+    #[inline]
+    fn count_reported<T>(&self, n: u32, answer: &Result<T, Rejection>) {
+        match answer {
+            Ok(_) => self.count_admitted(n),
+            Err(rejection) => self.count_denied(n, &rejection.denied),
+        }
+    }
 }
 
 impl<L: RateLimiter> RateLimiter for Counted<L> {
@@ -336,10 +345,7 @@ impl<L: RateLimiter> RateLimiter for Counted<L> {
     #[inline]
     fn try_acquire_n_with_snapshot(&self, n: u32) -> Result<Snapshot, Rejection> {
         let outcome = self.limiter.try_acquire_n_with_snapshot(n);
-        match &outcome {
-            Ok(_) => self.count_admitted(n),
-            Err(rejection) => self.count_denied(n, &rejection.denied),
-        }
+        self.count_reported(n, &outcome);
         outcome
     }
 
@@ -354,10 +360,7 @@ impl<L: RateLimiter> RateLimiter for Counted<L> {
     ) -> bool {
         self.limiter.try_acquire_n_then(n, &mut |answer| {
             let admitted = answer.is_ok();
-            match &answer {
-                Ok(_) => self.count_admitted(n),
-                Err(rejection) => self.count_denied(n, &rejection.denied),
-            }
+            self.count_reported(n, &answer);
             let kept = keep(answer);
             if admitted && !kept {
                 self.add(Counter::Refunded, n);
@@ -383,22 +386,17 @@ impl<L: Refundable> Refundable for Counted<L> {
 
     #[inline]
     fn try_acquire_n_refundable(&self, n: u32) -> Result<Receipted<Self::Receipt<'_>>, Rejection> {
-        match self.limiter.try_acquire_n_refundable(n) {
-            Ok(admitted) => {
-                self.count_admitted(n);
-                Ok(Receipted::new(
-                    admitted.snapshot,
-                    CountedReceipt {
-                        receipt: admitted.receipt,
-                        permits: n,
-                    },
-                ))
-            }
-            Err(rejection) => {
-                self.count_denied(n, &rejection.denied);
-                Err(rejection)
-            }
-        }
+        let answer = self.limiter.try_acquire_n_refundable(n);
+        self.count_reported(n, &answer);
+        answer.map(|admitted| {
+            Receipted::new(
+                admitted.snapshot,
+                CountedReceipt {
+                    receipt: admitted.receipt,
+                    permits: n,
+                },
+            )
+        })
     }
 
     #[inline]

@@ -8,13 +8,12 @@
 //! | state, bits 44..128 | 84 | the long-term round trip, Q.16 ns (1/65 536 of a ns) |
 
 use super::{
-    LIMIT_FRAC_BITS, LimitAlgorithm, LimitHistory, Outcome, PPM, Sample, apply, backoff_ppm,
-    check_limits, ppm,
+    LimitAlgorithm, LimitHistory, Outcome, PPM, Sample, app_limited, apply, backoff_ppm,
+    check_limits, clamp_estimate, div_round, estimate_of, floor_limit, ppm, smooth, smoothing_ppm,
 };
 use crate::cell::{AtomicCell, StateCell};
 use crate::error::ConfigError;
 
-const ONE: u64 = 1 << LIMIT_FRAC_BITS;
 /// `ExpAvgMeasurement`'s warm-up in `Gradient2Limit`: the first 10 samples
 /// are averaged plainly.
 const WARMUP: u32 = 10;
@@ -168,13 +167,7 @@ impl Gradient2Builder {
     /// ```
     pub fn build(self) -> Result<Gradient2, ConfigError> {
         check_limits(self.min, self.initial, self.max)?;
-        let smoothing_ppm = ppm(self.smoothing, 0.0, 1.0, false, "smoothing", "(0, 1]")?;
-        if smoothing_ppm == 0 {
-            return Err(ConfigError::InvalidParameter {
-                name: "smoothing",
-                range: "(0, 1]",
-            });
-        }
+        let smoothing_ppm = smoothing_ppm(self.smoothing)?;
         let tolerance_ppm = ppm(
             self.tolerance,
             1.0,
@@ -200,7 +193,7 @@ impl Gradient2Builder {
             .map(|r| backoff_ppm(r, "drop backoff"))
             .transpose()?;
         let initial = G2State {
-            estimate: u64::from(self.initial) << LIMIT_FRAC_BITS,
+            estimate: estimate_of(self.initial),
             warmup: 0,
             long: 0,
         };
@@ -240,7 +233,7 @@ impl G2State {
     }
 
     fn limit(self) -> u32 {
-        (self.estimate >> LIMIT_FRAC_BITS) as u32
+        floor_limit(self.estimate)
     }
 }
 
@@ -270,7 +263,7 @@ impl Gradient2 {
             let ratio = self.drop_backoff_ppm?;
             let cut = u128::from(s.estimate) * u128::from(ratio) / u128::from(PPM);
             return Some(G2State {
-                estimate: self.clamp(cut as u64),
+                estimate: clamp_estimate(cut as u64, self.min, self.max),
                 ..s
             });
         }
@@ -294,7 +287,7 @@ impl Gradient2 {
             next.long = next.long * 95 / 100;
         }
         // Don't grow the limit if we are app-limited.
-        if u64::from(sample.in_flight) << (LIMIT_FRAC_BITS + 1) < s.estimate {
+        if app_limited(sample.in_flight, s.estimate) {
             return Some(next);
         }
         // gradient = clamp(tolerance · long / short, 0.5, 1), Q.16: long is
@@ -303,33 +296,24 @@ impl Gradient2 {
         let gradient = (next.long * u128::from(self.tolerance_ppm)
             / (u128::from(short) * u128::from(PPM)))
         .clamp(1 << 15, 1 << 16);
-        // Rounded to nearest, here and in the smoothing: a truncation would
-        // pull the estimate down by up to 2^-16 a sample, a drift of whole
-        // permits over a day of samples.
+        // Rounded to nearest, as the smoothing is (see `smooth`).
         let target = div_round(u128::from(s.estimate) * gradient, 1 << 16)
-            + (u128::from(self.queue_size) << LIMIT_FRAC_BITS);
-        let smoothed = div_round(
-            u128::from(s.estimate) * u128::from(PPM - self.smoothing_ppm)
-                + target * u128::from(self.smoothing_ppm),
-            u128::from(PPM),
+            + u128::from(estimate_of(self.queue_size));
+        let smoothed = smooth(s.estimate, target, self.smoothing_ppm);
+        next.estimate = clamp_estimate(
+            smoothed.min(u128::from(u64::MAX)) as u64,
+            self.min,
+            self.max,
         );
-        next.estimate = self.clamp(smoothed.min(u128::from(u64::MAX)) as u64);
         Some(next)
     }
-
-    fn clamp(&self, estimate: u64) -> u64 {
-        estimate.clamp(u64::from(self.min) * ONE, u64::from(self.max) * ONE)
-    }
-}
-
-fn div_round(num: u128, den: u128) -> u128 {
-    (num + den / 2) / den
 }
 
 packed_algorithm!(Gradient2, G2State);
 
 #[cfg(all(test, not(loom)))]
 mod tests {
+    use super::super::ONE;
     use super::*;
 
     /// `Gradient2Limit._update` with `ExpAvgMeasurement`, in floating

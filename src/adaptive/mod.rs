@@ -170,6 +170,49 @@ const PPM: u64 = 1_000_000;
 /// estimate is kept in units of 1/2^16 of a permit.
 const LIMIT_FRAC_BITS: u32 = 16;
 
+/// One permit, as an estimate.
+const ONE: u64 = 1 << LIMIT_FRAC_BITS;
+
+/// A whole limit as an estimate.
+fn estimate_of(limit: u32) -> u64 {
+    u64::from(limit) * ONE
+}
+
+/// The limit an estimate reports: its floor, as Netflix's `(int)
+/// estimatedLimit`.
+fn floor_limit(estimate: u64) -> u32 {
+    (estimate >> LIMIT_FRAC_BITS) as u32
+}
+
+/// `estimate` held in `min..=max` permits.
+fn clamp_estimate(estimate: u64, min: u32, max: u32) -> u64 {
+    estimate.clamp(estimate_of(min), estimate_of(max))
+}
+
+/// Whether a request admitted with `in_flight` found fewer than half the
+/// estimate in flight: the service was not pressed, so its round trip says
+/// nothing about a higher limit (Netflix's "don't grow the limit if we are
+/// app-limited").
+fn app_limited(in_flight: u32, estimate: u64) -> bool {
+    u64::from(in_flight) << (LIMIT_FRAC_BITS + 1) < estimate
+}
+
+/// `(1 − smoothing) · estimate + smoothing · target`, the smoothing in
+/// millionths. Rounded to nearest: a truncation would pull the estimate
+/// down by up to 2^-16 a change, a drift of whole permits over a day of
+/// samples.
+fn smooth(estimate: u64, target: u128, smoothing_ppm: u64) -> u128 {
+    div_round(
+        u128::from(estimate) * u128::from(PPM - smoothing_ppm) + target * u128::from(smoothing_ppm),
+        u128::from(PPM),
+    )
+}
+
+/// `num / den`, rounded to nearest (halves up).
+fn div_round(num: u128, den: u128) -> u128 {
+    (num + den / 2) / den
+}
+
 /// What became of a request, as its permit reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -379,6 +422,19 @@ fn ppm(
         Ok((value * PPM as f64).round() as u64)
     } else {
         Err(ConfigError::InvalidParameter { name, range })
+    }
+}
+
+/// A smoothing factor (how far each change of an estimate goes), in
+/// millionths: it must be in `(0, 1]`, and not so small that it rounds to
+/// nothing.
+fn smoothing_ppm(smoothing: f64) -> Result<u64, ConfigError> {
+    match ppm(smoothing, 0.0, 1.0, false, "smoothing", "(0, 1]")? {
+        0 => Err(ConfigError::InvalidParameter {
+            name: "smoothing",
+            range: "(0, 1]",
+        }),
+        millionths => Ok(millionths),
     }
 }
 

@@ -792,23 +792,17 @@ impl RoundTrip {
     fn on_drop(&self, sample: Sample, now_ns: u64) -> Option<u32> {
         let started_ns = now_ns.saturating_sub(sample.rtt_ns);
         let mut backed_off = false;
-        let changed = apply(
-            &self.control,
-            &self.history,
-            now_ns,
-            |w| self.limit_of(Control::unpack(w)),
-            |w| {
-                let next = self.back_off(
-                    Control::unpack(w),
-                    (started_ns / 1_000) & US_MASK,
-                    (now_ns / 1_000) & US_MASK,
-                    sample.in_flight,
-                );
-                // The decision the loop stores is the last one made.
-                backed_off = next.is_some();
-                next.map(Control::pack)
-            },
-        );
+        let changed = self.apply_control(now_ns, |c| {
+            let next = self.back_off(
+                c,
+                (started_ns / 1_000) & US_MASK,
+                (now_ns / 1_000) & US_MASK,
+                sample.in_flight,
+            );
+            // The decision the loop stores is the last one made.
+            backed_off = next.is_some();
+            next
+        });
         if backed_off {
             // The back-off opens a new round: what was admitted
             // before it measures the congestion it answered.
@@ -834,19 +828,12 @@ impl RoundTrip {
         let filters = self.feed_filters(round, probing, sample.rtt_ns);
         let rtt = sample.rtt_ns.max(1);
         let mut probed = None;
-        let changed = apply(
-            &self.control,
-            &self.history,
-            now_ns,
-            |w| self.limit_of(Control::unpack(w)),
-            |w| {
-                let c = Control::unpack(w);
-                let next = self.close(c, round, filters, rtt, sample.in_flight);
-                // The decision the loop stores is the last one made.
-                probed = (c.probing && !next.probing).then_some(next.probe_stat);
-                (next != c).then_some(next.pack())
-            },
-        );
+        let changed = self.apply_control(now_ns, |c| {
+            let next = self.close(c, round, filters, rtt, sample.in_flight);
+            // The decision the loop stores is the last one made.
+            probed = (c.probing && !next.probing).then_some(next.probe_stat);
+            (next != c).then_some(next)
+        });
         if let Some(stat) = probed {
             self.baseline_after_probe(filters, stat);
         }
@@ -890,15 +877,21 @@ impl RoundTrip {
         if !waiting(Control::unpack(self.control.load())) {
             return None;
         }
+        self.apply_control(now_ns, |c| waiting(c).then(|| self.grow(c)))
+    }
+
+    /// [`apply`] on the control word: `step` decides on it unpacked.
+    fn apply_control(
+        &self,
+        now_ns: u64,
+        mut step: impl FnMut(Control) -> Option<Control>,
+    ) -> Option<u32> {
         apply(
             &self.control,
             &self.history,
             now_ns,
             |w| self.limit_of(Control::unpack(w)),
-            |w| {
-                let c = Control::unpack(w);
-                waiting(c).then(|| self.grow(c).pack())
-            },
+            |w| step(Control::unpack(w)).map(Control::pack),
         )
     }
 
@@ -1007,6 +1000,12 @@ mod tests {
             self.now += rtt + 1_000;
             self.rt.on_sample(Sample::success(rtt, in_flight), self.now)
         }
+
+        /// As `close`, with the limit filled.
+        fn close_full(&mut self, rtt: u64) -> Option<u32> {
+            let limit = self.rt.limit();
+            self.close(rtt, limit)
+        }
     }
 
     #[test]
@@ -1050,8 +1049,7 @@ mod tests {
             .unwrap();
         let mut rounds = Rounds { rt: &rt, now: 0 };
         for _ in 0..5 {
-            let limit = rt.limit();
-            rounds.close(100 * MS, limit);
+            rounds.close_full(100 * MS);
         }
         assert_eq!(rt.limit(), 15);
         // Admitted at 100 ms and 150 ms after the last close, dropped 200 ms
@@ -1112,8 +1110,7 @@ mod tests {
         let mut rounds = Rounds { rt: &rt, now: 0 };
         let mut limits = Vec::new();
         for _ in 0..28 {
-            let limit = rt.limit();
-            rounds.close(100 * MS, limit);
+            rounds.close_full(100 * MS);
             limits.push(rt.limit());
         }
         // +1 a round while the filters warm up (16 steady successes here),
@@ -1190,8 +1187,7 @@ mod tests {
         }
         assert_eq!(rt.baseline_ns(), 100 * MS);
         for _ in 0..40 {
-            let limit = rt.limit();
-            rounds.close(100 * MS, limit);
+            rounds.close_full(100 * MS);
         }
         // The service now takes 300 ms unloaded, and 300 ms × (1 + n/10)
         // loaded: the limit shrinks round after round, then probes.

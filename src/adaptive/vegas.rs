@@ -9,14 +9,14 @@
 //! | state, bits 120..128 | 8 | the probe jitter `j`: the next probe comes after `(256 + j) / 512 · probe_multiplier · limit` samples |
 
 use super::{
-    LIMIT_FRAC_BITS, LimitAlgorithm, LimitHistory, Outcome, PPM, Sample, apply, check_limits,
-    log10_at_least_1, ppm,
+    LIMIT_FRAC_BITS, LimitAlgorithm, LimitHistory, ONE, Outcome, Sample, app_limited, apply,
+    check_limits, clamp_estimate, estimate_of, floor_limit, log10_at_least_1, smooth,
+    smoothing_ppm,
 };
 use crate::cell::{AtomicCell, StateCell};
 use crate::error::ConfigError;
 
 const RTT_MAX: u64 = (1 << 48) - 1;
-const ONE: u64 = 1 << LIMIT_FRAC_BITS;
 /// `VegasLimit`'s default `alphaFunc`: `3 · log10(limit)`.
 const ALPHA_PER_LOG: u64 = 3;
 /// `VegasLimit`'s default `betaFunc`: `6 · log10(limit)`.
@@ -145,13 +145,7 @@ impl VegasBuilder {
     /// ```
     pub fn build(self) -> Result<Vegas, ConfigError> {
         check_limits(self.min, self.initial, self.max)?;
-        let smoothing_ppm = ppm(self.smoothing, 0.0, 1.0, false, "smoothing", "(0, 1]")?;
-        if smoothing_ppm == 0 {
-            return Err(ConfigError::InvalidParameter {
-                name: "smoothing",
-                range: "(0, 1]",
-            });
-        }
+        let smoothing_ppm = smoothing_ppm(self.smoothing)?;
         if !(1..=1000).contains(&self.probe_multiplier) {
             return Err(ConfigError::InvalidParameter {
                 name: "probe multiplier",
@@ -167,7 +161,7 @@ impl VegasBuilder {
             }
         }
         let initial = VegasState {
-            estimate: u64::from(self.initial) << LIMIT_FRAC_BITS,
+            estimate: estimate_of(self.initial),
             rtt_noload: 0,
             probes: 0,
             jitter: 128,
@@ -212,7 +206,7 @@ impl VegasState {
     }
 
     fn limit(self) -> u32 {
-        (self.estimate >> LIMIT_FRAC_BITS) as u32
+        floor_limit(self.estimate)
     }
 }
 
@@ -275,11 +269,11 @@ impl Vegas {
 
     /// `updateEstimatedLimit`: the new estimate, Q.16.
     fn estimate(&self, estimate: u64, rtt: u64, rtt_noload: u64, sample: &Sample) -> u64 {
-        let limit = (estimate >> LIMIT_FRAC_BITS) as u32;
+        let limit = floor_limit(estimate);
         let log = u64::from(log10_at_least_1(limit));
         let new = if sample.outcome == Outcome::Dropped {
             estimate.saturating_sub(log * ONE)
-        } else if u64::from(sample.in_flight) << (LIMIT_FRAC_BITS + 1) < estimate {
+        } else if app_limited(sample.in_flight, estimate) {
             // Prevent upward drift if not close to the limit.
             return estimate;
         } else {
@@ -301,13 +295,9 @@ impl Vegas {
                 return estimate;
             }
         };
-        let new = new.clamp(u64::from(self.min) * ONE, u64::from(self.max) * ONE);
-        // (1 − s) · estimate + s · new, in millionths: both < 2^41, s <= 10^6.
-        // Rounded to nearest: a truncation would drift down by up to 2^-16 a
-        // change.
-        let num = u128::from(estimate) * u128::from(PPM - self.smoothing_ppm)
-            + u128::from(new) * u128::from(self.smoothing_ppm);
-        ((num + u128::from(PPM) / 2) / u128::from(PPM)) as u64
+        let new = clamp_estimate(new, self.min, self.max);
+        // Both below 2^41: the smoothed value is too.
+        smooth(estimate, u128::from(new), self.smoothing_ppm) as u64
     }
 }
 

@@ -68,26 +68,24 @@ pub trait Clock {
     }
 }
 
-impl<C: Clock + ?Sized> Clock for &C {
-    #[inline]
-    fn now(&self) -> u64 {
-        (**self).now()
-    }
+/// A reference or an `Arc` of a clock reads the clock it points to, the
+/// limiter's reading included.
+macro_rules! forward_clock {
+    ($($pointer:ty),*) => {
+        $(
+            impl<C: Clock + ?Sized> Clock for $pointer {
+                #[inline]
+                fn now(&self) -> u64 {
+                    (**self).now()
+                }
 
-    #[inline]
-    fn now_for_limiter(&self) -> u64 {
-        (**self).now_for_limiter()
-    }
+                #[inline]
+                fn now_for_limiter(&self) -> u64 {
+                    (**self).now_for_limiter()
+                }
+            }
+        )*
+    };
 }
 
-impl<C: Clock + ?Sized> Clock for std::sync::Arc<C> {
-    #[inline]
-    fn now(&self) -> u64 {
-        (**self).now()
-    }
-
-    #[inline]
-    fn now_for_limiter(&self) -> u64 {
-        (**self).now_for_limiter()
-    }
-}
+forward_clock!(&C, std::sync::Arc<C>);

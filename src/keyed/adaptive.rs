@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use super::evict::{ROOM, STEP, Sweeper};
+use super::evict::{ROOM, STEP, Sweeper, search_order};
 use super::hasher::KeyHasher;
 use super::map::{Entry, Map, WriteGuard};
 use crate::adaptive::{AdaptiveLimit, LimitAlgorithm, OwnedAdaptivePermit};
@@ -835,14 +835,11 @@ where
         let shard = self.map.determine_map(key);
         let mut searched = false;
         loop {
-            let reserved = self.sweeper.reserve();
+            let (entry, reserved) = self.sweeper.entry(&self.map, key.to_owned());
             // The entry holds the shard's write lock: inserting the key and
             // deciding it by the overflow are serialised (rule 3).
-            let entry = match self.map.entry(key.to_owned()) {
+            let entry = match entry {
                 Entry::Occupied(entry) => {
-                    if reserved {
-                        self.sweeper.release(1);
-                    }
                     let state = entry.get();
                     state.touch(now);
                     return admit::<A, C, F>(state);
@@ -930,12 +927,7 @@ where
         // Relaxed: spreads searches over the shards; any value is correct.
         let next = self.counters.room.fetch_add(1, Ordering::Relaxed) as usize;
         let mut budget = ROOM;
-        for i in 0..shards {
-            let shard = if i == 0 {
-                own
-            } else {
-                (own + 1 + (next + i - 1) % (shards - 1)) % shards
-            };
+        for shard in search_order(own, next, shards) {
             let (evicted, examined) = self.sweep_step(shard, budget, now);
             budget -= examined;
             if evicted > 0 || budget == 0 {

@@ -6,7 +6,7 @@
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 
-use super::map::{Entry, VacantEntry};
+use super::map::{Entry, Map, VacantEntry};
 use crossbeam_utils::CachePadded;
 
 use super::Keyed;
@@ -59,6 +59,19 @@ pub const IDLE_BEFORE_EVICTION: u64 = 1 << 30;
 
 /// Buckets examined, at most, to make room for a new key at the cap.
 pub(crate) const ROOM: usize = 128;
+
+/// The shards a search for room visits, of `shards`: the key's own,
+/// `own`, then every other shard once, starting at one that `turn` (a count
+/// of searches) moves from search to search.
+pub(crate) fn search_order(own: usize, turn: usize, shards: usize) -> impl Iterator<Item = usize> {
+    (0..shards).map(move |i| {
+        if i == 0 {
+            own
+        } else {
+            (own + 1 + (turn + i - 1) % (shards - 1)) % shards
+        }
+    })
+}
 
 /// Counters for the cap and the sweep.
 #[derive(Debug)]
@@ -130,6 +143,23 @@ impl Sweeper {
         if keys > 0 {
             self.len.fetch_sub(keys, Ordering::Relaxed);
         }
+    }
+
+    /// `key`'s entry in `map`, with a place for a new key reserved before
+    /// it is taken (`true` if there was one); a key already in the map
+    /// gives its place back at once.
+    pub(crate) fn entry<'m, K: Eq + Hash, V, S: BuildHasher>(
+        &self,
+        map: &'m Map<K, V, S>,
+        key: K,
+    ) -> (Entry<'m, K, V, S>, bool) {
+        let reserved = self.reserve();
+        let entry = map.entry(key);
+        if reserved && matches!(entry, Entry::Occupied(_)) {
+            self.release(1);
+            return (entry, false);
+        }
+        (entry, reserved)
     }
 }
 
@@ -220,16 +250,13 @@ where
         let shard = self.map.determine_map(key);
         let mut room_searches = 0;
         loop {
-            let reserved = self.sweeper.reserve();
+            let (entry, reserved) = self.sweeper.entry(&self.map, key.to_owned());
             // The entry holds the shard's write lock: inserting the key,
             // deciding it by the overflow state and forking the overflow
             // state for it are serialised, so a request decided by the
             // overflow is always in the state the key's own one forks.
-            let entry = match self.map.entry(key.to_owned()) {
+            let entry = match entry {
                 Entry::Occupied(entry) => {
-                    if reserved {
-                        self.sweeper.release(1);
-                    }
                     let now = self.decision_time(reading);
                     // SAFETY: `entry` holds the shard's write lock.
                     let result = unsafe {
@@ -407,14 +434,7 @@ where
         let next = self.sweeper.counters.room.fetch_add(1, Ordering::Relaxed) as usize;
         let mut budget = ROOM;
         let mut saw_fresh = false;
-        for i in 0..shards {
-            // The key's own shard, then every other shard once, starting at
-            // one that moves from search to search.
-            let shard = if i == 0 {
-                own
-            } else {
-                (own + 1 + (next + i - 1) % (shards - 1)) % shards
-            };
+        for shard in search_order(own, next, shards) {
             let (evicted, examined, kept_fresh) = self.sweep_step(shard, budget, idle);
             budget -= examined;
             saw_fresh |= kept_fresh > 0;

@@ -262,6 +262,17 @@ mod tests {
     use crate::kind::sealed::Kind;
     use crate::machine::Carry;
 
+    /// A view of `config` alone: no change in progress, never stale.
+    fn settled<G>(config: &G) -> View<'_, G> {
+        View {
+            current: config,
+            previous: config,
+            carry: Carry::Reset,
+            tag: 0,
+            still_current: &|| true,
+        }
+    }
+
     /// `count_bits` and the refund rely on the documented packing of the fixed
     /// window's word; this fails if that layout ever changes.
     #[test]
@@ -323,14 +334,7 @@ mod tests {
             BucketConfig::new(capacity, Rate::new(1, Duration::from_nanos(100))).unwrap()
         };
         let config = (per_100ns(1), per_100ns(3));
-        let still_current = || true;
-        let view = View {
-            current: &config,
-            previous: &config,
-            carry: Carry::Reset,
-            tag: 0,
-            still_current: &still_current,
-        };
+        let view = settled(&config);
         let (va, vb) = (view.map(|c| &c.0), view.map(|c| &c.1));
         let state = <(A, B)>::fresh(0);
         // The second part has no room at 1127.
@@ -354,14 +358,7 @@ mod tests {
         use crate::clock::ManualClock;
         type A = TokenBucket<ManualClock>;
         let config = BucketConfig::new(2, Rate::new(1, Duration::from_nanos(100))).unwrap();
-        let still_current = || true;
-        let view = View {
-            current: &config,
-            previous: &config,
-            carry: Carry::Reset,
-            tag: 0,
-            still_current: &still_current,
-        };
+        let view = settled(&config);
         let state = A::fresh(0);
         A::acquire(&view, &state, 50, 1).unwrap();
         let word = state.load();

@@ -7,11 +7,11 @@ use crossbeam_utils::CachePadded;
 use super::log::retry_after;
 use super::rules::LogConfig;
 use super::stripes::{Plan, Rings};
+use super::{Replan, first_rings};
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::{ConfigError, Denied};
 use crate::limiter::{RateLimiter, Rejection, Snapshot, check_request, report};
 use crate::rate::Rate;
-use crate::stripe::default_stripes;
 use crate::sync::Mutex;
 use crate::timeline::Timeline;
 
@@ -60,11 +60,7 @@ impl<C: Clock> LockingSlidingLog<C> {
     /// ```
     pub fn with_clock(rate: Rate, clock: C) -> Result<Self, ConfigError> {
         Ok(LockingSlidingLog {
-            rings: CachePadded::new(Mutex::new(Rings::new(Plan {
-                rules: LogConfig::new(rate)?,
-                count_denied: false,
-                stripes: default_stripes(),
-            }))),
+            rings: CachePadded::new(Mutex::new(first_rings(rate)?)),
             timeline: Timeline::new(clock),
         })
     }
@@ -80,10 +76,7 @@ impl<C: Clock> LockingSlidingLog<C> {
     /// assert!(log.try_acquire().is_err());
     /// ```
     pub fn count_denied(self, on: bool) -> Self {
-        self.replace_rings(|plan| Plan {
-            count_denied: on,
-            ..plan
-        });
+        self.set_count_denied(on);
         self
     }
 
@@ -95,7 +88,7 @@ impl<C: Clock> LockingSlidingLog<C> {
     /// assert_eq!(log.stripes(), 2);
     /// ```
     pub fn with_stripes(self, stripes: usize) -> Self {
-        self.replace_rings(|plan| Plan { stripes, ..plan });
+        self.set_stripes(stripes);
         self
     }
 
@@ -122,8 +115,7 @@ impl<C: Clock> LockingSlidingLog<C> {
     /// assert!(log.try_acquire().is_err());
     /// ```
     pub fn reconfigure(&self, rate: Rate) -> Result<(), ConfigError> {
-        self.reconfigure_rules(&LogConfig::new(rate)?);
-        Ok(())
+        self.set_rate(rate)
     }
 
     /// As [`SlidingLog::with_rule`](crate::SlidingLog::with_rule).
@@ -136,8 +128,7 @@ impl<C: Clock> LockingSlidingLog<C> {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn with_rule(self, rate: Rate) -> Result<Self, ConfigError> {
-        let rules = self.rules().with_rule(rate)?;
-        self.reconfigure_rules(&rules);
+        self.add_rule(rate)?;
         Ok(self)
     }
 
@@ -153,10 +144,7 @@ impl<C: Clock> LockingSlidingLog<C> {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn reconfigure_rules(&self, rules: &LogConfig) {
-        self.replace_rings(|plan| Plan {
-            rules: rules.clone(),
-            ..plan
-        });
+        self.set_rules(rules);
     }
 
     /// As [`SlidingLog::rules`](crate::SlidingLog::rules).
@@ -168,16 +156,7 @@ impl<C: Clock> LockingSlidingLog<C> {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn rules(&self) -> LogConfig {
-        self.rings.lock().rules().clone()
-    }
-
-    /// Replaces the rings with those built to the plan `make` derives from
-    /// the old ones', inheriting as the lock-free log does.
-    fn replace_rings(&self, make: impl Fn(Plan) -> Plan) {
-        let mut rings = self.rings.lock();
-        // Under the lock nobody else seals: this caller always does.
-        rings.seal();
-        *rings = rings.successor(make(rings.plan()));
+        self.current_rules()
     }
 
     /// The permits allowed per window.
@@ -213,6 +192,20 @@ impl<C: Clock> LockingSlidingLog<C> {
     /// ```
     pub fn clock(&self) -> &C {
         self.timeline.clock()
+    }
+}
+
+impl<C> Replan for LockingSlidingLog<C> {
+    /// Under the lock, inheriting as the lock-free log does.
+    fn replace_rings(&self, make: impl Fn(Plan) -> Plan) {
+        let mut rings = self.rings.lock();
+        // Under the lock nobody else seals: this caller always does.
+        rings.seal();
+        *rings = rings.successor(make(rings.plan()));
+    }
+
+    fn current_rules(&self) -> LogConfig {
+        self.rings.lock().rules().clone()
     }
 }
 

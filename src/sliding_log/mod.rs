@@ -344,11 +344,7 @@ impl<C: Clock> SlidingLog<C> {
     /// ```
     pub fn with_clock(rate: Rate, clock: C) -> Result<Self, ConfigError> {
         Ok(SlidingLog {
-            ring: Shared::new(Rings::new(Plan {
-                rules: LogConfig::new(rate)?,
-                count_denied: false,
-                stripes: default_stripes(),
-            })),
+            ring: Shared::new(first_rings(rate)?),
             timeline: Timeline::new(clock),
         })
     }
@@ -374,10 +370,7 @@ impl<C: Clock> SlidingLog<C> {
     /// assert!(log.try_acquire().is_err()); // 1.1 s: still within a second of 0.9 s
     /// ```
     pub fn count_denied(self, on: bool) -> Self {
-        self.replace_rings(|plan| Plan {
-            count_denied: on,
-            ..plan
-        });
+        self.set_count_denied(on);
         self
     }
 
@@ -408,8 +401,7 @@ impl<C: Clock> SlidingLog<C> {
     /// assert!(log.try_acquire().is_ok());
     /// ```
     pub fn reconfigure(&self, rate: Rate) -> Result<(), ConfigError> {
-        self.reconfigure_rules(&LogConfig::new(rate)?);
-        Ok(())
+        self.set_rate(rate)
     }
 
     /// Adds a rule — or changes the rule of the same window — so that a
@@ -441,8 +433,7 @@ impl<C: Clock> SlidingLog<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn with_rule(self, rate: Rate) -> Result<Self, ConfigError> {
-        let rules = self.rules().with_rule(rate)?;
-        self.reconfigure_rules(&rules);
+        self.add_rule(rate)?;
         Ok(self)
     }
 
@@ -463,10 +454,7 @@ impl<C: Clock> SlidingLog<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn reconfigure_rules(&self, rules: &LogConfig) {
-        self.replace_rings(|plan| Plan {
-            rules: rules.clone(),
-            ..plan
-        });
+        self.set_rules(rules);
     }
 
     /// The rules in force, shortest window first.
@@ -480,25 +468,7 @@ impl<C: Clock> SlidingLog<C> {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn rules(&self) -> LogConfig {
-        self.ring.with(|rings| rings.rules().clone())
-    }
-
-    /// Seals the current rings and publishes their successor, built to the
-    /// plan `make` derives from the old rings'.
-    fn replace_rings(&self, make: impl Fn(Plan) -> Plan) {
-        let mut backoff = Backoff::new();
-        // Only the thread that seals the rings replaces them; another
-        // reconfiguration that got there first is waited for, then the next
-        // rings are sealed.
-        // SAFETY: a successor is returned only by the thread whose `seal`
-        // sealed the rings, and rings are sealed once: no other replacement
-        // races this one.
-        while !unsafe {
-            self.ring
-                .replace_with(|rings| rings.seal().then(|| rings.successor(make(rings.plan()))))
-        } {
-            backoff.pause();
-        }
+        self.current_rules()
     }
 
     /// Splits the log's permits over rings for `stripes` stripes (default: one
@@ -518,7 +488,7 @@ impl<C: Clock> SlidingLog<C> {
     /// assert_eq!(tiny.stripes(), 2); // at most the limit, a power of two
     /// ```
     pub fn with_stripes(self, stripes: usize) -> Self {
-        self.replace_rings(|plan| Plan { stripes, ..plan });
+        self.set_stripes(stripes);
         self
     }
 
@@ -583,6 +553,81 @@ impl<C: Clock> SlidingLog<C> {
     /// ```
     pub fn clock(&self) -> &C {
         self.timeline.clock()
+    }
+}
+
+/// The rings a log starts with: one rule, `rate`; denied attempts not
+/// counted; the default stripes.
+fn first_rings(rate: Rate) -> Result<Rings, ConfigError> {
+    Ok(Rings::new(Plan {
+        rules: LogConfig::new(rate)?,
+        count_denied: false,
+        stripes: default_stripes(),
+    }))
+}
+
+/// How a log's configuration changes, for the lock-free log and its locking
+/// twin alike: each replaces its rings its own way, and both derive the new
+/// rings' plan here, so that a change rebuilds the twin to the same plan as
+/// the log.
+trait Replan {
+    /// Replaces the rings with their successor, built to the plan `make`
+    /// derives from the old rings'.
+    fn replace_rings(&self, make: impl Fn(Plan) -> Plan);
+
+    /// The rules in force.
+    fn current_rules(&self) -> LogConfig;
+
+    fn set_count_denied(&self, on: bool) {
+        self.replace_rings(|plan| Plan {
+            count_denied: on,
+            ..plan
+        });
+    }
+
+    fn set_stripes(&self, stripes: usize) {
+        self.replace_rings(|plan| Plan { stripes, ..plan });
+    }
+
+    fn set_rules(&self, rules: &LogConfig) {
+        self.replace_rings(|plan| Plan {
+            rules: rules.clone(),
+            ..plan
+        });
+    }
+
+    fn set_rate(&self, rate: Rate) -> Result<(), ConfigError> {
+        self.set_rules(&LogConfig::new(rate)?);
+        Ok(())
+    }
+
+    fn add_rule(&self, rate: Rate) -> Result<(), ConfigError> {
+        let rules = self.current_rules().with_rule(rate)?;
+        self.set_rules(&rules);
+        Ok(())
+    }
+}
+
+impl<C> Replan for SlidingLog<C> {
+    /// Seals the current rings and publishes their successor.
+    fn replace_rings(&self, make: impl Fn(Plan) -> Plan) {
+        let mut backoff = Backoff::new();
+        // Only the thread that seals the rings replaces them; another
+        // reconfiguration that got there first is waited for, then the next
+        // rings are sealed.
+        // SAFETY: a successor is returned only by the thread whose `seal`
+        // sealed the rings, and rings are sealed once: no other replacement
+        // races this one.
+        while !unsafe {
+            self.ring
+                .replace_with(|rings| rings.seal().then(|| rings.successor(make(rings.plan()))))
+        } {
+            backoff.pause();
+        }
+    }
+
+    fn current_rules(&self) -> LogConfig {
+        self.ring.with(|rings| rings.rules().clone())
     }
 }
 
