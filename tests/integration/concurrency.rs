@@ -5,7 +5,7 @@
 //! the test has seen it queued).
 
 use std::future::Future;
-use std::pin::{Pin, pin};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
@@ -249,6 +249,36 @@ fn poll<F: Future>(future: Pin<&mut F>, waker: &Waker) -> Poll<F::Output> {
     future.poll(&mut Context::from_waker(waker))
 }
 
+/// A future polled by hand with a waker of its own.
+struct Waiter<F> {
+    future: Pin<Box<F>>,
+    flag: Arc<Flag>,
+    waker: Waker,
+}
+
+impl<F: Future> Waiter<F> {
+    /// `future`, polled once and found asleep.
+    fn asleep(future: F) -> Self {
+        let (flag, waker) = Flag::waker();
+        let mut waiter = Waiter {
+            future: Box::pin(future),
+            flag,
+            waker,
+        };
+        assert!(waiter.poll().is_pending());
+        waiter
+    }
+
+    fn poll(&mut self) -> Poll<F::Output> {
+        poll(self.future.as_mut(), &self.waker)
+    }
+
+    /// Whether its waker was woken since last asked.
+    fn woken(&self) -> bool {
+        self.flag.take()
+    }
+}
+
 /// Waits until `done` holds: the test's way to cause an interleaving it
 /// needs (a thread asleep in the queue) rather than hope for it.
 fn eventually(what: &str, mut done: impl FnMut() -> bool) {
@@ -266,29 +296,48 @@ macro_rules! waiting_tests {
 
             type Limit = $limit;
 
+            /// Two futures put to sleep in order behind the limit's one
+            /// permit; then that permit released, which wakes the first.
+            fn two_asleep_then_released(
+                limit: &Limit,
+            ) -> [Waiter<impl Future<Output = Permit<'_, Limit>> + '_>; 2] {
+                let held = limit.try_acquire().unwrap();
+                let waiters = [(), ()].map(|()| Waiter::asleep(limit.acquire_async()));
+                drop(held);
+                assert!(waiters[0].woken(), "the release woke the first waiter");
+                waiters
+            }
+
+            /// A thread asleep in the queue behind the limit's one permit,
+            /// which the caller holds; woken, the thread runs `then`.
+            fn thread_asleep_behind_held<T: Send + 'static>(
+                then: impl FnOnce(&Limit) -> T + Send + 'static,
+            ) -> (Arc<Limit>, impl Sized, thread::JoinHandle<T>) {
+                let limit = Arc::new(Limit::new(1).unwrap());
+                let held = limit.try_acquire_owned().unwrap();
+                let waiter = {
+                    let limit = limit.clone();
+                    thread::spawn(move || then(&limit))
+                };
+                eventually("the thread sleeps", || limit.has_waiters());
+                (limit, held, waiter)
+            }
+
             /// Futures polled by hand: a release wakes the first queued,
             /// which then takes the permit; the second stays asleep.
             #[test]
             fn a_release_wakes_the_first_queued_future() {
                 let limit = Limit::new(1).unwrap();
-                let held = limit.try_acquire().unwrap();
-                let (first_flag, first_waker) = Flag::waker();
-                let (second_flag, second_waker) = Flag::waker();
-                let mut first = pin!(limit.acquire_async());
-                let mut second = pin!(limit.acquire_async());
-                assert!(poll(first.as_mut(), &first_waker).is_pending());
-                assert!(poll(second.as_mut(), &second_waker).is_pending());
-                drop(held);
-                assert!(first_flag.take(), "the release woke the first waiter");
-                assert!(!second_flag.take(), "and only it");
-                let Poll::Ready(permit) = poll(first.as_mut(), &first_waker) else {
+                let [mut first, mut second] = two_asleep_then_released(&limit);
+                assert!(!second.woken(), "and only it");
+                let Poll::Ready(permit) = first.poll() else {
                     panic!("the woken waiter takes the freed permit");
                 };
                 assert_eq!(permit.granted_in_flight(), 1);
-                assert!(poll(second.as_mut(), &second_waker).is_pending());
+                assert!(second.poll().is_pending());
                 drop(permit);
-                assert!(second_flag.take());
-                assert!(poll(second.as_mut(), &second_waker).is_ready());
+                assert!(second.woken());
+                assert!(second.poll().is_ready());
             }
 
             /// Growing the limit wakes as many sleepers as it opens room for.
@@ -296,23 +345,21 @@ macro_rules! waiting_tests {
             fn growth_wakes_waiters_for_the_room_it_opens() {
                 let limit = Limit::new(1).unwrap();
                 let _held = limit.try_acquire().unwrap();
-                let flags: Vec<_> = (0..3).map(|_| Flag::waker()).collect();
-                let mut futures: Vec<_> = (0..3).map(|_| Box::pin(limit.acquire_async())).collect();
-                for (future, (_, waker)) in futures.iter_mut().zip(&flags) {
-                    assert!(poll(future.as_mut(), waker).is_pending());
-                }
+                let mut waiters: Vec<_> = (0..3)
+                    .map(|_| Waiter::asleep(limit.acquire_async()))
+                    .collect();
                 limit.set_limit(3).unwrap();
-                let woken: Vec<bool> = flags.iter().map(|(flag, _)| flag.take()).collect();
+                let woken: Vec<bool> = waiters.iter().map(Waiter::woken).collect();
                 assert_eq!(woken, [true, true, false]);
                 let mut permits = Vec::new();
-                for (future, (_, waker)) in futures.iter_mut().zip(&flags).take(2) {
-                    match poll(future.as_mut(), waker) {
+                for waiter in waiters.iter_mut().take(2) {
+                    match waiter.poll() {
                         Poll::Ready(permit) => permits.push(permit),
                         Poll::Pending => panic!("a woken waiter finds room"),
                     }
                 }
                 assert_eq!(limit.in_flight(), 3);
-                assert!(poll(futures[2].as_mut(), &flags[2].1).is_pending());
+                assert!(waiters[2].poll().is_pending());
             }
 
             /// A woken future dropped before it is polled again passes the
@@ -321,26 +368,16 @@ macro_rules! waiting_tests {
             #[test]
             fn a_dropped_future_strands_nothing_and_passes_its_wake_up_on() {
                 let limit = Limit::new(1).unwrap();
-                let held = limit.try_acquire().unwrap();
-                let (first_flag, first_waker) = Flag::waker();
-                let (second_flag, second_waker) = Flag::waker();
-                let mut first = Box::pin(limit.acquire_async());
-                let mut second = pin!(limit.acquire_async());
-                assert!(poll(first.as_mut(), &first_waker).is_pending());
-                assert!(poll(second.as_mut(), &second_waker).is_pending());
-                drop(held);
-                assert!(first_flag.take());
+                let [first, mut second] = two_asleep_then_released(&limit);
                 drop(first); // woken, never polled again
-                assert!(second_flag.take(), "the wake-up was passed on");
+                assert!(second.woken(), "the wake-up was passed on");
                 assert_eq!(limit.in_flight(), 0, "the dropped future held nothing");
-                let permit = match poll(second.as_mut(), &second_waker) {
+                let permit = match second.poll() {
                     Poll::Ready(permit) => permit,
                     Poll::Pending => panic!("the passed-on wake-up finds the permit"),
                 };
                 // A sleeper dropped: nothing held, nobody left to wake.
-                let (_, third_waker) = Flag::waker();
-                let mut third = Box::pin(limit.acquire_async());
-                assert!(poll(third.as_mut(), &third_waker).is_pending());
+                let third = Waiter::asleep(limit.acquire_async());
                 assert!(limit.has_waiters());
                 drop(third);
                 assert!(!limit.has_waiters(), "the sleeper left the queue");
@@ -368,34 +405,21 @@ macro_rules! waiting_tests {
             #[test]
             fn a_woken_waiter_that_loses_the_permit_sleeps_again_first() {
                 let limit = Limit::new(1).unwrap();
-                let held = limit.try_acquire().unwrap();
-                let (first_flag, first_waker) = Flag::waker();
-                let (second_flag, second_waker) = Flag::waker();
-                let mut first = pin!(limit.acquire_async());
-                let mut second = pin!(limit.acquire_async());
-                assert!(poll(first.as_mut(), &first_waker).is_pending());
-                assert!(poll(second.as_mut(), &second_waker).is_pending());
-                drop(held);
-                assert!(first_flag.take());
+                let [mut first, second] = two_asleep_then_released(&limit);
                 let barger = limit.try_acquire().expect("the freed permit");
-                assert!(poll(first.as_mut(), &first_waker).is_pending());
+                assert!(first.poll().is_pending());
                 drop(barger);
-                assert!(first_flag.take(), "first again, not the second");
-                assert!(!second_flag.take());
-                assert!(poll(first.as_mut(), &first_waker).is_ready());
+                assert!(first.woken(), "first again, not the second");
+                assert!(!second.woken());
+                assert!(first.poll().is_ready());
             }
 
             /// A blocked thread is woken by a release, made only once the
             /// thread sleeps in the queue.
             #[test]
             fn a_release_wakes_a_blocked_thread() {
-                let limit = Arc::new(Limit::new(1).unwrap());
-                let held = limit.try_acquire_owned().unwrap();
-                let waiter = {
-                    let limit = limit.clone();
-                    thread::spawn(move || limit.acquire().granted_in_flight())
-                };
-                eventually("the thread sleeps", || limit.has_waiters());
+                let (limit, held, waiter) =
+                    thread_asleep_behind_held(|limit| limit.acquire().granted_in_flight());
                 drop(held);
                 assert_eq!(waiter.join().unwrap(), 1);
                 assert_eq!(limit.in_flight(), 0);
@@ -405,16 +429,10 @@ macro_rules! waiting_tests {
             /// waited behind is still held.
             #[test]
             fn growth_wakes_a_blocked_thread() {
-                let limit = Arc::new(Limit::new(1).unwrap());
-                let held = limit.try_acquire_owned().unwrap();
-                let waiter = {
-                    let limit = limit.clone();
-                    thread::spawn(move || {
-                        let permit = limit.acquire();
-                        (permit.granted_in_flight(), permit.granted_limit())
-                    })
-                };
-                eventually("the thread sleeps", || limit.has_waiters());
+                let (limit, held, waiter) = thread_asleep_behind_held(|limit| {
+                    let permit = limit.acquire();
+                    (permit.granted_in_flight(), permit.granted_limit())
+                });
                 limit.set_limit(2).unwrap();
                 assert_eq!(waiter.join().unwrap(), (2, 2));
                 drop(held);
