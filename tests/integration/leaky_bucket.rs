@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use support::{
-    Admission, Op, Reference, ReferenceLeakyBucket, ReferenceShaper, Start, Step, assert_agree,
-    bucket_config, check_leaky_bucket, check_shaper, check_shaper_any_order,
-    exact_under_contention, forward_ops, lockstep, op_steps, round_times,
+    Admission, EXACT_BUCKET, Op, Reference, ReferenceLeakyBucket, ReferenceShaper, STRESS_ATTEMPTS,
+    STRESS_ROUNDS, STRESS_THREADS, Start, Step, assert_agree, bucket_config, check_leaky_bucket,
+    check_shaper, check_shaper_any_order, exact_bucket_rounds, forward_ops, lockstep, op_steps,
+    round_times,
 };
 use tollgate::{
     ConfigError, Denied, LeakyBucket, LockingLeakyBucket, LockingShaper, ManualClock, Rate,
@@ -410,45 +411,41 @@ fn configuration_errors() {
     ));
 }
 
-const THREADS: usize = 4;
-const ROUNDS: usize = 300;
-const ATTEMPTS: usize = 64;
-
-fn meter_rounds<L: RateLimiter + Send + Sync + 'static>(make: fn(ManualClock) -> L) {
-    let (capacity, permits, period) = (40, 100, 1_000_000u64);
-    let times = round_times(ROUNDS as u64, period / u64::from(permits) * 25);
-    let mut reference = ReferenceLeakyBucket::new(capacity, permits, period);
-    let admissions = exact_under_contention(make, &times, &mut reference);
+fn meter_rounds<L: RateLimiter + Send + Sync + 'static>(
+    with_clock: fn(u32, Rate, ManualClock) -> Result<L, ConfigError>,
+) {
+    let (capacity, permits, period) = EXACT_BUCKET;
+    let admissions = exact_bucket_rounds(with_clock, ReferenceLeakyBucket::new);
     check_leaky_bucket(&admissions, capacity, period / u64::from(permits));
 }
 
 #[test]
 fn meter_is_exact_under_contention() {
-    meter_rounds(|clock| {
-        LeakyBucket::with_clock(40, Rate::new(100, Duration::from_millis(1)), clock).unwrap()
-    });
+    meter_rounds(LeakyBucket::with_clock);
 }
 
 #[test]
 fn locking_meter_is_exact_under_contention() {
-    meter_rounds(|clock| {
-        LockingLeakyBucket::with_clock(40, Rate::new(100, Duration::from_millis(1)), clock).unwrap()
-    });
+    meter_rounds(LockingLeakyBucket::with_clock);
 }
 
 /// Four threads reserve in lock-step rounds (mixed sizes, mixed wait bounds):
 /// every start granted keeps the shaper's promise, and per round the shaper
 /// grants exactly as many permits as a sequential one would.
-fn shaper_rounds<S: Reserve + Send + Sync + 'static>(make: fn(ManualClock) -> S) {
+fn shaper_rounds<S: Reserve + Send + Sync + 'static>(
+    with_clock: fn(Rate, u32, Duration, ManualClock) -> Result<S, ConfigError>,
+) {
     let (interval, burst, max_wait) = (10_000u64, 3u32, 200_000u64);
     let clock = ManualClock::new();
-    let shaper = Arc::new(make(clock.clone()));
-    let times = round_times(ROUNDS as u64, interval * 4);
+    let rate = Rate::new(1, Duration::from_nanos(interval));
+    let shaper = with_clock(rate, burst, Duration::from_nanos(max_wait), clock.clone());
+    let shaper = Arc::new(shaper.unwrap());
+    let times = round_times(STRESS_ROUNDS as u64, interval * 4);
     let round_times = times.clone();
     let s = shaper.clone();
-    let rounds = lockstep(&clock, THREADS, &times, move |thread, round| {
+    let rounds = lockstep(&clock, STRESS_THREADS, &times, move |thread, round| {
         let now = round_times[round];
-        (0..ATTEMPTS)
+        (0..STRESS_ATTEMPTS)
             .filter_map(|attempt| {
                 let n = 1 + ((thread * 31 + attempt * 17) % 2) as u32;
                 s.reserve(n).ok().map(|r| Start {
@@ -460,7 +457,7 @@ fn shaper_rounds<S: Reserve + Send + Sync + 'static>(make: fn(ManualClock) -> S)
             .collect()
     });
     let starts: Vec<Start> = rounds.iter().flatten().copied().collect();
-    assert!(starts.len() > ROUNDS);
+    assert!(starts.len() > STRESS_ROUNDS);
     // Racing threads may share a start in an unrecorded booking order.
     check_shaper_any_order(&starts, interval, burst, max_wait);
     // Demand always exceeds the queue, so each round fills it exactly: the
@@ -485,28 +482,12 @@ fn shaper_rounds<S: Reserve + Send + Sync + 'static>(make: fn(ManualClock) -> S)
 
 #[test]
 fn shaper_keeps_its_spacing_under_contention() {
-    shaper_rounds(|clock| {
-        Shaper::with_clock(
-            Rate::new(1, Duration::from_micros(10)),
-            3,
-            Duration::from_micros(200),
-            clock,
-        )
-        .unwrap()
-    });
+    shaper_rounds(Shaper::with_clock);
 }
 
 #[test]
 fn locking_shaper_keeps_its_spacing_under_contention() {
-    shaper_rounds(|clock| {
-        LockingShaper::with_clock(
-            Rate::new(1, Duration::from_micros(10)),
-            3,
-            Duration::from_micros(200),
-            clock,
-        )
-        .unwrap()
-    });
+    shaper_rounds(LockingShaper::with_clock);
 }
 
 /// Issue 17, item 4, both counterexamples. A start may run `burst` intervals
@@ -533,19 +514,32 @@ fn a_stale_reading_never_starts_before_an_earlier_booking() {
             clock,
         )
     }
+
+    /// On both shapers: a single permit granted at `booked`, then `n` asked
+    /// for at the older reading `read`, denied.
+    fn stale_request_denied(
+        atomic: &Shaper<ManualClock>,
+        twin: &LockingShaper<ManualClock>,
+        clock: &ManualClock,
+        booked: u64,
+        (read, n): (u64, u32),
+    ) {
+        for shaper in [atomic as &dyn RateLimiter, twin] {
+            clock.set(booked);
+            assert!(shaper.try_acquire_n(1).is_ok());
+            clock.set(read);
+            assert!(
+                shaper.try_acquire_n(n).is_err(),
+                "{n} permits in [{read}, {booked})"
+            );
+        }
+    }
+
     // Thread B's 1 at 153325 booked before thread A's 5, read at 152324; the
     // stale reading is played here as the clock stepping back.
     let (atomic, twin, clock) = shaper_for(5, 5001, 3, 1484);
     assert_eq!(atomic.capacity(), 5);
-    for shaper in [&atomic as &dyn RateLimiter, &twin] {
-        clock.set(153_325);
-        assert!(shaper.try_acquire_n(1).is_ok());
-        clock.set(152_324);
-        assert!(
-            shaper.try_acquire_n(5).is_err(),
-            "5 permits in [152324, 153325)"
-        );
-    }
+    stale_request_denied(&atomic, &twin, &clock, 153_325, (152_324, 5));
     // Reserving instead, on a fresh queue: a stale booking queues behind the
     // later start, and every start keeps the promise from its own reading.
     let (atomic, _, clock) = shaper_for(5, 5001, 3, 1484);
@@ -569,15 +563,7 @@ fn a_stale_reading_never_starts_before_an_earlier_booking() {
 
     // Single-threaded: 3 per 11 ns (4 ns apart), burst 3, queueing 20 ns.
     let (atomic, twin, clock) = shaper_for(3, 11, 3, 20);
-    for shaper in [&atomic as &dyn RateLimiter, &twin] {
-        clock.set(2183);
-        assert!(shaper.try_acquire_n(1).is_ok());
-        clock.set(2175);
-        assert!(
-            shaper.try_acquire_n(9).is_err(),
-            "9 permits in [2175, 2183)"
-        );
-    }
+    stale_request_denied(&atomic, &twin, &clock, 2183, (2175, 9));
     // On a clock that did not step back the 9 start at 2183 with the 1 (the
     // last request's own permits are not limited by the burst); from 2175 the
     // same start is 8 ns away, which a reservation may wait for.

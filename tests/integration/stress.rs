@@ -9,29 +9,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use support::{
-    Admission, ReferenceFixedWindow, ReferenceTokenBucket, check_fixed_window, check_token_bucket,
+    Admission, EXACT_BUCKET, ReferenceFixedWindow, ReferenceTokenBucket, STRESS_ATTEMPTS,
+    STRESS_ROUNDS, STRESS_THREADS, check_fixed_window, check_token_bucket, exact_bucket_rounds,
     exact_under_contention, mixed, round_times, stress,
 };
 use tollgate::{
-    FixedWindow, LockingFixedWindow, LockingTokenBucket, ManualClock, Rate, RateLimiter,
-    TokenBucket,
+    ConfigError, FixedWindow, LockingFixedWindow, LockingTokenBucket, ManualClock, Rate,
+    RateLimiter, TokenBucket,
 };
-
-const THREADS: usize = 4;
-const ROUNDS: usize = 300;
-const ATTEMPTS: usize = 64;
 
 /// Single permits: demand outstrips supply every round, so a tight limiter
 /// admits exactly what a sequential one would, round by round.
-fn token_bucket_rounds<L: RateLimiter + Send + Sync + 'static>(make: fn(ManualClock) -> L) {
-    let (capacity, permits, period) = (40, 100, 1_000_000u64);
-    let times = round_times(ROUNDS as u64, period / u64::from(permits) * 25);
-    let mut reference = ReferenceTokenBucket::new(capacity, permits, period);
-    let admissions = exact_under_contention(make, &times, &mut reference);
+fn token_bucket_rounds<L: RateLimiter + Send + Sync + 'static>(
+    with_clock: fn(u32, Rate, ManualClock) -> Result<L, ConfigError>,
+) {
+    let (capacity, permits, period) = EXACT_BUCKET;
+    let admissions = exact_bucket_rounds(with_clock, ReferenceTokenBucket::new);
     check_token_bucket(&admissions, capacity, permits, period);
 }
 
-/// The admissions of `ROUNDS` rounds `step` ns apart, each thread asking for
+/// The admissions of `STRESS_ROUNDS` rounds `step` ns apart, each thread asking for
 /// 1 to 3 permits at a time of the limiter `make` builds on the test clock;
 /// asserts that some were admitted.
 fn mixed_rounds<L: RateLimiter + Send + Sync + 'static>(
@@ -40,24 +37,27 @@ fn mixed_rounds<L: RateLimiter + Send + Sync + 'static>(
 ) -> Vec<Admission> {
     let clock = ManualClock::new();
     let limiter = Arc::new(make(clock.clone()));
-    let times = round_times(ROUNDS as u64, step);
-    let record = stress(limiter, &clock, THREADS, &times, ATTEMPTS, mixed::<3>);
+    let times = round_times(STRESS_ROUNDS as u64, step);
+    let record = stress(
+        limiter,
+        &clock,
+        STRESS_THREADS,
+        &times,
+        STRESS_ATTEMPTS,
+        mixed::<3>,
+    );
     assert!(!record.admissions.is_empty());
     record.admissions
 }
 
 #[test]
 fn token_bucket_is_exact_under_contention() {
-    token_bucket_rounds(|clock| {
-        TokenBucket::with_clock(40, Rate::new(100, Duration::from_millis(1)), clock).unwrap()
-    });
+    token_bucket_rounds(TokenBucket::with_clock);
 }
 
 #[test]
 fn locking_token_bucket_is_exact_under_contention() {
-    token_bucket_rounds(|clock| {
-        LockingTokenBucket::with_clock(40, Rate::new(100, Duration::from_millis(1)), clock).unwrap()
-    });
+    token_bucket_rounds(LockingTokenBucket::with_clock);
 }
 
 #[test]
@@ -71,7 +71,7 @@ fn token_bucket_keeps_its_bound_with_mixed_sizes() {
 
 fn fixed_window_rounds<L: RateLimiter + Send + Sync + 'static>(make: fn(ManualClock) -> L) {
     let (limit, window) = (50, 1_000_000u64);
-    let times = round_times(ROUNDS as u64, window / 2);
+    let times = round_times(STRESS_ROUNDS as u64, window / 2);
     let mut reference = ReferenceFixedWindow::new(limit, window);
     let admissions = exact_under_contention(make, &times, &mut reference);
     check_fixed_window(&admissions, limit, window);

@@ -9,7 +9,7 @@ use std::sync::{Arc, Barrier, Mutex, mpsc};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tollgate::{Denied, LogConfig, ManualClock, Rate, RateLimiter, Snapshot};
+use tollgate::{ConfigError, Denied, LogConfig, ManualClock, Rate, RateLimiter, Snapshot};
 
 /// Polls a future once, as an executor would on its first turn, with a waker
 /// that does nothing.
@@ -281,18 +281,34 @@ where
 /// `reference` admits, round by round. Returns the admissions, for the
 /// limiter's own promise.
 pub fn exact_under_contention<L: RateLimiter + Send + Sync + 'static>(
-    make: fn(ManualClock) -> L,
+    make: impl FnOnce(ManualClock) -> L,
     times: &[u64],
     reference: &mut dyn Reference,
 ) -> Vec<Admission> {
-    const THREADS: usize = 4;
-    const ATTEMPTS: usize = 64;
     let clock = ManualClock::new();
     let limiter = Arc::new(make(clock.clone()));
-    let record = stress(limiter, &clock, THREADS, times, ATTEMPTS, one);
-    let expected = expected_per_round(reference, times, THREADS * ATTEMPTS);
+    let record = stress(limiter, &clock, STRESS_THREADS, times, STRESS_ATTEMPTS, one);
+    let expected = expected_per_round(reference, times, STRESS_THREADS * STRESS_ATTEMPTS);
     assert_eq!(record.per_round, expected);
     record.admissions
+}
+
+/// The bucket [`exact_bucket_rounds`] races: capacity 40, 100 permits a
+/// millisecond, as `(capacity, permits, period_ns)`.
+pub const EXACT_BUCKET: (u32, u32, u64) = (40, 100, 1_000_000);
+
+/// [`exact_under_contention`] over [`STRESS_ROUNDS`] rounds 25 intervals
+/// apart, on a bucket of [`EXACT_BUCKET`] that `with_clock` builds, against
+/// the sequential `reference` built for the same numbers.
+pub fn exact_bucket_rounds<L: RateLimiter + Send + Sync + 'static, R: Reference>(
+    with_clock: fn(u32, Rate, ManualClock) -> Result<L, ConfigError>,
+    reference: fn(u32, u32, u64) -> R,
+) -> Vec<Admission> {
+    let (capacity, permits, period) = EXACT_BUCKET;
+    let rate = Rate::new(permits, Duration::from_nanos(period));
+    let make = |clock| with_clock(capacity, rate, clock).unwrap();
+    let times = round_times(STRESS_ROUNDS as u64, period / u64::from(permits) * 25);
+    exact_under_contention(make, &times, &mut reference(capacity, permits, period))
 }
 
 /// A sequential reference model, decision for decision.
@@ -1203,9 +1219,10 @@ pub fn assert_odd_sizes_denied(limiter: &dyn RateLimiter, capacity: u32) {
     }
 }
 
-/// Threads and requests a round of a leased limiter's lock-step stress test.
+/// Threads and requests a round of a lock-step stress test, and its rounds.
 pub const STRESS_THREADS: usize = 4;
 pub const STRESS_ATTEMPTS: usize = 64;
+pub const STRESS_ROUNDS: usize = 300;
 
 /// Lock-step rounds of [`stress_round`] on `limiter` at `times`,
 /// [`STRESS_THREADS`] threads of [`STRESS_ATTEMPTS`] requests: every round's
