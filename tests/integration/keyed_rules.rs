@@ -12,12 +12,12 @@ use crate::support;
 
 use proptest::prelude::*;
 use support::{
-    Phase, PhasedAdmission, Rules, RulesModel, log_config, phased_rounds, rule_phases,
-    rule_violations,
+    Phase, PhasedAdmission, Rules, RulesModel, admitted_keeping_every_rule,
+    assert_the_largest_rule_alone_is_caught, log_config, phased_rounds, rule_phases,
 };
 use tollgate::LogConfig;
 use tollgate::keyed::{Carry, Keyed};
-use tollgate::{Denied, ManualClock, Rate, SlidingLog, Snapshot};
+use tollgate::{Denied, ManualClock, SlidingLog, Snapshot};
 
 type Log = SlidingLog<ManualClock>;
 
@@ -186,7 +186,7 @@ proptest! {
 /// Every admission of [`phased_rounds`] on a keyed log: each thread takes
 /// permits on eight keys a round (`config` builds each phase's
 /// configuration).
-fn run_threads(phases: &[Phase], config: impl Fn(&Rules) -> LogConfig) -> Vec<PhasedAdmission> {
+fn run_threads(phases: &[Phase], config: &dyn Fn(&Rules) -> LogConfig) -> Vec<PhasedAdmission> {
     let clock = ManualClock::new();
     let keyed = Arc::new(Keyed::<u32, Log>::with_clock(
         config(&phases[0].rules),
@@ -222,8 +222,7 @@ fn phases() -> Vec<Phase> {
 #[test]
 fn every_rule_holds_on_admissions_from_threads() {
     let phases = phases();
-    let admitted = run_threads(&phases, |rules| log_config(rules));
-    assert_eq!(rule_violations(&phases, &admitted), Vec::<String>::new());
+    let admitted = admitted_keeping_every_rule(&phases, run_threads);
     // Not a limiter that denies everything: each phase's minute rule is the
     // binding one over a minute, and each key gets permits in every phase.
     for key in 0..8 {
@@ -244,16 +243,7 @@ fn every_rule_holds_on_admissions_from_threads() {
 /// reports it.
 #[test]
 fn checking_only_the_largest_rule_is_caught() {
-    let phases = phases();
-    let admitted = run_threads(&phases, |rules| {
-        let &(n, w) = rules.iter().max_by_key(|r| r.0).unwrap();
-        LogConfig::new(Rate::new(n, Duration::from_nanos(w))).unwrap()
-    });
-    let violations = rule_violations(&phases, &admitted);
-    assert!(
-        violations.iter().any(|v| v.contains("rule 3")),
-        "the largest rule alone broke no other rule: {violations:?}"
-    );
+    assert_the_largest_rule_alone_is_caught(&phases(), run_threads);
 }
 
 /// `n` above the smallest count can never be admitted, whatever the other

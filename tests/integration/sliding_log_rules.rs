@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use support::{
-    Phase, PhasedAdmission, Rules, RulesModel, log_config, phased_rounds, rule_phases,
+    Phase, PhasedAdmission, Rules, RulesModel, admitted_keeping_every_rule,
+    assert_the_largest_rule_alone_is_caught, log_config, phased_rounds, rule_phases,
     rule_violations,
 };
 use tollgate::keyed::Keyed;
@@ -47,22 +48,27 @@ fn sets() -> Vec<Rules> {
     ]
 }
 
-/// The direct log of `rules`, built rule by rule, asked for four stripes
-/// (which several rules do not use).
-fn direct(rules: &[(u32, u64)], clock: &ManualClock) -> Log {
-    let first = SlidingLog::with_clock(rate(&rules[0]), clock.clone()).unwrap();
-    rules[1..]
-        .iter()
-        .fold(first, |log, rule| log.with_rule(rate(rule)).unwrap())
-        .with_stripes(4)
+/// The log of type `$log` of `$rules`, built rule by rule, asked for four
+/// stripes (which several rules do not use).
+macro_rules! log_of {
+    ($log:ty, $rules:expr, $clock:expr) => {{
+        let rules: &[(u32, u64)] = $rules;
+        let first = <$log>::with_clock(rate(&rules[0]), $clock.clone()).unwrap();
+        rules[1..]
+            .iter()
+            .fold(first, |log, rule| log.with_rule(rate(rule)).unwrap())
+            .with_stripes(4)
+    }};
 }
 
+/// The direct log of `rules`, as [`log_of`] builds it.
+fn direct(rules: &[(u32, u64)], clock: &ManualClock) -> Log {
+    log_of!(Log, rules, clock)
+}
+
+/// Its locking twin, built the same way.
 fn twin(rules: &[(u32, u64)], clock: &ManualClock) -> Twin {
-    let first = LockingSlidingLog::with_clock(rate(&rules[0]), clock.clone()).unwrap();
-    rules[1..]
-        .iter()
-        .fold(first, |log, rule| log.with_rule(rate(rule)).unwrap())
-        .with_stripes(4)
+    log_of!(Twin, rules, clock)
 }
 
 #[derive(Debug, Clone)]
@@ -183,7 +189,7 @@ proptest! {
 /// Every admission of [`phased_rounds`] on one direct log, all on key 0:
 /// each thread takes one or two permits a few times a round (`config` builds
 /// each phase's rules).
-fn run_threads(phases: &[Phase], config: impl Fn(&Rules) -> LogConfig) -> Vec<PhasedAdmission> {
+fn run_threads(phases: &[Phase], config: &dyn Fn(&Rules) -> LogConfig) -> Vec<PhasedAdmission> {
     let clock = ManualClock::new();
     let log = Arc::new(SlidingLog::with_clock(Rate::per_second(1), clock.clone()).unwrap());
     log.reconfigure_rules(&config(&phases[0].rules));
@@ -213,8 +219,7 @@ fn phases() -> Vec<Phase> {
 #[test]
 fn every_rule_holds_on_admissions_from_threads() {
     let phases = phases();
-    let admitted = run_threads(&phases, |rules| log_config(rules));
-    assert_eq!(rule_violations(&phases, &admitted), Vec::<String>::new());
+    let admitted = admitted_keeping_every_rule(&phases, run_threads);
     // Not a log that denies everything: every phase admits at least its
     // minute rule's count a minute.
     for (phase, p) in phases.iter().enumerate() {
@@ -229,16 +234,7 @@ fn every_rule_holds_on_admissions_from_threads() {
 /// all admitted against 25 a minute; the 3-a-second rule's check reports it.
 #[test]
 fn checking_only_the_largest_rule_is_caught() {
-    let phases = phases();
-    let admitted = run_threads(&phases, |rules| {
-        let largest = rules.iter().max_by_key(|r| r.0).unwrap();
-        LogConfig::new(rate(largest)).unwrap()
-    });
-    let violations = rule_violations(&phases, &admitted);
-    assert!(
-        violations.iter().any(|v| v.contains("rule 3")),
-        "the largest rule alone broke no other rule: {violations:?}"
-    );
+    assert_the_largest_rule_alone_is_caught(&phases(), run_threads);
 }
 
 /// What the log says of itself with several rules, and requests that can

@@ -973,6 +973,33 @@ pub fn rule_violations(phases: &[Phase], admitted: &[(u32, u64, u32, usize)]) ->
     violations
 }
 
+/// A threaded run of a log with rules over the phases it is given, each
+/// phase's configuration built by the function it is given: its admissions.
+pub type PhasedRun = fn(&[Phase], &dyn Fn(&Rules) -> LogConfig) -> Vec<PhasedAdmission>;
+
+/// The admissions of `run` over `phases`, every rule configured; asserts
+/// that they keep every rule.
+pub fn admitted_keeping_every_rule(phases: &[Phase], run: PhasedRun) -> Vec<PhasedAdmission> {
+    let admitted = run(phases, &|rules: &Rules| log_config(rules));
+    assert_eq!(rule_violations(phases, &admitted), Vec::<String>::new());
+    admitted
+}
+
+/// Known-bad: `run` over `phases` with only each phase's largest rule (by
+/// count) configured; the check of the 3-a-second rule reports what it let
+/// through.
+pub fn assert_the_largest_rule_alone_is_caught(phases: &[Phase], run: PhasedRun) {
+    let admitted = run(phases, &|rules: &Rules| {
+        let &(n, w) = rules.iter().max_by_key(|r| r.0).unwrap();
+        LogConfig::new(Rate::new(n, Duration::from_nanos(w))).unwrap()
+    });
+    let violations = rule_violations(phases, &admitted);
+    assert!(
+        violations.iter().any(|v| v.contains("rule 3")),
+        "the largest rule alone broke no other rule: {violations:?}"
+    );
+}
+
 /// A bucket's capacity and rate for the property tests, `(capacity, permits,
 /// period in ns)`: periods of a few µs, where rounding bites, or about a
 /// second (a prime just under it among them), never more than one permit a
