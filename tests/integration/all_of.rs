@@ -376,16 +376,19 @@ fn a_raced_refund_is_lost_never_doubled() {
     }
 }
 
+/// Keyed buckets of `capacity` an hour, on a clock 1 µs in.
+fn keyed_per_hour(capacity: u32) -> (Keyed<u32, Bucket>, ManualClock) {
+    let clock = ManualClock::new();
+    clock.set(1_000);
+    let config = BucketConfig::new(capacity, Rate::per_hour(capacity)).unwrap();
+    (Keyed::with_clock(config, clock.clone()), clock)
+}
+
 /// The keyed view under contention: per-key and global limits hold, and no
 /// key shows more than its capacity less what passed for it.
 #[test]
 fn keyed_members_lose_refunds_never_double_them() {
-    let clock = ManualClock::new();
-    clock.set(1_000);
-    let keyed = Keyed::<u32, Bucket>::with_clock(
-        BucketConfig::new(6, Rate::per_hour(6)).unwrap(),
-        clock.clone(),
-    );
+    let (keyed, clock) = keyed_per_hour(6);
     let global = Bucket::with_clock(10, Rate::per_hour(10), clock.clone()).unwrap();
     let passed: Vec<AtomicU64> = (0..4).map(|_| AtomicU64::new(0)).collect();
     std::thread::scope(|s| {
@@ -502,10 +505,8 @@ fn two_word_members_are_refunded_by_the_stack_rule() {
 /// nothing back: the word's meaning may have changed.
 #[test]
 fn keyed_refunds_across_configuration_changes_keep_the_permits() {
-    let clock = ManualClock::new();
-    clock.set(1_000);
+    let (keyed, _clock) = keyed_per_hour(4);
     let config = BucketConfig::new(4, Rate::per_hour(4)).unwrap();
-    let keyed = Keyed::<u32, Bucket>::with_clock(config, clock.clone());
     let view = keyed.for_key(&1);
 
     let admitted = view.try_acquire_n_refundable(2).unwrap();
@@ -534,13 +535,8 @@ fn keyed_refunds_across_configuration_changes_keep_the_permits() {
 /// refund would move other keys' permits, so it gives nothing back.
 #[test]
 fn overflow_admissions_are_not_refunded() {
-    let clock = ManualClock::new();
-    clock.set(1_000);
-    let keyed = Keyed::<u32, Bucket>::with_clock(
-        BucketConfig::new(4, Rate::per_hour(4)).unwrap(),
-        clock.clone(),
-    )
-    .with_max_keys(1);
+    let (keyed, _clock) = keyed_per_hour(4);
+    let keyed = keyed.with_max_keys(1);
     keyed.try_acquire(&1).unwrap();
     let view = keyed.for_key(&2);
     let admitted = view.try_acquire_n_refundable(1).unwrap();
@@ -552,12 +548,7 @@ fn overflow_admissions_are_not_refunded() {
 /// A receipt is honoured only by the view (key) that issued it.
 #[test]
 fn a_receipt_for_one_key_does_not_refund_another() {
-    let clock = ManualClock::new();
-    clock.set(1_000);
-    let keyed = Keyed::<u32, Bucket>::with_clock(
-        BucketConfig::new(2, Rate::per_hour(2)).unwrap(),
-        clock.clone(),
-    );
+    let (keyed, _clock) = keyed_per_hour(2);
     let (one, two) = (keyed.for_key(&1), keyed.for_key(&2));
     let admitted = one.try_acquire_n_refundable(1).unwrap();
     two.try_acquire().unwrap();

@@ -216,10 +216,15 @@ fn idle_is_measured_to_within_the_touch_step() {
     assert_eq!(keyed.sweep(), 1);
 }
 
+/// One permit per key, a key evictable the moment it is idle.
+fn evicting_when_idle() -> (PerKey, ManualClock) {
+    let (keyed, clock) = per_key(1, 1, 1);
+    (keyed.with_idle(Duration::ZERO), clock)
+}
+
 #[test]
 fn a_key_with_a_permit_out_is_never_evicted() {
-    let (keyed, clock) = per_key(1, 1, 1);
-    let keyed = keyed.with_idle(Duration::ZERO);
+    let (keyed, clock) = evicting_when_idle();
     let held = keyed.try_acquire(&1).unwrap();
     clock.advance(Duration::from_secs(3600));
     assert_eq!(keyed.sweep(), 0);
@@ -230,8 +235,7 @@ fn a_key_with_a_permit_out_is_never_evicted() {
 
 #[test]
 fn a_waiter_pins_its_key_until_admitted_or_dropped() {
-    let (keyed, clock) = per_key(1, 1, 1);
-    let keyed = keyed.with_idle(Duration::ZERO);
+    let (keyed, clock) = evicting_when_idle();
     let held = keyed.try_acquire(&1).unwrap();
     {
         let mut waiter = pin!(keyed.acquire_async(&1));

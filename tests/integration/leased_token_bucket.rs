@@ -24,6 +24,20 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
     ops_stepping_back(10, 9_000, 4, 6_000)
 }
 
+/// The rate of `permits` a `period` ns, a clock, the locking twin of
+/// `capacity` on it and the twin's emission interval in ns.
+fn twin_on_a_clock(
+    capacity: u32,
+    permits: u32,
+    period: u64,
+) -> (Rate, ManualClock, LockingTokenBucket<ManualClock>, u64) {
+    let rate = Rate::new(permits, Duration::from_nanos(period));
+    let clock = ManualClock::new();
+    let twin = LockingTokenBucket::with_clock(capacity, rate, clock.clone()).unwrap();
+    let interval = twin.emission_interval().as_nanos() as u64;
+    (rate, clock, twin, interval)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
@@ -35,13 +49,10 @@ proptest! {
         (capacity, permits, period) in bucket_config(),
         seed_ops in ops(),
     ) {
-        let rate = Rate::new(permits, Duration::from_nanos(period));
-        let clock = ManualClock::new();
+        let (rate, clock, twin, interval) = twin_on_a_clock(capacity, permits, period);
         let one = LeasedTokenBucket::with_stripes(capacity, rate, clock.clone(), 1).unwrap();
         let four = LeasedTokenBucket::with_stripes(capacity, rate, clock.clone(), 4).unwrap();
-        let twin = LockingTokenBucket::with_clock(capacity, rate, clock.clone()).unwrap();
         let mut reference = ReferenceTokenBucket::new(capacity, permits, period);
-        let interval = twin.emission_interval().as_nanos() as u64;
         let steps = op_steps(&without_steps_back(seed_ops), scaled_to(interval));
         let admissions =
             assert_agree(&steps, &clock, &[&one, &four, &twin], &mut reference);
@@ -55,11 +66,8 @@ proptest! {
         (capacity, permits, period) in bucket_config(),
         seed_ops in ops(),
     ) {
-        let rate = Rate::new(permits, Duration::from_nanos(period));
-        let clock = ManualClock::new();
+        let (rate, clock, twin, interval) = twin_on_a_clock(capacity, permits, period);
         let leased = LeasedTokenBucket::with_clock(capacity, rate, clock.clone()).unwrap();
-        let twin = LockingTokenBucket::with_clock(capacity, rate, clock.clone()).unwrap();
-        let interval = twin.emission_interval().as_nanos() as u64;
         let times = op_times(&seed_ops, scaled_to(interval));
         assert_twins_agree(&leased, &twin, &clock, &seed_ops, &times, |_| false)?;
     }
