@@ -454,6 +454,14 @@ fn an_unraced_refund_is_exact_for_every_refundable_kind() {
     check(&locking);
 }
 
+/// `member` before the `last` member, which denies: `member` gets its permit
+/// back, its snapshot as before.
+fn refunded_when_the_last_denies<M: Refundable>(member: &M, last: &Bucket, what: &str) {
+    let before = member.snapshot();
+    assert!(AllOf::new((member, last)).try_acquire().is_err());
+    assert_eq!(member.snapshot(), before, "{what} got its permit back");
+}
+
 /// The two-word limiters (shaper, warm-up) are members like the others: a
 /// later member's denial gives their admission back, exactly, by the same
 /// rule as a cancelled reservation (the word restored if unchanged); and a
@@ -471,25 +479,13 @@ fn two_word_members_are_refunded_by_the_stack_rule() {
     let empty = Bucket::with_clock(1, Rate::per_hour(1), clock.clone()).unwrap();
     empty.try_acquire().unwrap();
 
-    let shaper_before = shaper.snapshot();
-    assert!(AllOf::new((&shaper, &empty)).try_acquire().is_err());
-    assert_eq!(
-        shaper.snapshot(),
-        shaper_before,
-        "the shaper got its permit back"
-    );
+    refunded_when_the_last_denies(&shaper, &empty, "the shaper");
     // Two start at once (burst 1), the third not: exactly as if nothing had
     // been taken.
     assert!(shaper.try_acquire().is_ok() && shaper.try_acquire().is_ok());
     assert!(shaper.try_acquire().is_err());
 
-    let warm_before = warm.snapshot();
-    assert!(AllOf::new((&warm, &empty)).try_acquire().is_err());
-    assert_eq!(
-        warm.snapshot(),
-        warm_before,
-        "the warm-up limiter got its permit back"
-    );
+    refunded_when_the_last_denies(&warm, &empty, "the warm-up limiter");
     assert!(warm.try_acquire().is_ok());
 
     // A later admission in between: the refund keeps the permits.
