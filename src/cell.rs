@@ -12,12 +12,16 @@
 //! leased and sliding limiters also run on the bare atomics they keep beside
 //! other read-modify-writes.
 //!
+//! [`Home`] is the choice between the two as a type parameter ([`Atomic`] or
+//! [`Locked`]): a limiter with a locking twin is one generic type over it.
+//!
 //! Neither pads: a direct limiter is one per use and keeps its cell on its own
 //! cache line (`CachePadded` around the cell, where it holds it); keys are
 //! many, and a line per key would cost 128 bytes where the word needs 8.
 //!
 //! The types are `pub` in a private module only because the keyed kinds name
-//! them as their sealed `Keyable::State`; no public path reaches them.
+//! them as their sealed `Keyable::State`, and the twins' generic types take a
+//! `Home`; no public path reaches them.
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -156,7 +160,7 @@ word!(u128, AtomicU128);
 /// cell type, so each owner states what its word publishes and the loop is
 /// still one.
 #[allow(unreachable_pub)] // sealed: public only as a bound of `AtomicCell`
-pub trait Orders: Send + Sync + 'static {
+pub trait Orders: fmt::Debug + Send + Sync + 'static {
     /// The first read of an update, and a snapshot's.
     const LOAD: Ordering;
     /// A CAS that stores the decision.
@@ -377,5 +381,50 @@ impl<W: Word> StateCell for LockedCell<W> {
         let mut word = self.0.lock();
         *word = decide(*word)?;
         Ok(*word)
+    }
+}
+
+/// Where a limiter keeps its word, as a type parameter: [`Atomic`] or
+/// [`Locked`]. A limiter with a locking twin is one generic type over it,
+/// named by two aliases (`ConcurrencyLimit` and `LockingConcurrencyLimit`,
+/// `TokenBucket` and `LockingTokenBucket`, ...), so that the twins share
+/// every method and decision by construction, not by copy. Sealed: this
+/// module is private, so no one else can implement it.
+#[allow(unreachable_pub)] // sealed: public only as the limiters' parameter
+pub trait Home: Send + Sync + 'static {
+    /// The cell of a `W` word: an atomic whose updates take the orderings
+    /// `O`, or the word under a mutex (which orders everything, so it has
+    /// no use for `O`).
+    type Cell<W: Word, O: Orders>: StateCell<Word = W> + fmt::Debug;
+
+    /// The limiter's name in `Debug` output: its alias's, `atomic` or
+    /// `locking`.
+    fn name(atomic: &'static str, locking: &'static str) -> &'static str;
+}
+
+/// The lock-free home: the word in an atomic, changed by compare-and-swap
+/// ([`AtomicCell`]).
+#[derive(Debug)]
+#[allow(unreachable_pub)] // sealed: public only as the limiters' parameter
+pub enum Atomic {}
+
+/// The locking twins' home: the same word under a mutex ([`LockedCell`]).
+#[derive(Debug)]
+#[allow(unreachable_pub)] // sealed: public only as the limiters' parameter
+pub enum Locked {}
+
+impl Home for Atomic {
+    type Cell<W: Word, O: Orders> = AtomicCell<W, O>;
+
+    fn name(atomic: &'static str, _: &'static str) -> &'static str {
+        atomic
+    }
+}
+
+impl Home for Locked {
+    type Cell<W: Word, O: Orders> = LockedCell<W>;
+
+    fn name(_: &'static str, locking: &'static str) -> &'static str {
+        locking
     }
 }

@@ -147,8 +147,8 @@ pub use concurrency::{
 };
 pub use counted::{Counted, CountedReceipt, Counts};
 pub use error::{ConfigError, Denied};
-pub use fixed_window::{FixedWindow, LeasedFixedWindow, LockingFixedWindow};
-pub use leaky_bucket::{LeakyBucket, LockingLeakyBucket, LockingShaper, Shaper};
+pub use fixed_window::{FixedWindow, FixedWindowOf, LeasedFixedWindow, LockingFixedWindow};
+pub use leaky_bucket::{LeakyBucket, LeakyBucketOf, LockingLeakyBucket, LockingShaper, Shaper};
 pub use limiter::{RateLimiter, Rejection, Snapshot, check_request};
 pub use limits::{MAX_COLD_FACTOR, MAX_SUB_WINDOWS};
 #[cfg(feature = "metrics")]
@@ -160,7 +160,7 @@ pub use sliding_window::{
     ApproxSlidingWindow, LockingApproxSlidingWindow, LockingSlidingWindow, SlidingWindow,
     SlidingWindowBuilder,
 };
-pub use token_bucket::{LeasedTokenBucket, LockingTokenBucket, TokenBucket};
+pub use token_bucket::{LeasedTokenBucket, LockingTokenBucket, TokenBucket, TokenBucketOf};
 pub use waiting::{Reservation, Reserve, RetryAcquire};
 pub use warm_up::{DEFAULT_COLD_FACTOR, LockingWarmUp, WarmUp};
 

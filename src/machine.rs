@@ -9,7 +9,9 @@
 //! the meter's level being the GCRA's debt). [`Schedule`] adds bookings
 //! (reservations) to the machines whose state is a schedule. [`WordLimiter`]
 //! drives a machine on a state cell (`crate::cell`): every direct limiter and
-//! its locking twin is a thin named type over it, and the keyed kinds
+//! its locking twin is a thin named type over it (the token bucket's, the
+//! fixed window's and the leaky bucket meter's are one type, generic over the
+//! cell's `Home`), and the keyed kinds
 //! (`crate::kind`) run the same machines on their per-key cells.
 
 use crossbeam_utils::CachePadded;
@@ -343,31 +345,16 @@ impl<M: Machine, S: StateCell<Word = M::Word>, C: Clock> WordLimiter<M, S, C> {
 /// [`Refundable`](crate::Refundable) impls and its clock accessor; `$args`
 /// are the constructor arguments before the clock, for the generated doc
 /// example. Constructors, which differ per algorithm, are written by hand.
+///
+/// `word_limiter!(docs Name<H>, Machine, "Atomic", "Locking")` declares
+/// instead the one type behind a limiter and its locking twin, generic over
+/// where its word lives ([`Home`](crate::cell::Home)), with the same impls
+/// and a `Debug` that prints the alias's name; it has no clock accessor,
+/// whose example needs an alias, so that is written by hand.
+/// `word_limiter!(@impls [generics] Type)` writes the two trait impls alone.
 macro_rules! word_limiter {
-    ($(#[$doc:meta])* $name:ident, $machine:ty, $cell:ty, $args:literal) => {
-        $(#[$doc])*
-        #[derive(Debug)]
-        pub struct $name<C = $crate::clock::MonotonicClock> {
-            inner: $crate::machine::WordLimiter<$machine, $cell, C>,
-        }
-
-        impl<C: $crate::clock::Clock> $name<C> {
-            /// The clock this limiter reads.
-            ///
-            /// ```
-            #[doc = concat!("use tollgate::{Clock, ManualClock, Rate, ", stringify!($name), "};")]
-            /// let clock = ManualClock::new();
-            #[doc = concat!("let limiter = ", stringify!($name), "::with_clock(")]
-            #[doc = concat!("    ", $args, ", clock.clone()).unwrap();")]
-            /// clock.set(7);
-            /// assert_eq!(limiter.clock().now(), 7);
-            /// ```
-            pub fn clock(&self) -> &C {
-                self.inner.clock()
-            }
-        }
-
-        impl<C: $crate::clock::Clock> $crate::limiter::RateLimiter for $name<C> {
+    (@impls [$($generics:tt)*] $limiter:ty) => {
+        impl<$($generics)*> $crate::limiter::RateLimiter for $limiter {
             #[inline]
             fn try_acquire_n(&self, n: u32) -> Result<(), $crate::error::Denied> {
                 self.inner.try_acquire_n(n)
@@ -397,7 +384,7 @@ macro_rules! word_limiter {
             }
         }
 
-        impl<C: $crate::clock::Clock> $crate::refund::Refundable for $name<C> {
+        impl<$($generics)*> $crate::refund::Refundable for $limiter {
             type Receipt<'a>
                 = $crate::refund::Receipt<'a>
             where
@@ -433,6 +420,55 @@ macro_rules! word_limiter {
                 }
             }
         }
+    };
+    ($(#[$doc:meta])* $name:ident<H>, $machine:ty, $atomic:literal, $locking:literal) => {
+        $(#[$doc])*
+        pub struct $name<H: $crate::cell::Home, C = $crate::clock::MonotonicClock> {
+            inner: $crate::machine::WordLimiter<
+                $machine,
+                H::Cell<<$machine as $crate::machine::Machine>::Word, $crate::cell::Alone>,
+                C,
+            >,
+        }
+
+        impl<H: $crate::cell::Home, C: std::fmt::Debug> std::fmt::Debug for $name<H, C> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                // The alias's name: the one the user wrote, not the generic
+                // type's.
+                f.debug_struct(H::name($atomic, $locking))
+                    .field("inner", &self.inner)
+                    .finish()
+            }
+        }
+
+        $crate::machine::word_limiter!(
+            @impls [H: $crate::cell::Home, C: $crate::clock::Clock] $name<H, C>
+        );
+    };
+    ($(#[$doc:meta])* $name:ident, $machine:ty, $cell:ty, $args:literal) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub struct $name<C = $crate::clock::MonotonicClock> {
+            inner: $crate::machine::WordLimiter<$machine, $cell, C>,
+        }
+
+        impl<C: $crate::clock::Clock> $name<C> {
+            /// The clock this limiter reads.
+            ///
+            /// ```
+            #[doc = concat!("use tollgate::{Clock, ManualClock, Rate, ", stringify!($name), "};")]
+            /// let clock = ManualClock::new();
+            #[doc = concat!("let limiter = ", stringify!($name), "::with_clock(")]
+            #[doc = concat!("    ", $args, ", clock.clone()).unwrap();")]
+            /// clock.set(7);
+            /// assert_eq!(limiter.clock().now(), 7);
+            /// ```
+            pub fn clock(&self) -> &C {
+                self.inner.clock()
+            }
+        }
+
+        $crate::machine::word_limiter!(@impls [C: $crate::clock::Clock] $name<C>);
     };
 }
 

@@ -65,7 +65,7 @@ use std::task::Waker;
 
 use crossbeam_utils::CachePadded;
 
-use crate::cell::{AtomicCell, LockedCell, Orders, StateCell};
+use crate::cell::{Orders, StateCell};
 use crate::sync::fault::{Fault, injected};
 use crate::sync::park::{self, Thread};
 use crate::sync::{Mutex, Ordering};
@@ -118,10 +118,6 @@ impl Orders for Held {
     // denial takes no permit and so is owed no ordering.
     const FAILURE: Ordering = Ordering::Relaxed;
 }
-
-/// The atomic limit's cell, and the twin's.
-pub(crate) type AtomicWord = AtomicCell<u64, Held>;
-pub(crate) type LockedWord = LockedCell<u64>;
 
 /// What the word said right after an admission: the permit's own report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -367,6 +363,7 @@ fn forgetful_leave() -> bool {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::cell::AtomicCell;
 
     #[test]
     fn the_word_packs_count_limit_and_flag_apart() {
@@ -379,7 +376,7 @@ mod tests {
 
     #[test]
     fn a_release_never_borrows_from_the_limit() {
-        let gate = Gate::<AtomicWord>::new(3);
+        let gate = Gate::<AtomicCell<u64, Held>>::new(3);
         gate.release();
         assert_eq!((gate.in_flight(), gate.limit()), (0, 3));
     }

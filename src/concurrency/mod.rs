@@ -28,8 +28,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::cell::{Atomic, Home, Locked};
 use crate::error::ConfigError;
-use gate::{Gate, Granted};
+use gate::{Gate, Granted, Held};
 
 /// A source of permits: [`ConcurrencyLimit`] or [`LockingConcurrencyLimit`],
 /// what a [`Permit`] gives its permit back to. Sealed: implemented by those
@@ -267,50 +268,7 @@ pub type LockingConcurrencyLimit = ConcurrencyLimitOf<Locked>;
 /// the same for both, and documented here. Name it through those two; the
 /// parameter says only where the word lives.
 pub struct ConcurrencyLimitOf<H: Home> {
-    gate: Gate<H::Cell>,
-}
-
-use home::{Atomic, Home, Locked};
-
-/// Where a concurrency limit keeps its word: the parameter that makes one
-/// type of the lock-free limit and its locking twin.
-mod home {
-    use super::gate::{AtomicWord, LockedWord};
-    use crate::cell::StateCell;
-
-    /// Where a [`ConcurrencyLimitOf`](super::ConcurrencyLimitOf) keeps its
-    /// word: [`Atomic`] (lock-free) or [`Locked`] (under a
-    /// mutex: [`LockingConcurrencyLimit`](super::LockingConcurrencyLimit)).
-    /// Sealed: implemented by those two only.
-    #[allow(unreachable_pub)] // sealed: public only as the limit's parameter
-    pub trait Home: Send + Sync + 'static {
-        /// The cell holding the word.
-        type Cell: StateCell<Word = u64>;
-        /// The limit's name in `Debug` output (its alias's).
-        const NAME: &'static str;
-    }
-
-    /// The lock-free home of a concurrency limit's word: one atomic,
-    /// changed by compare-and-swap.
-    #[derive(Debug)]
-    #[allow(unreachable_pub)] // sealed: public only as the limit's parameter
-    pub enum Atomic {}
-
-    /// The locking home of a concurrency limit's word: the same word under a
-    /// mutex.
-    #[derive(Debug)]
-    #[allow(unreachable_pub)] // sealed: public only as the limit's parameter
-    pub enum Locked {}
-
-    impl Home for Atomic {
-        type Cell = AtomicWord;
-        const NAME: &'static str = "ConcurrencyLimit";
-    }
-
-    impl Home for Locked {
-        type Cell = LockedWord;
-        const NAME: &'static str = "LockingConcurrencyLimit";
-    }
+    gate: Gate<H::Cell<u64, Held>>,
 }
 
 impl<H: Home> sealed::Sealed for ConcurrencyLimitOf<H> {}
@@ -324,7 +282,7 @@ impl<H: Home> PermitSource for ConcurrencyLimitOf<H> {
 
 impl<H: Home> fmt::Debug for ConcurrencyLimitOf<H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct(H::NAME)
+        f.debug_struct(H::name("ConcurrencyLimit", "LockingConcurrencyLimit"))
             .field("limit", &self.limit())
             .field("in_flight", &self.in_flight())
             .finish()

@@ -1,37 +1,58 @@
-//! The lock-free fixed window: one `AtomicU64` packing the current window's index
-//! and its count, updated by compare-and-swap.
+//! The fixed window: one word packing the current window's index and its
+//! count, in an atomic updated by compare-and-swap ([`FixedWindow`]) or under
+//! a mutex (its locking twin, [`LockingFixedWindow`]).
 //!
-//! The user-facing documentation (promise, state, proof) is on [`FixedWindow`].
+//! The user-facing documentation (promise, state, proof) is on [`FixedWindowOf`].
 
 pub(crate) mod counter;
 mod leased;
-mod locking;
 
 use std::time::Duration;
 
 pub use leased::LeasedFixedWindow;
-pub use locking::LockingFixedWindow;
 
-use crate::cell::AtomicCell;
+use crate::cell::{Atomic, Home, Locked};
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::ConfigError;
 use crate::machine::{WordLimiter, word_limiter};
 use crate::rate::Rate;
 use counter::WindowCounter;
 
+/// A lock-free fixed window: at most `rate.permits()` per aligned window of
+/// `rate.period()`.
+///
+/// A check reads the clock and one atomic; an admission adds one CAS; a denial
+/// writes nothing. What it promises, and its known weakness, are on
+/// [`FixedWindowOf`], the type it names; [`LockingFixedWindow`] is its twin
+/// under a mutex.
+///
+/// ```
+/// use tollgate::{FixedWindow, Rate, RateLimiter};
+///
+/// let window = FixedWindow::new(Rate::per_second(100)).unwrap();
+/// assert!(window.try_acquire().is_ok());
+/// ```
+pub type FixedWindow<C = MonotonicClock> = FixedWindowOf<Atomic, C>;
+
+/// The [`FixedWindow`]'s locking twin: the same packed word and the same
+/// decision function under a `parking_lot` mutex. Its methods, errors and
+/// guarantee are the [`FixedWindow`]'s: both name [`FixedWindowOf`].
+///
+/// ```
+/// use tollgate::{LockingFixedWindow, Rate, RateLimiter};
+///
+/// let window = LockingFixedWindow::new(Rate::per_hour(1)).unwrap();
+/// assert!(window.try_acquire().is_ok());
+/// assert!(window.try_acquire().is_err());
+/// ```
+pub type LockingFixedWindow<C = MonotonicClock> = FixedWindowOf<Locked, C>;
+
 word_limiter!(
-    /// A lock-free fixed window: at most `rate.permits()` per aligned window of
-    /// `rate.period()`.
-    ///
-    /// ```
-    /// use tollgate::{FixedWindow, Rate, RateLimiter};
-    ///
-    /// let window = FixedWindow::new(Rate::per_second(100)).unwrap();
-    /// assert!(window.try_acquire().is_ok());
-    /// ```
-    ///
-    /// The lock-free fixed window: one `AtomicU64` packing the current window's index
-    /// and its count, updated by compare-and-swap.
+    /// A fixed window: the one type behind [`FixedWindow`] (its word in an atomic,
+    /// updated by compare-and-swap) and [`LockingFixedWindow`] (the same word under
+    /// a mutex). Every method, decision and guarantee is the same for both, and
+    /// documented here; name it through those two, since the parameter `H` says
+    /// only where the word lives.
     ///
     /// Time is cut into aligned windows of the rate's period, starting when the
     /// limiter is built; each window admits up to the rate's permits.
@@ -47,8 +68,8 @@ word_limiter!(
     ///
     /// | operation | reads | writes |
     /// |---|---|---|
-    /// | admit `n` in the stored window | word | `count + n`, by CAS, if `≤ limit` |
-    /// | admit `n` in a later window | word | `(new index, n)`, by CAS |
+    /// | admit `n` in the stored window | word | `count + n`, by CAS (the twin: under its mutex), if `≤ limit` |
+    /// | admit `n` in a later window | word | `(new index, n)`, by CAS (the twin: under its mutex) |
     /// | deny | word | nothing |
     ///
     /// The index never wraps, and the word never reaches bit 63: one permit per
@@ -90,13 +111,12 @@ word_limiter!(
     /// burst; the sliding log or a token bucket when it does not. For one window
     /// shared by many threads on many cores, [`LeasedFixedWindow`] keeps the same
     /// promise with most checks writing only the calling thread's cache line.
-    FixedWindow,
-    WindowCounter,
-    AtomicCell<u64>,
-    "Rate::per_second(10)"
+    FixedWindowOf<H>, WindowCounter, "FixedWindow", "LockingFixedWindow"
 );
 
-impl FixedWindow {
+/// The window's and its twin's constructor on the default clock (the example
+/// runs on the lock-free one; the twin answers the same).
+impl<H: Home> FixedWindowOf<H> {
     /// `rate.permits()` per aligned window of `rate.period()`, windows starting now,
     /// on the default [`MonotonicClock`].
     ///
@@ -114,8 +134,10 @@ impl FixedWindow {
     }
 }
 
-impl<C: Clock> FixedWindow<C> {
-    /// As [`FixedWindow::new`], reading `clock`.
+/// The methods of the window and its twin on any clock (each example runs on
+/// the lock-free one; the twin answers the same).
+impl<H: Home, C: Clock> FixedWindowOf<H, C> {
+    /// As [`new`](Self::new), reading `clock`.
     ///
     /// ```
     /// use tollgate::{FixedWindow, ManualClock, Rate};
@@ -123,7 +145,7 @@ impl<C: Clock> FixedWindow<C> {
     /// # let _ = window;
     /// ```
     pub fn with_clock(rate: Rate, clock: C) -> Result<Self, ConfigError> {
-        Ok(FixedWindow {
+        Ok(FixedWindowOf {
             inner: WordLimiter::new(WindowCounter::new(rate)?, clock),
         })
     }
@@ -138,5 +160,18 @@ impl<C: Clock> FixedWindow<C> {
     /// ```
     pub fn window(&self) -> Duration {
         self.inner.machine().window()
+    }
+
+    /// The clock this window reads.
+    ///
+    /// ```
+    /// use tollgate::{Clock, FixedWindow, ManualClock, Rate};
+    /// let clock = ManualClock::new();
+    /// let window = FixedWindow::with_clock(Rate::per_second(10), clock.clone()).unwrap();
+    /// clock.set(7);
+    /// assert_eq!(window.clock().now(), 7);
+    /// ```
+    pub fn clock(&self) -> &C {
+        self.inner.clock()
     }
 }

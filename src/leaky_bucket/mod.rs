@@ -1,6 +1,7 @@
-//! The leaky bucket, as a meter ([`LeakyBucket`]) and as a queue ([`Shaper`]).
+//! The leaky bucket, as a meter ([`LeakyBucket`]) and as a queue ([`Shaper`]),
+//! each with a locking twin ([`LockingLeakyBucket`], [`LockingShaper`]).
 //!
-//! The user-facing documentation (promise, state, proof) is on [`LeakyBucket`].
+//! The user-facing documentation (promise, state, proof) is on [`LeakyBucketOf`].
 
 mod locking;
 pub(crate) mod meter;
@@ -8,9 +9,9 @@ pub(crate) mod shaper;
 
 use std::time::Duration;
 
-pub use locking::{LockingLeakyBucket, LockingShaper};
+pub use locking::LockingShaper;
 
-use crate::cell::AtomicCell;
+use crate::cell::{Atomic, AtomicCell, Home, Locked};
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::ConfigError;
 use crate::machine::{WordLimiter, word_limiter};
@@ -19,28 +20,52 @@ use crate::waiting::word_reserve;
 use meter::Meter;
 use shaper::shaper;
 
+/// A lock-free leaky bucket meter: up to `capacity` permits in the bucket,
+/// draining at `rate`; a request that would overflow it is rejected.
+///
+/// A check reads the clock and one atomic; an admission adds one CAS; a denial
+/// writes nothing. [`snapshot`](crate::RateLimiter::snapshot) reports the room
+/// left and, as `until_full`, the time until the bucket is empty again. What
+/// it promises, and how, is on [`LeakyBucketOf`], the type it names;
+/// [`LockingLeakyBucket`] is its twin under a mutex.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Denied, LeakyBucket, ManualClock, Rate, RateLimiter};
+///
+/// let clock = ManualClock::new();
+/// let bucket = LeakyBucket::with_clock(3, Rate::per_second(10), clock.clone()).unwrap();
+/// assert!(bucket.try_acquire_n(3).is_ok()); // filled to the brim
+/// assert_eq!(bucket.try_acquire(), Err(Denied::RetryAfter(Duration::from_millis(100))));
+/// clock.advance(Duration::from_millis(100)); // one permit leaks out
+/// assert!(bucket.try_acquire().is_ok());
+/// ```
+pub type LeakyBucket<C = MonotonicClock> = LeakyBucketOf<Atomic, C>;
+
+/// The [`LeakyBucket`]'s locking twin: the same `empty_at` word and decision
+/// function under a `parking_lot` mutex. Same clock readings, same decisions.
+/// Its methods, errors and guarantee are the [`LeakyBucket`]'s: both name
+/// [`LeakyBucketOf`].
+///
+/// ```
+/// use tollgate::{ConfigError, LockingLeakyBucket, Rate, RateLimiter};
+///
+/// let bucket = LockingLeakyBucket::new(2, Rate::per_hour(1)).unwrap();
+/// assert!(bucket.try_acquire_n(2).is_ok());
+/// assert!(bucket.try_acquire().is_err());
+/// assert_eq!(LockingLeakyBucket::new(1, Rate::per_second(0)).unwrap_err(), ConfigError::ZeroRate);
+/// ```
+pub type LockingLeakyBucket<C = MonotonicClock> = LeakyBucketOf<Locked, C>;
+
 word_limiter!(
-    /// A lock-free leaky bucket meter: up to `capacity` permits in the bucket,
-    /// draining at `rate`; a request that would overflow it is rejected.
+    /// A leaky bucket meter: the one type behind [`LeakyBucket`] (its word in an
+    /// atomic, updated by compare-and-swap) and [`LockingLeakyBucket`] (the same
+    /// word under a mutex). Every method, decision and guarantee is the same for
+    /// both, and documented here; name it through those two, since the
+    /// parameter `H` says only where the word lives.
     ///
-    /// A check reads
-    /// the clock and one atomic; an admission adds one CAS; a denial writes
-    /// nothing. [`snapshot`](crate::RateLimiter::snapshot) reports the room left
-    /// and, as `until_full`, the time until the bucket is empty again.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{Denied, LeakyBucket, ManualClock, Rate, RateLimiter};
-    ///
-    /// let clock = ManualClock::new();
-    /// let bucket = LeakyBucket::with_clock(3, Rate::per_second(10), clock.clone()).unwrap();
-    /// assert!(bucket.try_acquire_n(3).is_ok()); // filled to the brim
-    /// assert_eq!(bucket.try_acquire(), Err(Denied::RetryAfter(Duration::from_millis(100))));
-    /// clock.advance(Duration::from_millis(100)); // one permit leaks out
-    /// assert!(bucket.try_acquire().is_ok());
-    /// ```
-    ///
-    /// The leaky bucket, as a meter ([`LeakyBucket`]) and as a queue ([`Shaper`]).
+    /// The leaky bucket's two uses, the meter and the queue ([`Shaper`]), are
+    /// described together below.
     ///
     /// Requests pour water into a bucket that leaks at a constant rate. As a
     /// **meter**, a request that would make the bucket overflow is rejected: the
@@ -60,7 +85,7 @@ word_limiter!(
     ///
     /// The meter keeps one `AtomicU64`, the shaper one 128-bit word (`cmpxchg16b`
     /// through portable-atomic, like [`WarmUp`](crate::WarmUp)); each is updated
-    /// by compare-and-swap:
+    /// by compare-and-swap (their locking twins keep the same word under a mutex):
     ///
     /// | limiter | state | admit `n` at `now` |
     /// |---|---|---|
@@ -128,13 +153,15 @@ word_limiter!(
     /// assert_eq!(starts, [Duration::ZERO, Duration::from_millis(100), Duration::from_millis(200)]);
     /// assert!(shaper.reserve(1).is_err());
     /// ```
-    LeakyBucket,
-    Meter,
-    AtomicCell<u64>,
-    "10, Rate::per_second(10)"
+    LeakyBucketOf<H>, Meter, "LeakyBucket", "LockingLeakyBucket"
 );
 
-impl LeakyBucket {
+// Reservations on the meter: "when will there be room for `n`", booked ahead.
+word_reserve!([H: Home, C: Clock] LeakyBucketOf<H, C>);
+
+/// The meter's and its twin's constructor on the default clock (the example
+/// runs on the lock-free one; the twin answers the same).
+impl<H: Home> LeakyBucketOf<H> {
     /// An empty bucket holding up to `capacity` permits, draining at `rate`, on
     /// the default [`MonotonicClock`].
     ///
@@ -154,8 +181,10 @@ impl LeakyBucket {
     }
 }
 
-impl<C: Clock> LeakyBucket<C> {
-    /// As [`LeakyBucket::new`], reading `clock`.
+/// The methods of the meter and its twin on any clock (each example runs on
+/// the lock-free one; the twin answers the same).
+impl<H: Home, C: Clock> LeakyBucketOf<H, C> {
+    /// As [`new`](Self::new), reading `clock`.
     ///
     /// ```
     /// use tollgate::{LeakyBucket, ManualClock, Rate};
@@ -163,7 +192,7 @@ impl<C: Clock> LeakyBucket<C> {
     /// # let _ = bucket;
     /// ```
     pub fn with_clock(capacity: u32, rate: Rate, clock: C) -> Result<Self, ConfigError> {
-        Ok(LeakyBucket {
+        Ok(LeakyBucketOf {
             inner: WordLimiter::new(Meter::new(capacity, rate)?, clock),
         })
     }
@@ -180,10 +209,20 @@ impl<C: Clock> LeakyBucket<C> {
     pub fn drain_interval(&self) -> Duration {
         self.inner.machine().interval()
     }
-}
 
-// Reservations on the meter: "when will there be room for `n`", booked ahead.
-word_reserve!(LeakyBucket);
+    /// The clock this meter reads.
+    ///
+    /// ```
+    /// use tollgate::{Clock, LeakyBucket, ManualClock, Rate};
+    /// let clock = ManualClock::new();
+    /// let bucket = LeakyBucket::with_clock(10, Rate::per_second(10), clock.clone()).unwrap();
+    /// clock.set(7);
+    /// assert_eq!(bucket.clock().now(), 7);
+    /// ```
+    pub fn clock(&self) -> &C {
+        self.inner.clock()
+    }
+}
 
 shaper!(
     /// A lock-free leaky bucket used as a queue: each accepted request gets its
@@ -194,7 +233,7 @@ shaper!(
     /// Use it through [`Reserve`](crate::Reserve): `reserve(n)` returns the start
     /// ([`Reservation::ready_at`](crate::Reservation::ready_at)), `acquire(n)`
     /// sleeps until it. As a [`RateLimiter`](crate::RateLimiter) it admits only
-    /// what can start at once. See [`LeakyBucket`] for the guarantee and
+    /// what can start at once. See [`LeakyBucketOf`] for the guarantee and
     /// the mapping from nginx's `rate`, `burst` and `nodelay`.
     ///
     /// ```

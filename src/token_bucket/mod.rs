@@ -1,18 +1,17 @@
-//! The lock-free token bucket: one `AtomicU64` holding a GCRA theoretical
-//! arrival time, updated by compare-and-swap.
+//! The token bucket: one word holding a GCRA theoretical arrival time, in an
+//! atomic updated by compare-and-swap ([`TokenBucket`]) or under a mutex (its
+//! locking twin, [`LockingTokenBucket`]).
 //!
-//! The user-facing documentation (promise, state, proof) is on [`TokenBucket`].
+//! The user-facing documentation (promise, state, proof) is on [`TokenBucketOf`].
 
 pub(crate) mod gcra;
 mod leased;
-mod locking;
 
 use std::time::Duration;
 
 pub use leased::LeasedTokenBucket;
-pub use locking::LockingTokenBucket;
 
-use crate::cell::AtomicCell;
+use crate::cell::{Atomic, Home, Locked};
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::ConfigError;
 use crate::machine::{WordLimiter, word_limiter};
@@ -20,23 +19,46 @@ use crate::rate::Rate;
 use crate::waiting::word_reserve;
 use gcra::Gcra;
 
+/// A lock-free token bucket: bursts up to a capacity, refilled at a rate.
+///
+/// A check reads the clock and one atomic; an admission adds one CAS; a denial
+/// writes nothing. What it promises, and how, is on [`TokenBucketOf`], the
+/// type it names; [`LockingTokenBucket`] is its twin under a mutex.
+///
+/// ```
+/// use tollgate::{Rate, RateLimiter, TokenBucket};
+///
+/// let bucket = TokenBucket::new(10, Rate::per_second(100)).unwrap();
+/// if bucket.try_acquire().is_ok() {
+///     // handle the request
+/// }
+/// ```
+pub type TokenBucket<C = MonotonicClock> = TokenBucketOf<Atomic, C>;
+
+/// The [`TokenBucket`]'s locking twin: the same TAT word and the same decision
+/// function, under a `parking_lot` mutex instead of a CAS loop.
+///
+/// Given the same clock readings it makes the same decisions, with the same
+/// retry-after. It is the baseline in the benchmarks, the second opinion in the
+/// property tests, and a fallback for anyone who prefers a lock. Its methods,
+/// errors and guarantee are the [`TokenBucket`]'s: both name [`TokenBucketOf`].
+///
+/// ```
+/// use tollgate::{ConfigError, LockingTokenBucket, Rate, RateLimiter};
+///
+/// let bucket = LockingTokenBucket::new(2, Rate::per_hour(1)).unwrap();
+/// assert!(bucket.try_acquire_n(2).is_ok());
+/// assert!(bucket.try_acquire().is_err());
+/// assert_eq!(LockingTokenBucket::new(1, Rate::per_second(0)).unwrap_err(), ConfigError::ZeroRate);
+/// ```
+pub type LockingTokenBucket<C = MonotonicClock> = TokenBucketOf<Locked, C>;
+
 word_limiter!(
-    /// A lock-free token bucket: bursts up to a capacity, refilled at a rate.
-    ///
-    /// A check reads the clock and one atomic; an admission adds one CAS; a denial
-    /// writes nothing.
-    ///
-    /// ```
-    /// use tollgate::{Rate, RateLimiter, TokenBucket};
-    ///
-    /// let bucket = TokenBucket::new(10, Rate::per_second(100)).unwrap();
-    /// if bucket.try_acquire().is_ok() {
-    ///     // handle the request
-    /// }
-    /// ```
-    ///
-    /// The lock-free token bucket: one `AtomicU64` holding a GCRA theoretical
-    /// arrival time, updated by compare-and-swap.
+    /// A token bucket: the one type behind [`TokenBucket`] (its word in an atomic,
+    /// updated by compare-and-swap) and [`LockingTokenBucket`] (the same word under
+    /// a mutex). Every method, decision and guarantee is the same for both, and
+    /// documented here; name it through those two, since the parameter `H` says
+    /// only where the word lives.
     ///
     /// A bucket of `capacity` permits refills at `rate`; a request for `n` permits
     /// takes them all or none. Instead of storing a token count and a refill time
@@ -58,7 +80,7 @@ word_limiter!(
     ///
     /// | operation | reads | writes |
     /// |---|---|---|
-    /// | admit `n` at `now` | TAT | `max(TAT, now) + n·interval`, by CAS, if that is `≤ now + capacity·interval` |
+    /// | admit `n` at `now` | TAT | `max(TAT, now) + n·interval`, by CAS (the twin: under its mutex), if that is `≤ now + capacity·interval` |
     /// | deny | TAT | nothing |
     /// | snapshot | TAT | nothing |
     ///
@@ -99,17 +121,15 @@ word_limiter!(
     /// clock.advance(Duration::from_millis(10));
     /// assert!(bucket.try_acquire().is_ok());
     /// ```
-    TokenBucket,
-    Gcra,
-    AtomicCell<u64>,
-    "10, Rate::per_second(10)"
+    TokenBucketOf<H>, Gcra, "TokenBucket", "LockingTokenBucket"
 );
 
-// Reservations on the same TAT word, booked ahead (`LockingTokenBucket`'s
-// field is private to `token_bucket::locking`, so its own are declared there).
-word_reserve!(TokenBucket);
+// Reservations on the same TAT word, booked ahead.
+word_reserve!([H: Home, C: Clock] TokenBucketOf<H, C>);
 
-impl TokenBucket {
+/// The bucket's and its twin's constructor on the default clock (the example
+/// runs on the lock-free one; the twin answers the same).
+impl<H: Home> TokenBucketOf<H> {
     /// A full bucket of `capacity` permits, refilled at `rate`, on the default
     /// [`MonotonicClock`].
     ///
@@ -132,8 +152,10 @@ impl TokenBucket {
     }
 }
 
-impl<C: Clock> TokenBucket<C> {
-    /// As [`TokenBucket::new`], reading `clock`: a [`CachedClock`](crate::CachedClock)
+/// The methods of the bucket and its twin on any clock (each example runs on
+/// the lock-free one; the twin answers the same).
+impl<H: Home, C: Clock> TokenBucketOf<H, C> {
+    /// As [`new`](Self::new), reading `clock`: a [`CachedClock`](crate::CachedClock)
     /// for the fastest checks, a [`ManualClock`](crate::ManualClock) in tests.
     ///
     /// ```
@@ -142,7 +164,7 @@ impl<C: Clock> TokenBucket<C> {
     /// # let _ = bucket;
     /// ```
     pub fn with_clock(capacity: u32, rate: Rate, clock: C) -> Result<Self, ConfigError> {
-        Ok(TokenBucket {
+        Ok(TokenBucketOf {
             inner: WordLimiter::new(Gcra::new(capacity, rate)?, clock),
         })
     }
@@ -158,5 +180,18 @@ impl<C: Clock> TokenBucket<C> {
     /// ```
     pub fn emission_interval(&self) -> Duration {
         self.inner.machine().interval()
+    }
+
+    /// The clock this bucket reads.
+    ///
+    /// ```
+    /// use tollgate::{Clock, ManualClock, Rate, TokenBucket};
+    /// let clock = ManualClock::new();
+    /// let bucket = TokenBucket::with_clock(10, Rate::per_second(10), clock.clone()).unwrap();
+    /// clock.set(7);
+    /// assert_eq!(bucket.clock().now(), 7);
+    /// ```
+    pub fn clock(&self) -> &C {
+        self.inner.clock()
     }
 }
