@@ -32,10 +32,9 @@ use std::time::Duration;
 
 use tollgate::{ConfigError, Rate};
 
-use crate::keys::{DEFAULT_PREFIX, check_name, check_prefix, redis_key};
 use crate::limiter::{Kind, Limiter, Plan};
-use crate::micros::validate;
 use crate::script::Admission;
+use crate::window::Window;
 
 /// A fixed window shared through Redis: at most `rate.permits()` per aligned
 /// window of `rate.period()`, per caller key. See the [module docs](self).
@@ -47,12 +46,7 @@ use crate::script::Admission;
 /// assert_eq!(window.window(), Duration::from_secs(60));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FixedWindow {
-    limit: u32,
-    window: u64,
-    prefix: String,
-    name: String,
-}
+pub struct FixedWindow(Window);
 
 impl FixedWindow {
     /// The window `name`: `rate.permits()` per aligned window of
@@ -77,14 +71,7 @@ impl FixedWindow {
     /// assert_eq!(FixedWindow::new("a{b}", Rate::per_hour(1)), Err(ConfigError::InvalidName));
     /// ```
     pub fn new(name: &str, rate: Rate) -> Result<Self, ConfigError> {
-        let name = check_name(name)?;
-        let (limit, window) = validate(rate)?;
-        Ok(FixedWindow {
-            limit,
-            window,
-            prefix: DEFAULT_PREFIX.to_owned(),
-            name,
-        })
+        Window::new(name, rate).map(FixedWindow)
     }
 
     /// The same window under another key prefix (default `tollgate`): the
@@ -100,9 +87,8 @@ impl FixedWindow {
     /// let api = api.with_prefix("shop").unwrap();
     /// assert_eq!(api.redis_key("k"), "shop:api:{k}:fw");
     /// ```
-    pub fn with_prefix(mut self, prefix: &str) -> Result<Self, ConfigError> {
-        self.prefix = check_prefix(prefix)?;
-        Ok(self)
+    pub fn with_prefix(self, prefix: &str) -> Result<Self, ConfigError> {
+        self.0.with_prefix(prefix).map(FixedWindow)
     }
 
     /// The window's length.
@@ -113,34 +99,29 @@ impl FixedWindow {
     /// assert_eq!(window.window().as_secs(), 1);
     /// ```
     pub fn window(&self) -> Duration {
-        Duration::from_micros(self.window)
+        self.0.length()
     }
 }
 
 impl Limiter for FixedWindow {
     fn capacity(&self) -> u32 {
-        self.limit
+        self.0.limit
     }
 
     fn name(&self) -> &str {
-        &self.name
+        &self.0.name
     }
 
     fn redis_key(&self, key: &str) -> String {
-        redis_key(&self.prefix, &self.name, key, "fw")
+        self.0.redis_key(key, "fw")
     }
 
     /// Whole again when the admission's window ends.
     fn report(&self, admission: &Admission) -> tollgate::Snapshot {
-        let until_end = self.window - admission.time_us % self.window;
-        tollgate::Snapshot::new(
-            admission.remaining,
-            self.limit,
-            Duration::from_micros(until_end),
-        )
+        self.0.report(admission, 0)
     }
 
     fn plan(&self) -> Plan {
-        Plan::new(Kind::FixedWindow, &[self.window, u64::from(self.limit)])
+        self.0.plan(Kind::FixedWindow)
     }
 }

@@ -109,6 +109,7 @@ mod script;
 pub mod sliding_log;
 pub mod sliding_window;
 pub mod token_bucket;
+mod window;
 
 pub use all::{Admitted, Ask, Refused};
 pub use client::{Client, Options};

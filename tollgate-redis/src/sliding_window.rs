@@ -42,10 +42,10 @@ use std::time::Duration;
 
 use tollgate::{ConfigError, Rate};
 
-use crate::keys::{DEFAULT_PREFIX, check_name, check_prefix, redis_key};
 use crate::limiter::{Kind, Limiter, Plan};
-use crate::micros::{product, validate};
+use crate::micros::product;
 use crate::script::Admission;
+use crate::window::Window;
 
 /// A weighted two-window counter shared through Redis: about
 /// `rate.permits()` per sliding `rate.period()`, per caller key. See the
@@ -57,12 +57,7 @@ use crate::script::Admission;
 /// assert_eq!(window.window().as_secs(), 60);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApproxSlidingWindow {
-    limit: u32,
-    window: u64,
-    prefix: String,
-    name: String,
-}
+pub struct ApproxSlidingWindow(Window);
 
 /// The former name of [`ApproxSlidingWindow`], which is the approximate
 /// window (tollgate's exact sliding window, with the core's name, is
@@ -104,15 +99,13 @@ impl ApproxSlidingWindow {
     /// );
     /// ```
     pub fn new(name: &str, rate: Rate) -> Result<Self, ConfigError> {
-        let name = check_name(name)?;
-        let (limit, window) = validate(rate)?;
-        product(window, u64::from(limit), "the limit × the window")?;
-        Ok(ApproxSlidingWindow {
-            limit,
-            window,
-            prefix: DEFAULT_PREFIX.to_owned(),
-            name,
-        })
+        let counter = Window::new(name, rate)?;
+        product(
+            counter.window,
+            u64::from(counter.limit),
+            "the limit × the window",
+        )?;
+        Ok(ApproxSlidingWindow(counter))
     }
 
     /// The same window under another key prefix (default `tollgate`): the
@@ -128,9 +121,8 @@ impl ApproxSlidingWindow {
     /// let api = api.with_prefix("shop").unwrap();
     /// assert_eq!(api.redis_key("k"), "shop:api:{k}:sw");
     /// ```
-    pub fn with_prefix(mut self, prefix: &str) -> Result<Self, ConfigError> {
-        self.prefix = check_prefix(prefix)?;
-        Ok(self)
+    pub fn with_prefix(self, prefix: &str) -> Result<Self, ConfigError> {
+        self.0.with_prefix(prefix).map(ApproxSlidingWindow)
     }
 
     /// The window's length.
@@ -141,35 +133,30 @@ impl ApproxSlidingWindow {
     /// assert_eq!(window.window().as_secs(), 1);
     /// ```
     pub fn window(&self) -> Duration {
-        Duration::from_micros(self.window)
+        self.0.length()
     }
 }
 
 impl Limiter for ApproxSlidingWindow {
     fn capacity(&self) -> u32 {
-        self.limit
+        self.0.limit
     }
 
     fn name(&self) -> &str {
-        &self.name
+        &self.0.name
     }
 
     fn redis_key(&self, key: &str) -> String {
-        redis_key(&self.prefix, &self.name, key, "sw")
+        self.0.redis_key(key, "sw")
     }
 
     /// Whole again once the admission's window and the next have passed:
     /// the counter weighs the previous window into the current one.
     fn report(&self, admission: &Admission) -> tollgate::Snapshot {
-        let until_end = self.window - admission.time_us % self.window;
-        tollgate::Snapshot::new(
-            admission.remaining,
-            self.limit,
-            Duration::from_micros(until_end.saturating_add(self.window)),
-        )
+        self.0.report(admission, self.0.window)
     }
 
     fn plan(&self) -> Plan {
-        Plan::new(Kind::SlidingWindow, &[self.window, u64::from(self.limit)])
+        self.0.plan(Kind::SlidingWindow)
     }
 }
