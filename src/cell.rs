@@ -75,6 +75,9 @@ pub trait Word:
     /// facade's stand-in).
     type Atomic: AtomicWord<Self>;
 
+    /// The word with every bit clear.
+    const ZERO: Self;
+
     /// The word in a reservation's ticket, which holds either width.
     fn widen(self) -> u128;
 
@@ -107,6 +110,8 @@ macro_rules! word {
     ($word:ty, $atomic:ty) => {
         impl Word for $word {
             type Atomic = $atomic;
+
+            const ZERO: Self = 0;
 
             #[inline]
             fn widen(self) -> u128 {

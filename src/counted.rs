@@ -6,7 +6,7 @@
 use crossbeam_utils::CachePadded;
 
 use crate::error::Denied;
-use crate::limiter::{RateLimiter, Rejection, Snapshot};
+use crate::limiter::{Keep, RateLimiter, Rejection, Snapshot};
 use crate::refund::{Receipted, Refundable};
 use crate::stripe::{MAX_STRIPES, default_stripes};
 use crate::sync::thread::thread_slot;
@@ -353,11 +353,7 @@ impl<L: RateLimiter> RateLimiter for Counted<L> {
     /// [`Counts::refunded`]: asked back, whatever the inner limiter can give
     /// (a limiter that is not [`Refundable`] keeps the permits).
     #[inline]
-    fn try_acquire_n_then(
-        &self,
-        n: u32,
-        keep: &mut dyn FnMut(Result<Snapshot, Rejection>) -> bool,
-    ) -> bool {
+    fn try_acquire_n_then(&self, n: u32, keep: Keep<'_>) -> bool {
         self.limiter.try_acquire_n_then(n, &mut |answer| {
             let admitted = answer.is_ok();
             self.count_reported(n, &answer);

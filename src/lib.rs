@@ -149,7 +149,7 @@ pub use counted::{Counted, CountedReceipt, Counts};
 pub use error::{ConfigError, Denied};
 pub use fixed_window::{FixedWindow, FixedWindowOf, LeasedFixedWindow, LockingFixedWindow};
 pub use leaky_bucket::{LeakyBucket, LeakyBucketOf, LockingLeakyBucket, LockingShaper, Shaper};
-pub use limiter::{RateLimiter, Rejection, Snapshot, check_request};
+pub use limiter::{Keep, RateLimiter, Rejection, Snapshot, check_request};
 pub use limits::{MAX_COLD_FACTOR, MAX_SUB_WINDOWS};
 #[cfg(feature = "metrics")]
 pub use published::{Publish, Published};

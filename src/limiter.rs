@@ -158,16 +158,18 @@ pub trait RateLimiter {
     /// assert!(!both(1)); // the log refuses: the bucket gets its permit back
     /// assert_eq!(bucket.snapshot().available, 4);
     /// ```
-    fn try_acquire_n_then(
-        &self,
-        n: u32,
-        keep: &mut dyn FnMut(Result<Snapshot, Rejection>) -> bool,
-    ) -> bool {
+    fn try_acquire_n_then(&self, n: u32, keep: Keep<'_>) -> bool {
         let decided = self.try_acquire_n_with_snapshot(n);
         let admitted = decided.is_ok();
         keep(decided) && admitted
     }
 }
+
+/// The caller's say on a decision in
+/// [`RateLimiter::try_acquire_n_then`]: handed the decision (the admission's
+/// snapshot, or the rejection), it returns whether an admission stands;
+/// `false` gives its permits back where the limiter can.
+pub type Keep<'k> = &'k mut dyn FnMut(Result<Snapshot, Rejection>) -> bool;
 
 /// A reference decides as the limiter it points to, so a limiter can be
 /// shared by reference, e.g. as a member of an [`AllOf`](crate::AllOf).
@@ -187,11 +189,7 @@ impl<L: RateLimiter + ?Sized> RateLimiter for &L {
     }
 
     #[inline]
-    fn try_acquire_n_then(
-        &self,
-        n: u32,
-        keep: &mut dyn FnMut(Result<Snapshot, Rejection>) -> bool,
-    ) -> bool {
+    fn try_acquire_n_then(&self, n: u32, keep: Keep<'_>) -> bool {
         (**self).try_acquire_n_then(n, keep)
     }
 }

@@ -77,10 +77,11 @@ pub(crate) trait Machine {
 
     /// The state of a limiter that has admitted nothing. The same for every
     /// configuration, so that a fresh key needs no configuration to exist.
-    const INITIAL: Self::Word;
-
-    /// The most permits one request may ask for.
-    fn capacity(&self) -> u32;
+    /// The zero word for every machine: a token bucket's TAT at the origin
+    /// (full), a meter's drain time at the origin (empty), window 0 with
+    /// nothing counted, a schedule with nothing booked, a warm-up cold and
+    /// idle.
+    const INITIAL: Self::Word = <Self::Word as Word>::ZERO;
 
     /// The state after admitting `n` permits at `now`, or why not. Called with
     /// `1 <= n <= capacity` and `now <= END`.
@@ -88,6 +89,9 @@ pub(crate) trait Machine {
 
     /// What a request could get at `now`, without changing anything.
     fn snapshot(&self, state: Self::Word, now: u64) -> Snapshot;
+
+    /// The most permits one request may ask for.
+    fn capacity(&self) -> u32;
 
     /// `state` less the `n` permits of the admission that replaced `before`
     /// with `written`, if that gives away no one else's permits; `None` when
@@ -376,9 +380,7 @@ macro_rules! word_limiter {
             fn try_acquire_n_then(
                 &self,
                 n: u32,
-                keep: &mut dyn FnMut(
-                    Result<$crate::limiter::Snapshot, $crate::limiter::Rejection>,
-                ) -> bool,
+                keep: $crate::limiter::Keep<'_>,
             ) -> bool {
                 $crate::refund::decide_then(self, n, keep)
             }

@@ -6,7 +6,7 @@
 use std::marker::PhantomData;
 
 use crate::cell::Word;
-use crate::limiter::{RateLimiter, Rejection, Snapshot};
+use crate::limiter::{Keep, RateLimiter, Rejection, Snapshot};
 use crate::machine::WordReceipt;
 
 /// A limiter whose admissions can be given back: the rule every
@@ -234,11 +234,7 @@ impl<L: Refundable> Refundable for &L {
 /// admission's receipt stays on this stack while `keep` runs, and goes back
 /// by the limiter's own refund rule if `keep` says no.
 #[inline]
-pub(crate) fn decide_then<L: Refundable + ?Sized>(
-    limiter: &L,
-    n: u32,
-    keep: &mut dyn FnMut(Result<Snapshot, Rejection>) -> bool,
-) -> bool {
+pub(crate) fn decide_then<L: Refundable + ?Sized>(limiter: &L, n: u32, keep: Keep<'_>) -> bool {
     match limiter.try_acquire_n_refundable(n) {
         Ok(admitted) => {
             if keep(Ok(admitted.snapshot)) {

@@ -24,7 +24,7 @@ use crate::sync::{Arc, AtomicU64, Ordering};
 /// handle.set(1_000);
 /// assert_eq!(clock.now(), 1_000);
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ManualClock {
     nanos: Arc<AtomicU64>,
 }
@@ -37,9 +37,7 @@ impl ManualClock {
     /// assert_eq!(tollgate::ManualClock::new().now(), 0);
     /// ```
     pub fn new() -> Self {
-        ManualClock {
-            nanos: Arc::new(AtomicU64::new(0)),
-        }
+        Self::default()
     }
 
     /// Moves time forward by `by`, saturating at `u64::MAX` nanoseconds.
@@ -75,12 +73,6 @@ impl ManualClock {
     pub fn set(&self, nanos: u64) {
         // Release: as in `advance`.
         self.nanos.store(nanos, Ordering::Release);
-    }
-}
-
-impl Default for ManualClock {
-    fn default() -> Self {
-        ManualClock::new()
     }
 }
 

@@ -111,13 +111,6 @@ impl WindowCounter {
 impl Machine for WindowCounter {
     type Word = u64;
 
-    /// Window 0, nothing counted.
-    const INITIAL: u64 = 0;
-
-    fn capacity(&self) -> u32 {
-        self.limit
-    }
-
     #[inline]
     fn decide(&self, state: u64, now: u64, n: u32) -> Result<u64, Denied> {
         let (index, count) = self.current(state, now);
@@ -141,6 +134,10 @@ impl Machine for WindowCounter {
         };
         // `count <= limit`, so the difference fits a u32.
         Snapshot::from_ns(self.limit - count as u32, self.limit, until_full)
+    }
+
+    fn capacity(&self) -> u32 {
+        self.limit
     }
 
     /// The fixed window's refund rule: what a denied request that the window had

@@ -10,10 +10,10 @@ use std::marker::PhantomData;
 
 use super::Keyed;
 use crate::error::Denied;
-use crate::kind::answer::{Answer, Reported, later_snapshot};
+use crate::kind::answer::{Answer, Reported, Site, later_snapshot};
 use crate::kind::reconfig::read;
-use crate::kind::{Keyable, Refusal, View};
-use crate::limiter::{RateLimiter, Rejection, Snapshot};
+use crate::kind::{Keyable, Refusal};
+use crate::limiter::{Keep, RateLimiter, Rejection, Snapshot};
 use crate::refund::{Receipted, Refundable};
 use crate::sync::{Guard, pin};
 
@@ -108,12 +108,7 @@ where
     /// assert!(per_ip.try_acquire_n_then(&7, 2, &mut |answer| answer.is_ok()));
     /// assert_eq!(per_ip.snapshot(&7).available, 3);
     /// ```
-    pub fn try_acquire_n_then<Q>(
-        &self,
-        key: &Q,
-        n: u32,
-        keep: &mut dyn FnMut(Result<Snapshot, Rejection>) -> bool,
-    ) -> bool
+    pub fn try_acquire_n_then<Q>(&self, key: &Q, n: u32, keep: Keep<'_>) -> bool
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -144,11 +139,7 @@ where
     }
 
     /// Refunds by the key's rule (the module docs) when `keep` says no.
-    fn try_acquire_n_then(
-        &self,
-        n: u32,
-        keep: &mut dyn FnMut(Result<Snapshot, Rejection>) -> bool,
-    ) -> bool {
+    fn try_acquire_n_then(&self, n: u32, keep: Keep<'_>) -> bool {
         crate::refund::decide_then(self, n, keep)
     }
 }
@@ -265,32 +256,17 @@ impl<L: Keyable> Answer<L> for WithKeyReceipt {
     type Denied = Rejection;
 
     #[inline]
-    fn admitted(
-        self,
-        view: &View<'_, L::Config>,
-        state: &L::State,
-        receipt: L::Receipt,
-        now: u64,
-    ) -> Self::Admitted {
+    fn admitted(self, site: Site<'_, L>, receipt: L::Receipt) -> Self::Admitted {
         let key_receipt =
-            (state as *const L::State as usize != self.overflow).then_some(KeyReceipt {
+            (site.state as *const L::State as usize != self.overflow).then_some(KeyReceipt {
                 receipt,
-                config: view.current as *const L::Config as usize,
+                config: site.view.current as *const L::Config as usize,
             });
-        (
-            Answer::<L>::admitted(Reported, view, state, receipt, now),
-            key_receipt,
-        )
+        (Reported.admitted(site, receipt), key_receipt)
     }
 
-    fn denied(
-        self,
-        view: &View<'_, L::Config>,
-        state: &L::State,
-        now: u64,
-        denied: Denied,
-    ) -> Result<Rejection, Refusal> {
-        Answer::<L>::denied(Reported, view, state, now, denied)
+    fn denied(self, site: Site<'_, L>, denied: Denied) -> Result<Rejection, Refusal> {
+        Reported.denied(site, denied)
     }
 
     fn invalid(self, denied: Denied, snapshot: impl FnOnce() -> Snapshot) -> Rejection {

@@ -73,6 +73,16 @@ impl BuildHasher for KeyHasher {
 #[derive(Clone)]
 pub struct KeyHash(ahash::AHasher);
 
+/// Forwards `Hasher::write_*` for each `(method, type)` to aHash.
+macro_rules! forward_writes {
+    ($($write:ident: $int:ty),*) => {$(
+        #[inline]
+        fn $write(&mut self, i: $int) {
+            self.0.$write(i)
+        }
+    )*};
+}
+
 /// Every method forwards, so aHash's fast paths for integers stay in use.
 impl Hasher for KeyHash {
     #[inline]
@@ -83,30 +93,14 @@ impl Hasher for KeyHash {
     fn write(&mut self, bytes: &[u8]) {
         self.0.write(bytes)
     }
-    #[inline]
-    fn write_u8(&mut self, i: u8) {
-        self.0.write_u8(i)
-    }
-    #[inline]
-    fn write_u16(&mut self, i: u16) {
-        self.0.write_u16(i)
-    }
-    #[inline]
-    fn write_u32(&mut self, i: u32) {
-        self.0.write_u32(i)
-    }
-    #[inline]
-    fn write_u64(&mut self, i: u64) {
-        self.0.write_u64(i)
-    }
-    #[inline]
-    fn write_u128(&mut self, i: u128) {
-        self.0.write_u128(i)
-    }
-    #[inline]
-    fn write_usize(&mut self, i: usize) {
-        self.0.write_usize(i)
-    }
+    forward_writes!(
+        write_u8: u8,
+        write_u16: u16,
+        write_u32: u32,
+        write_u64: u64,
+        write_u128: u128,
+        write_usize: usize
+    );
 }
 
 impl fmt::Debug for KeyHash {

@@ -12,6 +12,22 @@ use super::{Keyable, Refusal, View};
 use crate::error::Denied;
 use crate::limiter::{Rejection, Snapshot};
 
+/// Where a keyed decision was made: the configuration view, the key's state
+/// and the decision time. What an answer may read to shape itself.
+pub(crate) struct Site<'s, L: Keyable> {
+    pub(crate) view: &'s View<'s, L::Config>,
+    pub(crate) state: &'s L::State,
+    pub(crate) now: u64,
+}
+
+impl<L: Keyable> Clone for Site<'_, L> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<L: Keyable> Copy for Site<'_, L> {}
+
 /// How a keyed decision answers.
 pub(crate) trait Answer<L: Keyable>: Copy {
     /// What an admission returns.
@@ -19,25 +35,12 @@ pub(crate) trait Answer<L: Keyable>: Copy {
     /// What a denial returns.
     type Denied;
 
-    /// The answer to an admission of a request on `state` with `receipt` at
-    /// `now`.
-    fn admitted(
-        self,
-        view: &View<'_, L::Config>,
-        state: &L::State,
-        receipt: L::Receipt,
-        now: u64,
-    ) -> Self::Admitted;
+    /// The answer to an admission with `receipt` at `site`.
+    fn admitted(self, site: Site<'_, L>, receipt: L::Receipt) -> Self::Admitted;
 
-    /// The answer to a denial of a request on `state` at `now`; `Stale` if the
-    /// view went stale before the state could be read.
-    fn denied(
-        self,
-        view: &View<'_, L::Config>,
-        state: &L::State,
-        now: u64,
-        denied: Denied,
-    ) -> Result<Self::Denied, Refusal>;
+    /// The answer to a denial at `site`; `Stale` if the view went stale before
+    /// the state could be read.
+    fn denied(self, site: Site<'_, L>, denied: Denied) -> Result<Self::Denied, Refusal>;
 
     /// A request that no state could ever grant (`n = 0`, `n` above the
     /// capacity), refused before any state is looked at; `snapshot` reads the
@@ -65,9 +68,10 @@ pub(crate) fn ask<L: Keyable, A: Answer<L>>(
     now: u64,
     n: u32,
 ) -> Result<Result<A::Admitted, A::Denied>, Refusal> {
+    let site = Site { view, state, now };
     match L::acquire(view, state, now, n) {
-        Ok(receipt) => Ok(Ok(answer.admitted(view, state, receipt, now))),
-        Err(Refusal::Denied(denied)) => answer.denied(view, state, now, denied).map(Err),
+        Ok(receipt) => Ok(Ok(answer.admitted(site, receipt))),
+        Err(Refusal::Denied(denied)) => answer.denied(site, denied).map(Err),
         Err(Refusal::Stale) => Err(Refusal::Stale),
     }
 }
@@ -81,16 +85,10 @@ impl<L: Keyable> Answer<L> for Plain {
     type Denied = Denied;
 
     #[inline]
-    fn admitted(self, _: &View<'_, L::Config>, _: &L::State, _: L::Receipt, _: u64) {}
+    fn admitted(self, _: Site<'_, L>, _: L::Receipt) {}
 
     #[inline]
-    fn denied(
-        self,
-        _: &View<'_, L::Config>,
-        _: &L::State,
-        _: u64,
-        denied: Denied,
-    ) -> Result<Denied, Refusal> {
+    fn denied(self, _: Site<'_, L>, denied: Denied) -> Result<Denied, Refusal> {
         Ok(denied)
     }
 
@@ -122,24 +120,12 @@ impl<L: Keyable> Answer<L> for Reported {
     type Denied = Rejection;
 
     #[inline]
-    fn admitted(
-        self,
-        view: &View<'_, L::Config>,
-        _: &L::State,
-        receipt: L::Receipt,
-        now: u64,
-    ) -> Snapshot {
-        L::admitted(view, receipt, now)
+    fn admitted(self, site: Site<'_, L>, receipt: L::Receipt) -> Snapshot {
+        L::admitted(site.view, receipt, site.now)
     }
 
-    fn denied(
-        self,
-        view: &View<'_, L::Config>,
-        state: &L::State,
-        now: u64,
-        denied: Denied,
-    ) -> Result<Rejection, Refusal> {
-        let snapshot = L::snapshot(view, state, now).ok_or(Refusal::Stale)?;
+    fn denied(self, site: Site<'_, L>, denied: Denied) -> Result<Rejection, Refusal> {
+        let snapshot = L::snapshot(site.view, site.state, site.now).ok_or(Refusal::Stale)?;
         Ok(Rejection::new(denied, snapshot))
     }
 

@@ -50,7 +50,7 @@ use super::{Carry, Refusal, View, sealed::Kind};
 use crate::clock::Clock;
 use crate::limiter::{Snapshot, check_request};
 use crate::sliding_log::log::{
-    EMPTY, Entries, Entry, Geometry, SEALED, Verdict, entry_word, retry_after,
+    Asked, EMPTY, Entries, Entry, Geometry, SEALED, Verdict, entry_word, retry_after,
 };
 use crate::sliding_log::ring::{Claim, RingCore, RingOutcome, RingView, stamp_entry};
 use crate::sliding_log::{LogConfig, SlidingLog};
@@ -144,7 +144,16 @@ impl KeyRing {
         // key's geometry does not count denials, so nothing but an admission
         // is ever written.
         let outcome = self.core.claim(&geometry, n, &mut false, |view, head| {
-            geometry.decide_rules(view, head, now, n, config.pairs(), 0)
+            geometry.decide_rules(
+                view,
+                head,
+                Asked {
+                    now,
+                    n,
+                    rules: config.pairs(),
+                },
+                0,
+            )
         });
         match outcome.map_err(|_sealed| Replacing)? {
             RingOutcome::Admitted(claim) => Ok(Ok(claim)),
@@ -164,7 +173,12 @@ impl KeyRing {
         let mut backoff = Backoff::new();
         loop {
             let head = self.head()?;
-            match geometry.decide_rules(&self.view(head), head, now, n, config.pairs(), 0) {
+            let asked = Asked {
+                now,
+                n,
+                rules: config.pairs(),
+            };
+            match geometry.decide_rules(&self.view(head), head, asked, 0) {
                 Verdict::Moved => backoff.wait(),
                 Verdict::Deny { retry_ns, .. } => return Ok(Err(retry_ns)),
                 Verdict::Admit { .. } => return Ok(Ok(())),

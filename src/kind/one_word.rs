@@ -15,8 +15,8 @@ use std::fmt;
 use std::time::Duration;
 
 use super::word::{
-    AtomicWord, LockedWord, WordConfig, WordOf, acquire, admitted, fork, is_fresh, peek, refund,
-    settle, snapshot, word_kind,
+    AtomicWord, LockedWord, WordConfig, WordOf, acquire, admitted, peek, refund, resolved, settle,
+    word_kind,
 };
 use super::{Refusal, View};
 use crate::clock::Clock;

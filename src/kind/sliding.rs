@@ -605,7 +605,7 @@ impl WindowCell {
     /// previous one — as `(shape, newest, charge)`.
     fn with_window<R>(
         &self,
-        view: &View<'_, SlidingWindowConfig>,
+        view: &WindowView<'_>,
         now: u64,
         f: impl FnOnce(&WindowShape, u64, &dyn Fn(u64) -> u32) -> R,
     ) -> Result<R, Refusal> {
@@ -634,12 +634,7 @@ impl WindowCell {
     /// sub-window opens (whether or not `n` is then admitted) and `n` is
     /// admitted if the window ending with it has room. Returns the
     /// sub-window charged and the snapshot after the admission.
-    fn decide(
-        &self,
-        view: &View<'_, SlidingWindowConfig>,
-        now: u64,
-        n: u32,
-    ) -> Result<(u64, Snapshot), Refusal> {
+    fn decide(&self, view: &WindowView<'_>, now: u64, n: u32) -> Result<(u64, Snapshot), Refusal> {
         let geo = &view.current.geo;
         let limit = u64::from(geo.limit());
         let j = geo.index(now);
@@ -737,13 +732,7 @@ impl WindowCell {
     /// charge into the history, then moves the pool to `j` with what the
     /// `S − 1` sub-windows before `j` have charged. Returns the pool word to
     /// decide on next (the opened one, or whatever beat this thread to it).
-    fn open(
-        &self,
-        view: &View<'_, SlidingWindowConfig>,
-        word: u128,
-        pool: Pool,
-        j: u64,
-    ) -> Result<u128, Refusal> {
+    fn open(&self, view: &WindowView<'_>, word: u128, pool: Pool, j: u64) -> Result<u128, Refusal> {
         let geo = &view.current.geo;
         let guard = pin();
         let mut history = self.history.load(&guard);
@@ -844,12 +833,7 @@ impl WindowCell {
     /// reads the window, installs the carried history, publishes the carried
     /// pool. `Ok` once it is done or if another thread sealed first (read
     /// the pool again); `Err(Stale)` if the view is no longer current.
-    fn carry(
-        &self,
-        view: &View<'_, SlidingWindowConfig>,
-        word: u128,
-        now: u64,
-    ) -> Result<(), Refusal> {
+    fn carry(&self, view: &WindowView<'_>, word: u128, now: u64) -> Result<(), Refusal> {
         if !(view.still_current)() {
             return Err(Refusal::Stale);
         }
@@ -923,7 +907,7 @@ impl WindowCell {
     /// sub-window's entry is lowered, but the pool's `used` keeps the
     /// permits until the next sub-window opens (the opener of the one after
     /// reads the lowered entry). Never below what was admitted since.
-    fn refund(&self, view: &View<'_, SlidingWindowConfig>, j: u64, tag: u64, n: u32) {
+    fn refund(&self, view: &WindowView<'_>, j: u64, tag: u64, n: u32) {
         let geo = if tag == view.tag {
             &view.current.geo
         } else {
@@ -976,7 +960,7 @@ impl WindowCell {
     /// and `j` still in the window of `pool` (the pool as it left `j`).
     fn refund_history(
         &self,
-        view: &View<'_, SlidingWindowConfig>,
+        view: &WindowView<'_>,
         geo: &WindowShape,
         pool: Pool,
         j: u64,
@@ -1126,6 +1110,9 @@ impl fmt::Debug for WindowCell {
     }
 }
 
+/// A keyed sliding window's configuration view.
+type WindowView<'v> = View<'v, SlidingWindowConfig>;
+
 /// What an admission leaves: the sub-window it charged, the tag it was
 /// written under, and the snapshot after it.
 #[derive(Debug, Clone, Copy)]
@@ -1151,7 +1138,7 @@ impl<C: Clock> Kind for SlidingWindow<C> {
     }
 
     fn acquire(
-        view: &View<'_, SlidingWindowConfig>,
+        view: &WindowView<'_>,
         state: &WindowCell,
         now: u64,
         n: u32,
@@ -1165,20 +1152,11 @@ impl<C: Clock> Kind for SlidingWindow<C> {
         })
     }
 
-    fn admitted(
-        _view: &View<'_, SlidingWindowConfig>,
-        receipt: WindowReceipt,
-        _now: u64,
-    ) -> Snapshot {
+    fn admitted(_view: &WindowView<'_>, receipt: WindowReceipt, _now: u64) -> Snapshot {
         receipt.after
     }
 
-    fn peek(
-        view: &View<'_, SlidingWindowConfig>,
-        state: &WindowCell,
-        now: u64,
-        n: u32,
-    ) -> Result<(), Refusal> {
+    fn peek(view: &WindowView<'_>, state: &WindowCell, now: u64, n: u32) -> Result<(), Refusal> {
         check_request(n, view.current.geo.limit())?;
         state.with_window(view, now, |geo, newest, charge| {
             check(geo, now, n, newest, charge)
@@ -1186,20 +1164,11 @@ impl<C: Clock> Kind for SlidingWindow<C> {
         Ok(())
     }
 
-    fn refund(
-        view: &View<'_, SlidingWindowConfig>,
-        state: &WindowCell,
-        receipt: WindowReceipt,
-        n: u32,
-    ) {
+    fn refund(view: &WindowView<'_>, state: &WindowCell, receipt: WindowReceipt, n: u32) {
         state.refund(view, receipt.sub_window, receipt.tag, n);
     }
 
-    fn fork(
-        view: &View<'_, SlidingWindowConfig>,
-        state: &WindowCell,
-        now: u64,
-    ) -> Option<WindowCell> {
+    fn fork(view: &WindowView<'_>, state: &WindowCell, now: u64) -> Option<WindowCell> {
         let geo = &view.current.geo;
         let win = state
             .with_window(view, now, |geo, newest, charge| {
@@ -1209,11 +1178,7 @@ impl<C: Clock> Kind for SlidingWindow<C> {
         Some(WindowCell::holding(&win, view.tag, geo))
     }
 
-    fn snapshot(
-        view: &View<'_, SlidingWindowConfig>,
-        state: &WindowCell,
-        now: u64,
-    ) -> Option<Snapshot> {
+    fn snapshot(view: &WindowView<'_>, state: &WindowCell, now: u64) -> Option<Snapshot> {
         state
             .with_window(view, now, |geo, newest, charge| {
                 geo.snapshot(now, newest, charge)
@@ -1221,11 +1186,7 @@ impl<C: Clock> Kind for SlidingWindow<C> {
             .ok()
     }
 
-    fn is_fresh(
-        view: &View<'_, SlidingWindowConfig>,
-        state: &WindowCell,
-        now: u64,
-    ) -> Option<bool> {
+    fn is_fresh(view: &WindowView<'_>, state: &WindowCell, now: u64) -> Option<bool> {
         state
             .with_window(view, now, |geo, newest, charge| {
                 is_fresh(geo, now, newest, charge)
@@ -1233,7 +1194,7 @@ impl<C: Clock> Kind for SlidingWindow<C> {
             .ok()
     }
 
-    fn settle(view: &View<'_, SlidingWindowConfig>, state: &WindowCell, now: u64) -> bool {
+    fn settle(view: &WindowView<'_>, state: &WindowCell, now: u64) -> bool {
         loop {
             let word = state.load();
             if Pool::unpack(word).tag == view.tag {

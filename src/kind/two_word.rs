@@ -19,8 +19,8 @@ use std::fmt;
 use std::time::Duration;
 
 use super::word::{
-    AtomicWideWord, LockedWideWord, WordConfig, WordOf, acquire, admitted, fork, is_fresh, peek,
-    refund, settle, snapshot, word_kind,
+    AtomicWideWord, LockedWideWord, WordConfig, WordOf, acquire, admitted, peek, refund, resolved,
+    settle, word_kind,
 };
 use super::{Refusal, View};
 use crate::clock::Clock;

@@ -121,31 +121,15 @@ pub(super) fn refund<G: WordConfig, W: StateCell<Word = WordOf<G>>>(
     });
 }
 
-pub(super) fn fork<G: WordConfig, W: StateCell<Word = WordOf<G>>>(
+/// The key's state as the current configuration reads it at `now` (carried
+/// over from the previous one if it was written under it); `None` if the
+/// view went stale. What `fork`, `snapshot` and `is_fresh` start from.
+pub(super) fn resolved<G: WordConfig, W: StateCell<Word = WordOf<G>>>(
     view: &View<'_, G>,
     cell: &W,
     now: u64,
-) -> Option<W> {
-    let state = resolve(view, cell.load(), now).ok()?;
-    Some(W::new(state | WordOf::<G>::from(view.tag)))
-}
-
-pub(super) fn snapshot<G: WordConfig, W: StateCell<Word = WordOf<G>>>(
-    view: &View<'_, G>,
-    cell: &W,
-    now: u64,
-) -> Option<Snapshot> {
-    let state = resolve(view, cell.load(), now).ok()?;
-    Some(view.current.machine().snapshot(state, now))
-}
-
-pub(super) fn is_fresh<G: WordConfig, W: StateCell<Word = WordOf<G>>>(
-    view: &View<'_, G>,
-    cell: &W,
-    now: u64,
-) -> Option<bool> {
-    let state = resolve(view, cell.load(), now).ok()?;
-    Some(view.current.machine().is_fresh(state, now))
+) -> Option<WordOf<G>> {
+    resolve(view, cell.load(), now).ok()
 }
 
 pub(super) fn settle<G: WordConfig, W: StateCell<Word = WordOf<G>>>(
@@ -228,15 +212,21 @@ macro_rules! word_kind {
             }
 
             fn fork(view: &View<'_, $config>, state: &$cell, now: u64) -> Option<$cell> {
-                fork(view, state, now)
+                let tag = WordOf::<$config>::from(view.tag);
+                resolved(view, state, now)
+                    .map(|word| <$cell as $crate::cell::StateCell>::new(word | tag))
             }
 
             fn snapshot(view: &View<'_, $config>, state: &$cell, now: u64) -> Option<Snapshot> {
-                snapshot(view, state, now)
+                resolved(view, state, now).map(|word| {
+                    $crate::machine::Machine::snapshot(view.current.machine(), word, now)
+                })
             }
 
             fn is_fresh(view: &View<'_, $config>, state: &$cell, now: u64) -> Option<bool> {
-                is_fresh(view, state, now)
+                resolved(view, state, now).map(|word| {
+                    $crate::machine::Machine::is_fresh(view.current.machine(), word, now)
+                })
             }
 
             fn settle(view: &View<'_, $config>, state: &$cell, now: u64) -> bool {

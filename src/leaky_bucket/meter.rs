@@ -53,13 +53,6 @@ impl fmt::Debug for Meter {
 impl Machine for Meter {
     type Word = u64;
 
-    /// Empty at the limiter's origin.
-    const INITIAL: u64 = Gcra::INITIAL;
-
-    fn capacity(&self) -> u32 {
-        self.0.capacity()
-    }
-
     /// A `now` older than the state's writer sees a higher level (less has
     /// drained), so a stale reading can only deny.
     #[inline]
@@ -69,6 +62,10 @@ impl Machine for Meter {
 
     fn snapshot(&self, empty_at: u64, now: u64) -> Snapshot {
         self.0.snapshot(empty_at, now)
+    }
+
+    fn capacity(&self) -> u32 {
+        self.0.capacity()
     }
 
     fn refund(&self, empty_at: u64, before: u64, written: u64, n: u32) -> Option<u64> {

@@ -89,11 +89,6 @@ impl Queue {
 /// so bit 63 of the low word is free for the keyed layer's tag.
 impl Machine for Queue {
     type Word = u128;
-    const INITIAL: u128 = 0;
-
-    fn capacity(&self) -> u32 {
-        self.capacity
-    }
 
     /// Admitted only if it can start at `now`: the shaper used as a meter.
     #[inline]
@@ -110,6 +105,10 @@ impl Machine for Queue {
         let earliest = end.saturating_sub(slack).max(last);
         let available = if earliest <= now { self.capacity } else { 0 };
         Snapshot::from_ns(available, self.capacity, earliest.saturating_sub(now))
+    }
+
+    fn capacity(&self) -> u32 {
+        self.capacity
     }
 
     /// Fresh iff the schedule has ended: `end <= now`. Then `last <= end <=

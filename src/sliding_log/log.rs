@@ -52,6 +52,15 @@ pub(crate) trait Entries {
     fn read(&self, index: usize, lap: u64) -> Entry;
 }
 
+/// A request as a ring's rules see it: `n` permits at `now`, under `rules`
+/// (`(count, window_ns)` pairs, every one of which must admit).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Asked<'r> {
+    pub(crate) now: u64,
+    pub(crate) n: u32,
+    pub(crate) rules: &'r [(u32, u64)],
+}
+
 /// What a decision read of the entries its tickets compare with.
 #[derive(Debug, Default, Clone, Copy)]
 struct Survey {
@@ -418,11 +427,10 @@ impl Geometry {
         &self,
         entries: &E,
         head: u64,
-        now: u64,
-        n: u32,
-        rules: &[(u32, u64)],
+        asked: Asked<'_>,
         floor: u64,
     ) -> Verdict {
+        let Asked { now, n, .. } = asked;
         let Some(next) = self.advance(head, n) else {
             // Out of laps: the end of the limiter's time range.
             return Verdict::Deny {
@@ -430,7 +438,7 @@ impl Geometry {
                 record: None,
             };
         };
-        let Some(survey) = self.survey(entries, head, now, n, rules) else {
+        let Some(survey) = self.survey(entries, head, asked) else {
             return Verdict::Moved;
         };
         let newest = self.newest(entries, head).max(floor);
@@ -448,7 +456,7 @@ impl Geometry {
             };
         }
         let stamp = now.max(newest).max(survey.latest);
-        let Some(until) = self.logged_until(entries, head, next, now, n, rules, stamp) else {
+        let Some(until) = self.logged_until(entries, head, next, asked, stamp) else {
             return Verdict::Moved;
         };
         Verdict::Deny {
@@ -461,14 +469,8 @@ impl Geometry {
     /// when the last of them leaves its window, and what admitting or
     /// logging needs of them. `None` if an entry has moved to a new ring.
     #[inline]
-    fn survey<E: Entries>(
-        &self,
-        entries: &E,
-        head: u64,
-        now: u64,
-        n: u32,
-        rules: &[(u32, u64)],
-    ) -> Option<Survey> {
+    fn survey<E: Entries>(&self, entries: &E, head: u64, asked: Asked<'_>) -> Option<Survey> {
+        let Asked { now, n, rules } = asked;
         let mut survey = Survey::default();
         for &(count, window) in rules {
             let back = count.min(self.capacity);
@@ -504,17 +506,15 @@ impl Geometry {
     /// `count` back from theirs — ours, stamped `stamp`, where those fall on
     /// the tickets just logged. `None` if an entry has moved to a new ring.
     #[inline]
-    #[allow(clippy::too_many_arguments)] // the decision's own inputs, passed on
     fn logged_until<E: Entries>(
         &self,
         entries: &E,
         head: u64,
         next: u64,
-        now: u64,
-        n: u32,
-        rules: &[(u32, u64)],
+        asked: Asked<'_>,
         stamp: u64,
     ) -> Option<u64> {
+        let Asked { now, n, rules } = asked;
         let mut until = 0;
         for &(count, window) in rules {
             let back = count.min(self.capacity);

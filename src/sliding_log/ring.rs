@@ -3,7 +3,8 @@
 use crate::sync::Backoff;
 
 use super::log::{
-    EMPTY, Entries, Entry, Geometry, Inheritance, Moved, SEALED, Verdict, entry_word, lap_bit,
+    Asked, EMPTY, Entries, Entry, Geometry, Inheritance, Moved, SEALED, Verdict, entry_word,
+    lap_bit,
 };
 use crate::limiter::Snapshot;
 use crate::sync::{AtomicU64, Ordering};
@@ -362,7 +363,7 @@ impl AtomicRing {
         self.core
             .claim(&self.geometry, n, &mut false, |view, head| {
                 self.geometry
-                    .decide_rules(view, head, now, n, rules, self.inherited)
+                    .decide_rules(view, head, Asked { now, n, rules }, self.inherited)
             })
     }
 

@@ -872,21 +872,18 @@ mod retry {
         then
     }
 
-    /// One thread, any reading: every wait is exact.
-    #[test]
-    fn one_thread_gets_the_exact_wait_at_every_reading() {
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    /// Runs 300 cases over limits, windows, stripe counts and counted
+    /// denials, each on the requests `draw` makes for it, and checks that
+    /// every wait a denial names is exact; at least 1,000 of them.
+    fn every_wait_is_exact(seed: u64, draw: impl Fn(&mut Rng, usize, u32, u64) -> Vec<Request>) {
+        let mut rng = Rng(seed);
         let mut denials = 0;
         for case in 0..300 {
             let (limit, window) = ([2, 3, 4, 8][case % 4], [2_000, 3_000, 100_000][case % 3]);
             let stripes = [2, 4][case / 4 % 2];
             let counting = case % 5 == 0;
             let make = || rings(limit, window, stripes, counting);
-            let home = rng.below(4) as usize;
-            let mut requests = requests(&mut rng, 1, limit, window, 60);
-            for request in &mut requests {
-                request.home = home;
-            }
+            let requests = draw(&mut rng, case, limit, window);
             for (request, then) in probe(&make, &requests) {
                 denials += 1;
                 assert_eq!(then, Ok(()), "case {case}, {request:?}: {requests:?}");
@@ -895,25 +892,27 @@ mod retry {
         assert!(denials > 1_000, "only {denials} denials checked");
     }
 
+    /// One thread, any reading: every wait is exact.
+    #[test]
+    fn one_thread_gets_the_exact_wait_at_every_reading() {
+        every_wait_is_exact(0x9e37_79b9_7f4a_7c15, |rng, _, limit, window| {
+            let home = rng.below(4) as usize;
+            let mut requests = requests(rng, 1, limit, window, 60);
+            for request in &mut requests {
+                request.home = home;
+            }
+            requests
+        });
+    }
+
     /// Several threads, any reading: every wait is exact too, one permit's
     /// included — a denial that answers from its ring's bound on the other
     /// rings does so only where its own ring binds.
     #[test]
     fn several_threads_get_the_exact_wait_at_every_reading() {
-        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
-        let mut denials = 0;
-        for case in 0..300 {
-            let (limit, window) = ([2, 3, 4, 8][case % 4], [2_000, 3_000, 100_000][case % 3]);
-            let stripes = [2, 4][case / 4 % 2];
-            let counting = case % 5 == 0;
-            let make = || rings(limit, window, stripes, counting);
-            let requests = requests(&mut rng, 2 + case as u64 % 2, limit, window, 60);
-            for (request, then) in probe(&make, &requests) {
-                denials += 1;
-                assert_eq!(then, Ok(()), "case {case}, {request:?}: {requests:?}");
-            }
-        }
-        assert!(denials > 1_000, "only {denials} denials checked");
+        every_wait_is_exact(0x2545_f491_4f6c_dd1d, |rng, case, limit, window| {
+            requests(rng, 2 + case as u64 % 2, limit, window, 60)
+        });
     }
 
     /// Two threads: the thread of ring 1 surveyed both rings at 198,526

@@ -62,13 +62,6 @@ impl Gcra {
 impl Machine for Gcra {
     type Word = u64;
 
-    /// A TAT of zero, at the limiter's origin: the bucket starts full.
-    const INITIAL: u64 = 0;
-
-    fn capacity(&self) -> u32 {
-        self.capacity
-    }
-
     /// Admits iff the TAT after paying `n` intervals is no further than the
     /// tolerance ahead of `now`.
     ///
@@ -95,6 +88,10 @@ impl Machine for Gcra {
         // `room <= tolerance`, so the quotient is at most `capacity`.
         let available = (room / self.interval) as u32;
         Snapshot::from_ns(available, self.capacity, tat.saturating_sub(now))
+    }
+
+    fn capacity(&self) -> u32 {
+        self.capacity
     }
 
     /// The TAT is "the instant the bucket is full again": `TAT − now` is the

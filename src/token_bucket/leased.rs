@@ -420,7 +420,7 @@ impl<C: Clock> LeasedTokenBucket<C> {
         match (stored, last.get()) {
             (Err(denied), _) => {
                 if alive {
-                    self.keep(own, held);
+                    self.keep_or_return(own, held, None);
                 }
                 Err(denied)
             }
@@ -434,10 +434,10 @@ impl<C: Clock> LeasedTokenBucket<C> {
                 if alive && !giving_back {
                     // Leased after by someone else: it cannot go back to
                     // the word, but it can stay where it was.
-                    self.keep(own, held);
+                    self.keep_or_return(own, held, None);
                 }
                 if let Some((spent, end)) = spare {
-                    self.keep_or_return(own, spent, end);
+                    self.keep_or_return(own, spent, Some(end));
                 }
                 Ok(())
             }
@@ -485,41 +485,30 @@ impl<C: Clock> LeasedTokenBucket<C> {
         }
     }
 
-    /// Puts a lease we own (starting at `next`, ending at `end_of(next)`) into
-    /// stripe `own` if the stripe is empty; otherwise the lease is forgotten
-    /// (its slots are never spent: under-admission only).
-    fn keep(&self, own: usize, next: u64) {
-        // Not through the word: a lease that cannot stay in its stripe is
-        // one that was leased after, and cannot go back (`keep_or_return`).
+    /// Puts a lease we own, starting at `next`, into stripe `own` if the
+    /// stripe is empty. Otherwise a spare run `[next, end)` just leased
+    /// (`end` given) goes back to the word while nothing has been leased
+    /// after it; any other lease is forgotten (its slots are never spent:
+    /// under-admission only).
+    fn keep_or_return(&self, own: usize, next: u64, end: Option<u64>) {
+        // Without `end`, not through the word: a lease that cannot stay in
+        // its stripe is one that was leased after, and cannot go back.
+        let refused = if end.is_some() {
+            Refused::Return
+        } else {
+            Refused::Leave
+        };
         let _ = self.stripes.keep_or_return(
             own,
             |word| {
                 if word == EMPTY {
                     Ok(next)
                 } else {
-                    Err(Refused::Leave)
+                    Err(refused)
                 }
             },
             &self.word,
-            |_| Err(()),
-        );
-    }
-
-    /// Puts a spare run `[next, end)`, just leased, into stripe `own`, or, if
-    /// another thread of the same stripe filled it first, gives it back to the
-    /// word while nothing has been leased after it (else it is forgotten).
-    fn keep_or_return(&self, own: usize, next: u64, end: u64) {
-        let _ = self.stripes.keep_or_return(
-            own,
-            |word| {
-                if word == EMPTY {
-                    Ok(next)
-                } else {
-                    Err(Refused::Return)
-                }
-            },
-            &self.word,
-            |tat| if tat == end { Ok(next) } else { Err(()) },
+            |tat| if Some(tat) == end { Ok(next) } else { Err(()) },
         );
     }
 

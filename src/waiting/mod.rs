@@ -296,12 +296,9 @@ pub trait Reserve: RawReserve {
     /// # });
     /// ```
     #[cfg(feature = "tokio")]
-    fn acquire_timeout_async(
-        &self,
-        n: u32,
-        timeout: Duration,
-    ) -> impl std::future::Future<Output = Result<(), Denied>> + '_ {
-        future::acquire(self, n, timeout)
+    #[allow(async_fn_in_trait)] // its future is `Send` as `acquire_async`'s is: where the limiter is `Sync`
+    async fn acquire_timeout_async(&self, n: u32, timeout: Duration) -> Result<(), Denied> {
+        future::acquire(self, n, timeout).await
     }
 }
 

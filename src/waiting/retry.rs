@@ -129,23 +129,18 @@ pub trait RetryAcquire: RateLimiter {
     /// # });
     /// ```
     #[cfg(feature = "tokio")]
-    fn acquire_timeout_async(
-        &self,
-        n: u32,
-        timeout: Duration,
-    ) -> impl std::future::Future<Output = Result<(), Denied>> + '_ {
-        async move {
-            let mut left = timeout;
-            loop {
-                match self.try_acquire_n(n) {
-                    Err(Denied::RetryAfter(wait)) if wait <= left => {
-                        left -= wait;
-                        // Nothing is held across this await: dropping the
-                        // future here leaves the limiter untouched.
-                        tokio::time::sleep(wait).await;
-                    }
-                    other => return other,
+    #[allow(async_fn_in_trait)] // its future is `Send` as `acquire_async`'s is: where the limiter is `Sync`
+    async fn acquire_timeout_async(&self, n: u32, timeout: Duration) -> Result<(), Denied> {
+        let mut left = timeout;
+        loop {
+            match self.try_acquire_n(n) {
+                Err(Denied::RetryAfter(wait)) if wait <= left => {
+                    left -= wait;
+                    // Nothing is held across this await: dropping the
+                    // future here leaves the limiter untouched.
+                    tokio::time::sleep(wait).await;
                 }
+                other => return other,
             }
         }
     }

@@ -134,13 +134,6 @@ impl Curve {
 impl Machine for Curve {
     type Word = u128;
 
-    /// Cold and idle: nothing scheduled, nothing spent.
-    const INITIAL: u128 = 0;
-
-    fn capacity(&self) -> u32 {
-        self.capacity
-    }
-
     /// Admitted only if it can start at `now` (Guava's `tryAcquire(n)`).
     #[inline]
     fn decide(&self, state: u128, now: u64, n: u32) -> Result<u128, Denied> {
@@ -152,6 +145,10 @@ impl Machine for Curve {
         let wait = next.saturating_sub(now);
         let available = if wait == 0 { self.capacity } else { 0 };
         Snapshot::from_ns(available, self.capacity, wait)
+    }
+
+    fn capacity(&self) -> u32 {
+        self.capacity
     }
 
     /// Fresh iff idle long enough to be cold again: `next + spent <= now`.

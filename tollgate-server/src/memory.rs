@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use tollgate::keyed::{BucketConfig, Carry, Keyed, SlidingWindowConfig, WindowConfig};
 use tollgate::{
-    ConfigError, FixedWindow, LogConfig, Rate, Rejection, SlidingLog, SlidingWindow, Snapshot,
-    TokenBucket,
+    ConfigError, FixedWindow, Keep, LogConfig, Rate, Rejection, SlidingLog, SlidingWindow,
+    Snapshot, TokenBucket,
 };
 
 use crate::config::{Algorithm, RuleId};
@@ -74,12 +74,7 @@ impl Store {
     /// Asks `key` for `n` permits; `keep` sees the answer and says whether
     /// an admission stands (the rest of the request admitted). Returns
     /// whether it stands. See [`tollgate::RateLimiter::try_acquire_n_then`].
-    pub(crate) fn decide_then(
-        &self,
-        key: &str,
-        n: u32,
-        keep: &mut dyn FnMut(Result<Snapshot, Rejection>) -> bool,
-    ) -> bool {
+    pub(crate) fn decide_then(&self, key: &str, n: u32, keep: Keep<'_>) -> bool {
         match self {
             Store::FixedWindow(k) => k.try_acquire_n_then(key, n, keep),
             Store::TokenBucket(k) => k.try_acquire_n_then(key, n, keep),
