@@ -130,7 +130,7 @@ struct Pinned<A, C>(Arc<KeyState<A, C>>);
 impl<A: LimitAlgorithm, C: Clock> Pinned<A, C> {
     /// Pins `state`; called under its shard's read or write side.
     fn new(state: &Arc<KeyState<A, C>>) -> Self {
-        if !unpinned_waiters() {
+        if !injected(Fault::AdaptiveUnpinnedWaiters) {
             // Relaxed: made under the shard's read or write side, so an
             // eviction (under the write side) sees it or runs before the
             // lookup.
@@ -149,7 +149,7 @@ impl<A: LimitAlgorithm, C: Clock> Pinned<A, C> {
 
 impl<A, C> Drop for Pinned<A, C> {
     fn drop(&mut self) {
-        if unpinned_waiters() {
+        if injected(Fault::AdaptiveUnpinnedWaiters) {
             return;
         }
         // Release: publishes the admission made before it to the eviction
@@ -847,7 +847,7 @@ where
                 Entry::Vacant(entry) => entry,
             };
             if reserved {
-                if busy_overflow_insert() || self.overflow.is_unused() {
+                if injected(Fault::AdaptiveBusyOverflowInsert) || self.overflow.is_unused() {
                     if let Ok(limit) = (self.factory)().and_then(|algorithm| {
                         AdaptiveLimit::with_clock(algorithm, self.clock().clone())
                     }) {
@@ -961,14 +961,4 @@ impl<K, A: fmt::Debug, C, S> fmt::Debug for KeyedAdaptiveLimit<K, A, C, S> {
             .field("overflow", &self.overflow.limit)
             .finish_non_exhaustive()
     }
-}
-
-#[inline(always)]
-fn unpinned_waiters() -> bool {
-    injected(Fault::AdaptiveUnpinnedWaiters)
-}
-
-#[inline(always)]
-fn busy_overflow_insert() -> bool {
-    injected(Fault::AdaptiveBusyOverflowInsert)
 }

@@ -229,7 +229,7 @@ impl<K: Eq + Hash, V, S: BuildHasher> Map<K, V, S> {
             }
             if claimed {
                 loom_seq_cst_fence();
-                if unchecked_bias() || shard.biased.load(Ordering::SeqCst) {
+                if injected(Fault::UncheckedBias) || shard.biased.load(Ordering::SeqCst) {
                     return ReadHold::Slot(SlotHold(slot));
                 }
                 // A writer is clearing the bias (and may be waiting for this
@@ -260,7 +260,7 @@ impl<K: Eq + Hash, V, S: BuildHasher> Map<K, V, S> {
         // that only a writer that cleared the bias pays for the scan (one
         // that found it cleared follows a writer that scanned, and no reader
         // could set it since without the read lock).
-        if shard.biased.swap(false, Ordering::SeqCst) && !unwaited_readers() {
+        if shard.biased.swap(false, Ordering::SeqCst) && !injected(Fault::UnwaitedReaders) {
             loom_seq_cst_fence();
             // Waits for readers still in their slots: a pause lets a
             // preempted reader run (and, under loom, the model run it).
@@ -345,16 +345,6 @@ impl<K: Eq + Hash, V, S: BuildHasher> Map<K, V, S> {
             self.write(index).shrink_to_fit();
         }
     }
-}
-
-#[inline(always)]
-fn unchecked_bias() -> bool {
-    injected(Fault::UncheckedBias)
-}
-
-#[inline(always)]
-fn unwaited_readers() -> bool {
-    injected(Fault::UnwaitedReaders)
 }
 
 /// A reader's claim on its slot; gives it back when dropped.
