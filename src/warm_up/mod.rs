@@ -54,14 +54,15 @@ pub type WarmUp<C = MonotonicClock> = WarmUpOf<Atomic, C>;
 pub type LockingWarmUp<C = MonotonicClock> = WarmUpOf<Locked, C>;
 
 word_limiter!(
-    /// A token bucket that warms up: the one type behind [`WarmUp`] (its word
-    /// in a 128-bit atomic, updated by compare-and-swap) and [`LockingWarmUp`]
-    /// (the same word under a mutex). Every method, decision and guarantee is
-    /// the same for both, and documented here; name it through those two,
-    /// since the parameter `H` says only where the word lives.
+    /// A token bucket that warms up (Guava's `SmoothWarmingUp`, with integer
+    /// time): the one type behind [`WarmUp`] (its word in a 128-bit atomic,
+    /// updated by compare-and-swap) and [`LockingWarmUp`] (the same word under
+    /// a mutex). Every method, decision and guarantee is the same for both, and
+    /// documented here; name it through those two, since the parameter `H`
+    /// says only where the word lives.
     ///
     /// A service that has been idle is cold — caches empty, connections closed, JIT
-    /// not done — and cannot take its full rate at once. [`WarmUp`] starts cold and
+    /// not done — and cannot take its full rate at once. The limiter starts cold and
     /// ramps up: after idleness, permits are handed out at `cold_factor` × the stable
     /// interval, and the interval shrinks linearly to the stable one as the limiter
     /// is used, over the warm-up period. The schedule is Guava's, formula for
