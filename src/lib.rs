@@ -148,7 +148,9 @@ pub use concurrency::{
 pub use counted::{Counted, CountedReceipt, Counts};
 pub use error::{ConfigError, Denied};
 pub use fixed_window::{FixedWindow, FixedWindowOf, LeasedFixedWindow, LockingFixedWindow};
-pub use leaky_bucket::{LeakyBucket, LeakyBucketOf, LockingLeakyBucket, LockingShaper, Shaper};
+pub use leaky_bucket::{
+    LeakyBucket, LeakyBucketOf, LockingLeakyBucket, LockingShaper, Shaper, ShaperOf,
+};
 pub use limiter::{Keep, RateLimiter, Rejection, Snapshot, check_request};
 pub use limits::{MAX_COLD_FACTOR, MAX_SUB_WINDOWS};
 #[cfg(feature = "metrics")]
@@ -162,7 +164,7 @@ pub use sliding_window::{
 };
 pub use token_bucket::{LeasedTokenBucket, LockingTokenBucket, TokenBucket, TokenBucketOf};
 pub use waiting::{Reservation, Reserve, RetryAcquire};
-pub use warm_up::{DEFAULT_COLD_FACTOR, LockingWarmUp, WarmUp};
+pub use warm_up::{DEFAULT_COLD_FACTOR, LockingWarmUp, WarmUp, WarmUpOf};
 
 // The loom models (`loom-tests/`) switch the known-bad variants they must
 // catch through this; a normal build has no such module.

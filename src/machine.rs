@@ -8,11 +8,10 @@
 //! bucket's meter is the GCRA under a name of its own (the two decide alike,
 //! the meter's level being the GCRA's debt). [`Schedule`] adds bookings
 //! (reservations) to the machines whose state is a schedule. [`WordLimiter`]
-//! drives a machine on a state cell (`crate::cell`): every direct limiter and
-//! its locking twin is a thin named type over it (the token bucket's, the
-//! fixed window's and the leaky bucket meter's are one type, generic over the
-//! cell's `Home`), and the keyed kinds
-//! (`crate::kind`) run the same machines on their per-key cells.
+//! drives a machine on a state cell (`crate::cell`): each machine's direct
+//! limiter and its locking twin are one thin type over it, generic over the
+//! cell's `Home`, and the keyed kinds (`crate::kind`) run the same machines
+//! on their per-key cells.
 
 use crossbeam_utils::CachePadded;
 
@@ -344,17 +343,14 @@ impl<M: Machine, S: StateCell<Word = M::Word>, C: Clock> WordLimiter<M, S, C> {
     }
 }
 
-/// Declares a public limiter type over a [`Machine`] and a [`StateCell`] of
-/// either width: the struct, its [`RateLimiter`](crate::RateLimiter) and
-/// [`Refundable`](crate::Refundable) impls and its clock accessor; `$args`
-/// are the constructor arguments before the clock, for the generated doc
-/// example. Constructors, which differ per algorithm, are written by hand.
-///
-/// `word_limiter!(docs Name<H>, Machine, "Atomic", "Locking")` declares
-/// instead the one type behind a limiter and its locking twin, generic over
-/// where its word lives ([`Home`](crate::cell::Home)), with the same impls
-/// and a `Debug` that prints the alias's name; it has no clock accessor,
-/// whose example needs an alias, so that is written by hand.
+/// `word_limiter!(docs Name<H>, Machine, "Atomic", "Locking")` declares the
+/// one public type behind a limiter and its locking twin over a [`Machine`]
+/// of either width, generic over where its word lives
+/// ([`Home`](crate::cell::Home)): the struct, its
+/// [`RateLimiter`](crate::RateLimiter) and [`Refundable`](crate::Refundable)
+/// impls, and a `Debug` that prints the alias's name (`"Atomic"` or
+/// `"Locking"`). Constructors, which differ per algorithm, and the clock
+/// accessor, whose example needs an alias, are written by hand.
 /// `word_limiter!(@impls [generics] Type)` writes the two trait impls alone.
 macro_rules! word_limiter {
     (@impls [$($generics:tt)*] $limiter:ty) => {
@@ -446,31 +442,6 @@ macro_rules! word_limiter {
         $crate::machine::word_limiter!(
             @impls [H: $crate::cell::Home, C: $crate::clock::Clock] $name<H, C>
         );
-    };
-    ($(#[$doc:meta])* $name:ident, $machine:ty, $cell:ty, $args:literal) => {
-        $(#[$doc])*
-        #[derive(Debug)]
-        pub struct $name<C = $crate::clock::MonotonicClock> {
-            inner: $crate::machine::WordLimiter<$machine, $cell, C>,
-        }
-
-        impl<C: $crate::clock::Clock> $name<C> {
-            /// The clock this limiter reads.
-            ///
-            /// ```
-            #[doc = concat!("use tollgate::{Clock, ManualClock, Rate, ", stringify!($name), "};")]
-            /// let clock = ManualClock::new();
-            #[doc = concat!("let limiter = ", stringify!($name), "::with_clock(")]
-            #[doc = concat!("    ", $args, ", clock.clone()).unwrap();")]
-            /// clock.set(7);
-            /// assert_eq!(limiter.clock().now(), 7);
-            /// ```
-            pub fn clock(&self) -> &C {
-                self.inner.clock()
-            }
-        }
-
-        $crate::machine::word_limiter!(@impls [C: $crate::clock::Clock] $name<C>);
     };
 }
 

@@ -1,24 +1,22 @@
 //! The leaky bucket, as a meter ([`LeakyBucket`]) and as a queue ([`Shaper`]),
-//! each with a locking twin ([`LockingLeakyBucket`], [`LockingShaper`]).
+//! each with a locking twin ([`LockingLeakyBucket`], [`LockingShaper`]): one
+//! generic type per use, [`LeakyBucketOf`] and [`ShaperOf`].
 //!
 //! The user-facing documentation (promise, state, proof) is on [`LeakyBucketOf`].
 
-mod locking;
 pub(crate) mod meter;
 pub(crate) mod shaper;
 
 use std::time::Duration;
 
-pub use locking::LockingShaper;
-
-use crate::cell::{Atomic, AtomicCell, Home, Locked};
+use crate::cell::{Atomic, Home, Locked};
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::ConfigError;
 use crate::machine::{WordLimiter, word_limiter};
 use crate::rate::Rate;
 use crate::waiting::word_reserve;
 use meter::Meter;
-use shaper::shaper;
+use shaper::Queue;
 
 /// A lock-free leaky bucket meter: up to `capacity` permits in the bucket,
 /// draining at `rate`; a request that would overflow it is rejected.
@@ -224,28 +222,172 @@ impl<H: Home, C: Clock> LeakyBucketOf<H, C> {
     }
 }
 
-shaper!(
-    /// A lock-free leaky bucket used as a queue: each accepted request gets its
-    /// start time, starts are spaced one interval apart after an optional burst,
-    /// and a request that would wait longer than the bound is rejected, leaving
-    /// no trace.
+/// A lock-free leaky bucket used as a queue: each accepted request gets its
+/// start time, starts are spaced one interval apart after an optional burst,
+/// and a request that would wait longer than the bound is rejected, leaving
+/// no trace.
+///
+/// Use it through [`Reserve`](crate::Reserve): `reserve(n)` returns the start
+/// ([`Reservation::ready_at`](crate::Reservation::ready_at)), `acquire(n)`
+/// sleeps until it. As a [`RateLimiter`](crate::RateLimiter) it admits only
+/// what can start at once. Its methods are on [`ShaperOf`], the type it
+/// names; the guarantee and the mapping from nginx's `rate`, `burst` and
+/// `nodelay` are on [`LeakyBucketOf`]. [`LockingShaper`] is its twin under a
+/// mutex.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Rate, Reserve, Shaper};
+///
+/// // At most one start per millisecond, queueing up to 10 ms.
+/// let shaper = Shaper::new(Rate::per_second(1000), 0, Duration::from_millis(10)).unwrap();
+/// for _ in 0..5 {
+///     shaper.acquire(1).unwrap();
+/// }
+/// ```
+pub type Shaper<C = MonotonicClock> = ShaperOf<Atomic, C>;
+
+/// The [`Shaper`]'s locking twin: the same two-word state (the schedule's
+/// end and the latest start) and the same decisions under a `parking_lot`
+/// mutex, including reservations and their cancellation. Its methods, errors
+/// and guarantee are the [`Shaper`]'s: both name [`ShaperOf`].
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{LockingShaper, Rate, Reserve};
+///
+/// let shaper = LockingShaper::new(Rate::per_second(1000), 0, Duration::from_millis(10)).unwrap();
+/// shaper.acquire(1).unwrap();
+/// ```
+pub type LockingShaper<C = MonotonicClock> = ShaperOf<Locked, C>;
+
+word_limiter!(
+    /// A leaky bucket used as a queue: the one type behind [`Shaper`] (its
+    /// word in a 128-bit atomic, updated by compare-and-swap) and
+    /// [`LockingShaper`] (the same word under a mutex). Every method and
+    /// decision is the same for both, and documented here; name it through
+    /// those two, since the parameter `H` says only where the word lives.
     ///
-    /// Use it through [`Reserve`](crate::Reserve): `reserve(n)` returns the start
-    /// ([`Reservation::ready_at`](crate::Reservation::ready_at)), `acquire(n)`
-    /// sleeps until it. As a [`RateLimiter`](crate::RateLimiter) it admits only
-    /// what can start at once. See [`LeakyBucketOf`] for the guarantee and
-    /// the mapping from nginx's `rate`, `burst` and `nodelay`.
+    /// Each accepted request gets its start time: starts are spaced one
+    /// interval apart after an optional burst, and a request that would wait
+    /// longer than the bound is rejected, leaving no trace. The state, the
+    /// guarantee and the mapping from nginx's `limit_req` are on
+    /// [`LeakyBucketOf`], with the meter's.
+    ShaperOf<H>, Queue, "Shaper", "LockingShaper"
+);
+
+// Reservations on the queue: the start of each request, booked ahead.
+word_reserve!([H: Home, C: Clock] ShaperOf<H, C>);
+
+/// The shaper's and its twin's constructor on the default clock (the example
+/// runs on the lock-free one; the twin answers the same).
+impl<H: Home> ShaperOf<H> {
+    /// A shaper on the default [`MonotonicClock`]: starts spaced one `rate`
+    /// interval apart, `burst` extra requests may start at once on an idle
+    /// queue, and a request that would wait more than `max_wait` is rejected,
+    /// leaving no trace.
+    ///
+    /// Errors: [`ConfigError::ZeroRate`], [`ConfigError::ZeroPeriod`],
+    /// [`ConfigError::TooFine`], [`ConfigError::MaxWaitTooLong`] (a
+    /// `max_wait` over 2^61 ns, about 73 years), [`ConfigError::Overflow`] (a
+    /// queue that takes longer than 2^62 ns to drain).
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Rate, Reserve, Shaper};
-    ///
-    /// // At most one start per millisecond, queueing up to 10 ms.
-    /// let shaper = Shaper::new(Rate::per_second(1000), 0, Duration::from_millis(10)).unwrap();
-    /// for _ in 0..5 {
-    ///     shaper.acquire(1).unwrap();
-    /// }
+    /// use tollgate::{Rate, Shaper};
+    /// // nginx `limit_req rate=10r/s burst=5;`
+    /// let shaper = Shaper::new(Rate::per_second(10), 0, Duration::from_millis(500)).unwrap();
+    /// # let _ = shaper;
     /// ```
-    Shaper,
-    AtomicCell<u128>
-);
+    pub fn new(rate: Rate, burst: u32, max_wait: Duration) -> Result<Self, ConfigError> {
+        Self::with_clock(rate, burst, max_wait, MonotonicClock::new())
+    }
+}
+
+/// The methods of the shaper and its twin on any clock (each example runs on
+/// the lock-free one; the twin answers the same).
+impl<H: Home, C: Clock> ShaperOf<H, C> {
+    /// As [`new`](Self::new), reading `clock`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, Rate, Shaper};
+    /// let shaper = Shaper::with_clock(Rate::per_second(10), 2, Duration::ZERO, ManualClock::new()).unwrap();
+    /// assert_eq!(shaper.capacity(), 3);
+    /// ```
+    pub fn with_clock(
+        rate: Rate,
+        burst: u32,
+        max_wait: Duration,
+        clock: C,
+    ) -> Result<Self, ConfigError> {
+        Ok(ShaperOf {
+            inner: WordLimiter::new(Queue::new(rate, burst, max_wait)?, clock),
+        })
+    }
+
+    /// The time between starts: the rate's period divided by its permits,
+    /// rounded up to a whole nanosecond.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Rate, Shaper};
+    /// let shaper = Shaper::new(Rate::per_second(4), 0, Duration::ZERO).unwrap();
+    /// assert_eq!(shaper.interval(), Duration::from_millis(250));
+    /// ```
+    pub fn interval(&self) -> Duration {
+        self.inner.machine().interval()
+    }
+
+    /// Requests that may start at once on an idle queue, beyond the first
+    /// (nginx's `delay`, or its `burst` with `nodelay`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Rate, Shaper};
+    /// let shaper = Shaper::new(Rate::per_second(4), 3, Duration::ZERO).unwrap();
+    /// assert_eq!(shaper.burst(), 3);
+    /// ```
+    pub fn burst(&self) -> u32 {
+        self.inner.machine().burst()
+    }
+
+    /// The longest a request may be queued before it starts.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Rate, Shaper};
+    /// let shaper = Shaper::new(Rate::per_second(4), 0, Duration::from_secs(1)).unwrap();
+    /// assert_eq!(shaper.max_wait(), Duration::from_secs(1));
+    /// ```
+    pub fn max_wait(&self) -> Duration {
+        self.inner.machine().max_wait()
+    }
+
+    /// The queue's size in permits: `1 + burst + max_wait / interval`, the
+    /// most one request may ask for.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Rate, Shaper};
+    /// let shaper = Shaper::new(Rate::per_second(10), 2, Duration::from_millis(500)).unwrap();
+    /// assert_eq!(shaper.capacity(), 8);
+    /// ```
+    pub fn capacity(&self) -> u32 {
+        self.inner.machine().capacity()
+    }
+
+    /// The clock this shaper reads.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Clock, ManualClock, Rate, Shaper};
+    /// let clock = ManualClock::new();
+    /// let shaper = Shaper::with_clock(Rate::per_second(1), 0, Duration::ZERO, clock.clone()).unwrap();
+    /// clock.set(7);
+    /// assert_eq!(shaper.clock().now(), 7);
+    /// ```
+    pub fn clock(&self) -> &C {
+        self.inner.clock()
+    }
+}

@@ -19,13 +19,9 @@ pub(crate) use schedule::{MAX_WAIT, schedule, wait_bound};
 /// [`WordLimiter`](crate::machine::WordLimiter) whose machine is a
 /// [`Schedule`](crate::machine::Schedule) (token bucket, leaky bucket meter,
 /// shaper, warm-up): bookings and cancellations are the driver's. Invoke it
-/// in the module that can see the type's `inner` field, with the type's name
-/// (its clock the one parameter) or, for a type with more parameters, as
+/// in the module that can see the type's `inner` field, as
 /// `word_reserve!([generics] Type)`.
 macro_rules! word_reserve {
-    ($name:ident) => {
-        $crate::waiting::word_reserve!([C: $crate::clock::Clock] $name<C>);
-    };
     ([$($generics:tt)*] $limiter:ty) => {
         impl<$($generics)*> $crate::waiting::sealed::RawReserve for $limiter {
             fn timeline_now(&self) -> u64 {
