@@ -16,6 +16,8 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+
+mod common;
 use tollgate::{
     FixedWindow, LeakyBucket, MonotonicClock, Rate, SlidingLog, SlidingWindow, TokenBucket,
 };
@@ -54,12 +56,17 @@ fn construction(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group! {
-    name = benches;
-    config = Criterion::default()
+/// The shared defaults with less warm-up and measurement: each function is
+/// a single allocation and free, timed on one thread.
+fn config() -> Criterion {
+    common::config()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2))
-        .sample_size(20);
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
     targets = construction
 }
 criterion_main!(benches);

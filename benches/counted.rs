@@ -206,17 +206,20 @@ fn counted(c: &mut Criterion) {
     }
 }
 
-/// A token bucket at the limit (`common::limit_rate`: offered load about
-/// twice the rate), bare, counted, and (with the `metrics` feature) counted
-/// and published every millisecond.
+/// A token bucket at the at-the-limit rate of `threads` threads
+/// (`common::limit_rate`: offered load about twice the rate).
+fn bucket_at_the_limit(threads: usize) -> TokenBucket {
+    let (capacity, rate) = common::limit_rate(threads);
+    TokenBucket::new(capacity, rate).unwrap()
+}
+
+/// A token bucket at the limit, bare, counted, and (with the `metrics`
+/// feature) counted and published every millisecond.
 fn counted_at_the_limit(c: &mut Criterion) {
     let workload = Workload::Limit;
     for threads in [1, 2] {
         let name = format!("counted/token_bucket/{}/{threads}t", workload.name());
-        let bucket = || {
-            let (capacity, rate) = common::limit_rate(threads);
-            TokenBucket::new(capacity, rate).unwrap()
-        };
+        let bucket = || bucket_at_the_limit(threads);
         bench(c, &name, workload, threads, "bare", || Bare(bucket()));
         bench(c, &name, workload, threads, "counted", || {
             Bare(Counted::new("bench", bucket()))
@@ -235,10 +238,7 @@ fn all_of_at_the_limit(c: &mut Criterion) {
     let workload = Workload::Limit;
     for threads in [1, 2] {
         let name = format!("all_of/token_buckets/{}/{threads}t", workload.name());
-        let bucket = || {
-            let (capacity, rate) = common::limit_rate(threads);
-            TokenBucket::new(capacity, rate).unwrap()
-        };
+        let bucket = || bucket_at_the_limit(threads);
         bench(c, &name, workload, threads, "two-calls", || {
             TwoCalls(bucket(), bucket())
         });

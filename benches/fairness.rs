@@ -80,7 +80,16 @@ fn run<L: RateLimiter + Send + Sync + 'static>(
         .collect()
 }
 
-fn report(name: &str, threads: usize, secs: f64, plain: &[Share], timed: &[Share]) {
+/// A plain run and a timed one of `threads` threads, `secs` each, each on a
+/// fresh limiter of `make`: the table's row `name`.
+fn report<L: RateLimiter + Send + Sync + 'static>(
+    name: &str,
+    threads: usize,
+    secs: f64,
+    make: impl Fn() -> L,
+) {
+    let plain = run(make(), threads, secs, false);
+    let timed = run(make(), threads, secs, true);
     let total: u64 = plain.iter().map(|s| s.checks).sum();
     let shares: Vec<String> = plain
         .iter()
@@ -109,21 +118,11 @@ fn main() {
     );
     println!("|---|---:|---:|---|---|---:|");
     for threads in [2, 4] {
-        let atomic = || TokenBucket::new(u32::MAX, rate).expect("valid");
-        report(
-            "TokenBucket",
-            threads,
-            secs,
-            &run(atomic(), threads, secs, false),
-            &run(atomic(), threads, secs, true),
-        );
-        let twin = || LockingTokenBucket::new(u32::MAX, rate).expect("valid");
-        report(
-            "LockingTokenBucket",
-            threads,
-            secs,
-            &run(twin(), threads, secs, false),
-            &run(twin(), threads, secs, true),
-        );
+        report("TokenBucket", threads, secs, || {
+            TokenBucket::new(u32::MAX, rate).expect("valid")
+        });
+        report("LockingTokenBucket", threads, secs, || {
+            LockingTokenBucket::new(u32::MAX, rate).expect("valid")
+        });
     }
 }

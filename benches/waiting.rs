@@ -76,18 +76,32 @@ fn bench<L: Reserve + Send + Sync + 'static>(
     });
 }
 
+/// `limiter`'s atomic design and its locking twin, at each thread count.
+fn atomic_and_twin<A, B>(
+    c: &mut Criterion,
+    limiter: &str,
+    atomic: impl Fn() -> A,
+    twin: impl Fn() -> B,
+) where
+    A: Reserve + Send + Sync + 'static,
+    B: Reserve + Send + Sync + 'static,
+{
+    for threads in THREADS {
+        bench(c, limiter, threads, "tollgate-atomic", &atomic);
+        bench(c, limiter, threads, "tollgate-twin", &twin);
+    }
+}
+
 fn shaper(c: &mut Criterion) {
     // A burst of 2^30 (a second of backlog at this rate) absorbs clock staleness
     // between threads, so every start is "now".
     let (burst, wait) = (1 << 30, Duration::ZERO);
-    for threads in THREADS {
-        bench(c, "shaper", threads, "tollgate-atomic", || {
-            Shaper::new(fast(), burst, wait).unwrap()
-        });
-        bench(c, "shaper", threads, "tollgate-twin", || {
-            LockingShaper::new(fast(), burst, wait).unwrap()
-        });
-    }
+    atomic_and_twin(
+        c,
+        "shaper",
+        || Shaper::new(fast(), burst, wait).unwrap(),
+        || LockingShaper::new(fast(), burst, wait).unwrap(),
+    );
 }
 
 /// Reservations queue: one start per microsecond, any wait allowed, so every
@@ -98,50 +112,42 @@ fn shaper_queueing(c: &mut Criterion) {
         Rate::new(1, Duration::from_micros(1)),
         Duration::from_secs(1 << 30),
     );
-    for threads in THREADS {
-        bench(c, "shaper-queueing", threads, "tollgate-atomic", || {
-            Shaper::new(rate, 0, wait).unwrap()
-        });
-        bench(c, "shaper-queueing", threads, "tollgate-twin", || {
-            LockingShaper::new(rate, 0, wait).unwrap()
-        });
-    }
+    atomic_and_twin(
+        c,
+        "shaper-queueing",
+        || Shaper::new(rate, 0, wait).unwrap(),
+        || LockingShaper::new(rate, 0, wait).unwrap(),
+    );
 }
 
 fn warm_up(c: &mut Criterion) {
     // Warms up over a microsecond, then books at the stable nanosecond; a
     // reservation always starts at once because the threads cannot keep up.
     let period = Duration::from_micros(1);
-    for threads in THREADS {
-        bench(c, "warm_up", threads, "tollgate-atomic", || {
-            WarmUp::new(fast(), period).unwrap()
-        });
-        bench(c, "warm_up", threads, "tollgate-twin", || {
-            LockingWarmUp::new(fast(), period).unwrap()
-        });
-    }
+    atomic_and_twin(
+        c,
+        "warm_up",
+        || WarmUp::new(fast(), period).unwrap(),
+        || LockingWarmUp::new(fast(), period).unwrap(),
+    );
 }
 
 fn leaky_bucket(c: &mut Criterion) {
-    for threads in THREADS {
-        bench(c, "leaky_bucket", threads, "tollgate-atomic", || {
-            LeakyBucket::new(u32::MAX, fast()).unwrap()
-        });
-        bench(c, "leaky_bucket", threads, "tollgate-twin", || {
-            LockingLeakyBucket::new(u32::MAX, fast()).unwrap()
-        });
-    }
+    atomic_and_twin(
+        c,
+        "leaky_bucket",
+        || LeakyBucket::new(u32::MAX, fast()).unwrap(),
+        || LockingLeakyBucket::new(u32::MAX, fast()).unwrap(),
+    );
 }
 
 fn token_bucket(c: &mut Criterion) {
-    for threads in THREADS {
-        bench(c, "token_bucket", threads, "tollgate-atomic", || {
-            TokenBucket::new(u32::MAX, fast()).unwrap()
-        });
-        bench(c, "token_bucket", threads, "tollgate-twin", || {
-            LockingTokenBucket::new(u32::MAX, fast()).unwrap()
-        });
-    }
+    atomic_and_twin(
+        c,
+        "token_bucket",
+        || TokenBucket::new(u32::MAX, fast()).unwrap(),
+        || LockingTokenBucket::new(u32::MAX, fast()).unwrap(),
+    );
 }
 
 criterion_group! {

@@ -62,11 +62,26 @@ fn expect(pairs: &[(String, u64)]) -> BTreeMap<String, u64> {
     pairs.iter().cloned().collect()
 }
 
-#[test]
-fn counted_publishes_its_stripe_sums() {
+/// A counted limiter's permit counters: `[admitted, denied, refunded]`.
+fn permit_series(limiter: &str, [admitted, denied, refunded]: [u64; 3]) -> Vec<(String, u64)> {
+    vec![
+        (permits(limiter, "admitted"), admitted),
+        (permits(limiter, "denied"), denied),
+        (permits(limiter, "refunded"), refunded),
+    ]
+}
+
+/// Runs `test` with a debugging recorder of its own installed for this
+/// thread, whose snapshotter it is given.
+fn recorded(test: impl FnOnce(&Snapshotter)) {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
-    metrics::with_local_recorder(&recorder, || {
+    metrics::with_local_recorder(&recorder, || test(&snapshotter));
+}
+
+#[test]
+fn counted_publishes_its_stripe_sums() {
+    recorded(|snapshotter| {
         let clock = ManualClock::new();
         let global = Arc::new(Counted::new(
             "global",
@@ -90,7 +105,7 @@ fn counted_publishes_its_stripe_sums() {
         });
         // Decisions alone record nothing: the facade sees only what is
         // published.
-        assert!(read(&snapshotter).is_empty());
+        assert!(read(snapshotter).is_empty());
 
         // Logins through both: two admitted, then the log denies and the
         // bucket is refunded; 3 permits at once never fit the log (denied).
@@ -108,15 +123,14 @@ fn counted_publishes_its_stripe_sums() {
         published.publish();
         logins.publish();
         assert_eq!(
-            read(&snapshotter),
-            expect(&[
-                (permits("global", "admitted"), 12),
-                (permits("global", "denied"), 10),
-                (permits("global", "refunded"), 1),
-                (permits("logins", "admitted"), 2),
-                (permits("logins", "denied"), 4),
-                (permits("logins", "refunded"), 0),
-            ])
+            read(snapshotter),
+            expect(
+                &[
+                    permit_series("global", [12, 10, 1]),
+                    permit_series("logins", [2, 4, 0]),
+                ]
+                .concat()
+            )
         );
         assert_eq!(global.counts().admitted, 12);
 
@@ -126,7 +140,7 @@ fn counted_publishes_its_stripe_sums() {
         global.try_acquire_n(9).unwrap();
         assert!(global.try_acquire().is_err());
         published.publish();
-        let read = read(&snapshotter);
+        let read = read(snapshotter);
         assert_eq!(read[&permits("global", "admitted")], 21);
         assert_eq!(read[&permits("global", "denied")], 11);
         assert_eq!(read[&permits("global", "refunded")], 1);
@@ -136,9 +150,7 @@ fn counted_publishes_its_stripe_sums() {
 
 #[test]
 fn a_published_list_forgets_dropped_limiters() {
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    metrics::with_local_recorder(&recorder, || {
+    recorded(|snapshotter| {
         let kept = Arc::new(Counted::new(
             "kept",
             TokenBucket::new(5, Rate::per_hour(5)).unwrap(),
@@ -167,31 +179,15 @@ fn a_published_list_forgets_dropped_limiters() {
         assert_eq!(published.len(), 2);
         published.publish();
         assert_eq!(
-            read(&snapshotter),
-            expect(&[
-                (permits("kept", "admitted"), 2),
-                (permits("kept", "denied"), 0),
-                (permits("kept", "refunded"), 0),
-                // Registered at the publish: every series, from 0.
-                (samples("backend", "success"), 0),
-                (samples("backend", "dropped"), 0),
-                (samples("backend", "ignored"), 0),
-                (
-                    series("tollgate_adaptive_limit", &[("limiter", "backend")]),
-                    7
-                ),
-                (
-                    series("tollgate_adaptive_in_flight", &[("limiter", "backend")]),
-                    0
-                ),
-                (
-                    series(
-                        "tollgate_adaptive_limit_changes_total",
-                        &[("limiter", "backend")]
-                    ),
-                    0
-                ),
-            ])
+            read(snapshotter),
+            expect(
+                &[
+                    permit_series("kept", [2, 0, 0]),
+                    // Registered at the publish: every series, from 0.
+                    adaptive_series("backend", [0, 0, 0], [7, 0, 0]),
+                ]
+                .concat()
+            )
         );
     });
 }
@@ -207,11 +203,29 @@ fn samples(name: &str, outcome: &str) -> String {
     )
 }
 
+/// A named adaptive limit's series: its samples by outcome, `[success,
+/// dropped, ignored]`, then `[limit, in flight, changes of the limit]`.
+fn adaptive_series(
+    name: &str,
+    [success, dropped, ignored]: [u64; 3],
+    [limit, in_flight, changes]: [u64; 3],
+) -> Vec<(String, u64)> {
+    vec![
+        (samples(name, "success"), success),
+        (samples(name, "dropped"), dropped),
+        (samples(name, "ignored"), ignored),
+        (adaptive(name, "tollgate_adaptive_limit"), limit),
+        (adaptive(name, "tollgate_adaptive_in_flight"), in_flight),
+        (
+            adaptive(name, "tollgate_adaptive_limit_changes_total"),
+            changes,
+        ),
+    ]
+}
+
 #[test]
 fn a_named_adaptive_limit_reports_samples_limit_and_in_flight() {
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    metrics::with_local_recorder(&recorder, || {
+    recorded(|snapshotter| {
         let clock = ManualClock::new();
         let aimd = Aimd::builder()
             .min_limit(1)
@@ -226,7 +240,7 @@ fn a_named_adaptive_limit_reports_samples_limit_and_in_flight() {
         let first = limit.try_acquire().unwrap();
         let second = limit.try_acquire().unwrap();
         assert!(limit.try_acquire().is_none());
-        assert!(read(&snapshotter).is_empty());
+        assert!(read(snapshotter).is_empty());
 
         clock.advance(Duration::from_millis(20));
         first.success(); // + 1: 3
@@ -239,44 +253,22 @@ fn a_named_adaptive_limit_reports_samples_limit_and_in_flight() {
         // of what is in flight as of the first sample (registration sets
         // the gauges: 2 in flight then, itself included), the changes none.
         assert_eq!(
-            read(&snapshotter),
-            expect(&[
-                (samples("checkout", "success"), 1),
-                (samples("checkout", "dropped"), 1),
-                (samples("checkout", "ignored"), 2),
-                (adaptive("checkout", "tollgate_adaptive_limit"), 2),
-                (adaptive("checkout", "tollgate_adaptive_in_flight"), 2),
-                (
-                    adaptive("checkout", "tollgate_adaptive_limit_changes_total"),
-                    0
-                ),
-            ])
+            read(snapshotter),
+            expect(&adaptive_series("checkout", [1, 1, 2], [2, 2, 0]))
         );
 
         // Published: what is in flight now, and the two changes.
         limit.publish();
         assert_eq!(
-            read(&snapshotter),
-            expect(&[
-                (samples("checkout", "success"), 0),
-                (samples("checkout", "dropped"), 0),
-                (samples("checkout", "ignored"), 0),
-                (adaptive("checkout", "tollgate_adaptive_limit"), 2),
-                (adaptive("checkout", "tollgate_adaptive_in_flight"), 1),
-                (
-                    adaptive("checkout", "tollgate_adaptive_limit_changes_total"),
-                    2
-                ),
-            ])
+            read(snapshotter),
+            expect(&adaptive_series("checkout", [0, 0, 0], [2, 1, 2]))
         );
     });
 }
 
 #[test]
 fn unnamed_limits_report_nothing() {
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    metrics::with_local_recorder(&recorder, || {
+    recorded(|snapshotter| {
         let limit = Arc::new(AdaptiveLimit::new(Aimd::builder().build().unwrap()).unwrap());
         limit.try_acquire().unwrap().success();
         limit.try_acquire().unwrap().dropped();
@@ -284,7 +276,7 @@ fn unnamed_limits_report_nothing() {
         published.publish();
         limit.publish();
         assert_eq!(limit.name(), None);
-        assert!(read(&snapshotter).is_empty());
+        assert!(read(snapshotter).is_empty());
     });
 }
 
@@ -295,9 +287,7 @@ fn unnamed_limits_report_nothing() {
 #[test]
 fn gauges_follow_every_algorithm() {
     fn drive<A: LimitAlgorithm>(name: &'static str, algorithm: A) {
-        let recorder = DebuggingRecorder::new();
-        let snapshotter = recorder.snapshotter();
-        metrics::with_local_recorder(&recorder, || {
+        recorded(|snapshotter| {
             let clock = ManualClock::new();
             let limit = AdaptiveLimit::with_clock(algorithm, clock.clone())
                 .unwrap()
@@ -321,21 +311,12 @@ fn gauges_follow_every_algorithm() {
             let changes = limit.history().unwrap().changes();
             assert!(changes > 0, "{name}: the limit never moved");
             assert_eq!(
-                read(&snapshotter),
-                expect(&[
-                    (samples(name, "success"), successes),
-                    (samples(name, "dropped"), drops),
-                    (samples(name, "ignored"), 0),
-                    (
-                        adaptive(name, "tollgate_adaptive_limit"),
-                        u64::from(limit.limit())
-                    ),
-                    (adaptive(name, "tollgate_adaptive_in_flight"), 0),
-                    (
-                        adaptive(name, "tollgate_adaptive_limit_changes_total"),
-                        changes
-                    ),
-                ]),
+                read(snapshotter),
+                expect(&adaptive_series(
+                    name,
+                    [successes, drops, 0],
+                    [u64::from(limit.limit()), 0, changes]
+                )),
                 "{name}"
             );
         });

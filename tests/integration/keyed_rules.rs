@@ -13,7 +13,8 @@ use crate::support;
 use proptest::prelude::*;
 use support::{
     Phase, PhasedAdmission, Rules, RulesModel, admitted_keeping_every_rule,
-    assert_the_largest_rule_alone_is_caught, log_config, phased_rounds, rule_phases,
+    assert_the_largest_rule_alone_is_caught, log_config, permits_in_phase, phased_rounds,
+    rule_sets,
 };
 use tollgate::LogConfig;
 use tollgate::keyed::{Carry, Keyed};
@@ -112,22 +113,6 @@ const MS: u64 = 1_000_000;
 const S: u64 = 1_000_000_000;
 const DAY: u64 = 86_400 * S;
 
-/// Windows up to 2 s: 1 ns stamps, so every decision is the model's.
-fn fine_sets() -> Vec<Rules> {
-    vec![
-        vec![(3, 10 * MS), (8, 100 * MS), (20, S)],
-        // The 1 s rule removed.
-        vec![(3, 10 * MS), (8, 100 * MS)],
-        // The 10 ms rule changed.
-        vec![(5, 10 * MS), (8, 100 * MS), (20, S)],
-        vec![(20, S), (30, 2 * S)],
-        vec![(6, 100 * MS)],
-        vec![(2, MS), (4, 50 * MS), (12, 1_500 * MS)],
-        // A longer window with a smaller count: the short rule never binds.
-        vec![(10, 10 * MS), (4, S)],
-    ]
-}
-
 /// Sets with a day's rule, run over steps of 65,536 ns up to about 38 hours.
 fn day_sets() -> Vec<Rules> {
     vec![
@@ -145,9 +130,9 @@ proptest! {
 
     #[test]
     fn multi_rule_log_agrees_with_the_model(
-        ops in ops(prop_oneof![0..20 * MS, 0..2_500 * MS].boxed(), fine_sets().len()),
+        ops in ops(prop_oneof![0..20 * MS, 0..2_500 * MS].boxed(), rule_sets().len()),
     ) {
-        agrees_with_model(&fine_sets(), &ops);
+        agrees_with_model(&rule_sets(), &ops);
     }
 
     #[test]
@@ -214,24 +199,17 @@ fn run_threads(phases: &[Phase], config: &dyn Fn(&Rules) -> LogConfig) -> Vec<Ph
     )
 }
 
-/// At 180 s the 10 s rule is removed.
-fn phases() -> Vec<Phase> {
-    rule_phases(vec![(4, S), (20, 60 * S)])
-}
+/// At 180 s the 10 s rule is removed and the minute's rule stays at 20.
+const LAST_MINUTE: u32 = 20;
 
 #[test]
 fn every_rule_holds_on_admissions_from_threads() {
-    let phases = phases();
-    let admitted = admitted_keeping_every_rule(&phases, run_threads);
+    let (phases, admitted) = admitted_keeping_every_rule(LAST_MINUTE, run_threads);
     // Not a limiter that denies everything: each phase's minute rule is the
     // binding one over a minute, and each key gets permits in every phase.
     for key in 0..8 {
         for phase in 0..phases.len() {
-            let got: u32 = admitted
-                .iter()
-                .filter(|a| a.0 == key && a.3 == phase)
-                .map(|a| a.2)
-                .sum();
+            let got = permits_in_phase(&admitted, key, phase);
             assert!(got >= 20, "key {key}, phase {phase}: only {got} admitted");
         }
     }
@@ -243,7 +221,7 @@ fn every_rule_holds_on_admissions_from_threads() {
 /// reports it.
 #[test]
 fn checking_only_the_largest_rule_is_caught() {
-    assert_the_largest_rule_alone_is_caught(&phases(), run_threads);
+    assert_the_largest_rule_alone_is_caught(LAST_MINUTE, run_threads);
 }
 
 /// `n` above the smallest count can never be admitted, whatever the other

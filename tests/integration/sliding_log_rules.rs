@@ -13,8 +13,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use support::{
     Phase, PhasedAdmission, Rules, RulesModel, admitted_keeping_every_rule,
-    assert_the_largest_rule_alone_is_caught, log_config, phased_rounds, rule_phases,
-    rule_violations,
+    assert_the_largest_rule_alone_is_caught, log_config, permits_in_phase, phased_rounds,
+    rule_sets, rule_violations,
 };
 use tollgate::keyed::Keyed;
 use tollgate::{
@@ -29,23 +29,6 @@ const S: u64 = 1_000 * MS;
 
 fn rate(&(n, w): &(u32, u64)) -> Rate {
     Rate::new(n, Duration::from_nanos(w))
-}
-
-/// Sets of rules, each a valid `LogConfig`.
-fn sets() -> Vec<Rules> {
-    vec![
-        vec![(3, 10 * MS), (8, 100 * MS), (20, S)],
-        // The 1 s rule removed.
-        vec![(3, 10 * MS), (8, 100 * MS)],
-        // The 10 ms rule changed.
-        vec![(5, 10 * MS), (8, 100 * MS), (20, S)],
-        vec![(20, S), (30, 2 * S)],
-        // One rule: the striped log.
-        vec![(6, 100 * MS)],
-        vec![(2, MS), (4, 50 * MS), (12, 1_500 * MS)],
-        // A longer window with a smaller count: the short rule never binds.
-        vec![(10, 10 * MS), (4, S)],
-    ]
 }
 
 /// The log of type `$log` of `$rules`, built rule by rule, asked for four
@@ -84,7 +67,7 @@ fn ops(reconfigure: u32) -> impl Strategy<Value = Vec<Op>> {
         12 => (1u32..=6).prop_map(|n| Op::Acquire { n }),
         2 => Just(Op::Snapshot),
         4 => prop_oneof![0..20 * MS, 0..2_500 * MS].prop_map(|ns| Op::Advance { ns }),
-        reconfigure => (0..sets().len()).prop_map(|rules| Op::Reconfigure { rules }),
+        reconfigure => (0..rule_sets().len()).prop_map(|rules| Op::Reconfigure { rules }),
     ];
     proptest::collection::vec(op, 1..400)
 }
@@ -92,7 +75,7 @@ fn ops(reconfigure: u32) -> impl Strategy<Value = Vec<Op>> {
 /// With fixed rules: the direct log, its twin, a per-key log's one key and
 /// the model agree on every decision, retry-after and snapshot.
 fn agrees_with_the_model(set: usize, ops: &[Op]) {
-    let rules = &sets()[set];
+    let rules = &rule_sets()[set];
     let clock = ManualClock::new();
     let (log, twin) = (direct(rules, &clock), twin(rules, &clock));
     let keyed = Keyed::<u8, Log>::with_clock(log_config(rules), clock.clone());
@@ -126,7 +109,7 @@ fn agrees_with_the_model(set: usize, ops: &[Op]) {
 /// admission keeps every rule in force when it was made, the permits before
 /// the change included.
 fn keeps_every_rule_across_changes(counting: bool, ops: &[Op]) {
-    let sets = sets();
+    let sets = rule_sets();
     let clock = ManualClock::new();
     let log = direct(&sets[0], &clock).count_denied(counting);
     let twin = twin(&sets[0], &clock).count_denied(counting);
@@ -171,7 +154,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
     #[test]
-    fn a_direct_log_with_rules_agrees_with_the_model(set in 0..sets().len(), ops in ops(0)) {
+    fn a_direct_log_with_rules_agrees_with_the_model(set in 0..rule_sets().len(), ops in ops(0)) {
         agrees_with_the_model(set, &ops);
     }
 
@@ -212,18 +195,15 @@ fn run_threads(phases: &[Phase], config: &dyn Fn(&Rules) -> LogConfig) -> Vec<Ph
 }
 
 /// At 180 s the 10 s rule is removed, and the minute's rule allows more.
-fn phases() -> Vec<Phase> {
-    rule_phases(vec![(4, S), (30, 60 * S)])
-}
+const LAST_MINUTE: u32 = 30;
 
 #[test]
 fn every_rule_holds_on_admissions_from_threads() {
-    let phases = phases();
-    let admitted = admitted_keeping_every_rule(&phases, run_threads);
+    let (phases, admitted) = admitted_keeping_every_rule(LAST_MINUTE, run_threads);
     // Not a log that denies everything: every phase admits at least its
-    // minute rule's count a minute.
+    // minute rule's count a minute (the log's admissions are all on key 0).
     for (phase, p) in phases.iter().enumerate() {
-        let got: u32 = admitted.iter().filter(|a| a.3 == phase).map(|a| a.2).sum();
+        let got = permits_in_phase(&admitted, 0, phase);
         let minute = p.rules.iter().find(|r| r.1 == 60 * S).unwrap().0;
         assert!(got >= minute, "phase {phase}: only {got} admitted");
     }
@@ -234,7 +214,7 @@ fn every_rule_holds_on_admissions_from_threads() {
 /// all admitted against 25 a minute; the 3-a-second rule's check reports it.
 #[test]
 fn checking_only_the_largest_rule_is_caught() {
-    assert_the_largest_rule_alone_is_caught(&phases(), run_threads);
+    assert_the_largest_rule_alone_is_caught(LAST_MINUTE, run_threads);
 }
 
 /// What the log says of itself with several rules, and requests that can

@@ -18,9 +18,9 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use tollgate::{AdaptiveLimit, AdaptivePermit, LimitAlgorithm, ManualClock};
+use tollgate::{AdaptivePermit, LimitAlgorithm, ManualClock};
 
-use super::sim::{MS, Rng, SECOND};
+use super::sim::{MS, Rng, SECOND, start};
 
 /// The client's usual timeout per attempt.
 pub const TIMEOUT: u64 = SECOND;
@@ -147,9 +147,7 @@ struct Attempt<'a> {
 
 /// Runs `algorithm` through `setup`, measuring from `from` ns.
 pub fn run(setup: &Setup, algorithm: &dyn LimitAlgorithm, from: u64) -> Report {
-    let clock = ManualClock::new();
-    let limit = AdaptiveLimit::with_clock(algorithm, clock.clone()).expect("a valid limit");
-    let mut rng = Rng::new(setup.seed);
+    let (clock, limit, mut rng) = start(algorithm, setup.seed);
     let mut events: BinaryHeap<Reverse<(u64, Event)>> = BinaryHeap::new();
     let mut attempts: Vec<Attempt> = Vec::new();
     // Per request: how many times it was tried.

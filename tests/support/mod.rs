@@ -883,11 +883,32 @@ impl Phase {
     }
 }
 
+/// The sets of rules both rule tests reconfigure between, each a valid
+/// `LogConfig`: windows up to 2 s, where with 1 ns stamps every decision is
+/// the model's.
+pub fn rule_sets() -> Vec<Rules> {
+    const MS: u64 = 1_000_000;
+    const S: u64 = 1_000 * MS;
+    vec![
+        vec![(3, 10 * MS), (8, 100 * MS), (20, S)],
+        // The 1 s rule removed.
+        vec![(3, 10 * MS), (8, 100 * MS)],
+        // The 10 ms rule changed.
+        vec![(5, 10 * MS), (8, 100 * MS), (20, S)],
+        vec![(20, S), (30, 2 * S)],
+        // One rule: a direct log's striped log.
+        vec![(6, 100 * MS)],
+        vec![(2, MS), (4, 50 * MS), (12, 1_500 * MS)],
+        // A longer window with a smaller count: the short rule never binds.
+        vec![(10, 10 * MS), (4, S)],
+    ]
+}
+
 /// The rule changes both rule tests run through: the longest window stays a
 /// minute in every phase, so the history each rule reads is all kept across
-/// the changes; from round 720 (180 s in rounds of 250 ms) the rules are
-/// `last`.
-pub fn rule_phases(last: Rules) -> Vec<Phase> {
+/// the changes; from round 720 (180 s in rounds of 250 ms) the 10 s rule is
+/// removed and the minute's rule allows `last_minute`.
+pub fn rule_phases(last_minute: u32) -> Vec<Phase> {
     const S: u64 = 1_000_000_000;
     vec![
         Phase {
@@ -901,7 +922,7 @@ pub fn rule_phases(last: Rules) -> Vec<Phase> {
         },
         Phase {
             from: 720,
-            rules: last,
+            rules: vec![(4, S), (last_minute, 60 * S)],
         },
     ]
 }
@@ -977,18 +998,32 @@ pub fn rule_violations(phases: &[Phase], admitted: &[(u32, u64, u32, usize)]) ->
 /// phase's configuration built by the function it is given: its admissions.
 pub type PhasedRun = fn(&[Phase], &dyn Fn(&Rules) -> LogConfig) -> Vec<PhasedAdmission>;
 
-/// The admissions of `run` over `phases`, every rule configured; asserts
-/// that they keep every rule.
-pub fn admitted_keeping_every_rule(phases: &[Phase], run: PhasedRun) -> Vec<PhasedAdmission> {
-    let admitted = run(phases, &|rules: &Rules| log_config(rules));
-    assert_eq!(rule_violations(phases, &admitted), Vec::<String>::new());
-    admitted
+/// The phases of [`rule_phases`]`(last_minute)` and the admissions of `run`
+/// over them, every rule configured; asserts that they keep every rule.
+pub fn admitted_keeping_every_rule(
+    last_minute: u32,
+    run: PhasedRun,
+) -> (Vec<Phase>, Vec<PhasedAdmission>) {
+    let phases = rule_phases(last_minute);
+    let admitted = run(&phases, &|rules: &Rules| log_config(rules));
+    assert_eq!(rule_violations(&phases, &admitted), Vec::<String>::new());
+    (phases, admitted)
 }
 
-/// Known-bad: `run` over `phases` with only each phase's largest rule (by
-/// count) configured; the check of the 3-a-second rule reports what it let
-/// through.
-pub fn assert_the_largest_rule_alone_is_caught(phases: &[Phase], run: PhasedRun) {
+/// The permits admitted on `key` in `phase`.
+pub fn permits_in_phase(admitted: &[PhasedAdmission], key: u32, phase: usize) -> u32 {
+    admitted
+        .iter()
+        .filter(|a| a.0 == key && a.3 == phase)
+        .map(|a| a.2)
+        .sum()
+}
+
+/// Known-bad: `run` over [`rule_phases`]`(last_minute)` with only each
+/// phase's largest rule (by count) configured; the check of the 3-a-second
+/// rule reports what it let through.
+pub fn assert_the_largest_rule_alone_is_caught(last_minute: u32, run: PhasedRun) {
+    let phases = &rule_phases(last_minute);
     let admitted = run(phases, &|rules: &Rules| {
         let &(n, w) = rules.iter().max_by_key(|r| r.0).unwrap();
         LogConfig::new(Rate::new(n, Duration::from_nanos(w))).unwrap()

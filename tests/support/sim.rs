@@ -141,11 +141,20 @@ impl Service {
     }
 }
 
-/// Runs `algorithm` through `scenario`.
-pub fn run(scenario: &Scenario, algorithm: &dyn LimitAlgorithm) -> Run {
+/// An adaptive limit as the simulators run it: on a manual clock.
+pub type SimLimit<'a> = AdaptiveLimit<&'a dyn LimitAlgorithm, ManualClock>;
+
+/// Where both simulators start: a manual clock at zero, `algorithm`'s limit
+/// timed on it, and the random numbers of `seed`.
+pub fn start(algorithm: &dyn LimitAlgorithm, seed: u64) -> (ManualClock, SimLimit<'_>, Rng) {
     let clock = ManualClock::new();
     let limit = AdaptiveLimit::with_clock(algorithm, clock.clone()).expect("a valid limit");
-    let mut rng = Rng::new(scenario.seed);
+    (clock, limit, Rng::new(seed))
+}
+
+/// Runs `algorithm` through `scenario`.
+pub fn run(scenario: &Scenario, algorithm: &dyn LimitAlgorithm) -> Run {
+    let (clock, limit, mut rng) = start(algorithm, scenario.seed);
     let mut events: BinaryHeap<Reverse<(u64, Event)>> = BinaryHeap::new();
     let mut requests: Vec<Request> = Vec::new();
     let mut free: Vec<usize> = Vec::new();

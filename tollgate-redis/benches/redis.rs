@@ -319,11 +319,7 @@ fn bench(c: &mut Criterion) {
                                 })
                             })
                             .collect();
-                        let mut all = Vec::new();
-                        for handle in handles {
-                            all.extend(handle.await.unwrap());
-                        }
-                        all
+                        support::joined(handles).await
                     });
                     let wall = started.elapsed();
                     let (server_us, calls) = server_time(&server);

@@ -99,11 +99,7 @@ fn child() {
                 })
             })
             .collect();
-        let mut all = Vec::new();
-        for task in tasks {
-            all.extend(task.await.unwrap());
-        }
-        all
+        support::joined(tasks).await
     });
     let mut file = BufWriter::new(std::fs::File::create(out).unwrap());
     for r in &records {

@@ -95,14 +95,20 @@ fn env(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// Serves a tollgate server as the binary does ([`tollgate_server::serve`],
-/// its in-flight bound included) on a runtime of its own.
-fn start_tollgate(server: Server) -> (SocketAddr, tokio::runtime::Runtime) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+/// A multi-threaded runtime of two workers: each server's, and the
+/// clients'.
+fn two_workers() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+/// Serves a tollgate server as the binary does ([`tollgate_server::serve`],
+/// its in-flight bound included) on a runtime of its own.
+fn start_tollgate(server: Server) -> (SocketAddr, tokio::runtime::Runtime) {
+    let runtime = two_workers();
     let grpc = runtime.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
     let http = runtime.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
     let addr = grpc.local_addr().unwrap();
@@ -122,11 +128,7 @@ fn start<S>(service: S) -> (SocketAddr, tokio::runtime::Runtime)
 where
     S: RateLimitService,
 {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = two_workers();
     let listener = runtime.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
     let addr = listener.local_addr().unwrap();
     runtime.spawn(
@@ -202,6 +204,16 @@ async fn round(channel: &Channel, regime: &str, streams: u64, round: Duration) -
     )
 }
 
+/// A row's rates: the first (the baseline's), then each other with its ratio
+/// to the first.
+fn with_ratios(rates: &[f64]) -> String {
+    let mut row = format!("{:>12.0}", rates[0]);
+    for rate in &rates[1..] {
+        row += &format!(" {rate:>10.0} {:>6.2}", rate / rates[0]);
+    }
+    row
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
@@ -237,11 +249,7 @@ fn main() {
         "ratio",
         "shed"
     );
-    let client_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let client_rt = two_workers();
     for regime in ["allow", "deny", "at-limit"] {
         let make = |in_flight: InFlight| {
             let config = Config::from_files([("bench.yaml", CONFIG)]).unwrap();
@@ -281,14 +289,8 @@ fn main() {
         let (m, mut shed, failed) =
             measure(&client_rt, &targets, regime, streams, rounds, round_time);
         println!(
-            "{regime:<10} {:>12.0} {:>10.0} {:>6.2} {:>10.0} {:>6.2} {:>10.0} {:>6.2} {:>5.1}%  {:?}",
-            m[0],
-            m[1],
-            m[1] / m[0],
-            m[2],
-            m[2] / m[0],
-            m[3],
-            m[3] / m[0],
+            "{regime:<10} {} {:>5.1}%  {:?}",
+            with_ratios(&m),
             100.0 * median(&mut shed[3]),
             failed
         );
@@ -408,12 +410,8 @@ fn backends(
         }
         let (m, _, failed) = measure(client_rt, &targets, regime, streams, rounds, round_time);
         println!(
-            "{regime:<10} {:>12.0} {:>10.0} {:>6.2} {:>10.0} {:>6.2}  {:.3} {:.4}  {:?}",
-            m[0],
-            m[1],
-            m[1] / m[0],
-            m[2],
-            m[2] / m[0],
+            "{regime:<10} {}  {:.3} {:.4}  {:?}",
+            with_ratios(&m),
             per_request[0],
             per_request[1],
             failed

@@ -27,8 +27,8 @@ pub use serve::{serve, watch_config};
 pub use server::{InFlight, Options, Server};
 
 /// The messages and the service of Envoy's rate limit protocol, generated
-/// from the `.proto` files under `proto/` (field names and numbers as Envoy's
-/// API reference publishes them).
+/// from the `.proto` files vendored under `proto/third_party/` (field names
+/// and numbers as Envoy's API reference publishes them).
 pub mod proto {
     #[allow(missing_docs, clippy::all, clippy::pedantic)]
     pub mod envoy {

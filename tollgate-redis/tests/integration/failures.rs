@@ -100,10 +100,7 @@ async fn every_call_that_expires_under_client_pause_is_a_timeout_that_may_have_r
             }));
         }
     }
-    let mut results = Vec::new();
-    for task in tasks {
-        results.extend(task.await.unwrap());
-    }
+    let mut results = support::joined(tasks).await;
     results.push(big_outcome.await.unwrap());
 
     let mut during_pause = 0;

@@ -23,6 +23,16 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// Everything the spawned `tasks` return, task after task; a task's panic
+/// fails the caller.
+pub async fn joined<T>(tasks: Vec<tokio::task::JoinHandle<Vec<T>>>) -> Vec<T> {
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    all
+}
+
 /// An async client on `cluster`'s masters, with `options`.
 pub async fn cluster_client(
     cluster: &RedisCluster,

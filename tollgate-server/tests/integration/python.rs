@@ -36,7 +36,7 @@ fn python(target: &str, requests: &[Value]) -> Vec<Value> {
     let dir = env!("CARGO_MANIFEST_DIR");
     let mut child = Command::new("python3")
         .arg(format!("{dir}/tests/python/client.py"))
-        .arg(format!("{dir}/proto"))
+        .arg(format!("{dir}/proto/third_party"))
         .arg(target)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
