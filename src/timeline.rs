@@ -1,11 +1,21 @@
 //! A limiter's private view of time: nanoseconds since the limiter was built.
 
 use crate::clock::Clock;
+use crate::error::ConfigError;
 
 /// The length of every limiter's time range: 2^62 ns, about 146 years after it
 /// was built. Durations a limiter stores (a period, a capacity's worth of time)
 /// are validated to be at most this long.
 pub(crate) const MAX_TIME: u64 = 1 << 62;
+
+/// `count · unit` as a stored span of time: at most [`MAX_TIME`], or
+/// [`ConfigError::Overflow`] naming `what` the span is.
+pub(crate) fn span(count: u64, unit: u64, what: &'static str) -> Result<u64, ConfigError> {
+    count
+        .checked_mul(unit)
+        .filter(|&span| span <= MAX_TIME)
+        .ok_or(ConfigError::Overflow { what })
+}
 
 /// The last instant of a limiter's time: readings past it are held at it. One
 /// short of [`MAX_TIME`], so that every state time is *strictly* below 2^63: a

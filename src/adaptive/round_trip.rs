@@ -1008,35 +1008,33 @@ mod tests {
         }
     }
 
+    /// Each word's fields survive a pack and an unpack at every value their
+    /// widths hold, the widest included: any 128 bits unpack to fields in
+    /// range, and packing them gives back exactly the bits the fields use
+    /// (no two fields overlap).
     #[test]
     fn the_words_pack_and_unpack() {
-        let round = Round {
-            opened_us: US_MASK,
-            count: COUNT_MAX,
-            sum: SUM_MASK,
-            max_in_flight: IN_FLIGHT_MAX,
-        };
-        assert_eq!(Round::unpack(round.pack()), round);
-        let filters = Filters {
-            baseline: RTT_MAX,
-            srtt: RTT_MAX,
-            dev: DEV_MAX,
-            rounds: WARM_SAMPLES,
-        };
-        assert_eq!(Filters::unpack(filters.pack()), filters);
-        let control = Control {
-            limit: LIMIT_MASK as u32,
-            ceiling: LIMIT_MASK as u32,
-            hold_exp: 7,
-            held: 255,
-            growing: 31,
-            probe_stat: 0xffff,
-            probing: true,
-            backed_off_us: US_MASK,
-            shrinking: 15,
-            pending: true,
-        };
-        assert_eq!(Control::unpack(control.pack()), control);
+        fn check<W: Copy + PartialEq + std::fmt::Debug>(
+            word: u128,
+            pack: fn(W) -> u128,
+            unpack: fn(u128) -> W,
+        ) {
+            let fields = unpack(word);
+            assert_eq!(unpack(pack(fields)), fields);
+            assert_eq!(pack(fields), word & pack(unpack(u128::MAX)), "{word:#x}");
+        }
+        let mut x = 0x9e37_79b9_7f4a_7c15_u128;
+        let random = (0..10_000).map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        });
+        for word in [0, u128::MAX].into_iter().chain(random) {
+            check(word, Round::pack, Round::unpack);
+            check(word, Filters::pack, Filters::unpack);
+            check(word, Control::pack, Control::unpack);
+        }
     }
 
     #[test]

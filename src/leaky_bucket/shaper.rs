@@ -6,7 +6,7 @@ use crate::error::{ConfigError, Denied};
 use crate::limiter::Snapshot;
 use crate::machine::{Carry, Machine, Schedule, pack, scale_up, unpack};
 use crate::rate::Rate;
-use crate::timeline::MAX_TIME;
+use crate::timeline::span;
 use crate::waiting::MAX_WAIT;
 
 /// The shaper's configuration: the pure part of every decision.
@@ -35,12 +35,8 @@ impl Queue {
         let capacity = u32::try_from(capacity).unwrap_or(u32::MAX);
         // The furthest a request may reach past its start: (burst + n)·interval
         // for n up to the capacity. Bounding it bounds every state time.
-        (u64::from(burst) + u64::from(capacity))
-            .checked_mul(interval)
-            .filter(|&lead| lead <= MAX_TIME)
-            .ok_or(ConfigError::Overflow {
-                what: "(burst + capacity) × time per permit",
-            })?;
+        let lead = u64::from(burst) + u64::from(capacity);
+        span(lead, interval, "(burst + capacity) × time per permit")?;
         Ok(Queue {
             interval,
             burst,

@@ -6,7 +6,7 @@ use crate::error::{ConfigError, Denied};
 use crate::limiter::Snapshot;
 use crate::machine::{Carry, Machine, Schedule, scale_up};
 use crate::rate::Rate;
-use crate::timeline::MAX_TIME;
+use crate::timeline::span;
 use crate::waiting::schedule;
 
 /// A token bucket as the generic cell rate algorithm: the whole state is the
@@ -31,12 +31,7 @@ impl Gcra {
         // Rounded up so the effective rate never exceeds the configured one; the
         // rate is exact whenever `permits` divides the period in nanoseconds.
         let interval = period.div_ceil(u64::from(permits));
-        let tolerance = interval
-            .checked_mul(u64::from(capacity))
-            .filter(|&t| t <= MAX_TIME)
-            .ok_or(ConfigError::Overflow {
-                what: "capacity × time per permit",
-            })?;
+        let tolerance = span(u64::from(capacity), interval, "capacity × time per permit")?;
         Ok(Gcra {
             interval,
             capacity,
