@@ -76,7 +76,6 @@ pub type LockingSlidingLog<C = MonotonicClock> = SlidingLogOf<Locked, C>;
 /// The log: never more than N permits in any window of length T, decided on
 /// rings of timestamps, one ring per stripe.
 ///
-///
 /// A ring of entry words remembers when each of its last permits was admitted.
 /// A request for `n` permits takes the ring's next `n` *tickets*; ticket `k`
 /// replaces the entry of ticket `k − M` (`M` = the ring's capacity) — the permit
@@ -309,6 +308,8 @@ pub type LockingSlidingLog<C = MonotonicClock> = SlidingLogOf<Locked, C>;
 /// then on), waits for tickets claimed before the seal to be stamped, builds the
 /// new ring and publishes it; requests that meet the sealed ring wait for the
 /// new one and decide there. The old ring is freed once no thread can hold it.
+/// The locking twin seals and replaces its rings under its mutex, so no request
+/// meets a sealed ring there; the new rings inherit the same entries.
 ///
 /// The new ring inherits upper bounds on the stamps of the N′ most recent
 /// permits. Every permit the old ring knows of has a bound: the ring holds the
