@@ -30,7 +30,7 @@
 //! return a plain `Result<(), Denied>`; a denial carries the exact retry-after
 //! (if nothing else happens, the same request is admitted when it runs out
 //! and not a nanosecond sooner; for the sliding log, at any reading, a stale
-//! one included: [its promise](SlidingLog#retry-after)), or says the request
+//! one included: [its promise](SlidingLogOf#retry-after)), or says the request
 //! can never succeed. [`RateLimiter::snapshot`] reads without consuming;
 //! [`RateLimiter::try_acquire_n_with_snapshot`] decides and reports the
 //! state the decision left (what `RateLimit` headers need) in one
@@ -157,7 +157,7 @@ pub use limits::{MAX_COLD_FACTOR, MAX_SUB_WINDOWS};
 pub use published::{Publish, Published};
 pub use rate::{ParseRateError, ParseRateErrorKind, Rate};
 pub use refund::{Receipt, Receipted, Refundable};
-pub use sliding_log::{LockingSlidingLog, LogConfig, SlidingLog};
+pub use sliding_log::{LockingSlidingLog, LogConfig, SlidingLog, SlidingLogOf};
 pub use sliding_window::{
     ApproxSlidingWindow, LockingApproxSlidingWindow, LockingSlidingWindow, SlidingWindow,
     SlidingWindowBuilder,

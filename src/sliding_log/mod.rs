@@ -1,26 +1,28 @@
 //! The exact sliding log: never more than N permits in any window of length T,
-//! decided lock-free on rings of timestamps, one ring per stripe.
+//! decided on rings of timestamps, one ring per stripe: lock-free
+//! ([`SlidingLog`]), or under a mutex (its locking twin, [`LockingSlidingLog`]).
 //!
-//! The user-facing documentation (promise, state, proof) is on [`SlidingLog`].
+//! The user-facing documentation (promise, state, proof) is on [`SlidingLogOf`].
 
-mod locking;
+mod home;
 pub(crate) mod log;
 pub(crate) mod ring;
 mod rules;
 mod stripes;
 
+use std::fmt;
 use std::time::Duration;
 
-pub use locking::LockingSlidingLog;
 pub use rules::LogConfig;
 
+use crate::cell::{Atomic, Locked};
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::{ConfigError, Denied};
-use crate::limiter::{RateLimiter, Rejection, Snapshot, check_request, report};
+use crate::limiter::{RateLimiter, Rejection, Snapshot, report};
 use crate::rate::Rate;
 use crate::stripe::default_stripes;
-use crate::sync::{Backoff, Shared};
 use crate::timeline::Timeline;
+use home::RingsHome;
 use stripes::{Plan, Rings};
 
 /// A lock-free, exact sliding log: at most `rate.permits()` permits in any
@@ -29,7 +31,8 @@ use stripes::{Plan, Rings};
 /// A check reads the clock, the head and one or two entries; an admission
 /// adds one CAS and one store per permit; a denial writes no entry and no
 /// head (with several rings, a check may leave hints on its own ring's line:
-/// see the state table).
+/// see the state table). What it promises, and how, is on [`SlidingLogOf`],
+/// the type it names; [`LockingSlidingLog`] is its twin under a mutex.
 ///
 /// ```
 /// use tollgate::{Rate, RateLimiter, SlidingLog};
@@ -40,9 +43,38 @@ use stripes::{Plan, Rings};
 ///     // call the API
 /// }
 /// ```
+pub type SlidingLog<C = MonotonicClock> = SlidingLogOf<Atomic, C>;
+
+/// The [`SlidingLog`]'s locking twin: the same rings of entry words, split
+/// over the same stripes, and the same decision code, run under a
+/// `parking_lot` mutex.
 ///
-/// The exact sliding log: never more than N permits in any window of length T,
-/// decided lock-free on rings of timestamps, one ring per stripe.
+/// Given the same clock readings on the same threads it makes the same
+/// decisions, with the same retry-after and the same snapshots, and a
+/// reconfiguration inherits the same entries. It is the baseline in the
+/// benchmarks, the second opinion in the property tests, and a fallback for
+/// anyone who prefers a lock. Its methods, errors and guarantee are the
+/// [`SlidingLog`]'s (less [`memory`](SlidingLog::memory)): both name
+/// [`SlidingLogOf`].
+///
+/// ```
+/// use tollgate::{ConfigError, LockingSlidingLog, Rate, RateLimiter};
+///
+/// let log = LockingSlidingLog::new(Rate::per_minute(2)).unwrap();
+/// assert!(log.try_acquire_n(2).is_ok());
+/// assert!(log.try_acquire().is_err());
+/// assert_eq!(LockingSlidingLog::new(Rate::per_second(0)).unwrap_err(), ConfigError::ZeroRate);
+/// ```
+pub type LockingSlidingLog<C = MonotonicClock> = SlidingLogOf<Locked, C>;
+
+/// An exact sliding log: the one type behind [`SlidingLog`] (its rings behind
+/// a pointer, decided lock-free) and [`LockingSlidingLog`] (the same rings
+/// under a mutex). Every method, decision and guarantee is the same for both,
+/// and documented here; name it through those two, since the parameter `H`
+/// says only where the rings live.
+///
+/// The log: never more than N permits in any window of length T, decided on
+/// rings of timestamps, one ring per stripe.
 ///
 /// A ring of entry words remembers when each of its last permits was admitted.
 /// A request for `n` permits takes the ring's next `n` *tickets*; ticket `k`
@@ -276,6 +308,8 @@ use stripes::{Plan, Rings};
 /// then on), waits for tickets claimed before the seal to be stamped, builds the
 /// new ring and publishes it; requests that meet the sealed ring wait for the
 /// new one and decide there. The old ring is freed once no thread can hold it.
+/// The locking twin seals and replaces its rings under its mutex, so no request
+/// meets a sealed ring there; the new rings inherit the same entries.
 ///
 /// The new ring inherits upper bounds on the stamps of the N′ most recent
 /// permits. Every permit the old ring knows of has a bound: the ring holds the
@@ -307,13 +341,24 @@ use stripes::{Plan, Rings};
 /// [`SlidingLog::memory`] reports it (on x86-64 with one ring, 8·N + 568
 /// bytes: 1,368 for N = 100, 80,568 for N = 10,000; with two, 8·N + 824). A request for `n` permits reads and writes
 /// `n` entries; a snapshot reads all N.
-#[derive(Debug)]
-pub struct SlidingLog<C = MonotonicClock> {
-    ring: Shared<Rings>,
+pub struct SlidingLogOf<H: RingsHome, C = MonotonicClock> {
+    rings: H::Store,
     timeline: Timeline<C>,
 }
 
-impl SlidingLog {
+impl<H: RingsHome, C: fmt::Debug> fmt::Debug for SlidingLogOf<H, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The alias's name: the one the user wrote, not the generic type's.
+        f.debug_struct(H::name("SlidingLog", "LockingSlidingLog"))
+            .field("rings", &self.rings)
+            .field("timeline", &self.timeline)
+            .finish()
+    }
+}
+
+/// The log's and its twin's constructor on the default clock (the example
+/// runs on the lock-free one; the twin answers the same).
+impl<H: RingsHome> SlidingLogOf<H> {
     /// At most `rate.permits()` permits in any window of `rate.period()`, on the
     /// default [`MonotonicClock`]. Allocates one 8-byte entry per permit.
     ///
@@ -333,7 +378,9 @@ impl SlidingLog {
     }
 }
 
-impl<C: Clock> SlidingLog<C> {
+/// The methods of the log and its twin on any clock (each example runs on the
+/// lock-free one; the twin answers the same).
+impl<H: RingsHome, C: Clock> SlidingLogOf<H, C> {
     /// As [`SlidingLog::new`], reading `clock`: a [`ManualClock`](crate::ManualClock)
     /// in tests, a [`CachedClock`](crate::CachedClock) for the cheapest reads.
     ///
@@ -343,8 +390,8 @@ impl<C: Clock> SlidingLog<C> {
     /// # let _ = log;
     /// ```
     pub fn with_clock(rate: Rate, clock: C) -> Result<Self, ConfigError> {
-        Ok(SlidingLog {
-            ring: Shared::new(first_rings(rate)?),
+        Ok(SlidingLogOf {
+            rings: H::store(first_rings(rate)?),
             timeline: Timeline::new(clock),
         })
     }
@@ -370,7 +417,10 @@ impl<C: Clock> SlidingLog<C> {
     /// assert!(log.try_acquire().is_err()); // 1.1 s: still within a second of 0.9 s
     /// ```
     pub fn count_denied(self, on: bool) -> Self {
-        self.set_count_denied(on);
+        H::replace_rings(&self.rings, |plan| Plan {
+            count_denied: on,
+            ..plan
+        });
         self
     }
 
@@ -378,7 +428,7 @@ impl<C: Clock> SlidingLog<C> {
     /// lock on their path. The new log inherits the most recent admissions:
     /// every window of the new length that contains a permit admitted under the
     /// new rate holds at most its permits, old ones included (see the
-    /// [`SlidingLog`](SlidingLog#reconfiguration)). The replaced ring is freed once no
+    /// [`SlidingLogOf`](SlidingLogOf#reconfiguration)). The replaced ring is freed once no
     /// thread can still be reading it.
     ///
     /// Requests that arrive during the change wait for it (it copies at most
@@ -401,7 +451,8 @@ impl<C: Clock> SlidingLog<C> {
     /// assert!(log.try_acquire().is_ok());
     /// ```
     pub fn reconfigure(&self, rate: Rate) -> Result<(), ConfigError> {
-        self.set_rate(rate)
+        self.reconfigure_rules(&LogConfig::new(rate)?);
+        Ok(())
     }
 
     /// Adds a rule — or changes the rule of the same window — so that a
@@ -412,7 +463,7 @@ impl<C: Clock> SlidingLog<C> {
     /// [`Denied::ExceedsCapacity`]. Errors are those of [`SlidingLog::new`].
     ///
     /// With several rules the log keeps one ring of the largest count, which
-    /// every rule reads (see [Several rules](SlidingLog#several-rules)). Like
+    /// every rule reads (see [Several rules](SlidingLogOf#several-rules)). Like
     /// [`SlidingLog::count_denied`], meant before the log serves requests; on
     /// one that has, its history carries over as through
     /// [`SlidingLog::reconfigure_rules`].
@@ -433,7 +484,8 @@ impl<C: Clock> SlidingLog<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn with_rule(self, rate: Rate) -> Result<Self, ConfigError> {
-        self.add_rule(rate)?;
+        let rules = self.rules().with_rule(rate)?;
+        self.reconfigure_rules(&rules);
         Ok(self)
     }
 
@@ -454,7 +506,10 @@ impl<C: Clock> SlidingLog<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn reconfigure_rules(&self, rules: &LogConfig) {
-        self.set_rules(rules);
+        H::replace_rings(&self.rings, |plan| Plan {
+            rules: rules.clone(),
+            ..plan
+        });
     }
 
     /// The rules in force, shortest window first.
@@ -468,7 +523,7 @@ impl<C: Clock> SlidingLog<C> {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn rules(&self) -> LogConfig {
-        self.current_rules()
+        H::with(&self.rings, |rings| rings.rules().clone())
     }
 
     /// Splits the log's permits over rings for `stripes` stripes (default: one
@@ -488,7 +543,7 @@ impl<C: Clock> SlidingLog<C> {
     /// assert_eq!(tiny.stripes(), 2); // at most the limit, a power of two
     /// ```
     pub fn with_stripes(self, stripes: usize) -> Self {
-        self.set_stripes(stripes);
+        H::replace_rings(&self.rings, |plan| Plan { stripes, ..plan });
         self
     }
 
@@ -500,7 +555,7 @@ impl<C: Clock> SlidingLog<C> {
     /// assert_eq!(log.stripes(), 1);
     /// ```
     pub fn stripes(&self) -> usize {
-        self.ring.with(Rings::ring_count)
+        H::with(&self.rings, Rings::ring_count)
     }
 
     /// The permits allowed per window; with several rules, the smallest
@@ -511,7 +566,7 @@ impl<C: Clock> SlidingLog<C> {
     /// assert_eq!(SlidingLog::new(Rate::per_second(100)).unwrap().limit(), 100);
     /// ```
     pub fn limit(&self) -> u32 {
-        self.ring.with(Rings::limit)
+        H::with(&self.rings, Rings::limit)
     }
 
     /// The window's length; with several rules, the longest.
@@ -523,23 +578,7 @@ impl<C: Clock> SlidingLog<C> {
     /// assert_eq!(log.window(), Duration::from_secs(60));
     /// ```
     pub fn window(&self) -> Duration {
-        self.ring.with(|rings| rings.rules().window())
-    }
-
-    /// Bytes this limiter occupies: the struct, its ring's head and bookkeeping,
-    /// and 8 bytes per permit of the limit.
-    ///
-    /// ```
-    /// use tollgate::{Rate, SlidingLog};
-    /// let small = SlidingLog::new(Rate::per_second(100)).unwrap();
-    /// let large = SlidingLog::new(Rate::per_second(10_000)).unwrap();
-    /// assert_eq!(large.memory() - small.memory(), 8 * 9_900);
-    /// ```
-    pub fn memory(&self) -> usize {
-        std::mem::size_of::<Self>()
-            + self
-                .ring
-                .with(|rings| std::mem::size_of::<Rings>() + rings.heap_bytes())
+        H::with(&self.rings, |rings| rings.rules().window())
     }
 
     /// The clock this limiter reads.
@@ -556,6 +595,25 @@ impl<C: Clock> SlidingLog<C> {
     }
 }
 
+/// The lock-free log's own: the twin keeps its rings inline, under its mutex.
+impl<C: Clock> SlidingLog<C> {
+    /// Bytes this limiter occupies: the struct, its ring's head and bookkeeping,
+    /// and 8 bytes per permit of the limit.
+    ///
+    /// ```
+    /// use tollgate::{Rate, SlidingLog};
+    /// let small = SlidingLog::new(Rate::per_second(100)).unwrap();
+    /// let large = SlidingLog::new(Rate::per_second(10_000)).unwrap();
+    /// assert_eq!(large.memory() - small.memory(), 8 * 9_900);
+    /// ```
+    pub fn memory(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self
+                .rings
+                .with(|rings| std::mem::size_of::<Rings>() + rings.heap_bytes())
+    }
+}
+
 /// The rings a log starts with: one rule, `rate`; denied attempts not
 /// counted; the default stripes.
 fn first_rings(rate: Rate) -> Result<Rings, ConfigError> {
@@ -566,96 +624,22 @@ fn first_rings(rate: Rate) -> Result<Rings, ConfigError> {
     }))
 }
 
-/// How a log's configuration changes, for the lock-free log and its locking
-/// twin alike: each replaces its rings its own way, and both derive the new
-/// rings' plan here, so that a change rebuilds the twin to the same plan as
-/// the log.
-trait Replan {
-    /// Replaces the rings with their successor, built to the plan `make`
-    /// derives from the old rings'.
-    fn replace_rings(&self, make: impl Fn(Plan) -> Plan);
-
-    /// The rules in force.
-    fn current_rules(&self) -> LogConfig;
-
-    fn set_count_denied(&self, on: bool) {
-        self.replace_rings(|plan| Plan {
-            count_denied: on,
-            ..plan
-        });
-    }
-
-    fn set_stripes(&self, stripes: usize) {
-        self.replace_rings(|plan| Plan { stripes, ..plan });
-    }
-
-    fn set_rules(&self, rules: &LogConfig) {
-        self.replace_rings(|plan| Plan {
-            rules: rules.clone(),
-            ..plan
-        });
-    }
-
-    fn set_rate(&self, rate: Rate) -> Result<(), ConfigError> {
-        self.set_rules(&LogConfig::new(rate)?);
-        Ok(())
-    }
-
-    fn add_rule(&self, rate: Rate) -> Result<(), ConfigError> {
-        let rules = self.current_rules().with_rule(rate)?;
-        self.set_rules(&rules);
-        Ok(())
-    }
-}
-
-impl<C> Replan for SlidingLog<C> {
-    /// Seals the current rings and publishes their successor.
-    fn replace_rings(&self, make: impl Fn(Plan) -> Plan) {
-        let mut backoff = Backoff::new();
-        // Only the thread that seals the rings replaces them; another
-        // reconfiguration that got there first is waited for, then the next
-        // rings are sealed.
-        // SAFETY: a successor is returned only by the thread whose `seal`
-        // sealed the rings, and rings are sealed once: no other replacement
-        // races this one.
-        while !unsafe {
-            self.ring
-                .replace_with(|rings| rings.seal().then(|| rings.successor(make(rings.plan()))))
-        } {
-            backoff.pause();
-        }
-    }
-
-    fn current_rules(&self) -> LogConfig {
-        self.ring.with(|rings| rings.rules().clone())
-    }
-}
-
-impl<C: Clock> RateLimiter for SlidingLog<C> {
+/// The log's and its twin's decisions: the same code on the same rings,
+/// wherever they live (see `RingsHome::decide`).
+impl<H: RingsHome, C: Clock> RateLimiter for SlidingLogOf<H, C> {
     #[inline]
     fn try_acquire_n(&self, n: u32) -> Result<(), Denied> {
-        // One clock reading per request, taken once `n` is known to be valid; a
-        // request that meets a sealed ring reuses it on the next ring (a reading
-        // can only grow staler, which only makes decisions stricter).
-        let mut now = None;
-        let mut backoff = Backoff::new();
-        loop {
-            let outcome = self.ring.with(|ring| {
-                check_request(n, ring.limit()).map_err(Ok)?;
-                let now = *now.get_or_insert_with(|| self.timeline.now());
-                ring.try_acquire_n(now, n).map_err(Err)?.map_err(Ok)
-            });
-            match outcome {
-                Ok(()) => return Ok(()),
-                Err(Ok(denied)) => return Err(denied),
-                // Sealed: a reconfiguration is publishing the next ring.
-                Err(Err(_sealed)) => backoff.pause(),
-            }
-        }
+        H::decide(
+            &self.rings,
+            n,
+            || self.timeline.now(),
+            |_, denied| Err(denied),
+            |_, _, decided| decided,
+        )
     }
 
     fn snapshot(&self) -> Snapshot {
-        self.ring.with(|ring| ring.snapshot(self.timeline.now()))
+        H::with(&self.rings, |rings| rings.snapshot(self.timeline.now()))
     }
 
     /// The snapshot is read right after the decision, from the same rings and
@@ -663,24 +647,13 @@ impl<C: Clock> RateLimiter for SlidingLog<C> {
     /// (see the trait method). Like [`snapshot`](RateLimiter::snapshot), it
     /// reads every entry: O(N).
     fn try_acquire_n_with_snapshot(&self, n: u32) -> Result<Snapshot, Rejection> {
-        let mut now = None;
-        let mut backoff = Backoff::new();
-        loop {
-            let outcome = self.ring.with(|ring| {
-                if let Err(denied) = check_request(n, ring.limit()) {
-                    let snapshot = ring.snapshot(self.timeline.now());
-                    return Ok::<_, ring::SealedRing>(Err(Rejection::new(denied, snapshot)));
-                }
-                let now = *now.get_or_insert_with(|| self.timeline.now());
-                let decided = ring.try_acquire_n(now, n)?;
-                Ok(report(decided, ring.snapshot(now)))
-            });
-            match outcome {
-                Ok(reported) => return reported,
-                // Sealed: as in `try_acquire_n`.
-                Err(_sealed) => backoff.pause(),
-            }
-        }
+        H::decide(
+            &self.rings,
+            n,
+            || self.timeline.now(),
+            |rings, denied| Err(Rejection::new(denied, rings.snapshot(self.timeline.now()))),
+            |rings, now, decided| report(decided, rings.snapshot(now)),
+        )
     }
 }
 

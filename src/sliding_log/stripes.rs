@@ -25,7 +25,8 @@ type PerRing<T> = [T; MAX_RINGS];
 /// What a log is built to: its rules, whether it logs denied attempts, and
 /// the stripe count asked for.
 #[derive(Debug, Clone)]
-pub(crate) struct Plan {
+#[allow(unreachable_pub)] // sealed: public only in `RingsHome`'s methods
+pub struct Plan {
     pub(crate) rules: LogConfig,
     pub(crate) count_denied: bool,
     pub(crate) stripes: usize,
@@ -36,7 +37,8 @@ pub(crate) struct Plan {
 /// rule reads. See the [module docs](super) for why the split keeps the log
 /// exact and, single-threaded, tight.
 #[derive(Debug)]
-pub(crate) struct Rings {
+#[allow(unreachable_pub)] // sealed: public only in `RingsHome`'s methods
+pub struct Rings {
     /// The whole log's ring layout: the slots (the largest count), the window
     /// of the slots' chain and the mode.
     shape: Geometry,

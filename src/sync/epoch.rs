@@ -41,7 +41,8 @@ mod imp {
     }
 
     /// A value replaced by compare-and-swap, reclaimed through the epoch.
-    pub(crate) struct Shared<T>(Atomic<T>);
+    #[allow(unreachable_pub)] // public only as the sliding log's `RingsHome::Store`
+    pub struct Shared<T>(Atomic<T>);
 
     impl<T> Shared<T> {
         pub(crate) fn new(value: T) -> Self {
@@ -318,7 +319,8 @@ mod imp {
 
     /// The loom stand-in: a loom-visible pointer; replaced values are kept in a
     /// list freed on drop, so references taken before a replacement stay valid.
-    pub(crate) struct Shared<T> {
+    #[allow(unreachable_pub)] // public only as the sliding log's `RingsHome::Store`
+    pub struct Shared<T> {
         ptr: AtomicPtr<Node<T>>,
         retired: Retired<T>,
     }

@@ -16,7 +16,8 @@ pub(crate) use parking_lot::Mutex;
 mod loom_mutex {
     /// loom's mutex behind parking_lot's signature: `lock` returns the guard.
     #[derive(Debug)]
-    pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
+    #[allow(unreachable_pub)] // public only in the sliding log's `RingsHome::Store`
+    pub struct Mutex<T>(loom::sync::Mutex<T>);
 
     pub(crate) type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
 
