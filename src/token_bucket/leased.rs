@@ -420,7 +420,7 @@ impl<C: Clock> LeasedTokenBucket<C> {
         match (stored, last.get()) {
             (Err(denied), _) => {
                 if alive {
-                    self.keep_or_return(own, held, None);
+                    self.keep(own, held);
                 }
                 Err(denied)
             }
@@ -434,10 +434,10 @@ impl<C: Clock> LeasedTokenBucket<C> {
                 if alive && !giving_back {
                     // Leased after by someone else: it cannot go back to
                     // the word, but it can stay where it was.
-                    self.keep_or_return(own, held, None);
+                    self.keep(own, held);
                 }
                 if let Some((spent, end)) = spare {
-                    self.keep_or_return(own, spent, Some(end));
+                    self.keep_or_return(own, spent, end);
                 }
                 Ok(())
             }
@@ -485,30 +485,41 @@ impl<C: Clock> LeasedTokenBucket<C> {
         }
     }
 
-    /// Puts a lease we own, starting at `next`, into stripe `own` if the
-    /// stripe is empty. Otherwise a spare run `[next, end)` just leased
-    /// (`end` given) goes back to the word while nothing has been leased
-    /// after it; any other lease is forgotten (its slots are never spent:
-    /// under-admission only).
-    fn keep_or_return(&self, own: usize, next: u64, end: Option<u64>) {
-        // Without `end`, not through the word: a lease that cannot stay in
-        // its stripe is one that was leased after, and cannot go back.
-        let refused = if end.is_some() {
-            Refused::Return
-        } else {
-            Refused::Leave
-        };
+    /// Puts a lease we own (starting at `next`, ending at `end_of(next)`) into
+    /// stripe `own` if the stripe is empty; otherwise the lease is forgotten
+    /// (its slots are never spent: under-admission only).
+    fn keep(&self, own: usize, next: u64) {
+        // Not through the word: a lease that cannot stay in its stripe is
+        // one that was leased after, and cannot go back (`keep_or_return`).
         let _ = self.stripes.keep_or_return(
             own,
             |word| {
                 if word == EMPTY {
                     Ok(next)
                 } else {
-                    Err(refused)
+                    Err(Refused::Leave)
                 }
             },
             &self.word,
-            |tat| if Some(tat) == end { Ok(next) } else { Err(()) },
+            |_| Err(()),
+        );
+    }
+
+    /// Puts a spare run `[next, end)`, just leased, into stripe `own`, or, if
+    /// another thread of the same stripe filled it first, gives it back to the
+    /// word while nothing has been leased after it (else it is forgotten).
+    fn keep_or_return(&self, own: usize, next: u64, end: u64) {
+        let _ = self.stripes.keep_or_return(
+            own,
+            |word| {
+                if word == EMPTY {
+                    Ok(next)
+                } else {
+                    Err(Refused::Return)
+                }
+            },
+            &self.word,
+            |tat| if tat == end { Ok(next) } else { Err(()) },
         );
     }
 
