@@ -491,35 +491,40 @@ impl<C: Clock> LeasedTokenBucket<C> {
     fn keep(&self, own: usize, next: u64) {
         // Not through the word: a lease that cannot stay in its stripe is
         // one that was leased after, and cannot go back (`keep_or_return`).
-        let _ = self.stripes.keep_or_return(
-            own,
-            |word| {
-                if word == EMPTY {
-                    Ok(next)
-                } else {
-                    Err(Refused::Leave)
-                }
-            },
-            &self.word,
-            |_| Err(()),
-        );
+        self.put(own, next, Refused::Leave, |_| Err(()));
     }
 
     /// Puts a spare run `[next, end)`, just leased, into stripe `own`, or, if
     /// another thread of the same stripe filled it first, gives it back to the
     /// word while nothing has been leased after it (else it is forgotten).
     fn keep_or_return(&self, own: usize, next: u64, end: u64) {
+        self.put(own, next, Refused::Return, |tat| {
+            if tat == end { Ok(next) } else { Err(()) }
+        });
+    }
+
+    /// Stores `next` in stripe `own` if it is empty, else refuses with
+    /// `refused` and, for `Refused::Return`, offers the word `give_back`.
+    /// Inlined into both callers, so each keeps its own constant paths.
+    #[inline(always)]
+    fn put(
+        &self,
+        own: usize,
+        next: u64,
+        refused: Refused,
+        give_back: impl FnMut(u64) -> Result<u64, ()>,
+    ) {
         let _ = self.stripes.keep_or_return(
             own,
             |word| {
                 if word == EMPTY {
                     Ok(next)
                 } else {
-                    Err(Refused::Return)
+                    Err(refused)
                 }
             },
             &self.word,
-            |tat| if tat == end { Ok(next) } else { Err(()) },
+            give_back,
         );
     }
 
