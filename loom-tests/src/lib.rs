@@ -28,6 +28,11 @@
 #[cfg(loom)]
 pub use models::*;
 
+#[cfg(all(loom, target_os = "linux"))]
+mod stacks;
+#[cfg(all(loom, target_os = "linux"))]
+pub use stacks::reused_stacks;
+
 #[cfg(loom)]
 mod models {
     use std::cell::Cell;
@@ -210,6 +215,8 @@ mod models {
             start: Instant::now(),
         };
         let counter = StdArc::clone(&report.iterations);
+        #[cfg(target_os = "linux")]
+        crate::stacks::keep_stacks();
         let mut builder = loom::model::Builder::new();
         builder.preemption_bound = Some(preemption_bound);
         // loom's default of 1,000 scheduling points per execution is a spin
