@@ -24,6 +24,11 @@
 //!   the coroutine library does to every new stack, is already done and
 //!   returns at once.
 //!
+//! A kept stack comes back with its first page already inaccessible, as the
+//! coroutine library makes every new stack right after mapping it: only that
+//! library maps with `MAP_STACK` through `mmap` in these binaries (the C
+//! library's own thread stacks never come here).
+//!
 //! Every other call goes to the kernel unchanged. Nothing here is seen by
 //! loom: a stack's bytes are not model state (each coroutine starts from a
 //! context it writes itself), so reusing one changes no interleaving and no
