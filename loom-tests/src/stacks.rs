@@ -122,18 +122,29 @@ pub unsafe extern "C" fn mmap(
     fd: c_int,
     offset: libc::off_t,
 ) -> *mut c_void {
+    // The kernel's `mmap`, bypassing this definition. `syscall` returns -1
+    // (and sets errno) on failure, which is MAP_FAILED.
+    let args = [
+        addr as c_long,
+        len as c_long,
+        prot as c_long,
+        flags as c_long,
+        fd as c_long,
+        offset as c_long,
+    ];
+    let kernel_mmap = || unsafe { kernel(libc::SYS_mmap, &args) as *mut c_void };
     let is_stack = addr.is_null()
         && flags == STACK_FLAGS
         && prot == libc::PROT_READ | libc::PROT_WRITE
         && fd == -1
         && offset == 0;
     if !is_stack || !ENABLED.load(Ordering::Relaxed) {
-        return unsafe { kernel_mmap(addr, len, prot, flags, fd, offset) };
+        return kernel_mmap();
     }
     let mut stacks = stacks();
     let Some(free) = stacks.live.iter().position(Option::is_none) else {
         drop(stacks);
-        return unsafe { kernel_mmap(addr, len, prot, flags, fd, offset) };
+        return kernel_mmap();
     };
     let pooled = stacks
         .pool
@@ -147,7 +158,7 @@ pub unsafe extern "C" fn mmap(
             (region, true)
         }
         None => {
-            let start = unsafe { kernel_mmap(addr, len, prot, flags, fd, offset) };
+            let start = kernel_mmap();
             if start == libc::MAP_FAILED {
                 return start;
             }
@@ -169,6 +180,12 @@ pub unsafe extern "C" fn mmap(
 /// As the C library's `mprotect`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: usize, prot: c_int) -> c_int {
+    let kernel_mprotect = || unsafe {
+        kernel(
+            libc::SYS_mprotect,
+            &[addr as c_long, len as c_long, prot as c_long],
+        ) as c_int
+    };
     if prot == libc::PROT_NONE && len == page() && ENABLED.load(Ordering::Relaxed) {
         let mut stacks = stacks();
         let tracked = stacks
@@ -180,24 +197,14 @@ pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: usize, prot: c_int) ->
             if *guarded {
                 return 0;
             }
-            let done = unsafe {
-                kernel(
-                    libc::SYS_mprotect,
-                    &[addr as c_long, len as c_long, prot as c_long],
-                )
-            };
+            let done = kernel_mprotect();
             if done == 0 {
                 *guarded = true;
             }
-            return done as c_int;
+            return done;
         }
     }
-    unsafe {
-        kernel(
-            libc::SYS_mprotect,
-            &[addr as c_long, len as c_long, prot as c_long],
-        ) as c_int
-    }
+    kernel_mprotect()
 }
 
 /// # Safety
@@ -228,27 +235,6 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
     }
     drop(stacks);
     unsafe { kernel(libc::SYS_munmap, &[addr as c_long, len as c_long]) as c_int }
-}
-
-/// The kernel's `mmap`, bypassing the definition above.
-unsafe fn kernel_mmap(
-    addr: *mut c_void,
-    len: usize,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    offset: libc::off_t,
-) -> *mut c_void {
-    let args = [
-        addr as c_long,
-        len as c_long,
-        prot as c_long,
-        flags as c_long,
-        fd as c_long,
-        offset as c_long,
-    ];
-    // `syscall` returns -1 (and sets errno) on failure, which is MAP_FAILED.
-    unsafe { kernel(libc::SYS_mmap, &args) as *mut c_void }
 }
 
 /// A system call with up to six arguments, through the C library's
